@@ -1,0 +1,76 @@
+"""The registry of known checkpoints and how a model reference resolves to something loadable.
+
+Says where a model comes from (Hub id, local folder, the bundled demo, or a random-weight architecture);
+it does not load weights: `strategies.loader` is the only caller of `from_pretrained`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from transformers import LongformerConfig
+
+from longqa.errors import ModelLoadError
+
+DEMO_MODEL_DIR = Path(__file__).resolve().parent / "demo_model"
+DEFAULT_MODEL = "allenai/longformer-large-4096-finetuned-triviaqa"
+
+KNOWN_MODELS = {  # alias or Hub id -> what it is
+    "allenai/longformer-large-4096-finetuned-triviaqa": "Longformer-large, TriviaQA (433.6 M params, default)",
+    "valhalla/longformer-base-4096-finetuned-squadv1": "Longformer-base, SQuAD v1 (148.1 M params)",
+    "mrm8488/longformer-base-4096-finetuned-squadv2": "Longformer-base, SQuAD v2, can answer 'no answer' (148.1 M)",
+    "demo": "Bundled demo model: a tiny Longformer that only knows the fact-finding task (offline)",
+}
+
+NULL_ANSWER_MODELS = {"mrm8488/longformer-base-4096-finetuned-squadv2"}
+
+ARCHITECTURES = {  # random-weight architectures for benchmarks: memory and latency do not depend on weights
+    "arch:base": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072),  # 148.1 M
+    "arch:large": dict(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, intermediate_size=4096),  # 433.6 M
+}
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """Where a model reference points. `location` is a local folder, a Hub id, or an `arch:` name."""
+
+    ref: str
+    location: str
+    kind: str  # "demo" | "local" | "hub" | "architecture"
+
+    @property
+    def is_offline(self) -> bool:
+        return self.kind != "hub"
+
+    @property
+    def handles_null_answer(self) -> bool:
+        return self.ref in NULL_ANSWER_MODELS
+
+
+def resolve_model(ref: str) -> ModelSource:
+    """Turn a user's model reference into a `ModelSource`; raises ModelLoadError for what cannot exist."""
+    ref = (ref or "").strip()
+    if not ref:
+        raise ModelLoadError("No model given.")
+    if ref == "demo":
+        return ModelSource(ref, str(DEMO_MODEL_DIR), "demo")
+    if ref in ARCHITECTURES:
+        return ModelSource(ref, ref, "architecture")
+    if ref.startswith("arch:"):
+        raise ModelLoadError(f"Unknown architecture {ref!r}; choose one of {', '.join(ARCHITECTURES)}.")
+    path = Path(ref).expanduser()
+    if path.is_dir():
+        return ModelSource(ref, str(path.resolve()), "local")
+    if path.suffix or ref.startswith((".", "/", "~")) or ref.count("/") != 1:
+        raise ModelLoadError(f"Model {ref!r} is neither a local folder nor a Hub id of the form 'owner/name'.")
+    return ModelSource(ref, ref, "hub")
+
+
+def architecture_config(name: str) -> LongformerConfig:
+    """The real Longformer base/large configuration (window 512, 4,096 positions) for random-weight runs."""
+    if name not in ARCHITECTURES:
+        raise ModelLoadError(f"Unknown architecture {name!r}; choose one of {', '.join(ARCHITECTURES)}.")
+    return LongformerConfig(
+        vocab_size=50265, max_position_embeddings=4098, attention_window=512, pad_token_id=1, bos_token_id=0,
+        eos_token_id=2, sep_token_id=2, type_vocab_size=1, **ARCHITECTURES[name])
