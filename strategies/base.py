@@ -1,0 +1,92 @@
+"""The `Strategy` base class: one memory/speed technique as a set of no-op hooks a subclass overrides.
+
+A strategy says what it saves, costs and requires (in its docstring), whether it can run on this machine, and how
+it changes loading, the loaded model, the runtime context and the engine settings. It never loads a model itself
+(the loader does), never prints, and holds no global state.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, ClassVar
+
+from strategies.hardware import CPU_ONLY, Hardware
+
+if TYPE_CHECKING:
+    from longqa.engine import EngineSettings
+
+# Stages fix the order in which strategies compose: what a later stage reads, an earlier stage has already set
+# (a device map is planned from the dtype and quantization that precision strategies chose).
+PRECISION = 0  # dtype / quantization_config keyword arguments
+PLACEMENT = 1  # device_map, max_memory, offload, checkpoint format
+TRANSFORM = 2  # module swaps on the loaded model
+RUNTIME = 3  # contexts, settings and runners used while answering
+
+STAGE_NAMES = {PRECISION: "precision", PLACEMENT: "placement", TRANSFORM: "transform", RUNTIME: "runtime"}
+
+
+class Strategy:
+    """Base class; every hook is a no-op.
+
+    Saves: nothing.
+    Costs: nothing.
+    Requires: nothing.
+    """
+
+    name: ClassVar[str] = ""
+    description: ClassVar[str] = ""
+    stage: ClassVar[int] = TRANSFORM
+    conflicts_with: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, hardware: Hardware | None = None, device: str = "cpu"):
+        self.hardware = hardware or CPU_ONLY
+        self.device = device  # "cuda" or "cpu": where the profile puts the model
+
+    @property
+    def on_cuda(self) -> bool:
+        return self.device == "cuda"
+
+    def unavailable_reason(self, hardware: Hardware) -> str | None:
+        """Why this strategy cannot run on `hardware`, or None when it can."""
+        return None
+
+    def prepare_checkpoint(self, folder: Path) -> Path:
+        """The folder to load weights from (a strategy may convert the checkpoint first)."""
+        return folder
+
+    def adjust_load_kwargs(self, kwargs: dict) -> dict:
+        """New `from_pretrained` keyword arguments; `kwargs["config"]` and `kwargs["dtype"]` are always present."""
+        return dict(kwargs)
+
+    def transform(self, model):
+        """The model after this strategy's change (may be the same object, changed in place)."""
+        return model
+
+    def runtime_context(self) -> contextlib.AbstractContextManager:
+        """A context every forward pass runs inside (entered fresh for each batch)."""
+        return contextlib.nullcontext()
+
+    def adjust_settings(self, settings: "EngineSettings") -> "EngineSettings":
+        return settings
+
+    def make_runner(self, model, context_factory: Callable[[], contextlib.AbstractContextManager]):
+        """A runner replacing the engine's default `ModelRunner`, or None to keep it."""
+        return None
+
+
+def strategy_card(cls: type[Strategy]) -> dict[str, str]:
+    """name, description, stage, saves, costs, requires: read from the class and its docstring."""
+    doc = cls.__doc__ or ""
+    card = {"name": cls.name, "description": cls.description, "stage": STAGE_NAMES[cls.stage]}
+    for field in ("Saves", "Costs", "Requires"):
+        match = re.search(rf"^\s*{field}:\s*(.+?)(?=^\s*(?:Saves|Costs|Requires):|\Z)", doc, re.S | re.M)
+        card[field.lower()] = " ".join(match.group(1).split()) if match else ""
+    return card
+
+
+def replace_settings(settings, **changes):
+    """`dataclasses.replace` for EngineSettings (kept here so strategies need not import the engine)."""
+    return dataclasses.replace(settings, **changes)

@@ -1,0 +1,138 @@
+"""What this machine can run: GPUs (from NVML, else torch), whether torch has CUDA, whether the CPU has bf16.
+
+Detection only, never raises and never loads a model; deciding what to do with the answer is `profiles`' job.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class Gpu:
+    index: int
+    name: str
+    total_bytes: int
+    compute_capability: tuple[int, int] | None = None
+
+    @property
+    def supports_bf16(self) -> bool:
+        return self.compute_capability is not None and self.compute_capability >= (8, 0)  # Ampere and later
+
+
+@dataclass(frozen=True)
+class Hardware:
+    gpus: tuple[Gpu, ...] = ()
+    cuda_available: bool = False
+    cpu_bf16: bool = False
+
+    @property
+    def usable_gpus(self) -> tuple[Gpu, ...]:
+        """GPUs torch can actually run on (NVML may see cards a CPU-only torch build cannot use)."""
+        return self.gpus if self.cuda_available else ()
+
+    @property
+    def gpu_count(self) -> int:
+        return len(self.usable_gpus)
+
+    @property
+    def smallest_gpu_bytes(self) -> int | None:
+        return min((gpu.total_bytes for gpu in self.usable_gpus), default=None)
+
+    def describe(self) -> str:
+        if not self.usable_gpus:
+            seen = f"; NVML sees {len(self.gpus)} GPU(s) but torch has no CUDA" if self.gpus else ""
+            return f"CPU only (bf16: {'yes' if self.cpu_bf16 else 'no'}){seen}"
+        return ", ".join(f"{gpu.name} ({gpu.total_bytes / 1e9:.0f} GB)" for gpu in self.usable_gpus)
+
+
+CPU_ONLY = Hardware()
+
+
+def _visible_indices() -> list[int] | None:
+    """CUDA_VISIBLE_DEVICES as integer indices, or None when unset or not plain integers (UUIDs, MIG)."""
+    value = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if value is None:
+        return None
+    try:
+        return [int(part) for part in value.split(",") if part.strip()]
+    except ValueError:
+        return None
+
+
+def _decode(name) -> str:
+    return name.decode() if isinstance(name, bytes) else str(name)
+
+
+def gpus_from_nvml() -> tuple[Gpu, ...] | None:
+    """GPUs as the NVIDIA driver reports them; None when NVML is missing or no driver answers."""
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except Exception:  # no driver: NVMLError_LibraryNotFound / DriverNotLoaded, or anything else it throws
+        return None
+    try:
+        visible = _visible_indices()
+        gpus = []
+        for index in range(pynvml.nvmlDeviceGetCount()):
+            if visible is not None and index not in visible:
+                continue
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            try:
+                capability = tuple(pynvml.nvmlDeviceGetCudaComputeCapability(handle))
+            except Exception:
+                capability = None
+            gpus.append(Gpu(index=len(gpus), name=_decode(pynvml.nvmlDeviceGetName(handle)),
+                            total_bytes=int(pynvml.nvmlDeviceGetMemoryInfo(handle).total),
+                            compute_capability=capability))
+        return tuple(gpus)
+    except Exception:
+        return None
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:
+            pass
+
+
+def gpus_from_torch() -> tuple[Gpu, ...]:
+    gpus = []
+    for index in range(torch.cuda.device_count()):
+        props = torch.cuda.get_device_properties(index)
+        gpus.append(Gpu(index=index, name=props.name, total_bytes=int(props.total_memory),
+                        compute_capability=(props.major, props.minor)))
+    return tuple(gpus)
+
+
+def is_cpu_bf16_native() -> bool:
+    """Whether the CPU has bf16 instructions (AVX512-BF16 or AMX); bf16 elsewhere works but is emulated and slow."""
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except Exception:
+        try:
+            with open("/proc/cpuinfo") as cpuinfo:
+                flags = cpuinfo.read()
+            return "avx512_bf16" in flags or "amx_bf16" in flags
+        except OSError:
+            return False
+
+
+def detect_hardware() -> Hardware:
+    """The GPUs and CPU features of this machine. Never raises: anything unreadable counts as absent."""
+    try:
+        cuda_available = bool(torch.cuda.is_available())
+    except Exception:
+        cuda_available = False
+    gpus = gpus_from_nvml()
+    if not gpus and cuda_available:
+        try:
+            gpus = gpus_from_torch()
+        except Exception:
+            gpus = ()
+    return Hardware(gpus=tuple(gpus or ()), cuda_available=cuda_available, cpu_bf16=is_cpu_bf16_native())
