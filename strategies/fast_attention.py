@@ -11,6 +11,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from strategies.base import TRANSFORM, Strategy
+
 
 class SlidingWindowSelfAttention(nn.Module):
     """Replaces one `LongformerSelfAttention`, sharing its projection layers (so state dicts are unchanged).
@@ -73,3 +75,21 @@ def swap_attention(model: nn.Module) -> nn.Module:
         if type(attention).__name__ == "LongformerSelfAttention":
             module.self = SlidingWindowSelfAttention(attention)
     return model
+
+
+class FastAttention(Strategy):
+    """Longformer's sliding-window + global attention on PyTorch's fused `scaled_dot_product_attention`.
+
+    Saves: attention time: the eager implementation spends most of its time copying and masking chunks;
+        same weights, same outputs (checked against eager to 6e-8 in fp32).
+    Costs: a dense (B, L, L) boolean mask per layer call (about 16 MB per 4,096-token window).
+    Requires: nothing beyond torch; not combinable with offload (the swap would drop accelerate's hooks).
+    """
+
+    name = "fast_attention"
+    description = "Swap Longformer's eager attention for a fused SDPA version with the same weights and outputs."
+    stage = TRANSFORM
+    conflicts_with = ("offload",)
+
+    def transform(self, model):
+        return swap_attention(model)

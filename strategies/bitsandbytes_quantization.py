@@ -1,0 +1,82 @@
+"""bitsandbytes quantization at load time: LLM.int8 (8-bit) and NF4 (4-bit), via `BitsAndBytesConfig`.
+
+Two strategies sharing one module. `qa_outputs` (2 outputs) is never quantized: 4-bit kernels need the output
+size divisible by their block, and the head is tiny anyway.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import torch
+
+from strategies.base import PRECISION, Strategy
+from strategies.hardware import Hardware
+
+SKIP_MODULES = ["qa_outputs"]
+
+
+def bitsandbytes_missing_reason(hardware: Hardware, on_cuda: bool) -> str | None:
+    if importlib.util.find_spec("bitsandbytes") is None:
+        return "bitsandbytes is not installed"
+    if not on_cuda:
+        try:
+            import bitsandbytes  # noqa: F401  (0.50 ships CPU kernels; older builds fail here or lack them)
+            from bitsandbytes.backends import cpu  # noqa: F401
+        except Exception as exc:
+            return f"bitsandbytes has no CPU kernels here ({type(exc).__name__})"
+    return None
+
+
+class Bnb8bit(Strategy):
+    """LLM.int8: int8 weights, outlier features computed in 16 bits.
+
+    Saves: about 3/4 of the weight memory compared with fp32 (half compared with fp16).
+    Costs: slower matmuls than fp16 on GPU (mixed int8/fp16 decomposition); small accuracy loss.
+    Requires: bitsandbytes; a CUDA GPU, or its CPU kernels (bitsandbytes 0.50+).
+    """
+
+    name = "bnb_8bit"
+    description = "Quantize Linear weights to int8 at load time with bitsandbytes (LLM.int8), qa_outputs kept."
+    stage = PRECISION
+    conflicts_with = ("bnb_4bit", "int8_dynamic", "replicas")
+
+    def unavailable_reason(self, hardware: Hardware) -> str | None:
+        return bitsandbytes_missing_reason(hardware, self.on_cuda)
+
+    def adjust_load_kwargs(self, kwargs: dict) -> dict:
+        from transformers import BitsAndBytesConfig
+
+        config = BitsAndBytesConfig(load_in_8bit=True, llm_int8_skip_modules=list(SKIP_MODULES))
+        return {**kwargs, "quantization_config": config}
+
+
+class Bnb4bit(Strategy):
+    """NF4: 4-bit normal-float weights, dequantized block by block to the compute dtype.
+
+    Saves: about 7/8 of the weight memory compared with fp32.
+    Costs: more accuracy loss than 8-bit; dequantization work on every matmul.
+    Requires: bitsandbytes; a CUDA GPU, or its CPU kernels (bitsandbytes 0.50+).
+    """
+
+    name = "bnb_4bit"
+    description = "Quantize Linear weights to 4-bit NF4 at load time with bitsandbytes, qa_outputs kept."
+    stage = PRECISION
+    conflicts_with = ("bnb_8bit", "int8_dynamic", "replicas")
+
+    def unavailable_reason(self, hardware: Hardware) -> str | None:
+        return bitsandbytes_missing_reason(hardware, self.on_cuda)
+
+    def compute_dtype(self, kwargs: dict) -> torch.dtype:
+        dtype = kwargs.get("dtype", torch.float32)
+        if dtype in (torch.float16, torch.bfloat16):
+            return dtype
+        return torch.float16 if self.on_cuda else torch.bfloat16 if self.hardware.cpu_bf16 else torch.float32
+
+    def adjust_load_kwargs(self, kwargs: dict) -> dict:
+        from transformers import BitsAndBytesConfig
+
+        config = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
+                                    bnb_4bit_compute_dtype=self.compute_dtype(kwargs),
+                                    llm_int8_skip_modules=list(SKIP_MODULES))
+        return {**kwargs, "quantization_config": config}

@@ -1,0 +1,58 @@
+"""Device-map planning for split and offloaded models: accelerate's planner on a meta-device copy of the model.
+
+Plans only (no weights are touched), so it runs, and is tested, on a machine without GPUs. Used by the
+`model_split` and `offload` strategies; the loader passes the result to `from_pretrained(device_map=...)`.
+"""
+
+from __future__ import annotations
+
+import torch
+from accelerate import init_empty_weights
+from accelerate.utils import CustomDtype, get_balanced_memory, infer_auto_device_map
+
+NO_SPLIT = ["LongformerSelfAttention"]  # its local and global projections must sit on one device
+GPU_HEADROOM = 0.80  # share of each GPU for weights; the rest is for activations of 4,096-token windows
+
+
+def empty_model(config):
+    """A LongformerForQuestionAnswering with every tensor on the meta device (no memory)."""
+    from transformers import LongformerForQuestionAnswering
+
+    with init_empty_weights():
+        return LongformerForQuestionAnswering(config)
+
+
+def weight_dtype(kwargs: dict):
+    """What the planner should count per weight: the load dtype, or the quantized size under bitsandbytes."""
+    quantization = kwargs.get("quantization_config")
+    if getattr(quantization, "load_in_4bit", False):
+        return CustomDtype.INT4
+    if getattr(quantization, "load_in_8bit", False):
+        return torch.int8
+    return kwargs["dtype"]
+
+
+def plan_device_map(config, max_memory: dict, *, dtype, balanced: bool = False,
+                    skip_modules: tuple[str, ...] = ()) -> dict[str, int | str]:
+    """{module name: device} for `config`'s QA model under `max_memory` (GPU indices, "cpu"; "disk" beyond).
+
+    `balanced` spreads layers evenly over the GPUs (a split) instead of filling GPU 0 first (an offload);
+    `skip_modules` stay in the load dtype (bitsandbytes leaves `qa_outputs` unquantized).
+    """
+    model = empty_model(config)
+    special = {name: torch.float32 for name, _ in model.named_parameters()
+               if any(name.startswith(module) for module in skip_modules)} or None
+    if balanced:
+        max_memory = get_balanced_memory(model, max_memory=max_memory, no_split_module_classes=NO_SPLIT,
+                                         dtype=dtype, special_dtypes=special)
+    return dict(infer_auto_device_map(model, max_memory=max_memory, no_split_module_classes=NO_SPLIT,
+                                      dtype=dtype, special_dtypes=special))
+
+
+def gpu_budgets(hardware, fraction: float = GPU_HEADROOM) -> dict[int, int]:
+    """Bytes each usable GPU may hold in weights."""
+    return {gpu.index: int(gpu.total_bytes * fraction) for gpu in hardware.usable_gpus}
+
+
+def devices_in(device_map: dict | None) -> set:
+    return set(device_map.values()) if device_map else set()
