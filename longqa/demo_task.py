@@ -11,6 +11,7 @@ import importlib
 import inspect
 import random
 import re
+import warnings
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -130,13 +131,16 @@ def prose_sentences() -> tuple[str, ...]:
             module = importlib.import_module(name)
         except Exception:  # a module missing from a trimmed Python install is simply skipped
             continue
-        for doc in _docstrings(module):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            docs = _docstrings(module)
+        for doc in docs:
             for paragraph in re.split(r"\n\s*\n", doc):
                 if paragraph.startswith((" ", "\t")):
                     continue
                 flat = " ".join(paragraph.split())
                 for sentence in _SENTENCE_RE.split(flat):
-                    if _is_prose(sentence) and " of " not in sentence[:0]:
+                    if _is_prose(sentence):
                         seen.setdefault(sentence, None)
     return tuple(seen)
 

@@ -1,0 +1,110 @@
+"""Command line: `python -m longqa ask|profiles|bench`.
+
+Parses arguments, calls the session/engine/profiles, prints. Errors become one line on stderr and a non-zero
+exit code, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from longqa.errors import LongQAError
+from longqa.models import DEFAULT_MODEL
+
+EXIT_USAGE = 2
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m longqa", description="Long-document question answering "
+                                     "with Longformer and memory strategies.")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    ask = commands.add_parser("ask", help="answer a question over one or more documents")
+    ask.add_argument("files", nargs="+", metavar="FILE", help=".txt, .md, .pdf or .html files")
+    ask.add_argument("--question", "-q", required=True)
+    ask.add_argument("--model", default=DEFAULT_MODEL,
+                     help="Hub id, local folder, or 'demo' (the bundled offline demo model); "
+                          "the default falls back to 'demo' when it cannot be fetched")
+    ask.add_argument("--profile", default="auto", help="hardware profile (see `python -m longqa profiles`)")
+    ask.add_argument("--max-seq-len", type=positive_int)
+    ask.add_argument("--doc-stride", type=int)
+    ask.add_argument("--max-answer-len", type=positive_int)
+    ask.add_argument("--top-k", type=positive_int)
+    ask.add_argument("--max-file-mb", type=float, default=50.0)
+    ask.add_argument("--json", action="store_true", help="print one JSON object with answers and readouts")
+
+    profiles = commands.add_parser("profiles", help="list hardware profiles and whether they can run here")
+    profiles.add_argument("--json", action="store_true")
+
+    bench = commands.add_parser("bench", help="measure memory and latency of every profile")
+    from longqa import bench as bench_module
+    bench_module.add_arguments(bench)
+    return parser
+
+
+def run_ask(args) -> int:
+    from longqa.session import Session, read_documents
+
+    documents, extract_s = read_documents(args.files, max_bytes=int(args.max_file_mb * 1024 * 1024))
+    session = Session()
+    readout = session.load(args.model, args.profile, fallback_to_demo=(args.model == DEFAULT_MODEL))
+    if readout.fallback_reason:
+        print(f"note: {readout.fallback_reason}", file=sys.stderr)
+    result = session.ask(documents, args.question, extract_s=extract_s, max_seq_len=args.max_seq_len,
+                         doc_stride=args.doc_stride, max_answer_len=args.max_answer_len, top_k=args.top_k)
+    if args.json:
+        print(json.dumps(session.readout(result)))
+        return 0
+    for notice in result.notices:
+        print(f"note: {notice}", file=sys.stderr)
+    for rank, answer in enumerate(result.answers, 1):
+        where = f"{answer.document} chars {answer.start_char}-{answer.end_char}" if answer.document else "no answer"
+        print(f"{rank}. {answer.text!r}  score {answer.score:.4f}  ({where})")
+    print(f"{result.windows} windows, {result.tokens} tokens, batch {result.batch_size}, "
+          f"{result.latency_s['total']:.2f} s, model {session.model_ref}, profile {session.profile_name}",
+          file=sys.stderr)
+    return 0
+
+
+def run_profiles(args) -> int:
+    from strategies.hardware import detect_hardware
+    from strategies.profiles import describe_profiles
+
+    rows = describe_profiles(detect_hardware())
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    for row in rows:
+        state = "available" if row["available"] else f"unavailable: {row['reason']}"
+        print(f"{row['name']:<15} {', '.join(row['strategies']) or '-':<55} {row['targets']}  [{state}]")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "ask":
+            return run_ask(args)
+        if args.command == "profiles":
+            return run_profiles(args)
+        from longqa import bench
+
+        return bench.run(args)
+    except LongQAError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # the promise is one line, never a traceback
+        print(f"error: unexpected {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1

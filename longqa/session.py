@@ -1,0 +1,110 @@
+"""One serving session: the model that is loaded now, how to switch it, and how a request reaches the engine.
+
+Shared by the CLI and the web app so both behave the same. It holds state (the loaded model) but does no
+formatting and knows nothing of gradio.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Callable
+
+from longqa import engine
+from longqa.documents import DEFAULT_MAX_FILE_BYTES, Document, from_text, read_document
+from longqa.errors import InputError, LongQAError, ModelLoadError
+
+Progress = Callable[[float, str], None]
+
+
+def read_documents(files: list, pasted_text: str | None = None,
+                   max_bytes: int = DEFAULT_MAX_FILE_BYTES) -> tuple[list[Document], float]:
+    """Documents from file paths (or `(name, bytes)` pairs) and pasted text, and the seconds it took."""
+    began = time.perf_counter()
+    documents = []
+    for item in files or []:
+        if isinstance(item, tuple):
+            name, data = item
+            documents.append(read_document(data, name, max_bytes=max_bytes))
+        else:
+            documents.append(read_document(item, Path(item).name, max_bytes=max_bytes))
+    if pasted_text and pasted_text.strip():
+        documents.append(from_text(pasted_text))
+    if not documents:
+        raise InputError("No document given: upload a file or paste some text.")
+    return documents, time.perf_counter() - began
+
+
+class Session:
+    """The currently loaded model (one at a time) and the requests made against it.
+
+    Loads and answers never overlap (one lock). A failed switch brings back the model that was in use before.
+    """
+
+    def __init__(self, load_model: Callable | None = None):
+        if load_model is None:
+            from strategies.loader import load_model
+        self._load_model = load_model
+        self.loaded = None
+        self.lock = threading.RLock()
+
+    @property
+    def model_ref(self) -> str | None:
+        return self.loaded.model_ref if self.loaded is not None else None
+
+    @property
+    def profile_name(self) -> str | None:
+        return self.loaded.profile.name if self.loaded is not None else None
+
+    def load(self, model_ref: str, profile, *, on_progress: Progress | None = None, fallback_to_demo: bool = False,
+             force: bool = False):
+        """Switch to (model, profile), freeing the old model first; on failure restore the old one and raise."""
+        with self.lock:
+            previous = None
+            if self.loaded is not None:
+                same_profile = getattr(profile, "name", profile) == self.loaded.profile.name
+                if not force and model_ref == self.loaded.model_ref and same_profile:
+                    return self.loaded.readout
+                previous = (self.loaded.model_ref, self.loaded.profile)
+                self.unload()
+            try:
+                self.loaded = self._load_model(model_ref, profile, on_progress=on_progress,
+                                               fallback_to_demo=fallback_to_demo)
+            except LongQAError:
+                self._restore(previous)
+                raise
+            except Exception as exc:  # anything unexpected from a checkpoint is still a failed load
+                self._restore(previous)
+                raise ModelLoadError(f"Could not load {model_ref!r}: {exc}") from exc
+            return self.loaded.readout
+
+    def _restore(self, previous) -> None:
+        if previous is not None:
+            self.loaded = self._load_model(previous[0], previous[1])
+
+    def unload(self) -> None:
+        with self.lock:
+            if self.loaded is not None:
+                loaded, self.loaded = self.loaded, None
+                loaded.unload()
+
+    def ask(self, documents: list[Document], question: str, *, extract_s: float = 0.0,
+            on_progress: Callable[[int, int], None] | None = None, **overrides) -> engine.QAResult:
+        """Answer over documents with the loaded model; `overrides` replace engine settings (top_k, ...)."""
+        with self.lock:
+            if self.loaded is None:
+                raise ModelLoadError("No model is loaded.")
+            settings = replace(self.loaded.settings, **{k: v for k, v in overrides.items() if v is not None})
+            return engine.answer(self.loaded.runner, self.loaded.tokenizer, documents, question, settings,
+                                 batch_state=self.loaded.batch_state, on_progress=on_progress, extract_s=extract_s)
+
+    def readout(self, result: engine.QAResult) -> dict:
+        """The full JSON readout of a result (the same fields as `python -m longqa ask --json`)."""
+        return result.to_dict(model=self.model_ref, profile=self.profile_name)
+
+
+def default_cache_dir() -> Path:
+    return Path(os.environ.get("LONGQA_CACHE", Path.home() / ".cache" / "longqa"))

@@ -1,0 +1,46 @@
+"""Shared fixtures: a tiny Longformer QA model and tokenizer built locally once per session (no downloads)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+from tests.tiny_model import build_tiny_model_dir  # noqa: E402
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "requires_cuda: needs a CUDA GPU (skipped without one)")
+    config.addinivalue_line("markers", "browser: drives Debian's chromium with Playwright")
+
+
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "requires_cuda" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory):
+    return build_tiny_model_dir(tmp_path_factory.mktemp("tiny-longformer"))
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer(tiny_model_dir):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_model_dir)
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tiny_model_dir):
+    from transformers import LongformerForQuestionAnswering
+
+    return LongformerForQuestionAnswering.from_pretrained(tiny_model_dir).eval()
