@@ -5,7 +5,9 @@ Not fixtures (conftest.py is owned elsewhere): plain functions, cached so each p
 
 from __future__ import annotations
 
+import atexit
 import functools
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -15,7 +17,17 @@ import torch
 LICENSES = Path("/usr/share/common-licenses")
 SPECIAL_TOKENS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
 
-requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+def requires_cuda(test):
+    """Marks a test `requires_cuda` and skips it where torch has no CUDA device."""
+    skip = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+    return pytest.mark.requires_cuda(skip(test))
+
+
+def _temporary_folder(prefix: str) -> Path:
+    folder = Path(tempfile.mkdtemp(prefix=prefix))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
 
 
 def _corpus() -> list[str]:
@@ -56,7 +68,7 @@ def tiny_checkpoint(safetensors: bool = True) -> Path:
     """A folder with a random tiny LongformerForQuestionAnswering and its tokenizer, loadable offline."""
     from transformers import LongformerForQuestionAnswering
 
-    out = Path(tempfile.mkdtemp(prefix="longqa-tiny-"))
+    out = _temporary_folder("longqa-tiny-")
     tokenizer = build_tokenizer(out)
     torch.manual_seed(0)
     model = LongformerForQuestionAnswering(tiny_config(len(tokenizer))).eval()
@@ -73,7 +85,7 @@ def tiny_encoder_checkpoint() -> Path:
     """A Longformer checkpoint that is NOT a QA model (a bare LongformerModel): the loader must reject it."""
     from transformers import LongformerModel
 
-    out = Path(tempfile.mkdtemp(prefix="longqa-encoder-"))
+    out = _temporary_folder("longqa-encoder-")
     tokenizer = build_tokenizer(out)
     config = tiny_config(len(tokenizer))
     config.architectures = ["LongformerModel"]

@@ -1,0 +1,375 @@
+"""The loader: (model reference, profile) -> a ready `LoadedModel`. The only caller of `from_pretrained`.
+
+Fetches, validates (Longformer QA only, no remote code), applies the profile's strategies in order, and reports
+what loading cost. It does not answer questions (the engine does) and keeps no model between calls.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import gc
+import os
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from longqa.engine import BatchState, EngineSettings, ModelRunner
+from longqa.errors import ModelLoadError
+from longqa import models
+from longqa.models import ModelSource, architecture_config, resolve_model
+from strategies.base import Strategy
+from strategies.hardware import Hardware, detect_hardware
+from strategies.host_memory import HostPeak
+from strategies.mmap_loading import has_bin, has_safetensors
+from strategies.profiles import Profile, build_strategies, device_for, resolve_profile, select_strategies
+
+Progress = Callable[[float, str], None]
+QA_ARCHITECTURE = "LongformerForQuestionAnswering"
+HUB_PATTERNS = ["*.json", "*.txt", "*.model", "*.safetensors"]  # config, tokenizer files, safe weights
+HUB_BIN_PATTERNS = ["pytorch_model*.bin*"]  # only when a repository has no safetensors
+STAGES = {"download": (0.0, 0.3), "load": (0.3, 0.8), "strategies": (0.8, 1.0)}  # share of the progress bar
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("LONGQA_CACHE", Path.home() / ".cache" / "longqa"))
+
+
+@dataclass
+class LoadReadout:
+    """What loading cost. Bytes and seconds; `weight_bytes_per_device` keys: "cpu", "cuda:0", ..., "disk"."""
+
+    load_time_s: float
+    weight_bytes_per_device: dict[str, int]
+    device_map: dict | None
+    host_peak_rss_bytes: int | None
+    fallback_reason: str | None
+    strategies: list[str]
+    dtype: str
+    host_rss_before_bytes: int | None = None
+    stage_time_s: dict[str, float] = field(default_factory=dict)
+    profile: str = ""
+    model_ref: str = ""
+
+    @property
+    def weight_bytes(self) -> int:
+        return sum(self.weight_bytes_per_device.values())
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class LoadedModel:
+    model: torch.nn.Module | None
+    tokenizer: object
+    profile: Profile
+    model_ref: str
+    source: ModelSource
+    settings: EngineSettings
+    batch_state: BatchState
+    runner: Callable | None
+    readout: LoadReadout
+
+    def unload(self) -> None:
+        """Drop every reference this object holds to the model, collect, and return cached CUDA memory."""
+        self.runner = None
+        self.model = None
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+
+class _FetchError(Exception):
+    """A Hub model could not be fetched (offline, unknown id, network): the only case that may fall back."""
+
+
+def load_model(model_ref: str, profile: Profile | str, *, hardware: Hardware | None = None,
+               on_progress: Progress | None = None, fallback_to_demo: bool = False) -> LoadedModel:
+    """Load `model_ref` ("demo", a Hub id, a local folder, "arch:base"/"arch:large") with `profile`.
+
+    Raises ProfileError when a strategy cannot run here (before anything is loaded) and ModelLoadError when the
+    model cannot be fetched or is not a Longformer QA checkpoint. With `fallback_to_demo`, a Hub model that
+    cannot be fetched is replaced by the bundled demo model and the readout says why.
+    """
+    began = time.perf_counter()
+    hardware = hardware or detect_hardware()
+    profile = resolve_profile(profile, hardware)
+    strategies = build_strategies(profile, hardware)
+    names = list(select_strategies(profile, hardware))
+    progress = on_progress or (lambda fraction, message: None)
+    source = resolve_model(model_ref)
+    fallback_reason = None
+    stage_time_s: dict[str, float] = {}
+    try:
+        with _timed(stage_time_s, "download"):
+            folder, tokenizer_folder = _fetch(source, progress)
+    except _FetchError as exc:
+        if not fallback_to_demo:
+            raise ModelLoadError(str(exc)) from None
+        fallback_reason = f"{exc} Using the bundled demo model instead."
+        source = resolve_model("demo")
+        with _timed(stage_time_s, "download"):
+            folder, tokenizer_folder = _fetch(source, progress)
+
+    config = _read_config(folder, source.ref)
+    tokenizer = _read_tokenizer(tokenizer_folder, source.ref)
+    device = device_for(profile, hardware)
+    with _timed(stage_time_s, "load"):
+        _report(progress, "load", 0.0, f"Loading {source.ref} ({profile.name})")
+        for strategy in strategies:
+            folder = strategy.prepare_checkpoint(folder)
+        kwargs = load_kwargs(config, folder, device, strategies)
+        with HostPeak() as host:
+            model = _from_pretrained(folder, kwargs, source.ref, profile.name)
+        _report(progress, "load", 1.0, f"Loaded {source.ref}")
+
+    with _timed(stage_time_s, "strategies"):
+        for index, strategy in enumerate(strategies):
+            _report(progress, "strategies", index / max(len(strategies), 1), f"Applying {strategy.name}")
+            model = strategy.transform(model)
+        model.eval()
+        context_factory = functools.partial(stacked_contexts, tuple(strategies))
+        runner = next((r for r in (s.make_runner(model, context_factory) for s in strategies) if r is not None),
+                      None) or ModelRunner(model, context_factory)
+        settings = engine_settings(profile, strategies)
+        _report(progress, "strategies", 1.0, "Ready")
+
+    models = getattr(runner, "models", None) or [model]
+    readout = LoadReadout(
+        load_time_s=time.perf_counter() - began, weight_bytes_per_device=weight_bytes_per_device(models),
+        device_map=_plain_device_map(getattr(model, "hf_device_map", None)),
+        host_peak_rss_bytes=host.peak_rss_bytes, fallback_reason=fallback_reason, strategies=names,
+        dtype=weight_dtype_name(model), host_rss_before_bytes=host.baseline_rss_bytes, stage_time_s=stage_time_s,
+        profile=profile.name, model_ref=source.ref)
+    return LoadedModel(model=model, tokenizer=tokenizer, profile=profile, model_ref=source.ref, source=source,
+                       settings=settings, batch_state=BatchState(size=settings.batch_size), runner=runner,
+                       readout=readout)
+
+
+@contextlib.contextmanager
+def _timed(times: dict[str, float], stage: str):
+    began = time.perf_counter()
+    try:
+        yield
+    finally:
+        times[stage] = times.get(stage, 0.0) + time.perf_counter() - began
+
+
+def _report(progress: Progress, stage: str, within: float, message: str) -> None:
+    low, high = STAGES[stage]
+    progress(low + (high - low) * within, message)
+
+
+def stacked_contexts(strategies: tuple[Strategy, ...]) -> contextlib.ExitStack:
+    """All strategies' runtime contexts entered in profile order (a fresh stack per batch)."""
+    stack = contextlib.ExitStack()
+    for strategy in strategies:
+        stack.enter_context(strategy.runtime_context())
+    return stack
+
+
+def engine_settings(profile: Profile, strategies) -> EngineSettings:
+    settings = EngineSettings(max_seq_len=profile.max_seq_len, doc_stride=profile.doc_stride,
+                              batch_size=profile.batch_size)
+    for strategy in strategies:
+        settings = strategy.adjust_settings(settings)
+    return settings
+
+
+def load_kwargs(config, folder: Path, device: str, strategies) -> dict:
+    """`from_pretrained` keyword arguments: our defaults, then each strategy's changes in order."""
+    kwargs: dict = {"config": config, "dtype": torch.float32}
+    if has_safetensors(folder):
+        kwargs["use_safetensors"] = True
+    if device == "cuda":
+        kwargs["device_map"] = {"": 0}
+    for strategy in strategies:
+        kwargs = strategy.adjust_load_kwargs(kwargs)
+    if "torch_dtype" in kwargs:  # deprecated spelling: a strategy must use dtype=
+        kwargs["dtype"] = kwargs.pop("torch_dtype")
+    kwargs["trust_remote_code"] = False  # never run code shipped with a checkpoint, whatever a strategy said
+    return kwargs
+
+
+# ---------------------------------------------------------------------------------------------- fetching
+def _fetch(source: ModelSource, progress: Progress) -> tuple[Path, Path]:
+    """(weights folder, tokenizer folder) on local disk for `source`."""
+    _report(progress, "download", 0.0, f"Fetching {source.ref}")
+    if source.kind == "architecture":
+        folder = materialize_architecture(source.ref)
+        tokenizer_folder = Path(models.DEMO_MODEL_DIR)  # random weights: any tokenizer with ids below 50,265 will do
+        if not (tokenizer_folder / "tokenizer.json").exists():
+            raise ModelLoadError("The demo tokenizer (used for arch: models) is missing from longqa/demo_model.")
+    elif source.kind == "hub":
+        folder = tokenizer_folder = download(source.location)
+    else:
+        folder = tokenizer_folder = Path(source.location)
+        if source.kind == "demo" and not (has_safetensors(folder) or has_bin(folder)):
+            raise ModelLoadError("The bundled demo model has no weights yet (scripts/train_demo_model.py builds "
+                                 "it into longqa/demo_model).")
+    _report(progress, "download", 1.0, f"Fetched {source.ref}")
+    return folder, tokenizer_folder
+
+
+def download(repo_id: str) -> Path:
+    """A local snapshot of a Hub repository: config, tokenizer, and safetensors (else `.bin`) weights."""
+    from huggingface_hub import snapshot_download
+
+    try:
+        folder = Path(snapshot_download(repo_id, allow_patterns=HUB_PATTERNS))
+        if not has_safetensors(folder):
+            folder = Path(snapshot_download(repo_id, allow_patterns=HUB_PATTERNS + HUB_BIN_PATTERNS))
+    except (OSError, ValueError) as exc:  # offline, unknown repository, gated, network: all OSError subclasses
+        offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False")
+        hint = " (HF_HUB_OFFLINE is set and it is not in the local cache)" if offline else ""
+        raise _FetchError(f"Could not fetch {repo_id!r} from the Hugging Face Hub{hint}: "
+                          f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
+    if not (has_safetensors(folder) or has_bin(folder)):
+        raise _FetchError(f"{repo_id!r} has no PyTorch weights (model.safetensors or pytorch_model.bin).")
+    return folder
+
+
+def materialize_architecture(name: str) -> Path:
+    """A cached checkpoint of random weights (seed 0) for `arch:base`/`arch:large`, so every strategy's load path
+    (dtype, quantization, device maps, mmap) applies to benchmarks exactly as to real checkpoints."""
+    from transformers import LongformerForQuestionAnswering
+
+    folder = cache_dir() / "architectures" / name.replace(":", "-")
+    if (folder / "model.safetensors").exists() and (folder / "config.json").exists():
+        return folder
+    config = architecture_config(name)
+    config.architectures = [QA_ARCHITECTURE]
+    torch.manual_seed(0)
+    model = LongformerForQuestionAnswering(config)
+    partial = folder.with_name(folder.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    model.save_pretrained(partial)
+    shutil.rmtree(folder, ignore_errors=True)  # an incomplete earlier attempt
+    partial.replace(folder)
+    return folder
+
+
+# ---------------------------------------------------------------------------------------------- validation
+def _read_config(folder: Path, ref: str):
+    from transformers import AutoConfig
+
+    try:
+        config = AutoConfig.from_pretrained(folder, trust_remote_code=False)
+    except (OSError, ValueError, KeyError) as exc:
+        raise ModelLoadError(f"{ref!r} has no readable config.json: {exc}") from None
+    check_qa_config(config, ref)
+    return config
+
+
+def check_qa_config(config, ref: str) -> None:
+    """ModelLoadError unless `config` describes a Longformer question-answering model."""
+    model_type = getattr(config, "model_type", None)
+    if model_type != "longformer":
+        raise ModelLoadError(f"{ref!r} is a {model_type or 'unknown'} model; this demo needs a Longformer "
+                             "question-answering checkpoint.")
+    architectures = getattr(config, "architectures", None) or []
+    if architectures and QA_ARCHITECTURE not in architectures:
+        raise ModelLoadError(f"{ref!r} is not a question-answering checkpoint (its architecture is "
+                             f"{', '.join(architectures)}, not {QA_ARCHITECTURE}).")
+
+
+def _read_tokenizer(folder: Path, ref: str):
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(folder, trust_remote_code=False)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ModelLoadError(f"{ref!r} has no usable tokenizer: {exc}") from None
+
+
+def _from_pretrained(folder: Path, kwargs: dict, ref: str, profile_name: str):
+    from transformers import LongformerForQuestionAnswering
+
+    try:
+        model, info = LongformerForQuestionAnswering.from_pretrained(folder, output_loading_info=True, **kwargs)
+    except (OSError, ValueError, RuntimeError, ImportError, KeyError, TypeError) as exc:
+        raise ModelLoadError(f"Could not load {ref!r} with profile {profile_name!r}: "
+                             f"{type(exc).__name__}: {exc}") from None
+    missing_head = [key for key in info.get("missing_keys", ()) if key.startswith("qa_outputs")]
+    if missing_head:
+        raise ModelLoadError(f"{ref!r} has no trained question-answering head ({', '.join(missing_head)} missing).")
+    return model
+
+
+# ---------------------------------------------------------------------------------------------- readouts
+def _device_name(device) -> str:
+    if isinstance(device, int):
+        return f"cuda:{device}"
+    device = str(device)
+    return "cuda:0" if device == "cuda" else device
+
+
+def _plain_device_map(device_map) -> dict | None:
+    return {name: _device_name(device) for name, device in device_map.items()} if device_map else None
+
+
+def _mapped_device(name: str, device_map: dict | None) -> str | None:
+    """The device `device_map` assigns to parameter `name` (longest matching module prefix)."""
+    if not device_map:
+        return None
+    best = None
+    for module, device in device_map.items():
+        if module == "" or name == module or name.startswith(module + "."):
+            if best is None or len(module) > len(best[0]):
+                best = (module, device)
+    return _device_name(best[1]) if best else None
+
+
+def _quantized_linears(model):
+    """torch.ao dynamic-quantized Linear modules keep their weights packed, outside `parameters()`."""
+    for name, module in model.named_modules():
+        if hasattr(module, "_packed_params") and callable(getattr(module, "weight", None)):
+            yield name, module
+
+
+def weight_bytes_per_device(models) -> dict[str, int]:
+    """Bytes of parameters and buffers per device over `models` (replicas count once per copy)."""
+    totals: dict[str, int] = {}
+    for model in models:
+        device_map = getattr(model, "hf_device_map", None)
+        seen: set[int] = set()
+        tensors = list(model.named_parameters(remove_duplicate=True)) + list(model.named_buffers())
+        for name, tensor in tensors:
+            if id(tensor) in seen:
+                continue
+            seen.add(id(tensor))
+            device = str(tensor.device)
+            if tensor.device.type == "meta":  # offloaded by accelerate: the map says to CPU RAM or disk
+                device = _mapped_device(name, device_map) or "meta"
+            totals[_device_name(device)] = totals.get(_device_name(device), 0) + tensor.numel() * tensor.element_size()
+        for _, module in _quantized_linears(model):
+            weight = module.weight()
+            totals["cpu"] = totals.get("cpu", 0) + weight.numel() * weight.element_size()
+            bias = module.bias()
+            if bias is not None:
+                totals["cpu"] = totals.get("cpu", 0) + bias.numel() * bias.element_size()
+    return totals
+
+
+def weight_dtype_name(model) -> str:
+    """The float dtype holding most weight bytes, plus how Linear layers are quantized if they are:
+    "bfloat16", "float32", "float32 + int8 Linear (dynamic)", "float16 + nf4 Linear (bitsandbytes)"."""
+    by_dtype: dict[str, int] = {}
+    for tensor in model.parameters():
+        if tensor.is_floating_point():
+            key = str(tensor.dtype).removeprefix("torch.")
+            by_dtype[key] = by_dtype.get(key, 0) + tensor.numel() * tensor.element_size()
+    name = max(by_dtype, key=by_dtype.get) if by_dtype else "unknown"
+    kinds = {type(module).__name__ for module in model.modules()}
+    if "Linear4bit" in kinds:
+        return f"{name} + nf4 Linear (bitsandbytes)"
+    if "Linear8bitLt" in kinds:
+        return f"{name} + int8 Linear (bitsandbytes)"
+    if any(True for _ in _quantized_linears(model)):
+        return f"{name} + int8 Linear (dynamic)"
+    return name

@@ -1,0 +1,126 @@
+"""Hardware detection with NVML and torch.cuda simulated: what each machine looks like, and never an exception."""
+
+from __future__ import annotations
+
+import sys
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from strategies import hardware
+from strategies.hardware import Gpu, Hardware, detect_hardware
+
+MiB = 1024**2
+
+
+class FakeNvml(SimpleNamespace):
+    """The few pynvml calls detection makes, answering for a list of (name, total bytes, capability)."""
+
+    def __init__(self, cards, fail_init: bool = False):
+        super().__init__()
+        self.cards, self.fail_init, self.shut_down = cards, fail_init, False
+
+    def nvmlInit(self):
+        if self.fail_init:
+            raise RuntimeError("NVML Shared Library Not Found")
+
+    def nvmlShutdown(self):
+        self.shut_down = True
+
+    def nvmlDeviceGetCount(self):
+        return len(self.cards)
+
+    def nvmlDeviceGetHandleByIndex(self, index):
+        return index
+
+    def nvmlDeviceGetName(self, handle):
+        return self.cards[handle][0].encode()
+
+    def nvmlDeviceGetMemoryInfo(self, handle):
+        return SimpleNamespace(total=self.cards[handle][1], used=0, free=self.cards[handle][1])
+
+    def nvmlDeviceGetCudaComputeCapability(self, handle):
+        return self.cards[handle][2]
+
+
+T4 = ("Tesla T4", 15360 * MiB, (7, 5))
+RTX_3090 = ("NVIDIA GeForce RTX 3090", 24576 * MiB, (8, 6))
+H100 = ("NVIDIA H100 80GB HBM3", 81559 * MiB, (9, 0))
+
+
+def simulate(monkeypatch, cards, *, cuda: bool = True, fail_init: bool = False):
+    nvml = FakeNvml(cards, fail_init)
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    return nvml
+
+
+def test_reads_gpus_from_nvml(monkeypatch):
+    nvml = simulate(monkeypatch, [T4, RTX_3090])
+    found = detect_hardware()
+    assert found.gpus == (Gpu(0, "Tesla T4", 15360 * MiB, (7, 5)), Gpu(1, "NVIDIA GeForce RTX 3090", 24576 * MiB, (8, 6)))
+    assert found.cuda_available and found.gpu_count == 2
+    assert nvml.shut_down
+
+
+def test_no_driver_means_no_gpus(monkeypatch):
+    simulate(monkeypatch, [T4], cuda=False, fail_init=True)
+    found = detect_hardware()
+    assert found.gpus == () and found.gpu_count == 0 and not found.cuda_available
+
+
+def test_missing_pynvml_falls_back_to_torch(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # `import pynvml` raises ImportError
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda index: SimpleNamespace(name="NVIDIA A100-SXM4-40GB", total_memory=40 * 1024**3,
+                                                      major=8, minor=0))
+    found = detect_hardware()
+    assert found.gpus == (Gpu(0, "NVIDIA A100-SXM4-40GB", 40 * 1024**3, (8, 0)),)
+    assert found.gpus[0].supports_bf16
+
+
+def test_gpus_torch_cannot_use_are_seen_but_not_usable(monkeypatch):
+    simulate(monkeypatch, [T4], cuda=False)
+    found = detect_hardware()
+    assert len(found.gpus) == 1 and found.usable_gpus == () and found.gpu_count == 0
+    assert "torch has no CUDA" in found.describe()
+
+
+def test_cuda_visible_devices_restricts_the_list(monkeypatch):
+    simulate(monkeypatch, [T4, RTX_3090, H100])
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2")
+    found = detect_hardware()
+    assert [gpu.name for gpu in found.gpus] == ["NVIDIA H100 80GB HBM3"] and found.gpus[0].index == 0
+
+
+def test_never_raises_when_everything_fails(monkeypatch):
+    def broken():
+        raise RuntimeError("driver exploded")
+
+    simulate(monkeypatch, [T4], fail_init=True)
+    monkeypatch.setattr(torch.cuda, "is_available", broken)
+    assert detect_hardware() == Hardware(gpus=(), cuda_available=False, cpu_bf16=hardware.is_cpu_bf16_native())
+
+
+def test_bf16_support_follows_compute_capability():
+    assert not Gpu(0, "T4", 16 * 10**9, (7, 5)).supports_bf16
+    assert Gpu(0, "A100", 40 * 10**9, (8, 0)).supports_bf16
+    assert not Gpu(0, "unknown", 16 * 10**9, None).supports_bf16
+
+
+@pytest.mark.parametrize("flags, expected", [("fpu avx512f avx512_bf16", True), ("fpu avx2", False)])
+def test_cpu_bf16_from_cpuinfo_when_torch_cannot_say(monkeypatch, tmp_path, flags, expected):
+    def unknown():
+        raise RuntimeError("no mkldnn")
+
+    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", unknown, raising=False)
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(f"flags\t: {flags}\n")
+    real_open = open
+    monkeypatch.setattr("builtins.open", lambda path, *a, **k: real_open(cpuinfo if path == "/proc/cpuinfo" else path,
+                                                                         *a, **k))
+    assert hardware.is_cpu_bf16_native() is expected
