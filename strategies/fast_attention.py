@@ -73,7 +73,7 @@ def swap_attention(model: nn.Module) -> nn.Module:
     for module in model.modules():
         attention = getattr(module, "self", None)
         if type(attention).__name__ == "LongformerSelfAttention":
-            module.self = SlidingWindowSelfAttention(attention)
+            module.self = SlidingWindowSelfAttention(attention).train(attention.training)  # else dropout in eval
     return model
 
 
