@@ -1,0 +1,255 @@
+"""The loader: what a profile turns into, readouts, refusals, the offline fallback, and freeing on switch."""
+
+from __future__ import annotations
+
+import gc
+import json
+import weakref
+
+import huggingface_hub.constants
+import pytest
+import torch
+from transformers import BertConfig, BertModel, LongformerModel
+
+from longqa import models
+from longqa.engine import BatchState, EngineSettings, ModelRunner
+from longqa.errors import ModelLoadError, ProfileError
+from strategies import loader
+from strategies.hardware import Hardware
+from strategies.loader import LoadedModel, load_kwargs, load_model
+from strategies.profiles import PROFILES, custom_profile
+from strategies.replicas import ReplicaRunner
+from tests.tiny import build_tokenizer, qa_batch, requires_cuda, tiny_checkpoint, tiny_config, tiny_encoder_checkpoint
+
+CPU = Hardware(cpu_bf16=True)
+CPU_PLAIN = Hardware(cpu_bf16=False)
+
+
+@pytest.fixture(scope="module")
+def folder():
+    return tiny_checkpoint()
+
+
+@pytest.fixture
+def offline(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+
+
+def parameter_bytes(model) -> int:
+    return sum(p.numel() * p.element_size() for p in model.parameters()) + \
+        sum(b.numel() * b.element_size() for b in model.buffers())
+
+
+def test_baseline_load_and_readout(folder):
+    progress = []
+    loaded = load_model(str(folder), "baseline-fp32", hardware=CPU, on_progress=lambda f, m: progress.append((f, m)))
+    assert isinstance(loaded, LoadedModel) and isinstance(loaded.runner, ModelRunner)
+    assert loaded.source.kind == "local" and loaded.profile.name == "baseline-fp32"
+    assert {p.dtype for p in loaded.model.parameters()} == {torch.float32} and not loaded.model.training
+    readout = loaded.readout
+    assert readout.weight_bytes_per_device == {"cpu": parameter_bytes(loaded.model)}
+    assert readout.dtype == "float32" and readout.strategies == [] and readout.device_map is None
+    assert readout.fallback_reason is None and readout.load_time_s > 0
+    assert readout.host_peak_rss_bytes >= readout.host_rss_before_bytes * 0.5 > 0
+    assert set(readout.stage_time_s) == {"download", "load", "strategies"}
+    assert loaded.settings == EngineSettings(batch_size=1)
+    assert loaded.batch_state == BatchState(size=1)
+    fractions = [fraction for fraction, _ in progress]
+    assert fractions == sorted(fractions) and fractions[0] == 0.0 and fractions[-1] == 1.0
+    start, end = loaded.runner(qa_batch(loaded.tokenizer))
+    assert start.dtype == torch.float32 and start.shape == end.shape
+
+
+def test_cpu_profile_uses_bf16_where_the_cpu_has_it(folder):
+    loaded = load_model(str(folder), "cpu", hardware=CPU)
+    assert loaded.readout.strategies == ["half_precision"] and loaded.readout.dtype == "bfloat16"
+    assert loaded.readout.weight_bytes_per_device["cpu"] == parameter_bytes(loaded.model)
+    baseline = load_model(str(folder), "baseline-fp32", hardware=CPU)
+    assert loaded.readout.weight_bytes_per_device["cpu"] * 2 == baseline.readout.weight_bytes_per_device["cpu"]
+
+
+def test_cpu_profile_falls_back_to_int8_without_bf16(folder):
+    loaded = load_model(str(folder), "cpu", hardware=CPU_PLAIN)
+    assert loaded.readout.strategies == ["int8_dynamic"]
+    assert loaded.readout.dtype == "float32 + int8 Linear (dynamic)"
+    query = loaded.model.longformer.encoder.layer[0].attention.self.query
+    assert isinstance(query, torch.ao.nn.quantized.dynamic.Linear)
+    start, _ = loaded.runner(qa_batch(loaded.tokenizer))
+    assert torch.isfinite(start).all()
+
+
+def test_auto_resolves_to_a_concrete_profile(folder):
+    assert load_model(str(folder), "auto", hardware=CPU).profile.name == "cpu"
+
+
+def test_strategies_shape_settings_and_runtime(folder):
+    profile = custom_profile(["autocast", "fast_attention", "dynamic_batching"], batch_size=4, max_seq_len=256)
+    loaded = load_model(str(folder), profile, hardware=CPU)
+    assert loaded.settings.adaptive_batching and loaded.settings.batch_size == 4
+    assert loaded.settings.max_seq_len == 256 and loaded.batch_state.size == 4
+    assert loaded.readout.strategies == ["autocast", "fast_attention", "dynamic_batching"]
+    with loaded.runner.context_factory():
+        assert torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16
+
+
+def test_unavailable_profile_fails_before_loading_anything(folder, monkeypatch):
+    calls = []
+    monkeypatch.setattr(loader, "_from_pretrained", lambda *a, **k: calls.append(a))
+    with pytest.raises(ProfileError, match="t4-16gb.*needs a CUDA GPU"):
+        load_model(str(folder), "t4-16gb", hardware=CPU)
+    with pytest.raises(ProfileError, match="2\\+ CUDA GPUs"):
+        load_model(str(folder), custom_profile(["model_split"]), hardware=CPU)
+    assert calls == []
+
+
+def test_load_kwargs_always_dtype_never_remote_code(folder):
+    from strategies.half_precision import HalfPrecision
+
+    config = tiny_config(600)
+    kwargs = load_kwargs(config, folder, "cpu", [HalfPrecision(CPU, "cpu")])
+    assert kwargs["dtype"] == torch.bfloat16 and "torch_dtype" not in kwargs
+    assert kwargs["trust_remote_code"] is False and kwargs["use_safetensors"] is True
+    assert "device_map" not in kwargs
+    assert load_kwargs(config, folder, "cuda", [])["device_map"] == {"": 0}
+
+
+# ------------------------------------------------------------------------------------------ refusals
+def test_rejects_a_longformer_that_is_not_a_qa_model():
+    with pytest.raises(ModelLoadError, match="not a question-answering checkpoint.*LongformerModel"):
+        load_model(str(tiny_encoder_checkpoint()), "baseline-fp32", hardware=CPU)
+
+
+def test_rejects_a_checkpoint_without_a_qa_head(tmp_path):
+    tokenizer = build_tokenizer(tmp_path)
+    config = tiny_config(len(tokenizer))
+    LongformerModel(config).save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    del saved["architectures"]  # says nothing about itself: only the missing head gives it away
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    with pytest.raises(ModelLoadError, match="no trained question-answering head"):
+        load_model(str(tmp_path), "baseline-fp32", hardware=CPU)
+
+
+def test_rejects_other_model_types(tmp_path):
+    BertModel(BertConfig(vocab_size=50, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                         intermediate_size=64)).save_pretrained(tmp_path)
+    with pytest.raises(ModelLoadError, match="is a bert model"):
+        load_model(str(tmp_path), "baseline-fp32", hardware=CPU)
+
+
+def test_unknown_references_are_load_errors():
+    with pytest.raises(ModelLoadError):
+        load_model("arch:huge", "baseline-fp32", hardware=CPU)
+    with pytest.raises(ModelLoadError):
+        load_model("./no/such/folder", "baseline-fp32", hardware=CPU)
+
+
+# ------------------------------------------------------------------------------------------ offline fallback
+def test_offline_hub_model_is_a_load_error_naming_it(offline):
+    with pytest.raises(ModelLoadError, match="longqa-tests/no-such-model.*HF_HUB_OFFLINE"):
+        load_model("longqa-tests/no-such-model", "baseline-fp32", hardware=CPU)
+
+
+def test_offline_hub_model_falls_back_to_the_demo(offline, monkeypatch, folder):
+    monkeypatch.setattr(models, "DEMO_MODEL_DIR", folder)  # the real demo model may still be training
+    loaded = load_model("longqa-tests/no-such-model", "baseline-fp32", hardware=CPU, fallback_to_demo=True)
+    assert loaded.source.kind == "demo" and loaded.model_ref == "demo"
+    assert "longqa-tests/no-such-model" in loaded.readout.fallback_reason
+    assert "demo" in loaded.readout.fallback_reason
+
+
+def test_fallback_does_not_hide_a_bad_checkpoint(monkeypatch, folder):
+    monkeypatch.setattr(models, "DEMO_MODEL_DIR", folder)
+    with pytest.raises(ModelLoadError):
+        load_model(str(tiny_encoder_checkpoint()), "baseline-fp32", hardware=CPU, fallback_to_demo=True)
+
+
+def test_demo_without_weights_says_so(monkeypatch, tmp_path):
+    monkeypatch.setattr(models, "DEMO_MODEL_DIR", tmp_path)
+    with pytest.raises(ModelLoadError, match="demo model has no weights yet"):
+        load_model("demo", "baseline-fp32", hardware=CPU)
+
+
+# ------------------------------------------------------------------------------------------ architectures
+def test_architecture_refs_build_random_weights_once(monkeypatch, tmp_path, folder):
+    monkeypatch.setenv("LONGQA_CACHE", str(tmp_path))
+    monkeypatch.setattr(models, "DEMO_MODEL_DIR", folder)  # its tokenizer is used for arch: models
+    monkeypatch.setitem(models.ARCHITECTURES, "arch:base", dict(hidden_size=32, num_hidden_layers=1,
+                                                               num_attention_heads=2, intermediate_size=64))
+    first = load_model("arch:base", "cpu", hardware=CPU)
+    weights = tmp_path / "architectures" / "arch-base" / "model.safetensors"
+    written = weights.stat().st_mtime_ns
+    assert first.source.kind == "architecture" and first.model.config.attention_window == [512]
+    assert first.readout.dtype == "bfloat16"
+    second = load_model("arch:base", "baseline-fp32", hardware=CPU)
+    assert weights.stat().st_mtime_ns == written
+    assert torch.equal(second.model.qa_outputs.weight.bfloat16(), first.model.qa_outputs.weight)
+
+
+# ------------------------------------------------------------------------------------------ mmap loading
+def test_mmap_profile_loads_a_bin_checkpoint_through_the_cache(monkeypatch, tmp_path):
+    monkeypatch.setenv("LONGQA_CACHE", str(tmp_path))
+    loaded = load_model(str(tiny_checkpoint(safetensors=False)), custom_profile(["mmap_loading"]), hardware=CPU)
+    assert len(list((tmp_path / "converted").glob("*/model.safetensors"))) == 1
+    reference = load_model(str(tiny_checkpoint()), "baseline-fp32", hardware=CPU)
+    batch = qa_batch(loaded.tokenizer)
+    assert torch.equal(loaded.runner(batch)[0], reference.runner(batch)[0])
+    assert loaded.readout.host_peak_rss_bytes > 0
+
+
+# ------------------------------------------------------------------------------------------ switching
+def test_unload_releases_the_model_tensors_on_cpu(folder):
+    loaded = load_model(str(folder), "baseline-fp32", hardware=CPU)
+    parameter = weakref.ref(loaded.model.longformer.encoder.layer[0].attention.self.query.weight)
+    model = weakref.ref(loaded.model)
+    loaded.unload()
+    gc.collect()
+    assert loaded.model is None and loaded.runner is None
+    assert model() is None and parameter() is None
+
+
+@pytest.mark.parametrize("profile", ["cpu", "custom-fast"])
+def test_unload_releases_transformed_models_too(folder, profile):
+    profile = custom_profile(["fast_attention", "dynamic_batching"]) if profile == "custom-fast" else profile
+    loaded = load_model(str(folder), profile, hardware=CPU)
+    parameter = weakref.ref(next(loaded.model.parameters()))
+    loaded.runner(qa_batch(loaded.tokenizer))
+    loaded.unload()
+    gc.collect()
+    assert parameter() is None
+
+
+@requires_cuda
+def test_cuda_memory_returns_after_unload(folder):
+    gc.collect()
+    torch.cuda.empty_cache()
+    before = torch.cuda.memory_allocated()
+    loaded = load_model(str(folder), "baseline-fp32")
+    loaded.runner(qa_batch(loaded.tokenizer))
+    during = torch.cuda.memory_allocated()
+    assert during > before
+    loaded.unload()
+    after = torch.cuda.memory_allocated()
+    assert abs(after - before) <= 0.05 * max(before, during - before)
+
+
+@requires_cuda
+def test_cuda_half_precision_loads_fp16_on_the_gpu(folder):
+    loaded = load_model(str(folder), custom_profile(["half_precision"], device="cuda"))
+    assert {p.dtype for p in loaded.model.parameters()} == {torch.float16}
+    assert set(loaded.readout.weight_bytes_per_device) == {"cuda:0"}
+    start, _ = loaded.runner(qa_batch(loaded.tokenizer))
+    assert start.device.type == "cpu" and torch.isfinite(start).all()
+    loaded.unload()
+
+
+@requires_cuda
+def test_replicas_on_every_gpu(folder):
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs two GPUs")
+    loaded = load_model(str(folder), custom_profile(["replicas"], device="cuda"))
+    assert isinstance(loaded.runner, ReplicaRunner) and len(loaded.runner.models) == torch.cuda.device_count()
+    batch = {k: torch.cat([v] * 4) for k, v in qa_batch(loaded.tokenizer).items()}
+    assert loaded.runner(batch)[0].shape[0] == 4
+    loaded.unload()
