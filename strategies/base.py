@@ -1,8 +1,6 @@
-"""The `Strategy` base class: one memory/speed technique as a set of no-op hooks a subclass overrides.
-
-A strategy says what it saves, costs and requires (in its docstring), whether it can run on this machine, and how
-it changes loading, the loaded model, the runtime context and the engine settings. It never loads a model itself
-(the loader does), never prints, and holds no global state.
+"""The `Strategy` base class: one memory/speed technique as no-op hooks (availability, load kwargs, model
+transform, runtime context, engine settings, runner) that subclasses override.
+It never loads a model (the loader does), never prints, and holds no global state.
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""bitsandbytes quantization at load time: LLM.int8 (8-bit) and NF4 (4-bit), via `BitsAndBytesConfig`.
-
-Two strategies sharing one module. `qa_outputs` (2 outputs) is never quantized: 4-bit kernels need the output
-size divisible by their block, and the head is tiny anyway.
+"""bitsandbytes quantization at load time: LLM.int8 (`bnb_8bit`) and NF4 (`bnb_4bit`) via `BitsAndBytesConfig`.
+`qa_outputs` (2 outputs) is never quantized: 4-bit kernels need outputs divisible by their block size.
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
 """Device-map planning for split and offloaded models: accelerate's planner on a meta-device copy of the model.
-
-Plans only (no weights are touched), so it runs, and is tested, on a machine without GPUs. Used by the
-`model_split` and `offload` strategies; the loader passes the result to `from_pretrained(device_map=...)`.
+Plans only (no weights touched), so it runs and is tested without GPUs; `from_pretrained` does the placing.
 """
 
 from __future__ import annotations

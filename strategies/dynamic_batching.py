@@ -1,7 +1,5 @@
-"""Dynamic batching: turn on the engine's out-of-memory back-off for this profile.
-
-Only flips `EngineSettings.adaptive_batching`; the back-off loop itself (halve the batch, keep finished windows,
-remember the size that worked) lives in `longqa.engine`, which owns running batches.
+"""Dynamic batching: turns on the engine's out-of-memory back-off for a profile.
+Only flips `EngineSettings.adaptive_batching`; the back-off loop itself lives in `longqa.engine`.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""Gradient (activation) checkpointing, and the training-step readout that shows what it really saves.
-
-Checkpointing only acts while gradients are computed (`model.training` and a backward pass): at inference it
-saves nothing, so this strategy never claims an inference saving. The readout runs forward+backward of the QA
-loss on one window with and without it and reports peak memory and time for both.
+"""Gradient checkpointing, and the training-step readout (forward + backward, with and without) that shows what
+it saves. It acts only while gradients are computed: at inference it saves nothing and never claims to.
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""Host-RAM peak over a block of code (used to report what loading a model costs in RAM).
-
-Linux: resets the kernel's resident-set high-water mark (`/proc/self/clear_refs`) and reads `VmHWM` afterwards,
-which catches short spikes exactly; elsewhere it samples RSS in a thread. Measures only; never raises.
+"""Host-RAM peak over a block of code (what loading a model costs in RAM): Linux's resettable high-water mark,
+else RSS sampled in a thread. Measures only; never raises.
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""Int8 dynamic quantization of the encoder's Linear layers for CPU inference.
-
-Uses torchao's `quantize_` when torchao is installed, else `torch.ao.quantization.quantize_dynamic` (deprecated
-in favour of torchao, its warnings silenced here only). `qa_outputs` stays in float, as with bitsandbytes.
+"""Int8 dynamic quantization of the encoder's Linear layers for CPU inference (torchao when installed, else
+`torch.ao.quantization.quantize_dynamic` with its deprecation warnings silenced locally). `qa_outputs` stays float.
 """
 
 from __future__ import annotations

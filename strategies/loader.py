@@ -1,7 +1,5 @@
-"""The loader: (model reference, profile) -> a ready `LoadedModel`. The only caller of `from_pretrained`.
-
-Fetches, validates (Longformer QA only, no remote code), applies the profile's strategies in order, and reports
-what loading cost. It does not answer questions (the engine does) and keeps no model between calls.
+"""The loader: (model reference, profile) -> a ready `LoadedModel`; the only caller of `from_pretrained`.
+Fetches, validates (Longformer QA only, no remote code), applies strategies, reports costs; never answers questions.
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""Memory-mapped low-RAM loading: weights come from a memory-mapped safetensors file, never a pickle in RAM.
-
-transformers 5 always initialises on the meta device and maps safetensors (it ignores `low_cpu_mem_usage`), so
-what this strategy adds is making sure there IS a safetensors file: a `.bin`-only checkpoint is converted once
-(`torch.load(weights_only=True, mmap=True)`, no code executed) into the local cache, and later loads map that.
-The loader measures host-RAM peak during every load, so the saving shows next to the other profiles.
+"""Memory-mapped loading: make sure weights come from a mapped safetensors file (a `.bin` checkpoint is converted
+once into the local cache with `weights_only`), since transformers 5 maps safetensors and ignores low_cpu_mem_usage.
 """
 
 from __future__ import annotations

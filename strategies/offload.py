@@ -1,7 +1,5 @@
-"""CPU and disk offload: layers that do not fit on the GPU live in host RAM, the rest on disk (accelerate hooks).
-
-Plans the device map with a GPU budget, a host-RAM budget and an offload folder; it does not split across GPUs
-evenly (that is `model_split`) but fills the GPUs first and spills what is left.
+"""CPU and disk offload: fill the GPU first, spill the remaining layers to host RAM, then disk (accelerate hooks).
+Not an even split across GPUs (that is `model_split`).
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""Hardware profiles: one literal registry of ordered strategy stacks with engine settings, and the rules that
-compose strategies (order, conflicts), pick a profile for the detected hardware, and explain what cannot run.
-
-Describes and validates only; `strategies.loader` turns a profile into a loaded model.
+"""Hardware profiles: one literal registry of ordered strategy stacks plus engine settings, and the rules for
+composing them, picking one for the detected hardware and explaining what cannot run. `loader` does the loading.
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""Replicas: one full copy of the model per GPU, each batch's windows spread across them in threads.
-
-What the classic advice's `DataParallel` is for, without its scatter/gather module wrapper: the runner splits
-a batch, runs the pieces concurrently and concatenates the logits. It does not split a model (`model_split`).
+"""Replicas: one full model copy per GPU, each batch's windows spread across them in threads (what the classic
+advice's `DataParallel` is for). Not a layer split (`model_split`).
 """
 
 from __future__ import annotations

@@ -60,7 +60,8 @@ def simulate(monkeypatch, cards, *, cuda: bool = True, fail_init: bool = False):
 def test_reads_gpus_from_nvml(monkeypatch):
     nvml = simulate(monkeypatch, [T4, RTX_3090])
     found = detect_hardware()
-    assert found.gpus == (Gpu(0, "Tesla T4", 15360 * MiB, (7, 5)), Gpu(1, "NVIDIA GeForce RTX 3090", 24576 * MiB, (8, 6)))
+    assert found.gpus == (Gpu(0, "Tesla T4", 15360 * MiB, (7, 5)),
+                          Gpu(1, "NVIDIA GeForce RTX 3090", 24576 * MiB, (8, 6)))
     assert found.cuda_available and found.gpu_count == 2
     assert nvml.shut_down
 

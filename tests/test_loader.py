@@ -17,7 +17,7 @@ from longqa.errors import ModelLoadError, ProfileError
 from strategies import loader
 from strategies.hardware import Hardware
 from strategies.loader import LoadedModel, load_kwargs, load_model
-from strategies.profiles import PROFILES, custom_profile
+from strategies.profiles import custom_profile
 from strategies.replicas import ReplicaRunner
 from tests.tiny import build_tokenizer, qa_batch, requires_cuda, tiny_checkpoint, tiny_config, tiny_encoder_checkpoint
 

@@ -132,7 +132,8 @@ def test_multi_gpu_needs_two_gpus():
 
 def test_bitsandbytes_missing_is_explained(monkeypatch):
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "bitsandbytes" else real(name, *a))
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "bitsandbytes" else real(name, *a))
     assert unavailable_reason(PROFILES["consumer-gpu"], gpus(T4)) == "bnb_8bit: bitsandbytes is not installed"
 
 
