@@ -49,6 +49,7 @@ class Session:
             from strategies.loader import load_model
         self._load_model = load_model
         self.loaded = None
+        self.requested: tuple[str, str] | None = None
         self.lock = threading.RLock()
 
     @property
@@ -64,11 +65,12 @@ class Session:
         """Switch to (model, profile), freeing the old model first; on failure restore the old one and raise."""
         with self.lock:
             previous = None
+            requested = (model_ref, getattr(profile, "name", profile))
             if self.loaded is not None:
-                same_profile = getattr(profile, "name", profile) == self.loaded.profile.name
-                if not force and model_ref == self.loaded.model_ref and same_profile:
+                # `auto` resolves to a concrete profile: compare what was asked for, not what it became.
+                if not force and requested == self.requested:
                     return self.loaded.readout
-                previous = (self.loaded.model_ref, self.loaded.profile)
+                previous = (self.loaded.model_ref, self.loaded.profile, self.requested)
                 self.unload()
             try:
                 self.loaded = self._load_model(model_ref, profile, on_progress=on_progress,
@@ -79,16 +81,19 @@ class Session:
             except Exception as exc:  # anything unexpected from a checkpoint is still a failed load
                 self._restore(previous)
                 raise ModelLoadError(f"Could not load {model_ref!r}: {exc}") from exc
+            self.requested = requested
             return self.loaded.readout
 
     def _restore(self, previous) -> None:
         if previous is not None:
             self.loaded = self._load_model(previous[0], previous[1])
+            self.requested = previous[2]
 
     def unload(self) -> None:
         with self.lock:
             if self.loaded is not None:
                 loaded, self.loaded = self.loaded, None
+                self.requested = None
                 loaded.unload()
 
     def ask(self, documents: list[Document], question: str, *, extract_s: float = 0.0,

@@ -1,0 +1,68 @@
+"""The bundled demo model: loads offline, and finds facts anywhere in long documents, window edges included."""
+
+from __future__ import annotations
+
+import pytest
+
+from longqa import demo_task
+from longqa.documents import Document
+from longqa.engine import EngineSettings, ModelRunner, answer, make_windows
+from longqa.models import DEMO_MODEL_DIR
+
+SETTINGS = EngineSettings(max_seq_len=4096, doc_stride=128, batch_size=2)
+
+
+@pytest.fixture(scope="module")
+def demo():
+    from transformers import AutoTokenizer, LongformerForQuestionAnswering
+
+    tokenizer = AutoTokenizer.from_pretrained(DEMO_MODEL_DIR)
+    model = LongformerForQuestionAnswering.from_pretrained(DEMO_MODEL_DIR).eval()
+    return model, tokenizer
+
+
+def test_bundled_files_are_small_safetensors():
+    files = {p.name: p.stat().st_size for p in DEMO_MODEL_DIR.iterdir()}
+    assert "model.safetensors" in files and "pytorch_model.bin" not in files
+    assert sum(files.values()) <= 30 * 1024 * 1024
+
+
+def test_answers_a_fact_that_straddles_a_window_boundary(demo):
+    model, tokenizer = demo
+    writer = demo_task.FactWriter(4242, "test")
+    target = writer.target()
+    base = writer.document(90_000, target, writer.distractors(target, 3, 2, 3), include_target=False)
+    settings = SETTINGS.resolved(tokenizer)
+    windows, stats = make_windows(tokenizer, target.question, [Document("d", base.text)], settings)
+    assert stats[0].tokens >= 20_000
+    first = windows[0]
+    context_tokens = [i for i, c in enumerate(first.context) if c]
+    boundary_char = first.offsets[context_tokens[-1]][1]  # where the first window's context ends
+    # Put the fact so that the boundary falls in its middle: window 0 sees only its first half.
+    cut = boundary_char - len(target.sentence) // 2
+    while base.text[cut] != " ":
+        cut += 1
+    text = base.text[:cut] + " " + target.sentence + base.text[cut:]
+    result = answer(ModelRunner(model), tokenizer, [Document("long.txt", text)], target.question, settings)
+    assert result.windows >= 5
+    best = result.answers[0]
+    assert best.text == target.value
+    assert text[best.start_char:best.end_char] == target.value
+    assert best.start_char == text.index(target.sentence) + len(target.sentence) - len(target.value) - 1
+
+
+@pytest.mark.parametrize("seed", [11, 12, 13, 14])
+def test_answers_held_out_documents(demo, seed):
+    model, tokenizer = demo
+    example = demo_task.make_example(2_000_000_000 + seed, 30_000 + 20_000 * (seed % 3), split="test")
+    result = answer(ModelRunner(model), tokenizer, [Document("d.txt", example.text)], example.question, SETTINGS)
+    assert result.answers[0].text == example.answer
+
+
+def test_finds_the_document_that_holds_the_fact(demo):
+    model, tokenizer = demo
+    example = demo_task.make_example(3_000_000_001, 12_000, split="test")
+    other = demo_task.make_example(3_000_000_002, 12_000, split="test")
+    documents = [Document("other.txt", other.text), Document("facts.md", example.text)]
+    result = answer(ModelRunner(model), tokenizer, documents, example.question, SETTINGS)
+    assert (result.answers[0].document, result.answers[0].text) == ("facts.md", example.answer)
