@@ -199,7 +199,9 @@ def make_windows(tokenizer, question: str, documents: list[Document],
             sequence_ids = encoded.sequence_ids(w)
             context = np.array([s == 1 for s in sequence_ids], dtype=bool)  # (L,)
             first_sep = sequence_ids.index(None, 1)  # the `</s>` after the question
-            offsets = [trim_offset(document.text, start, end) for start, end in encoded["offset_mapping"][w]]
+            # Question tokens' offsets point into the question, not the document: only context ones are trimmed.
+            offsets = [trim_offset(document.text, start, end) if in_context else (start, end)
+                       for (start, end), in_context in zip(encoded["offset_mapping"][w], context)]
             windows.append(Window(index, encoded["input_ids"][w], offsets, context, first_sep))
             covered += int(context.sum())
         tokens = covered - settings.doc_stride * (n_windows - 1)

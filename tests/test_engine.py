@@ -190,3 +190,13 @@ def test_bad_requests_are_refused_before_any_model_work(tiny_tokenizer):
 def test_default_window_is_the_model_limit_and_stride_the_pipeline_default(tiny_tokenizer):
     settings = EngineSettings().resolved(tiny_tokenizer)
     assert (settings.max_seq_len, settings.doc_stride) == (4096, 128)
+
+
+def test_a_question_longer_than_the_document_is_fine(tiny_model, tiny_tokenizer):
+    """Question tokens' offsets point into the question: they must not be trimmed against the document's text."""
+    from longqa.documents import from_text
+    from longqa.engine import EngineSettings, make_windows
+
+    windows, _ = make_windows(tiny_tokenizer, "What is the colour of Zorbin? " * 5, [from_text("teal")],
+                              EngineSettings().resolved(tiny_tokenizer))
+    assert len(windows) == 1 and windows[0].context.sum() >= 1
