@@ -1,0 +1,503 @@
+"""The web page: long-document question answering with a hardware-profile switch and memory/latency readouts.
+
+UI only: handlers call the session, the engine and the strategies, format with `ui_format`, and turn domain
+errors into `gr.Error` (the only place that happens). `demo` is built at import without loading a model; the
+model loads before serving under `python app.py`, else on the first page visit or request.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import html
+import json
+import sys
+import traceback
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+
+import gradio as gr
+import pandas as pd
+
+import ui_format
+from longqa import engine
+from longqa.documents import SUPPORTED_EXTENSIONS, read_document
+from longqa.errors import LongQAError, ModelLoadError, ProfileError
+from longqa.models import DEFAULT_MODEL, KNOWN_MODELS
+from longqa.session import Session, read_documents
+from longqa.telemetry import gpu_snapshot
+from strategies.gradient_checkpointing import training_step_readout
+from strategies.hardware import Hardware, detect_hardware
+from strategies.profiles import (PROFILES, Profile, custom_profile, describe_profiles, get_profile, profile_choices,
+                                 resolve_profile, unavailable_reason)
+from strategies.registry import strategy_cards
+
+try:  # ZeroGPU Spaces: a GPU is attached only inside functions marked @spaces.GPU
+    import spaces
+
+    gpu_task = spaces.GPU
+except ImportError:
+    def gpu_task(fn):
+        return fn
+
+SAMPLES_DIR = Path(__file__).resolve().parent / "longqa" / "samples"
+MODEL_CONCURRENCY = "model"  # loads and answers share it: a reload never runs under an in-flight answer
+DEFAULT_QUEUE_SIZE = 64
+DEFAULT_MAX_FILE_MB = 50.0
+DEFAULT_TOP_K = 3
+GPU_REFRESH_S = 2.0
+CSS = """
+#best-answer textarea { font-size: 1.8rem !important; font-weight: 600; line-height: 1.3; }
+#banner { border: 2px solid #f59e0b; border-radius: 8px; padding: 0.25rem 1rem; background: #fffbeb; }
+"""
+
+
+@dataclass
+class AppContext:
+    """What every handler needs: the shared session, this machine, and the limits set on the command line."""
+
+    session: Session
+    hardware: Hardware
+    models: list[str]  # the only models the page may load: the registry plus the command line's --model
+    max_file_bytes: int
+    max_total_tokens: int
+    selection: dict = field(default_factory=dict)  # what the dropdowns show: profile, model, strategies
+    load_error: str | None = None
+
+
+def make_context(session: Session | None = None, *, models=None, default_model: str = DEFAULT_MODEL,
+                 default_profile: str = "auto", max_file_mb: float = DEFAULT_MAX_FILE_MB,
+                 max_total_tokens: int = engine.DEFAULT_MAX_TOTAL_TOKENS,
+                 hardware: Hardware | None = None) -> AppContext:
+    get_profile(default_profile)
+    allowed = list(dict.fromkeys([*(models if models is not None else KNOWN_MODELS), default_model]))
+    return AppContext(session=session or Session(), hardware=hardware or detect_hardware(), models=allowed,
+                      max_file_bytes=int(max_file_mb * 1024 * 1024), max_total_tokens=max_total_tokens,
+                      selection={"profile": default_profile, "model": default_model, "strategies": []})
+
+
+@contextlib.contextmanager
+def user_errors(action: str):
+    """Domain errors become `gr.Error` with their message; anything else a clear one. The app keeps serving."""
+    try:
+        yield
+    except gr.Error:
+        raise
+    except LongQAError as exc:
+        raise gr.Error(escape(str(exc)), print_exception=False) from exc
+    except Exception as exc:
+        traceback.print_exc()
+        raise gr.Error(escape(f"{action} failed unexpectedly ({type(exc).__name__}: {exc}). "
+                              "The app is still running: try again.")) from exc
+
+
+def escape(message: str) -> str:
+    """Toasts render HTML: file names and document text in messages must stay text."""
+    return html.escape(message, quote=False)
+
+
+# ------------------------------------------------------------------------------------------------ loading
+def chosen_profile(ctx: AppContext, profile_name: str, strategies) -> Profile:
+    """The profile to load for a dropdown choice; ProfileError (nothing unloaded) when it cannot run here."""
+    profile = custom_profile(strategies or []) if profile_name == "custom" else get_profile(profile_name)
+    reason = unavailable_reason(profile, ctx.hardware)
+    if reason is not None:
+        raise ProfileError(f"Profile {profile_name!r} cannot run on this machine: {reason}.")
+    return resolve_profile(profile, ctx.hardware)
+
+
+def check_model_allowed(ctx: AppContext, model_ref: str) -> None:
+    if model_ref not in ctx.models:
+        raise ModelLoadError(f"This page can only load the listed models ({', '.join(ctx.models)}); "
+                             f"{str(model_ref)[:200]!r} is not one of them.")
+
+
+def current_model(ctx: AppContext) -> str:
+    session = ctx.session
+    if session.loaded is None:
+        return "No model is loaded now."
+    return f"Still using {session.model_ref} with profile {session.profile_name}."
+
+
+def load_selection(ctx: AppContext, profile_name: str, model_ref: str, strategies=(), progress=None) -> None:
+    """Load (model, profile) into the session; on failure the previous model stays and the error says so."""
+    on_progress = (lambda fraction, message: progress(fraction, desc=message)) if progress else None
+    try:
+        check_model_allowed(ctx, model_ref)
+        profile = chosen_profile(ctx, profile_name, strategies)
+        ctx.session.load(model_ref, profile, on_progress=on_progress, fallback_to_demo=model_ref == DEFAULT_MODEL,
+                         force=profile.name == "custom")
+    except LongQAError as exc:
+        raise type(exc)(f"{exc} {current_model(ctx)}") from exc
+    ctx.selection = {"profile": profile_name, "model": model_ref, "strategies": list(strategies or [])}
+    ctx.load_error = None
+
+
+def ensure_loaded(ctx: AppContext, progress=None) -> None:
+    """Load the selected model if none is loaded yet (the first visit or request after start)."""
+    if ctx.session.loaded is not None:
+        return
+    with ctx.session.lock:
+        if ctx.session.loaded is not None:
+            return
+        try:
+            load_selection(ctx, ctx.selection["profile"], ctx.selection["model"], ctx.selection["strategies"],
+                           progress)
+        except LongQAError as exc:
+            ctx.load_error = str(exc)
+            raise
+
+
+def banner(ctx: AppContext) -> dict:
+    """The warning over the page: running on the demo model instead of the chosen one, or nothing loaded."""
+    loaded = ctx.session.loaded
+    if loaded is None and ctx.load_error:
+        text = f"**No model is loaded.** {ui_format.escape_markdown(ctx.load_error)} Pick a model or profile above."
+    elif loaded is not None and loaded.readout.fallback_reason:
+        text = (f"**Running on the bundled demo model**, not {ui_format.escape_markdown(ctx.selection['model'])}. "
+                f"{ui_format.escape_markdown(loaded.readout.fallback_reason)} The demo model is tiny: it answers "
+                "questions like *What is the frequency of …?* about sentences *The frequency of … is ….*, "
+                "as in the examples below.")
+    else:
+        return gr.update(value="", visible=False)
+    return gr.update(value=text, visible=True)
+
+
+def load_outputs(ctx: AppContext) -> tuple:
+    """(banner, load readout table, load readout JSON) for the model loaded now."""
+    loaded = ctx.session.loaded
+    readout = loaded.readout.to_dict() if loaded is not None else {}
+    table = pd.DataFrame(ui_format.load_rows(readout) if readout else [], columns=ui_format.LOAD_HEADERS)
+    return banner(ctx), table, readout
+
+
+# ------------------------------------------------------------------------------------------------ handlers
+def on_page_load(ctx: AppContext, progress=gr.Progress()):
+    """A new visitor: load the model if none is yet, and show what is selected and loaded now."""
+    try:
+        ensure_loaded(ctx, progress)
+    except LongQAError:
+        pass  # the banner shows why; the page stays usable to pick another model
+    selection = ctx.selection
+    return (gr.update(value=selection["profile"]), gr.update(value=selection["model"]),
+            gr.update(value=selection["strategies"]), *load_outputs(ctx))
+
+
+def load_profile(ctx: AppContext, profile_name: str, model_ref: str, strategies=None, progress=gr.Progress()):
+    """Reload with another profile or model; a failed load keeps the previous model."""
+    with user_errors("Loading"):
+        load_selection(ctx, profile_name, model_ref, strategies or [], progress)
+    return load_outputs(ctx)
+
+
+def restore_selection(ctx: AppContext):
+    """After a refused or failed load, put the dropdowns back to what is still loaded."""
+    selection = ctx.selection
+    return (gr.update(value=selection["profile"]), gr.update(value=selection["model"]),
+            gr.update(value=selection["strategies"]), *load_outputs(ctx))
+
+
+def show_custom_controls(profile_name: str):
+    return gr.update(visible=profile_name == "custom"), gr.update(visible=profile_name == "custom")
+
+
+def preview_documents(ctx: AppContext, files, pasted_text, question):
+    """Characters, tokens and windows of each document before asking (windows depend on the question's length)."""
+    if not files and not (pasted_text or "").strip():
+        return pd.DataFrame([], columns=ui_format.DOCUMENT_HEADERS)
+    with user_errors("Reading the documents"):
+        documents, _ = read_documents(files or [], pasted_text, ctx.max_file_bytes)
+        loaded = ctx.session.loaded
+        if loaded is None:
+            rows = [[d.name, d.n_chars, None, None] for d in documents]
+        else:
+            with ctx.session.lock:  # a fast tokenizer must not be used from two threads at once
+                settings = loaded.settings.resolved(loaded.tokenizer)
+                _, stats = engine.make_windows(loaded.tokenizer, (question or "").strip() or "?", documents, settings)
+            rows = ui_format.document_rows([vars(s) for s in stats])
+    return pd.DataFrame(rows, columns=ui_format.DOCUMENT_HEADERS)
+
+
+@gpu_task
+def ask(ctx: AppContext, files, pasted_text, question, top_k, history, progress=gr.Progress()):
+    """Answer the question over the documents; the last output is the full JSON readout."""
+    with user_errors("Answering"):
+        documents, extract_s = read_documents(files or [], pasted_text, ctx.max_file_bytes)
+        ensure_loaded(ctx, progress)
+        progress(0.0, desc="Reading windows")
+        result = ctx.session.ask(
+            documents, question, extract_s=extract_s, top_k=int(top_k or DEFAULT_TOP_K),
+            max_total_tokens=ctx.max_total_tokens,
+            on_progress=lambda done, total: progress((done, total), desc="Windows done", unit="windows"))
+        readout = ctx.session.readout(result)
+    for notice in result.notices:
+        gr.Warning(escape(notice))
+    history = [*(history or []), ui_format.history_entry(readout, len(history or []) + 1)]
+    frame = ui_format.history_frame(history)
+    best = result.answers[0] if result.answers else None
+    passage = (ui_format.evidence(documents[best.document_index].text, best.start_char, best.end_char)
+               if best is not None and best.document_index >= 0 else [])
+    return (
+        pd.DataFrame(ui_format.document_rows(readout["documents"]), columns=ui_format.DOCUMENT_HEADERS),
+        ui_format.best_answer(readout["answers"]),
+        pd.DataFrame(ui_format.answer_rows(readout["answers"]), columns=ui_format.ANSWER_HEADERS),
+        passage,
+        pd.DataFrame(ui_format.latency_rows(readout["latency_s"], readout["tokens_per_s"]),
+                     columns=ui_format.LATENCY_HEADERS),
+        pd.DataFrame(ui_format.memory_rows(readout["memory"]), columns=ui_format.MEMORY_HEADERS),
+        pd.DataFrame(ui_format.run_rows(readout), columns=ui_format.RUN_HEADERS),
+        history,
+        pd.DataFrame(ui_format.history_rows(history), columns=ui_format.HISTORY_HEADERS),
+        frame,
+        frame,
+        readout,
+    )
+
+
+def refresh_gpu_gauge():
+    return ui_format.gpu_gauge(gpu_snapshot())
+
+
+def training_batch(tokenizer, window_tokens: int) -> dict:
+    """One window of the longest bundled sample, encoded like the engine does, for the training-step readout."""
+    example = max(sample_examples(), key=lambda e: (SAMPLES_DIR / e["file"]).stat().st_size)
+    document = read_document(SAMPLES_DIR / example["file"])
+    settings = engine.EngineSettings(max_seq_len=window_tokens).resolved(tokenizer)
+    windows, _ = engine.make_windows(tokenizer, example["question"], [document], settings)
+    return engine.collate(windows[:1], tokenizer.pad_token_id)
+
+
+@gpu_task
+def run_training_step(ctx: AppContext, window_tokens, progress=gr.Progress()):
+    """One forward+backward step with and without gradient checkpointing on the loaded model: both peaks."""
+    with user_errors("The training step"):
+        ensure_loaded(ctx, progress)
+        with ctx.session.lock:
+            loaded = ctx.session.loaded
+            progress(0.1, desc="Forward+backward without, then with checkpointing")
+            batch = training_batch(loaded.tokenizer, int(window_tokens))
+            try:
+                readout = training_step_readout(loaded.model, batch)
+            except Exception as exc:
+                raise ProfileError(f"A training step cannot run on the model as profile {loaded.profile.name!r} "
+                                   f"loaded it ({type(exc).__name__}: {exc}). Try baseline-fp32.") from exc
+    window = int(batch["input_ids"].shape[1])
+    return (pd.DataFrame(ui_format.training_rows(readout), columns=ui_format.TRAINING_HEADERS),
+            ui_format.training_summary(readout, window))
+
+
+# ------------------------------------------------------------------------------------------------ page
+def sample_examples() -> list[dict]:
+    """The bundled sample questions (file, question, answer), written by scripts/make_samples.py."""
+    path = SAMPLES_DIR / "examples.json"
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else []
+
+
+def example_rows(per_file: int = 2) -> list[list]:
+    rows, seen = [], {}
+    for example in sample_examples():
+        seen[example["file"]] = seen.get(example["file"], 0) + 1
+        if seen[example["file"]] <= per_file:
+            rows.append([[str(SAMPLES_DIR / example["file"])], "", example["question"], DEFAULT_TOP_K])
+    return rows
+
+
+def model_choices(ctx: AppContext) -> list[tuple[str, str]]:
+    return [(f"{ref}: {KNOWN_MODELS.get(ref, 'given with --model')}", ref) for ref in ctx.models]
+
+
+def profiles_frame(hardware: Hardware) -> pd.DataFrame:
+    rows = [[row["name"], row["targets"], ", ".join(row["strategies_here"] or row["strategies"]) or "none",
+             row["batch_size"], row["device"], "yes" if row["available"] else f"no: {row['reason']}"]
+            for row in describe_profiles(hardware)]
+    return pd.DataFrame(rows, columns=["profile", "targets", "strategies", "batch size", "device", "runs here"])
+
+
+def strategies_frame() -> pd.DataFrame:
+    rows = [[c["name"], c["stage"], c["saves"], c["costs"], c["requires"]] for c in strategy_cards()]
+    return pd.DataFrame(rows, columns=["strategy", "stage", "saves", "costs", "requires"])
+
+
+def build_blocks(ctx: AppContext, queue_size: int = DEFAULT_QUEUE_SIZE) -> gr.Blocks:
+    has_gpu = bool(ctx.hardware.usable_gpus)
+    empty = ui_format.history_frame([])
+    with gr.Blocks(title="Long-document QA with Longformer", analytics_enabled=False,
+                   delete_cache=(3600, 3600)) as demo:
+        gr.Markdown("# Long-document question answering with Longformer\n"
+                    "Upload documents or paste text, ask a question, and see what each hardware profile's memory "
+                    "strategies cost and save.")
+        banner_box = gr.Markdown(visible=False, elem_id="banner", label="Notice")
+        with gr.Row():
+            profile_dd = gr.Dropdown(profile_choices(ctx.hardware), value=ctx.selection["profile"],
+                                     label="Hardware profile", info=f"Detected: {ctx.hardware.describe()}", scale=2)
+            model_dd = gr.Dropdown(model_choices(ctx), value=ctx.selection["model"], label="Model", scale=2)
+        with gr.Row():
+            strategies_cb = gr.CheckboxGroup([(f"{c['name']}: {c['description']}", c["name"]) for c in strategy_cards()],
+                                             label="Custom strategies", visible=False, scale=4)
+            apply_btn = gr.Button("Load custom profile", visible=False, scale=1)
+        with gr.Accordion("Load readout", open=False):
+            load_table = gr.Dataframe(headers=ui_format.LOAD_HEADERS, label="Load readout", interactive=False)
+            load_json = gr.JSON(label="Load readout (JSON)")
+
+        with gr.Row():
+            with gr.Column():
+                files = gr.File(file_count="multiple", file_types=list(SUPPORTED_EXTENSIONS), type="filepath",
+                                label="Documents")
+                pasted = gr.Textbox(label="Or paste text", lines=6, placeholder="Paste a document here")
+            with gr.Column():
+                question = gr.Textbox(label="Question", placeholder="What is the frequency of Chiomklian Oustklaeth?")
+                top_k = gr.Slider(1, 10, value=DEFAULT_TOP_K, step=1, label="Top-k answers")
+                with gr.Row():
+                    ask_btn = gr.Button("Ask", variant="primary")
+                    stop_btn = gr.Button("Stop")
+                doc_table = gr.Dataframe(headers=ui_format.DOCUMENT_HEADERS, label="Documents read", interactive=False)
+        gr.Examples(example_rows(), inputs=[files, pasted, question, top_k],
+                    label="Examples: bundled sample documents the demo model can answer offline")
+
+        answer_box = gr.Textbox(label="Answer", interactive=False, elem_id="best-answer")
+        with gr.Row():
+            answers_table = gr.Dataframe(headers=ui_format.ANSWER_HEADERS, label="Top answers", interactive=False)
+            evidence_box = gr.HighlightedText(label="Evidence", color_map={"answer": "yellow"}, show_legend=False,
+                                              combine_adjacent=True)
+        with gr.Row():
+            latency_table = gr.Dataframe(headers=ui_format.LATENCY_HEADERS, label="Latency by stage",
+                                         interactive=False)
+            memory_table = gr.Dataframe(headers=ui_format.MEMORY_HEADERS, label="Memory", interactive=False)
+            run_table = gr.Dataframe(headers=ui_format.RUN_HEADERS, label="Run", interactive=False)
+        gauge = gr.Label(label="Live GPU memory (NVML)", visible=has_gpu)
+        timer = gr.Timer(GPU_REFRESH_S, active=has_gpu)
+
+        history = gr.State([])
+        history_table = gr.Dataframe(headers=ui_format.HISTORY_HEADERS, label="Run history (this page)",
+                                     interactive=False)
+        with gr.Row():
+            memory_plot = gr.BarPlot(empty, x="run", y=ui_format.PLOT_MEMORY, color="profile",
+                                     label="Peak memory by run", y_title="peak memory (MB, GPU else host RSS)")
+            latency_plot = gr.BarPlot(empty, x="run", y=ui_format.PLOT_LATENCY, color="profile",
+                                      label="Latency by run")
+        readout_json = gr.JSON(label="Full readout (JSON)")
+
+        with gr.Accordion("Training-step memory: gradient checkpointing", open=False):
+            gr.Markdown("One forward+backward step on a window of a bundled sample, with and without gradient "
+                        "checkpointing. This is where that strategy saves memory; at inference it saves nothing.")
+            window_slider = gr.Slider(128, 4096, value=512, step=64, label="Window (tokens)")
+            train_btn = gr.Button("Run one training step")
+            training_table = gr.Dataframe(headers=ui_format.TRAINING_HEADERS, label="Training step",
+                                          interactive=False)
+            training_text = gr.Markdown()
+        with gr.Accordion("Profiles and strategies", open=False):
+            gr.Dataframe(profiles_frame(ctx.hardware), label="Profiles on this machine", interactive=False)
+            gr.Dataframe(strategies_frame(), label="Strategies", interactive=False, wrap=True)
+
+        selection_outputs = [profile_dd, model_dd, strategies_cb, banner_box, load_table, load_json]
+        load_outputs_ = [banner_box, load_table, load_json]
+        load_inputs = [profile_dd, model_dd, strategies_cb]
+        demo.load(partial(on_page_load, ctx), outputs=selection_outputs, concurrency_limit=None,
+                  api_visibility="private")
+        profile_dd.change(show_custom_controls, inputs=profile_dd, outputs=[strategies_cb, apply_btn],
+                          queue=False, api_visibility="private")
+        for trigger, api_name in ((profile_dd.input, "load_profile"), (model_dd.input, None), (apply_btn.click, None)):
+            trigger(partial(load_profile, ctx), inputs=load_inputs, outputs=load_outputs_,
+                    concurrency_id=MODEL_CONCURRENCY, api_name=api_name,
+                    api_visibility="public" if api_name else "private").failure(
+                partial(restore_selection, ctx), outputs=selection_outputs, api_visibility="private")
+        for trigger in (files.change, pasted.blur):
+            trigger(partial(preview_documents, ctx), inputs=[files, pasted, question], outputs=doc_table,
+                    api_visibility="private")
+        ask_inputs = [files, pasted, question, top_k, history]
+        ask_outputs = [doc_table, answer_box, answers_table, evidence_box, latency_table, memory_table, run_table,
+                       history, history_table, memory_plot, latency_plot, readout_json]
+        ask_event = ask_btn.click(partial(ask, ctx), inputs=ask_inputs, outputs=ask_outputs,
+                                  concurrency_id=MODEL_CONCURRENCY, api_name="ask")
+        submit_event = question.submit(partial(ask, ctx), inputs=ask_inputs, outputs=ask_outputs,
+                                       concurrency_id=MODEL_CONCURRENCY, api_visibility="private")
+        stop_btn.click(None, cancels=[ask_event, submit_event])
+        train_btn.click(partial(run_training_step, ctx), inputs=window_slider, outputs=[training_table, training_text],
+                        concurrency_id=MODEL_CONCURRENCY, api_name="training_step")
+        timer.tick(refresh_gpu_gauge, outputs=gauge, concurrency_limit=None, show_progress="hidden",
+                   api_visibility="private")
+    demo.queue(default_concurrency_limit=1, max_size=queue_size)
+    return demo
+
+
+def build_demo(session: Session | None = None, *, models=None, default_model: str = DEFAULT_MODEL,
+               default_profile: str = "auto", max_file_mb: float = DEFAULT_MAX_FILE_MB,
+               max_total_tokens: int = engine.DEFAULT_MAX_TOTAL_TOKENS, queue_size: int = DEFAULT_QUEUE_SIZE,
+               hardware: Hardware | None = None) -> gr.Blocks:
+    """The page around `session` (a new, empty one by default); no model is loaded here."""
+    ctx = make_context(session, models=models, default_model=default_model, default_profile=default_profile,
+                       max_file_mb=max_file_mb, max_total_tokens=max_total_tokens, hardware=hardware)
+    return build_blocks(ctx, queue_size)
+
+
+# ------------------------------------------------------------------------------------------------ serving
+def serve(demo: gr.Blocks, *, host: str = "127.0.0.1", port: int = 7860, share: bool = False,
+          max_file_mb: float = DEFAULT_MAX_FILE_MB, block: bool = True) -> tuple[str, str | None]:
+    """Launch; a share link that cannot be made (offline) leaves the app serving locally. Returns both URLs."""
+    if share:
+        print("note: --share makes a PUBLIC link: anyone who has it can use this app on this machine.", flush=True)
+    launch = dict(server_name=host, server_port=port, max_file_size=int(max_file_mb * 1024 * 1024), css=CSS,
+                  prevent_thread_lock=True, show_error=True)
+    try:
+        _, local_url, share_url = demo.launch(share=share, **launch)
+    except Exception as exc:  # gradio catches tunnel failures itself; this covers any it lets through
+        if not share:
+            raise
+        print(f"warning: --share failed ({type(exc).__name__}: {exc}); serving locally only.", flush=True)
+        demo.close()
+        _, local_url, share_url = demo.launch(share=False, **launch)
+    if share and not share_url:
+        print(f"warning: --share: the public link could not be created (offline?); serving locally only at "
+              f"{local_url}", flush=True)
+    elif share_url:
+        print(f"Public link (anyone who has it can use this app): {share_url}", flush=True)
+    if block:
+        demo.block_thread()
+    return local_url, share_url
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description="Serve the long-document QA page.")
+    parser.add_argument("--model", default=DEFAULT_MODEL,
+                        help="model to start with; also the only model besides the registry the page may load "
+                             "(the default falls back to the bundled demo model when it cannot be fetched)")
+    parser.add_argument("--profile", default="auto", choices=list(PROFILES), help="hardware profile to start with")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=7860)
+    parser.add_argument("--share", action="store_true", help="also serve through a PUBLIC Gradio share link")
+    parser.add_argument("--max-file-mb", type=float, default=DEFAULT_MAX_FILE_MB, help="upload size limit per file")
+    parser.add_argument("--max-tokens", type=int, default=engine.DEFAULT_MAX_TOTAL_TOKENS,
+                        help="refuse requests whose documents have more tokens than this")
+    parser.add_argument("--queue-size", type=int, default=DEFAULT_QUEUE_SIZE,
+                        help="requests that may wait; more are refused with 'queue is full'")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    ctx = make_context(Session(), default_model=args.model, default_profile=args.profile,
+                       max_file_mb=args.max_file_mb, max_total_tokens=args.max_tokens)
+    reason = unavailable_reason(get_profile(args.profile), ctx.hardware)
+    if reason is not None:
+        print(f"error: profile {args.profile!r} cannot run on this machine: {reason}.", file=sys.stderr)
+        return 2
+    print(f"Loading {args.model} with profile {args.profile} ({ctx.hardware.describe()}) ...", flush=True)
+    try:
+        ensure_loaded(ctx)
+        readout = ctx.session.loaded.readout
+        if readout.fallback_reason:
+            print(f"note: {readout.fallback_reason}", flush=True)
+        print(f"Loaded {readout.model_ref} ({readout.profile}) in {ui_format.format_seconds(readout.load_time_s)}.",
+              flush=True)
+    except LongQAError as exc:
+        print(f"warning: no model loaded: {exc} The page still starts; pick a model there.", flush=True)
+    serve(build_blocks(ctx, args.queue_size), host=args.host, port=args.port, share=args.share,
+          max_file_mb=args.max_file_mb)
+    return 0
+
+
+demo = build_demo()
+
+if __name__ == "__main__":
+    sys.exit(main())

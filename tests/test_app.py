@@ -1,0 +1,319 @@
+"""The page's handlers as plain functions, with the tiny model: answers, readouts, profile switches, refusals."""
+
+from __future__ import annotations
+
+import json
+
+import gradio as gr
+import pandas as pd
+import pytest
+
+import app
+import ui_format
+from longqa.demo_task import make_example
+from longqa.models import DEMO_MODEL_DIR, KNOWN_MODELS
+from longqa.session import Session, read_documents
+from strategies.profiles import profile_choices, select_strategies
+
+READOUT_KEYS = {"question", "answers", "documents", "windows", "tokens", "batch_size", "backoffs", "latency_s",
+                "memory", "notices", "tokens_per_s", "model", "profile"}
+ANSWER_KEYS = {"text", "score", "document", "document_index", "start_char", "end_char"}
+MEMORY_KEYS = {"peak_allocated_bytes", "reserved_bytes", "nvml_used_bytes", "nvml_total_bytes", "host_rss_bytes",
+               "host_peak_rss_bytes", "devices"}
+LATENCY_KEYS = {"total", "extract", "tokenize", "forward", "decode"}
+ASK_OUTPUTS = ("documents", "answer", "answers", "evidence", "latency", "memory", "run", "history",
+               "history_table", "memory_plot", "latency_plot", "readout")
+
+
+@pytest.fixture()
+def ctx(tiny_model_dir):
+    context = app.make_context(Session(), models=[str(tiny_model_dir)], default_model=str(tiny_model_dir),
+                               default_profile="cpu")
+    app.ensure_loaded(context)
+    return context
+
+
+@pytest.fixture()
+def broken_model_dir(tmp_path):
+    folder = tmp_path / "not-a-model"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": "bert", "architectures": ["BertModel"]}))
+    return folder
+
+
+def ask(ctx, files=(), pasted="", question="What is the colour of Zorbin?", top_k=3, history=None) -> dict:
+    return dict(zip(ASK_OUTPUTS, app.ask(ctx, [str(f) for f in files], pasted, question, top_k, history or [])))
+
+
+def test_ask_answers_a_long_document_with_every_readout(ctx, long_document):
+    path, example = long_document
+    out = ask(ctx, [path], question=example.question)
+    readout = out["readout"]
+    assert set(readout) == READOUT_KEYS
+    assert set(readout["latency_s"]) == LATENCY_KEYS and set(readout["memory"]) == MEMORY_KEYS
+    assert all(set(a) == ANSWER_KEYS for a in readout["answers"])
+    assert len(readout["answers"]) == 3 and readout["model"] == ctx.session.model_ref and readout["profile"] == "cpu"
+    assert readout["tokens"] > 4096 and readout["windows"] >= 2 and readout["batch_size"] == 1
+    assert readout["backoffs"] == 0 and readout["notices"] == []
+    assert readout["latency_s"]["extract"] > 0
+    assert readout["latency_s"]["total"] >= readout["latency_s"]["forward"] > 0
+    assert readout["tokens_per_s"] == pytest.approx(readout["tokens"] / readout["latency_s"]["total"])
+    assert readout["memory"]["host_peak_rss_bytes"] > 0 and readout["memory"]["devices"] == []
+
+    # The same answers as the session gives directly: the page adds nothing and loses nothing.
+    documents, _ = read_documents([str(path)])
+    direct = ctx.session.readout(ctx.session.ask(documents, example.question, top_k=3))
+    assert [(a["text"], a["score"]) for a in readout["answers"]] == [(a["text"], a["score"]) for a in direct["answers"]]
+
+    assert out["documents"].values.tolist() == [[path.name, len(example.text), readout["tokens"], readout["windows"]]]
+    best = readout["answers"][0]
+    assert out["answer"] == best["text"]
+    assert out["answers"]["rank"].tolist() == [1, 2, 3]
+    assert out["answers"]["answer"].tolist() == [a["text"] for a in readout["answers"]]
+    highlighted = [span for span, label in out["evidence"] if label == "answer"]
+    assert highlighted == [best["text"]]
+    passage = "".join(span for span, _ in out["evidence"]).strip("…")
+    assert passage in example.text
+    assert out["latency"]["stage"].tolist() == ["extract", "tokenize", "forward", "decode", "total", "throughput"]
+    assert out["memory"].values.tolist()[-1][0] == "host RSS (now / peak)"
+    assert dict(out["run"].values.tolist())["windows"] == readout["windows"]
+
+
+def test_run_history_grows_per_page_and_feeds_the_plots(ctx):
+    first = ask(ctx, pasted=make_example(1, 1500).text)
+    second = ask(ctx, pasted=make_example(2, 1500).text, history=first["history"])
+    assert [h["run"] for h in second["history"]] == [1, 2]
+    assert second["history"][1]["latency_s"] == second["readout"]["latency_s"]["total"]
+    assert len(first["history"]) == 1, "the handler must not change the history it was given"
+    for plot in ("memory_plot", "latency_plot"):
+        assert isinstance(second[plot], pd.DataFrame)
+        assert second[plot]["run"].tolist() == ["01 cpu", "02 cpu"]
+    assert second["memory_plot"][ui_format.PLOT_MEMORY].iloc[1] == second["readout"]["memory"][
+        "host_peak_rss_bytes"] / 1e6
+    assert second["history_table"].shape == (2, len(ui_format.HISTORY_HEADERS))
+
+
+@pytest.mark.parametrize("case, message", [
+    ("no documents", "No document given"),
+    ("empty question", "question is empty"),
+    ("empty file", "is empty"),
+    ("binary file", "binary file"),
+    ("unsupported extension", "not supported"),
+    ("file over the size limit", "file size limit"),
+    ("text over the token limit", "over the limit"),
+])
+def test_bad_input_is_a_clear_error_and_the_next_request_works(ctx, tmp_path, case, message):
+    documents, question = [], "What is the colour of Zorbin?"
+    if case == "empty question":
+        documents, question = [tmp_path / "ok.txt"], "   "
+        documents[0].write_text("The colour of Zorbin is teal.")
+    elif case == "empty file":
+        documents = [tmp_path / "empty.txt"]
+        documents[0].write_bytes(b"")
+    elif case == "binary file":
+        documents = [tmp_path / "image.txt"]
+        documents[0].write_bytes(bytes(range(256)) * 20)
+    elif case == "unsupported extension":
+        documents = [tmp_path / "sheet.xlsx"]
+        documents[0].write_bytes(b"PK\x03\x04")
+    elif case == "file over the size limit":
+        ctx.max_file_bytes = 1000
+        documents = [tmp_path / "big.txt"]
+        documents[0].write_text("The colour of Zorbin is teal. " * 100)
+    elif case == "text over the token limit":
+        ctx.max_total_tokens = 50
+        documents = [tmp_path / "long.txt"]
+        documents[0].write_text("The colour of Zorbin is teal. " * 30)
+    with pytest.raises(gr.Error, match=message):
+        ask(ctx, documents, question=question)
+    ctx.max_file_bytes, ctx.max_total_tokens = 10**6, 10**6
+    assert ask(ctx, pasted="The colour of Zorbin is teal.")["readout"]["answers"]
+
+
+def test_error_messages_show_file_names_as_text_not_html(ctx, tmp_path):
+    path = tmp_path / "<img src=x onerror=alert(1)>.xyz"
+    path.write_text("hello")
+    with pytest.raises(gr.Error) as raised:
+        ask(ctx, [path])
+    assert "<img" not in raised.value.message and "&lt;img src=x onerror=alert(1)&gt;.xyz" in raised.value.message
+
+
+def test_a_long_question_is_cut_with_a_notice(ctx):
+    out = ask(ctx, pasted="The colour of Zorbin is teal.", question="What is the colour of Zorbin? " * 40)
+    assert any("cut to its first 64 tokens" in notice for notice in out["readout"]["notices"])
+    assert "cut to its first" in dict(out["run"].values.tolist())["notices"]
+
+
+def test_load_profile_switches_and_returns_the_load_readout(ctx, tiny_model_dir):
+    shown_banner, table, readout = app.load_profile(ctx, "baseline-fp32", str(tiny_model_dir))
+    assert readout["profile"] == "baseline-fp32" and readout["strategies"] == [] and readout["dtype"] == "float32"
+    assert readout["weight_bytes_per_device"]["cpu"] > 0 and readout["load_time_s"] > 0
+    assert dict(table.values.tolist())["profile"] == "baseline-fp32"
+    assert shown_banner["visible"] is False
+    assert ctx.session.profile_name == "baseline-fp32" and ctx.selection["profile"] == "baseline-fp32"
+    assert ask(ctx, pasted="The colour of Zorbin is teal.")["readout"]["profile"] == "baseline-fp32"
+
+    _, _, readout = app.load_profile(ctx, "auto", str(tiny_model_dir))
+    assert readout["profile"] == "cpu" and readout["strategies"] == list(select_strategies(
+        app.chosen_profile(ctx, "cpu", []), ctx.hardware))
+    assert ctx.selection["profile"] == "auto"
+
+
+def test_an_unavailable_profile_is_refused_and_nothing_is_reloaded(ctx, tiny_model_dir):
+    loaded = ctx.session.loaded
+    with pytest.raises(gr.Error, match=r"'t4-16gb' cannot run on this machine: needs a CUDA GPU.*Still using"):
+        app.load_profile(ctx, "t4-16gb", str(tiny_model_dir))
+    assert ctx.session.loaded is loaded and ctx.selection["profile"] == "cpu"
+    profile, model, _, *_ = app.restore_selection(ctx)
+    assert profile["value"] == "cpu" and model["value"] == str(tiny_model_dir)
+
+
+def test_a_failed_load_keeps_the_previous_model_and_says_why(tiny_model_dir, broken_model_dir):
+    ctx = app.make_context(Session(), models=[str(tiny_model_dir), str(broken_model_dir)],
+                           default_model=str(tiny_model_dir), default_profile="cpu")
+    app.ensure_loaded(ctx)
+    with pytest.raises(gr.Error, match=r"bert model.*Still using .* with profile cpu"):
+        app.load_profile(ctx, "cpu", str(broken_model_dir))
+    assert ctx.session.model_ref == str(tiny_model_dir) and ctx.selection["model"] == str(tiny_model_dir)
+    assert ask(ctx, pasted="The colour of Zorbin is teal.")["readout"]["model"] == str(tiny_model_dir)
+
+
+@pytest.mark.parametrize("model_ref", ["/etc", "someone/any-model", "../longqa/demo_model", "arch:large"])
+def test_only_listed_models_can_be_loaded_from_the_page(ctx, model_ref):
+    loaded = ctx.session.loaded
+    with pytest.raises(gr.Error, match="can only load the listed models"):
+        app.load_profile(ctx, "cpu", model_ref)
+    assert ctx.session.loaded is loaded
+
+
+def test_the_registry_and_the_command_line_model_are_listed():
+    ctx = app.make_context(Session(), default_model="/srv/models/mine")
+    assert ctx.models == [*KNOWN_MODELS, "/srv/models/mine"]
+    assert dict((value, label) for label, value in app.model_choices(ctx))["/srv/models/mine"].endswith(
+        "given with --model")
+
+
+def test_custom_profile_applies_the_ticked_strategies_and_refuses_conflicts(ctx, tiny_model_dir):
+    _, _, readout = app.load_profile(ctx, "custom", str(tiny_model_dir), ["int8_dynamic"])
+    assert readout["profile"] == "custom" and readout["strategies"] == ["int8_dynamic"]
+    assert "int8" in readout["dtype"]
+    _, _, readout = app.load_profile(ctx, "custom", str(tiny_model_dir), [])
+    assert readout["strategies"] == [] and readout["dtype"] == "float32"
+    with pytest.raises(gr.Error, match="'half_precision' and 'autocast' conflict"):
+        app.load_profile(ctx, "custom", str(tiny_model_dir), ["half_precision", "autocast"])
+    assert ctx.session.loaded.readout.strategies == []
+
+
+def test_custom_controls_show_only_for_the_custom_profile():
+    shown = app.show_custom_controls("custom")
+    hidden = app.show_custom_controls("cpu")
+    assert [u["visible"] for u in shown] == [True, True] and [u["visible"] for u in hidden] == [False, False]
+
+
+def test_banner_when_running_on_the_demo_model_instead(ctx):
+    assert app.banner(ctx)["visible"] is False
+    ctx.session.loaded.readout.fallback_reason = "Could not fetch 'allenai/x' from the Hugging Face Hub: offline."
+    ctx.selection["model"] = "allenai/longformer-large-4096-finetuned-triviaqa"
+    shown = app.banner(ctx)
+    assert shown["visible"] is True and "Running on the bundled demo model" in shown["value"]
+    assert "Could not fetch" in shown["value"]
+
+
+def test_page_load_without_a_loadable_model_shows_why_and_keeps_the_page(broken_model_dir):
+    ctx = app.make_context(Session(), models=[str(broken_model_dir)], default_model=str(broken_model_dir),
+                           default_profile="cpu")
+    profile, model, strategies, shown_banner, table, readout = app.on_page_load(ctx)
+    assert shown_banner["visible"] is True and "No model is loaded" in shown_banner["value"]
+    assert profile["value"] == "cpu" and readout == {} and table.empty
+    with pytest.raises(gr.Error, match="bert model"):
+        ask(ctx, pasted="The colour of Zorbin is teal.")
+
+
+def test_preview_shows_characters_tokens_and_windows_before_asking(ctx, long_document):
+    path, example = long_document
+    preview = app.preview_documents(ctx, [str(path)], "The colour of Zorbin is teal.", example.question)
+    asked = ask(ctx, [path], pasted="The colour of Zorbin is teal.", question=example.question)
+    assert preview.values.tolist() == asked["documents"].values.tolist()
+    assert preview.values.tolist()[1][0] == "pasted text"
+    assert app.preview_documents(ctx, None, "  ", "").empty
+
+
+def test_training_step_accordion_shows_both_peaks_and_times(ctx):
+    table, summary = app.run_training_step(ctx, 256)
+    rows = table.values.tolist()
+    assert [r[0] for r in rows] == ["without checkpointing", "with checkpointing"]
+    assert all(r[1] != "—" and r[2] != "—" for r in rows)
+    assert "256-token window" in summary and "saves nothing at inference" in summary
+
+
+def test_dropdowns_come_from_the_registries(ctx):
+    demo = app.build_blocks(ctx)
+    by_label = {getattr(block, "label", None): block for block in demo.blocks.values()}
+    choices = by_label["Hardware profile"].choices
+    assert choices == [tuple(choice) for choice in profile_choices(ctx.hardware)]
+    labels = dict((value, label) for label, value in choices)
+    assert labels["auto"].startswith("auto → cpu")
+    assert "unavailable: needs a CUDA GPU" in labels["t4-16gb"]
+    assert [value for _, value in by_label["Model"].choices] == ctx.models
+    assert by_label["Live GPU memory (NVML)"].visible is False  # no GPU here: the gauge is hidden
+
+
+def test_named_endpoints_and_queue_bounds(ctx):
+    demo = app.build_blocks(ctx, queue_size=7)
+    by_name = {fn.api_name: fn for fn in demo.fns.values() if fn.api_visibility == "public"}
+    assert set(by_name) == {"ask", "load_profile", "training_step"}
+    assert by_name["ask"].concurrency_id == by_name["load_profile"].concurrency_id == app.MODEL_CONCURRENCY
+    assert by_name["training_step"].concurrency_id == app.MODEL_CONCURRENCY
+    assert demo._queue.max_size == 7 and demo._queue.default_concurrency_limit == 1
+    assert by_name["ask"].outputs[-1].label == "Full readout (JSON)"
+    assert by_name["load_profile"].outputs[-1].label == "Load readout (JSON)"
+
+
+def test_spaces_guard_is_a_no_op_without_the_package():
+    def handler():
+        return 1
+
+    assert app.gpu_task(handler) is handler or app.gpu_task(handler)() == 1
+
+
+def test_command_line_defaults_and_limits():
+    args = app.build_parser().parse_args([])
+    assert (args.model, args.profile, args.host, args.port, args.share, args.max_file_mb) == (
+        "allenai/longformer-large-4096-finetuned-triviaqa", "auto", "127.0.0.1", 7860, False, 50.0)
+    assert args.queue_size == app.DEFAULT_QUEUE_SIZE
+    with pytest.raises(SystemExit):
+        app.build_parser().parse_args(["--profile", "no-such-profile"])
+
+
+def test_serve_with_share_offline_warns_and_keeps_serving_locally(ctx, capsys):
+    import urllib.request
+
+    demo = app.build_blocks(ctx)
+    try:
+        local_url, share_url = app.serve(demo, host="127.0.0.1", port=7871, share=True, block=False)
+        assert share_url is None
+        assert urllib.request.urlopen(local_url, timeout=30).status == 200
+    finally:
+        demo.close()
+    printed = capsys.readouterr().out
+    assert "PUBLIC link" in printed and "serving locally only" in printed
+
+
+def test_examples_point_at_bundled_samples_with_the_stated_facts():
+    rows = app.example_rows()
+    assert rows, "scripts/make_samples.py writes longqa/samples/examples.json"
+    for example in app.sample_examples():
+        text = (app.SAMPLES_DIR / example["file"]).read_text(encoding="utf-8")
+        assert 5_000 <= len(text) <= 60_000
+        attribute_entity = example["question"].removeprefix("What is the ").removesuffix("?")
+        attribute, entity = attribute_entity.split(" of ", 1)
+        assert f"The {attribute} of {entity} is {example['answer']}." in text
+
+
+@pytest.mark.skipif(not any(DEMO_MODEL_DIR.glob("*.safetensors")), reason="the demo model has no weights yet")
+def test_examples_are_answered_by_the_bundled_demo_model():
+    ctx = app.make_context(Session(), models=["demo"], default_model="demo", default_profile="baseline-fp32")
+    for files, pasted, question, top_k in app.example_rows():
+        out = ask(ctx, files, pasted, question, top_k)
+        expected = next(e["answer"] for e in app.sample_examples() if e["question"] == question)
+        assert out["answer"] == expected, question

@@ -1,0 +1,112 @@
+"""The page's formatting: units, tables, evidence spans, history frames and the GPU gauge, from plain readouts."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+import ui_format
+
+
+@pytest.mark.parametrize("n_bytes, text", [(None, "—"), (0, "0 B"), (999, "999 B"), (4_100, "4.1 kB"),
+                                           (812_300_000, "812.3 MB"), (15_600_000_000, "15.6 GB")])
+def test_format_bytes_uses_decimal_units(n_bytes, text):
+    assert ui_format.format_bytes(n_bytes) == text
+
+
+@pytest.mark.parametrize("seconds, text", [(None, "—"), (0.0004, "0 ms"), (0.1234, "123 ms"), (1.0, "1.00 s"),
+                                           (61.234, "61.23 s")])
+def test_format_seconds(seconds, text):
+    assert ui_format.format_seconds(seconds) == text
+
+
+def test_escape_markdown_keeps_html_and_markdown_literal():
+    text = ui_format.escape_markdown("<script>alert(1)</script> *bold* [link](x)")
+    assert "<script>" not in text and "&lt;script&gt;" in text
+    assert r"\*bold\*" in text and r"\[link\]\(x\)" in text
+
+
+def test_evidence_highlights_exactly_the_answer_and_cuts_at_spaces():
+    text = ("word " * 200) + "The colour of Zorbin is teal. " + ("more " * 200)
+    start = text.index("teal")
+    spans = ui_format.evidence(text, start, start + 4, context_chars=50)
+    assert [label for _, label in spans] == [None, "answer", None]
+    before, answer, after = (span for span, _ in spans)
+    assert answer == "teal"
+    assert before.startswith("…") and after.endswith("…")
+    assert before[1:] == text[start - len(before) + 1: start]  # an exact slice, starting at a word
+    assert before[1] != " " and text[start - len(before)] == " "
+    assert len(before) <= 51 and len(after) <= 51
+
+
+def test_evidence_at_document_edges_has_no_ellipsis():
+    spans = ui_format.evidence("teal is it", 0, 4)
+    assert spans == [("teal", "answer"), (" is it", None)]
+
+
+def test_answer_rows_and_best_answer():
+    answers = [{"text": "teal", "score": 0.91234, "document": "a.txt", "document_index": 0, "start_char": 1200,
+                "end_char": 1204},
+               {"text": "", "score": 0.05, "document": None, "document_index": -1, "start_char": 0, "end_char": 0}]
+    rows = ui_format.answer_rows(answers)
+    assert rows[0] == [1, "teal", "0.9123", "a.txt", "1,200–1,204"]
+    assert rows[1][3] == "(no answer)" and rows[1][4] == "—"
+    assert ui_format.best_answer(answers) == "teal"
+    assert ui_format.best_answer(answers[1:]).startswith("(no answer")
+
+
+def test_latency_and_memory_rows_cover_every_stage_and_device():
+    latency = {"total": 2.5, "extract": 0.01, "tokenize": 0.02, "forward": 2.4, "decode": 0.07}
+    rows = ui_format.latency_rows(latency, 4096.0)
+    assert [r[0] for r in rows] == ["extract", "tokenize", "forward", "decode", "total", "throughput"]
+    assert rows[2][1] == "2.40 s" and rows[-1][1] == "4,096 tokens/s"
+    memory = {"host_rss_bytes": 2e9, "host_peak_rss_bytes": 3e9, "devices": [
+        {"index": 0, "name": "T4", "peak_allocated_bytes": 1e9, "reserved_bytes": 2e9, "nvml_used_bytes": 3e9,
+         "nvml_total_bytes": 16e9}]}
+    rows = ui_format.memory_rows(memory)
+    assert rows[0] == ["cuda:0 T4", "1.0 GB", "2.0 GB", "3.0 GB", "16.0 GB"]
+    assert rows[1][:3] == ["host RSS (now / peak)", "2.0 GB", "3.0 GB"]
+    assert ui_format.memory_rows({"devices": []})[0][1] == "no GPU used"
+
+
+def test_history_frame_uses_gpu_peak_else_host_peak():
+    history = [
+        {"run": 1, "profile": "cpu", "model": "demo", "tokens": 10, "windows": 1, "peak_allocated_bytes": None,
+         "host_peak_rss_bytes": 500e6, "latency_s": 1.5, "tokens_per_s": 6.7},
+        {"run": 2, "profile": "t4-16gb", "model": "demo", "tokens": 10, "windows": 1, "peak_allocated_bytes": 2e9,
+         "host_peak_rss_bytes": 900e6, "latency_s": 0.5, "tokens_per_s": 20.0},
+    ]
+    frame = ui_format.history_frame(history)
+    assert list(frame["run"]) == ["01 cpu", "02 t4-16gb"]
+    assert list(frame[ui_format.PLOT_MEMORY]) == [500.0, 2000.0]
+    assert list(frame[ui_format.PLOT_LATENCY]) == [1.5, 0.5]
+    assert ui_format.history_rows(history)[1][5:8] == ["2.0 GB", "900.0 MB", "500 ms"]
+    assert ui_format.history_frame([]).empty
+
+
+def test_gpu_gauge_fractions_and_missing_nvml():
+    snapshot = [{"index": 0, "name": "T4", "nvml_used_bytes": 4e9, "nvml_total_bytes": 16e9},
+                {"index": 1, "name": "T4", "nvml_used_bytes": None, "nvml_total_bytes": None}]
+    assert ui_format.gpu_gauge(snapshot) == {"GPU 0 T4: 4.0 GB / 16.0 GB": 0.25}
+    assert ui_format.gpu_gauge([]) == {}
+
+
+def test_load_rows_summarise_the_device_map():
+    readout = {"model_ref": "demo", "profile": "consumer-gpu", "strategies": ["half_precision", "offload"],
+               "dtype": "float16", "load_time_s": 3.2, "weight_bytes_per_device": {"cuda:0": 6e8, "cpu": 2e8},
+               "device_map": {"a": "cuda:0", "b": "cuda:0", "c": "cpu"}, "host_peak_rss_bytes": 1.5e9,
+               "fallback_reason": None}
+    rows = dict(ui_format.load_rows(readout))
+    assert rows["weights per device"] == "cuda:0: 600.0 MB, cpu: 200.0 MB"
+    assert rows["device map"] == "cuda:0: 2 module(s), cpu: 1 module(s)"
+    assert rows["load time"] == "3.20 s" and rows["fallback"] == "none"
+
+
+def test_training_summary_states_the_saving_and_that_inference_saves_nothing():
+    readout = SimpleNamespace(peak_bytes_without=400e6, peak_bytes_with=100e6, time_s_without=1.0, time_s_with=1.3,
+                              saved_bytes=300e6, saved_fraction=0.75, time_ratio=1.3, measured_by="cpu live tensor bytes")
+    assert ui_format.training_rows(readout) == [["without checkpointing", "400.0 MB", "1.00 s"],
+                                                ["with checkpointing", "100.0 MB", "1.30 s"]]
+    text = ui_format.training_summary(readout, 512)
+    assert "saves 300.0 MB (75%" in text and "1.30×" in text and "saves nothing at inference" in text

@@ -1,0 +1,198 @@
+"""Formatting for the web page: readout dicts (bytes, seconds) into the rows, labels and frames the UI shows.
+
+Pure functions of plain data. It knows nothing of gradio, models or sessions, and never renders document text
+as HTML: text goes into cells and highlighted spans, which the page shows as text.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+
+import pandas as pd
+
+MISSING = "—"
+EVIDENCE_CONTEXT_CHARS = 300
+STAGES = ("extract", "tokenize", "forward", "decode", "total")
+
+DOCUMENT_HEADERS = ["document", "characters", "tokens", "windows"]
+ANSWER_HEADERS = ["rank", "answer", "score", "document", "position (characters)"]
+LATENCY_HEADERS = ["stage", "time"]
+MEMORY_HEADERS = ["device", "peak allocated", "reserved", "NVML used", "NVML total"]
+RUN_HEADERS = ["readout", "value"]
+LOAD_HEADERS = ["readout", "value"]
+HISTORY_HEADERS = ["run", "profile", "model", "tokens", "windows", "peak GPU memory", "host peak RSS", "latency",
+                   "tokens/s"]
+TRAINING_HEADERS = ["training step", "peak memory", "time"]
+PLOT_MEMORY = "peak memory (MB)"
+PLOT_LATENCY = "latency (s)"
+
+
+def escape_markdown(text: str) -> str:
+    """Text shown literally inside Markdown: HTML escaped, Markdown punctuation backslash-escaped."""
+    return re.sub(r"([\\`*_{}\[\]()#+\-.!|~>])", r"\\\1", html.escape(str(text), quote=False))
+
+
+def format_bytes(n_bytes: int | float | None) -> str:
+    """Decimal units, as GPU boxes and `Hardware.describe` use them: 15.6 GB, 812.3 MB, 4.1 kB, 12 B."""
+    if n_bytes is None:
+        return MISSING
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(n_bytes) >= size:
+            return f"{n_bytes / size:.1f} {unit}"
+    return f"{int(n_bytes)} B"
+
+
+def format_seconds(seconds: float | None) -> str:
+    if seconds is None:
+        return MISSING
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    return f"{seconds:.2f} s"
+
+
+def format_rate(tokens_per_s: float | None) -> str:
+    return MISSING if tokens_per_s is None else f"{tokens_per_s:,.0f} tokens/s"
+
+
+def document_rows(documents: list[dict]) -> list[list]:
+    return [[d["name"], d["chars"], d["tokens"], d["windows"]] for d in documents]
+
+
+def answer_rows(answers: list[dict]) -> list[list]:
+    rows = []
+    for rank, answer in enumerate(answers, 1):
+        if answer["document"] is None:
+            where, document = MISSING, "(no answer)"
+        else:
+            where, document = f"{answer['start_char']:,}–{answer['end_char']:,}", answer["document"]
+        rows.append([rank, answer["text"], f"{answer['score']:.4g}", document, where])
+    return rows
+
+
+def best_answer(answers: list[dict]) -> str:
+    if not answers or answers[0]["document"] is None:
+        return "(no answer found in the documents)"
+    return answers[0]["text"]
+
+
+def evidence(text: str, start: int, end: int, context_chars: int = EVIDENCE_CONTEXT_CHARS) -> list[tuple]:
+    """The passage around text[start:end] as highlighted spans: [(before, None), (answer, "answer"), (after, None)].
+
+    The passage is cut at white space so no word is split, with an ellipsis where it is cut.
+    """
+    left = max(0, start - context_chars)
+    if left > 0:
+        space = text.find(" ", left, start)
+        left = space + 1 if space != -1 else left
+    right = min(len(text), end + context_chars)
+    if right < len(text):
+        space = text.rfind(" ", end, right)
+        right = space if space != -1 else right
+    before = ("…" if left > 0 else "") + text[left:start]
+    after = text[end:right] + ("…" if right < len(text) else "")
+    return [(span, label) for span, label in ((before, None), (text[start:end], "answer"), (after, None)) if span]
+
+
+def latency_rows(latency_s: dict, tokens_per_s: float | None) -> list[list]:
+    rows = [[stage, format_seconds(latency_s.get(stage))] for stage in STAGES]
+    rows.append(["throughput", format_rate(tokens_per_s)])
+    return rows
+
+
+def memory_rows(memory: dict) -> list[list]:
+    """One row per GPU (peak allocated, reserved, NVML used/total), then the host's RSS and peak."""
+    rows = [[f"cuda:{d['index']} {d['name']}", format_bytes(d["peak_allocated_bytes"]),
+             format_bytes(d["reserved_bytes"]), format_bytes(d["nvml_used_bytes"]), format_bytes(d["nvml_total_bytes"])]
+            for d in memory.get("devices", [])]
+    if not rows:
+        rows.append(["GPU", "no GPU used", MISSING, MISSING, MISSING])
+    rows.append(["host RSS (now / peak)", format_bytes(memory.get("host_rss_bytes")),
+                 format_bytes(memory.get("host_peak_rss_bytes")), MISSING, MISSING])
+    return rows
+
+
+def run_rows(readout: dict) -> list[list]:
+    return [
+        ["model", readout.get("model") or MISSING],
+        ["profile", readout.get("profile") or MISSING],
+        ["tokens", f"{readout['tokens']:,}"],
+        ["windows", readout["windows"]],
+        ["batch size used", readout["batch_size"]],
+        ["out-of-memory back-offs", readout["backoffs"]],
+        ["notices", " ".join(readout.get("notices") or []) or "none"],
+    ]
+
+
+def load_rows(readout: dict) -> list[list]:
+    per_device = readout.get("weight_bytes_per_device") or {}
+    device_map = readout.get("device_map")
+    if device_map:
+        by_device: dict[str, int] = {}
+        for device in device_map.values():
+            by_device[device] = by_device.get(device, 0) + 1
+        placement = ", ".join(f"{device}: {n} module(s)" for device, n in by_device.items())
+    else:
+        placement = "whole model on one device"
+    return [
+        ["model", readout.get("model_ref") or MISSING],
+        ["profile", readout.get("profile") or MISSING],
+        ["strategies", ", ".join(readout.get("strategies") or []) or "none"],
+        ["weights dtype", readout.get("dtype") or MISSING],
+        ["load time", format_seconds(readout.get("load_time_s"))],
+        ["weights per device", ", ".join(f"{d}: {format_bytes(b)}" for d, b in per_device.items()) or MISSING],
+        ["device map", placement],
+        ["host RAM peak while loading", format_bytes(readout.get("host_peak_rss_bytes"))],
+        ["fallback", readout.get("fallback_reason") or "none"],
+    ]
+
+
+def history_entry(readout: dict, run: int) -> dict:
+    """What the run history keeps of one /ask readout (bytes and seconds)."""
+    memory = readout["memory"]
+    return {"run": run, "profile": readout.get("profile"), "model": readout.get("model"),
+            "tokens": readout["tokens"], "windows": readout["windows"],
+            "peak_allocated_bytes": memory.get("peak_allocated_bytes"),
+            "host_peak_rss_bytes": memory.get("host_peak_rss_bytes"),
+            "latency_s": readout["latency_s"]["total"], "tokens_per_s": readout.get("tokens_per_s")}
+
+
+def history_rows(history: list[dict]) -> list[list]:
+    return [[h["run"], h["profile"], h["model"], h["tokens"], h["windows"], format_bytes(h["peak_allocated_bytes"]),
+             format_bytes(h["host_peak_rss_bytes"]), format_seconds(h["latency_s"]), format_rate(h["tokens_per_s"])]
+            for h in history]
+
+
+def history_frame(history: list[dict]) -> pd.DataFrame:
+    """Data for the bar plots: one row per run; peak memory is the GPU peak where a GPU ran, else host RSS."""
+    rows = []
+    for h in history:
+        peak = h["peak_allocated_bytes"] if h["peak_allocated_bytes"] is not None else h["host_peak_rss_bytes"]
+        rows.append({"run": f"{h['run']:02d} {h['profile']}", "profile": h["profile"],
+                     PLOT_MEMORY: (peak or 0) / 1e6, PLOT_LATENCY: h["latency_s"]})
+    return pd.DataFrame(rows, columns=["run", "profile", PLOT_MEMORY, PLOT_LATENCY])
+
+
+def gpu_gauge(snapshot: list[dict]) -> dict[str, float]:
+    """{"GPU 0 name: used / total": fraction used} for a gauge of bars; GPUs NVML cannot measure are left out."""
+    gauge = {}
+    for gpu in snapshot:
+        used, total = gpu.get("nvml_used_bytes"), gpu.get("nvml_total_bytes")
+        if used is None or not total:
+            continue
+        gauge[f"GPU {gpu['index']} {gpu['name']}: {format_bytes(used)} / {format_bytes(total)}"] = used / total
+    return gauge
+
+
+def training_rows(readout) -> list[list]:
+    return [["without checkpointing", format_bytes(readout.peak_bytes_without), format_seconds(readout.time_s_without)],
+            ["with checkpointing", format_bytes(readout.peak_bytes_with), format_seconds(readout.time_s_with)]]
+
+
+def training_summary(readout, window_tokens: int) -> str:
+    saved = readout.saved_bytes
+    verb = "saves" if saved > 0 else "changes"
+    return (f"One forward+backward step on a {window_tokens:,}-token window (measured by {readout.measured_by}): "
+            f"checkpointing {verb} {format_bytes(abs(saved))} ({readout.saved_fraction:.0%} of the step's peak) "
+            f"and takes {readout.time_ratio:.2f}× the time. It saves nothing at inference: activations are only "
+            "kept, and so only recomputed, when a backward pass follows.")
