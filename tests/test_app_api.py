@@ -1,0 +1,185 @@
+"""The served app through gradio_client on 127.0.0.1: /ask with a long upload, /load_profile, errors, the queue."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.request
+
+import pytest
+from gradio_client import Client, handle_file
+from gradio_client.exceptions import AppError
+
+import app
+from longqa.session import Session
+
+READOUT_KEYS = {"question", "answers", "documents", "windows", "tokens", "batch_size", "backoffs", "latency_s",
+                "memory", "notices", "tokens_per_s", "model", "profile"}
+ASK_RETURNS = ("documents", "answer", "answers", "evidence", "latency", "memory", "run", "history_table",
+               "memory_plot", "latency_plot", "readout")  # the per-browser history (gr.State) is not returned
+
+
+class SlowSession(Session):
+    """A session whose answers take at least `delay_s`: long enough to queue other requests behind them."""
+
+    delay_s = 1.5
+
+    def ask(self, *args, **kwargs):
+        time.sleep(self.delay_s)
+        return super().ask(*args, **kwargs)
+
+
+def serve(ctx, queue_size=app.DEFAULT_QUEUE_SIZE):
+    demo = app.build_blocks(ctx, queue_size)
+    _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", quiet=True)
+    return demo, url
+
+
+@pytest.fixture(scope="module")
+def server(tiny_model_dir):
+    ctx = app.make_context(Session(), models=[str(tiny_model_dir)], default_model=str(tiny_model_dir),
+                           default_profile="cpu")
+    app.ensure_loaded(ctx)
+    demo, url = serve(ctx)
+    yield ctx, url
+    demo.close()
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return Client(server[1], verbose=False)
+
+
+def ask(client, files=(), pasted="", question="What is the colour of Zorbin?", top_k=3) -> dict:
+    result = client.predict([handle_file(str(f)) for f in files], pasted, question, top_k, api_name="/ask")
+    assert len(result) == len(ASK_RETURNS)
+    return dict(zip(ASK_RETURNS, result))
+
+
+def test_ask_a_long_upload_returns_the_answer_and_every_readout_field(client, server, long_document):
+    ctx, _ = server
+    path, example = long_document
+    out = ask(client, [path], question=example.question)
+    readout = out["readout"]
+    assert set(readout) == READOUT_KEYS
+    assert readout["question"] == example.question and readout["model"] == ctx.session.model_ref
+    assert readout["profile"] == "cpu" and readout["batch_size"] == 1 and readout["backoffs"] == 0
+    assert readout["tokens"] > 4096 and readout["windows"] >= 2 and readout["notices"] == []
+    assert readout["documents"] == [{"name": path.name, "chars": len(example.text), "tokens": readout["tokens"],
+                                     "windows": readout["windows"]}]
+    assert set(readout["latency_s"]) == {"total", "extract", "tokenize", "forward", "decode"}
+    assert all(value >= 0 for value in readout["latency_s"].values()) and readout["latency_s"]["forward"] > 0
+    assert readout["tokens_per_s"] == pytest.approx(readout["tokens"] / readout["latency_s"]["total"])
+    memory = readout["memory"]
+    assert set(memory) == {"peak_allocated_bytes", "reserved_bytes", "nvml_used_bytes", "nvml_total_bytes",
+                           "host_rss_bytes", "host_peak_rss_bytes", "devices"}
+    assert memory["peak_allocated_bytes"] is None and memory["devices"] == []  # CPU: no device numbers, no guesses
+    assert memory["host_rss_bytes"] > 0 and memory["host_peak_rss_bytes"] > 0
+    assert len(readout["answers"]) == 3
+    for answer in readout["answers"]:
+        assert set(answer) == {"text", "score", "document", "document_index", "start_char", "end_char"}
+        assert example.text[answer["start_char"]:answer["end_char"]] == answer["text"]
+        assert answer["document"] == path.name and 0 <= answer["score"] <= 1
+
+    assert out["answer"] == readout["answers"][0]["text"]
+    assert [row[1] for row in out["answers"]["data"]] == [a["text"] for a in readout["answers"]]
+    assert out["documents"]["data"] == [[path.name, len(example.text), readout["tokens"], readout["windows"]]]
+    highlighted = [span["token"] for span in out["evidence"] if span["class_or_confidence"] == "answer"]
+    assert highlighted == [readout["answers"][0]["text"]]
+    assert [row[0] for row in out["latency"]["data"]][-2:] == ["total", "throughput"]
+    assert out["memory_plot"]["data"][-1][1] == "cpu"
+
+
+def test_switch_profile_then_ask_uses_it(client, server, tiny_model_dir):
+    ctx, _ = server
+    *_, readout = client.predict("baseline-fp32", str(tiny_model_dir), api_name="/load_profile")
+    assert readout["profile"] == "baseline-fp32" and readout["dtype"] == "float32" and readout["strategies"] == []
+    assert readout["model_ref"] == str(tiny_model_dir) and readout["weight_bytes_per_device"]["cpu"] > 0
+    assert set(readout) >= {"load_time_s", "weight_bytes_per_device", "device_map", "host_peak_rss_bytes",
+                            "fallback_reason", "strategies", "dtype"}
+    assert ask(client, pasted="The colour of Zorbin is teal.")["readout"]["profile"] == "baseline-fp32"
+    *_, readout = client.predict("cpu", str(tiny_model_dir), api_name="/load_profile")
+    assert readout["profile"] == "cpu" and ctx.session.profile_name == "cpu"
+
+
+def test_bad_input_is_a_clear_error_and_the_next_call_works(client, tmp_path):
+    with pytest.raises(AppError, match="No document given"):
+        ask(client)
+    empty = tmp_path / "empty.txt"
+    empty.write_bytes(b"")
+    with pytest.raises(AppError, match="'empty.txt' is empty"):
+        ask(client, [empty])
+    with pytest.raises(AppError, match="question is empty"):
+        ask(client, pasted="The colour of Zorbin is teal.", question="  ")
+    assert ask(client, pasted="The colour of Zorbin is teal.")["readout"]["answers"]
+
+
+def test_load_profile_refuses_unlisted_models_and_unavailable_profiles(client, server, tiny_model_dir):
+    ctx, _ = server
+    loaded = ctx.session.loaded
+    with pytest.raises(AppError, match="not in the list of choices"):
+        client.predict("cpu", "/etc", api_name="/load_profile")
+    with pytest.raises(AppError, match="cannot run on this machine: needs a CUDA GPU"):
+        client.predict("t4-16gb", str(tiny_model_dir), api_name="/load_profile")
+    assert ctx.session.loaded is loaded
+    assert ask(client, pasted="The colour of Zorbin is teal.")["readout"]["profile"] == "cpu"
+
+
+def test_a_file_path_that_was_not_uploaded_is_refused(server):
+    _, url = server
+    payload = {"data": [[{"path": "/etc/passwd", "meta": {"_type": "gradio.FileData"}}], "", "Who?", 3]}
+    request = urllib.request.Request(f"{url}gradio_api/call/ask", data=json.dumps(payload).encode(),
+                                     headers={"Content-Type": "application/json"})
+    event_id = json.loads(urllib.request.urlopen(request, timeout=30).read())["event_id"]
+    stream = urllib.request.urlopen(f"{url}gradio_api/call/ask/{event_id}", timeout=60).read().decode()
+    assert "event: error" in stream and "root:" not in stream
+
+
+def test_a_profile_switch_waits_for_the_answer_in_flight(tiny_model_dir):
+    ctx = app.make_context(SlowSession(), models=[str(tiny_model_dir)], default_model=str(tiny_model_dir),
+                           default_profile="cpu")
+    app.ensure_loaded(ctx)
+    demo, url = serve(ctx)
+    try:
+        client = Client(url, verbose=False)
+        answer_job = client.submit([], "The colour of Zorbin is teal.", "What is the colour of Zorbin?", 1,
+                                   api_name="/ask")
+        time.sleep(0.5)
+        load_job = client.submit("baseline-fp32", str(tiny_model_dir), api_name="/load_profile")
+        readout = answer_job.result(timeout=60)[-1]
+        assert readout["profile"] == "cpu", "the reload must not run under the answer"
+        assert load_job.result(timeout=60)[-1]["profile"] == "baseline-fp32"
+    finally:
+        demo.close()
+
+
+def test_the_queue_is_bounded_and_refuses_the_overflow_clearly(tiny_model_dir):
+    ctx = app.make_context(SlowSession(), models=[str(tiny_model_dir)], default_model=str(tiny_model_dir),
+                           default_profile="cpu")
+    app.ensure_loaded(ctx)
+    demo, url = serve(ctx, queue_size=2)
+    outcomes: list[str] = []
+
+    def call():
+        try:
+            Client(url, verbose=False).predict([], "The colour of Zorbin is teal.", "What is the colour of Zorbin?",
+                                               1, api_name="/ask")
+            outcomes.append("answered")
+        except Exception as exc:  # the overflow's error, whatever class the client gives it
+            outcomes.append(f"refused: {exc}")
+
+    try:
+        threads = [threading.Thread(target=call) for _ in range(6)]
+        for thread in threads:
+            thread.start()
+            time.sleep(0.1)
+        for thread in threads:
+            thread.join(timeout=120)
+        refused = [o for o in outcomes if o.startswith("refused")]
+        assert len(outcomes) == 6 and refused and outcomes.count("answered") >= 2
+        assert all("queue is full" in o.lower() for o in refused), refused
+        # and the app still answers afterwards
+        Client(url, verbose=False).predict([], "The colour of Zorbin is teal.", "What is it?", 1, api_name="/ask")
+    finally:
+        demo.close()
