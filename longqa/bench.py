@@ -52,8 +52,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="checkpoint, local folder, 'demo', or 'arch:base'/'arch:large' (real architecture, "
                              "random weights, built offline); default arch:base")
     parser.add_argument("--profiles", default="all",
-                        help="comma-separated profiles, 'all' (every available one), or 'custom:a+b' for a stack "
-                             f"of strategies; {BASELINE} is always added as the reference")
+                        help="comma-separated profiles: names, 'all' (every available one), 'custom:a+b' for a stack "
+                             f"of strategies (e.g. all,custom:int8_dynamic); {BASELINE} is always the reference")
     parser.add_argument("--tokens", type=token_list, default=[1024, 4096],
                         help="input lengths per document (question + document), comma-separated; more than one "
                              "window's worth means several windows (default 1024,4096)")
@@ -77,11 +77,10 @@ def choose_profiles(requested: str, hardware) -> tuple[list[str], list[Skipped]]
     """The profiles to measure, baseline first, and those left out with why; unknown names raise ProfileError."""
     from strategies.profiles import PROFILES, unavailable_reason
 
-    if requested.strip() == "all":
-        names = [name for name in PROFILES if name not in ALIASES]
-    else:
-        names = [name.strip() for name in requested.split(",") if name.strip()]
-    names = list(dict.fromkeys([BASELINE, *names]))
+    names = [BASELINE]
+    for name in (part.strip() for part in requested.split(",")):
+        names += [n for n in PROFILES if n not in ALIASES] if name == "all" else [name] if name else []
+    names = list(dict.fromkeys(names))
     chosen, skipped = [], []
     for name in names:
         reason = unavailable_reason(parse_profile(name), hardware)
@@ -279,6 +278,7 @@ INFERENCE_COLUMNS = [
     ("weights GB", lambda r: gb(r.get("weight_bytes"))),
     ("peak GB", lambda r: gb(r.get("peak_bytes"))),
     ("memory × baseline", lambda r: times(r.get("memory_x_baseline"))),
+    ("load peak RSS GB", lambda r: gb(r.get("load_peak_rss_bytes"))),
     ("latency ms median (min–max)", latency_cell),
     ("time × baseline", lambda r: times(r.get("latency_x_baseline"))),
     ("tokens/s", lambda r: f"{r['tokens_per_s']:,.0f}" if r.get("tokens_per_s") else "–"),
@@ -301,6 +301,21 @@ TRAINING_COLUMNS = [
     ("step ms median (min–max)", latency_cell),
     ("time × without", lambda r: times(r.get("latency_x_baseline"))),
 ]
+
+
+INFERENCE_LEGEND = (
+    "Peak: while answering (warm-up and timed requests, weights resident): the worker process's peak RSS on CPU, "
+    "torch's peak allocated bytes on GPU. Load peak RSS: host memory while loading (converting an fp32 checkpoint "
+    "to bf16 or int8 holds both copies for a moment). Latency: one request of `batch` documents, tokenization and "
+    "span decoding included, after a warm-up; tokens/s counts document tokens. Same top answer: share of the "
+    "agreement checks whose best span equals the fp32 baseline's; max |Δ logit|: largest difference of start/end "
+    f"logits from it. ⚠ marks a profile that changes the top answer in more than {FLAG_CHANGED_FRACTION:.0%} of the "
+    "checks.")
+
+TRAINING_LEGEND = (
+    "Peak: the weights plus the bytes the step itself allocates (gradients and the activations kept for backward), "
+    "as `strategies.gradient_checkpointing.training_step_readout` measures them. Checkpointing saves memory only "
+    "here: at inference no activations are kept for a backward pass, so it saves nothing there.")
 
 
 def markdown_table(rows: list[dict], columns) -> str:
@@ -328,19 +343,10 @@ def format_markdown(results: dict) -> str:
     parts = [f"# Benchmark: {results['model']}", "",
              f"`{results['command']}` — {results['started']}", "", describe_machine(results["machine"]), ""]
     if inference:
-        parts += ["## Inference", "", markdown_table(inference, INFERENCE_COLUMNS), "",
-                  "Peak: the worker process's peak RSS on CPU (loading included), torch's peak allocated bytes on "
-                  "GPU. Latency: one request of `batch` documents, tokenization and span decoding included, after "
-                  "a warm-up; tokens/s counts document tokens. Same top answer: share of the agreement checks "
-                  "whose best span equals the fp32 baseline's; max |Δ logit|: largest difference of start/end "
-                  f"logits from it. ⚠ marks a profile that changes the top answer in more than "
-                  f"{FLAG_CHANGED_FRACTION:.0%} of the checks.", ""]
+        parts += ["## Inference", "", markdown_table(inference, INFERENCE_COLUMNS), "", INFERENCE_LEGEND, ""]
     if training:
         parts += ["## Training step (forward + backward)", "", markdown_table(training, TRAINING_COLUMNS), "",
-                  "Peak: the weights plus the bytes the step itself allocates (gradients and the activations kept "
-                  "for backward), as `strategies.gradient_checkpointing.training_step_readout` measures them. "
-                  "Checkpointing saves memory only here: at inference no activations are kept for a backward "
-                  "pass, so it saves nothing there.", ""]
+                  TRAINING_LEGEND, ""]
     failed = [r for r in rows if r.get("error")]
     if failed or results.get("skipped"):
         parts += ["## Not measured", ""]
@@ -417,7 +423,7 @@ def run(args) -> int:
     }
     log_path = out_dir / "workers.log"
     log_path.write_text("")
-    for stale in out_dir.glob("baseline-logits-*.npz"):  # a failed baseline must not leave others comparing with old logits
+    for stale in out_dir.glob("baseline-logits-*.npz"):  # a failed baseline must not leave old logits behind
         stale.unlink()
     with tempfile.TemporaryDirectory(prefix="longqa-bench-") as work_dir:
         progress = tqdm(specs, desc="bench", unit="row", file=sys.stderr)

@@ -178,7 +178,8 @@ def is_cuda_row(devices) -> bool:
 
 
 def memory_fields(devices, measurements: list[dict], run_peak_rss: int | None, process_peak_rss: int) -> dict:
-    """Peak memory of a row from its requests' telemetry: torch peak allocated on GPU, process peak RSS on CPU."""
+    """Peak memory of a row while it answers (loading has its own readout): torch's peak allocated bytes on GPU,
+    the process's peak RSS on CPU, both with the weights resident."""
     def largest(key):
         values = [m.get(key) for m in measurements if m.get(key) is not None]
         return max(values) if values else None
@@ -186,8 +187,8 @@ def memory_fields(devices, measurements: list[dict], run_peak_rss: int | None, p
     peak_allocated = largest("peak_allocated_bytes")
     on_cuda = is_cuda_row(devices) and peak_allocated is not None
     return {
-        "peak_bytes": peak_allocated if on_cuda else process_peak_rss,
-        "peak_source": "torch peak allocated" if on_cuda else "process peak RSS",
+        "peak_bytes": peak_allocated if on_cuda else (run_peak_rss or process_peak_rss),
+        "peak_source": "torch peak allocated" if on_cuda else "peak RSS while answering",
         "peak_allocated_bytes": peak_allocated,
         "nvml_used_bytes": largest("nvml_used_bytes"),
         "run_peak_rss_bytes": run_peak_rss,

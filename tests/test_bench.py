@@ -24,8 +24,8 @@ A100 = Hardware(gpus=(Gpu(0, "A100", 80 * 10**9, (8, 0)),), cuda_available=True,
 INFERENCE_FIELDS = {
     "kind", "model", "profile", "profile_resolved", "strategies", "devices", "dtype", "tokens", "batch",
     "load_time_s", "weight_bytes", "weight_bytes_per_device", "peak_bytes", "peak_source", "peak_allocated_bytes",
-    "nvml_used_bytes", "process_peak_rss_bytes", "latency_s_median", "latency_s_min", "latency_s_max",
-    "latency_s_runs", "tokens_per_s", "windows", "window_tokens", "document_tokens", "same_top_answer_pct",
+    "nvml_used_bytes", "process_peak_rss_bytes", "load_peak_rss_bytes", "latency_s_median", "latency_s_min",
+    "latency_s_max", "latency_s_runs", "tokens_per_s", "windows", "window_tokens", "document_tokens", "same_top_answer_pct",
     "agreement_checks", "max_abs_delta_start_logit", "max_abs_delta_end_logit", "flagged", "memory_x_baseline",
     "latency_x_baseline", "error",
 }
@@ -68,7 +68,7 @@ def test_bench_numbers_make_sense(bench_run):
         assert 0 < row["latency_s_min"] <= row["latency_s_median"] <= row["latency_s_max"]
         assert row["tokens_per_s"] > 0 and row["load_time_s"] > 0
     for row in rows_of(results, "inference"):
-        assert row["peak_source"] == "process peak RSS" and row["devices"] == ["cpu"]
+        assert row["peak_source"] == "peak RSS while answering" and row["devices"] == ["cpu"]
         assert row["window_tokens"] == TOKENS and row["windows"] == 1  # question + document fill one window
         assert row["agreement_checks"] == 3
     cpu = rows_of(results, "inference", profile="cpu")[0]
@@ -111,6 +111,8 @@ def test_all_means_every_available_profile_with_the_baseline_first():
     assert all("CUDA" in s.reason for s in skipped)
     chosen, _ = bench.choose_profiles("all", A100)
     assert chosen[0] == "baseline-fp32" and "datacenter" in chosen and "auto" not in chosen
+    chosen, _ = bench.choose_profiles("all,custom:int8_dynamic", CPU_BF16)
+    assert chosen == ["baseline-fp32", "cpu", "custom:int8_dynamic"]
 
 
 def test_named_profiles_get_the_baseline_and_custom_stacks_parse():
@@ -196,7 +198,8 @@ def test_gpu_rows_report_torch_peak_allocated_and_nvml():
 def test_cpu_rows_report_the_process_peak_rss():
     readings = [{"peak_allocated_bytes": None, "nvml_used_bytes": None}]
     fields = memory_fields(["cpu"], readings, run_peak_rss=2 * 10**9, process_peak_rss=3 * 10**9)
-    assert fields["peak_bytes"] == 3 * 10**9 and fields["peak_source"] == "process peak RSS"
+    assert fields["peak_bytes"] == 2 * 10**9 and fields["peak_source"] == "peak RSS while answering"
+    assert fields["process_peak_rss_bytes"] == 3 * 10**9
     assert fields["peak_allocated_bytes"] is None and fields["nvml_used_bytes"] is None
 
 
