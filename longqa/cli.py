@@ -54,7 +54,10 @@ def build_parser() -> argparse.ArgumentParser:
 def run_ask(args) -> int:
     from longqa.session import Session, read_documents
 
+    from longqa.engine import validate_request
+
     documents, extract_s = read_documents(args.files, max_bytes=int(args.max_file_mb * 1024 * 1024))
+    validate_request(documents, args.question)  # refuse bad input before any model work
     session = Session()
     readout = session.load(args.model, args.profile, fallback_to_demo=(args.model == DEFAULT_MODEL))
     if readout.fallback_reason:
@@ -91,6 +94,9 @@ def run_profiles(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # stderr stays for our own one-line messages
     try:
         if args.command == "ask":
             return run_ask(args)

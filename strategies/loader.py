@@ -10,7 +10,7 @@ import gc
 import os
 import shutil
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -134,7 +134,7 @@ def load_model(model_ref: str, profile: Profile | str, *, hardware: Hardware | N
         context_factory = functools.partial(stacked_contexts, tuple(strategies))
         runner = next((r for r in (s.make_runner(model, context_factory) for s in strategies) if r is not None),
                       None) or ModelRunner(model, context_factory)
-        settings = engine_settings(profile, strategies)
+        settings = replace(engine_settings(profile, strategies), handle_impossible_answer=source.handles_null_answer)
         _report(progress, "strategies", 1.0, "Ready")
 
     models = getattr(runner, "models", None) or [model]

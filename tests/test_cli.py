@@ -1,0 +1,84 @@
+"""The command line: answers, the JSON readout, and one-line errors with a non-zero exit code."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from longqa.cli import main
+
+
+@pytest.fixture
+def long_file(tmp_path):
+    path = tmp_path / "long.txt"
+    path.write_text("The river of Tarnholm is 381. " + "Plain filler words follow here. " * 400)
+    return path
+
+
+def run_cli(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_ask_json_has_answers_and_readouts(capsys, tiny_model_dir, long_file):
+    code, out, err = run_cli(capsys, "ask", "--model", str(tiny_model_dir), "--profile", "baseline-fp32",
+                             "--question", "What is the river of Tarnholm?", str(long_file), "--max-seq-len", "256",
+                             "--doc-stride", "32", "--top-k", "3", "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert set(data) >= {"answers", "model", "profile", "windows", "tokens", "batch_size", "latency_s", "memory"}
+    assert data["windows"] > 3 and data["tokens"] > 1000 and len(data["answers"]) == 3
+    text = long_file.read_text()
+    for item in data["answers"]:
+        assert text[item["start_char"]:item["end_char"]] == item["text"]
+        assert item["document"] == "long.txt"
+
+
+def test_ask_prints_answers(capsys, tiny_model_dir, long_file):
+    code, out, err = run_cli(capsys, "ask", "--model", str(tiny_model_dir), "--profile", "cpu", "-q",
+                             "What is the river?", str(long_file), "--max-seq-len", "512")
+    assert code == 0
+    assert out.startswith("1. ") and "score" in out
+    assert "windows" in err and "profile cpu" in err
+
+
+@pytest.mark.parametrize("make_args, message", [
+    (lambda tmp: ["missing.txt"], "not found"),
+    (lambda tmp: [str(tmp / "empty.txt")], "empty"),
+    (lambda tmp: [str(tmp / "bad.pdf")], "PDF"),
+])
+def test_bad_input_is_one_line_and_non_zero(capsys, tiny_model_dir, tmp_path, make_args, message):
+    (tmp_path / "empty.txt").write_text("")
+    (tmp_path / "bad.pdf").write_bytes(b"%PDF-1.4 this is not really a pdf")
+    code, out, err = run_cli(capsys, "ask", "--model", str(tiny_model_dir), "-q", "Why?", *make_args(tmp_path))
+    assert code != 0 and out == ""
+    assert err.startswith("error: ") and err.count("\n") == 1 and message.lower() in err.lower()
+
+
+def test_empty_question_is_refused(capsys, tiny_model_dir, long_file):
+    code, _, err = run_cli(capsys, "ask", "--model", str(tiny_model_dir), "--profile", "cpu", "-q", "  ",
+                           str(long_file))
+    assert code != 0 and "question" in err.lower() and err.count("\n") == 1
+
+
+def test_profiles_json_lists_every_profile(capsys):
+    code, out, _ = run_cli(capsys, "profiles", "--json")
+    rows = {row["name"]: row for row in json.loads(out)}
+    assert code == 0
+    assert set(rows) >= {"auto", "rtx-3090-24gb", "t4-16gb", "consumer-gpu", "multi-gpu", "datacenter", "cpu",
+                         "baseline-fp32", "custom"}
+    assert rows["cpu"]["available"] is True
+    assert all(row["reason"] for row in rows.values() if not row["available"])
+
+
+def test_no_traceback_from_a_real_process(tmp_path):
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    proc = subprocess.run([sys.executable, "-m", "longqa", "ask", "-q", "Why?", str(tmp_path / "nope.pdf")],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr and proc.stderr.startswith("error: ")
