@@ -168,7 +168,7 @@ def load_outputs(ctx: AppContext) -> tuple:
     """(banner, load readout table, load readout JSON) for the model loaded now."""
     loaded = ctx.session.loaded
     readout = loaded.readout.to_dict() if loaded is not None else {}
-    table = pd.DataFrame(ui_format.load_rows(readout) if readout else [], columns=ui_format.LOAD_HEADERS)
+    table = pd.DataFrame([dict(ui_format.load_rows(readout))] if readout else [], columns=ui_format.LOAD_HEADERS)
     return banner(ctx), table, readout
 
 
@@ -249,10 +249,15 @@ def ask(ctx: AppContext, files, pasted_text, question, top_k, history, progress=
         pd.DataFrame(ui_format.run_rows(readout), columns=ui_format.RUN_HEADERS),
         history,
         pd.DataFrame(ui_format.history_rows(history), columns=ui_format.HISTORY_HEADERS),
-        frame,
-        frame,
+        bar_plot(frame, ui_format.PLOT_MEMORY),
+        bar_plot(frame, ui_format.PLOT_LATENCY),
         readout,
     )
+
+
+def bar_plot(frame: pd.DataFrame, column: str) -> dict:
+    """New bars with the axis from zero (the plot's own axis starts at the smallest bar, hiding differences)."""
+    return gr.update(value=frame, y_lim=[0, float(frame[column].max() or 1) * 1.15])
 
 
 def refresh_gpu_gauge():
@@ -333,17 +338,18 @@ def build_blocks(ctx: AppContext, queue_size: int = DEFAULT_QUEUE_SIZE) -> gr.Bl
                                      label="Hardware profile", info=f"Detected: {ctx.hardware.describe()}", scale=2)
             model_dd = gr.Dropdown(model_choices(ctx), value=ctx.selection["model"], label="Model", scale=2)
         with gr.Row():
-            strategies_cb = gr.CheckboxGroup([(f"{c['name']}: {c['description']}", c["name"]) for c in strategy_cards()],
-                                             label="Custom strategies", visible=False, scale=4)
+            strategies_cb = gr.CheckboxGroup(
+                [(f"{card['name']}: {card['description']}", card["name"]) for card in strategy_cards()],
+                label="Custom strategies", visible=False, scale=4)
             apply_btn = gr.Button("Load custom profile", visible=False, scale=1)
-        with gr.Accordion("Load readout", open=False):
-            load_table = gr.Dataframe(headers=ui_format.LOAD_HEADERS, label="Load readout", interactive=False)
+        load_table = gr.Dataframe(headers=ui_format.LOAD_HEADERS, label="Load readout", interactive=False)
+        with gr.Accordion("Load readout (JSON)", open=False):
             load_json = gr.JSON(label="Load readout (JSON)")
 
         with gr.Row():
             with gr.Column():
                 files = gr.File(file_count="multiple", file_types=list(SUPPORTED_EXTENSIONS), type="filepath",
-                                label="Documents")
+                                label="Documents", elem_id="documents")
                 pasted = gr.Textbox(label="Or paste text", lines=6, placeholder="Paste a document here")
             with gr.Column():
                 question = gr.Textbox(label="Question", placeholder="What is the frequency of Chiomklian Oustklaeth?")
@@ -358,25 +364,25 @@ def build_blocks(ctx: AppContext, queue_size: int = DEFAULT_QUEUE_SIZE) -> gr.Bl
         answer_box = gr.Textbox(label="Answer", interactive=False, elem_id="best-answer")
         with gr.Row():
             answers_table = gr.Dataframe(headers=ui_format.ANSWER_HEADERS, label="Top answers", interactive=False)
-            evidence_box = gr.HighlightedText(label="Evidence", color_map={"answer": "yellow"}, show_legend=False,
-                                              combine_adjacent=True)
+            evidence_box = gr.HighlightedText(label="Evidence", elem_id="evidence", color_map={"answer": "yellow"},
+                                              show_legend=False, show_inline_category=False)
         with gr.Row():
             latency_table = gr.Dataframe(headers=ui_format.LATENCY_HEADERS, label="Latency by stage",
                                          interactive=False)
-            memory_table = gr.Dataframe(headers=ui_format.MEMORY_HEADERS, label="Memory", interactive=False)
             run_table = gr.Dataframe(headers=ui_format.RUN_HEADERS, label="Run", interactive=False)
+        memory_table = gr.Dataframe(headers=ui_format.MEMORY_HEADERS, label="Memory", interactive=False)
         gauge = gr.Label(label="Live GPU memory (NVML)", visible=has_gpu)
         timer = gr.Timer(GPU_REFRESH_S, active=has_gpu)
 
         history = gr.State([])
         history_table = gr.Dataframe(headers=ui_format.HISTORY_HEADERS, label="Run history (this page)",
                                      interactive=False)
-        with gr.Row():
-            memory_plot = gr.BarPlot(empty, x="run", y=ui_format.PLOT_MEMORY, color="profile",
-                                     label="Peak memory by run", y_title="peak memory (MB, GPU else host RSS)")
-            latency_plot = gr.BarPlot(empty, x="run", y=ui_format.PLOT_LATENCY, color="profile",
-                                      label="Latency by run")
-        readout_json = gr.JSON(label="Full readout (JSON)")
+        with gr.Row(elem_id="plots"):
+            # No color= by profile: gradio 6.31 draws no bars once a new colour category arrives in an update.
+            memory_plot = gr.BarPlot(empty, x="run", y=ui_format.PLOT_MEMORY, label="Peak memory by run",
+                                     y_title="peak memory (MB, GPU else host RSS)")
+            latency_plot = gr.BarPlot(empty, x="run", y=ui_format.PLOT_LATENCY, label="Latency by run")
+        readout_json = gr.JSON(label="Full readout (JSON)", elem_id="readout")
 
         with gr.Accordion("Training-step memory: gradient checkpointing", open=False):
             gr.Markdown("One forward+backward step on a window of a bundled sample, with and without gradient "
@@ -394,12 +400,14 @@ def build_blocks(ctx: AppContext, queue_size: int = DEFAULT_QUEUE_SIZE) -> gr.Bl
         load_outputs_ = [banner_box, load_table, load_json]
         load_inputs = [profile_dd, model_dd, strategies_cb]
         demo.load(partial(on_page_load, ctx), outputs=selection_outputs, concurrency_limit=None,
-                  api_visibility="private")
+                  api_visibility="private", show_progress_on=[load_table])
         profile_dd.change(show_custom_controls, inputs=profile_dd, outputs=[strategies_cb, apply_btn],
                           queue=False, api_visibility="private")
-        for trigger, api_name in ((profile_dd.input, "load_profile"), (model_dd.input, None), (apply_btn.click, None)):
+        # `select`, not `input`: a dropdown fires `input` twice per pick in gradio 6.31 (two loads, two errors).
+        triggers = ((profile_dd.select, "load_profile"), (model_dd.select, None), (apply_btn.click, None))
+        for trigger, api_name in triggers:
             trigger(partial(load_profile, ctx), inputs=load_inputs, outputs=load_outputs_,
-                    concurrency_id=MODEL_CONCURRENCY, api_name=api_name,
+                    concurrency_id=MODEL_CONCURRENCY, api_name=api_name, show_progress_on=[load_table],
                     api_visibility="public" if api_name else "private").failure(
                 partial(restore_selection, ctx), outputs=selection_outputs, api_visibility="private")
         for trigger in (files.change, pasted.blur):
@@ -409,12 +417,14 @@ def build_blocks(ctx: AppContext, queue_size: int = DEFAULT_QUEUE_SIZE) -> gr.Bl
         ask_outputs = [doc_table, answer_box, answers_table, evidence_box, latency_table, memory_table, run_table,
                        history, history_table, memory_plot, latency_plot, readout_json]
         ask_event = ask_btn.click(partial(ask, ctx), inputs=ask_inputs, outputs=ask_outputs,
-                                  concurrency_id=MODEL_CONCURRENCY, api_name="ask")
+                                  concurrency_id=MODEL_CONCURRENCY, api_name="ask", show_progress_on=[answer_box])
         submit_event = question.submit(partial(ask, ctx), inputs=ask_inputs, outputs=ask_outputs,
-                                       concurrency_id=MODEL_CONCURRENCY, api_visibility="private")
+                                       concurrency_id=MODEL_CONCURRENCY, api_visibility="private",
+                                       show_progress_on=[answer_box])
         stop_btn.click(None, cancels=[ask_event, submit_event])
-        train_btn.click(partial(run_training_step, ctx), inputs=window_slider, outputs=[training_table, training_text],
-                        concurrency_id=MODEL_CONCURRENCY, api_name="training_step")
+        train_btn.click(partial(run_training_step, ctx), inputs=window_slider,
+                        outputs=[training_table, training_text], concurrency_id=MODEL_CONCURRENCY,
+                        api_name="training_step")
         timer.tick(refresh_gpu_gauge, outputs=gauge, concurrency_limit=None, show_progress="hidden",
                    api_visibility="private")
     demo.queue(default_concurrency_limit=1, max_size=queue_size)

@@ -13,14 +13,17 @@ import pandas as pd
 
 MISSING = "—"
 EVIDENCE_CONTEXT_CHARS = 300
+_WORDS = re.compile(r"\s*\S+\s*|\s+")  # a word with the white space around it
 STAGES = ("extract", "tokenize", "forward", "decode", "total")
 
 DOCUMENT_HEADERS = ["document", "characters", "tokens", "windows"]
 ANSWER_HEADERS = ["rank", "answer", "score", "document", "position (characters)"]
 LATENCY_HEADERS = ["stage", "time"]
-MEMORY_HEADERS = ["device", "peak allocated", "reserved", "NVML used", "NVML total"]
+MEMORY_HEADERS = ["device", "peak (GPU allocated, host RSS)", "now (GPU reserved, host RSS)", "NVML used",
+                  "NVML total"]
 RUN_HEADERS = ["readout", "value"]
-LOAD_HEADERS = ["readout", "value"]
+LOAD_HEADERS = ["model", "profile", "strategies", "weights dtype", "load time", "weights per device", "device map",
+                "host RAM peak while loading", "fallback"]  # the keys of `load_rows`: the table is one row
 HISTORY_HEADERS = ["run", "profile", "model", "tokens", "windows", "peak GPU memory", "host peak RSS", "latency",
                    "tokens/s"]
 TRAINING_HEADERS = ["training step", "peak memory", "time"]
@@ -77,10 +80,8 @@ def best_answer(answers: list[dict]) -> str:
 
 
 def evidence(text: str, start: int, end: int, context_chars: int = EVIDENCE_CONTEXT_CHARS) -> list[tuple]:
-    """The passage around text[start:end] as highlighted spans: [(before, None), (answer, "answer"), (after, None)].
-
-    The passage is cut at white space so no word is split, with an ellipsis where it is cut.
-    """
+    """The passage around text[start:end] as highlighted spans: the answer labelled "answer", the rest one span per
+    word (so the passage wraps like text around the highlight), cut at white space with an ellipsis where cut."""
     left = max(0, start - context_chars)
     if left > 0:
         space = text.find(" ", left, start)
@@ -91,7 +92,8 @@ def evidence(text: str, start: int, end: int, context_chars: int = EVIDENCE_CONT
         right = space if space != -1 else right
     before = ("…" if left > 0 else "") + text[left:start]
     after = text[end:right] + ("…" if right < len(text) else "")
-    return [(span, label) for span, label in ((before, None), (text[start:end], "answer"), (after, None)) if span]
+    return [*((word, None) for word in _WORDS.findall(before)), (text[start:end], "answer"),
+            *((word, None) for word in _WORDS.findall(after))]
 
 
 def latency_rows(latency_s: dict, tokens_per_s: float | None) -> list[list]:
@@ -101,14 +103,14 @@ def latency_rows(latency_s: dict, tokens_per_s: float | None) -> list[list]:
 
 
 def memory_rows(memory: dict) -> list[list]:
-    """One row per GPU (peak allocated, reserved, NVML used/total), then the host's RSS and peak."""
+    """One row per GPU (peak allocated, reserved, NVML used/total), then the host (peak RSS, RSS now)."""
     rows = [[f"cuda:{d['index']} {d['name']}", format_bytes(d["peak_allocated_bytes"]),
              format_bytes(d["reserved_bytes"]), format_bytes(d["nvml_used_bytes"]), format_bytes(d["nvml_total_bytes"])]
             for d in memory.get("devices", [])]
     if not rows:
         rows.append(["GPU", "no GPU used", MISSING, MISSING, MISSING])
-    rows.append(["host RSS (now / peak)", format_bytes(memory.get("host_rss_bytes")),
-                 format_bytes(memory.get("host_peak_rss_bytes")), MISSING, MISSING])
+    rows.append(["host", format_bytes(memory.get("host_peak_rss_bytes")), format_bytes(memory.get("host_rss_bytes")),
+                 MISSING, MISSING])
     return rows
 
 
@@ -170,6 +172,9 @@ def history_frame(history: list[dict]) -> pd.DataFrame:
         peak = h["peak_allocated_bytes"] if h["peak_allocated_bytes"] is not None else h["host_peak_rss_bytes"]
         rows.append({"run": f"{h['run']:02d} {h['profile']}", "profile": h["profile"],
                      PLOT_MEMORY: (peak or 0) / 1e6, PLOT_LATENCY: h["latency_s"]})
+    if not rows:  # typed columns, so the plots' axes are numeric from the start
+        return pd.DataFrame({"run": pd.Series(dtype=str), "profile": pd.Series(dtype=str),
+                             PLOT_MEMORY: pd.Series(dtype=float), PLOT_LATENCY: pd.Series(dtype=float)})
     return pd.DataFrame(rows, columns=["run", "profile", PLOT_MEMORY, PLOT_LATENCY])
 
 

@@ -75,7 +75,9 @@ def test_ask_answers_a_long_document_with_every_readout(ctx, long_document):
     passage = "".join(span for span, _ in out["evidence"]).strip("…")
     assert passage in example.text
     assert out["latency"]["stage"].tolist() == ["extract", "tokenize", "forward", "decode", "total", "throughput"]
-    assert out["memory"].values.tolist()[-1][0] == "host RSS (now / peak)"
+    host = readout["memory"]
+    assert out["memory"].values.tolist()[-1] == ["host", ui_format.format_bytes(host["host_peak_rss_bytes"]),
+                                                 ui_format.format_bytes(host["host_rss_bytes"]), "—", "—"]
     assert dict(out["run"].values.tolist())["windows"] == readout["windows"]
 
 
@@ -85,11 +87,12 @@ def test_run_history_grows_per_page_and_feeds_the_plots(ctx):
     assert [h["run"] for h in second["history"]] == [1, 2]
     assert second["history"][1]["latency_s"] == second["readout"]["latency_s"]["total"]
     assert len(first["history"]) == 1, "the handler must not change the history it was given"
-    for plot in ("memory_plot", "latency_plot"):
-        assert isinstance(second[plot], pd.DataFrame)
-        assert second[plot]["run"].tolist() == ["01 cpu", "02 cpu"]
-    assert second["memory_plot"][ui_format.PLOT_MEMORY].iloc[1] == second["readout"]["memory"][
-        "host_peak_rss_bytes"] / 1e6
+    for plot, column in (("memory_plot", ui_format.PLOT_MEMORY), ("latency_plot", ui_format.PLOT_LATENCY)):
+        frame = second[plot]["value"]
+        assert isinstance(frame, pd.DataFrame) and frame["run"].tolist() == ["01 cpu", "02 cpu"]
+        assert second[plot]["y_lim"][0] == 0 and second[plot]["y_lim"][1] > frame[column].max()
+    memory = second["memory_plot"]["value"][ui_format.PLOT_MEMORY]
+    assert memory.iloc[1] == second["readout"]["memory"]["host_peak_rss_bytes"] / 1e6
     assert second["history_table"].shape == (2, len(ui_format.HISTORY_HEADERS))
 
 
@@ -148,7 +151,7 @@ def test_load_profile_switches_and_returns_the_load_readout(ctx, tiny_model_dir)
     shown_banner, table, readout = app.load_profile(ctx, "baseline-fp32", str(tiny_model_dir))
     assert readout["profile"] == "baseline-fp32" and readout["strategies"] == [] and readout["dtype"] == "float32"
     assert readout["weight_bytes_per_device"]["cpu"] > 0 and readout["load_time_s"] > 0
-    assert dict(table.values.tolist())["profile"] == "baseline-fp32"
+    assert table.shape == (1, len(ui_format.LOAD_HEADERS)) and table.iloc[0]["profile"] == "baseline-fp32"
     assert shown_banner["visible"] is False
     assert ctx.session.profile_name == "baseline-fp32" and ctx.selection["profile"] == "baseline-fp32"
     assert ask(ctx, pasted="The colour of Zorbin is teal.")["readout"]["profile"] == "baseline-fp32"

@@ -88,7 +88,8 @@ def test_ask_a_long_upload_returns_the_answer_and_every_readout_field(client, se
     highlighted = [span["token"] for span in out["evidence"] if span["class_or_confidence"] == "answer"]
     assert highlighted == [readout["answers"][0]["text"]]
     assert [row[0] for row in out["latency"]["data"]][-2:] == ["total", "throughput"]
-    assert out["memory_plot"]["data"][-1][1] == "cpu"
+    run_label, profile = out["memory_plot"]["value"]["data"][-1][:2]
+    assert profile == "cpu" and run_label.endswith(" cpu")
 
 
 def test_switch_profile_then_ask_uses_it(client, server, tiny_model_dir):
