@@ -10,7 +10,7 @@ import torch
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
-from tests.tiny_model import build_tiny_model_dir  # noqa: E402
+from tests.tiny import tiny_checkpoint  # noqa: E402
 
 
 def pytest_configure(config):
@@ -28,8 +28,8 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(scope="session")
-def tiny_model_dir(tmp_path_factory):
-    return build_tiny_model_dir(tmp_path_factory.mktemp("tiny-longformer"))
+def tiny_model_dir():
+    return tiny_checkpoint()
 
 
 @pytest.fixture(scope="session")

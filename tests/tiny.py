@@ -1,6 +1,6 @@
 """Test helpers for the strategy tests: a tiny Longformer QA checkpoint built offline, and the CUDA gate.
 
-Not fixtures (conftest.py is owned elsewhere): plain functions, cached so each process builds one checkpoint.
+Plain functions, cached so each process builds one checkpoint; conftest.py wraps them as fixtures.
 """
 
 from __future__ import annotations
@@ -100,6 +100,6 @@ def qa_batch(tokenizer, question: str = "What is granted?", context: str | None 
                     return_tensors="pt")
     first_sep = (enc["input_ids"] == tokenizer.sep_token_id).int().argmax(dim=1)  # (B,)
     positions = torch.arange(enc["input_ids"].shape[1])[None]  # (1, L)
-    global_mask = (positions <= first_sep[:, None]).long()  # (B, L)
+    global_mask = (positions < first_sep[:, None]).long()  # (B, L): `<s>` and the question, as the engine sets it
     return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"],
             "global_attention_mask": global_mask}
