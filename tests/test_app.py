@@ -296,6 +296,7 @@ def test_serve_with_share_offline_warns_and_keeps_serving_locally(ctx, capsys):
         local_url, share_url = app.serve(demo, host="127.0.0.1", port=7871, share=True, block=False)
         assert share_url is None
         assert urllib.request.urlopen(local_url, timeout=30).status == 200
+        assert demo.max_file_size == 50 * 1024 * 1024  # gradio refuses bigger uploads before saving them
     finally:
         demo.close()
     printed = capsys.readouterr().out
@@ -320,3 +321,61 @@ def test_examples_are_answered_by_the_bundled_demo_model():
         out = ask(ctx, files, pasted, question, top_k)
         expected = next(e["answer"] for e in app.sample_examples() if e["question"] == question)
         assert out["answer"] == expected, question
+
+
+def test_out_of_memory_is_a_clear_error_naming_profiles_and_the_next_request_works(ctx, monkeypatch):
+    import torch
+
+    runner = ctx.session.loaded.runner
+
+    class OutOfMemoryOnce:
+        devices = runner.devices
+        calls = 0
+
+        def __call__(self, batch):
+            self.calls += 1
+            if self.calls == 1:
+                raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+            return runner(batch)
+
+    monkeypatch.setattr(ctx.session.loaded, "runner", OutOfMemoryOnce())
+    with pytest.raises(gr.Error, match=r"Out of memory at batch size 1.*consumer-gpu"):
+        ask(ctx, pasted="The colour of Zorbin is teal.")
+    assert ask(ctx, pasted="The colour of Zorbin is teal.")["readout"]["answers"]
+
+
+def test_the_gpu_gauge_shows_where_a_gpu_is_detected(tiny_model_dir, monkeypatch):
+    from strategies.hardware import Gpu, Hardware
+
+    t4 = Hardware(gpus=(Gpu(0, "Tesla T4", 15_600_000_000, (7, 5)),), cuda_available=True)
+    ctx = app.make_context(Session(), models=[str(tiny_model_dir)], default_model=str(tiny_model_dir),
+                           default_profile="cpu", hardware=t4)
+    demo = app.build_blocks(ctx)
+    blocks = list(demo.blocks.values())
+    assert next(b for b in blocks if getattr(b, "label", None) == "Live GPU memory (NVML)").visible is True
+    timer = next(b for b in blocks if isinstance(b, gr.Timer))
+    assert timer.active is True and timer.value == app.GPU_REFRESH_S
+    monkeypatch.setattr(app, "gpu_snapshot", lambda: [
+        {"index": 0, "name": "Tesla T4", "nvml_used_bytes": 3_900_000_000, "nvml_total_bytes": 15_600_000_000}])
+    assert app.refresh_gpu_gauge() == {"GPU 0 Tesla T4: 3.9 GB / 15.6 GB": 0.25}
+
+
+def test_importing_the_app_loads_no_model():
+    handlers = [fn.fn for fn in app.demo.fns.values() if getattr(fn.fn, "func", None) is app.ask]
+    assert handlers and handlers[0].args[0].session.loaded is None
+
+
+def test_main_loads_then_serves_with_the_command_line_limits(tiny_model_dir, monkeypatch, capsys):
+    served = {}
+    monkeypatch.setattr(app, "serve", lambda demo, **kwargs: served.update(kwargs, demo=demo))
+    assert app.main(["--model", str(tiny_model_dir), "--profile", "cpu", "--port", "7999", "--max-file-mb", "2",
+                     "--queue-size", "5"]) == 0
+    assert served["port"] == 7999 and served["max_file_mb"] == 2.0 and served["share"] is False
+    assert served["demo"]._queue.max_size == 5
+    assert f"Loaded {tiny_model_dir} (cpu)" in capsys.readouterr().out
+
+
+def test_main_refuses_a_profile_this_machine_cannot_run(monkeypatch, capsys):
+    monkeypatch.setattr(app, "serve", lambda demo, **kwargs: pytest.fail("must not serve"))
+    assert app.main(["--model", "demo", "--profile", "t4-16gb"]) == 2
+    assert "cannot run on this machine: needs a CUDA GPU" in capsys.readouterr().err

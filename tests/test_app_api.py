@@ -184,3 +184,20 @@ def test_the_queue_is_bounded_and_refuses_the_overflow_clearly(tiny_model_dir):
         Client(url, verbose=False).predict([], "The colour of Zorbin is teal.", "What is it?", 1, api_name="/ask")
     finally:
         demo.close()
+
+
+def test_a_cancelled_request_leaves_the_model_usable(tiny_model_dir):
+    ctx = app.make_context(SlowSession(), models=[str(tiny_model_dir)], default_model=str(tiny_model_dir),
+                           default_profile="cpu")
+    app.ensure_loaded(ctx)
+    demo, url = serve(ctx)
+    try:
+        client = Client(url, verbose=False)
+        job = client.submit([], "The colour of Zorbin is teal.", "What is the colour of Zorbin?", 1,
+                            api_name="/ask")
+        time.sleep(0.5)
+        job.cancel()
+        readout = client.predict([], "The colour of Zorbin is teal.", "What is it?", 1, api_name="/ask")[-1]
+        assert readout["answers"] and ctx.session.loaded is not None
+    finally:
+        demo.close()

@@ -141,3 +141,27 @@ def test_upload_ask_highlight_readouts_switch_profile_and_screenshot(page, serve
     SCREENSHOT.parent.mkdir(exist_ok=True)
     page.screenshot(path=str(SCREENSHOT), full_page=True)
     assert SCREENSHOT.stat().st_size > 50_000
+
+
+def test_a_banner_says_when_the_demo_model_stands_in(tiny_model_dir):
+    from playwright.sync_api import sync_playwright
+
+    ctx = app.make_context(Session(), models=[str(tiny_model_dir)], default_model=str(tiny_model_dir),
+                           default_profile="cpu")
+    app.ensure_loaded(ctx)
+    # As the loader reports it when the default checkpoint cannot be fetched offline.
+    ctx.session.loaded.readout.fallback_reason = ("Could not fetch 'allenai/longformer-large-4096-finetuned-triviaqa'"
+                                                  " from the Hugging Face Hub. Using the bundled demo model instead.")
+    demo = app.build_blocks(ctx)
+    _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", quiet=True, css=app.CSS)
+    try:
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
+            page = browser.new_page()
+            page.set_default_timeout(TIMEOUT_MS)
+            page.goto(url)
+            page.locator("#banner").get_by_text("Running on the bundled demo model").wait_for()
+            assert "Could not fetch" in page.locator("#banner").inner_text()
+            browser.close()
+    finally:
+        demo.close()
