@@ -11,6 +11,7 @@ import argparse
 import contextlib
 import html
 import json
+import os
 import sys
 import traceback
 from dataclasses import dataclass, field
@@ -89,7 +90,7 @@ def user_errors(action: str):
     except Exception as exc:
         traceback.print_exc()
         raise gr.Error(escape(f"{action} failed unexpectedly ({type(exc).__name__}: {exc}). "
-                              "The app is still running: try again.")) from exc
+                              "The app is still running: try again."), print_exception=False) from exc
 
 
 def escape(message: str) -> str:
@@ -473,8 +474,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="model to start with; also the only model besides the registry the page may load "
                              "(the default falls back to the bundled demo model when it cannot be fetched)")
     parser.add_argument("--profile", default="auto", choices=list(PROFILES), help="hardware profile to start with")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=7860)
+    # Spaces set GRADIO_SERVER_NAME=0.0.0.0: an explicit server_name would override it and hide the app.
+    parser.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"))
+    parser.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", "7860")))
     parser.add_argument("--share", action="store_true", help="also serve through a PUBLIC Gradio share link")
     parser.add_argument("--max-file-mb", type=float, default=DEFAULT_MAX_FILE_MB, help="upload size limit per file")
     parser.add_argument("--max-tokens", type=int, default=engine.DEFAULT_MAX_TOTAL_TOKENS,

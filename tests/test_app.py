@@ -279,13 +279,17 @@ def test_spaces_guard_is_a_no_op_without_the_package():
     assert app.gpu_task(handler) is handler or app.gpu_task(handler)() == 1
 
 
-def test_command_line_defaults_and_limits():
+def test_command_line_defaults_and_limits(monkeypatch):
+    monkeypatch.delenv("GRADIO_SERVER_NAME", raising=False)
+    monkeypatch.delenv("GRADIO_SERVER_PORT", raising=False)
     args = app.build_parser().parse_args([])
     assert (args.model, args.profile, args.host, args.port, args.share, args.max_file_mb) == (
         "allenai/longformer-large-4096-finetuned-triviaqa", "auto", "127.0.0.1", 7860, False, 50.0)
     assert args.queue_size == app.DEFAULT_QUEUE_SIZE
     with pytest.raises(SystemExit):
         app.build_parser().parse_args(["--profile", "no-such-profile"])
+    monkeypatch.setenv("GRADIO_SERVER_NAME", "0.0.0.0")  # as on Hugging Face Spaces
+    assert app.build_parser().parse_args([]).host == "0.0.0.0"
 
 
 def test_serve_with_share_offline_warns_and_keeps_serving_locally(ctx, capsys):
