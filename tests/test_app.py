@@ -383,3 +383,15 @@ def test_main_refuses_a_profile_this_machine_cannot_run(monkeypatch, capsys):
     monkeypatch.setattr(app, "serve", lambda demo, **kwargs: pytest.fail("must not serve"))
     assert app.main(["--model", "demo", "--profile", "t4-16gb"]) == 2
     assert "cannot run on this machine: needs a CUDA GPU" in capsys.readouterr().err
+
+
+@pytest.mark.requires_cuda
+def test_on_a_gpu_the_memory_readout_and_the_gauge_show_the_device(tiny_model_dir):
+    ctx = app.make_context(Session(), models=[str(tiny_model_dir)], default_model=str(tiny_model_dir),
+                           default_profile="baseline-fp32")  # device "best": the GPU
+    out = ask(ctx, pasted=make_example(3, 3000).text)
+    devices = out["readout"]["memory"]["devices"]
+    assert devices and devices[0]["peak_allocated_bytes"] > 0 and devices[0]["reserved_bytes"] > 0
+    assert out["memory"].values.tolist()[0][0].startswith("cuda:0")
+    gauge = app.refresh_gpu_gauge()
+    assert gauge and all(0 < fraction <= 1 for fraction in gauge.values())
