@@ -136,6 +136,8 @@ def test_upload_ask_highlight_readouts_switch_profile_and_screenshot(page, serve
     assert page.locator("#evidence .highlighted").inner_text().strip() == answer.strip()
     if has_demo:
         assert "Running on the bundled demo model" not in page.content()
+    bars = page.locator("#plots .mark-rect path")  # both plots draw one bar per run once they have re-rendered
+    wait_until(lambda: bars.count() == 2 * 3)
     for close in page.locator("[data-testid=toast-close]").all():
         close.click()
     SCREENSHOT.parent.mkdir(exist_ok=True)
