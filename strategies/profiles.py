@@ -224,12 +224,21 @@ def describe_profiles(hardware: Hardware) -> list[dict]:
     return rows
 
 
+def detected_summary(hardware: Hardware) -> str:
+    """What auto saw, e.g. "1× Tesla T4, 15.6 GB" or "no GPU"."""
+    if not hardware.usable_gpus:
+        return "no GPU"
+    names = [gpu.name for gpu in hardware.usable_gpus]
+    groups = {name: [g for g in hardware.usable_gpus if g.name == name] for name in dict.fromkeys(names)}
+    return ", ".join(f"{len(gpus)}× {name}, {gpus[0].total_bytes / 1e9:.1f} GB" for name, gpus in groups.items())
+
+
 def profile_choices(hardware: Hardware) -> list[tuple[str, str]]:
     """(label, value) pairs for the UI dropdown; unavailable profiles say why in their label."""
     choices = []
     for row in describe_profiles(hardware):
         if row["name"] == "auto":
-            label = f"auto → {row['resolves_to']} ({hardware.describe()})"
+            label = f"auto: {detected_summary(hardware)} → {row['resolves_to']}"
         elif row["available"]:
             label = f"{row['name']}: {row['targets']}"
         else:

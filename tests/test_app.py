@@ -255,7 +255,7 @@ def test_dropdowns_come_from_the_registries(ctx):
     choices = by_label["Hardware profile"].choices
     assert choices == [tuple(choice) for choice in profile_choices(ctx.hardware)]
     labels = dict((value, label) for label, value in choices)
-    assert labels["auto"].startswith("auto → cpu")
+    assert labels["auto"] == "auto: no GPU → cpu"
     assert "unavailable: needs a CUDA GPU" in labels["t4-16gb"]
     assert [value for _, value in by_label["Model"].choices] == ctx.models
     assert by_label["Live GPU memory (NVML)"].visible is False  # no GPU here: the gauge is hidden

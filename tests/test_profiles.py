@@ -169,11 +169,11 @@ def test_describe_profiles_rows_for_the_cli():
 def test_profile_choices_label_unavailable_profiles_with_the_reason():
     choices = dict((value, label) for label, value in profile_choices(CPU_BF16))
     assert list(choices) == list(PROFILES)
-    assert choices["auto"].startswith("auto → cpu")
+    assert choices["auto"] == "auto: no GPU → cpu"
     assert "unavailable: needs a CUDA GPU" in choices["datacenter"]
     assert "unavailable" not in choices["cpu"]
     on_t4 = dict((value, label) for label, value in profile_choices(gpus(T4)))
-    assert on_t4["auto"].startswith("auto → t4-16gb") and "unavailable" not in on_t4["t4-16gb"]
+    assert on_t4["auto"].startswith("auto: 1× ") and on_t4["auto"].endswith("GB → t4-16gb") and "unavailable" not in on_t4["t4-16gb"]
 
 
 def test_strategy_names_are_unique_and_staged():
