@@ -1,0 +1,105 @@
+"""The fast attention against transformers' eager Longformer attention: same weights, same outputs."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from transformers import LongformerConfig, LongformerForQuestionAnswering
+
+from longqa.models import architecture_config
+from strategies.fast_attention import SlidingWindowSelfAttention, swap_attention
+
+
+def pair(config: LongformerConfig, seed: int = 0):
+    torch.manual_seed(seed)
+    eager = LongformerForQuestionAnswering(config).eval()
+    fast = swap_attention(copy.deepcopy(eager)).eval()
+    assert sum(isinstance(m, SlidingWindowSelfAttention) for m in fast.modules()) == config.num_hidden_layers
+    return eager, fast
+
+
+def inputs(batch: int, length: int, vocab: int, questions=(5, 3, 9), padding=(0, 17, 40), seed: int = 1):
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, vocab, (batch, length), generator=generator)
+    attention = torch.ones(batch, length, dtype=torch.long)
+    global_mask = torch.zeros(batch, length, dtype=torch.long)
+    for row in range(batch):
+        pad = padding[row % len(padding)]
+        if pad:
+            attention[row, length - pad:] = 0
+            ids[row, length - pad:] = 1
+        global_mask[row, : questions[row % len(questions)]] = 1  # variable question lengths
+    return dict(input_ids=ids, attention_mask=attention, global_attention_mask=global_mask)
+
+
+def max_logit_gap(a, b, mask) -> float:
+    keep = mask.bool()
+    return max((a.start_logits.float() - b.start_logits.float())[keep].abs().max().item(),
+               (a.end_logits.float() - b.end_logits.float())[keep].abs().max().item())
+
+
+TINY = LongformerConfig(vocab_size=300, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                        intermediate_size=128, attention_window=[32, 32], max_position_embeddings=4098,
+                        pad_token_id=1, bos_token_id=0, eos_token_id=2, sep_token_id=2)
+
+
+@pytest.mark.parametrize("batch, length", [(1, 1000), (3, 1000), (1, 4096), (3, 4096), (3, 777), (2, 65)])
+def test_tiny_model_matches_eager_in_fp32(batch, length):
+    eager, fast = pair(TINY)
+    x = inputs(batch, length, TINY.vocab_size)
+    with torch.no_grad():
+        gap = max_logit_gap(eager(**x), fast(**x), x["attention_mask"])
+    assert gap < 1e-4
+
+
+def test_global_tokens_anywhere_and_rows_without_any():
+    eager, fast = pair(TINY)
+    x = inputs(3, 300, TINY.vocab_size)
+    x["global_attention_mask"][1] = 0
+    x["global_attention_mask"][1, [0, 150, 299 - 17 - 1]] = 1  # not a prefix
+    x["global_attention_mask"][2] = 0  # a row with no global token at all
+    x["global_attention_mask"][2, 0] = 0
+    x["global_attention_mask"][0, :5] = 1
+    with torch.no_grad():
+        gap = max_logit_gap(eager(**x), fast(**x), x["attention_mask"])
+    assert gap < 1e-4
+
+
+def test_top_answers_identical_on_the_base_architecture():
+    eager, fast = pair(architecture_config("arch:base"))
+    x = inputs(3, 1000, 50265, questions=(12, 20, 7))
+    with torch.no_grad():
+        a, b = eager(**x), fast(**x)
+    assert max_logit_gap(a, b, x["attention_mask"]) < 1e-4
+    context = x["attention_mask"].bool() & ~x["global_attention_mask"].bool()
+    masked = lambda t: t.masked_fill(~context, -1e9)  # noqa: E731
+    assert torch.equal(masked(a.start_logits).argmax(-1), masked(b.start_logits).argmax(-1))
+    assert torch.equal(masked(a.end_logits).argmax(-1), masked(b.end_logits).argmax(-1))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_stays_within_eagers_own_rounding(dtype):
+    eager, fast = pair(TINY)
+    x = inputs(2, 1000, TINY.vocab_size)
+    with torch.no_grad():
+        reference = eager(**x)
+        eager_half = copy.deepcopy(eager).to(dtype)(**x)
+        fast_half = copy.deepcopy(fast).to(dtype)(**x)
+    eager_error = max_logit_gap(reference, eager_half, x["attention_mask"])
+    fast_error = max_logit_gap(reference, fast_half, x["attention_mask"])
+    assert fast_error <= 1.5 * eager_error + 1e-3
+
+
+def test_it_compiles_without_graph_breaks_on_its_own():
+    """No data-dependent Python branches: the attention module traces as one graph (dynamic shapes allowed)."""
+    eager, fast = pair(TINY)
+    module = next(m for m in fast.modules() if isinstance(m, SlidingWindowSelfAttention))
+    hidden = torch.randn(2, 128, 64)
+    is_pad = torch.zeros(2, 128, dtype=torch.bool)
+    is_pad[1, 100:] = True
+    is_global = torch.zeros(2, 128, dtype=torch.bool)
+    is_global[:, :6] = True
+    explanation = torch._dynamo.explain(module)(hidden, None, is_pad, is_global, True)
+    assert explanation.graph_break_count <= 1  # the one host read: how many global slots this batch needs
