@@ -9,13 +9,12 @@ import contextlib
 
 import torch
 
-from strategies.base import PRECISION, Strategy
+from strategies.base import PRECISION
+from strategies.half_precision import SixteenBitStrategy
 from strategies.hardware import Hardware
 
-DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
-
-class Autocast(Strategy):
+class Autocast(SixteenBitStrategy):
     """Matmuls in fp16/bf16, weights kept in fp32.
 
     Saves: activation memory (matmul outputs are 16-bit) and matmul time; weight memory is NOT reduced
@@ -28,18 +27,6 @@ class Autocast(Strategy):
     description = "Keep fp32 weights; run matmuls in fp16/bf16 under torch.autocast."
     stage = PRECISION  # it pins the load dtype to fp32
     conflicts_with = ("half_precision", "int8_dynamic")
-
-    def __init__(self, hardware: Hardware | None = None, device: str = "cpu", *, dtype: str | None = None):
-        super().__init__(hardware, device)
-        if dtype is not None and dtype not in DTYPES:
-            raise ValueError(f"autocast dtype must be one of {', '.join(DTYPES)}, not {dtype!r}")
-        self.requested = dtype
-
-    @property
-    def dtype(self) -> torch.dtype:
-        if self.requested is not None:
-            return DTYPES[self.requested]
-        return torch.float16 if self.on_cuda else torch.bfloat16
 
     def unavailable_reason(self, hardware: Hardware) -> str | None:
         if self.on_cuda:

@@ -13,7 +13,23 @@ from strategies.hardware import Hardware
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
 
-class HalfPrecision(Strategy):
+class SixteenBitStrategy(Strategy):
+    """Shared by the strategies that pick a 16-bit dtype: fp16 on CUDA, bf16 elsewhere, unless one is asked for."""
+
+    def __init__(self, hardware: Hardware | None = None, device: str = "cpu", *, dtype: str | None = None):
+        super().__init__(hardware, device)
+        if dtype is not None and dtype not in DTYPES:
+            raise ValueError(f"{self.name} dtype must be one of {', '.join(DTYPES)}, not {dtype!r}")
+        self.requested = dtype
+
+    @property
+    def dtype(self) -> torch.dtype:
+        if self.requested is not None:
+            return DTYPES[self.requested]
+        return torch.float16 if self.on_cuda else torch.bfloat16
+
+
+class HalfPrecision(SixteenBitStrategy):
     """Weights and activations in 16 bits.
 
     Saves: half the weight memory (0.87 GB instead of 1.73 GB for Longformer-large) and roughly half the
@@ -26,18 +42,6 @@ class HalfPrecision(Strategy):
     description = "Load the weights as fp16 (CUDA) or bf16 (bf16-capable GPUs/CPUs)."
     stage = PRECISION
     conflicts_with = ("autocast", "int8_dynamic")
-
-    def __init__(self, hardware: Hardware | None = None, device: str = "cpu", *, dtype: str | None = None):
-        super().__init__(hardware, device)
-        if dtype is not None and dtype not in DTYPES:
-            raise ValueError(f"half_precision dtype must be one of {', '.join(DTYPES)}, not {dtype!r}")
-        self.requested = dtype
-
-    @property
-    def dtype(self) -> torch.dtype:
-        if self.requested is not None:
-            return DTYPES[self.requested]
-        return torch.float16 if self.on_cuda else torch.bfloat16
 
     def unavailable_reason(self, hardware: Hardware) -> str | None:
         if self.on_cuda:
