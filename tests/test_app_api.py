@@ -30,6 +30,14 @@ class SlowSession(Session):
         return super().ask(*args, **kwargs)
 
 
+def serve_slow(tiny_model_dir, queue_size=app.DEFAULT_QUEUE_SIZE):
+    """A server on the tiny model whose answers take SlowSession.delay_s, so requests queue behind them."""
+    ctx = app.make_context(SlowSession(), models=[str(tiny_model_dir)], default_model=str(tiny_model_dir),
+                           default_profile="cpu")
+    app.ensure_loaded(ctx)
+    return (ctx, *serve(ctx, queue_size))
+
+
 def serve(ctx, queue_size=app.DEFAULT_QUEUE_SIZE):
     demo = app.build_blocks(ctx, queue_size)
     _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", quiet=True)
@@ -138,10 +146,7 @@ def test_a_file_path_that_was_not_uploaded_is_refused(server):
 
 
 def test_a_profile_switch_waits_for_the_answer_in_flight(tiny_model_dir):
-    ctx = app.make_context(SlowSession(), models=[str(tiny_model_dir)], default_model=str(tiny_model_dir),
-                           default_profile="cpu")
-    app.ensure_loaded(ctx)
-    demo, url = serve(ctx)
+    ctx, demo, url = serve_slow(tiny_model_dir)
     try:
         client = Client(url, verbose=False)
         answer_job = client.submit([], "The colour of Zorbin is teal.", "What is the colour of Zorbin?", 1,
@@ -156,10 +161,7 @@ def test_a_profile_switch_waits_for_the_answer_in_flight(tiny_model_dir):
 
 
 def test_the_queue_is_bounded_and_refuses_the_overflow_clearly(tiny_model_dir):
-    ctx = app.make_context(SlowSession(), models=[str(tiny_model_dir)], default_model=str(tiny_model_dir),
-                           default_profile="cpu")
-    app.ensure_loaded(ctx)
-    demo, url = serve(ctx, queue_size=2)
+    ctx, demo, url = serve_slow(tiny_model_dir, queue_size=2)
     outcomes: list[str] = []
 
     def call():
@@ -187,10 +189,7 @@ def test_the_queue_is_bounded_and_refuses_the_overflow_clearly(tiny_model_dir):
 
 
 def test_a_cancelled_request_leaves_the_model_usable(tiny_model_dir):
-    ctx = app.make_context(SlowSession(), models=[str(tiny_model_dir)], default_model=str(tiny_model_dir),
-                           default_profile="cpu")
-    app.ensure_loaded(ctx)
-    demo, url = serve(ctx)
+    ctx, demo, url = serve_slow(tiny_model_dir)
     try:
         client = Client(url, verbose=False)
         job = client.submit([], "The colour of Zorbin is teal.", "What is the colour of Zorbin?", 1,
