@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import app
-from longqa.load_test import run_load, summarize
+from longqa.load_test import is_numeric_fact, requests_for, run_load, summarize
 from longqa.session import Session
 
 
@@ -23,6 +23,18 @@ def test_twenty_concurrent_calls_all_complete_with_correct_answers(demo_url):
     results = run_load(demo_url, n_calls=20, timeout_s=300)
     summary = summarize(results)
     assert summary["completed"] == 20, summary["errors"]
-    assert summary["correct"] >= 19  # the demo model's measured exact match is the README's; none lost
+    assert summary["correct"] == 20, [(r.expected, r.answer) for r in results if r.answer != r.expected]
+    # Concurrency changed nothing: every answer (text and position) is the one its request got alone.
+    assert summary["same_as_alone"] == 20, [(r.alone, r.answer, r.span) for r in results]
+    assert len({r.expected for r in results}) == 20  # distinct facts: a swapped answer would be wrong
     assert summary["max_queue_position_seen"] >= 1  # requests waited in the queue and were told where
     assert 0 < summary["p50_s"] <= summary["p95_s"]
+
+
+def test_load_requests_are_distinct_numeric_facts_and_bounded():
+    examples = requests_for(20)
+    assert len(examples) == 20 and all(is_numeric_fact(e) for e in examples)
+    assert len({e.text for e in examples}) == len({e.answer for e in examples}) == 20
+    assert len(requests_for(10_000)) == 64
+    with pytest.raises(ValueError, match="only runs against a server on this machine"):
+        run_load("http://192.0.2.1:7860/", n_calls=1)
