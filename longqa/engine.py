@@ -16,7 +16,7 @@ import torch
 from accelerate.utils.memory import clear_device_cache, should_reduce_batch_size
 
 from longqa import telemetry
-from longqa.documents import Document
+from longqa.documents import Document, clean_text
 from longqa.errors import InputError, OutOfMemoryError
 from longqa.spans import Candidate, best_spans, merge_candidates
 
@@ -285,7 +285,9 @@ def decode_answers(windows: list[Window], logits, documents: list[Document],
 
 
 def validate_request(documents: list[Document], question: str) -> str:
-    question = " ".join((question or "").split())
+    """The question cleaned like document text (no control or zero-width characters, white space collapsed);
+    InputError when nothing is left of it or there is no document."""
+    question = " ".join(clean_text(question or "").split())
     if not question:
         raise InputError("The question is empty: type a question about the documents.")
     if not documents:

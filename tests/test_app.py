@@ -147,6 +147,20 @@ def test_a_long_question_is_cut_with_a_notice(ctx):
     assert "cut to its first" in dict(out["run"].values.tolist())["notices"]
 
 
+def test_control_and_zero_width_characters_are_dropped_from_documents_and_questions(ctx):
+    clean_text, clean_question = "The colour of Zorbin is teal. " * 20, "What is the colour of Zorbin?"
+    dirty_text = clean_text.replace("Zorbin", "Zor\u200bbin\x07").replace(". ", ".\u2060\x00 ")
+    dirty_question = "\ufeffWhat is\x1b the col\u200cour of Zor\u200dbin?\x7f"
+    clean = ask(ctx, pasted=clean_text, question=clean_question)["readout"]
+    dirty = ask(ctx, pasted=dirty_text, question=dirty_question)["readout"]
+    assert dirty["question"] == clean_question
+    assert dirty["documents"] == clean["documents"]
+    assert [(a["text"], a["start_char"], a["score"]) for a in dirty["answers"]] == \
+        [(a["text"], a["start_char"], a["score"]) for a in clean["answers"]]
+    with pytest.raises(gr.Error, match="question is empty"):  # nothing but invisible characters
+        ask(ctx, pasted=clean_text, question="\u200b\ufeff\x00\x07\u2060")
+
+
 def test_load_profile_switches_and_returns_the_load_readout(ctx, tiny_model_dir):
     shown_banner, table, readout = app.load_profile(ctx, "baseline-fp32", str(tiny_model_dir))
     assert readout["profile"] == "baseline-fp32" and readout["strategies"] == [] and readout["dtype"] == "float32"
