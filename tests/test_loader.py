@@ -253,3 +253,77 @@ def test_replicas_on_every_gpu(folder):
     batch = {k: torch.cat([v] * 4) for k, v in qa_batch(loaded.tokenizer).items()}
     assert loaded.runner(batch)[0].shape[0] == 4
     loaded.unload()
+
+
+# ------------------------------------------------------------------------------------------ what a checkpoint may do
+class _Payload:
+    """Unpickling this runs a shell command: what a hostile pytorch_model.bin can hold."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        import os
+
+        return os.system, (f"touch {self.marker}",)
+
+
+def _copy_checkpoint(source, target):
+    import shutil
+
+    shutil.copytree(source, target)
+    return target
+
+
+def test_a_pickled_checkpoint_that_would_run_code_is_refused_and_the_code_never_runs(tmp_path):
+    from longqa.session import Session
+
+    marker = tmp_path / "code-ran"
+    folder = _copy_checkpoint(tiny_checkpoint(safetensors=False), tmp_path / "hostile")
+    state = torch.load(folder / "pytorch_model.bin", weights_only=True)
+    torch.save({**state, "payload": _Payload(marker)}, folder / "pytorch_model.bin")
+    torch.load(folder / "pytorch_model.bin", weights_only=False)
+    assert marker.exists(), "the payload must be live for this test to mean anything"
+    marker.unlink()
+    for profile in ("baseline-fp32", custom_profile(["mmap_loading"])):  # transformers' own load, and our conversion
+        with pytest.raises(ModelLoadError, match="hostile"):
+            Session().load(str(folder), profile)
+        assert not marker.exists()
+
+
+def test_safetensors_are_loaded_when_a_folder_also_has_pickled_weights(tmp_path):
+    folder = _copy_checkpoint(tiny_checkpoint(), tmp_path / "both")
+    safe = load_model(str(folder), "baseline-fp32", hardware=CPU).model.qa_outputs.weight.clone()
+    state = {key: torch.zeros_like(value) for key, value in safe_state(folder).items()}
+    torch.save(state, folder / "pytorch_model.bin")  # different weights: whichever file is read shows
+    for profile in ("baseline-fp32", custom_profile(["mmap_loading"])):
+        loaded = load_model(str(folder), profile, hardware=CPU)
+        assert torch.equal(loaded.model.qa_outputs.weight, safe) and safe.abs().sum() > 0
+
+
+def safe_state(folder):
+    from safetensors.torch import load_file
+
+    return load_file(str(folder / "model.safetensors"))
+
+
+def test_code_shipped_with_a_checkpoint_never_runs(tmp_path):
+    marker = tmp_path / "code-ran"
+    folder = _copy_checkpoint(tiny_checkpoint(), tmp_path / "with-code")
+    config = json.loads((folder / "config.json").read_text())
+    config["auto_map"] = {"AutoConfig": "configuration_custom.CustomConfig",
+                          "AutoModelForQuestionAnswering": "modeling_custom.CustomModel"}
+    (folder / "config.json").write_text(json.dumps(config))
+    tokenizer_config = json.loads((folder / "tokenizer_config.json").read_text())
+    tokenizer_config["auto_map"] = {"AutoTokenizer": ["tokenization_custom.CustomTokenizer", None]}
+    (folder / "tokenizer_config.json").write_text(json.dumps(tokenizer_config))
+    code = (f"import pathlib\npathlib.Path({str(marker)!r}).touch()\n"
+            "from transformers import LongformerConfig, LongformerForQuestionAnswering, PreTrainedTokenizerFast\n"
+            "CustomConfig, CustomModel, CustomTokenizer = LongformerConfig, LongformerForQuestionAnswering, "
+            "PreTrainedTokenizerFast\n")
+    for name in ("configuration_custom.py", "modeling_custom.py", "tokenization_custom.py"):
+        (folder / name).write_text(code)
+    loaded = load_model(str(folder), "baseline-fp32", hardware=CPU)
+    assert type(loaded.model).__name__ == "LongformerForQuestionAnswering"
+    assert type(loaded.model).__module__.startswith("transformers.")
+    assert not marker.exists()
