@@ -185,14 +185,66 @@ def test_an_unavailable_profile_is_refused_and_nothing_is_reloaded(ctx, tiny_mod
     assert profile["value"] == "cpu" and model["value"] == str(tiny_model_dir)
 
 
-def test_a_failed_load_keeps_the_previous_model_and_says_why(tiny_model_dir, broken_model_dir):
-    ctx = app.make_context(Session(), models=[str(tiny_model_dir), str(broken_model_dir)],
-                           default_model=str(tiny_model_dir), default_profile="cpu")
+def corrupt_weights_dir(tmp_path, tiny_model_dir):
+    import shutil
+
+    folder = shutil.copytree(tiny_model_dir, tmp_path / "corrupt-weights")
+    (folder / "model.safetensors").write_bytes(b"\x00garbage" * 1000)
+    return folder
+
+
+@pytest.mark.parametrize("case, why", [
+    ("unknown id", "neither a local folder nor a Hub id"),
+    ("offline", r"Could not fetch 'valhalla/longformer-base-4096-finetuned-squadv1'.*HF_HUB_OFFLINE"),
+    ("corrupt weights", "Could not load .*corrupt-weights"),
+    ("not a QA model", "bert model; this demo needs a Longformer question-answering checkpoint"),
+    ("a Longformer without a QA head", "not a question-answering checkpoint"),
+])
+def test_a_failed_load_keeps_the_previous_model_and_says_why(tiny_model_dir, broken_model_dir, tmp_path,
+                                                            monkeypatch, case, why):
+    import huggingface_hub.constants
+
+    from tests.tiny import tiny_encoder_checkpoint
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    model_ref = {"unknown id": "no-such-model", "offline": "valhalla/longformer-base-4096-finetuned-squadv1",
+                 "corrupt weights": str(corrupt_weights_dir(tmp_path, tiny_model_dir)),
+                 "not a QA model": str(broken_model_dir),
+                 "a Longformer without a QA head": str(tiny_encoder_checkpoint())}[case]
+    ctx = app.make_context(Session(), models=[str(tiny_model_dir), model_ref], default_model=str(tiny_model_dir),
+                           default_profile="cpu")
     app.ensure_loaded(ctx)
-    with pytest.raises(gr.Error, match=r"bert model.*Still using .* with profile cpu"):
-        app.load_profile(ctx, "cpu", str(broken_model_dir))
-    assert ctx.session.model_ref == str(tiny_model_dir) and ctx.selection["model"] == str(tiny_model_dir)
-    assert ask(ctx, pasted="The colour of Zorbin is teal.")["readout"]["model"] == str(tiny_model_dir)
+    loaded = ctx.session.loaded
+    with pytest.raises(gr.Error, match=rf"{why}.*Still using .* with profile cpu"):
+        app.load_profile(ctx, "cpu", model_ref)
+    assert ctx.session.model_ref == str(tiny_model_dir) and ctx.session.profile_name == "cpu"
+    assert ctx.selection["model"] == str(tiny_model_dir)
+    profile, model, *_ = app.restore_selection(ctx)  # the dropdowns go back to what is still loaded
+    assert (profile["value"], model["value"]) == ("cpu", str(tiny_model_dir))
+    out = ask(ctx, pasted="The colour of Zorbin is teal.")
+    assert out["readout"]["model"] == str(tiny_model_dir) and out["readout"]["answers"]
+    assert ctx.session.loaded.readout.strategies == loaded.readout.strategies
+
+
+def test_a_load_that_fails_half_way_leaves_nothing_half_loaded(ctx, tiny_model_dir, monkeypatch):
+    from strategies.int8_dynamic import Int8Dynamic
+
+    before = ask(ctx, pasted="The colour of Zorbin is teal.")["readout"]["answers"]
+    strategies = ctx.session.loaded.readout.strategies
+    module_types = {type(m) for m in ctx.session.loaded.model.modules()}
+
+    def fail(self, model):
+        raise RuntimeError("simulated failure after the weights were read")
+
+    monkeypatch.setattr(Int8Dynamic, "transform", fail)
+    with pytest.raises(gr.Error, match=r"simulated failure.*Still using .* with profile cpu"):
+        app.load_profile(ctx, "custom", str(tiny_model_dir), ["int8_dynamic"])
+    loaded = ctx.session.loaded
+    assert loaded.profile.name == "cpu" and loaded.readout.strategies == strategies
+    assert {type(m) for m in loaded.model.modules()} == module_types  # the cpu profile's model, whole
+    assert ctx.selection["profile"] == "cpu"
+    assert ask(ctx, pasted="The colour of Zorbin is teal.")["readout"]["answers"] == before
 
 
 @pytest.mark.parametrize("model_ref", ["/etc", "someone/any-model", "../longqa/demo_model", "arch:large"])
