@@ -20,7 +20,9 @@ class SlidingWindowSelfAttention(nn.Module):
     Local rows: each token attends to non-global tokens within ±w and to every global token (local projections).
     Global rows: attend to every non-padding token with the `*_global` projections. Padding rows output zeros.
     Queries go in blocks of w: a block sees its 3w-key band plus the global keys, so memory grows linearly
-    with the length and the work is a batched fused SDPA call instead of chunk copies.
+    with the length and the work is one fused SDPA call over (B*blocks, H, w, d) instead of chunk copies. The
+    4-D layout matters: on CPU a 5-D (B, H, blocks, ...) call falls back to SDPA's math path, which was slower
+    than eager. Blocks of w/2 or w/4 waste less of the band but made no measurable difference here.
     """
 
     def __init__(self, original: nn.Module):
@@ -40,14 +42,20 @@ class SlidingWindowSelfAttention(nn.Module):
         batch, length, _ = x.shape
         return x.view(batch, length, self.num_heads, self.head_dim).transpose(1, 2)  # (B, H, L, d)
 
-    def _bands(self, x: torch.Tensor, pad_value) -> torch.Tensor:
-        """(..., L, *) -> (..., nb, 3w, *): for block i, positions [i*w - w, i*w + 2w), padded at the edges."""
-        w = self.one_sided_attn_window_size
-        dim = x.dim() - 2 if x.dim() == 4 else x.dim() - 1  # the length dimension
-        pad = [0, 0] * (x.dim() - 1 - dim) + [w, w]
-        padded = F.pad(x, pad, value=pad_value)
-        bands = padded.unfold(dim, 3 * w, w)  # (..., nb, *, 3w)
-        return bands.movedim(-1, dim + 1)  # (..., nb, 3w, *)
+    def _project(self, hidden_states: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """query, key, value, key_global, value_global of every token: (B, L, D) each.
+
+        One matmul over the weights concatenated at call time (the state dict keeps the five layers) when all
+        five are plain biased `nn.Linear`s: 80 ms instead of 94 ms at 4,096 tokens in bf16 on CPU. Quantized
+        or accelerate-hooked layers keep their own forward.
+        """
+        layers = (self.query, self.key, self.value, self.key_global, self.value_global)
+        if all(type(layer) is nn.Linear and layer.bias is not None and not hasattr(layer, "_hf_hook")
+               for layer in layers):
+            weight = torch.cat([layer.weight for layer in layers])  # (5D, D)
+            bias = torch.cat([layer.bias for layer in layers])
+            return F.linear(hidden_states, weight, bias).split(self.embed_dim, dim=-1)
+        return tuple(layer(hidden_states) for layer in layers)
 
     def forward(self, hidden_states, attention_mask=None, is_index_masked=None, is_index_global_attn=None,
                 is_global_attn=None, output_attentions=False):
@@ -55,51 +63,62 @@ class SlidingWindowSelfAttention(nn.Module):
         w = self.one_sided_attn_window_size
         heads, head_dim = self.num_heads, self.head_dim
         n_blocks = length // w  # the model pads the length to a multiple of the window (2w)
+        span = 3 * w  # keys a block of w queries can reach
         is_pad = is_index_masked  # (B, L)
         is_global = is_index_global_attn  # (B, L)
         dropout = self.dropout if self.training else 0.0
 
-        q = self._heads(self.query(hidden_states))  # (B, H, L, d)
-        k = self._heads(self.key(hidden_states))
-        v = self._heads(self.value(hidden_states))
+        q, k, v, k_all, v_all = (x.view(batch, length, heads, head_dim)
+                                 for x in self._project(hidden_states))  # (B, L, H, d) each
 
-        # Global tokens first, in order; `n_global` slots (the most any row has), unused slots masked.
+        # Global tokens first, in order; `n_global` slots (the most any row has), unused slots masked. The int()
+        # is the one graph break: the slot count is a shape, and no static bound short of L keeps it cheap.
         n_global = max(int(is_global.sum(dim=1).max()), 1)
         order = torch.argsort((~is_global).to(torch.int8), dim=1, stable=True)[:, :n_global]  # (B, G)
         slot_used = torch.gather(is_global, 1, order)  # (B, G)
-        gather_index = order[:, None, :, None].expand(batch, heads, n_global, head_dim)  # (B, H, G, d)
-        k_global = torch.gather(k, 2, gather_index)  # (B, H, G, d)
-        v_global = torch.gather(v, 2, gather_index)
+        row_index = order[:, :, None, None].expand(batch, n_global, heads, head_dim)  # (B, G, H, d)
+        k_global = torch.gather(k, 1, row_index).transpose(1, 2)  # (B, H, G, d)
+        v_global = torch.gather(v, 1, row_index).transpose(1, 2)
 
-        q_blocks = q.reshape(batch, heads, n_blocks, w, head_dim)  # (B, H, nb, w, d)
-        k_bands = self._bands(k, 0.0)  # (B, H, nb, 3w, d)
-        v_bands = self._bands(v, 0.0)
-        keys = torch.cat([k_global[:, :, None].expand(-1, -1, n_blocks, -1, -1), k_bands], dim=3)  # (B,H,nb,G+3w,d)
-        values = torch.cat([v_global[:, :, None].expand(-1, -1, n_blocks, -1, -1), v_bands], dim=3)
+        # 4-D (B*nb, H, ...) so SDPA takes the fused flash kernel (5-D inputs fall back to the math path).
+        q_blocks = q.view(batch, n_blocks, w, heads, head_dim).transpose(2, 3).reshape(
+            batch * n_blocks, heads, w, head_dim)  # (B*nb, H, w, d)
 
-        offsets = torch.arange(3 * w, device=q.device)[None, :] - torch.arange(w, device=q.device)[:, None] - w
-        in_window = offsets.abs() <= w  # (w, 3w): key j of the band is within ±w of query a of the block
-        local_key = self._bands(~(is_pad | is_global), False)  # (B, nb, 3w): padded edges are not keys
-        band_ok = in_window[None, None] & local_key[:, :, None, :]  # (B, nb, w, 3w)
+        def blocks_of(x, x_global):  # (B, L, H, d) -> (B*nb, H, G+3w, d): the global keys, then the band
+            bands = F.pad(x, (0, 0, 0, 0, w, w)).unfold(1, span, w).transpose(-1, -2)  # (B, nb, H, 3w, d)
+            expanded = x_global[:, None].expand(-1, n_blocks, -1, -1, -1)  # (B, nb, H, G, d)
+            return torch.cat([expanded, bands], dim=3).view(batch * n_blocks, heads, n_global + span, head_dim)
+
+        keys, values = blocks_of(k, k_global), blocks_of(v, v_global)
+
+        offsets = (torch.arange(span, device=q.device)[None, :] - torch.arange(w, device=q.device)[:, None]
+                   - w)  # (w, 3w): position of key j of the band minus that of query a of the block
+        is_local_key = F.pad(~(is_pad | is_global), (w, w), value=False).unfold(1, span, w)  # (B, nb, 3w)
+        band_ok = (offsets.abs() <= w)[None, None] & is_local_key[:, :, None, :]  # (B, nb, w, 3w)
         # A padding row may have no key at all; let it see itself so softmax stays finite (its output is zeroed).
         pad_rows = is_pad.view(batch, n_blocks, w)[..., None] & (offsets == 0)[None, None]  # (B, nb, w, 3w)
         global_ok = slot_used[:, None, None, :].expand(-1, n_blocks, w, -1)  # (B, nb, w, G)
-        allowed = torch.cat([global_ok, band_ok | pad_rows], dim=-1)[:, None]  # (B, 1, nb, w, G+3w)
-        local_out = F.scaled_dot_product_attention(q_blocks, keys, values, attn_mask=allowed, dropout_p=dropout)
-        out = local_out.reshape(batch, heads, length, head_dim)  # (B, H, L, d)
+        allowed = torch.cat([global_ok, band_ok | pad_rows], dim=-1)  # (B, nb, w, G+3w)
+        # An additive mask in the query dtype: a boolean one costs a conversion per call inside SDPA.
+        bias = torch.zeros(allowed.shape, dtype=q.dtype, device=q.device).masked_fill_(~allowed, float("-inf"))
+        local_out = F.scaled_dot_product_attention(
+            q_blocks, keys, values, attn_mask=bias.view(batch * n_blocks, 1, w, n_global + span),
+            dropout_p=dropout)  # (B*nb, H, w, d)
+        out = local_out.view(batch, n_blocks, heads, w, head_dim).transpose(2, 3).reshape(
+            batch, length, self.embed_dim)  # (B, L, D)
 
         # Global rows: only the G global tokens ask, over every non-padding token, with the global projections.
-        hidden_global = torch.gather(hidden_states, 1, order[:, :, None].expand(-1, -1, self.embed_dim))  # (B,G,D)
+        embed_index = order[:, :, None].expand(-1, -1, self.embed_dim)  # (B, G, D)
+        hidden_global = torch.gather(hidden_states, 1, embed_index)  # (B, G, D)
         qg = self._heads(self.query_global(hidden_global))  # (B, H, G, d)
-        kg = self._heads(self.key_global(hidden_states))  # (B, H, L, d)
-        vg = self._heads(self.value_global(hidden_states))
+        kg, vg = k_all.transpose(1, 2), v_all.transpose(1, 2)  # (B, H, L, d)
         global_out = F.scaled_dot_product_attention(qg, kg, vg, attn_mask=(~is_pad)[:, None, None, :],
                                                     dropout_p=dropout)  # (B, H, G, d)
-        keep = torch.gather(out, 2, gather_index)  # unused slots point at local rows: write those back unchanged
-        global_out = torch.where(slot_used[:, None, :, None], global_out.to(out.dtype), keep)
-        out = out.scatter(2, gather_index, global_out)
-        out = out.masked_fill(is_pad[:, None, :, None], 0.0)
-        return (out.transpose(1, 2).reshape(batch, length, self.embed_dim),)
+        global_out = global_out.transpose(1, 2).reshape(batch, n_global, self.embed_dim)  # (B, G, D)
+        keep = torch.gather(out, 1, embed_index)  # unused slots point at local rows: write those back unchanged
+        global_out = torch.where(slot_used[:, :, None], global_out.to(out.dtype), keep)
+        out = out.scatter(1, embed_index, global_out)
+        return (out.masked_fill(is_pad[:, :, None], 0.0),)
 
 
 def swap_attention(model: nn.Module) -> nn.Module:
@@ -114,9 +133,12 @@ def swap_attention(model: nn.Module) -> nn.Module:
 class FastAttention(Strategy):
     """Longformer's sliding-window + global attention on PyTorch's fused `scaled_dot_product_attention`.
 
-    Saves: attention time: the eager implementation spends most of its time copying and masking chunks;
-        same weights, same outputs (checked against eager to 6e-8 in fp32).
-    Costs: keys are computed in bands of 3w for blocks of w queries, so about 1.5× the band's arithmetic.
+    Saves: attention time: the eager implementation spends most of its time copying and masking chunks.
+        Measured side by side on 2 CPU cores (base architecture, batch 1, whole forward): bf16 0.51-0.56× eager
+        at 4,096 tokens (about 4.0 s vs 7.2-8.7 s) and 0.63-0.77× at 1,024; fp32 0.67× at 4,096. Same weights
+        and state dict, same outputs (within 1e-4 of eager in fp32; bf16 within eager's own rounding).
+    Costs: keys are computed in bands of 3w for blocks of w queries, so about 1.5× the band's arithmetic; the
+        q/k/v/key_global/value_global weights are concatenated on every call (a few MB) to run one matmul.
     Requires: nothing beyond torch; not combinable with offload (the swap would drop accelerate's hooks).
     """
 

@@ -103,3 +103,45 @@ def test_it_compiles_without_graph_breaks_on_its_own():
     is_global[:, :6] = True
     explanation = torch._dynamo.explain(module)(hidden, None, is_pad, is_global, True)
     assert explanation.graph_break_count <= 1  # the one host read: how many global slots this batch needs
+
+
+def test_the_state_dict_is_the_eager_one():
+    eager, fast = pair(TINY)
+    a, b = eager.state_dict(), fast.state_dict()
+    assert list(a) == list(b)
+    assert all(torch.equal(a[name], b[name]) for name in a)
+
+
+def test_layers_that_are_not_plain_linears_keep_their_own_forward():
+    """Quantized or hooked projections cannot be fused into one matmul: the fallback must give the same rows."""
+
+    class Wrapped(torch.nn.Linear):
+        calls = 0
+
+        def forward(self, x):
+            Wrapped.calls += 1
+            return super().forward(x)
+
+    eager, fast = pair(TINY)
+    for module in fast.modules():
+        if isinstance(module, SlidingWindowSelfAttention):
+            wrapped = Wrapped(module.key.in_features, module.key.out_features)
+            wrapped.load_state_dict(module.key.state_dict())
+            module.key = wrapped
+    x = inputs(2, 300, TINY.vocab_size)
+    with torch.no_grad():
+        gap = max_logit_gap(eager(**x), fast(**x), x["attention_mask"])
+    assert Wrapped.calls == TINY.num_hidden_layers
+    assert gap < 1e-4
+
+
+def test_bf16_on_cpu_runs_the_fused_kernel_not_the_math_fallback():
+    """The math path (taken for 5-D inputs) was slower than eager; this guards the 4-D layout."""
+    _, fast = pair(TINY)
+    fast = fast.to(torch.bfloat16)
+    x = inputs(2, 300, TINY.vocab_size)
+    with torch.inference_mode(), torch.profiler.profile() as profile:
+        fast(**x)
+    ops = {event.key for event in profile.key_averages()}
+    assert "aten::_scaled_dot_product_flash_attention_for_cpu" in ops
+    assert "aten::_scaled_dot_product_attention_math" not in ops
