@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 import time
 import urllib.request
+from pathlib import Path
 
 import pytest
 from gradio_client import Client, handle_file
 from gradio_client.exceptions import AppError
+from gradio_client.utils import Status
 
 import app
-from longqa.session import Session
+from longqa.session import Session, read_documents
 
 READOUT_KEYS = {"question", "answers", "documents", "windows", "tokens", "batch_size", "backoffs", "latency_s",
                 "memory", "notices", "tokens_per_s", "model", "profile"}
@@ -25,7 +29,12 @@ class SlowSession(Session):
 
     delay_s = 1.5
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.answering = threading.Event()  # set once an answer is in flight
+
     def ask(self, *args, **kwargs):
+        self.answering.set()
         time.sleep(self.delay_s)
         return super().ask(*args, **kwargs)
 
@@ -135,14 +144,54 @@ def test_load_profile_refuses_unlisted_models_and_unavailable_profiles(client, s
     assert ask(client, pasted="The colour of Zorbin is teal.")["readout"]["profile"] == "cpu"
 
 
-def test_a_file_path_that_was_not_uploaded_is_refused(server):
-    _, url = server
-    payload = {"data": [[{"path": "/etc/passwd", "meta": {"_type": "gradio.FileData"}}], "", "Who?", 3]}
+@pytest.mark.parametrize("path", [
+    "/etc/passwd",  # outside the app
+    str(Path(app.__file__).resolve().parent / "README.md"),  # inside the app's own folder (gradio's working dir)
+    str(app.SAMPLES_DIR / "harbour_records.txt"),  # a bundled sample, by path rather than through the examples
+    "README.md",  # relative to the working directory
+])
+def test_a_file_path_that_was_not_uploaded_is_refused(server, path):
+    ctx, url = server
+    payload = {"data": [[{"path": path, "meta": {"_type": "gradio.FileData"}}], "", "Who?", 3]}
     request = urllib.request.Request(f"{url}gradio_api/call/ask", data=json.dumps(payload).encode(),
                                      headers={"Content-Type": "application/json"})
     event_id = json.loads(urllib.request.urlopen(request, timeout=30).read())["event_id"]
     stream = urllib.request.urlopen(f"{url}gradio_api/call/ask/{event_id}", timeout=60).read().decode()
-    assert "event: error" in stream and "root:" not in stream
+    assert "event: error" in stream and "event: complete" not in stream
+    assert "root:" not in stream and "Chiomklian" not in stream  # nothing of the file comes back
+
+
+def test_uploads_are_read_from_gradios_upload_folder_and_deleted_with_its_cache(tiny_model_dir, tmp_path,
+                                                                               monkeypatch):
+    import gradio.utils
+
+    workdir = tmp_path / "workdir"
+    workdir.mkdir()
+    monkeypatch.chdir(workdir)  # whatever the app writes, it must not be next to where it was started
+    read = []
+
+    def spy(files, *args, **kwargs):
+        read.extend(Path(f) for f in files)
+        return read_documents(files, *args, **kwargs)
+
+    monkeypatch.setattr(app, "read_documents", spy)
+    ctx = app.make_context(Session(), models=[str(tiny_model_dir)], default_model=str(tiny_model_dir),
+                           default_profile="cpu")
+    app.ensure_loaded(ctx)
+    demo, url = serve(ctx)
+    assert demo.delete_cache is not None  # gradio's cleanup of the files this app received
+    document = tmp_path / "report.txt"
+    document.write_text("The colour of Zorbin is teal.", encoding="utf-8")
+    try:
+        ask(Client(url, verbose=False), [document])
+        upload_folder = Path(gradio.utils.get_upload_folder()).resolve()
+        assert read and all(path.resolve().is_relative_to(upload_folder) for path in read), read
+        assert all(path.exists() for path in read)
+        assert document.read_text(encoding="utf-8") == "The colour of Zorbin is teal."  # only read
+    finally:
+        demo.close()
+    assert not any(path.exists() for path in read), "gradio's cache cleanup deletes the uploads"
+    assert list(workdir.iterdir()) == []
 
 
 def test_a_profile_switch_waits_for_the_answer_in_flight(tiny_model_dir):
@@ -181,7 +230,7 @@ def test_the_queue_is_bounded_and_refuses_the_overflow_clearly(tiny_model_dir):
             thread.join(timeout=120)
         refused = [o for o in outcomes if o.startswith("refused")]
         assert len(outcomes) == 6 and refused and outcomes.count("answered") >= 2
-        assert all("queue is full" in o.lower() for o in refused), refused
+        assert all("queue is full" in o.lower() and "try again" in o.lower() for o in refused), refused
         # and the app still answers afterwards
         Client(url, verbose=False).predict([], "The colour of Zorbin is teal.", "What is it?", 1, api_name="/ask")
     finally:
@@ -191,12 +240,44 @@ def test_the_queue_is_bounded_and_refuses_the_overflow_clearly(tiny_model_dir):
 def test_a_cancelled_request_leaves_the_model_usable(tiny_model_dir):
     ctx, demo, url = serve_slow(tiny_model_dir)
     try:
-        client = Client(url, verbose=False)
-        job = client.submit([], "The colour of Zorbin is teal.", "What is the colour of Zorbin?", 1,
-                            api_name="/ask")
-        time.sleep(0.5)
-        job.cancel()
-        readout = client.predict([], "The colour of Zorbin is teal.", "What is it?", 1, api_name="/ask")[-1]
-        assert readout["answers"] and ctx.session.loaded is not None
+        job = Client(url, verbose=False).submit([], "The colour of Zorbin is teal.", "What is the colour of Zorbin?",
+                                                1, api_name="/ask")
+        assert ctx.session.answering.wait(30)
+        queued = Client(url, verbose=False).submit([], "The colour of Velka is red.", "What is the colour of Velka?",
+                                                   1, api_name="/ask")
+        time.sleep(0.3)
+        job.cancel()  # what the page's Stop button sends: /cancel for the event in flight
+        deadline = time.monotonic() + 10
+        while not job.done() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert job.status().code == Status.CANCELLED
+        # the request queued behind it is answered (not lost), and so is the next one
+        assert queued.result(timeout=60)[-1]["question"] == "What is the colour of Velka?"
+        readout = Client(url, verbose=False).predict([], "The colour of Zorbin is teal.", "What is it?", 1,
+                                                     api_name="/ask")[-1]
+        assert readout["answers"] and readout["question"] == "What is it?" and ctx.session.loaded is not None
     finally:
+        demo.close()
+
+
+def test_a_client_that_disconnects_mid_answer_leaves_the_model_usable(tiny_model_dir):
+    ctx, demo, url = serve_slow(tiny_model_dir)
+    client_code = (
+        "import sys, time\n"
+        "from gradio_client import Client\n"
+        "Client(sys.argv[1], verbose=False).submit([], 'The colour of Zorbin is teal.', "
+        "'What is the colour of Zorbin?', 1, api_name='/ask')\n"
+        "time.sleep(120)\n")
+    process = subprocess.Popen([sys.executable, "-c", client_code, url])
+    try:
+        assert ctx.session.answering.wait(60), "the client's request never started"
+        process.kill()  # the client vanishes while its answer is being computed
+        process.wait(timeout=30)
+        readout = Client(url, verbose=False).predict([], "The colour of Velka is red.", "What is the colour of Velka?",
+                                                     1, api_name="/ask")[-1]
+        assert readout["question"] == "What is the colour of Velka?" and readout["answers"]
+        assert ctx.session.loaded is not None and ctx.session.profile_name == "cpu"
+    finally:
+        if process.poll() is None:
+            process.kill()
         demo.close()
