@@ -17,6 +17,7 @@ from gradio_client.utils import Status
 
 import app
 from longqa.session import Session, read_documents
+from tests.test_documents import blank_page_pdf, encrypt_pdf, make_pdf
 
 READOUT_KEYS = {"question", "answers", "documents", "windows", "tokens", "batch_size", "backoffs", "latency_s",
                 "memory", "notices", "tokens_per_s", "model", "profile"}
@@ -131,6 +132,61 @@ def test_bad_input_is_a_clear_error_and_the_next_call_works(client, tmp_path):
     with pytest.raises(AppError, match="question is empty"):
         ask(client, pasted="The colour of Zorbin is teal.", question="  ")
     assert ask(client, pasted="The colour of Zorbin is teal.")["readout"]["answers"]
+
+
+BAD_UPLOADS = {  # name, bytes, what the error must say
+    "empty file": ("empty.txt", b"", "'empty.txt' is empty"),
+    "whitespace only": ("blank.txt", b" \n\t\r\n" + "\u200b\ufeff".encode(), "contains only whitespace"),
+    "binary renamed .txt": ("photo.txt", bytes(range(256)) * 3, "looks like a binary file"),
+    "corrupt PDF": ("broken.pdf", b"%PDF-1.4\nthis is not really a pdf", "could not be read as a PDF"),
+    "encrypted PDF": ("locked.pdf", encrypt_pdf(make_pdf("Top secret"), "secret"), "password-protected"),
+    "scanned PDF": ("scan.pdf", blank_page_pdf(), "no text found"),
+    # gradio's own check of the upload's type (file_types) answers first, naming the supported ones
+    "unsupported extension": ("sheet.xlsx", b"PK\x03\x04", r"Invalid file type.*'\.txt', '\.md', '\.pdf'"),
+    "over --max-file-mb": ("big.txt", b"The colour of Zorbin is teal. " * 100, "over the 0.0010 MB file size limit"),
+    "over the token limit": ("long.txt", b"The colour of Zorbin is teal. " * 30, "over the limit of 50"),
+}
+
+
+class CountingRunner:
+    """The loaded model's runner, counting the batches it is given."""
+
+    def __init__(self, runner):
+        self.runner, self.devices, self.calls = runner, runner.devices, 0
+
+    def __call__(self, batch):
+        self.calls += 1
+        return self.runner(batch)
+
+
+@pytest.mark.parametrize("case", list(BAD_UPLOADS))
+def test_every_bad_upload_is_a_clear_error_before_model_work_and_the_next_call_works(client, server, tmp_path,
+                                                                                    monkeypatch, case):
+    ctx, _ = server
+    name, data, message = BAD_UPLOADS[case]
+    path = tmp_path / name
+    path.write_bytes(data)
+    monkeypatch.setattr(ctx, "max_file_bytes", 1024)  # the page's --max-file-mb, as 1 kB
+    monkeypatch.setattr(ctx, "max_total_tokens", 50)  # and --max-tokens
+    counting = CountingRunner(ctx.session.loaded.runner)
+    monkeypatch.setattr(ctx.session.loaded, "runner", counting)
+    with pytest.raises(AppError, match=message):
+        ask(client, [path])
+    assert counting.calls == 0, "refused before any model work"
+    assert ask(client, pasted="The colour of Zorbin is teal.")["readout"]["answers"] and counting.calls
+
+
+@pytest.mark.parametrize("encoding", ["latin-1", "utf-16 with BOM", "utf-8 with stray latin-1"])
+def test_uploads_in_other_encodings_are_read_right(client, tmp_path, encoding):
+    text = "Café Grüße: the naïve façade of Zorbin is teal, déjà vu. " * 4
+    data = {"latin-1": text.encode("latin-1"), "utf-16 with BOM": text.encode("utf-16"),
+            "utf-8 with stray latin-1": text.encode("utf-8") + "Fin: déjà.".encode("latin-1")}[encoding]
+    expected = text + ("Fin: déjà." if encoding == "utf-8 with stray latin-1" else "")
+    path = tmp_path / "notes.txt"
+    path.write_bytes(data)
+    out = ask(client, [path])
+    assert out["readout"]["documents"][0]["chars"] == len(expected)
+    assert "".join(span["token"] for span in out["evidence"]) == expected  # a short document is shown whole
 
 
 def test_load_profile_refuses_unlisted_models_and_unavailable_profiles(client, server, tiny_model_dir):
