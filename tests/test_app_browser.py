@@ -146,6 +146,23 @@ def test_upload_ask_highlight_readouts_switch_profile_and_screenshot(page, serve
     assert SCREENSHOT.stat().st_size > 50_000
 
 
+def test_markup_in_questions_and_markdown_in_documents_show_as_text(page, long_document, tmp_path):
+    path, example = long_document
+    markdown = "**bold** [link](javascript:window.__xss=3) <b>tag</b>"
+    laced = tmp_path / "markdown_notes.md"
+    laced.write_text(re.sub(r"\. ", f". {markdown} ", example.text), encoding="utf-8")
+    page.locator("#documents input[type=file]").set_input_files(str(laced))
+    wait_until(lambda: "markdown_notes.md" in grid_text(page, "Documents read"))
+    question = "Who is <img src=x onerror=window.__xss=4> **bold**?"  # short: kept whole (64 tokens at most)
+    ask(page, question)
+    assert f'"{question}"' in page.locator("#readout").inner_text(), "the question is shown as typed"
+    evidence = page.locator("#evidence").inner_text()
+    assert "**bold**" in evidence and "[link](javascript:" in evidence, "Markdown in a document stays literal"
+    for area in ("#evidence", "#readout", "#best-answer"):
+        assert page.locator(f"{area} strong, {area} b, {area} a[href^=javascript], {area} img").count() == 0
+    assert page.evaluate("() => window.__xss") is None, "no script from a question or document ran"
+
+
 def test_a_banner_says_when_the_demo_model_stands_in(tiny_model_dir):
     from playwright.sync_api import sync_playwright
 
