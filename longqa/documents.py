@@ -7,7 +7,9 @@ It decides encodings and extracts text; it does not split, tokenize or render an
 from __future__ import annotations
 
 import codecs
+import contextlib
 import io
+import logging
 import os
 import re
 import stat
@@ -234,12 +236,26 @@ def _decode_non_binary(data: bytes, name: str) -> str:
     return text
 
 
-def _read_pdf(data: bytes, name: str) -> str:
-    reader = _open_pdf(data, name)
+@contextlib.contextmanager
+def _quiet_pypdf():
+    """pypdf logs each repair it attempts on a damaged file ("EOF marker not found"): our DocumentError already
+    says what a user can act on, and the CLI promises one line on stderr."""
+    logger = logging.getLogger("pypdf")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
     try:
-        pages = [page.extract_text() or "" for page in reader.pages]
-    except Exception as exc:  # pypdf raises many exception types on damaged content streams
-        raise DocumentError(f"'{name}' could not be read as a PDF (the file may be damaged).") from exc
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def _read_pdf(data: bytes, name: str) -> str:
+    with _quiet_pypdf():
+        reader = _open_pdf(data, name)
+        try:
+            pages = [page.extract_text() or "" for page in reader.pages]
+        except Exception as exc:  # pypdf raises many exception types on damaged content streams
+            raise DocumentError(f"'{name}' could not be read as a PDF (the file may be damaged).") from exc
     if not pages:
         raise DocumentError(f"'{name}' is a PDF without pages.")
     text = clean_text("\n\n".join(pages))
