@@ -57,13 +57,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tokens", type=token_list, default=[1024, 4096],
                         help="input lengths per document (question + document), comma-separated; more than one "
                              "window's worth means several windows (default 1024,4096)")
-    parser.add_argument("--batch", type=positive, default=1, help="documents per request, run as one batch")
+    parser.add_argument("--batch", type=token_list, default=[1],
+                        help="documents per request, run as one batch; comma-separated for several rows (default 1; "
+                             "the training-step rows use the smallest)")
     parser.add_argument("--repeat", type=positive, default=3, help="timed runs per row after the warm-up")
     parser.add_argument("--checks", type=positive, default=10,
                         help="question/document pairs compared with the fp32 baseline per length (default 10)")
     parser.add_argument("--no-training", dest="training", action="store_false",
                         help="skip the training-step rows (forward+backward with and without checkpointing)")
     parser.add_argument("--out", default="bench-results", help="output folder (default bench-results/)")
+    parser.add_argument("--rescore", action="store_true",
+                        help="measure nothing: recompute ratios and memory predictions of --out's results.json")
 
 
 # ------------------------------------------------------------------------------------------------ planning
@@ -95,15 +99,16 @@ def plan_specs(args, profiles: list[str], out_dir: Path) -> list[WorkerSpec]:
     """Inference rows length by length (the baseline first, so the others compare with its logits), then the
     training-step rows of the fp32 reference at each distinct window length."""
     specs = []
-    common = dict(model=args.model, batch=args.batch, repeat=args.repeat, checks=args.checks,
-                  out_dir=str(out_dir))
+    common = dict(model=args.model, repeat=args.repeat, checks=args.checks, out_dir=str(out_dir))
     for tokens in args.tokens:
-        for profile in profiles:
-            specs.append(WorkerSpec(mode="inference", profile=profile, tokens=tokens, baseline=profile == BASELINE,
-                                    **common))
+        for batch in args.batch:
+            for profile in profiles:
+                specs.append(WorkerSpec(mode="inference", profile=profile, tokens=tokens, batch=batch,
+                                        baseline=profile == BASELINE, **common))
     if args.training:
         for tokens in dict.fromkeys(min(t, MAX_WINDOW_TOKENS) for t in args.tokens):
-            specs.append(WorkerSpec(mode="training", profile=BASELINE, tokens=tokens, **common))
+            specs.append(WorkerSpec(mode="training", profile=BASELINE, tokens=tokens, batch=min(args.batch),
+                                    **common))
     return specs
 
 
@@ -219,9 +224,38 @@ def add_baseline_ratios(rows: list[dict]) -> None:
                                           reference and reference.get("latency_s_median"))
 
 
+def predicted_peak(row: dict, hardware) -> int | None:
+    """What the memory planner predicts for a row, from its model, profile, length and batch alone (and, on CPU,
+    the worker's memory before it loaded the model): the prediction the planner would have made beforehand."""
+    from longqa.models import model_config
+    from strategies import memory_planner as planner
+
+    config = model_config(row["model"])
+    if row.get("kind") == "training":
+        shape = planner.ModelShape.from_config(config)
+        step = planner.training_step_bytes(shape, tokens=row["window_tokens"], batch=row["batch"],
+                                           checkpointing=bool(row.get("checkpointing")))
+        return row["weight_bytes"] + step if row.get("weight_bytes") is not None else None
+    plan = planner.plan_profile(config, parse_profile(row["profile"]), hardware,
+                                tokens=min(row["tokens"], MAX_WINDOW_TOKENS), batch=row["batch"],
+                                runtime_bytes=row.get("runtime_rss_bytes"))
+    return plan.peak_bytes
+
+
+def add_predictions(rows: list[dict], hardware) -> None:
+    """`predicted_peak_bytes` and the signed `prediction_error_pct` against the measured peak, per row."""
+    from strategies.memory_planner import error_pct
+
+    for row in rows:
+        if row.get("error"):
+            continue
+        row["predicted_peak_bytes"] = predicted_peak(row, hardware)
+        row["prediction_error_pct"] = error_pct(row["predicted_peak_bytes"], row.get("peak_bytes"))
+
+
 def command_line(args) -> str:
     parts = ["python", "-m", "longqa", "bench", "--model", args.model, "--profiles", args.profiles,
-             "--tokens", ",".join(map(str, args.tokens)), "--batch", str(args.batch), "--repeat", str(args.repeat),
+             "--tokens", ",".join(map(str, args.tokens)), "--batch", ",".join(map(str, args.batch)), "--repeat", str(args.repeat),
              "--checks", str(args.checks), "--out", str(args.out)]
     if not args.training:
         parts.append("--no-training")
@@ -262,6 +296,11 @@ def delta_cell(row: dict) -> str:
     return f"{max(deltas):.3g}" if deltas else "–"
 
 
+def prediction_cell(row: dict) -> str:
+    error = row.get("prediction_error_pct")
+    return f"{gb(row.get('predicted_peak_bytes'))} ({error:+.0f} %)" if error is not None else "–"
+
+
 def latency_cell(row: dict) -> str:
     return f"{ms(row.get('latency_s_median'))} ({ms(row.get('latency_s_min'))}–{ms(row.get('latency_s_max'))})"
 
@@ -277,6 +316,7 @@ INFERENCE_COLUMNS = [
     ("windows", lambda r: str(r.get("windows", "–"))),
     ("weights GB", lambda r: gb(r.get("weight_bytes"))),
     ("peak GB", lambda r: gb(r.get("peak_bytes"))),
+    ("predicted GB (error)", lambda r: prediction_cell(r)),
     ("memory × baseline", lambda r: times(r.get("memory_x_baseline"))),
     ("load peak RSS GB", lambda r: gb(r.get("load_peak_rss_bytes"))),
     ("latency ms median (min–max)", latency_cell),
@@ -297,6 +337,7 @@ TRAINING_COLUMNS = [
     ("weights GB", lambda r: gb(r.get("weight_bytes"))),
     ("step GB", lambda r: gb(r.get("step_peak_bytes"))),
     ("peak GB", lambda r: gb(r.get("peak_bytes"))),
+    ("predicted GB (error)", lambda r: prediction_cell(r)),
     ("memory × without", lambda r: times(r.get("memory_x_baseline"))),
     ("step ms median (min–max)", latency_cell),
     ("time × without", lambda r: times(r.get("latency_x_baseline"))),
@@ -310,7 +351,9 @@ INFERENCE_LEGEND = (
     "span decoding included, after a warm-up; tokens/s counts document tokens. Same top answer: share of the "
     "agreement checks whose best span equals the fp32 baseline's; max |Δ logit|: largest difference of start/end "
     f"logits from it. ⚠ marks a profile that changes the top answer in more than {FLAG_CHANGED_FRACTION:.0%} of the "
-    "checks.")
+    "checks. Predicted: the memory planner's peak for the row's model, profile, length and batch, made without "
+    "loading anything (on CPU from the worker's memory before it loaded the model), and its error against the "
+    "measured peak.")
 
 TRAINING_LEGEND = (
     "Peak: the weights plus the bytes the step itself allocates (gradients and the activations kept for backward), "
@@ -371,10 +414,10 @@ def plot_results(results: dict, path: Path) -> None:
     figure, axes = plt.subplots(1, panels, figsize=(5.5 * panels, 4.5), squeeze=False)
     axes = axes[0]
     profiles = list(dict.fromkeys(r["profile"] for r in inference))
-    lengths = list(dict.fromkeys(r["tokens"] for r in inference))
+    lengths = list(dict.fromkeys((r["tokens"], r["batch"]) for r in inference))
     width = 0.8 / max(len(profiles), 1)
     for index, profile in enumerate(profiles):
-        mine = {r["tokens"]: r for r in inference if r["profile"] == profile}
+        mine = {(r["tokens"], r["batch"]): r for r in inference if r["profile"] == profile}
         positions = [i + index * width for i in range(len(lengths))]
         axes[0].bar(positions, [mine[t]["peak_bytes"] / GB if t in mine else 0 for t in lengths], width,
                     label=profile)
@@ -382,7 +425,7 @@ def plot_results(results: dict, path: Path) -> None:
                     label=profile)
     for axis, title in zip(axes[:2], ("inference peak memory (GB)", "inference latency, median (s)")):
         axis.set_xticks([i + width * (len(profiles) - 1) / 2 for i in range(len(lengths))],
-                        [f"{t:,} tokens" for t in lengths])
+                        [f"{t:,} tokens × {b}" for t, b in lengths])
         axis.set_title(title)
         axis.legend(fontsize="small")
     if training:
@@ -399,6 +442,27 @@ def plot_results(results: dict, path: Path) -> None:
 
 
 # ------------------------------------------------------------------------------------------------ command
+def finish(out_dir: Path, results: dict, hardware) -> None:
+    """Ratios and the planner's predictions over the measured rows, then results.json, .md and .png."""
+    add_baseline_ratios(results["rows"])
+    add_predictions(results["rows"], hardware)
+    write_results(out_dir, results)
+    (out_dir / "results.md").write_text(format_markdown(results))
+    plot_results(results, out_dir / "results.png")
+
+
+def rescore(out_dir: Path) -> int:
+    """Recompute the ratios and predictions of an earlier run's results.json (e.g. after the planner changed)."""
+    from strategies.hardware import detect_hardware
+
+    path = out_dir / "results.json"
+    if not path.exists():
+        raise InputError(f"No results.json in {out_dir} to rescore.")
+    finish(out_dir, json.loads(path.read_text()), detect_hardware())
+    print(f"rescored {path}, results.md and results.png", file=sys.stderr)
+    return 0
+
+
 def run(args) -> int:
     """Measure every planned row in its own process and write the three outputs; 1 when any row failed."""
     from tqdm import tqdm
@@ -406,6 +470,8 @@ def run(args) -> int:
     from strategies.hardware import detect_hardware
 
     out_dir = Path(args.out)
+    if args.rescore:
+        return rescore(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     hardware = detect_hardware()
     profiles, skipped = choose_profiles(args.profiles, hardware)
@@ -433,9 +499,7 @@ def run(args) -> int:
             add_baseline_ratios(results["rows"])
             write_results(out_dir, results)  # after every row, so an interrupted run keeps what it measured
     results["machine"]["load_average_end"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
-    write_results(out_dir, results)
-    (out_dir / "results.md").write_text(format_markdown(results))
-    plot_results(results, out_dir / "results.png")
+    finish(out_dir, results, hardware)
     failed = [row for row in results["rows"] if row.get("error")]
     for row in failed:
         print(f"error: {row['kind']} {row['profile']} {row['tokens']}t: {row['error']}", file=sys.stderr)

@@ -47,7 +47,7 @@ class WorkerSpec:
 
     @property
     def logits_path(self) -> Path:
-        return Path(self.out_dir) / f"baseline-logits-{self.tokens}t.npz"
+        return Path(self.out_dir) / f"baseline-logits-{self.tokens}t-b{self.batch}.npz"
 
 
 @dataclass
@@ -219,7 +219,8 @@ def _base_row(spec: WorkerSpec, loaded, devices) -> dict:
         "tokens": spec.tokens, "batch": spec.batch, "repeat": spec.repeat,
         "load_time_s": readout.load_time_s, "weight_bytes": readout.weight_bytes,
         "weight_bytes_per_device": dict(readout.weight_bytes_per_device),
-        "load_peak_rss_bytes": readout.host_peak_rss_bytes, "error": None,
+        "load_peak_rss_bytes": readout.host_peak_rss_bytes, "runtime_rss_bytes": readout.host_rss_before_bytes,
+        "error": None,
     }
 
 

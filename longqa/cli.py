@@ -44,6 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     profiles = commands.add_parser("profiles", help="list hardware profiles and whether they can run here")
     profiles.add_argument("--json", action="store_true")
+    profiles.add_argument("--model", default=DEFAULT_MODEL,
+                          help="model whose memory to predict per profile (its config only; default: the default model)")
 
     bench = commands.add_parser("bench", help="measure memory and latency of every profile")
     from longqa import bench as bench_module
@@ -82,7 +84,9 @@ def run_profiles(args) -> int:
     from strategies.hardware import detect_hardware
     from strategies.profiles import describe_profiles
 
-    rows = describe_profiles(detect_hardware())
+    hardware = detect_hardware()
+    rows = describe_profiles(hardware)
+    add_memory_predictions(rows, args.model, hardware)
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
@@ -90,6 +94,24 @@ def run_profiles(args) -> int:
         state = "available" if row["available"] else f"unavailable: {row['reason']}"
         print(f"{row['name']:<15} {', '.join(row['strategies']) or '-':<55} {row['targets']}  [{state}]")
     return 0
+
+
+def add_memory_predictions(rows: list[dict], model_ref: str, hardware) -> None:
+    """`predicted_peak_bytes` and `fits` per available profile (its default window and batch), None elsewhere."""
+    from longqa.models import model_config
+    from strategies.memory_planner import plan_profile
+    from strategies.profiles import PROFILES, resolve_auto
+
+    config = model_config(model_ref)
+    for row in rows:
+        row["predicted_peak_bytes"] = row["fits"] = None
+        if not row["available"] or row["name"] == "custom":
+            continue
+        profile = resolve_auto(hardware, config) if row["name"] == "auto" else PROFILES[row["name"]]
+        plan = plan_profile(config, profile, hardware)
+        row["predicted_peak_bytes"], row["fits"] = plan.peak_bytes, plan.fits(hardware)
+        if row["name"] == "auto":
+            row["resolves_to"] = profile.name
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -74,3 +74,25 @@ def architecture_config(name: str) -> LongformerConfig:
     return LongformerConfig(
         vocab_size=50265, max_position_embeddings=4098, attention_window=512, pad_token_id=1, bos_token_id=0,
         eos_token_id=2, sep_token_id=2, type_vocab_size=1, **ARCHITECTURES[name])
+
+
+SAME_ARCHITECTURE = {  # registry checkpoints whose config.json has exactly these shapes (FACTS.md)
+    "allenai/longformer-large-4096-finetuned-triviaqa": "arch:large",
+    "valhalla/longformer-base-4096-finetuned-squadv1": "arch:base",
+    "mrm8488/longformer-base-4096-finetuned-squadv2": "arch:base",
+}
+
+
+def model_config(ref: str):
+    """The config of `ref` without loading weights (for memory planning); offline for the registry models."""
+    from transformers import AutoConfig
+
+    source = resolve_model(ref)
+    if source.kind == "architecture":
+        return architecture_config(source.ref)
+    if source.kind == "hub" and source.ref in SAME_ARCHITECTURE:
+        return architecture_config(SAME_ARCHITECTURE[source.ref])
+    try:
+        return AutoConfig.from_pretrained(source.location, trust_remote_code=False)
+    except (OSError, ValueError, KeyError) as exc:
+        raise ModelLoadError(f"Cannot read the config of {ref!r}: {exc}") from None

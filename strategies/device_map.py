@@ -54,3 +54,23 @@ def gpu_budgets(hardware, fraction: float = GPU_HEADROOM) -> dict[int, int]:
 
 def devices_in(device_map: dict | None) -> set:
     return set(device_map.values()) if device_map else set()
+
+
+def device_name(device) -> str:
+    """One spelling per device: 0 and "cuda" -> "cuda:0"; "cpu", "disk", "cuda:1" unchanged."""
+    if isinstance(device, int):
+        return f"cuda:{device}"
+    device = str(device)
+    return "cuda:0" if device == "cuda" else device
+
+
+def mapped_device(name: str, device_map: dict | None) -> str | None:
+    """The device `device_map` assigns to parameter or module `name` (longest matching module prefix)."""
+    if not device_map:
+        return None
+    best = None
+    for module, device in device_map.items():
+        if module == "" or name == module or name.startswith(module + "."):
+            if best is None or len(module) > len(best[0]):
+                best = (module, device)
+    return device_name(best[1]) if best else None

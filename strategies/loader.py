@@ -21,6 +21,7 @@ from longqa.errors import ModelLoadError
 from longqa import models
 from longqa.models import ModelSource, architecture_config, resolve_model
 from strategies.base import Strategy
+from strategies.device_map import device_name, mapped_device
 from strategies.hardware import Hardware, detect_hardware
 from strategies.host_memory import HostPeak
 from strategies.mmap_loading import has_bin, has_safetensors
@@ -72,6 +73,7 @@ class LoadedModel:
     batch_state: BatchState
     runner: Callable | None
     readout: LoadReadout
+    hardware: Hardware | None = None
 
     def unload(self) -> None:
         """Drop every reference this object holds to the model, collect, and return cached CUDA memory."""
@@ -96,9 +98,8 @@ def load_model(model_ref: str, profile: Profile | str, *, hardware: Hardware | N
     """
     began = time.perf_counter()
     hardware = hardware or detect_hardware()
-    profile = resolve_profile(profile, hardware)
-    strategies = build_strategies(profile, hardware)
-    names = list(select_strategies(profile, hardware))
+    requested = resolve_profile(profile, hardware)  # `auto` for now by the GPU's size: checked before fetching
+    build_strategies(requested, hardware)
     progress = on_progress or (lambda fraction, message: None)
     source = resolve_model(model_ref)
     fallback_reason = None
@@ -115,6 +116,11 @@ def load_model(model_ref: str, profile: Profile | str, *, hardware: Hardware | N
             folder, tokenizer_folder = _fetch(source, progress)
 
     config = _read_config(folder, source.ref)
+    if getattr(profile, "name", profile) == "auto":  # now that the config is known: the fastest that fits
+        requested = resolve_profile("auto", hardware, config)
+    profile = requested
+    strategies = build_strategies(profile, hardware)
+    names = list(select_strategies(profile, hardware))
     tokenizer = _read_tokenizer(tokenizer_folder, source.ref)
     device = device_for(profile, hardware)
     with _timed(stage_time_s, "load"):
@@ -146,7 +152,7 @@ def load_model(model_ref: str, profile: Profile | str, *, hardware: Hardware | N
         profile=profile.name, model_ref=source.ref)
     return LoadedModel(model=model, tokenizer=tokenizer, profile=profile, model_ref=source.ref, source=source,
                        settings=settings, batch_state=BatchState(size=settings.batch_size), runner=runner,
-                       readout=readout)
+                       readout=readout, hardware=hardware)
 
 
 @contextlib.contextmanager
@@ -300,27 +306,8 @@ def _from_pretrained(folder: Path, kwargs: dict, ref: str, profile_name: str):
 
 
 # ---------------------------------------------------------------------------------------------- readouts
-def _device_name(device) -> str:
-    if isinstance(device, int):
-        return f"cuda:{device}"
-    device = str(device)
-    return "cuda:0" if device == "cuda" else device
-
-
 def _plain_device_map(device_map) -> dict | None:
-    return {name: _device_name(device) for name, device in device_map.items()} if device_map else None
-
-
-def _mapped_device(name: str, device_map: dict | None) -> str | None:
-    """The device `device_map` assigns to parameter `name` (longest matching module prefix)."""
-    if not device_map:
-        return None
-    best = None
-    for module, device in device_map.items():
-        if module == "" or name == module or name.startswith(module + "."):
-            if best is None or len(module) > len(best[0]):
-                best = (module, device)
-    return _device_name(best[1]) if best else None
+    return {name: device_name(device) for name, device in device_map.items()} if device_map else None
 
 
 def _quantized_linears(model):
@@ -343,8 +330,8 @@ def weight_bytes_per_device(models) -> dict[str, int]:
             seen.add(id(tensor))
             device = str(tensor.device)
             if tensor.device.type == "meta":  # offloaded by accelerate: the map says to CPU RAM or disk
-                device = _mapped_device(name, device_map) or "meta"
-            totals[_device_name(device)] = totals.get(_device_name(device), 0) + tensor.numel() * tensor.element_size()
+                device = mapped_device(name, device_map) or "meta"
+            totals[device_name(device)] = totals.get(device_name(device), 0) + tensor.numel() * tensor.element_size()
         for _, module in _quantized_linears(model):
             weight = module.weight()
             totals["cpu"] = totals.get("cpu", 0) + weight.numel() * weight.element_size()

@@ -88,14 +88,18 @@ PROFILES: dict[str, Profile] = {profile.name: profile for profile in (
     _row("datacenter", "40 GB+ (A100/H100/H200)",  # Ampere+ datacenter cards: bf16 and room for big batches
          ("half_precision", "fast_attention", "dynamic_batching"), batch_size=32, device="cuda",
          options={"half_precision": {"dtype": "bf16"}}),
-    _row("cpu", "no GPU, e.g. the free Spaces tier",  # CPU only: bf16 where the CPU has it, else int8
-         ("half_precision|int8_dynamic",), batch_size=1, device="cpu"),
+    _row("cpu", "no GPU, e.g. the free Spaces tier",  # CPU only: bf16 where the CPU has it, else int8; fused attention
+         ("half_precision|int8_dynamic", "fast_attention"), batch_size=1, device="cpu"),
     _row("baseline-fp32", "reference: the original model",  # any machine: plain fp32, nothing applied
          (), batch_size=1, device="best"),
     _row("custom", "any: the strategies you tick",  # any machine
          (), batch_size=1, device="best"),
 )}
 
+# Fastest first, for `auto` with a model config: it takes the first that can run here and fits. On CPU the order
+# is measured (docs/bench-cpu: bf16 0.63x the fp32 time); the GPU order follows the strategies (bigger batches
+# and the fused attention first, quantization and offload last) until a GPU bench row measures it.
+SPEED_ORDER = ("multi-gpu", "datacenter", "rtx-3090-24gb", "t4-16gb", "consumer-gpu", "cpu", "baseline-fp32")
 AUTO_FALLBACKS = ("datacenter", "rtx-3090-24gb", "t4-16gb", "consumer-gpu", "cpu", "baseline-fp32")
 
 
@@ -186,8 +190,22 @@ def auto_candidate(hardware: Hardware) -> str:
     return "consumer-gpu"
 
 
-def resolve_auto(hardware: Hardware) -> Profile:
-    """The concrete profile `auto` means here; if that one cannot run, the next smaller one that can."""
+def resolve_auto(hardware: Hardware, config=None, *, document_tokens: int | None = None) -> Profile:
+    """The concrete profile `auto` means here.
+
+    With the model's config: the fastest profile (SPEED_ORDER) that can run here and whose predicted peak fits
+    every device with a 10 % margin, for a document of `document_tokens` (None: one that fills the profile's
+    batch). Without a config: the profile the GPU's size calls for, or the next smaller one that can run.
+    """
+    if config is not None:
+        from strategies.memory_planner import plan_profile
+
+        for name in SPEED_ORDER:
+            profile = PROFILES[name]
+            if is_available(profile, hardware) and plan_profile(
+                    config, profile, hardware, document_tokens=document_tokens).fits(hardware):
+                return profile
+        return PROFILES["cpu"] if is_available(PROFILES["cpu"], hardware) else PROFILES["baseline-fp32"]
     first = auto_candidate(hardware)
     one_gpu = auto_candidate(replace(hardware, gpus=hardware.usable_gpus[:1]))  # what a single card would get
     order = dict.fromkeys([first, *AUTO_FALLBACKS[AUTO_FALLBACKS.index(one_gpu):]])
@@ -197,10 +215,10 @@ def resolve_auto(hardware: Hardware) -> Profile:
     return PROFILES["baseline-fp32"]
 
 
-def resolve_profile(profile: Profile | str, hardware: Hardware) -> Profile:
-    """A profile object from a name or object, with `auto` resolved for `hardware`."""
+def resolve_profile(profile: Profile | str, hardware: Hardware, config=None) -> Profile:
+    """A profile object from a name or object, with `auto` resolved for `hardware` (and the model's config)."""
     profile = get_profile(profile) if isinstance(profile, str) else profile
-    return resolve_auto(hardware) if profile.name == "auto" else profile
+    return resolve_auto(hardware, config) if profile.name == "auto" else profile
 
 
 def with_settings(profile: Profile, **changes) -> Profile:

@@ -86,3 +86,13 @@ def test_no_traceback_from_a_real_process(tmp_path, name, data):
                           capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 2
     assert proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1, proc.stderr  # no library chatter
+
+
+def test_profiles_json_predicts_peak_memory_per_available_profile(capsys):
+    from longqa.cli import main
+
+    assert main(["profiles", "--json", "--model", "arch:base"]) == 0
+    rows = {row["name"]: row for row in json.loads(capsys.readouterr().out)}
+    assert rows["baseline-fp32"]["predicted_peak_bytes"] > rows["cpu"]["predicted_peak_bytes"] > 296_000_000
+    assert rows["cpu"]["fits"] is True
+    assert rows["datacenter"]["predicted_peak_bytes"] is None  # not available without a GPU

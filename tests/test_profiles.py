@@ -36,7 +36,7 @@ def test_registry_has_every_profile_of_the_issue():
     assert {"half_precision", "fast_attention"} <= set(PROFILES["datacenter"].strategies)
     assert PROFILES["datacenter"].options["half_precision"] == {"dtype": "bf16"}
     assert PROFILES["datacenter"].batch_size > PROFILES["rtx-3090-24gb"].batch_size
-    assert PROFILES["cpu"].strategies == ("half_precision|int8_dynamic",)
+    assert PROFILES["cpu"].strategies == ("half_precision|int8_dynamic", "fast_attention")
 
 
 def test_every_strategy_says_what_it_saves_costs_and_requires():
@@ -138,8 +138,8 @@ def test_bitsandbytes_missing_is_explained(monkeypatch):
 
 
 def test_cpu_profile_picks_bf16_or_int8():
-    assert select_strategies(PROFILES["cpu"], CPU_BF16) == ("half_precision",)
-    assert select_strategies(PROFILES["cpu"], CPU_PLAIN) == ("int8_dynamic",)
+    assert select_strategies(PROFILES["cpu"], CPU_BF16) == ("half_precision", "fast_attention")
+    assert select_strategies(PROFILES["cpu"], CPU_PLAIN) == ("int8_dynamic", "fast_attention")
     assert unavailable_reason(custom_profile(["half_precision"], device="cpu"), CPU_PLAIN).startswith(
         "half_precision: this CPU has no native bf16")
 
@@ -161,7 +161,7 @@ def test_describe_profiles_rows_for_the_cli():
     by_name = {row["name"]: row for row in rows}
     assert set(by_name) == set(PROFILES)
     assert set(by_name["cpu"]) >= {"name", "targets", "strategies", "batch_size", "available", "reason"}
-    assert by_name["auto"]["resolves_to"] == "cpu" and by_name["auto"]["strategies_here"] == ["half_precision"]
+    assert by_name["auto"]["resolves_to"] == "cpu" and by_name["auto"]["strategies_here"] == ["half_precision", "fast_attention"]
     assert not by_name["t4-16gb"]["available"] and "CUDA" in by_name["t4-16gb"]["reason"]
     assert by_name["consumer-gpu"]["strategies"] == ["half_precision", "bnb_8bit", "offload", "dynamic_batching"]
 

@@ -1,0 +1,295 @@
+"""Memory planner: a request's peak memory per device, predicted from a model config, a profile, a window length
+and a batch before anything is loaded. Reads configs and profiles; never loads weights, never allocates.
+
+Weights are counted exactly from the architecture (dtype, quantization bits, device map); activations come from a
+formula over Longformer's attention and feed-forward buffers whose coefficients `scripts/calibrate_planner.py`
+fits to measured peaks (`docs/planner-calibration.json`); the runtime (the process itself, the CUDA context) is
+measured where it runs, or a documented constant where it cannot be.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from strategies.base import Strategy
+from strategies.device_map import mapped_device
+from strategies.hardware import Hardware
+from strategies.host_memory import current_rss_bytes
+
+FIT_MARGIN = 0.10  # a prediction "fits" a device when it stays under 90 % of the device's memory
+CUDA_CONTEXT_BYTES = 600 * 10**6  # CUDA context + cuBLAS workspace outside torch's allocator (not yet measured
+#                                   on our GPUs; torch 2.x typically shows 0.4-0.6 GB in NVML before any tensor)
+CUDA_ALLOCATOR_SLACK = 0.10  # reserved over allocated in torch's caching allocator, for the "fits" decision
+DTYPE_BYTES = {torch.float32: 4, torch.float16: 2, torch.bfloat16: 2}
+
+# Activation peak of one forward pass, bytes = sum(coefficient * feature), features per padded window of L tokens
+# and B windows (w: the attention window, H heads, D hidden, F feed-forward, s: bytes of the compute dtype):
+#   B·L·H·(w+1)·4   attention-score buffers eager Longformer keeps in fp32 (its softmax runs in fp32)
+#   B·L·H·(w+1)·s   attention-score buffers in the compute dtype (chunked scores, padded/diagonalized copies)
+#   B·L·D·s         hidden-state sized buffers (q, k, v, residuals, layer outputs)
+#   B·L·F·s         feed-forward buffers
+#   B·L²·s          the (B, 1, L, L) extended attention mask transformers 5 builds once per forward
+#   B·L²            its boolean intermediates
+#   [B>1]·B·L·H·(w+1)·s   copies eager makes only for batched inputs (a transposed view stops being contiguous)
+# Fitted by `python scripts/calibrate_planner.py` (least squares on relative error, non-negative) to live-tensor
+# peaks of 5 architectures x 2 dtypes x 7 shapes; its max error on those points is in docs/planner-calibration.json.
+ACTIVATION_COEFFICIENTS = {
+    "eager": (0.998, 2.732, 8.814, 0.0, 0.905, 0.521, 0.0),
+    "fast": (0.059, 0.0, 19.66, 0.0, 0.919, 0.36, 0.0),
+}
+FEATURE_NAMES = ("scores_fp32", "scores", "hidden", "ffn", "mask", "mask_bool", "batched_copies")
+
+# CPU: besides the process (measured before loading) and the weights, the allocator and oneDNN keep memory that
+# the live tensors do not show (freed blocks glibc keeps, reordered bf16 weights, primitive caches). Fitted to the
+# benchmark's CPU rows by scripts/calibrate_planner.py: bytes = fixed + share of the activation peak.
+CPU_OVERHEAD = {  # compute kind -> (fixed bytes, share of activations)
+    "fp32": (0, 0.0),
+    "bf16": (0, 0.0),
+    "int8": (0, 0.0),
+}
+
+# Training step (forward + backward of the QA loss) in fp32, fitted like the above to the bench's training rows:
+# without checkpointing each layer keeps TRAIN_SAVED_PER_LAYER x its inference activation peak for backward;
+# with checkpointing only each layer's input (B·L·D·4) is kept, plus TRAIN_RECOMPUTE x one layer's peak.
+TRAIN_SAVED_PER_LAYER = 1.3
+TRAIN_RECOMPUTE = 2.0
+
+
+# ------------------------------------------------------------------------------------------------ architecture
+@dataclass(frozen=True)
+class ModelShape:
+    """The sizes of a Longformer QA model that memory depends on."""
+
+    layers: int
+    hidden: int
+    heads: int
+    ffn: int
+    window: int  # the largest attention window (both sides), as in config.attention_window
+    vocab: int
+    positions: int
+    type_vocab: int
+
+    @classmethod
+    def from_config(cls, config) -> "ModelShape":
+        window = config.attention_window
+        window = max(window) if isinstance(window, (list, tuple)) else int(window)
+        return cls(layers=config.num_hidden_layers, hidden=config.hidden_size, heads=config.num_attention_heads,
+                   ffn=config.intermediate_size, window=window, vocab=config.vocab_size,
+                   positions=config.max_position_embeddings, type_vocab=config.type_vocab_size)
+
+    def padded_length(self, tokens: int) -> int:
+        """The model pads inputs to a multiple of the attention window."""
+        return math.ceil(tokens / self.window) * self.window
+
+
+def module_parameters(shape: ModelShape) -> dict[str, dict[str, int]]:
+    """Parameter counts per top-level module (the device map's units), split into the parts precision acts on:
+    {module: {"linear": encoder Linear weight matrices, "other": biases, norms, embeddings, the QA head}}."""
+    d, f = shape.hidden, shape.ffn
+    embeddings = (shape.vocab + shape.positions + shape.type_vocab) * d + 2 * d  # + LayerNorm
+    linear = 7 * d * d + 2 * d * f  # query/key/value (+ their global twins), attention output, FFN in and out
+    layer_other = 6 * d + d + f + d + 4 * d  # biases of those, two LayerNorms
+    modules = {"longformer.embeddings": {"linear": 0, "other": embeddings}}
+    for index in range(shape.layers):
+        modules[f"longformer.encoder.layer.{index}"] = {"linear": linear, "other": layer_other}
+    modules["qa_outputs"] = {"linear": 0, "other": 2 * d + 2}  # never quantized (2 outputs)
+    return modules
+
+
+def parameter_count(shape: ModelShape) -> int:
+    return sum(part for parts in module_parameters(shape).values() for part in parts.values())
+
+
+# ------------------------------------------------------------------------------------------------ precision
+@dataclass(frozen=True)
+class Precision:
+    """Bytes per parameter and per activation element, from the strategies' load keyword arguments."""
+
+    linear_bytes: float  # per encoder Linear weight
+    other_bytes: float  # per other parameter
+    compute_bytes: int  # per activation element
+    kind: str  # "fp32" | "bf16" | "fp16" | "int8" | "nf4": what the readouts call it
+
+
+def precision_of(kwargs: dict, names: tuple[str, ...]) -> Precision:
+    dtype = kwargs.get("dtype", torch.float32)
+    load_bytes = DTYPE_BYTES.get(dtype, 4)
+    quantization = kwargs.get("quantization_config")
+    if getattr(quantization, "load_in_4bit", False):
+        compute = getattr(quantization, "bnb_4bit_compute_dtype", None) or dtype
+        compute = getattr(torch, compute) if isinstance(compute, str) else compute
+        return Precision(0.5 + 4 / 64, load_bytes, DTYPE_BYTES.get(compute, 2), "nf4")  # + one fp32 absmax / 64
+    if getattr(quantization, "load_in_8bit", False):
+        return Precision(1.0, load_bytes, 2, "int8")  # LLM.int8 computes in fp16
+    if "int8_dynamic" in names:
+        return Precision(1.0, load_bytes, 4, "int8")  # int8 weights, fp32 activations between the layers
+    if "autocast" in names:
+        return Precision(load_bytes, load_bytes, 2, "fp32")  # fp32 weights, 16-bit activations
+    return Precision(load_bytes, load_bytes, load_bytes, {4: "fp32"}.get(load_bytes, _half_name(dtype)))
+
+
+def _half_name(dtype) -> str:
+    return "bf16" if dtype == torch.bfloat16 else "fp16"
+
+
+def weight_bytes_per_device(shape: ModelShape, precision: Precision, device_map: dict | None,
+                            default_device: str) -> dict[str, int]:
+    """Weight bytes on each device ("cpu", "cuda:0", ..., "disk") under `device_map` (None: all on one)."""
+    totals: dict[str, int] = {}
+    for module, parts in module_parameters(shape).items():
+        device = mapped_device(module, device_map) if device_map else default_device
+        size = parts["linear"] * precision.linear_bytes + parts["other"] * precision.other_bytes
+        totals[device] = totals.get(device, 0) + int(size)
+    return totals
+
+
+# ------------------------------------------------------------------------------------------------ activations
+def activation_features(shape: ModelShape, *, tokens: int, batch: int, compute_bytes: int) -> tuple[float, ...]:
+    length, w, heads = shape.padded_length(tokens), shape.window, shape.heads
+    rows = batch * length
+    scores = rows * heads * (w + 1)
+    return (scores * 4, scores * compute_bytes, rows * shape.hidden * compute_bytes, rows * shape.ffn * compute_bytes,
+            rows * length * compute_bytes, rows * length, scores * compute_bytes if batch > 1 else 0)
+
+
+def activation_bytes(shape: ModelShape, *, tokens: int, batch: int, compute_bytes: int,
+                     attention: str = "eager") -> int:
+    """Peak bytes of tensors alive during one forward pass over `batch` windows of `tokens` tokens."""
+    features = activation_features(shape, tokens=tokens, batch=batch, compute_bytes=compute_bytes)
+    return int(sum(c * x for c, x in zip(ACTIVATION_COEFFICIENTS[attention], features)))
+
+
+def training_step_bytes(shape: ModelShape, *, tokens: int, batch: int, checkpointing: bool,
+                        compute_bytes: int = 4) -> int:
+    """Bytes a forward + backward step allocates on top of the weights: gradients plus saved activations."""
+    gradients = parameter_count(shape) * compute_bytes
+    layer_peak = activation_bytes(shape, tokens=tokens, batch=batch, compute_bytes=compute_bytes)
+    if not checkpointing:
+        return int(gradients + shape.layers * TRAIN_SAVED_PER_LAYER * layer_peak)
+    inputs = shape.layers * batch * shape.padded_length(tokens) * shape.hidden * compute_bytes
+    return int(gradients + inputs + TRAIN_RECOMPUTE * layer_peak)
+
+
+# ------------------------------------------------------------------------------------------------ plans
+@dataclass
+class MemoryPlan:
+    """Predicted bytes per device for one profile. `peak_bytes` is what the bench measures as a row's peak:
+    torch's peak allocated bytes on the first GPU, or the process's peak RSS on CPU."""
+
+    profile: str
+    device: str  # "cuda:0" or "cpu": where the model answers
+    strategies: tuple[str, ...]
+    precision: str
+    attention: str
+    tokens: int
+    batch: int
+    weight_bytes_per_device: dict[str, int]
+    activation_bytes: int
+    runtime_bytes: int  # CPU: the process before loading; GPU: the CUDA context (outside torch's allocator)
+    overhead_bytes: int  # CPU: allocator and kernel caches; GPU: none in `peak_bytes` (slack only in `fits`)
+    peak_bytes: int
+    device_need_bytes: dict[str, int] = field(default_factory=dict)  # what each device must have free
+
+    @property
+    def weight_bytes(self) -> int:
+        return sum(self.weight_bytes_per_device.values())
+
+    def fits(self, hardware: Hardware, margin: float = FIT_MARGIN, host_bytes: int | None = None) -> bool:
+        """Whether every device's need stays under (1 - margin) of its memory."""
+        totals = {f"cuda:{gpu.index}": gpu.total_bytes for gpu in hardware.usable_gpus}
+        if host_bytes is not None:
+            totals["cpu"] = host_bytes
+        for device, need in self.device_need_bytes.items():
+            if device in totals and need > (1 - margin) * totals[device]:
+                return False
+        return True
+
+    def to_dict(self) -> dict:
+        return {
+            "profile": self.profile, "device": self.device, "strategies": list(self.strategies),
+            "precision": self.precision, "attention": self.attention, "tokens": self.tokens, "batch": self.batch,
+            "weight_bytes_per_device": dict(self.weight_bytes_per_device), "activation_bytes": self.activation_bytes,
+            "runtime_bytes": self.runtime_bytes, "overhead_bytes": self.overhead_bytes,
+            "predicted_peak_bytes": self.peak_bytes, "device_need_bytes": dict(self.device_need_bytes),
+        }
+
+
+def planned_load_kwargs(config, strategies: list[Strategy], device: str) -> dict:
+    """The `from_pretrained` keyword arguments the loader would pass (without a checkpoint folder)."""
+    kwargs: dict = {"config": config, "dtype": torch.float32}
+    if device == "cuda":
+        kwargs["device_map"] = {"": 0}
+    for strategy in strategies:
+        kwargs = strategy.adjust_load_kwargs(kwargs)
+    return kwargs
+
+
+def windows_needed(document_tokens: int, window_tokens: int, doc_stride: int, question_tokens: int = 20) -> int:
+    """How many windows the engine cuts a document of `document_tokens` into."""
+    room = window_tokens - question_tokens - 4  # <s> question </s></s> ... </s>
+    if document_tokens <= room:
+        return 1
+    return 1 + math.ceil((document_tokens - room) / max(room - doc_stride, 1))
+
+
+def plan_profile(config, profile, hardware: Hardware, *, tokens: int | None = None, batch: int | None = None,
+                 document_tokens: int | None = None, runtime_bytes: int | None = None) -> MemoryPlan:
+    """The predicted memory of answering with `profile` (a concrete one, not `auto`) on `hardware`.
+
+    `tokens`: window length (default: the profile's, else the model's 4,096 limit); `batch`: windows per forward
+    (default: the profile's batch size, or fewer when `document_tokens` needs fewer windows); `runtime_bytes`: the
+    process's memory before loading (CPU; default: this process's RSS now). ProfileError if it cannot run here.
+    """
+    from strategies.profiles import build_strategies, device_for, select_strategies
+
+    shape = ModelShape.from_config(config)
+    strategies = build_strategies(profile, hardware)
+    names = tuple(select_strategies(profile, hardware))
+    device = device_for(profile, hardware)
+    kwargs = planned_load_kwargs(config, strategies, device)
+    precision = precision_of(kwargs, names)
+    tokens = tokens or profile.max_seq_len or min(shape.positions - 2, 4096)
+    batch = batch or profile.batch_size
+    if document_tokens is not None:
+        stride = profile.doc_stride if profile.doc_stride is not None else min(tokens // 2, 128)
+        batch = min(batch, windows_needed(document_tokens, tokens, stride))
+    attention = "fast" if "fast_attention" in names else "eager"
+    main = "cuda:0" if device == "cuda" else "cpu"
+    replicas = hardware.gpu_count if "replicas" in names and device == "cuda" else 1
+    per_replica_batch = math.ceil(batch / replicas)
+    activations = activation_bytes(shape, tokens=tokens, batch=per_replica_batch,
+                                   compute_bytes=precision.compute_bytes, attention=attention)
+    device_map = kwargs.get("device_map")
+    weights = weight_bytes_per_device(shape, precision, device_map if device_map != {"": 0} else None, main)
+    if replicas > 1:
+        weights = {f"cuda:{gpu.index}": weights.get(main, 0) for gpu in hardware.usable_gpus}
+    if device == "cuda":
+        runtime, overhead = CUDA_CONTEXT_BYTES, 0
+        gpu_devices = [d for d in weights if d.startswith("cuda")] or [main]
+        offloaded = any(d in ("cpu", "disk") for d in weights)
+        largest_layer = max(weights.values()) // max(shape.layers, 1) if offloaded else 0  # moved in per forward
+        need = {d: int((weights.get(d, 0) + activations + largest_layer) * (1 + CUDA_ALLOCATOR_SLACK)) + runtime
+                for d in gpu_devices}
+        if "cpu" in weights:
+            need["cpu"] = weights["cpu"]
+        peak = weights.get(main, 0) + activations + largest_layer
+    else:
+        runtime = current_rss_bytes() if runtime_bytes is None else runtime_bytes
+        fixed, share = CPU_OVERHEAD.get(precision.kind, (0, 0.0))
+        overhead = int(fixed + share * activations)
+        peak = runtime + sum(weights.values()) + activations + overhead
+        need = {"cpu": peak}
+    return MemoryPlan(profile=profile.name, device=main, strategies=names, precision=precision.kind,
+                      attention=attention, tokens=tokens, batch=batch, weight_bytes_per_device=weights,
+                      activation_bytes=activations, runtime_bytes=runtime, overhead_bytes=overhead, peak_bytes=peak,
+                      device_need_bytes=need)
+
+
+def error_pct(predicted: int | None, measured: int | None) -> float | None:
+    """Signed prediction error in percent of the measurement."""
+    if predicted is None or not measured:
+        return None
+    return 100.0 * (predicted - measured) / measured

@@ -1,0 +1,80 @@
+"""The memory planner: exact weight counts, the activation formula against measured peaks, auto's choice."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import LongformerConfig, LongformerForQuestionAnswering
+
+from longqa.models import architecture_config
+from strategies.device_map import empty_model
+from strategies.gradient_checkpointing import LiveTensorPeak
+from strategies.hardware import Gpu, Hardware
+from strategies.memory_planner import ModelShape, activation_bytes, parameter_count, plan_profile, windows_needed
+from strategies.profiles import PROFILES, resolve_auto
+
+GB = 10**9
+
+
+@pytest.mark.parametrize("name", ["arch:base", "arch:large"])
+def test_parameter_count_is_exact_on_meta_models(name):
+    config = architecture_config(name)
+    model = empty_model(config)
+    assert parameter_count(ModelShape.from_config(config)) == sum(p.numel() for p in model.parameters())
+
+
+def test_weight_bytes_follow_precision():
+    config = architecture_config("arch:base")
+    params = parameter_count(ModelShape.from_config(config))
+    cpu = Hardware(cpu_bf16=True)
+    assert plan_profile(config, PROFILES["baseline-fp32"], cpu, runtime_bytes=0).weight_bytes == 4 * params
+    assert plan_profile(config, PROFILES["cpu"], cpu, runtime_bytes=0).weight_bytes == 2 * params
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("tokens, batch", [(512, 1), (1024, 2)])
+def test_activation_formula_matches_measured_peaks_of_a_small_model(dtype, tokens, batch):
+    config = LongformerConfig(vocab_size=500, hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
+                              intermediate_size=512, attention_window=128, max_position_embeddings=4098,
+                              pad_token_id=1, bos_token_id=0, eos_token_id=2, sep_token_id=2, type_vocab_size=1)
+    torch.manual_seed(0)
+    model = LongformerForQuestionAnswering(config).eval().to(dtype)
+    ids = torch.randint(5, 500, (batch, tokens))
+    global_mask = torch.zeros(batch, tokens, dtype=torch.long)
+    global_mask[:, :10] = 1
+    tracker = LiveTensorPeak()
+    with torch.inference_mode(), tracker:
+        model(input_ids=ids, attention_mask=torch.ones_like(ids), global_attention_mask=global_mask)
+    predicted = activation_bytes(ModelShape.from_config(config), tokens=tokens, batch=batch,
+                                 compute_bytes=torch.finfo(dtype).bits // 8)
+    assert abs(predicted - tracker.peak_bytes) <= 0.2 * tracker.peak_bytes
+
+
+def test_windows_needed_grows_with_the_document():
+    assert windows_needed(1000, 4096, 128) == 1
+    assert windows_needed(4096, 4096, 128) == 2
+    assert windows_needed(40_000, 4096, 128) == 11
+
+
+def gpu_box(total_gb: float) -> Hardware:
+    return Hardware(gpus=(Gpu(0, f"GPU {total_gb} GB", int(total_gb * GB), (8, 6)),), cuda_available=True)
+
+
+@pytest.mark.parametrize("total_gb", [8, 16, 24, 80])
+@pytest.mark.parametrize("document_tokens", [4096, 40_000])
+def test_auto_picks_the_fastest_profile_that_fits(total_gb, document_tokens):
+    config = architecture_config("arch:large")
+    hardware = gpu_box(total_gb)
+    chosen = resolve_auto(hardware, config, document_tokens=document_tokens)
+    plan = plan_profile(config, chosen, hardware, document_tokens=document_tokens)
+    assert plan.fits(hardware)
+    assert max(plan.device_need_bytes.values()) <= 0.9 * total_gb * GB
+    assert chosen.name == "datacenter"  # Longformer-large in bf16 fits all four cards for these documents
+
+
+def test_auto_steps_down_when_the_fastest_does_not_fit():
+    config = architecture_config("arch:large")
+    tiny_card = gpu_box(3)
+    worst_case = resolve_auto(tiny_card, config)  # no document: a full batch of 32 windows must fit
+    assert worst_case.name != "datacenter"
+    assert plan_profile(config, worst_case, tiny_card).fits(tiny_card)
