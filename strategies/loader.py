@@ -73,7 +73,6 @@ class LoadedModel:
     batch_state: BatchState
     runner: Callable | None
     readout: LoadReadout
-    hardware: Hardware | None = None
 
     def unload(self) -> None:
         """Drop every reference this object holds to the model, collect, and return cached CUDA memory."""
@@ -152,7 +151,7 @@ def load_model(model_ref: str, profile: Profile | str, *, hardware: Hardware | N
         profile=profile.name, model_ref=source.ref)
     return LoadedModel(model=model, tokenizer=tokenizer, profile=profile, model_ref=source.ref, source=source,
                        settings=settings, batch_state=BatchState(size=settings.batch_size), runner=runner,
-                       readout=readout, hardware=hardware)
+                       readout=readout)
 
 
 @contextlib.contextmanager

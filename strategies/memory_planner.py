@@ -2,9 +2,8 @@
 and a batch before anything is loaded. Reads configs and profiles; never loads weights, never allocates.
 
 Weights are counted exactly from the architecture (dtype, quantization bits, device map); activations come from a
-formula over Longformer's attention and feed-forward buffers whose coefficients `scripts/calibrate_planner.py`
-fits to measured peaks (`docs/planner-calibration.json`); the runtime (the process itself, the CUDA context) is
-measured where it runs, or a documented constant where it cannot be.
+formula over Longformer's attention and feed-forward buffers with coefficients fitted to measured live-tensor
+peaks; the runtime (the process itself, the CUDA context) is measured where it runs, or a stated constant.
 """
 
 from __future__ import annotations
@@ -34,25 +33,17 @@ DTYPE_BYTES = {torch.float32: 4, torch.float16: 2, torch.bfloat16: 2}
 #   B·L²·s          the (B, 1, L, L) extended attention mask transformers 5 builds once per forward
 #   B·L²            its boolean intermediates
 #   [B>1]·B·L·H·(w+1)·s   copies eager makes only for batched inputs (a transposed view stops being contiguous)
-# Fitted by `python scripts/calibrate_planner.py` (least squares on relative error, non-negative) to live-tensor
-# peaks of 5 architectures x 2 dtypes x 7 shapes; its max error on those points is in docs/planner-calibration.json.
+# Fitted (non-negative least squares on relative error) to live-tensor peaks (LiveTensorPeak) of one forward of
+# 5 architectures (hidden 64-768, windows 64-512) x fp32/bf16 x 4 shapes on CPU: max error 12 % (eager) and 10 %
+# (fast). The "fast" row was fitted before the fast attention's rewrite to 4-D blocks and needs refitting.
 ACTIVATION_COEFFICIENTS = {
     "eager": (0.998, 2.732, 8.814, 0.0, 0.905, 0.521, 0.0),
     "fast": (0.059, 0.0, 19.66, 0.0, 0.919, 0.36, 0.0),
 }
 FEATURE_NAMES = ("scores_fp32", "scores", "hidden", "ffn", "mask", "mask_bool", "batched_copies")
 
-# CPU: besides the process (measured before loading) and the weights, the allocator and oneDNN keep memory that
-# the live tensors do not show (freed blocks glibc keeps, reordered bf16 weights, primitive caches). Fitted to the
-# benchmark's CPU rows by scripts/calibrate_planner.py: bytes = fixed + share of the activation peak.
-CPU_OVERHEAD = {  # compute kind -> (fixed bytes, share of activations)
-    "fp32": (0, 0.0),
-    "bf16": (0, 0.0),
-    "int8": (0, 0.0),
-}
-
-# Training step (forward + backward of the QA loss) in fp32, fitted like the above to the bench's training rows:
-# without checkpointing each layer keeps TRAIN_SAVED_PER_LAYER x its inference activation peak for backward;
+# Training step (forward + backward of the QA loss) in fp32; first estimates from the bench's training rows
+# (docs/bench-cpu), not yet compared with a new run: without checkpointing each layer keeps TRAIN_SAVED_PER_LAYER x its inference activation peak for backward;
 # with checkpointing only each layer's input (B·L·D·4) is kept, plus TRAIN_RECOMPUTE x one layer's peak.
 TRAIN_SAVED_PER_LAYER = 1.3
 TRAIN_RECOMPUTE = 2.0
@@ -189,7 +180,6 @@ class MemoryPlan:
     weight_bytes_per_device: dict[str, int]
     activation_bytes: int
     runtime_bytes: int  # CPU: the process before loading; GPU: the CUDA context (outside torch's allocator)
-    overhead_bytes: int  # CPU: allocator and kernel caches; GPU: none in `peak_bytes` (slack only in `fits`)
     peak_bytes: int
     device_need_bytes: dict[str, int] = field(default_factory=dict)  # what each device must have free
 
@@ -212,7 +202,7 @@ class MemoryPlan:
             "profile": self.profile, "device": self.device, "strategies": list(self.strategies),
             "precision": self.precision, "attention": self.attention, "tokens": self.tokens, "batch": self.batch,
             "weight_bytes_per_device": dict(self.weight_bytes_per_device), "activation_bytes": self.activation_bytes,
-            "runtime_bytes": self.runtime_bytes, "overhead_bytes": self.overhead_bytes,
+            "runtime_bytes": self.runtime_bytes,
             "predicted_peak_bytes": self.peak_bytes, "device_need_bytes": dict(self.device_need_bytes),
         }
 
@@ -267,7 +257,7 @@ def plan_profile(config, profile, hardware: Hardware, *, tokens: int | None = No
     if replicas > 1:
         weights = {f"cuda:{gpu.index}": weights.get(main, 0) for gpu in hardware.usable_gpus}
     if device == "cuda":
-        runtime, overhead = CUDA_CONTEXT_BYTES, 0
+        runtime = CUDA_CONTEXT_BYTES
         gpu_devices = [d for d in weights if d.startswith("cuda")] or [main]
         offloaded = any(d in ("cpu", "disk") for d in weights)
         largest_layer = max(weights.values()) // max(shape.layers, 1) if offloaded else 0  # moved in per forward
@@ -278,13 +268,11 @@ def plan_profile(config, profile, hardware: Hardware, *, tokens: int | None = No
         peak = weights.get(main, 0) + activations + largest_layer
     else:
         runtime = current_rss_bytes() if runtime_bytes is None else runtime_bytes
-        fixed, share = CPU_OVERHEAD.get(precision.kind, (0, 0.0))
-        overhead = int(fixed + share * activations)
-        peak = runtime + sum(weights.values()) + activations + overhead
+        peak = runtime + sum(weights.values()) + activations
         need = {"cpu": peak}
     return MemoryPlan(profile=profile.name, device=main, strategies=names, precision=precision.kind,
                       attention=attention, tokens=tokens, batch=batch, weight_bytes_per_device=weights,
-                      activation_bytes=activations, runtime_bytes=runtime, overhead_bytes=overhead, peak_bytes=peak,
+                      activation_bytes=activations, runtime_bytes=runtime, peak_bytes=peak,
                       device_need_bytes=need)
 
 
