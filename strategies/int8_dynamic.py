@@ -37,8 +37,25 @@ class Int8Dynamic(Strategy):
         return None
 
     def transform(self, model):
-        quantize_linears(model.longformer)
+        with torch.no_grad():
+            for linear in model.longformer.modules():  # the quantized layers keep their float bias tensors
+                if isinstance(linear, nn.Linear) and linear.bias is not None:
+                    linear.bias.data = linear.bias.data.clone()
+            quantize_linears(model.longformer)
+            copy_off_the_mapped_file(model)
         return model
+
+
+def copy_off_the_mapped_file(model: nn.Module) -> None:
+    """Give the remaining float parameters and buffers private memory, so no tensor views the memory-mapped
+    checkpoint any more and the mapping is released. Otherwise every page of the fp32 file that quantization
+    read stays resident: 405 MB of RSS for Longformer-base on top of its 274 MB of quantized weights."""
+    for parameter in model.parameters():
+        parameter.data = parameter.data.clone()
+    for module in model.modules():
+        for key, buffer in module._buffers.items():
+            if buffer is not None:
+                module._buffers[key] = buffer.clone()
 
 
 def quantize_linears(module: nn.Module) -> str:

@@ -4,7 +4,10 @@ device maps, settings, runner outputs, checkpoint files."""
 from __future__ import annotations
 
 import copy
+import gc
+import shutil
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -177,6 +180,21 @@ def test_int8_dynamic_quantizes_the_encoder_linears_quietly(folder, batch):
     assert type(model.qa_outputs) is nn.Linear
     assert not [m for m in model.longformer.modules() if type(m) is nn.Linear]
     assert (logits(model, batch) - reference).abs().max() < 0.05
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="reads Linux's /proc/self/maps")
+def test_int8_dynamic_lets_go_of_the_mapped_checkpoint(tmp_path, folder, batch):
+    """The float pages read while quantizing must not stay resident through a mapping nothing needs."""
+    checkpoint = tmp_path / "checkpoint"
+    shutil.copytree(folder, checkpoint)
+    weights = str((checkpoint / "model.safetensors").resolve())
+    model = load(checkpoint)
+    gc.collect()
+    assert weights in Path("/proc/self/maps").read_text()  # transformers maps safetensors
+    model = Int8Dynamic(CPU, "cpu").transform(model)
+    gc.collect()
+    assert weights not in Path("/proc/self/maps").read_text()
+    assert torch.isfinite(logits(model, batch)).all()
 
 
 # ------------------------------------------------------------------------------------------ bitsandbytes
