@@ -122,8 +122,20 @@ def run_rows(readout: dict) -> list[list]:
         ["windows", readout["windows"]],
         ["batch size used", readout["batch_size"]],
         ["out-of-memory back-offs", readout["backoffs"]],
+        ["memory: predicted vs measured", prediction_text(readout.get("memory_prediction"))],
         ["notices", " ".join(readout.get("notices") or []) or "none"],
     ]
+
+
+def prediction_text(prediction: dict | None) -> str:
+    """'predicted 1.2 GB, measured 1.3 GB (-8 %), peak RSS on cpu': the planner's forecast against the run."""
+    if not prediction or prediction.get("predicted_peak_bytes") is None:
+        return MISSING
+    measured = prediction.get("measured_peak_bytes")
+    error = prediction.get("error_pct")
+    error_part = f" ({error:+.0f} %)" if error is not None else ""
+    return (f"predicted {format_bytes(prediction['predicted_peak_bytes'])}, measured {format_bytes(measured)}"
+            f"{error_part}, {prediction.get('measured_as', 'peak')} on {prediction.get('device', MISSING)}")
 
 
 def load_rows(readout: dict) -> list[list]:

@@ -146,6 +146,7 @@ class QAResult:
     latency_s: dict[str, float]
     memory: dict
     notices: list[str] = field(default_factory=list)
+    window_tokens: int = 0  # the longest window, in tokens (what the memory planner needs)
 
     @property
     def tokens_per_s(self) -> float | None:
@@ -326,4 +327,5 @@ def answer(runner: Runner, tokenizer, documents: list[Document], question: str, 
     measurement.latency_s["total"] += extract_s
     return QAResult(question, answers, stats, len(windows), tokens, used_size,
                     batch_state.backoffs - backoffs_before,
-                    measurement.latency_s, measurement.memory, notices)
+                    measurement.latency_s, measurement.memory, notices,
+                    window_tokens=max(len(w.input_ids) for w in windows))

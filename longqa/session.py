@@ -108,7 +108,39 @@ class Session:
 
     def readout(self, result: engine.QAResult) -> dict:
         """The full JSON readout of a result (the same fields as `python -m longqa ask --json`)."""
-        return result.to_dict(model=self.model_ref, profile=self.profile_name)
+        return result.to_dict(model=self.model_ref, profile=self.profile_name,
+                              memory_prediction=self.memory_prediction(result))
+
+    def memory_prediction(self, result: engine.QAResult) -> dict | None:
+        """What the memory planner predicts for this request from the model's config, the profile, the window
+        length and the batch alone (as it would before loading), beside the peak that was measured: torch's peak
+        allocated bytes on the GPU that answered, or the process's peak RSS on CPU. None without a model."""
+        from strategies.hardware import detect_hardware
+        from strategies.memory_planner import error_pct, plan_profile
+
+        loaded = self.loaded
+        config = getattr(loaded.model, "config", None) if loaded is not None else None
+        if config is None:
+            return None
+        try:
+            plan = plan_profile(config, loaded.profile, loaded.hardware or detect_hardware(),
+                                tokens=result.window_tokens or None, batch=max(1, min(result.batch_size,
+                                                                                       result.windows)),
+                                runtime_bytes=loaded.readout.host_rss_before_bytes)
+        except (LongQAError, KeyError, AttributeError, TypeError):  # a config the planner cannot read
+            return None
+        measured = measured_peak(result.memory, plan.device)
+        return {"device": plan.device, "predicted_peak_bytes": plan.peak_bytes, "measured_peak_bytes": measured,
+                "error_pct": error_pct(plan.peak_bytes, measured),
+                "measured_as": "peak RSS" if plan.device == "cpu" else "torch peak allocated"}
+
+
+def measured_peak(memory: dict, device: str) -> int | None:
+    """The request's measured peak on `device` ("cpu" or "cuda:N"), the quantity the planner predicts."""
+    if device == "cpu":
+        return memory.get("host_peak_rss_bytes")
+    index = int(device.split(":")[1])
+    return next((d["peak_allocated_bytes"] for d in memory.get("devices", []) if d.get("index") == index), None)
 
 
 def default_cache_dir() -> Path:

@@ -73,6 +73,7 @@ class LoadedModel:
     batch_state: BatchState
     runner: Callable | None
     readout: LoadReadout
+    hardware: Hardware | None = None  # what the profile was resolved for (the memory planner predicts for it)
 
     def unload(self) -> None:
         """Drop every reference this object holds to the model, collect, and return cached CUDA memory."""
@@ -151,7 +152,7 @@ def load_model(model_ref: str, profile: Profile | str, *, hardware: Hardware | N
         profile=profile.name, model_ref=source.ref)
     return LoadedModel(model=model, tokenizer=tokenizer, profile=profile, model_ref=source.ref, source=source,
                        settings=settings, batch_state=BatchState(size=settings.batch_size), runner=runner,
-                       readout=readout)
+                       readout=readout, hardware=hardware)
 
 
 @contextlib.contextmanager

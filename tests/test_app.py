@@ -16,7 +16,8 @@ from longqa.session import Session, read_documents
 from strategies.profiles import profile_choices, select_strategies
 
 READOUT_KEYS = {"question", "answers", "documents", "windows", "tokens", "batch_size", "backoffs", "latency_s",
-                "memory", "notices", "tokens_per_s", "model", "profile"}
+                "memory", "notices", "tokens_per_s", "model", "profile", "window_tokens",
+                "memory_prediction"}
 ANSWER_KEYS = {"text", "score", "document", "document_index", "start_char", "end_char"}
 MEMORY_KEYS = {"peak_allocated_bytes", "reserved_bytes", "nvml_used_bytes", "nvml_total_bytes", "host_rss_bytes",
                "host_peak_rss_bytes", "devices"}
@@ -79,6 +80,10 @@ def test_ask_answers_a_long_document_with_every_readout(ctx, long_document):
     assert out["memory"].values.tolist()[-1] == ["host", ui_format.format_bytes(host["host_peak_rss_bytes"]),
                                                  ui_format.format_bytes(host["host_rss_bytes"]), "—", "—"]
     assert dict(out["run"].values.tolist())["windows"] == readout["windows"]
+    prediction = readout["memory_prediction"]
+    assert prediction["measured_peak_bytes"] == readout["memory"]["host_peak_rss_bytes"]
+    assert dict(out["run"].values.tolist())["memory: predicted vs measured"].startswith(
+        f"predicted {ui_format.format_bytes(prediction['predicted_peak_bytes'])}, measured ")
 
 
 def test_run_history_grows_per_page_and_feeds_the_plots(ctx):

@@ -20,7 +20,8 @@ from longqa.session import Session, read_documents
 from tests.test_documents import blank_page_pdf, encrypt_pdf, make_pdf
 
 READOUT_KEYS = {"question", "answers", "documents", "windows", "tokens", "batch_size", "backoffs", "latency_s",
-                "memory", "notices", "tokens_per_s", "model", "profile"}
+                "memory", "notices", "tokens_per_s", "model", "profile", "window_tokens",
+                "memory_prediction"}
 ASK_RETURNS = ("documents", "answer", "answers", "evidence", "latency", "memory", "run", "history_table",
                "memory_plot", "latency_plot", "readout")  # the per-browser history (gr.State) is not returned
 

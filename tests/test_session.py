@@ -8,7 +8,7 @@ import pytest
 
 from longqa.documents import Document
 from longqa.errors import InputError, ModelLoadError, ProfileError
-from longqa.session import Session, read_documents
+from longqa.session import Session, measured_peak, read_documents
 
 
 def test_load_ask_and_the_readout_has_every_field(tiny_model_dir):
@@ -25,6 +25,27 @@ def test_load_ask_and_the_readout_has_every_field(tiny_model_dir):
     assert set(data["memory"]) >= {"peak_allocated_bytes", "reserved_bytes", "nvml_used_bytes", "nvml_total_bytes",
                                    "host_rss_bytes", "host_peak_rss_bytes"}
     assert data["windows"] > 1 and len(data["answers"]) == 3
+
+
+def test_the_readout_sets_the_planners_prediction_beside_the_measured_peak(tiny_model_dir):
+    session = Session()
+    session.load(str(tiny_model_dir), "baseline-fp32")
+    document = [Document("d", "The harbor of Velka is 42. " * 300)]
+    short, long = (session.readout(session.ask(document, "What is the harbor of Velka?", max_seq_len=n))
+                   for n in (256, 1024))
+    for data in (short, long):
+        prediction = data["memory_prediction"]
+        assert prediction["device"] == "cpu" and prediction["measured_as"] == "peak RSS"
+        assert prediction["measured_peak_bytes"] == data["memory"]["host_peak_rss_bytes"]
+        assert abs(prediction["error_pct"]) < 25  # a tiny model: mostly the process itself, read before loading
+    assert long["memory_prediction"]["predicted_peak_bytes"] > short["memory_prediction"]["predicted_peak_bytes"]
+
+
+def test_the_measured_peak_on_a_gpu_is_that_gpus_peak_allocated():
+    memory = {"host_peak_rss_bytes": 9, "devices": [{"index": 0, "peak_allocated_bytes": 5},
+                                                    {"index": 1, "peak_allocated_bytes": 7}]}
+    assert measured_peak(memory, "cuda:1") == 7 and measured_peak(memory, "cpu") == 9
+    assert measured_peak({"devices": []}, "cuda:0") is None
 
 
 def test_same_request_does_not_reload_but_auto_stays_auto(tiny_model_dir):

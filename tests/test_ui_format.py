@@ -116,3 +116,13 @@ def test_training_summary_states_the_saving_and_that_inference_saves_nothing():
                                                 ["with checkpointing", "100.0 MB", "1.30 s"]]
     text = ui_format.training_summary(readout, 512)
     assert "saves 300.0 MB (75%" in text and "1.30×" in text and "saves nothing at inference" in text
+
+
+def test_run_rows_show_the_prediction_beside_the_measured_peak():
+    readout = {"model": "demo", "profile": "cpu", "tokens": 5000, "windows": 2, "batch_size": 2, "backoffs": 0,
+               "memory_prediction": {"device": "cpu", "predicted_peak_bytes": 1.2e9, "measured_peak_bytes": 1.3e9,
+                                     "error_pct": -7.7, "measured_as": "peak RSS"}}
+    rows = dict(ui_format.run_rows(readout))
+    assert rows["memory: predicted vs measured"] == "predicted 1.2 GB, measured 1.3 GB (-8 %), peak RSS on cpu"
+    readout["memory_prediction"] = None
+    assert dict(ui_format.run_rows(readout))["memory: predicted vs measured"] == ui_format.MISSING
