@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import gc
 import json
+import shutil
 import weakref
+from pathlib import Path
 
 import huggingface_hub.constants
 import pytest
@@ -39,6 +41,15 @@ def offline(monkeypatch):
 def parameter_bytes(model) -> int:
     return sum(p.numel() * p.element_size() for p in model.parameters()) + \
         sum(b.numel() * b.element_size() for b in model.buffers())
+
+
+def test_a_quantized_model_is_ready_without_the_float_checkpoint_mapped(tmp_path, folder):
+    """Loading ends with nothing left holding the fp32 file int8 quantization read (no collection by the caller)."""
+    checkpoint = tmp_path / "checkpoint"
+    shutil.copytree(folder, checkpoint)
+    loaded = load_model(str(checkpoint), custom_profile(["int8_dynamic"]), hardware=CPU)
+    assert str((checkpoint / "model.safetensors").resolve()) not in Path("/proc/self/maps").read_text()
+    assert loaded.readout.strategies == ["int8_dynamic"]
 
 
 def test_baseline_load_and_readout(folder):
