@@ -8,8 +8,10 @@ peaks; the runtime (the process itself, the CUDA context) is measured where it r
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
@@ -33,20 +35,43 @@ DTYPE_BYTES = {torch.float32: 4, torch.float16: 2, torch.bfloat16: 2}
 #   B·L²·s          the (B, 1, L, L) extended attention mask transformers 5 builds once per forward
 #   B·L²            its boolean intermediates
 #   [B>1]·B·L·H·(w+1)·s   copies eager makes only for batched inputs (a transposed view stops being contiguous)
-# Fitted (non-negative least squares on relative error) to live-tensor peaks (LiveTensorPeak) of one forward of
-# 5 architectures (hidden 64-768, windows 64-512) x fp32/bf16 x 4 shapes on CPU: max error 12 % (eager) and 10 %
-# (fast). The "fast" row was fitted before the fast attention's rewrite to 4-D blocks and needs refitting.
-ACTIVATION_COEFFICIENTS = {
-    "eager": (0.998, 2.732, 8.814, 0.0, 0.905, 0.521, 0.0),
-    "fast": (0.059, 0.0, 19.66, 0.0, 0.919, 0.36, 0.0),
-}
+# The coefficients, the training factors and the CPU resident-memory overhead are fitted by
+# `python scripts/calibrate_planner.py` and read from planner_calibration.json next to this module (the fits'
+# worst errors are recorded there).
 FEATURE_NAMES = ("scores_fp32", "scores", "hidden", "ffn", "mask", "mask_bool", "batched_copies")
+CALIBRATION_PATH = Path(__file__).with_name("planner_calibration.json")
 
-# Training step (forward + backward of the QA loss) in fp32; first estimates from the bench's training rows
-# (docs/bench-cpu), not yet compared with a new run: without checkpointing each layer keeps TRAIN_SAVED_PER_LAYER x its inference activation peak for backward;
-# with checkpointing only each layer's input (B·L·D·4) is kept, plus TRAIN_RECOMPUTE x one layer's peak.
-TRAIN_SAVED_PER_LAYER = 1.3
-TRAIN_RECOMPUTE = 2.0
+
+def load_calibration(path: Path = CALIBRATION_PATH) -> dict:
+    calibration = json.loads(path.read_text())
+    if tuple(calibration["feature_names"]) != FEATURE_NAMES:
+        raise ValueError(f"{path} was fitted for other features; rerun scripts/calibrate_planner.py")
+    return calibration
+
+
+CALIBRATION = load_calibration()
+ACTIVATION_COEFFICIENTS = {attention: tuple(fit["coefficients"])
+                           for attention, fit in CALIBRATION["activations"].items()}
+# Training step (forward + backward of the QA loss) in fp32: without checkpointing each layer keeps
+# TRAIN_SAVED_PER_LAYER x its inference activation peak (less the mask, built once) for backward; with
+# checkpointing only each layer's input (B·L·D·4) is kept, plus TRAIN_RECOMPUTE x one layer's peak while a layer
+# is recomputed.
+TRAIN_SAVED_PER_LAYER = CALIBRATION["training"]["saved_per_layer"]["factor"]
+TRAIN_RECOMPUTE = CALIBRATION["training"]["recompute"]["factor"]
+# CPU peak RSS beyond live tensors (allocator caching, kernels' scratch memory), per "precision-attention"
+CPU_RSS_OVERHEAD = CALIBRATION.get("cpu_rss", {})
+
+
+def cpu_group(precision: str, attention: str) -> str:
+    return f"{precision}-{attention}"
+
+
+def cpu_overhead_bytes(precision: str, attention: str, activations: int) -> int:
+    """Resident memory a CPU request needs beyond its live tensors: fitted factor x activations + constant."""
+    fit = CPU_RSS_OVERHEAD.get(cpu_group(precision, attention)) or CPU_RSS_OVERHEAD.get("default")
+    if not fit:
+        return 0
+    return int((fit["activation_factor"] - 1) * activations + fit["constant_bytes"])
 
 
 # ------------------------------------------------------------------------------------------------ architecture
@@ -153,15 +178,38 @@ def activation_bytes(shape: ModelShape, *, tokens: int, batch: int, compute_byte
     return int(sum(c * x for c, x in zip(ACTIVATION_COEFFICIENTS[attention], features)))
 
 
+MASK_FEATURES = ("mask", "mask_bool")  # built once per forward, not per layer
+
+
+def layer_and_mask_bytes(shape: ModelShape, *, tokens: int, batch: int, compute_bytes: int,
+                         attention: str = "eager") -> tuple[float, float]:
+    """The activation peak split into one layer's buffers and the attention mask built once per forward."""
+    features = activation_features(shape, tokens=tokens, batch=batch, compute_bytes=compute_bytes)
+    layer = mask = 0.0
+    for name, coefficient, feature in zip(FEATURE_NAMES, ACTIVATION_COEFFICIENTS[attention], features):
+        if name in MASK_FEATURES:
+            mask += coefficient * feature
+        else:
+            layer += coefficient * feature
+    return layer, mask
+
+
 def training_step_bytes(shape: ModelShape, *, tokens: int, batch: int, checkpointing: bool,
                         compute_bytes: int = 4) -> int:
-    """Bytes a forward + backward step allocates on top of the weights: gradients plus saved activations."""
+    """Bytes a forward + backward step allocates on top of the weights: gradients, the activations kept for
+    backward (every layer's without checkpointing; each layer's input and one recomputed layer with it) and the
+    attention mask, which is built once."""
     gradients = parameter_count(shape) * compute_bytes
-    layer_peak = activation_bytes(shape, tokens=tokens, batch=batch, compute_bytes=compute_bytes)
+    layer, mask = layer_and_mask_bytes(shape, tokens=tokens, batch=batch, compute_bytes=compute_bytes)
     if not checkpointing:
-        return int(gradients + shape.layers * TRAIN_SAVED_PER_LAYER * layer_peak)
-    inputs = shape.layers * batch * shape.padded_length(tokens) * shape.hidden * compute_bytes
-    return int(gradients + inputs + TRAIN_RECOMPUTE * layer_peak)
+        return int(gradients + mask + shape.layers * TRAIN_SAVED_PER_LAYER * layer)
+    return int(gradients + mask + checkpoint_inputs_bytes(shape, tokens=tokens, batch=batch,
+                                                          compute_bytes=compute_bytes) + TRAIN_RECOMPUTE * layer)
+
+
+def checkpoint_inputs_bytes(shape: ModelShape, *, tokens: int, batch: int, compute_bytes: int = 4) -> int:
+    """What checkpointing keeps: each layer's input hidden states."""
+    return shape.layers * batch * shape.padded_length(tokens) * shape.hidden * compute_bytes
 
 
 # ------------------------------------------------------------------------------------------------ plans
@@ -181,6 +229,7 @@ class MemoryPlan:
     activation_bytes: int
     runtime_bytes: int  # CPU: the process before loading; GPU: the CUDA context (outside torch's allocator)
     peak_bytes: int
+    overhead_bytes: int = 0  # CPU: resident memory beyond live tensors (see cpu_overhead_bytes)
     device_need_bytes: dict[str, int] = field(default_factory=dict)  # what each device must have free
 
     @property
@@ -202,7 +251,7 @@ class MemoryPlan:
             "profile": self.profile, "device": self.device, "strategies": list(self.strategies),
             "precision": self.precision, "attention": self.attention, "tokens": self.tokens, "batch": self.batch,
             "weight_bytes_per_device": dict(self.weight_bytes_per_device), "activation_bytes": self.activation_bytes,
-            "runtime_bytes": self.runtime_bytes,
+            "runtime_bytes": self.runtime_bytes, "overhead_bytes": self.overhead_bytes,
             "predicted_peak_bytes": self.peak_bytes, "device_need_bytes": dict(self.device_need_bytes),
         }
 
@@ -266,13 +315,15 @@ def plan_profile(config, profile, hardware: Hardware, *, tokens: int | None = No
         if "cpu" in weights:
             need["cpu"] = weights["cpu"]
         peak = weights.get(main, 0) + activations + largest_layer
+        overhead = 0
     else:
         runtime = current_rss_bytes() if runtime_bytes is None else runtime_bytes
-        peak = runtime + sum(weights.values()) + activations
+        overhead = cpu_overhead_bytes(precision.kind, attention, activations)
+        peak = runtime + sum(weights.values()) + activations + overhead
         need = {"cpu": peak}
     return MemoryPlan(profile=profile.name, device=main, strategies=names, precision=precision.kind,
                       attention=attention, tokens=tokens, batch=batch, weight_bytes_per_device=weights,
-                      activation_bytes=activations, runtime_bytes=runtime, peak_bytes=peak,
+                      activation_bytes=activations, runtime_bytes=runtime, peak_bytes=peak, overhead_bytes=overhead,
                       device_need_bytes=need)
 
 

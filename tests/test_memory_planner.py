@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from transformers import LongformerConfig, LongformerForQuestionAnswering
 
 from longqa.models import architecture_config
 from strategies.device_map import empty_model
+from strategies.fast_attention import swap_attention
 from strategies.gradient_checkpointing import LiveTensorPeak
 from strategies.hardware import Gpu, Hardware
+from strategies import memory_planner
 from strategies.memory_planner import ModelShape, activation_bytes, parameter_count, plan_profile, windows_needed
 from strategies.profiles import PROFILES, resolve_auto
 
@@ -31,14 +35,17 @@ def test_weight_bytes_follow_precision():
     assert plan_profile(config, PROFILES["cpu"], cpu, runtime_bytes=0).weight_bytes == 2 * params
 
 
+@pytest.mark.parametrize("attention", ["eager", "fast"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("tokens, batch", [(512, 1), (1024, 2)])
-def test_activation_formula_matches_measured_peaks_of_a_small_model(dtype, tokens, batch):
+@pytest.mark.parametrize("tokens, batch", [(512, 1), (1024, 2), (700, 1)])
+def test_activation_formula_matches_measured_peaks_of_a_small_model(attention, dtype, tokens, batch):
     config = LongformerConfig(vocab_size=500, hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
                               intermediate_size=512, attention_window=128, max_position_embeddings=4098,
                               pad_token_id=1, bos_token_id=0, eos_token_id=2, sep_token_id=2, type_vocab_size=1)
     torch.manual_seed(0)
     model = LongformerForQuestionAnswering(config).eval().to(dtype)
+    if attention == "fast":
+        swap_attention(model)
     ids = torch.randint(5, 500, (batch, tokens))
     global_mask = torch.zeros(batch, tokens, dtype=torch.long)
     global_mask[:, :10] = 1
@@ -46,8 +53,36 @@ def test_activation_formula_matches_measured_peaks_of_a_small_model(dtype, token
     with torch.inference_mode(), tracker:
         model(input_ids=ids, attention_mask=torch.ones_like(ids), global_attention_mask=global_mask)
     predicted = activation_bytes(ModelShape.from_config(config), tokens=tokens, batch=batch,
-                                 compute_bytes=torch.finfo(dtype).bits // 8)
+                                 compute_bytes=torch.finfo(dtype).bits // 8, attention=attention)
     assert abs(predicted - tracker.peak_bytes) <= 0.2 * tracker.peak_bytes
+
+
+def test_cpu_resident_memory_fit_recovers_a_known_overhead(tmp_path):
+    from scripts.calibrate_planner import fit_cpu_rss
+
+    config, cpu = architecture_config("arch:base"), Hardware(cpu_bf16=True)
+    rows, truth = [], {"baseline-fp32": (1.25, 40e6), "cpu": (1.5, 90e6)}
+    for profile, (factor, constant) in truth.items():
+        for tokens, batch in [(512, 1), (2048, 1), (1024, 2)]:
+            plan = plan_profile(config, PROFILES[profile], cpu, tokens=tokens, batch=batch, runtime_bytes=300e6)
+            peak = 300e6 + plan.weight_bytes + factor * plan.activation_bytes + constant
+            rows.append({"kind": "inference", "error": None, "devices": ["cpu"], "model": "arch:base",
+                         "profile": profile, "tokens": tokens, "batch": batch, "runtime_rss_bytes": 300e6,
+                         "peak_bytes": peak})
+    (tmp_path / "results.json").write_text(json.dumps({"rows": rows}))
+    fits = fit_cpu_rss([tmp_path])
+    for group, (factor, constant) in zip(("fp32-eager", "bf16-fast"), truth.values()):
+        assert fits[group]["activation_factor"] == pytest.approx(factor, rel=1e-3)
+        assert fits[group]["constant_bytes"] == pytest.approx(constant, rel=1e-3)
+        assert fits[group]["max_abs_error_pct"] < 0.1
+    assert fits["default"]["samples"] == 6
+
+
+def test_a_calibration_for_other_features_is_refused(tmp_path):
+    path = tmp_path / "calibration.json"
+    path.write_text(json.dumps({"feature_names": ["hidden"], "activations": {}}))
+    with pytest.raises(ValueError, match="calibrate_planner"):
+        memory_planner.load_calibration(path)
 
 
 def test_windows_needed_grows_with_the_document():
