@@ -230,16 +230,23 @@ def predicted_peak(row: dict, hardware) -> int | None:
     from longqa.models import model_config
     from strategies import memory_planner as planner
 
-    config = model_config(row["model"])
     if row.get("kind") == "training":
-        shape = planner.ModelShape.from_config(config)
+        shape = planner.ModelShape.from_config(model_config(row["model"]))
         step = planner.training_step_bytes(shape, tokens=row["window_tokens"], batch=row["batch"],
                                            checkpointing=bool(row.get("checkpointing")))
         return row["weight_bytes"] + step if row.get("weight_bytes") is not None else None
-    plan = planner.plan_profile(config, parse_profile(row["profile"]), hardware,
+    return inference_plan(row, hardware).peak_bytes
+
+
+def inference_plan(row: dict, hardware):
+    """The memory planner's plan for an inference row (its window length, batch and, on CPU, the worker's memory
+    before loading)."""
+    from longqa.models import model_config
+    from strategies import memory_planner as planner
+
+    return planner.plan_profile(model_config(row["model"]), parse_profile(row["profile"]), hardware,
                                 tokens=min(row["tokens"], MAX_WINDOW_TOKENS), batch=row["batch"],
                                 runtime_bytes=row.get("runtime_rss_bytes"))
-    return plan.peak_bytes
 
 
 def add_predictions(rows: list[dict], hardware) -> None:

@@ -1,7 +1,6 @@
 """Fit the memory planner's coefficients to measurements and write `strategies/planner_calibration.json`.
 
-Usage: python scripts/calibrate_planner.py [--bench DIR ...] [--out strategies/planner_calibration.json] [--quick]
-       [--cpu-rss-only]
+Usage: python scripts/calibrate_planner.py --bench DIR [DIR ...] [--out strategies/planner_calibration.json] [--quick]
 
 Three fits, each printed with its worst error:
 1. Activations: the live-tensor peak (`LiveTensorPeak`) of one forward pass of small Longformer architectures
@@ -11,7 +10,7 @@ Three fits, each printed with its worst error:
 2. Training step: the bytes a forward + backward allocates (`training_step_readout`, fp32, with and without
    checkpointing) on small architectures of 2 to 4 layers; one factor each for the activations kept per layer
    without checkpointing and for the recomputed layer with it.
-3. CPU resident memory (with --bench): peak RSS minus (process before loading + weights) against the fitted
+3. CPU resident memory (from the --bench folders): peak RSS minus (process before loading + weights) against the fitted
    activation bytes, per precision and attention (`fp32-eager`, `bf16-fast`, ...): a factor and a constant
    (the allocator's and the kernels' memory outside live tensors). Give bench folders measured at lengths and
    batches other than the ones the planner is checked against, so that check stays a held-out test.
@@ -141,8 +140,7 @@ def fit_training(quick: bool) -> dict:
 
 def fit_cpu_rss(bench_dirs: list[Path]) -> dict:
     """Peak RSS - (runtime + weights) = factor * activations + constant, per group, from bench inference rows."""
-    from longqa.bench_worker import parse_profile
-    from longqa.models import model_config
+    from longqa.bench import inference_plan
     from strategies.hardware import detect_hardware
 
     hardware = detect_hardware()
@@ -152,9 +150,7 @@ def fit_cpu_rss(bench_dirs: list[Path]) -> dict:
         for row in rows:
             if row.get("kind") != "inference" or row.get("error") or row.get("devices") != ["cpu"]:
                 continue
-            plan = planner.plan_profile(model_config(row["model"]), parse_profile(row["profile"]), hardware,
-                                        tokens=min(row["tokens"], 4096), batch=row["batch"],
-                                        runtime_bytes=row["runtime_rss_bytes"])
+            plan = inference_plan(row, hardware)
             base = plan.runtime_bytes + plan.weight_bytes
             groups.setdefault(planner.cpu_group(plan.precision, plan.attention), []).append(
                 (plan.activation_bytes, row["peak_bytes"] - base, row["peak_bytes"]))
@@ -173,33 +169,23 @@ def fit_cpu_rss(bench_dirs: list[Path]) -> dict:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--bench", type=Path, nargs="*", default=[],
+    parser.add_argument("--bench", type=Path, nargs="+", required=True,
                         help="bench output folders whose CPU rows calibrate the resident-memory overhead")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--quick", action="store_true", help="the three smallest architectures only (a smoke run)")
-    parser.add_argument("--cpu-rss-only", action="store_true",
-                        help="keep the activation and training fits in --out; refit only the CPU overhead")
     args = parser.parse_args(argv)
     began = time.time()
     torch.set_grad_enabled(True)
-    previous = json.loads(args.out.read_text()) if args.out.exists() else {}
-    if args.cpu_rss_only:
-        activations, training = previous["activations"], previous["training"]
-    else:
-        activations = fit_activations(args.quick)
+    activations = fit_activations(args.quick)
     # the training factors and the CPU overhead sit on top of these activation bytes, not the imported ones
     planner.ACTIVATION_COEFFICIENTS = {name: tuple(fit["coefficients"]) for name, fit in activations.items()}
-    if not args.cpu_rss_only:
-        training = fit_training(args.quick)
-    cpu_rss = fit_cpu_rss(args.bench) if args.bench else previous.get("cpu_rss", {})
-    command = " ".join(["python", "scripts/calibrate_planner.py", *(argv if argv is not None else sys.argv[1:])])
-    if args.cpu_rss_only and previous.get("command"):
-        command = f"{previous['command']}; then {command}"
+    training = fit_training(args.quick)
+    cpu_rss = fit_cpu_rss(args.bench)
     out = {
-        "command": command,
+        "command": " ".join(["python", "scripts/calibrate_planner.py", *(argv if argv is not None else sys.argv[1:])]),
         "fitted": time.strftime("%Y-%m-%dT%H:%M:%S"), "torch": torch.__version__,
         "feature_names": list(planner.FEATURE_NAMES), "activations": activations, "training": training,
-        "cpu_rss": cpu_rss, "cpu_rss_from": [str(d) for d in args.bench] or previous.get("cpu_rss_from", []),
+        "cpu_rss": cpu_rss, "cpu_rss_from": [str(d) for d in args.bench],
     }
     partial = args.out.with_suffix(".partial")
     partial.write_text(json.dumps(out, indent=1) + "\n")

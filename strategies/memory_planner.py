@@ -174,8 +174,8 @@ def activation_features(shape: ModelShape, *, tokens: int, batch: int, compute_b
 def activation_bytes(shape: ModelShape, *, tokens: int, batch: int, compute_bytes: int,
                      attention: str = "eager") -> int:
     """Peak bytes of tensors alive during one forward pass over `batch` windows of `tokens` tokens."""
-    features = activation_features(shape, tokens=tokens, batch=batch, compute_bytes=compute_bytes)
-    return int(sum(c * x for c, x in zip(ACTIVATION_COEFFICIENTS[attention], features)))
+    return int(sum(layer_and_mask_bytes(shape, tokens=tokens, batch=batch, compute_bytes=compute_bytes,
+                                        attention=attention)))
 
 
 MASK_FEATURES = ("mask", "mask_bool")  # built once per forward, not per layer

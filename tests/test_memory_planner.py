@@ -6,11 +6,10 @@ import json
 
 import pytest
 import torch
-from transformers import LongformerConfig, LongformerForQuestionAnswering
 
 from longqa.models import architecture_config
+from scripts.calibrate_planner import build, config_for, fit_cpu_rss, inputs
 from strategies.device_map import empty_model
-from strategies.fast_attention import swap_attention
 from strategies.gradient_checkpointing import LiveTensorPeak
 from strategies.hardware import Gpu, Hardware
 from strategies import memory_planner
@@ -39,27 +38,17 @@ def test_weight_bytes_follow_precision():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("tokens, batch", [(512, 1), (1024, 2), (700, 1)])
 def test_activation_formula_matches_measured_peaks_of_a_small_model(attention, dtype, tokens, batch):
-    config = LongformerConfig(vocab_size=500, hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
-                              intermediate_size=512, attention_window=128, max_position_embeddings=4098,
-                              pad_token_id=1, bos_token_id=0, eos_token_id=2, sep_token_id=2, type_vocab_size=1)
-    torch.manual_seed(0)
-    model = LongformerForQuestionAnswering(config).eval().to(dtype)
-    if attention == "fast":
-        swap_attention(model)
-    ids = torch.randint(5, 500, (batch, tokens))
-    global_mask = torch.zeros(batch, tokens, dtype=torch.long)
-    global_mask[:, :10] = 1
+    config = config_for(hidden=128, heads=4, ffn=512, window=128)
+    model = build(config, dtype, attention)
     tracker = LiveTensorPeak()
     with torch.inference_mode(), tracker:
-        model(input_ids=ids, attention_mask=torch.ones_like(ids), global_attention_mask=global_mask)
+        model(**inputs(tokens, batch))
     predicted = activation_bytes(ModelShape.from_config(config), tokens=tokens, batch=batch,
                                  compute_bytes=torch.finfo(dtype).bits // 8, attention=attention)
     assert abs(predicted - tracker.peak_bytes) <= 0.2 * tracker.peak_bytes
 
 
 def test_cpu_resident_memory_fit_recovers_a_known_overhead(tmp_path):
-    from scripts.calibrate_planner import fit_cpu_rss
-
     config, cpu = architecture_config("arch:base"), Hardware(cpu_bf16=True)
     rows, truth = [], {"baseline-fp32": (1.25, 40e6), "cpu": (1.5, 90e6)}
     for profile, (factor, constant) in truth.items():
