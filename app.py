@@ -73,7 +73,10 @@ def make_context(session: Session | None = None, *, models=None, default_model: 
                  hardware: Hardware | None = None) -> AppContext:
     get_profile(default_profile)
     allowed = list(dict.fromkeys([*(models if models is not None else KNOWN_MODELS), default_model]))
-    return AppContext(session=session or Session(), hardware=hardware or detect_hardware(), models=allowed,
+    session = session or Session()
+    hardware = hardware or session.hardware or detect_hardware()
+    session.hardware = hardware  # profiles resolve for the machine the page describes, in the page and the loader
+    return AppContext(session=session, hardware=hardware, models=allowed,
                       max_file_bytes=int(max_file_mb * 1024 * 1024), max_total_tokens=max_total_tokens,
                       selection={"profile": default_profile, "model": default_model, "strategies": []})
 

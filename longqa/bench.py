@@ -177,12 +177,26 @@ def machine_info(hardware) -> dict:
         "cpu_model": cpu_model(), "cpu_cores_logical": os.cpu_count(),
         "cpu_cores_physical": psutil.cpu_count(logical=False), "cpu_bf16": hardware.cpu_bf16,
         "ram_bytes": psutil.virtual_memory().total,
-        "gpus": [{"name": gpu.name, "total_bytes": gpu.total_bytes} for gpu in hardware.usable_gpus],
+        "gpus": [{"name": gpu.name, "total_bytes": gpu.total_bytes, "compute_capability": gpu.compute_capability}
+                 for gpu in hardware.usable_gpus],
         "cuda": torch.version.cuda if hardware.usable_gpus else None,
         "torch": torch.__version__, "transformers": transformers.__version__,
         "accelerate": accelerate.__version__, "python": platform.python_version(), "platform": platform.platform(),
         "load_average_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
     }
+
+
+def recorded_hardware(machine: dict):
+    """The hardware a results.json describes (its `machine`), not the host reading it: predictions and fits of
+    an earlier run must not change with the machine that rescores them."""
+    from strategies.hardware import Gpu, Hardware
+
+    if not machine or "cpu_bf16" not in machine:
+        raise InputError("This results.json does not record the machine it was measured on (no 'machine.cpu_bf16').")
+    gpus = tuple(Gpu(index, gpu["name"], int(gpu["total_bytes"]), tuple(gpu["compute_capability"])
+                     if gpu.get("compute_capability") else None)
+                 for index, gpu in enumerate(machine.get("gpus") or []))
+    return Hardware(gpus=gpus, cuda_available=bool(gpus), cpu_bf16=bool(machine["cpu_bf16"]))
 
 
 def cpu_model() -> str:
@@ -459,13 +473,13 @@ def finish(out_dir: Path, results: dict, hardware) -> None:
 
 
 def rescore(out_dir: Path) -> int:
-    """Recompute the ratios and predictions of an earlier run's results.json (e.g. after the planner changed)."""
-    from strategies.hardware import detect_hardware
-
+    """Recompute the ratios and predictions of an earlier run's results.json (e.g. after the planner changed), for
+    the machine that run recorded."""
     path = out_dir / "results.json"
     if not path.exists():
         raise InputError(f"No results.json in {out_dir} to rescore.")
-    finish(out_dir, json.loads(path.read_text()), detect_hardware())
+    results = json.loads(path.read_text())
+    finish(out_dir, results, recorded_hardware(results.get("machine")))
     print(f"rescored {path}, results.md and results.png", file=sys.stderr)
     return 0
 

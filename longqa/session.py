@@ -44,10 +44,11 @@ class Session:
     Loads and answers never overlap (one lock). A failed switch brings back the model that was in use before.
     """
 
-    def __init__(self, load_model: Callable | None = None):
+    def __init__(self, load_model: Callable | None = None, hardware=None):
         if load_model is None:
             from strategies.loader import load_model
         self._load_model = load_model
+        self.hardware = hardware  # what profiles resolve for; None: detected at each load
         self.loaded = None
         self.requested: tuple[str, str] | None = None
         self.lock = threading.RLock()
@@ -74,7 +75,7 @@ class Session:
                 self.unload()
             try:
                 self.loaded = self._load_model(model_ref, profile, on_progress=on_progress,
-                                               fallback_to_demo=fallback_to_demo)
+                                               fallback_to_demo=fallback_to_demo, **self._hardware_kwargs())
             except LongQAError:
                 self._restore(previous)
                 raise
@@ -86,8 +87,11 @@ class Session:
 
     def _restore(self, previous) -> None:
         if previous is not None:
-            self.loaded = self._load_model(previous[0], previous[1])
+            self.loaded = self._load_model(previous[0], previous[1], **self._hardware_kwargs())
             self.requested = previous[2]
+
+    def _hardware_kwargs(self) -> dict:
+        return {"hardware": self.hardware} if self.hardware is not None else {}
 
     def unload(self) -> None:
         with self.lock:

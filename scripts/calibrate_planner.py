@@ -140,14 +140,13 @@ def fit_training(quick: bool) -> dict:
 
 def fit_cpu_rss(bench_dirs: list[Path]) -> dict:
     """Peak RSS - (runtime + weights) = factor * activations + constant, per group, from bench inference rows."""
-    from longqa.bench import inference_plan
-    from strategies.hardware import detect_hardware
+    from longqa.bench import inference_plan, recorded_hardware
 
-    hardware = detect_hardware()
     groups: dict[str, list[tuple[float, float, float]]] = {}
     for folder in bench_dirs:
-        rows = json.loads((folder / "results.json").read_text())["rows"]
-        for row in rows:
+        results = json.loads((folder / "results.json").read_text())
+        hardware = recorded_hardware(results.get("machine"))  # the rows' machine, not the one fitting them
+        for row in results["rows"]:
             if row.get("kind") != "inference" or row.get("error") or row.get("devices") != ["cpu"]:
                 continue
             plan = inference_plan(row, hardware)

@@ -12,6 +12,20 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 from tests.tiny import tiny_checkpoint  # noqa: E402
 
+# LONGQA_TEST_CPU_KIND=avx2 (or avx512-bf16) makes this host detect as the other CPU kind, to find tests that
+# depend on the host's CPU without a second machine. Tests whose logic depends on the kind inject a Hardware;
+# tests/test_hardware.py tests the detection itself and keeps the real one.
+_SIMULATED_CPU_BF16 = {"avx2": False, "avx512-bf16": True}.get(os.environ.get("LONGQA_TEST_CPU_KIND", ""))
+
+
+@pytest.fixture(autouse=True)
+def simulated_cpu_kind(request, monkeypatch):
+    if _SIMULATED_CPU_BF16 is not None and request.path.name != "test_hardware.py":
+        import strategies.hardware
+
+        monkeypatch.setattr(strategies.hardware, "is_cpu_bf16_native", lambda: _SIMULATED_CPU_BF16)
+    yield
+
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "requires_cuda: needs a CUDA GPU (skipped without one)")

@@ -13,6 +13,7 @@ import ui_format
 from longqa.demo_task import make_example
 from longqa.models import DEMO_MODEL_DIR, KNOWN_MODELS
 from longqa.session import Session, read_documents
+from strategies.hardware import Hardware
 from strategies.profiles import profile_choices, select_strategies
 
 READOUT_KEYS = {"question", "answers", "documents", "windows", "tokens", "batch_size", "backoffs", "latency_s",
@@ -232,19 +233,25 @@ def test_a_failed_load_keeps_the_previous_model_and_says_why(tiny_model_dir, bro
     assert ctx.session.loaded.readout.strategies == loaded.readout.strategies
 
 
-def test_a_load_that_fails_half_way_leaves_nothing_half_loaded(ctx, tiny_model_dir, monkeypatch):
-    from strategies.int8_dynamic import Int8Dynamic
+@pytest.mark.parametrize("cpu_bf16", [True, False], ids=["cpu-with-bf16", "cpu-without-bf16"])
+def test_a_load_that_fails_half_way_leaves_nothing_half_loaded(tiny_model_dir, monkeypatch, cpu_bf16):
+    """On both CPU kinds (`cpu` is bf16 + fast attention with bf16, int8 + fast attention without)."""
+    from strategies.gradient_checkpointing import GradientCheckpointing
 
+    ctx = app.make_context(Session(), models=[str(tiny_model_dir)], default_model=str(tiny_model_dir),
+                           default_profile="cpu", hardware=Hardware(cpu_bf16=cpu_bf16))
+    app.ensure_loaded(ctx)
     before = ask(ctx, pasted="The colour of Zorbin is teal.")["readout"]["answers"]
     strategies = ctx.session.loaded.readout.strategies
+    assert ("int8_dynamic" in strategies) is not cpu_bf16
     module_types = {type(m) for m in ctx.session.loaded.model.modules()}
 
     def fail(self, model):
         raise RuntimeError("simulated failure after the weights were read")
 
-    monkeypatch.setattr(Int8Dynamic, "transform", fail)
+    monkeypatch.setattr(GradientCheckpointing, "transform", fail)
     with pytest.raises(gr.Error, match=r"simulated failure.*Still using .* with profile cpu"):
-        app.load_profile(ctx, "custom", str(tiny_model_dir), ["int8_dynamic"])
+        app.load_profile(ctx, "custom", str(tiny_model_dir), ["gradient_checkpointing"])
     loaded = ctx.session.loaded
     assert loaded.profile.name == "cpu" and loaded.readout.strategies == strategies
     assert {type(m) for m in loaded.model.modules()} == module_types  # the cpu profile's model, whole

@@ -7,6 +7,7 @@ import json
 import pytest
 import torch
 
+from longqa.errors import InputError
 from longqa.models import architecture_config
 from scripts.calibrate_planner import build, config_for, fit_cpu_rss, inputs
 from strategies.device_map import empty_model
@@ -48,8 +49,10 @@ def test_activation_formula_matches_measured_peaks_of_a_small_model(attention, d
     assert abs(predicted - tracker.peak_bytes) <= 0.2 * tracker.peak_bytes
 
 
-def test_cpu_resident_memory_fit_recovers_a_known_overhead(tmp_path):
-    config, cpu = architecture_config("arch:base"), Hardware(cpu_bf16=True)
+@pytest.mark.parametrize("cpu_bf16, cpu_group", [(True, "bf16-fast"), (False, "int8-fast")])
+def test_cpu_resident_memory_fit_recovers_a_known_overhead(tmp_path, cpu_bf16, cpu_group):
+    """The rows are grouped by the machine the results.json records, whatever CPU runs the fit."""
+    config, cpu = architecture_config("arch:base"), Hardware(cpu_bf16=cpu_bf16)
     rows, truth = [], {"baseline-fp32": (1.25, 40e6), "cpu": (1.5, 90e6)}
     for profile, (factor, constant) in truth.items():
         for tokens, batch in [(512, 1), (2048, 1), (1024, 2)]:
@@ -58,13 +61,21 @@ def test_cpu_resident_memory_fit_recovers_a_known_overhead(tmp_path):
             rows.append({"kind": "inference", "error": None, "devices": ["cpu"], "model": "arch:base",
                          "profile": profile, "tokens": tokens, "batch": batch, "runtime_rss_bytes": 300e6,
                          "peak_bytes": peak})
-    (tmp_path / "results.json").write_text(json.dumps({"rows": rows}))
+    machine = {"cpu_bf16": cpu_bf16, "gpus": []}
+    (tmp_path / "results.json").write_text(json.dumps({"machine": machine, "rows": rows}))
     fits = fit_cpu_rss([tmp_path])
-    for group, (factor, constant) in zip(("fp32-eager", "bf16-fast"), truth.values()):
+    assert set(fits) == {"fp32-eager", cpu_group, "default"}
+    for group, (factor, constant) in zip(("fp32-eager", cpu_group), truth.values()):
         assert fits[group]["activation_factor"] == pytest.approx(factor, rel=1e-3)
         assert fits[group]["constant_bytes"] == pytest.approx(constant, rel=1e-3)
         assert fits[group]["max_abs_error_pct"] < 0.1
     assert fits["default"]["samples"] == 6
+
+
+def test_a_bench_without_its_machine_cannot_be_fitted(tmp_path):
+    (tmp_path / "results.json").write_text(json.dumps({"rows": []}))
+    with pytest.raises(InputError, match="does not record the machine"):
+        fit_cpu_rss([tmp_path])
 
 
 def test_a_calibration_for_other_features_is_refused(tmp_path):
