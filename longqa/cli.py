@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
+import warnings
 
 from longqa.errors import LongQAError
 from longqa.models import DEFAULT_MODEL
@@ -114,11 +116,21 @@ def add_memory_predictions(rows: list[dict], model_ref: str, hardware) -> None:
             row["resolves_to"] = profile.name
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def quiet_libraries() -> None:
+    """stderr carries only our own one-line notes: no library warnings, log records or progress bars (the
+    readouts already say what those would: padding, dtypes, load progress)."""
     from transformers.utils import logging as hf_logging
 
-    hf_logging.disable_progress_bar()  # stderr stays for our own one-line messages
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    warnings.simplefilter("ignore")
+    logging.getLogger().addHandler(logging.NullHandler())  # no "last resort" printing of other libraries' records
+    logging.getLogger().setLevel(logging.ERROR)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    quiet_libraries()
     try:
         if args.command == "ask":
             return run_ask(args)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -96,3 +97,19 @@ def test_profiles_json_predicts_peak_memory_per_available_profile(capsys):
     assert rows["baseline-fp32"]["predicted_peak_bytes"] > rows["cpu"]["predicted_peak_bytes"] > 296_000_000
     assert rows["cpu"]["fits"] is True
     assert rows["datacenter"]["predicted_peak_bytes"] is None  # not available without a GPU
+
+
+@pytest.mark.parametrize("profile", ["baseline-fp32", "cpu"])
+def test_a_real_run_prints_only_our_own_notes_on_stderr(tmp_path, profile):
+    """No library chatter (transformers' padding notice, deprecation warnings, progress bars) on stderr."""
+    path = tmp_path / "note.txt"
+    path.write_text("The tide of Harrowgate is 4102. " + "Nothing else happens in the harbour today. " * 300)
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONWARNINGS="default")
+    proc = subprocess.run([sys.executable, "-m", "longqa", "ask", "--model", "demo", "--profile", profile,
+                           "-q", "What is the tide of Harrowgate?", str(path)],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and re.fullmatch(r"\d+ windows, \d+ tokens, batch \d+, [\d.]+ s, model demo, "
+                                            rf"profile {profile}", lines[0]), proc.stderr
+    assert proc.stdout.startswith("1. ")
