@@ -5,10 +5,11 @@ Detection only, never raises and never loads a model; deciding what to do with t
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import torch
+
+from longqa import telemetry
 
 
 @dataclass(frozen=True)
@@ -52,53 +53,14 @@ class Hardware:
 CPU_ONLY = Hardware()
 
 
-def _visible_indices() -> list[int] | None:
-    """CUDA_VISIBLE_DEVICES as integer indices, or None when unset or not plain integers (UUIDs, MIG)."""
-    value = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if value is None:
-        return None
-    try:
-        return [int(part) for part in value.split(",") if part.strip()]
-    except ValueError:
-        return None
-
-
-def _decode(name) -> str:
-    return name.decode() if isinstance(name, bytes) else str(name)
-
-
 def gpus_from_nvml() -> tuple[Gpu, ...] | None:
-    """GPUs as the NVIDIA driver reports them; None when NVML is missing or no driver answers."""
-    try:
-        import pynvml
-    except ImportError:
+    """The GPUs this process can see, as the NVIDIA driver reports them (CUDA_VISIBLE_DEVICES and MIG slices
+    respected, by the core's one NVML wrapper); None when NVML is missing or no driver answers."""
+    if telemetry.nvml() is None:
         return None
-    try:
-        pynvml.nvmlInit()
-    except Exception:  # no driver: NVMLError_LibraryNotFound / DriverNotLoaded, or anything else it throws
-        return None
-    try:
-        visible = _visible_indices()
-        gpus = []
-        for index in range(pynvml.nvmlDeviceGetCount()):
-            if visible is not None and index not in visible:
-                continue
-            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-            try:
-                capability = tuple(pynvml.nvmlDeviceGetCudaComputeCapability(handle))
-            except Exception:
-                capability = None
-            gpus.append(Gpu(index=len(gpus), name=_decode(pynvml.nvmlDeviceGetName(handle)),
-                            total_bytes=int(pynvml.nvmlDeviceGetMemoryInfo(handle).total),
-                            compute_capability=capability))
-        return tuple(gpus)
-    except Exception:
-        return None
-    finally:
-        try:
-            pynvml.nvmlShutdown()
-        except Exception:
-            pass
+    return tuple(Gpu(index=row["index"], name=row["name"], total_bytes=row["nvml_total_bytes"],
+                     compute_capability=row["compute_capability"])
+                 for row in telemetry.gpu_snapshot() if row["nvml_total_bytes"] is not None)
 
 
 def gpus_from_torch() -> tuple[Gpu, ...]:

@@ -2,68 +2,39 @@
 
 from __future__ import annotations
 
-import sys
 from types import SimpleNamespace
 
 import pytest
 import torch
 
+from longqa import telemetry
 from strategies import hardware
 from strategies.hardware import Gpu, Hardware, detect_hardware
-
-MiB = 1024**2
-
-
-class FakeNvml(SimpleNamespace):
-    """The few pynvml calls detection makes, answering for a list of (name, total bytes, capability)."""
-
-    def __init__(self, cards, fail_init: bool = False):
-        super().__init__()
-        self.cards, self.fail_init, self.shut_down = cards, fail_init, False
-
-    def nvmlInit(self):
-        if self.fail_init:
-            raise RuntimeError("NVML Shared Library Not Found")
-
-    def nvmlShutdown(self):
-        self.shut_down = True
-
-    def nvmlDeviceGetCount(self):
-        return len(self.cards)
-
-    def nvmlDeviceGetHandleByIndex(self, index):
-        return index
-
-    def nvmlDeviceGetName(self, handle):
-        return self.cards[handle][0].encode()
-
-    def nvmlDeviceGetMemoryInfo(self, handle):
-        return SimpleNamespace(total=self.cards[handle][1], used=0, free=self.cards[handle][1])
-
-    def nvmlDeviceGetCudaComputeCapability(self, handle):
-        return self.cards[handle][2]
-
+from tests import fake_nvml
+from tests.fake_nvml import GiB, MiB, mig_slice
 
 T4 = ("Tesla T4", 15360 * MiB, (7, 5))
 RTX_3090 = ("NVIDIA GeForce RTX 3090", 24576 * MiB, (8, 6))
 H100 = ("NVIDIA H100 80GB HBM3", 81559 * MiB, (9, 0))
 
 
-def simulate(monkeypatch, cards, *, cuda: bool = True, fail_init: bool = False):
-    nvml = FakeNvml(cards, fail_init)
-    monkeypatch.setitem(sys.modules, "pynvml", nvml)
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    return nvml
+def card(index: int, name: str, total_bytes: int, capability, slices=()):
+    return fake_nvml.gpu(name, total_bytes, capability, uuid=f"GPU-{index:08x}-0000-0000-0000-000000000000",
+                         slices=slices)
+
+
+def simulate(monkeypatch, cards, *, cuda: bool = True, fail_init: bool = False, visible: str | None = None):
+    """NVML answering for `cards` (name, total bytes, compute capability), in PCI-bus order."""
+    return fake_nvml.simulate(monkeypatch, [card(i, *c) for i, c in enumerate(cards)], visible=visible, cuda=cuda,
+                              fail_init=fail_init)
 
 
 def test_reads_gpus_from_nvml(monkeypatch):
-    nvml = simulate(monkeypatch, [T4, RTX_3090])
+    simulate(monkeypatch, [T4, RTX_3090])
     found = detect_hardware()
     assert found.gpus == (Gpu(0, "Tesla T4", 15360 * MiB, (7, 5)),
                           Gpu(1, "NVIDIA GeForce RTX 3090", 24576 * MiB, (8, 6)))
     assert found.cuda_available and found.gpu_count == 2
-    assert nvml.shut_down
 
 
 def test_no_driver_means_no_gpus(monkeypatch):
@@ -73,8 +44,9 @@ def test_no_driver_means_no_gpus(monkeypatch):
 
 
 def test_missing_pynvml_falls_back_to_torch(monkeypatch):
-    monkeypatch.setitem(sys.modules, "pynvml", None)  # `import pynvml` raises ImportError
+    monkeypatch.setattr(telemetry, "pynvml", None)  # nvidia-ml-py not installed
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setattr(torch.cuda, "get_device_properties",
                         lambda index: SimpleNamespace(name="NVIDIA A100-SXM4-40GB", total_memory=40 * 1024**3,
@@ -92,10 +64,24 @@ def test_gpus_torch_cannot_use_are_seen_but_not_usable(monkeypatch):
 
 
 def test_cuda_visible_devices_restricts_the_list(monkeypatch):
-    simulate(monkeypatch, [T4, RTX_3090, H100])
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2")
+    simulate(monkeypatch, [T4, RTX_3090, H100], visible="2")
     found = detect_hardware()
     assert [gpu.name for gpu in found.gpus] == ["NVIDIA H100 80GB HBM3"] and found.gpus[0].index == 0
+
+
+def test_cuda_visible_devices_as_uuids_restricts_the_list(monkeypatch):
+    simulate(monkeypatch, [T4, RTX_3090, H100], visible=f"{card(2, *H100).uuid},GPU-00000000")
+    found = detect_hardware()
+    assert found.gpus == (Gpu(0, "NVIDIA H100 80GB HBM3", 81559 * MiB, (9, 0)), Gpu(1, "Tesla T4", 15360 * MiB, (7, 5)))
+
+
+def test_a_mig_slice_is_planned_with_its_own_memory(monkeypatch):
+    slices = [mig_slice("NVIDIA H100 80GB HBM3 MIG 1g.10gb", 10 * GiB, uuid="MIG-aaaaaaaa-0000-0000-0000-000000000000"),
+              mig_slice("NVIDIA H100 80GB HBM3 MIG 3g.40gb", 40 * GiB, uuid="MIG-bbbbbbbb-0000-0000-0000-000000000000")]
+    fake_nvml.simulate(monkeypatch, [card(0, *H100, slices=slices)], visible="MIG-bbbbbbbb")
+    found = detect_hardware()
+    assert found.gpus == (Gpu(0, "NVIDIA H100 80GB HBM3 MIG 3g.40gb", 40 * GiB, (9, 0)),)
+    assert found.gpus[0].supports_bf16
 
 
 def test_never_raises_when_everything_fails(monkeypatch):

@@ -1,0 +1,282 @@
+"""Telemetry: which physical GPU or MIG slice each readout describes (CUDA_VISIBLE_DEVICES as indices and UUIDs,
+CUDA's own device order, MIG), with NVML and torch.cuda simulated; the real thing on a GPU behind `requires_cuda`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from longqa import telemetry
+from tests.fake_nvml import GiB, gpu, mig_slice, simulate, start_cuda
+from tests.tiny import requires_cuda
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+UUID_A = "GPU-aaaaaaaa-1111-2222-3333-444444444444"
+UUID_B = "GPU-bbbbbbbb-1111-2222-3333-444444444444"
+UUID_C = "GPU-cccccccc-1111-2222-3333-444444444444"
+MIG_1 = "MIG-11111111-aaaa-bbbb-cccc-dddddddddddd"
+MIG_2 = "MIG-22222222-aaaa-bbbb-cccc-dddddddddddd"
+
+
+def three_cards():
+    """Three GPUs whose readings differ, so a readout of the wrong card shows."""
+    return [gpu("NVIDIA A100-SXM4-40GB", 40 * GiB, (8, 0), uuid=UUID_A, used_bytes=1 * GiB),
+            gpu("NVIDIA H100 80GB HBM3", 80 * GiB, (9, 0), uuid=UUID_B, used_bytes=2 * GiB),
+            gpu("Tesla T4", 15 * GiB, (7, 5), uuid=UUID_C, used_bytes=3 * GiB)]
+
+
+def mig_card(readable: bool = True):
+    """An A100 in MIG mode with two slices of different sizes."""
+    return gpu("NVIDIA A100-SXM4-80GB", 80 * GiB, (8, 0), uuid=UUID_A, used_bytes=0, slices=[
+        mig_slice("NVIDIA A100-SXM4-80GB MIG 1g.10gb", 10 * GiB, uuid=MIG_1, used_bytes=1 * GiB, readable=readable),
+        mig_slice("NVIDIA A100-SXM4-80GB MIG 3g.40gb", 40 * GiB, uuid=MIG_2, used_bytes=5 * GiB, readable=readable),
+    ])
+
+
+def names(snapshot):
+    return [(row["index"], row["name"]) for row in snapshot]
+
+
+# ------------------------------------------------------------------------------------------ missing NVML or driver
+@pytest.mark.parametrize("nvml, fail_init", [(False, False), (True, True)])
+def test_without_nvml_or_a_driver_everything_is_none(monkeypatch, nvml, fail_init):
+    simulate(monkeypatch, three_cards(), nvml=nvml, fail_init=fail_init, cuda=False)
+    assert telemetry.nvml() is None
+    assert telemetry.gpu_snapshot() == []
+    assert telemetry.nvml_handle(0) is None
+    assert telemetry.device_memory(0) == (None, None)
+
+
+def test_nvml_is_initialised_once(monkeypatch):
+    fake = simulate(monkeypatch, three_cards())
+    for _ in range(3):
+        telemetry.gpu_snapshot()
+        telemetry.device_memory(1)
+    assert fake.inits == 1
+
+
+def test_a_failing_driver_call_gives_none_not_an_exception(monkeypatch):
+    fake = simulate(monkeypatch, three_cards())
+
+    def broken(handle):
+        raise RuntimeError("GPU is lost")
+
+    monkeypatch.setattr(fake, "nvmlDeviceGetMemoryInfo", broken)
+    monkeypatch.setattr(fake, "nvmlDeviceGetName", broken)
+    snapshot = telemetry.gpu_snapshot()
+    assert [row["nvml_used_bytes"] for row in snapshot] == [None, None, None]
+    assert [row["name"] for row in snapshot] == ["GPU 0", "GPU 1", "GPU 2"]
+    assert telemetry.device_memory(0) == (None, None)
+
+
+# ------------------------------------------------------------------------------------------ CUDA_VISIBLE_DEVICES
+def test_every_gpu_when_cuda_visible_devices_is_unset(monkeypatch):
+    simulate(monkeypatch, three_cards())
+    snapshot = telemetry.gpu_snapshot()
+    assert names(snapshot) == [(0, "NVIDIA A100-SXM4-40GB"), (1, "NVIDIA H100 80GB HBM3"), (2, "Tesla T4")]
+    assert snapshot[2] == {"index": 2, "name": "Tesla T4", "nvml_used_bytes": 3 * GiB, "nvml_total_bytes": 15 * GiB,
+                           "compute_capability": (7, 5)}
+
+
+def test_cuda_visible_devices_1_reads_the_second_card_as_cuda_0(monkeypatch):
+    simulate(monkeypatch, three_cards(), visible="1")
+    assert names(telemetry.gpu_snapshot()) == [(0, "NVIDIA H100 80GB HBM3")]
+    assert telemetry.device_memory(0) == (2 * GiB, 80 * GiB)  # the H100's, not the A100's at NVML index 0
+    assert telemetry.device_memory(1) == (None, None)  # cuda:1 does not exist for this process
+
+
+def test_cuda_visible_devices_order_is_cudas_order(monkeypatch):
+    simulate(monkeypatch, three_cards(), visible="2,0")
+    assert names(telemetry.gpu_snapshot()) == [(0, "Tesla T4"), (1, "NVIDIA A100-SXM4-40GB")]
+    assert telemetry.device_memory(1) == (1 * GiB, 40 * GiB)
+
+
+@pytest.mark.parametrize("visible, expected", [
+    ("0,7,1", ["NVIDIA A100-SXM4-40GB"]),  # CUDA stops at the first index naming no GPU
+    ("1,1", []),  # a repeated entry hides every GPU
+    ("-1", []),
+    ("", []),
+    ("1, 2", ["NVIDIA H100 80GB HBM3", "Tesla T4"]),
+])
+def test_cuda_visible_devices_edge_cases(monkeypatch, visible, expected):
+    simulate(monkeypatch, three_cards(), visible=visible)
+    assert [row["name"] for row in telemetry.gpu_snapshot()] == expected
+
+
+def test_gpu_uuids_and_unambiguous_prefixes_name_the_cards(monkeypatch):
+    simulate(monkeypatch, three_cards(), visible=f"{UUID_C},GPU-bbbb")
+    assert names(telemetry.gpu_snapshot()) == [(0, "Tesla T4"), (1, "NVIDIA H100 80GB HBM3")]
+    assert telemetry.device_memory(1) == (2 * GiB, 80 * GiB)
+
+
+def test_an_ambiguous_or_unknown_uuid_ends_the_list(monkeypatch):
+    simulate(monkeypatch, three_cards(), visible=f"{UUID_B},GPU-,{UUID_A}")  # "GPU-" matches all three
+    assert names(telemetry.gpu_snapshot()) == [(0, "NVIDIA H100 80GB HBM3")]
+    simulate(monkeypatch, three_cards(), visible="GPU-deadbeef")
+    assert telemetry.gpu_snapshot() == []
+
+
+# ------------------------------------------------------------------------------------------ MIG
+def test_a_mig_uuid_reads_that_slice(monkeypatch):
+    simulate(monkeypatch, [mig_card()], visible=MIG_2)
+    [row] = telemetry.gpu_snapshot()
+    assert row["name"] == "NVIDIA A100-SXM4-80GB MIG 3g.40gb"
+    assert (row["nvml_used_bytes"], row["nvml_total_bytes"]) == (5 * GiB, 40 * GiB)  # the slice, not the 80 GB card
+    assert row["compute_capability"] == (8, 0)  # the slice does not say; its GPU does
+    assert telemetry.device_memory(0) == (5 * GiB, 40 * GiB)
+
+
+def test_a_gpu_in_mig_mode_stands_for_its_slices(monkeypatch):
+    simulate(monkeypatch, [mig_card(), three_cards()[2]])
+    assert names(telemetry.gpu_snapshot()) == [(0, "NVIDIA A100-SXM4-80GB MIG 1g.10gb"),
+                                               (1, "NVIDIA A100-SXM4-80GB MIG 3g.40gb"), (2, "Tesla T4")]
+
+
+# ------------------------------------------------------------------------------------------ once CUDA is up
+def cuda_view(*cards, free_bytes=0):
+    """What torch reports for cuda:0, cuda:1, ... (`uuid` printed without its prefix, as torch prints it)."""
+    return [{"uuid": card.uuid.split("-", 1)[1], "name": card.name, "major": 9, "minor": 0,
+             "total_memory": card.total_bytes, "free_bytes": free_bytes} for card in cards]
+
+
+def test_once_cuda_is_up_its_uuids_decide_which_card_each_index_is(monkeypatch):
+    cards = three_cards()
+    simulate(monkeypatch, cards)
+    start_cuda(monkeypatch, cuda_view(cards[1], cards[0], cards[2]))  # CUDA orders fastest first: the H100 first
+    assert telemetry.device_memory(0) == (2 * GiB, 80 * GiB)
+    assert names(telemetry.gpu_snapshot()) == [(0, "NVIDIA H100 80GB HBM3"), (1, "NVIDIA A100-SXM4-40GB"),
+                                               (2, "Tesla T4")]
+
+
+def test_uuid_mapping_also_with_integer_cuda_visible_devices(monkeypatch):
+    cards = three_cards()
+    simulate(monkeypatch, cards, visible="2")
+    start_cuda(monkeypatch, cuda_view(cards[2]))
+    assert telemetry.device_memory(0) == (3 * GiB, 15 * GiB)
+    assert names(telemetry.gpu_snapshot()) == [(0, "Tesla T4")]
+
+
+def test_a_mig_slice_named_by_uuid_is_not_mistaken_for_its_gpu(monkeypatch):
+    card = mig_card()
+    simulate(monkeypatch, [card], visible=MIG_1)
+    start_cuda(monkeypatch, cuda_view(card))  # even if CUDA reported the parent's UUID, the slice is read
+    assert telemetry.device_memory(0) == (1 * GiB, 10 * GiB)
+
+
+def test_a_slice_nvml_may_not_read_falls_back_to_cudas_own_count(monkeypatch):
+    card = mig_card(readable=False)
+    simulate(monkeypatch, [card], visible=MIG_2)
+    start_cuda(monkeypatch, [{"uuid": MIG_2, "name": "MIG 3g.40gb", "major": 8, "minor": 0,
+                              "total_memory": 40 * GiB, "free_bytes": 36 * GiB}])
+    assert telemetry.device_memory(0) == (4 * GiB, 40 * GiB)  # cudaMemGetInfo: total - free
+
+
+def test_without_nvml_cuda_still_fills_the_gauge(monkeypatch):
+    cards = three_cards()
+    simulate(monkeypatch, cards, nvml=False)
+    start_cuda(monkeypatch, cuda_view(cards[2], free_bytes=11 * GiB))
+    assert telemetry.gpu_snapshot() == [{"index": 0, "name": "Tesla T4", "nvml_used_bytes": 4 * GiB,
+                                         "nvml_total_bytes": 15 * GiB, "compute_capability": (9, 0)}]
+
+
+def test_before_cuda_is_up_nothing_asks_cuda(monkeypatch):
+    simulate(monkeypatch, three_cards(), visible="1")
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("CUDA was asked before it was up (a forked worker would inherit it)")
+
+    for name in ("get_device_properties", "mem_get_info", "device_count", "get_device_name"):
+        monkeypatch.setattr(torch.cuda, name, refuse)
+    assert telemetry.gpu_snapshot()[0]["nvml_total_bytes"] == 80 * GiB
+    assert telemetry.device_memory(0) == (2 * GiB, 80 * GiB)
+
+
+# ------------------------------------------------------------------------------------------ measure()
+def test_measure_reads_the_card_the_request_ran_on(monkeypatch):
+    cards = three_cards()
+    simulate(monkeypatch, cards, visible="1")
+    start_cuda(monkeypatch, cuda_view(cards[1]))
+    for name in ("reset_peak_memory_stats", "synchronize"):
+        monkeypatch.setattr(torch.cuda, name, lambda index: None)
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda index: 7 * 10**8)
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda index: 9 * 10**8)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda index: "NVIDIA H100 80GB HBM3")
+    with telemetry.measure(["cuda:0"]) as measurement:
+        pass
+    memory = measurement.memory
+    assert memory["devices"] == [{"index": 0, "name": "NVIDIA H100 80GB HBM3", "peak_allocated_bytes": 7 * 10**8,
+                                  "reserved_bytes": 9 * 10**8, "nvml_used_bytes": 2 * GiB,
+                                  "nvml_total_bytes": 80 * GiB}]
+    assert memory["nvml_used_bytes"] == 2 * GiB and memory["peak_allocated_bytes"] == 7 * 10**8
+
+
+def test_measure_on_cpu_has_no_device_rows(monkeypatch):
+    simulate(monkeypatch, [], cuda=False)
+    with telemetry.measure(["cpu"]) as measurement:
+        sum(range(1000))
+    memory = measurement.memory
+    assert memory["devices"] == [] and memory["nvml_used_bytes"] is None and memory["peak_allocated_bytes"] is None
+    assert memory["host_peak_rss_bytes"] >= memory["host_rss_bytes"] * 0.5 > 0
+    assert measurement.latency_s["total"] > 0
+
+
+# ------------------------------------------------------------------------------------------ on a real GPU
+def bare(uuid: str) -> str:
+    """A UUID without its GPU-/MIG- prefix (torch prints none, NVML always one)."""
+    return uuid[4:].lower() if uuid.startswith(telemetry.UUID_PREFIXES) else uuid.lower()
+
+
+def _snapshot_in_a_process(visible: str) -> list[dict]:
+    """gpu_snapshot() in a fresh process with CUDA_VISIBLE_DEVICES=`visible`, and what torch sees there."""
+    code = ("import json, torch; from longqa import telemetry; "
+            "print(json.dumps({'snapshot': telemetry.gpu_snapshot(), 'torch': torch.cuda.device_count()}))")
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": visible}
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=PROJECT_ROOT, capture_output=True, text=True,
+                         check=True, timeout=120)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@requires_cuda
+def test_on_a_gpu_nvml_and_cuda_describe_the_same_device():
+    torch.cuda.init()
+    index = 0
+    handle = telemetry.nvml_handle(index)
+    assert handle is not None, "NVML answers on a GPU machine (nvidia-ml-py installed, driver present)"
+    assert bare(telemetry._uuid(telemetry.nvml(), handle)) == bare(str(torch.cuda.get_device_properties(index).uuid))
+    used_before, total = telemetry.device_memory(index)
+    free, cuda_total = torch.cuda.mem_get_info(index)
+    assert abs(total - cuda_total) <= 0.05 * total
+    block = torch.empty(2 * GiB, dtype=torch.uint8, device=f"cuda:{index}")
+    used_after, _ = telemetry.device_memory(index)
+    assert used_after - used_before >= 1.9 * GiB
+    del block
+    snapshot = telemetry.gpu_snapshot()
+    assert len(snapshot) == torch.cuda.device_count() and snapshot[0]["nvml_total_bytes"] == total
+
+
+@requires_cuda
+def test_on_a_gpu_measure_reports_this_device():
+    with telemetry.measure(["cuda:0"]) as measurement:
+        block = torch.ones(256 * 1024**2, dtype=torch.uint8, device="cuda:0")
+    [row] = measurement.memory["devices"]
+    assert row["peak_allocated_bytes"] >= block.numel() and row["nvml_used_bytes"] >= row["peak_allocated_bytes"]
+    assert row["nvml_total_bytes"] > row["nvml_used_bytes"]
+
+
+@requires_cuda
+def test_on_a_gpu_cuda_visible_devices_as_uuid_and_as_a_missing_index():
+    torch.cuda.init()
+    uuid = telemetry._uuid(telemetry.nvml(), telemetry.nvml_handle(0))
+    by_uuid = _snapshot_in_a_process(uuid)
+    assert by_uuid["torch"] == 1 and len(by_uuid["snapshot"]) == 1
+    assert by_uuid["snapshot"][0]["name"] == telemetry.gpu_snapshot()[0]["name"]
+    beyond = _snapshot_in_a_process(str(telemetry.nvml().nvmlDeviceGetCount()))  # an index naming no GPU
+    assert beyond == {"snapshot": [], "torch": 0}
