@@ -14,17 +14,24 @@ import json
 import os
 import sys
 import traceback
+import uuid
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
 import gradio as gr
+
+try:  # Hugging Face Spaces ship `spaces`; imported before torch so that ZeroGPU can patch CUDA first
+    import spaces
+except ImportError:
+    spaces = None
+
 import pandas as pd
 
 import ui_format
 from longqa import engine
 from longqa.documents import SUPPORTED_EXTENSIONS, read_document
-from longqa.errors import LongQAError, ModelLoadError, ProfileError
+from longqa.errors import InputError, LongQAError, ModelLoadError, ProfileError
 from longqa.models import DEFAULT_MODEL, KNOWN_MODELS
 from longqa.session import Session, read_documents
 from longqa.telemetry import gpu_snapshot
@@ -34,13 +41,7 @@ from strategies.profiles import (PROFILES, Profile, custom_profile, describe_pro
                                  resolve_profile, unavailable_reason)
 from strategies.registry import strategy_cards
 
-try:  # ZeroGPU Spaces: a GPU is attached only inside functions marked @spaces.GPU
-    import spaces
-
-    gpu_task = spaces.GPU
-except ImportError:
-    def gpu_task(fn):
-        return fn
+ZERO_GPU = os.environ.get("SPACES_ZERO_GPU", "").lower() in ("1", "t", "true")  # as the `spaces` package reads it
 
 SAMPLES_DIR = Path(__file__).resolve().parent / "longqa" / "samples"
 MODEL_CONCURRENCY = "model"  # loads and answers share it: a reload never runs under an in-flight answer
@@ -48,6 +49,12 @@ DEFAULT_QUEUE_SIZE = 64
 DEFAULT_MAX_FILE_MB = 50.0
 DEFAULT_TOP_K = 3
 GPU_REFRESH_S = 2.0
+# ZeroGPU attaches a GPU for the duration a function asks for: a fixed start-up allowance plus the request's
+# predicted forward time. Characters per token is a conservative guess for English (about 4 with BPE).
+GPU_DURATION_BASE_S = 20.0
+GPU_DURATION_MAX_S = 300.0
+ASSUMED_TOKENS_PER_S = 2_000.0  # until this deployment has measured its own
+CHARS_PER_TOKEN = 3.0
 CSS = """
 #best-answer textarea { font-size: 1.8rem !important; font-weight: 600; line-height: 1.3; }
 #banner { border: 2px solid #f59e0b; border-radius: 8px; padding: 0.25rem 1rem; background: #fffbeb; }
@@ -65,20 +72,38 @@ class AppContext:
     max_total_tokens: int
     selection: dict = field(default_factory=dict)  # what the dropdowns show: profile, model, strategies
     load_error: str | None = None
+    lock_profile: bool = False  # a shared deployment: the profile and model cannot be changed from the page or API
+    tokens_per_s: float | None = None  # measured by this deployment's last answer (readouts carry it)
+    key: str = field(default_factory=lambda: uuid.uuid4().hex)  # how GPU functions find this context
+
+
+# The contexts GPU functions reach by key. ZeroGPU pickles a GPU function's arguments to a forked worker, so those
+# arguments are the request's own inputs and the key; the worker inherits this module state, model included.
+CONTEXTS: dict[str, AppContext] = {}
+
+
+def gpu_function(duration):
+    """`@spaces.GPU(duration=...)` where the `spaces` package is installed (a no-op outside ZeroGPU), else nothing."""
+    if spaces is None:
+        return lambda fn: fn
+    return spaces.GPU(duration=duration)
 
 
 def make_context(session: Session | None = None, *, models=None, default_model: str = DEFAULT_MODEL,
                  default_profile: str = "auto", max_file_mb: float = DEFAULT_MAX_FILE_MB,
                  max_total_tokens: int = engine.DEFAULT_MAX_TOTAL_TOKENS,
-                 hardware: Hardware | None = None) -> AppContext:
+                 hardware: Hardware | None = None, lock_profile: bool = False) -> AppContext:
     get_profile(default_profile)
     allowed = list(dict.fromkeys([*(models if models is not None else KNOWN_MODELS), default_model]))
     session = session or Session()
     hardware = hardware or session.hardware or detect_hardware()
     session.hardware = hardware  # profiles resolve for the machine the page describes, in the page and the loader
-    return AppContext(session=session, hardware=hardware, models=allowed,
-                      max_file_bytes=int(max_file_mb * 1024 * 1024), max_total_tokens=max_total_tokens,
-                      selection={"profile": default_profile, "model": default_model, "strategies": []})
+    ctx = AppContext(session=session, hardware=hardware, models=allowed,
+                     max_file_bytes=int(max_file_mb * 1024 * 1024), max_total_tokens=max_total_tokens,
+                     selection={"profile": default_profile, "model": default_model, "strategies": []},
+                     lock_profile=lock_profile)
+    CONTEXTS[ctx.key] = ctx
+    return ctx
 
 
 @contextlib.contextmanager
@@ -185,14 +210,32 @@ def on_page_load(ctx: AppContext, progress=gr.Progress()):
         pass  # the banner shows why; the page stays usable to pick another model
     selection = ctx.selection
     return (gr.update(value=selection["profile"]), gr.update(value=selection["model"]),
-            gr.update(value=selection["strategies"]), *load_outputs(ctx))
+            gr.update(value=selection["strategies"]), seen_now(ctx), *load_outputs(ctx))
 
 
-def load_profile(ctx: AppContext, profile_name: str, model_ref: str, strategies=None, progress=gr.Progress()):
-    """Reload with another profile or model; a failed load keeps the previous model."""
+def load_profile(ctx: AppContext, profile_name: str, model_ref: str, strategies=None, seen=None,
+                 progress=gr.Progress()):
+    """Reload with another profile or model; a failed load keeps the previous model. Refused when locked."""
     with user_errors("Loading"):
+        if ctx.lock_profile:
+            raise ProfileError(f"This deployment fixes the model and profile ({current_model(ctx)}): they cannot "
+                               "be changed from the page or the API.")
         load_selection(ctx, profile_name, model_ref, strategies or [], progress)
-    return load_outputs(ctx)
+    return (seen_now(ctx), *load_outputs(ctx))
+
+
+def seen_now(ctx: AppContext) -> dict:
+    """What a visitor has seen loaded (kept per browser tab): the session's load generation and its names."""
+    return {"generation": ctx.session.generation, "model": ctx.session.model_ref,
+            "profile": ctx.session.profile_name}
+
+
+def changed_since(ctx: AppContext, seen) -> str | None:
+    """A notice when another visitor switched the model or profile since this visitor's last answer or load."""
+    if not seen or seen.get("generation") in (None, ctx.session.generation):
+        return None
+    return (f"The model or profile was changed by another visitor since your last answer: now {ctx.session.model_ref} "
+            f"with profile {ctx.session.profile_name} (was {seen.get('model')} with {seen.get('profile')}).")
 
 
 def restore_selection(ctx: AppContext):
@@ -223,25 +266,62 @@ def preview_documents(ctx: AppContext, files, pasted_text, question):
     return pd.DataFrame(rows, columns=ui_format.DOCUMENT_HEADERS)
 
 
-@gpu_task
-def ask(ctx: AppContext, files, pasted_text, question, top_k, history, progress=gr.Progress()):
-    """Answer the question over the documents; the last output is the full JSON readout."""
+def whole_number(value, what: str, default: int) -> int:
+    """A count from the page or the API: whole numbers only (2.7 is refused, not truncated to 2)."""
+    if value is None or value == "":
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or float(value) != int(value):
+        raise InputError(f"{what} must be a whole number, got {value!r}.")
+    return int(value)
+
+
+def answer_duration(context_key: str, documents, question, top_k, extract_s, progress=None) -> float:
+    """Seconds of GPU to ask ZeroGPU for: grows with the request's tokens at the deployment's measured speed."""
+    ctx = CONTEXTS.get(context_key)
+    tokens = sum(document.n_chars for document in documents) / CHARS_PER_TOKEN
+    tokens_per_s = (ctx.tokens_per_s if ctx is not None and ctx.tokens_per_s else None) or ASSUMED_TOKENS_PER_S
+    return min(GPU_DURATION_MAX_S, GPU_DURATION_BASE_S + tokens / tokens_per_s)
+
+
+@gpu_function(duration=answer_duration)
+def answer_on_gpu(context_key: str, documents: list, question: str, top_k: int, extract_s: float,
+                  progress=None) -> dict:
+    """The model work of one request, and nothing else: its arguments and its readout pickle (ZeroGPU runs it in
+    a forked worker), and it reaches the loaded model through the module's contexts."""
+    ctx = CONTEXTS[context_key]
+    on_progress = None
+    if progress is not None:
+        def on_progress(done, total):
+            progress((done, total), desc="Windows done", unit="windows")
+    with user_errors("Answering"):  # inside: ZeroGPU passes only gr.Error through from its worker
+        if ctx.session.loaded is None:
+            raise ModelLoadError("No model is loaded: pick a model or profile above.")
+        result = ctx.session.ask(documents, question, extract_s=extract_s, top_k=top_k,
+                                 max_total_tokens=ctx.max_total_tokens, on_progress=on_progress)
+        return ctx.session.readout(result)
+
+
+def ask(ctx: AppContext, files, pasted_text, question, top_k, history, seen=None, progress=gr.Progress()):
+    """Answer the question over the documents; the last output is the full JSON readout.
+
+    Reading and checking the documents happen here, before the GPU function: a bad upload costs no GPU time."""
     with user_errors("Answering"):
+        top_k = whole_number(top_k, "Top-k", DEFAULT_TOP_K)
         documents, extract_s = read_documents(files or [], pasted_text, ctx.max_file_bytes)
         ensure_loaded(ctx, progress)
+        changed = changed_since(ctx, seen)
         progress(0.0, desc="Reading windows")
-        result = ctx.session.ask(
-            documents, question, extract_s=extract_s, top_k=int(top_k or DEFAULT_TOP_K),
-            max_total_tokens=ctx.max_total_tokens,
-            on_progress=lambda done, total: progress((done, total), desc="Windows done", unit="windows"))
-        readout = ctx.session.readout(result)
-    for notice in result.notices:
+        readout = answer_on_gpu(ctx.key, documents, question, top_k, extract_s, progress)
+    ctx.tokens_per_s = readout.get("tokens_per_s") or ctx.tokens_per_s
+    if changed:
+        readout["notices"] = [changed, *readout.get("notices", [])]
+    for notice in readout.get("notices", []):
         gr.Warning(escape(notice))
     history = [*(history or []), ui_format.history_entry(readout, len(history or []) + 1)]
     frame = ui_format.history_frame(history)
-    best = result.answers[0] if result.answers else None
-    passage = (ui_format.evidence(documents[best.document_index].text, best.start_char, best.end_char)
-               if best is not None and best.document_index >= 0 else [])
+    best = readout["answers"][0] if readout["answers"] else None
+    passage = (ui_format.evidence(documents[best["document_index"]].text, best["start_char"], best["end_char"])
+               if best is not None and best["document_index"] >= 0 else [])
     return (
         pd.DataFrame(ui_format.document_rows(readout["documents"]), columns=ui_format.DOCUMENT_HEADERS),
         ui_format.best_answer(readout["answers"]),
@@ -255,6 +335,7 @@ def ask(ctx: AppContext, files, pasted_text, question, top_k, history, progress=
         pd.DataFrame(ui_format.history_rows(history), columns=ui_format.HISTORY_HEADERS),
         bar_plot(frame, ui_format.PLOT_MEMORY),
         bar_plot(frame, ui_format.PLOT_LATENCY),
+        seen_now(ctx),
         readout,
     )
 
@@ -272,26 +353,45 @@ def training_batch(tokenizer, window_tokens: int) -> dict:
     """One window of the longest bundled sample, encoded like the engine does, for the training-step readout."""
     example = max(sample_examples(), key=lambda e: (SAMPLES_DIR / e["file"]).stat().st_size)
     document = read_document(SAMPLES_DIR / example["file"])
-    settings = engine.EngineSettings(max_seq_len=window_tokens).resolved(tokenizer)
+    # doc_stride 0: only the first window is used, and short windows (128) leave no room for the default stride
+    settings = engine.EngineSettings(max_seq_len=window_tokens, doc_stride=0).resolved(tokenizer)
     windows, _ = engine.make_windows(tokenizer, example["question"], [document], settings)
     return engine.collate(windows[:1], tokenizer.pad_token_id)
 
 
-@gpu_task
-def run_training_step(ctx: AppContext, window_tokens, progress=gr.Progress()):
-    """One forward+backward step with and without gradient checkpointing on the loaded model: both peaks."""
+def training_duration(context_key: str, window_tokens: int) -> float:
+    """Two forward+backward steps of one window: the answer allowance for a few windows' worth of tokens."""
+    ctx = CONTEXTS.get(context_key)
+    tokens_per_s = (ctx.tokens_per_s if ctx is not None and ctx.tokens_per_s else None) or ASSUMED_TOKENS_PER_S
+    return min(GPU_DURATION_MAX_S, GPU_DURATION_BASE_S + 6 * window_tokens / tokens_per_s)
+
+
+@gpu_function(duration=training_duration)
+def training_step_on_gpu(context_key: str, window_tokens: int):
+    """One forward+backward step with and without gradient checkpointing on the loaded model (picklable in and
+    out, like `answer_on_gpu`)."""
+    ctx = CONTEXTS[context_key]
     with user_errors("The training step"):
-        ensure_loaded(ctx, progress)
         with ctx.session.lock:
             loaded = ctx.session.loaded
-            progress(0.1, desc="Forward+backward without, then with checkpointing")
-            batch = training_batch(loaded.tokenizer, int(window_tokens))
+            if loaded is None:
+                raise ModelLoadError("No model is loaded: pick a model or profile above.")
+            batch = training_batch(loaded.tokenizer, window_tokens)
             try:
                 readout = training_step_readout(loaded.model, batch)
             except Exception as exc:
                 raise ProfileError(f"A training step cannot run on the model as profile {loaded.profile.name!r} "
                                    f"loaded it ({type(exc).__name__}: {exc}). Try baseline-fp32.") from exc
-    window = int(batch["input_ids"].shape[1])
+    return readout, int(batch["input_ids"].shape[1])
+
+
+def run_training_step(ctx: AppContext, window_tokens, progress=gr.Progress()):
+    """The training-step readout: both peaks and times, and what checkpointing saved."""
+    with user_errors("The training step"):
+        window_tokens = whole_number(window_tokens, "The window", 512)
+        ensure_loaded(ctx, progress)
+        progress(0.1, desc="Forward+backward without, then with checkpointing")
+        readout, window = training_step_on_gpu(ctx.key, window_tokens)
     return (pd.DataFrame(ui_format.training_rows(readout), columns=ui_format.TRAINING_HEADERS),
             ui_format.training_summary(readout, window))
 
@@ -338,9 +438,12 @@ def build_blocks(ctx: AppContext, queue_size: int = DEFAULT_QUEUE_SIZE) -> gr.Bl
                     "strategies cost and save.")
         banner_box = gr.Markdown(visible=False, elem_id="banner", label="Notice")
         with gr.Row():
+            locked = " Fixed on this deployment." if ctx.lock_profile else ""
             profile_dd = gr.Dropdown(profile_choices(ctx.hardware), value=ctx.selection["profile"],
-                                     label="Hardware profile", info=f"Detected: {ctx.hardware.describe()}", scale=2)
-            model_dd = gr.Dropdown(model_choices(ctx), value=ctx.selection["model"], label="Model", scale=2)
+                                     label="Hardware profile", info=f"Detected: {ctx.hardware.describe()}.{locked}",
+                                     interactive=not ctx.lock_profile, scale=2)
+            model_dd = gr.Dropdown(model_choices(ctx), value=ctx.selection["model"], label="Model",
+                                   interactive=not ctx.lock_profile, scale=2)
         with gr.Row():
             strategies_cb = gr.CheckboxGroup(
                 [(f"{card['name']}: {card['description']}", card["name"]) for card in strategy_cards()],
@@ -400,10 +503,12 @@ def build_blocks(ctx: AppContext, queue_size: int = DEFAULT_QUEUE_SIZE) -> gr.Bl
             gr.Dataframe(profiles_frame(ctx.hardware), label="Profiles on this machine", interactive=False)
             gr.Dataframe(strategies_frame(), label="Strategies", interactive=False, wrap=True)
 
+        seen = gr.State({})  # what this tab has seen loaded, to tell it when another visitor switched
         selection_outputs = [profile_dd, model_dd, strategies_cb, banner_box, load_table, load_json]
-        load_outputs_ = [banner_box, load_table, load_json]
-        load_inputs = [profile_dd, model_dd, strategies_cb]
-        demo.load(partial(on_page_load, ctx), outputs=selection_outputs, concurrency_limit=None,
+        load_outputs_ = [seen, banner_box, load_table, load_json]
+        load_inputs = [profile_dd, model_dd, strategies_cb, seen]
+        demo.load(partial(on_page_load, ctx), outputs=[profile_dd, model_dd, strategies_cb, *load_outputs_],
+                  concurrency_limit=None,
                   api_visibility="private", show_progress_on=[load_table])
         profile_dd.change(show_custom_controls, inputs=profile_dd, outputs=[strategies_cb, apply_btn],
                           queue=False, api_visibility="private")
@@ -417,9 +522,9 @@ def build_blocks(ctx: AppContext, queue_size: int = DEFAULT_QUEUE_SIZE) -> gr.Bl
         for trigger in (files.change, pasted.blur):
             trigger(partial(preview_documents, ctx), inputs=[files, pasted, question], outputs=doc_table,
                     api_visibility="private")
-        ask_inputs = [files, pasted, question, top_k, history]
+        ask_inputs = [files, pasted, question, top_k, history, seen]
         ask_outputs = [doc_table, answer_box, answers_table, evidence_box, latency_table, memory_table, run_table,
-                       history, history_table, memory_plot, latency_plot, readout_json]
+                       history, history_table, memory_plot, latency_plot, seen, readout_json]
         ask_event = ask_btn.click(partial(ask, ctx), inputs=ask_inputs, outputs=ask_outputs,
                                   concurrency_id=MODEL_CONCURRENCY, api_name="ask", show_progress_on=[answer_box])
         submit_event = question.submit(partial(ask, ctx), inputs=ask_inputs, outputs=ask_outputs,
@@ -438,10 +543,11 @@ def build_blocks(ctx: AppContext, queue_size: int = DEFAULT_QUEUE_SIZE) -> gr.Bl
 def build_demo(session: Session | None = None, *, models=None, default_model: str = DEFAULT_MODEL,
                default_profile: str = "auto", max_file_mb: float = DEFAULT_MAX_FILE_MB,
                max_total_tokens: int = engine.DEFAULT_MAX_TOTAL_TOKENS, queue_size: int = DEFAULT_QUEUE_SIZE,
-               hardware: Hardware | None = None) -> gr.Blocks:
+               hardware: Hardware | None = None, lock_profile: bool = False) -> gr.Blocks:
     """The page around `session` (a new, empty one by default); no model is loaded here."""
     ctx = make_context(session, models=models, default_model=default_model, default_profile=default_profile,
-                       max_file_mb=max_file_mb, max_total_tokens=max_total_tokens, hardware=hardware)
+                       max_file_mb=max_file_mb, max_total_tokens=max_total_tokens, hardware=hardware,
+                       lock_profile=lock_profile)
     return build_blocks(ctx, queue_size)
 
 
@@ -471,6 +577,14 @@ def serve(demo: gr.Blocks, *, host: str = "127.0.0.1", port: int = 7860, share: 
     return local_url, share_url
 
 
+def default_lock_profile() -> bool:
+    """Locked on a Space (Spaces set SPACE_ID), where any visitor could otherwise reload the model for all."""
+    setting = os.environ.get("LONGQA_LOCK_PROFILE", "").strip().lower()
+    if setting:
+        return setting in ("1", "true", "yes", "on")
+    return bool(os.environ.get("SPACE_ID"))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description="Serve the long-document QA page.")
     parser.add_argument("--model", default=DEFAULT_MODEL,
@@ -486,13 +600,18 @@ def build_parser() -> argparse.ArgumentParser:
                         help="refuse requests whose documents have more tokens than this")
     parser.add_argument("--queue-size", type=int, default=DEFAULT_QUEUE_SIZE,
                         help="requests that may wait; more are refused with 'queue is full'")
+    parser.add_argument("--lock-profile", action=argparse.BooleanOptionalAction, default=default_lock_profile(),
+                        help="shared deployments: the model and profile stay as started; the page and the API "
+                             "cannot change them (default: on in a Hugging Face Space, off elsewhere; "
+                             "LONGQA_LOCK_PROFILE=1/0 overrides; always on under ZeroGPU)")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     ctx = make_context(Session(), default_model=args.model, default_profile=args.profile,
-                       max_file_mb=args.max_file_mb, max_total_tokens=args.max_tokens)
+                       max_file_mb=args.max_file_mb, max_total_tokens=args.max_tokens,
+                       lock_profile=args.lock_profile or ZERO_GPU)
     reason = unavailable_reason(get_profile(args.profile), ctx.hardware)
     if reason is not None:
         print(f"error: profile {args.profile!r} cannot run on this machine: {reason}.", file=sys.stderr)
@@ -512,7 +631,13 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-demo = build_demo()
+context = make_context(lock_profile=ZERO_GPU)
+demo = build_blocks(context)
+if ZERO_GPU and __name__ != "__main__":
+    # ZeroGPU forks its GPU workers from this process: the model must be loaded (onto the patched CUDA) before,
+    # at import, with the profile fixed. `python app.py` does the same in main() before serving.
+    with contextlib.suppress(LongQAError):  # the banner says why; the page still starts
+        ensure_loaded(context)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -9,7 +9,9 @@ from __future__ import annotations
 import os
 import threading
 import time
+import weakref
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Callable
 
@@ -51,7 +53,10 @@ class Session:
         self.hardware = hardware  # what profiles resolve for; None: detected at each load
         self.loaded = None
         self.requested: tuple[str, str] | None = None
+        self.generation = 0  # counts successful loads, so a visitor can tell that someone else switched
         self.lock = threading.RLock()
+        # A forked child (ZeroGPU's GPU worker) must not inherit a lock held by a thread that did not come along.
+        os.register_at_fork(after_in_child=partial(_renew_lock, weakref.ref(self)))
 
     @property
     def model_ref(self) -> str | None:
@@ -83,6 +88,7 @@ class Session:
                 self._restore(previous)
                 raise ModelLoadError(f"Could not load {model_ref!r}: {exc}") from exc
             self.requested = requested
+            self.generation += 1
             return self.loaded.readout
 
     def _restore(self, previous) -> None:
@@ -137,6 +143,12 @@ class Session:
         return {"device": plan.device, "predicted_peak_bytes": plan.peak_bytes, "measured_peak_bytes": measured,
                 "error_pct": error_pct(plan.peak_bytes, measured),
                 "measured_as": "peak RSS" if plan.device == "cpu" else "torch peak allocated"}
+
+
+def _renew_lock(session_ref) -> None:
+    session = session_ref()
+    if session is not None:
+        session.lock = threading.RLock()
 
 
 def measured_peak(memory: dict, device: str) -> int | None:

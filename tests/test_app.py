@@ -11,6 +11,7 @@ import pytest
 import app
 import ui_format
 from longqa.demo_task import make_example
+from longqa.documents import Document
 from longqa.models import DEMO_MODEL_DIR, KNOWN_MODELS
 from longqa.session import Session, read_documents
 from strategies.hardware import Hardware
@@ -24,7 +25,7 @@ MEMORY_KEYS = {"peak_allocated_bytes", "reserved_bytes", "nvml_used_bytes", "nvm
                "host_peak_rss_bytes", "devices"}
 LATENCY_KEYS = {"total", "extract", "tokenize", "forward", "decode"}
 ASK_OUTPUTS = ("documents", "answer", "answers", "evidence", "latency", "memory", "run", "history",
-               "history_table", "memory_plot", "latency_plot", "readout")
+               "history_table", "memory_plot", "latency_plot", "seen", "readout")
 
 
 @pytest.fixture()
@@ -168,7 +169,7 @@ def test_control_and_zero_width_characters_are_dropped_from_documents_and_questi
 
 
 def test_load_profile_switches_and_returns_the_load_readout(ctx, tiny_model_dir):
-    shown_banner, table, readout = app.load_profile(ctx, "baseline-fp32", str(tiny_model_dir))
+    _, shown_banner, table, readout = app.load_profile(ctx, "baseline-fp32", str(tiny_model_dir))
     assert readout["profile"] == "baseline-fp32" and readout["strategies"] == [] and readout["dtype"] == "float32"
     assert readout["weight_bytes_per_device"]["cpu"] > 0 and readout["load_time_s"] > 0
     assert table.shape == (1, len(ui_format.LOAD_HEADERS)) and table.iloc[0]["profile"] == "baseline-fp32"
@@ -176,7 +177,7 @@ def test_load_profile_switches_and_returns_the_load_readout(ctx, tiny_model_dir)
     assert ctx.session.profile_name == "baseline-fp32" and ctx.selection["profile"] == "baseline-fp32"
     assert ask(ctx, pasted="The colour of Zorbin is teal.")["readout"]["profile"] == "baseline-fp32"
 
-    _, _, readout = app.load_profile(ctx, "auto", str(tiny_model_dir))
+    _, _, _, readout = app.load_profile(ctx, "auto", str(tiny_model_dir))
     assert readout["profile"] == "cpu" and readout["strategies"] == list(select_strategies(
         app.chosen_profile(ctx, "cpu", []), ctx.hardware))
     assert ctx.selection["profile"] == "auto"
@@ -275,10 +276,10 @@ def test_the_registry_and_the_command_line_model_are_listed():
 
 
 def test_custom_profile_applies_the_ticked_strategies_and_refuses_conflicts(ctx, tiny_model_dir):
-    _, _, readout = app.load_profile(ctx, "custom", str(tiny_model_dir), ["int8_dynamic"])
+    _, _, _, readout = app.load_profile(ctx, "custom", str(tiny_model_dir), ["int8_dynamic"])
     assert readout["profile"] == "custom" and readout["strategies"] == ["int8_dynamic"]
     assert "int8" in readout["dtype"]
-    _, _, readout = app.load_profile(ctx, "custom", str(tiny_model_dir), [])
+    _, _, _, readout = app.load_profile(ctx, "custom", str(tiny_model_dir), [])
     assert readout["strategies"] == [] and readout["dtype"] == "float32"
     with pytest.raises(gr.Error, match="'half_precision' and 'autocast' conflict"):
         app.load_profile(ctx, "custom", str(tiny_model_dir), ["half_precision", "autocast"])
@@ -303,7 +304,7 @@ def test_banner_when_running_on_the_demo_model_instead(ctx):
 def test_page_load_without_a_loadable_model_shows_why_and_keeps_the_page(broken_model_dir):
     ctx = app.make_context(Session(), models=[str(broken_model_dir)], default_model=str(broken_model_dir),
                            default_profile="cpu")
-    profile, model, strategies, shown_banner, table, readout = app.on_page_load(ctx)
+    profile, model, strategies, _, shown_banner, table, readout = app.on_page_load(ctx)
     assert shown_banner["visible"] is True and "No model is loaded" in shown_banner["value"]
     assert profile["value"] == "cpu" and readout == {} and table.empty
     with pytest.raises(gr.Error, match="bert model"):
@@ -350,11 +351,60 @@ def test_named_endpoints_and_queue_bounds(ctx):
     assert by_name["load_profile"].outputs[-1].label == "Load readout (JSON)"
 
 
-def test_spaces_guard_is_a_no_op_without_the_package():
+def test_gpu_functions_are_plain_functions_without_the_spaces_package(monkeypatch):
     def handler():
         return 1
 
-    assert app.gpu_task(handler) is handler or app.gpu_task(handler)() == 1
+    monkeypatch.setattr(app, "spaces", None)
+    assert app.gpu_function(duration=60)(handler) is handler
+
+
+def test_a_locked_deployment_refuses_switches_from_the_page_and_the_api(tiny_model_dir):
+    ctx = app.make_context(Session(), models=[str(tiny_model_dir)], default_model=str(tiny_model_dir),
+                           default_profile="cpu", lock_profile=True)
+    app.ensure_loaded(ctx)
+    loaded = ctx.session.loaded
+    with pytest.raises(gr.Error, match="fixes the model and profile"):
+        app.load_profile(ctx, "baseline-fp32", str(tiny_model_dir))
+    assert ctx.session.loaded is loaded and ctx.session.profile_name == "cpu"
+    demo = app.build_blocks(ctx)
+    dropdowns = [block for block in demo.blocks.values() if getattr(block, "label", None) in ("Hardware profile",
+                                                                                               "Model")]
+    assert len(dropdowns) == 2 and all(block.interactive is False for block in dropdowns)
+
+
+def test_a_visitor_is_told_when_someone_else_switched_the_profile(ctx, tiny_model_dir):
+    mine = ask(ctx, pasted="The colour of Zorbin is teal.")
+    assert not any("another visitor" in n for n in mine["readout"]["notices"])
+    theirs_seen = ask(ctx, pasted="The colour of Zorbin is teal.")["seen"]
+    app.load_profile(ctx, "baseline-fp32", str(tiny_model_dir), seen=theirs_seen)  # another tab switches
+    again = dict(zip(ASK_OUTPUTS, app.ask(ctx, [], "The colour of Zorbin is teal.", "What is the colour of Zorbin?",
+                                          3, [], mine["seen"])))
+    notice = again["readout"]["notices"][0]
+    assert "changed by another visitor" in notice and "baseline-fp32" in notice and "was " in notice
+    after = dict(zip(ASK_OUTPUTS, app.ask(ctx, [], "The colour of Zorbin is teal.", "What is the colour of Zorbin?",
+                                          3, [], again["seen"])))
+    assert not any("another visitor" in n for n in after["readout"]["notices"])  # told once
+    seen, *_ = app.load_profile(ctx, "cpu", str(tiny_model_dir), seen=after["seen"])  # my own switch
+    mine_again = dict(zip(ASK_OUTPUTS, app.ask(ctx, [], "The colour of Zorbin is teal.",
+                                               "What is the colour of Zorbin?", 3, [], seen)))
+    assert not any("another visitor" in n for n in mine_again["readout"]["notices"])
+
+
+@pytest.mark.parametrize("top_k", [2.7, "3", -0.5])
+def test_a_top_k_that_is_not_a_whole_number_is_refused(ctx, top_k):
+    with pytest.raises(gr.Error, match="Top-k must be a whole number"):
+        ask(ctx, pasted="The colour of Zorbin is teal.", top_k=top_k)
+    assert len(ask(ctx, pasted="The colour of Zorbin is teal.", top_k=2.0)["readout"]["answers"]) <= 2
+
+
+def test_gpu_duration_grows_with_the_request(ctx):
+    short = [Document("a.txt", "word " * 1_000)]
+    long = [Document("b.txt", "word " * 200_000)]
+    assert app.answer_duration(ctx.key, short, "q?", 3, 0.0) < app.answer_duration(ctx.key, long, "q?", 3, 0.0)
+    assert app.answer_duration(ctx.key, long * 100, "q?", 3, 0.0) == app.GPU_DURATION_MAX_S
+    ctx.tokens_per_s = 10 * app.ASSUMED_TOKENS_PER_S  # a faster deployment asks for less
+    assert app.answer_duration(ctx.key, long, "q?", 3, 0.0) < 20 + 200_000 * 5 / 3 / app.ASSUMED_TOKENS_PER_S
 
 
 def test_command_line_defaults_and_limits(monkeypatch):
@@ -368,6 +418,18 @@ def test_command_line_defaults_and_limits(monkeypatch):
         app.build_parser().parse_args(["--profile", "no-such-profile"])
     monkeypatch.setenv("GRADIO_SERVER_NAME", "0.0.0.0")  # as on Hugging Face Spaces
     assert app.build_parser().parse_args([]).host == "0.0.0.0"
+
+
+def test_the_profile_is_locked_by_default_on_a_space_only(monkeypatch):
+    monkeypatch.delenv("LONGQA_LOCK_PROFILE", raising=False)
+    monkeypatch.delenv("SPACE_ID", raising=False)
+    assert app.build_parser().parse_args([]).lock_profile is False
+    assert app.build_parser().parse_args(["--lock-profile"]).lock_profile is True
+    monkeypatch.setenv("SPACE_ID", "someone/longqa")  # Spaces set it
+    assert app.build_parser().parse_args([]).lock_profile is True
+    assert app.build_parser().parse_args(["--no-lock-profile"]).lock_profile is False
+    monkeypatch.setenv("LONGQA_LOCK_PROFILE", "0")  # the Space's owner chose a switchable demo
+    assert app.build_parser().parse_args([]).lock_profile is False
 
 
 def test_serve_with_share_offline_warns_and_keeps_serving_locally(ctx, capsys):

@@ -1,0 +1,121 @@
+"""ZeroGPU the way ZeroGPU works: the served app under a stand-in `spaces` package that pickles a GPU function's
+arguments and result and runs it in a forked worker (tests/zerogpu_standin), driven from gradio_client."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from gradio_client import Client, handle_file
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = ROOT / "longqa" / "samples"
+pytestmark = pytest.mark.slow
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def zero_gpu_server(tmp_path_factory):
+    """`python app.py --model demo` as a ZeroGPU Space starts it (SPACES_ZERO_GPU=true), on 127.0.0.1."""
+    folder = tmp_path_factory.mktemp("zerogpu")
+    log = folder / "gpu_calls.jsonl"
+    port = free_port()
+    env = dict(os.environ, SPACES_ZERO_GPU="true", ZEROGPU_STANDIN_LOG=str(log), HF_HUB_OFFLINE="1",
+               PYTHONPATH=os.pathsep.join([str(ROOT / "tests" / "zerogpu_standin"), str(ROOT)]))
+    output = open(folder / "server.log", "w")
+    process = subprocess.Popen([sys.executable, "app.py", "--model", "demo", "--port", str(port)], cwd=ROOT,
+                               env=env, stdout=output, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}/"
+    deadline = time.monotonic() + 180
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                break
+        except OSError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                process.kill()
+                pytest.fail(f"the ZeroGPU-mode server did not start: {(folder / 'server.log').read_text()[-2000:]}")
+            time.sleep(0.5)
+    yield Client(url, verbose=False), process, log
+    process.terminate()
+    process.wait(timeout=30)
+    output.close()
+
+
+def gpu_calls(log: Path) -> list[dict]:
+    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def test_the_stand_in_is_the_spaces_package_the_app_imports():
+    env = dict(os.environ, SPACES_ZERO_GPU="true",
+               PYTHONPATH=os.pathsep.join([str(ROOT / "tests" / "zerogpu_standin"), str(ROOT)]))
+    probe = subprocess.run([sys.executable, "-c", "import app; print(app.spaces.__file__, app.ZERO_GPU, "
+                            "app.context.lock_profile, app.context.session.loaded is not None)"],
+                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert probe.returncode == 0, probe.stderr[-2000:]
+    path, zero_gpu, locked, loaded = probe.stdout.split()
+    assert "zerogpu_standin" in path and zero_gpu == "True" and locked == "True"
+    assert loaded == "True"  # imported in ZeroGPU mode, the model is loaded at import, before any worker forks
+
+
+def test_ask_runs_in_a_forked_gpu_worker_and_answers_right(zero_gpu_server):
+    client, server, log = zero_gpu_server
+    example = json.loads((SAMPLES / "examples.json").read_text())[0]
+    *_, readout = client.predict([handle_file(str(SAMPLES / example["file"]))], "", example["question"], 3,
+                                 api_name="/ask")
+    assert readout["answers"][0]["text"].strip() == example["answer"]
+    assert readout["model"] == "demo" and readout["windows"] >= 1
+    calls = [call for call in gpu_calls(log) if call["function"] == "answer_on_gpu"]
+    assert calls and calls[-1]["outcome"] == "ok"
+    assert calls[-1]["worker_pid"] not in (calls[-1]["server_pid"], server.pid) and calls[-1]["server_pid"] == server.pid
+
+
+def test_the_gpu_duration_grows_with_the_request(zero_gpu_server):
+    client, _, log = zero_gpu_server
+    for words in (200, 40_000):
+        text = "The tide of Harrowgate is 4102. " + "Nothing else happened in the harbour that day. " * (words // 8)
+        *_, readout = client.predict([], text, "What is the tide of Harrowgate?", 1, api_name="/ask")
+        assert readout["answers"]
+    short, long = [call["duration_s"] for call in gpu_calls(log) if call["function"] == "answer_on_gpu"][-2:]
+    assert 0 < short < long
+
+
+def test_a_bad_upload_is_refused_before_the_gpu_function(zero_gpu_server, tmp_path):
+    client, _, log = zero_gpu_server
+    before = len(gpu_calls(log))
+    empty = tmp_path / "empty.txt"
+    empty.write_text("   \n")
+    with pytest.raises(Exception, match="only whitespace"):
+        client.predict([handle_file(str(empty))], "", "What is it?", 3, api_name="/ask")
+    assert len(gpu_calls(log)) == before  # no GPU time spent on it
+
+
+def test_errors_inside_the_gpu_worker_reach_the_visitor_as_they_are(zero_gpu_server):
+    client, _, _ = zero_gpu_server
+    with pytest.raises(Exception, match="empty"):
+        client.predict([], "The tide of Harrowgate is 4102.", "   ", 3, api_name="/ask")
+
+
+def test_the_training_step_runs_in_a_forked_gpu_worker(zero_gpu_server):
+    client, server, log = zero_gpu_server
+    table, summary = client.predict(128, api_name="/training_step")
+    assert len(table["data"]) >= 2 and "checkpointing" in summary
+    calls = [call for call in gpu_calls(log) if call["function"] == "training_step_on_gpu"]
+    assert calls and calls[-1]["outcome"] == "ok" and calls[-1]["worker_pid"] != server.pid
+
+
+def test_the_profile_is_fixed_under_zero_gpu(zero_gpu_server):
+    client, _, _ = zero_gpu_server
+    with pytest.raises(Exception, match="fixes the model and profile"):
+        client.predict("baseline-fp32", "demo", [], api_name="/load_profile")
