@@ -1,0 +1,125 @@
+"""The model lane: first come first served, bounds per visitor and in all, cancellation while waiting."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from longqa.errors import Cancelled
+from longqa.lane import LaneBusyError, ModelLane
+
+
+def hold(lane: ModelLane, visitor: str, order: list, release: threading.Event, started: threading.Event | None = None,
+         **kwargs):
+    def run():
+        try:
+            with lane.turn(visitor, **kwargs):
+                order.append(visitor)
+                if started is not None:
+                    started.set()
+                release.wait(10)
+        except Exception as exc:  # noqa: BLE001 - recorded for the test to check
+            order.append(f"{visitor}: {type(exc).__name__}")
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def wait_for(predicate, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def test_requests_take_turns_in_arrival_order():
+    lane, order, release = ModelLane(), [], threading.Event()
+    first_started = threading.Event()
+    threads = [hold(lane, "a", order, release, first_started)]
+    assert first_started.wait(5)
+    for visitor in "bcd":
+        threads.append(hold(lane, visitor, order, release))
+        wait_for(lambda n=len(threads) - 1: lane.waiting() == n)
+    assert order == ["a"] and lane.is_busy()
+    release.set()
+    for thread in threads:
+        thread.join(10)
+    assert order == ["a", "b", "c", "d"] and not lane.is_busy() and lane.waiting() == 0
+
+
+def test_one_visitor_gets_one_running_and_a_bounded_wait():
+    lane, order, release = ModelLane(per_visitor=2), [], threading.Event()
+    started = threading.Event()
+    threads = [hold(lane, "greedy", order, release, started)]
+    assert started.wait(5)
+    threads.append(hold(lane, "greedy", order, release))
+    wait_for(lambda: lane.waiting() == 1)
+    with pytest.raises(LaneBusyError, match="already have a request running and 1 waiting"):
+        with lane.turn("greedy"):
+            pass
+    threads.append(hold(lane, "polite", order, release))  # another visitor still gets in line
+    wait_for(lambda: lane.waiting() == 2)
+    release.set()
+    for thread in threads:
+        thread.join(10)
+    assert order == ["greedy", "greedy", "polite"]
+
+
+def test_the_whole_wait_is_bounded():
+    lane, order, release = ModelLane(max_waiting=1), [], threading.Event()
+    started = threading.Event()
+    threads = [hold(lane, "a", order, release, started)]
+    assert started.wait(5)
+    threads.append(hold(lane, "b", order, release))
+    wait_for(lambda: lane.waiting() == 1)
+    with pytest.raises(LaneBusyError, match="queue is full.*try again"):
+        with lane.turn("c"):
+            pass
+    release.set()
+    for thread in threads:
+        thread.join(10)
+    assert order == ["a", "b"]
+
+
+def test_a_request_stopped_while_waiting_leaves_the_line_and_the_rest_go_on():
+    lane, order, release = ModelLane(), [], threading.Event()
+    started, stop = threading.Event(), threading.Event()
+    threads = [hold(lane, "a", order, release, started)]
+    assert started.wait(5)
+    threads.append(hold(lane, "quitter", order, release, should_stop=stop.is_set))
+    threads.append(hold(lane, "c", order, release))
+    wait_for(lambda: lane.waiting() == 2)
+    stop.set()
+    wait_for(lambda: lane.waiting() == 1)
+    release.set()
+    for thread in threads:
+        thread.join(10)
+    assert order == ["a", f"quitter: {Cancelled.__name__}", "c"]
+
+
+def test_a_failing_request_hands_the_model_on():
+    lane = ModelLane()
+    with pytest.raises(RuntimeError):
+        with lane.turn("a"):
+            raise RuntimeError("boom")
+    assert not lane.is_busy()
+    with lane.turn("a"):
+        assert lane.is_busy()
+
+
+def test_waiting_requests_hear_how_many_are_ahead():
+    lane, order, release = ModelLane(), [], threading.Event()
+    started = threading.Event()
+    heard: list[int] = []
+    threads = [hold(lane, "a", order, release, started), ]
+    assert started.wait(5)
+    threads.append(hold(lane, "b", order, release))
+    wait_for(lambda: lane.waiting() == 1)
+    threads.append(hold(lane, "c", order, release, on_wait=heard.append))
+    wait_for(lambda: heard == [2])
+    release.set()
+    for thread in threads:
+        thread.join(10)
+    assert heard[0] == 2 and order == ["a", "b", "c"]
