@@ -18,7 +18,7 @@ from accelerate.utils.memory import clear_device_cache, should_reduce_batch_size
 from longqa import telemetry
 from longqa.documents import Document, clean_text
 from longqa.errors import InputError, OutOfMemoryError
-from longqa.spans import Candidate, best_spans, merge_candidates
+from longqa.spans import Candidate, merge_candidates, window_candidates
 
 DEFAULT_MAX_TOTAL_TOKENS = 2_000_000
 FIT_PROFILES_HINT = ("consumer-gpu (bitsandbytes quantization + CPU offload) or cpu; "
@@ -269,17 +269,15 @@ def run_windows(runner: Runner, windows: list[Window], pad_token_id: int, settin
 
 def decode_answers(windows: list[Window], logits, documents: list[Document],
                    settings: EngineSettings) -> list[Answer]:
+    """Every window's word-aligned candidates, merged across windows; never an empty or punctuation answer."""
     found: list[Candidate] = []
     null_score = 1_000_000.0
     for window, (start, end) in zip(windows, logits):
-        spans, window_null = best_spans(start, end, window.context, 0, settings.top_k, settings.max_answer_len)
+        candidates, window_null = window_candidates(start, end, window.context, window.offsets,
+                                                    documents[window.document_index].text, window.document_index,
+                                                    settings.top_k, settings.max_answer_len)
         null_score = min(null_score, window_null)
-        text = documents[window.document_index].text
-        for span in spans:
-            start_char = window.offsets[span.start_token][0]
-            end_char = window.offsets[span.end_token][1]
-            found.append(Candidate(text[start_char:end_char], span.score, window.document_index,
-                                   start_char, end_char))
+        found.extend(candidates)
     merged = merge_candidates(found, settings.top_k, null_score if settings.handle_impossible_answer else None)
     return [Answer(c.text, c.score, documents[c.document_index].name if c.document_index >= 0 else None,
                    c.document_index, c.start_char, c.end_char) for c in merged]

@@ -1,12 +1,15 @@
 """Answer-span decoding from start/end logits, as transformers' removed question-answering pipeline did it.
 
 Per window: softmax over context tokens and `<s>`, score = p_start × p_end, spans with end < start or longer
-than `max_answer_len` dropped, top-k. Across windows: identical answers (case-insensitive) merge by summing
-scores, optional null answer. Pure numpy; knows nothing of models or documents.
+than `max_answer_len` dropped, the best `2 * top_k + 10`, each widened to whole words (the pipeline's
+`align_to_words=True`). Across windows: identical answers (case-insensitive) merge by summing scores, optional
+null answer. One deliberate difference: a span that is empty, white space or punctuation once trimmed is never an
+answer; the window's next span takes its place. Pure numpy and text; knows nothing of models or tokenizers.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -70,6 +73,90 @@ class Candidate:
     document_index: int
     start_char: int
     end_char: int
+
+
+# The byte-level BPE pre-tokenizer's pattern (GPT-2's), which every Longformer (RoBERTa) tokenizer splits words
+# with: a token never crosses one of these words, so they are the words the pipeline's `token_to_word` saw.
+MAX_WORD_CHARS = 200
+_WORD_RE = re.compile(r"'s|'t|'re|'ve|'m|'ll|'d| ?[^\W\d_]+| ?\d+| ?(?:[^\s\w]|_)+|\s+(?!\S)|\s+")
+
+
+def spans_per_window(top_k: int) -> int:
+    """Spans kept per window: transformers 5.2's QuestionAnsweringPipeline.postprocess takes
+    `pre_topk = top_k * 2 + 10 if align_to_words`, because aligned spans can coincide."""
+    return 2 * top_k + 10
+
+
+def _word_edge(text: str, index: int, want_end: bool) -> int:
+    """Where the pre-tokenizer word holding character `index` (not white space) starts or ends in `text`.
+
+    Looks at most MAX_WORD_CHARS either side: in a longer run without white space (a blob, not prose) the words
+    found can differ from the tokenizer's at the run's far ends, never near `index`'s own letters.
+    """
+    lo, hi = max(0, index - MAX_WORD_CHARS), min(len(text), index + MAX_WORD_CHARS)
+    sync = index
+    while sync > lo and not text[sync - 1].isspace():
+        sync -= 1
+    if sync > lo:  # the pattern's matches restart at the last white-space character before a run of text
+        sync -= 1
+    run_end = index + 1
+    while run_end < hi and not text[run_end].isspace():
+        run_end += 1
+    word = next(w for w in _WORD_RE.finditer(text, sync, run_end) if w.start() <= index < w.end())
+    return word.end() if want_end else word.start() + (text[word.start()] == " ")
+
+
+def align_to_words(text: str, first: tuple[int, int], last: tuple[int, int]) -> tuple[int, int]:
+    """The characters of the span from the token at `first` to the token at `last` (their character spans in
+    `text`), widened to the whole words they are part of, as the pipeline's `word_to_chars` gave them, then
+    trimmed of white space. A token with no characters (a bare "Ġ" before a word) belongs to the word after it,
+    as in the pre-tokenizer, where the space is part of " word".
+
+    One difference from the pipeline: a word cut by the window's edge is completed from the document (the
+    pipeline's `word_to_chars` saw only the window's own tokens and could answer "ropriate").
+    """
+    start, end = first[0], last[1]
+    if start < len(text) and not text[start].isspace():
+        start = _word_edge(text, start, want_end=False)
+    if last[0] < last[1]:
+        end = _word_edge(text, last[1] - 1, want_end=True)
+    elif 0 < end < len(text) and text[end - 1] == " " and not text[end].isspace():
+        end = _word_edge(text, end, want_end=True)
+    while start < end and text[start].isspace():
+        start += 1
+    while end > start and text[end - 1].isspace():
+        end -= 1
+    return start, max(start, end)
+
+
+def is_answer_text(text: str) -> bool:
+    """Whether a span can be shown as an answer: at least one letter or digit (not empty, blank or punctuation)."""
+    return any(ch.isalnum() for ch in text)
+
+
+def window_candidates(start_logits: np.ndarray, end_logits: np.ndarray, context: np.ndarray,
+                      offsets: list[tuple[int, int]], text: str, document_index: int, top_k: int,
+                      max_answer_len: int, cls_index: int | None = 0) -> tuple[list[Candidate], float]:
+    """One window's answers, best first, and its null score.
+
+    The best `spans_per_window(top_k)` spans that are answers, each aligned to words in `text` (the window's
+    document; `offsets` are its tokens' character spans). A span that is no answer once aligned is skipped and
+    the next one taken, so a window whose best span trims to nothing still offers its real candidates.
+    """
+    wanted = spans_per_window(top_k)
+    kept: list[Candidate] = []
+    seen, asked = 0, wanted
+    while True:
+        spans, null_score = best_spans(start_logits, end_logits, context, cls_index, asked, max_answer_len)
+        for span in spans[seen:]:
+            start_char, end_char = align_to_words(text, offsets[span.start_token], offsets[span.end_token])
+            if is_answer_text(text[start_char:end_char]):
+                kept.append(Candidate(text[start_char:end_char], span.score, document_index, start_char, end_char))
+                if len(kept) == wanted:
+                    return kept, null_score
+        if len(spans) < asked:  # every span of the window was looked at
+            return kept, null_score
+        seen, asked = len(spans), asked * 4
 
 
 def merge_candidates(found: list[Candidate], top_k: int, null_score: float | None = None) -> list[Candidate]:

@@ -1,7 +1,12 @@
 """An independent port of transformers 5.2's question-answering pipeline (removed in 5.3), for comparison only.
 
 Follows the pipeline's own steps literally: full outer-product span scores, `<s>` kept in the softmax and
-zeroed after, top-k per window, answers merged case-insensitively. align_to_words=False (token offsets).
+zeroed after, `top_k * 2 + 10` spans per window, each widened to whole words with the fast tokenizer's
+`token_to_word` / `word_to_chars` (`QuestionAnsweringPipeline.get_indices`, `align_to_words=True`, its default),
+answers merged case-insensitively. `project_rules=True` adds what this project does on top, written out here
+on their own with the tokenizer's words: a word cut by the window's edge is completed with the words of the
+whole context, answers are trimmed of surrounding white space, and a span with no letter or digit is skipped so
+that the window's next span takes its place.
 """
 
 from __future__ import annotations
@@ -50,11 +55,42 @@ def select_starts_ends(start, end, p_mask, attention_mask, min_null_score=100000
     return starts, ends, scores, min_null_score
 
 
+def get_indices(enc, s, e, sequence_index, align_to_words):
+    """QuestionAnsweringPipeline.get_indices of transformers 5.2, unchanged."""
+    if align_to_words:
+        try:
+            start_word = enc.token_to_word(s)
+            end_word = enc.token_to_word(e)
+            start_index = enc.word_to_chars(start_word, sequence_index=sequence_index)[0]
+            end_index = enc.word_to_chars(end_word, sequence_index=sequence_index)[1]
+        except Exception:
+            start_index = enc.offsets[s][0]
+            end_index = enc.offsets[e][1]
+    else:
+        start_index = enc.offsets[s][0]
+        end_index = enc.offsets[e][1]
+    return start_index, end_index
+
+
+def project_span(context, words, start, end):
+    """Trimmed of white space, then widened to the words of the whole context (`words`: its encoding)."""
+    while start < end and context[start].isspace():
+        start += 1
+    while end > start and context[end - 1].isspace():
+        end -= 1
+    if start < end:
+        start = words.word_to_chars(words.char_to_word(start))[0]
+        end = words.word_to_chars(words.char_to_word(end - 1))[1]
+    return start, end
+
+
 def reference_answers(model, tokenizer, question, context, max_seq_len, doc_stride, top_k=1, max_answer_len=15,
-                      handle_impossible_answer=False):
+                      handle_impossible_answer=False, align_to_words=True, project_rules=True):
     enc = tokenizer(text=question, text_pair=context, truncation="only_second", max_length=max_seq_len,
                     stride=doc_stride, return_overflowing_tokens=True, return_offsets_mapping=True)
+    words = tokenizer(context, add_special_tokens=False)
     answers, min_null_score = [], 1000000
+    pre_topk = top_k * 2 + 10 if align_to_words else top_k
     for span in range(len(enc["input_ids"])):
         ids = enc["input_ids"][span]
         p_mask = np.array([[tok != 1 for tok in enc.sequence_ids(span)]], dtype=int)
@@ -63,12 +99,22 @@ def reference_answers(model, tokenizer, question, context, max_seq_len, doc_stri
         attention = np.array([enc["attention_mask"][span]])
         with torch.no_grad():
             out = model(input_ids=torch.tensor([ids]), attention_mask=torch.tensor(attention))
+        # With the project's rules every span of the window is ranked, in the pipeline's order, so that skipped
+        # ones can be replaced; spans of score 0 (end before start, too long) are never candidates.
+        asked = len(ids) ** 2 + 1 if project_rules else pre_topk
         starts, ends, scores, min_null_score = select_starts_ends(
-            out.start_logits.numpy(), out.end_logits.numpy(), p_mask, attention, min_null_score, top_k,
+            out.start_logits.numpy(), out.end_logits.numpy(), p_mask, attention, min_null_score, asked,
             handle_impossible_answer, max_answer_len)
-        offsets = enc["offset_mapping"][span]
+        kept = 0
         for s, e, score in zip(starts, ends, scores):
-            start_index, end_index = offsets[s][0], offsets[e][1]
+            if kept == pre_topk or (project_rules and score <= 0):
+                break
+            start_index, end_index = get_indices(enc[span], s, e, 1, align_to_words)
+            if project_rules:
+                start_index, end_index = project_span(context, words, start_index, end_index)
+                if not any(ch.isalnum() for ch in context[start_index:end_index]):
+                    continue
+            kept += 1
             target = context[start_index:end_index]
             match = next((a for a in answers if a["answer"].lower() == target.lower()), None)
             if match:
@@ -78,3 +124,13 @@ def reference_answers(model, tokenizer, question, context, max_seq_len, doc_stri
     if handle_impossible_answer:
         answers.append({"score": min_null_score, "start": 0, "end": 0, "answer": ""})
     return sorted(answers, key=lambda x: x["score"], reverse=True)[:top_k]
+
+
+def cuts_a_word(text, start, end):
+    """Whether `text[start:end]` starts or ends inside a word: a letter on both sides of an edge, or a digit on
+    both (the pipeline's words keep letters and digits apart, so "1990" of "1990s" is a whole word)."""
+    def same_run(a, b):
+        return (a.isalpha() and b.isalpha()) or (a.isdigit() and b.isdigit())
+
+    return (0 < start < len(text) and same_run(text[start - 1], text[start])) or \
+        (0 < end < len(text) and same_run(text[end - 1], text[end]))

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from longqa import demo_task
 from longqa.documents import Document
 from longqa.engine import EngineSettings, ModelRunner, answer, make_windows
 from longqa.models import DEMO_MODEL_DIR
+from longqa.spans import is_answer_text
+from tests.reference_qa import cuts_a_word
 
 SETTINGS = EngineSettings(max_seq_len=4096, doc_stride=128, batch_size=2)
 
@@ -66,3 +70,30 @@ def test_finds_the_document_that_holds_the_fact(demo):
     documents = [Document("other.txt", other.text), Document("facts.md", example.text)]
     result = answer(ModelRunner(model), tokenizer, documents, example.question, SETTINGS)
     assert (result.answers[0].document, result.answers[0].text) == ("facts.md", example.answer)
+
+
+FREEDONIA = ("Freedonia is a small country in the mountains. Most families there keep goats and grow barley.\n"
+             "The capital of Freedonia is Fredville. Its old market still opens every Tuesday morning.\n"
+             "The anthem of Freedonia is Hail Freedonia. Crowds sing it, loudly, before every football match!\n"
+             "The population of Freedonia is 48,213 (as of 1998). Visitors need no visa -- only a smile.\n")
+
+
+@pytest.fixture(scope="module")
+def baseline_fp32():
+    from strategies.loader import load_model
+
+    return load_model("demo", "baseline-fp32")
+
+
+@pytest.mark.parametrize("question", ["What is the capital of Freedonia?", "What is the anthem of Freedonia?",
+                                      "What is the population of Freedonia?", "What is the currency of Freedonia?"])
+def test_freedonia_answers_are_whole_words_never_empty_or_punctuation(baseline_fp32, question):
+    """The note from issue 15, where the page showed '', 'ville' and 'he capital of Freedonia is Fredville'."""
+    loaded = baseline_fp32
+    settings = replace(loaded.settings, top_k=5)
+    result = answer(loaded.runner, loaded.tokenizer, [Document("freedonia.txt", FREEDONIA)], question, settings)
+    assert len(result.answers) == 5
+    for item in result.answers:
+        assert item.text == FREEDONIA[item.start_char:item.end_char]
+        assert is_answer_text(item.text) and item.text == item.text.strip(), item
+        assert not cuts_a_word(FREEDONIA, item.start_char, item.end_char), item

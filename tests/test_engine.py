@@ -13,7 +13,8 @@ from longqa.documents import Document
 from longqa.engine import (BatchState, EngineSettings, ModelRunner, answer, collate, make_windows,
                            truncate_question)
 from longqa.errors import InputError, OutOfMemoryError
-from tests.reference_qa import reference_answers
+from longqa.spans import is_answer_text
+from tests.reference_qa import cuts_a_word, reference_answers
 
 
 def prose(seed: int, n_chars: int) -> str:
@@ -80,6 +81,45 @@ def test_top_answers_match_the_reference_pipeline(tiny_model, tiny_tokenizer, se
     assert [(a.text, a.start_char, a.end_char) for a in ours.answers] == \
         [(r["answer"], r["start"], r["end"]) for r in ref]
     np.testing.assert_allclose([a.score for a in ours.answers], [r["score"] for r in ref], rtol=1e-3)
+
+
+AWKWARD = ["It's the 1990s' best-known VX-2291 code.", "O'Hara Mills  had 4,102 metres;\n\nthe  St. Ives\tUnit 7!",
+           "'stop' said he -- ok?? 12:30pm __init__ x_y", "e.g. 'test.log.1'. Removes...",
+           "Naïve café №5 ½ price — “quoted” text…", "The capital of Freedonia is Fredville.\n\n...\n\n"]
+
+
+def awkward_prose(seed: int, n_chars: int) -> str:
+    """Prose with hyphens, apostrophes, numbers, runs of punctuation and white space spliced in."""
+    rng = random.Random(seed)
+    sentences = prose(seed, n_chars).split(". ")
+    for sentence in AWKWARD:
+        sentences.insert(rng.randint(0, len(sentences)), sentence)
+    return ". ".join(sentences)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_word_aligned_answers_match_the_reference_pipeline(tiny_model, tiny_tokenizer, seed):
+    """Small windows, so that words are cut by window edges; the tiny tokenizer splits most words in pieces."""
+    text = awkward_prose(seed, 1500)
+    question = "What is the code of the house?"
+    for top_k in (1, 4):
+        ours = answer(ModelRunner(tiny_model), tiny_tokenizer, [Document("doc", text)], question,
+                      EngineSettings(max_seq_len=96, doc_stride=24, top_k=top_k, batch_size=8))
+        ref = reference_answers(tiny_model, tiny_tokenizer, question, text, 96, 24, top_k=top_k)
+        assert [(a.text, a.start_char, a.end_char) for a in ours.answers] == \
+            [(r["answer"], r["start"], r["end"]) for r in ref]
+
+
+def test_no_answer_is_empty_blank_punctuation_or_part_of_a_word(tiny_model, tiny_tokenizer):
+    """A random model's top 30 answers are spans of every kind; each one is made a whole-word answer or dropped."""
+    text = awkward_prose(11, 2500)
+    result = answer(ModelRunner(tiny_model), tiny_tokenizer, [Document("doc", text)], "What is it?",
+                    EngineSettings(max_seq_len=96, doc_stride=24, top_k=30, batch_size=8))
+    assert len(result.answers) == 30
+    for item in result.answers:
+        assert is_answer_text(item.text) and item.text == item.text.strip()
+        assert text[item.start_char:item.end_char] == item.text
+        assert not cuts_a_word(text, item.start_char, item.end_char), item.text
 
 
 def test_null_answer_matches_the_reference_pipeline(tiny_model, tiny_tokenizer):

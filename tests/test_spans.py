@@ -1,10 +1,12 @@
-"""Span decoding on hand-made logits, and against the pipeline's own algorithm on random logits."""
+"""Span decoding on hand-made logits, and against the pipeline's own algorithm on random logits; answers aligned
+to words, and never empty, blank or punctuation."""
 
 import numpy as np
 import pytest
 
-from longqa.spans import Candidate, best_spans, merge_candidates
-from tests.reference_qa import select_starts_ends
+from longqa.spans import (Candidate, align_to_words, best_spans, is_answer_text, merge_candidates,
+                          spans_per_window, window_candidates)
+from tests.reference_qa import get_indices, project_span, select_starts_ends
 
 NEG = -1e4
 
@@ -108,3 +110,155 @@ def test_null_answer_competes_when_asked():
     assert merged[0].text == "" and merged[0].score == pytest.approx(0.8)
     assert merged[1].text == "Paris"
     assert [c.text for c in merge_candidates(found, top_k=2)] == ["Paris"]
+
+
+QUESTION_TOKENS = 4  # `<s>`, two question tokens, `</s>`: positions 0-3 of every hand-made window
+
+
+def layout(pieces: list[str]):
+    """A window laid out as a byte-level BPE tokenizer would: the text, each token's trimmed character span (a
+    bare-space token has none, like "Ġ" before a word) and the context mask."""
+    text, offsets = "", [(0, 0)] * QUESTION_TOKENS
+    for piece in pieces:
+        start = len(text)
+        text += piece
+        while start < len(text) and text[start].isspace():
+            start += 1
+        offsets.append((start, len(text)))
+    offsets.append((0, 0))  # the final `</s>`
+    context = np.zeros(len(offsets), dtype=bool)
+    context[QUESTION_TOKENS:-1] = True
+    return text, offsets, context
+
+
+def peaked(length: int, peaks: dict[int, float]) -> np.ndarray:
+    logits = np.full(length, -5.0)
+    for index, value in peaks.items():
+        logits[index] = value
+    return logits
+
+
+FREEDONIA = ["Freedonia", " is", " small", ".", " The", " capital", " of", " Freedonia", " is", " Fred", "ville", ".",
+             " ", "The", " anthem", " is", " Hail", " Freedonia", "!", "\n\n", " ...", " --"]
+T = {piece.strip() + str(i): QUESTION_TOKENS + i for i, piece in enumerate(FREEDONIA)}  # "Fred9" -> its position
+
+
+def test_a_span_inside_a_word_widens_to_the_whole_word():
+    text, offsets, context = layout(FREEDONIA)
+    start = peaked(len(offsets), {T["ville10"]: 9.0})
+    end = peaked(len(offsets), {T["ville10"]: 9.0})
+    found, _ = window_candidates(start, end, context, offsets, text, 0, top_k=1, max_answer_len=15)
+    assert found[0].text == "Fredville"
+    assert text[found[0].start_char:found[0].end_char] == "Fredville"
+    start = peaked(len(offsets), {T["Fred9"]: 9.0})
+    end = peaked(len(offsets), {T["Fred9"]: 9.0})
+    assert window_candidates(start, end, context, offsets, text, 0, 1, 15)[0][0].text == "Fredville"
+
+
+def test_a_punctuation_span_falls_through_to_the_next_candidate():
+    text, offsets, context = layout(FREEDONIA)
+    start = peaked(len(offsets), {T[".3"]: 12.0, T["Fred9"]: 6.0})  # "." by far the likeliest
+    end = peaked(len(offsets), {T[".3"]: 12.0, T["ville10"]: 6.0})
+    spans, _ = best_spans(start, end, context, 0, top_k=1, max_answer_len=3)
+    assert text[offsets[spans[0].start_token][0]:offsets[spans[0].end_token][1]] == "."  # what the model says
+    found, _ = window_candidates(start, end, context, offsets, text, 0, top_k=1, max_answer_len=3)
+    assert found[0].text == "Fredville"
+    assert found[0].score == pytest.approx(spans_after_the_first(start, end, context)[0].score)
+    assert all(is_answer_text(c.text) for c in found)
+
+
+def spans_after_the_first(start, end, context):
+    return best_spans(start, end, context, 0, top_k=2, max_answer_len=3)[0][1:]
+
+
+def test_an_empty_span_falls_through_to_the_next_candidate():
+    text, offsets, context = layout(["Hello", ".", "\n\n", "\n\n", " The", " capital", " is", " Fredville", "."])
+    blank = QUESTION_TOKENS + 2
+    assert offsets[blank][0] == offsets[blank][1]  # a white-space token: no characters once trimmed
+    start = peaked(len(offsets), {blank: 12.0, blank + 1: 12.0, QUESTION_TOKENS + 7: 5.0})
+    end = peaked(len(offsets), {blank: 12.0, blank + 1: 12.0, QUESTION_TOKENS + 7: 5.0})
+    spans, _ = best_spans(start, end, context, 0, top_k=3, max_answer_len=2)
+    assert all(not text[offsets[s.start_token][0]:offsets[s.end_token][1]].strip() for s in spans)  # all blank
+    found, _ = window_candidates(start, end, context, offsets, text, 0, top_k=3, max_answer_len=2)
+    assert found[0].text == "Fredville"
+    assert all(c.text.strip() == c.text and is_answer_text(c.text) for c in found)
+
+
+def test_a_window_whose_every_top_span_is_punctuation_still_offers_a_word():
+    pieces = [" ..."] * 20 + [" Fredville"] + [" --"] * 20
+    text, offsets, context = layout(pieces)
+    word = QUESTION_TOKENS + 20
+    punctuation = {QUESTION_TOKENS + i: 10.0 for i in range(len(pieces)) if i != 20}
+    start = peaked(len(offsets), {**punctuation, word: 1.0})
+    end = peaked(len(offsets), {**punctuation, word: 1.0})
+    spans, _ = best_spans(start, end, context, 0, top_k=spans_per_window(1), max_answer_len=1)
+    assert not any(is_answer_text(text[offsets[s.start_token][0]:offsets[s.end_token][1]]) for s in spans)
+    found, _ = window_candidates(start, end, context, offsets, text, 0, top_k=1, max_answer_len=1)
+    assert [c.text for c in found] == ["Fredville"]
+
+
+def test_a_window_of_punctuation_alone_gives_no_answer_rather_than_an_empty_one():
+    text, offsets, context = layout([" ...", " --", " !", "\n\n", " ?"])
+    rng = np.random.default_rng(3)
+    found, _ = window_candidates(rng.normal(size=len(offsets)), rng.normal(size=len(offsets)), context, offsets, text,
+                                 0, top_k=5, max_answer_len=15)
+    assert found == []
+
+
+def test_spans_that_align_to_the_same_words_merge_their_scores():
+    text, offsets, context = layout(FREEDONIA)
+    start = peaked(len(offsets), {T["Fred9"]: 8.0, T["ville10"]: 8.0})
+    end = peaked(len(offsets), {T["ville10"]: 8.0})
+    found, _ = window_candidates(start, end, context, offsets, text, 0, top_k=1, max_answer_len=15)
+    fredville = [c for c in found if c.text == "Fredville"]
+    assert len(fredville) == 2  # "Fred…ville" and "ville" both become "Fredville"
+    merged = merge_candidates(found, top_k=1)
+    assert merged[0].text == "Fredville"
+    assert merged[0].score == pytest.approx(sum(c.score for c in fredville))
+
+
+@pytest.mark.parametrize(("text", "first", "last", "expected"), [
+    ("The capital is Fredville.", (19, 24), (19, 24), "Fredville"),  # "ville" inside a word
+    ("The capital is Fredville.", (15, 19), (24, 25), "Fredville."),  # a span's own punctuation stays
+    ("Its code is VX-2291 now.", (15, 19), (15, 19), "2291"),  # "-" separates words, as in the tokenizer
+    ("It is the 1990s.", (12, 14), (12, 14), "1990"),  # digits and letters are different words
+    ("Ask O'Hara Mills.", (6, 8), (11, 16), "Hara Mills"),
+    ("Hail Freedonia!\n\nNext", (5, 9), (17, 17), "Freedonia!"),  # ends on a white-space token: trimmed
+    ("The anthem is Hail Freedonia.", (9, 10), (14, 14), "anthem is Hail"),  # a bare "Ġ" belongs to the word after
+    ("   ", (1, 1), (2, 2), ""),
+])
+def test_align_to_words(text, first, last, expected):
+    start, end = align_to_words(text, first, last)
+    assert text[start:end] == expected
+
+
+def test_a_word_cut_by_the_window_edge_is_completed_from_the_document():
+    text = "Ministers found it appropriate to process requests."
+    start, end = align_to_words(text, (21, 30), (35, 41))  # the window began at "propriate"
+    assert text[start:end] == "appropriate to process"
+
+
+WORDS_TEXT = ("It's the 1990s' best-known VX-2291 code. O'Hara Mills  had 4,102 metres;\n\nthe  St. Ives\tUnit 7! "
+              "'stop' said he -- ok?? 12:30pm __init__ x_y e.g. 'test.log.1'. Naïve café №5 ½ price — “quoted” "
+              "text… The capital of Freedonia is Fredville. \n The anthem of Freedonia is Hail Freedonia.")
+
+
+def test_words_are_the_tokenizers_own_words(tiny_tokenizer):
+    """Every span of up to 15 tokens aligns exactly as the pipeline's word_to_chars does with a real tokenizer (the
+    tiny one splits most words into pieces), plus the project's trimming."""
+    encoding = tiny_tokenizer(WORDS_TEXT, add_special_tokens=False, return_offsets_mapping=True)
+    words = encoding
+    enc = encoding[0]
+    n = len(enc.ids)
+    assert n > 2 * len(WORDS_TEXT.split())  # many words are several tokens
+    for s in range(n):
+        for e in range(s, min(n, s + 15)):
+            ours = align_to_words(WORDS_TEXT, enc.offsets[s], enc.offsets[e])
+            pipeline = project_span(WORDS_TEXT, words, *get_indices(enc, s, e, 0, True))
+            assert ours == pipeline or ours[0] == ours[1] and pipeline[0] == pipeline[1], (s, e, WORDS_TEXT[ours[0]:ours[1]], WORDS_TEXT[pipeline[0]:pipeline[1]])
+
+
+@pytest.mark.parametrize(("text", "is_answer"), [("", False), ("  \n", False), (".", False), ("...", False),
+                                                 ("—", False), ("“”", False), ("7", True), ("a.", True), ("½", True)])
+def test_what_counts_as_an_answer(text, is_answer):
+    assert is_answer_text(text) is is_answer
