@@ -53,7 +53,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "random weights, built offline); default arch:base")
     parser.add_argument("--profiles", default="all",
                         help="comma-separated profiles: names, 'all' (every available one), 'custom:a+b' for a stack "
-                             f"of strategies (e.g. all,custom:int8_dynamic); {BASELINE} is always the reference")
+                             "of strategies (e.g. all,custom:int8_dynamic), with options as "
+                             f"'custom:half_precision(dtype=bf16)+fast_attention'; {BASELINE} is always the reference")
     parser.add_argument("--tokens", type=token_list, default=[1024, 4096],
                         help="input lengths per document (question + document), comma-separated; more than one "
                              "window's worth means several windows (default 1024,4096)")

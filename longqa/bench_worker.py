@@ -20,7 +20,7 @@ import torch
 from longqa import engine, telemetry
 from longqa.demo_task import FactWriter, make_example
 from longqa.documents import Document, clean_text
-from longqa.errors import InputError
+from longqa.errors import InputError, ProfileError
 from strategies.host_memory import HostPeak
 from strategies.profiles import Profile, custom_profile, get_profile
 
@@ -59,11 +59,20 @@ class CheckInput:
 
 
 def parse_profile(spec: str) -> Profile:
-    """A registry profile by name, or `custom:a+b` for the custom profile with strategies a and b."""
-    if spec.startswith(CUSTOM_PREFIX):
-        names = [name for name in spec[len(CUSTOM_PREFIX):].split("+") if name]
-        return custom_profile(names)
-    return get_profile(spec)
+    """A registry profile by name, or `custom:a+b` for the custom profile with strategies a and b; a strategy may
+    carry string options, `custom:half_precision(dtype=bf16)+fast_attention` (several joined by `;`)."""
+    if not spec.startswith(CUSTOM_PREFIX):
+        return get_profile(spec)
+    names, options = [], {}
+    for entry in filter(None, spec[len(CUSTOM_PREFIX):].split("+")):
+        name, _, arguments = entry.partition("(")
+        names.append(name)
+        if arguments:
+            pairs = arguments[:-1].split(";")
+            if not arguments.endswith(")") or not all("=" in pair for pair in pairs):
+                raise ProfileError(f"Expected {name}(key=value;...) in {spec!r}, got {entry!r}.")
+            options[name] = dict(pair.split("=", 1) for pair in pairs)
+    return custom_profile(names, options=options)
 
 
 # ------------------------------------------------------------------------------------------------ inputs
