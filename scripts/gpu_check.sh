@@ -1,0 +1,184 @@
+#!/usr/bin/env bash
+# The GPU check in one command: the CUDA-gated tests, then the strategy bench on Longformer-large at 4,096 tokens,
+# batch 1 and 8, for every profile and stack one GPU can run, with the planner's prediction beside every row.
+# Made for one H200 with no internet: it installs only the wheels scripts/fetch_gpu_wheels.sh put in .whl/, and
+# ends within GPU_CHECK_BUDGET_S (default 470 s): a bench cut short keeps and reports the rows it measured.
+#
+#   scripts/gpu_check.sh [--out DIR]        on the GPU machine; writes DIR (default docs/bench-gpu): results.json,
+#                                           results.md, results.png, workers.log, gpu_check.log
+#   scripts/gpu_check.sh --dry [--out DIR]  the same steps on CPU with the bundled demo model at 1,024 tokens, 1
+#                                           check and 1 timed run per row (GPU profiles are listed as skipped),
+#                                           into DIR (default a new temporary folder), never docs/bench-gpu
+#
+# Environment: PYTHON (default python3), GPU_CHECK_BUDGET_S, TEST_BUDGET_S (default 150), TOKENS, CHECKS, REPEAT.
+# Exit status: 0 when every test passed and every bench row was measured, 1 otherwise, 2 for bad usage.
+set -uo pipefail
+
+MODE=gpu
+OUT=""
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --dry) MODE=dry ;;
+        --out) OUT=${2:?--out needs a folder}; shift ;;
+        --out=*) OUT=${1#--out=} ;;
+        -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+        *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
+    esac
+    shift
+done
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT" || exit 2
+PYTHON=${PYTHON:-python3}
+BUDGET_S=${GPU_CHECK_BUDGET_S:-470}
+TEST_BUDGET_S=${TEST_BUDGET_S:-150}
+RESERVE_S=40  # for the rescore and the summary after the bench
+BATCHES=1,8
+# fp32 reference; fast vs eager attention in fp32 and in bf16; fp16; the registry's one-GPU profiles; bnb 4-bit;
+# offload. multi-gpu (replicas) and model_split need two GPUs: their tests use fakes.
+PROFILES="baseline-fp32,custom:fast_attention,custom:half_precision,custom:half_precision(dtype=bf16)"
+PROFILES+=",custom:half_precision(dtype=bf16)+fast_attention,rtx-3090-24gb,t4-16gb,consumer-gpu,datacenter"
+PROFILES+=",custom:half_precision+bnb_4bit,custom:offload"
+
+if [ "$MODE" = dry ]; then
+    MODEL=demo
+    TOKENS=${TOKENS:-1024}  # the demo model reads 4,096 too, but 2 CPU cores take a minute longer
+    CHECKS=${CHECKS:-1}
+    REPEAT=${REPEAT:-1}
+    OUT=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/gpu-check-dry.XXXXXX")}
+    if [ "$(cd "$(dirname "$OUT")" 2>/dev/null && pwd)/$(basename "$OUT")" = "$ROOT/docs/bench-gpu" ]; then
+        echo "--dry never writes docs/bench-gpu: give another --out" >&2
+        exit 2
+    fi
+else
+    MODEL=arch:large
+    TOKENS=${TOKENS:-4096}
+    CHECKS=${CHECKS:-5}
+    REPEAT=${REPEAT:-3}
+    OUT=${OUT:-docs/bench-gpu}
+fi
+mkdir -p "$OUT" || exit 2
+OUT=$(cd "$OUT" && pwd)
+LOG="$OUT/gpu_check.log"
+SITE=$(mktemp -d "${TMPDIR:-/tmp}/gpu-check-site.XXXXXX")
+trap 'rm -rf "$SITE"' EXIT
+
+step() { printf '\n===== %s (%d s in)\n' "$*" "$SECONDS"; }
+
+install_wheels() {
+    # Each wheel on its own, so that in --dry a wheel built for another Python (regex for 3.12) is only
+    # reported; on the GPU machine every one must install.
+    local wheel failed=0
+    if ! compgen -G ".whl/*.whl" >/dev/null; then
+        echo "no wheels in .whl/ (run scripts/fetch_gpu_wheels.sh where there is internet): using what is installed"
+        return 0
+    fi
+    for wheel in .whl/*.whl; do
+        if "$PYTHON" -m pip install --quiet --no-index --no-deps --no-compile --no-cache-dir --disable-pip-version-check \
+                --target "$SITE" "$wheel" 2>"$SITE.err"; then
+            echo "installed $(basename "$wheel")"
+        elif [ "$MODE" = dry ] && grep -q "is not a supported wheel" "$SITE.err"; then
+            echo "skipped $(basename "$wheel"): built for another Python than this one"
+        else
+            cat "$SITE.err"
+            failed=1
+        fi
+    done
+    rm -f "$SITE.err"
+    export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
+    return $failed
+}
+
+cuda_test_files() {
+    # The test files with CUDA-gated tests whose imports this machine has (gradio is not carried to the GPU).
+    local file
+    for file in $(grep -l "requires_cuda" tests/test_*.py); do
+        if grep -qE "^(import app|from app |import gradio|from gradio)" "$file" \
+                && ! "$PYTHON" -c "import gradio" 2>/dev/null; then
+            echo "not run (gradio is not installed): $file" >&2
+            continue
+        fi
+        echo "$file"
+    done
+}
+
+summarize() {
+    "$PYTHON" - "$OUT/results.json" <<'EOF'
+import json, sys
+
+results = json.load(open(sys.argv[1]))
+rows = results["rows"]
+gb = lambda v: f"{v / 1e9:6.2f}" if v is not None else "     –"
+print(f"{len(rows)} rows, {sum(1 for r in rows if r.get('error'))} failed, {len(results.get('skipped', []))} "
+      "profiles skipped here")
+for r in rows:
+    if r.get("error"):
+        print(f"  {r['kind']:9} {r['profile']:48} b{r['batch']}: ERROR {r['error']}")
+        continue
+    label = r["profile"] + (" + checkpointing" if r.get("checkpointing") else "")
+    error = r.get("prediction_error_pct")
+    print(f"  {r['kind']:9} {label:48} b{r['batch']}: peak {gb(r.get('peak_bytes'))} GB, predicted "
+          f"{gb(r.get('predicted_peak_bytes'))} GB ({'–' if error is None else f'{error:+.0f} %'}), "
+          f"{r['latency_s_median'] * 1000:8.1f} ms")
+for s in results.get("skipped", []):
+    print(f"  skipped {s['profile']}: {s['reason']}")
+settings = results["settings"]
+measured = {(r["kind"], r["profile"], r["batch"]) for r in rows}
+planned = [("inference", p, b) for b in settings["batch"] for p in settings["profiles"]]
+planned += [("training", "baseline-fp32", min(settings["batch"]))]
+missing = [row for row in planned if row not in measured]
+if missing:
+    print(f"  not measured (out of time): {', '.join(f'{k} {p} b{b}' for k, p, b in missing)}")
+EOF
+}
+
+main() {
+    local tests_rc=0 bench_rc=0 install_rc=0 files
+    step "GPU check ($MODE) into $OUT"
+    date -u
+    git log -1 --format='commit %H %s' 2>/dev/null
+    if command -v nvidia-smi >/dev/null; then nvidia-smi -L; fi
+
+    step "wheels"
+    install_wheels || install_rc=1
+    "$PYTHON" - <<'EOF' || return 1
+import importlib, platform, torch
+print("python", platform.python_version(), "| torch", torch.__version__, "| CUDA", torch.version.cuda,
+      "| GPUs", [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())])
+for name in ("transformers", "accelerate", "tokenizers", "huggingface_hub", "bitsandbytes", "pypdf", "pynvml"):
+    try:
+        module = importlib.import_module(name)
+        print(f"  {name} {getattr(module, '__version__', '?')} from {module.__file__}")
+    except Exception as exc:
+        print(f"  {name}: not importable ({type(exc).__name__}: {exc})")
+EOF
+    if [ "$MODE" = gpu ] && ! "$PYTHON" -c "import sys, torch; sys.exit(not torch.cuda.is_available())"; then
+        echo "torch sees no CUDA GPU here: run scripts/gpu_check.sh --dry on CPU instead"
+        return 2
+    fi
+
+    step "CUDA-gated tests (pytest -m requires_cuda)"
+    files=$(cuda_test_files)
+    # shellcheck disable=SC2086  # one word per file
+    timeout --signal=INT --kill-after=20 "$TEST_BUDGET_S" "$PYTHON" -m pytest -m requires_cuda -q -rs \
+        -p no:cacheprovider $files
+    tests_rc=$?
+
+    local left=$((BUDGET_S - SECONDS - RESERVE_S))
+    step "bench: $MODEL, $TOKENS tokens, batch $BATCHES, $CHECKS checks, $REPEAT timed runs, at most $left s"
+    timeout --signal=INT --kill-after=30 "$left" "$PYTHON" -m longqa bench --model "$MODEL" --profiles "$PROFILES" \
+        --tokens "$TOKENS" --batch "$BATCHES" --checks "$CHECKS" --repeat "$REPEAT" --out "$OUT"
+    bench_rc=$?
+    if [ $bench_rc -ge 124 ] && [ -f "$OUT/results.json" ]; then
+        echo "the bench ran out of time: reporting the rows it measured"
+        "$PYTHON" -m longqa bench --rescore --out "$OUT"
+    fi
+
+    step "summary"
+    if [ -f "$OUT/results.json" ]; then summarize; else echo "no results.json"; fi
+    echo "install rc=$install_rc, tests rc=$tests_rc, bench rc=$bench_rc; took $SECONDS s; outputs in $OUT"
+    [ $install_rc -eq 0 ] && [ $tests_rc -eq 0 ] && [ $bench_rc -eq 0 ]
+}
+
+main 2>&1 | tee "$LOG"
+exit "${PIPESTATUS[0]}"

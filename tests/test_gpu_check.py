@@ -1,0 +1,96 @@
+"""scripts/gpu_check.sh: its profiles all run and are planned on one (simulated) H200, and its dry mode runs every
+step end to end on CPU with the demo model."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from longqa import bench
+from longqa.bench_worker import parse_profile
+from longqa.errors import ProfileError
+from strategies.hardware import Gpu, Hardware
+from strategies.profiles import build_strategies
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = PROJECT_ROOT / "scripts" / "gpu_check.sh"
+H200 = Hardware(gpus=(Gpu(0, "NVIDIA H200", 143771 * 1024**2, (9, 0)),), cuda_available=True)
+NEEDS_CUDA = {"rtx-3090-24gb", "t4-16gb", "consumer-gpu", "datacenter", "custom:offload"}
+
+
+def script_profiles() -> list[str]:
+    """The --profiles list the script passes to the bench, read from its PROFILES= / PROFILES+= lines."""
+    parts = re.findall(r'^PROFILES\+?="([^"]*)"', SCRIPT.read_text(), flags=re.MULTILINE)
+    return [name for name in ",".join(parts).split(",") if name]
+
+
+def test_the_gpu_check_covers_every_one_gpu_profile_and_stack():
+    profiles = script_profiles()
+    assert {"baseline-fp32", "custom:half_precision", "rtx-3090-24gb", "t4-16gb", "consumer-gpu", "datacenter",
+            "custom:half_precision+bnb_4bit", "custom:offload"} <= set(profiles)
+    for fast in [name for name in profiles if "+fast_attention" in name or name == "custom:fast_attention"]:
+        eager = fast.replace("+fast_attention", "").replace("custom:fast_attention", "baseline-fp32")
+        assert eager in profiles, f"{fast} has no eager row in the same dtype"
+    assert "custom:half_precision(dtype=bf16)+fast_attention" in profiles  # the fast-attention targets are in bf16
+
+
+def test_every_gpu_check_profile_runs_on_one_h200():
+    chosen, skipped = bench.choose_profiles(",".join(script_profiles()), H200)
+    assert skipped == [] and chosen == script_profiles()
+
+
+@pytest.mark.parametrize("batch", [1, 8])
+def test_the_planner_predicts_every_gpu_check_row_on_an_h200(batch):
+    for profile in script_profiles():
+        plan = bench.inference_plan({"model": "arch:large", "profile": profile, "tokens": 4096, "batch": batch}, H200)
+        assert 0.2e9 < plan.peak_bytes < H200.gpus[0].total_bytes, profile
+        assert plan.fits(H200), profile
+
+
+def test_a_custom_stack_takes_strategy_options():
+    profile = parse_profile("custom:half_precision(dtype=bf16)+fast_attention")
+    assert profile.strategies == ("half_precision", "fast_attention")
+    assert profile.options == {"half_precision": {"dtype": "bf16"}}
+    assert parse_profile("custom:half_precision").options == {}
+    with pytest.raises(ProfileError, match="key=value"):
+        parse_profile("custom:half_precision(bf16)")
+    with pytest.raises(ProfileError, match="Bad options"):
+        build_strategies(parse_profile("custom:half_precision(dtype=fp8)"), H200)
+
+
+def test_dry_mode_refuses_to_write_the_gpu_results():
+    done = subprocess.run([str(SCRIPT), "--dry", "--out", "docs/bench-gpu"], cwd=PROJECT_ROOT, capture_output=True,
+                          text=True, timeout=30)
+    assert done.returncode == 2 and "never writes docs/bench-gpu" in done.stderr
+
+
+@pytest.mark.slow
+def test_dry_mode_runs_every_step_on_cpu(tmp_path):
+    gpu_results = PROJECT_ROOT / "docs" / "bench-gpu" / "results.json"
+    before = gpu_results.stat().st_mtime if gpu_results.exists() else None
+    out = tmp_path / "dry"
+    done = subprocess.run([str(SCRIPT), "--dry", "--out", str(out)], cwd=PROJECT_ROOT, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "TMPDIR": str(tmp_path)})
+    assert done.returncode == 0, done.stdout[-4000:]
+    log = (out / "gpu_check.log").read_text()
+    assert "tests rc=0, bench rc=0" in log and re.search(r"\d+ skipped", log)  # the CUDA-gated tests, skipped here
+    results = json.loads((out / "results.json").read_text())
+    assert results["model"] == "demo" and results["settings"]["batch"] == [1, 8]
+    skipped = {entry["profile"] for entry in results["skipped"]}
+    assert NEEDS_CUDA <= skipped and {"baseline-fp32", "custom:fast_attention"}.isdisjoint(skipped)
+    rows = results["rows"]
+    assert [row for row in rows if row.get("error")] == []
+    measured = {(row["kind"], row["profile"], row["batch"], row["checkpointing"]) for row in rows}
+    for profile in set(script_profiles()) - skipped:
+        assert {("inference", profile, 1, False), ("inference", profile, 8, False)} <= measured, profile
+    assert {("training", "baseline-fp32", 1, False), ("training", "baseline-fp32", 1, True)} <= measured
+    for row in rows:
+        assert row["peak_bytes"] > 0 and row["latency_s_median"] > 0, row["profile"]
+        assert row["predicted_peak_bytes"] > 0 and row["prediction_error_pct"] is not None, row["profile"]
+    assert all((out / name).stat().st_size > 0 for name in ("results.md", "results.png", "workers.log"))
+    assert (gpu_results.stat().st_mtime if gpu_results.exists() else None) == before
