@@ -1,16 +1,23 @@
 import dataclasses
 import io
 import random
+import re
+import time
 import tracemalloc
+import zlib
 
+import charset_normalizer
 import pytest
 from pypdf import PdfReader, PdfWriter
 from pypdf.errors import DependencyError
+from pypdf.generic import DictionaryObject, NameObject, StreamObject
 
 from longqa.documents import (
     DEFAULT_MAX_FILE_BYTES,
+    DEFAULT_MAX_READ_S,
     SUPPORTED_EXTENSIONS,
     Document,
+    UnknownEncodingError,
     clean_text,
     decode_text,
     from_text,
@@ -200,10 +207,19 @@ def test_whitespace_only_file_is_refused(tmp_path, data):
     assert "'blank.txt' contains only whitespace" in read_error(write(tmp_path, "blank.txt", data))
 
 
-def test_missing_file_is_refused_with_its_path(tmp_path):
-    path = tmp_path / "nowhere.txt"
-    message = read_error(path)
-    assert str(path) in message and "not found" in message
+def test_missing_file_is_refused_with_its_name_but_not_the_folder_it_was_looked_for_in(tmp_path):
+    message = read_error(tmp_path / "nowhere.txt")
+    assert message == "'nowhere.txt' was not found."
+
+
+def test_errors_about_a_path_never_show_the_servers_folders(tmp_path):
+    folder = tmp_path / "srv" / "longqa-uploads"
+    folder.mkdir(parents=True)
+    (folder / "notes.txt").write_bytes(b"\x00binary\x01" * 50)
+    for path in (folder, folder / "notes.txt", folder / "missing.md", folder / "report.docx"):
+        message = read_error(path)
+        assert str(tmp_path) not in message and "srv" not in message, message
+        assert f"'{path.name}'" in message
 
 
 def test_missing_upload_is_refused_with_its_display_name(tmp_path):
@@ -389,3 +405,276 @@ def test_from_text_refuses_empty(text):
 def test_document_errors_are_input_errors():
     with pytest.raises(InputError):
         from_text("")
+
+
+# Legacy encodings (charset-normalizer after the BOM and UTF-8 checks) and an HTML page's declared charset
+
+CHINESE = (
+    "长文档问答系统可以帮助读者在很长的报告中找到答案。用户上传一份文件，然后提出一个问题，模型会把文件切成"
+    "互相重叠的窗口，在每一个窗口中寻找最可能的答案片段，并把分数最高的几个结果连同它们在原文中的位置一起返回。"
+    "这个演示使用的是本地训练的小模型，所以答案不一定准确，但是整个流程和真正的系统是一样的：读取文件、判断编码、"
+    "清理文本、切分窗口、批量计算，最后合并各个窗口的候选答案。\n"
+    "港口的记录显示，那艘名叫“海燕”的货船在三月十二日早上七点到达，船上装着四百箱茶叶和两百箱瓷器。"
+)
+JAPANESE = (
+    "長い文書に対する質問応答のデモです。ユーザーがファイルをアップロードして質問すると、モデルは文書を重なり合う"
+    "ウィンドウに分け、各ウィンドウの中で最も可能性の高い答えの範囲を探し、スコアの高い結果をいくつか、原文での位置と"
+    "一緒に返します。このデモは手元で学習した小さなモデルを使っているので、答えが正確とは限りませんが、処理の流れは"
+    "本物のシステムと同じです。\n港の記録によると、「かもめ丸」という貨物船は三月十二日の朝七時に到着し、茶葉を"
+    "四百箱と陶磁器を二百箱積んでいました。"
+)
+RUSSIAN = (
+    "Система ответов на вопросы по длинным документам помогает читателю найти ответ в очень длинном отчёте. "
+    "Пользователь загружает файл и задаёт вопрос, а модель делит документ на перекрывающиеся окна, ищет в каждом "
+    "окне наиболее вероятный фрагмент ответа и возвращает несколько результатов с наивысшей оценкой вместе с их "
+    "положением в исходном тексте. Эта демонстрация использует маленькую модель, обученную на месте, поэтому "
+    "ответы не всегда точны, но весь процесс такой же, как в настоящей системе.\n"
+    "Согласно записям порта, грузовое судно \"Чайка\" прибыло двенадцатого марта в семь часов утра с четырьмястами "
+    "ящиками чая и двумястами ящиками фарфора."
+)
+
+
+@pytest.mark.parametrize("text, encoding", [(CHINESE, "gbk"), (JAPANESE, "shift_jis"), (RUSSIAN, "cp1251"),
+                                            (RUSSIAN, "koi8-r")], ids=["gbk", "shift_jis", "cp1251", "koi8-r"])
+def test_a_legacy_encoded_file_reads_exactly_like_its_utf8_twin(tmp_path, text, encoding):
+    legacy = text.encode(encoding)
+    assert legacy != text.encode("utf-8")
+    twin = read_document(write(tmp_path, "utf8.txt", text.encode("utf-8")))
+    assert read_document(write(tmp_path, "legacy.txt", legacy)).text == twin.text == text
+    assert decode_text(legacy) == text
+
+
+def html_page(body: str, charset: str | None, http_equiv: bool = False) -> str:
+    if charset is None:
+        meta = ""
+    elif http_equiv:
+        meta = f'<meta http-equiv="Content-Type" content="text/html; charset={charset}">'
+    else:
+        meta = f'<meta charset="{charset}">'
+    return f"<!DOCTYPE html>\n<html><head>{meta}<title>Harbour</title></head><body>{body}</body></html>"
+
+
+@pytest.mark.parametrize("text, charset, http_equiv", [
+    (CHINESE, "GBK", False),
+    (RUSSIAN, "windows-1251", False),
+    (RUSSIAN, "koi8-r", True),
+    (JAPANESE, "Shift_JIS", True),
+], ids=["meta-gbk", "meta-windows-1251", "http-equiv-koi8-r", "http-equiv-shift_jis"])
+def test_an_html_page_in_its_declared_charset_reads_exactly_like_its_utf8_twin(text, charset, http_equiv):
+    body = "".join(f"<p>{paragraph}</p>" for paragraph in text.split("\n"))
+    twin = read_document(html_page(body, "utf-8", http_equiv).encode(), name="utf8.html")
+    legacy = read_document(html_page(body, charset, http_equiv).encode(charset), name="legacy.html")
+    assert legacy.text == twin.text == "Harbour\n" + text
+
+
+def test_a_declared_charset_is_used_without_guessing(monkeypatch):
+    sentence = "Мы встретимся завтра утром у вокзала."  # too short to guess: charset-normalizer says cp932
+    page = html_page(f"<p>{sentence}</p>", "koi8-r", http_equiv=True)
+
+    def no_guessing(data, *args, **kwargs):
+        raise AssertionError("the declared charset should have decided")
+
+    monkeypatch.setattr(charset_normalizer, "from_bytes", no_guessing)
+    assert read_document(page.encode("koi8-r"), name="short.html").text == "Harbour\n" + sentence
+
+
+def test_a_utf8_page_with_a_stale_legacy_declaration_reads_as_utf8():
+    page = html_page(f"<pre>{RUSSIAN}</pre>", "windows-1251")
+    assert read_document(page.encode("utf-8"), name="saved.html").text == "Harbour\n" + RUSSIAN
+
+
+def test_an_unknown_declared_charset_falls_back_to_detection():
+    page = html_page(f"<pre>{RUSSIAN}</pre>", "x-no-such-charset")
+    assert read_document(page.encode("cp1251"), name="odd.html").text == "Harbour\n" + RUSSIAN
+
+
+@pytest.mark.parametrize("n_bytes", [300, 4096, 100_000])
+def test_random_high_bytes_are_an_encoding_error_not_mojibake(n_bytes):
+    data = bytes(random.Random(n_bytes).choices(range(0x80, 0x100), k=n_bytes))
+    with pytest.raises(UnknownEncodingError):
+        decode_text(data)
+    message = read_error(data, name="noise.txt")
+    assert message.startswith("'noise.txt' could not be read: its text encoding is not UTF-8")
+    assert "Save it as UTF-8" in message
+
+
+# Bounded reading: characters, pages, time; pypdf's own safety limits
+
+
+def pdf_with_pages_sharing_one_stream(n_pages: int, stream_bytes: int) -> bytes:
+    """A small PDF whose pages all show one large, highly compressible content stream (about 1.7 million
+    characters of text per 2 MB of stream): the file is kilobytes, extracting it all takes minutes."""
+    writer = PdfWriter()
+    font = writer._add_object(DictionaryObject({
+        NameObject("/Type"): NameObject("/Font"), NameObject("/Subtype"): NameObject("/Type1"),
+        NameObject("/BaseFont"): NameObject("/Helvetica")}))
+    line = b"(The colour of Zorbin is teal and the sky is wide.) Tj T*\n"
+    body = b"BT /F1 12 Tf 14 TL 72 720 Td\n" + line * (stream_bytes // len(line)) + b"ET"
+    stream = StreamObject()
+    stream.set_data(zlib.compress(body, 9))
+    stream[NameObject("/Filter")] = NameObject("/FlateDecode")
+    contents = writer._add_object(stream)
+    for _ in range(n_pages):
+        page = writer.add_blank_page(612, 792)
+        page[NameObject("/Resources")] = DictionaryObject(
+            {NameObject("/Font"): DictionaryObject({NameObject("/F1"): font})})
+        page[NameObject("/Contents")] = contents
+    buffer = io.BytesIO()
+    writer.write(buffer)
+    return buffer.getvalue()
+
+
+@pytest.fixture(scope="module")
+def shared_stream_pdf():
+    return pdf_with_pages_sharing_one_stream(40, 2_000_000)
+
+
+def timed_read_error(*args, **kwargs) -> tuple[str, float]:
+    began = time.perf_counter()
+    message = read_error(*args, **kwargs)
+    return message, time.perf_counter() - began
+
+
+def test_the_hostile_pdf_is_small_and_its_pages_really_hold_that_much_text(shared_stream_pdf):
+    assert len(shared_stream_pdf) < 20_000
+    reader = PdfReader(io.BytesIO(shared_stream_pdf))
+    assert len(reader.pages) == 40
+    assert reader.pages[0].get_contents().get_data().count(b"Tj") > 30_000
+
+
+def test_pdf_extraction_stops_in_the_middle_of_a_page_once_past_the_character_limit(shared_stream_pdf):
+    # Before: all 40 pages (about 70 million characters) were extracted first, 5.5 s a page here.
+    message, seconds = timed_read_error(shared_stream_pdf, name="bomb.pdf", max_chars=1_000_000)
+    assert seconds < 5
+    match = re.fullmatch(r"'bomb\.pdf': read ([\d,]+) characters from 1 of 40 pages, over the limit of "
+                         r"1,000,000 characters\.", message)
+    assert match, message
+    assert 1_000_000 < int(match.group(1).replace(",", "")) < 1_001_000
+
+
+def test_pdf_extraction_stops_at_the_time_limit(shared_stream_pdf):
+    message, seconds = timed_read_error(shared_stream_pdf, name="bomb.pdf", max_read_s=1.0)
+    assert seconds < 4
+    assert re.fullmatch(r"'bomb\.pdf': reading stopped after 1\.\d s \(on page 1 of 40 pages, [\d,]+ characters read\), "
+                        r"over the time limit of 1 s for reading documents\.", message), message
+
+
+def test_pdf_over_the_page_limit_is_refused_before_extracting(shared_stream_pdf):
+    message, seconds = timed_read_error(shared_stream_pdf, name="bomb.pdf", max_pages=39)
+    assert message == "'bomb.pdf' has 40 pages, over the limit of 39 pages."
+    assert seconds < 1
+
+
+def test_pdf_character_limit_counts_the_pages_before(tmp_path):
+    data = make_pdf("a" * 60, "b" * 60, "c" * 60)
+    assert read_document(data, name="ok.pdf", max_chars=60 * 3 + 4).n_chars == 184
+    assert read_error(data, name="three.pdf", max_chars=183) == (
+        "'three.pdf': read 184 characters from 3 of 3 pages, over the limit of 183 characters.")
+
+
+@pytest.mark.slow
+def test_hostile_pdf_with_default_limits_is_refused_at_the_default_time_limit(shared_stream_pdf):
+    # 40 pages of 1.7 million characters each: the 16-million-character cap that the default token limit implies
+    # would take 10 pages (about 55 s here); the time limit comes first.
+    message, seconds = timed_read_error(shared_stream_pdf, name="bomb.pdf", max_chars=16_000_000)
+    assert seconds < DEFAULT_MAX_READ_S + 8
+    assert f"over the time limit of {DEFAULT_MAX_READ_S:g} s" in message
+
+
+def test_pdf_decompression_limit_is_reported_as_such_not_as_damage():
+    font = DictionaryObject({NameObject("/Type"): NameObject("/Font"), NameObject("/Subtype"): NameObject("/Type1"),
+                             NameObject("/BaseFont"): NameObject("/Helvetica")})
+    writer = PdfWriter()
+    page = writer.add_blank_page(612, 792)
+    page[NameObject("/Resources")] = DictionaryObject(
+        {NameObject("/Font"): DictionaryObject({NameObject("/F1"): writer._add_object(font)})})
+    stream = StreamObject()
+    stream.set_data(zlib.compress(b"BT /F1 12 Tf (x) Tj ET\n" + b" " * 80_000_000, 9))  # 78 kB that inflate to 80 MB
+    stream[NameObject("/Filter")] = NameObject("/FlateDecode")
+    page[NameObject("/Contents")] = writer._add_object(stream)
+    buffer = io.BytesIO()
+    writer.write(buffer)
+    message = read_error(buffer.getvalue(), name="inflate.pdf")
+    assert message.startswith("'inflate.pdf' was refused: part of it is over one of pypdf's safety limits")
+    assert "Limit reached while decompressing" in message and "damaged" not in message
+
+
+def test_plain_text_is_capped_by_characters(tmp_path):
+    text = "Ünïcode words " * 1000  # 14,000 characters, 18,000 bytes
+    assert read_document(write(tmp_path, "ok.txt", text.encode()), max_chars=14_000).n_chars == 14_000
+    message = read_error(write(tmp_path, "big.txt", text.encode()), max_chars=13_999)
+    assert message == "'big.txt' has 14,000 characters, over the limit of 13,999 characters."
+
+
+def test_html_is_capped_by_characters_and_time():
+    page = ("<p>" + "The colour of Zorbin is teal. " * 40 + "</p>\n") * 2000  # 2.4 million characters of text
+    message, seconds = timed_read_error(page.encode(), name="page.html", max_chars=100_000)
+    assert re.fullmatch(r"'page\.html' has [\d,]+ characters, over the limit of 100,000 characters\.", message)
+    assert seconds < 3
+    message, seconds = timed_read_error(page.encode(), name="page.html", max_read_s=0.05)
+    assert re.fullmatch(r"'page\.html': reading stopped after \d\.\d s \([\d,]+ of [\d,]+ characters of HTML "
+                        r"parsed\), over the time limit of 0\.05 s for reading documents\.", message), message
+    assert seconds < 3
+
+
+def test_pasted_text_has_a_size_limit_in_utf8_bytes_like_a_file():
+    assert from_text("é" * 500, max_bytes=1000).n_chars == 500
+    message = str(pytest.raises(DocumentError, from_text, "é" * 501, max_bytes=1000).value)
+    assert message == "'pasted text' is 0.0010 MB (1,002 bytes), over the 0.0010 MB size limit."
+
+
+def test_pasted_text_of_60_mb_is_refused_by_the_default_limit_without_copies():
+    text = "x" * (60 * 1024 * 1024)
+    message = str(pytest.raises(DocumentError, from_text, text).value)
+    assert "'pasted text' is 60.0 MB" in message and "over the 50.0 MB size limit" in message
+
+
+def test_pasted_text_has_a_character_limit():
+    assert from_text("word " * 20, max_chars=100).n_chars == 100
+    message = str(pytest.raises(DocumentError, from_text, "word " * 21, max_chars=100).value)
+    assert message == "'pasted text' has 105 characters, over the limit of 100 characters."
+
+
+# Bidirectional controls
+
+BIDI_CONTROLS = "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+
+
+def test_clean_text_drops_bidirectional_overrides_and_isolates():
+    assert clean_text("pay \u202eten\u202c 100 \u2067dollars\u2069") == "pay ten 100 dollars"
+    assert clean_text(f"a{BIDI_CONTROLS}b") == "ab"
+    assert clean_text("שלום עולם \u200f, مرحبا") == "שלום עולם \u200f, مرحبا"  # right-to-left text itself stays
+
+
+def test_documents_and_pasted_text_lose_bidirectional_controls(tmp_path):
+    text = f"The fee is \u202e0001\u202c dollars.{BIDI_CONTROLS}"
+    assert read_document(write(tmp_path, "fee.txt", text.encode())).text == "The fee is 0001 dollars."
+    assert read_document(f"<p>{text}</p>".encode(), name="fee.html").text == "The fee is 0001 dollars."
+    assert from_text(text).text == "The fee is 0001 dollars."
+
+
+# A request's documents together (session.read_documents): one character cap, one time budget
+
+
+def test_documents_together_obey_one_character_cap():
+    from longqa.session import read_documents
+
+    files = [("a.txt", b"word " * 20), ("b.txt", b"more " * 20)]  # 100 characters each
+    assert len(read_documents(files, max_chars=200)[0]) == 2
+    with pytest.raises(DocumentError) as info:
+        read_documents(files, "and pasted", max_chars=205)
+    assert str(info.value) == "The 3 documents have 210 characters together, over the limit of 205 characters."
+
+
+def test_pasted_text_obeys_the_file_size_limit_in_read_documents():
+    from longqa.session import read_documents
+
+    with pytest.raises(DocumentError, match="'pasted text' is 0.0019 MB .2,000 bytes., over the 0.0010 MB size"):
+        read_documents([], "x" * 2000, max_bytes=1000)
+
+
+def test_documents_share_one_time_budget():
+    began = time.perf_counter() - 10.0  # as if the documents before it took 10 s
+    message = read_error(b"late words", name="late.txt", max_read_s=5.0, read_began=began)
+    assert re.fullmatch(r"'late\.txt': reading stopped after 10\.\d s \(before reading it\), over the time limit of "
+                        r"5 s for reading documents\.", message), message
