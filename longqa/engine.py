@@ -1,4 +1,5 @@
-"""The long-document QA engine: windows, batches, forward passes, span decoding, one result with readouts.
+"""The long-document QA engine: limits checked before model work, windows, batches, forward passes (stoppable
+between batches), span decoding, one result with readouts.
 
 It receives a ready runner (model), a tokenizer and settings; it never loads a model (strategies.loader does),
 and it never formats numbers for people (the UI does).
@@ -7,9 +8,14 @@ and it never formats numbers for people (the UI does).
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import gc
+import numbers
+import threading
+import time
+import traceback
 from dataclasses import asdict, dataclass, field, replace
-from typing import Callable, Protocol
+from typing import Callable, NamedTuple, Protocol, Union
 
 import numpy as np
 import torch
@@ -17,12 +23,26 @@ from accelerate.utils.memory import clear_device_cache, should_reduce_batch_size
 
 from longqa import telemetry
 from longqa.documents import Document, clean_text
-from longqa.errors import InputError, OutOfMemoryError
+from longqa.errors import Cancelled, InputError, LongQAError, OutOfMemoryError, RequestTooLongError
 from longqa.spans import Candidate, merge_candidates, window_candidates
 
 DEFAULT_MAX_TOTAL_TOKENS = 2_000_000
+# How many characters a request may have per token of its limit. Byte-level BPE averages about four characters a
+# token on English prose and one or fewer on CJK text or combining marks; more than eight a token takes degenerate
+# text (long runs of one character). So text over 8 x the token limit is refused without tokenizing it, and the
+# readers stop extracting there (`max_chars_for`).
+CHARS_PER_TOKEN_BOUND = 8
 FIT_PROFILES_HINT = ("consumer-gpu (bitsandbytes quantization + CPU offload) or cpu; "
                      "or lower --max-seq-len")
+
+
+def max_chars_for(max_total_tokens: int) -> int:
+    """The characters a request may have under a token limit: where readers stop extracting, and what the engine
+    refuses before tokenizing (16,000,000 for the default 2,000,000 tokens)."""
+    return CHARS_PER_TOKEN_BOUND * max_total_tokens
+
+
+StopCheck = Union[Callable[[], bool], threading.Event]
 
 
 @dataclass(frozen=True)
@@ -36,9 +56,20 @@ class EngineSettings:
     adaptive_batching: bool = False  # halve the batch on out-of-memory (the dynamic batching strategy)
     handle_impossible_answer: bool = False
     max_total_tokens: int = DEFAULT_MAX_TOTAL_TOKENS
+    max_request_s: float | None = None  # refuse a request predicted to take longer (None: no limit)
 
     def resolved(self, tokenizer) -> "EngineSettings":
-        """Fill in the window length and stride for this tokenizer, and check they make sense."""
+        """Fill in the window length and stride for this tokenizer, and check they make sense.
+
+        Counts must be whole numbers: 3.0 (what a UI slider sends) is taken as 3, but 2.7 is an InputError rather
+        than silently cut to 2.
+        """
+        whole = {name: _whole_number(name, value) for name in _WHOLE_NUMBER_FIELDS
+                 if (value := getattr(self, name)) is not None}
+        if any(type(getattr(self, name)) is not int for name in whole):
+            return replace(self, **whole).resolved(tokenizer)
+        if self.max_request_s is not None and not self.max_request_s > 0:
+            raise InputError(f"max_request_s must be a positive number of seconds, got {self.max_request_s!r}.")
         limit = int(getattr(tokenizer, "model_max_length", 4096) or 4096)
         limit = min(limit, 4096) if limit > 10**8 else limit  # tokenizers without a limit report a huge number
         max_seq_len = self.max_seq_len or limit
@@ -57,12 +88,37 @@ class EngineSettings:
         return replace(self, max_seq_len=max_seq_len, doc_stride=doc_stride)
 
 
+_WHOLE_NUMBER_FIELDS = ("max_seq_len", "doc_stride", "max_question_len", "max_answer_len", "top_k", "batch_size",
+                        "max_total_tokens")
+
+
+def _whole_number(name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not float(value).is_integer():
+        raise InputError(f"{name} must be a whole number, got {value!r}.")
+    return int(value)
+
+
 @dataclass
 class BatchState:
-    """The batch size that last worked for a loaded model, and how many out-of-memory back-offs happened."""
+    """What the engine remembers about a loaded model between requests: the batch size that last worked, how many
+    out-of-memory back-offs happened, and the forward throughput measured on it (what time predictions use)."""
 
     size: int
     backoffs: int = 0
+    # Window tokens run and the seconds they took, each earlier request counting half as much as the next, so the
+    # rate follows a machine whose load changes. Zero until a request has run (or a caller seeds a measured figure).
+    forward_tokens: float = 0.0
+    forward_s: float = 0.0
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        """Window tokens per second of forward passes on this model, or None before any was measured."""
+        return self.forward_tokens / self.forward_s if self.forward_s > 0 and self.forward_tokens > 0 else None
+
+    def record_forward(self, tokens: int, seconds: float) -> None:
+        if tokens > 0 and seconds > 0:
+            self.forward_tokens = self.forward_tokens / 2 + tokens
+            self.forward_s = self.forward_s / 2 + seconds
 
 
 class Runner(Protocol):
@@ -162,13 +218,19 @@ class QAResult:
 
 
 def truncate_question(tokenizer, question: str, max_question_len: int) -> tuple[str, str | None]:
-    """Cut the question to `max_question_len` tokens; returns the text and a notice when it was cut."""
-    encoding = tokenizer(question, add_special_tokens=False, return_offsets_mapping=True)
-    if len(encoding["input_ids"]) <= max_question_len:
+    """Cut the question to `max_question_len` tokens; returns the text and a notice when it was cut.
+
+    Only the question's head is tokenized when it is far longer than that (a pasted book is not a question).
+    """
+    head_chars = 4 * CHARS_PER_TOKEN_BOUND * max_question_len
+    head = question[:head_chars]
+    encoding = tokenizer(head, add_special_tokens=False, return_offsets_mapping=True)
+    if len(encoding["input_ids"]) <= max_question_len and len(head) == len(question):
         return question, None
-    cut = encoding["offset_mapping"][max_question_len - 1][1]
-    notice = (f"The question was {len(encoding['input_ids'])} tokens long and was cut to its first "
-              f"{max_question_len} tokens.")
+    cut = encoding["offset_mapping"][min(max_question_len, len(encoding["input_ids"])) - 1][1]
+    length = (f"{len(encoding['input_ids'])} tokens long" if len(head) == len(question)
+              else f"{len(question):,} characters long")
+    notice = f"The question was {length} and was cut to its first {max_question_len} tokens."
     return question[:cut], notice
 
 
@@ -185,12 +247,18 @@ def trim_offset(text: str, start: int, end: int) -> tuple[int, int]:
     return start, end
 
 
-def make_windows(tokenizer, question: str, documents: list[Document],
-                 settings: EngineSettings) -> tuple[list[Window], list[DocumentStats]]:
-    """Windows of every document, question first, overlapping by `doc_stride` tokens (the pipeline's meaning)."""
+def make_windows(tokenizer, question: str, documents: list[Document], settings: EngineSettings, *,
+                 should_stop: StopCheck | None = None) -> tuple[list[Window], list[DocumentStats]]:
+    """Windows of every document, question first, overlapping by `doc_stride` tokens (the pipeline's meaning).
+
+    Tokenizes each document whole, with offsets: check the request with `plan_request` first.
+    """
     windows: list[Window] = []
     stats: list[DocumentStats] = []
+    stop = _stop_check(should_stop)
     for index, document in enumerate(documents):
+        if stop():
+            raise Cancelled("The request was cancelled while its windows were being built.")
         encoded = tokenizer(question, document.text, truncation="only_second", max_length=settings.max_seq_len,
                             stride=settings.doc_stride, return_overflowing_tokens=True,
                             return_offsets_mapping=True)
@@ -208,6 +276,181 @@ def make_windows(tokenizer, question: str, documents: list[Document],
         tokens = covered - settings.doc_stride * (n_windows - 1)
         stats.append(DocumentStats(document.name, len(document.text), max(tokens, 0), n_windows))
     return windows, stats
+
+
+# Counting tokens before building windows: a count needs no offsets, and it stops at the limit, so a text that
+# tokenizes to about one token a character is refused after the limit's worth of tokens, not after all of them.
+
+_COUNT_CHUNK_CHARS = 1 << 16  # tokenized at a time when counting (at most about 130,000 tokens held at once)
+_CUT_SEARCH_CHARS = 1024  # how far back from a chunk's end to look for a space to cut at
+
+
+class TokenCount(NamedTuple):
+    tokens: int  # exact unless `hard_cuts`; over the limit asked for when `stopped`
+    chars: int  # characters counted (all of them unless `stopped`)
+    hard_cuts: int  # chunks cut inside a word: each may shift the count by a token or two
+    stopped: bool  # counting stopped once past the limit
+
+
+def count_tokens(tokenizer, text: str, limit: int | None = None, *, should_stop: StopCheck | None = None,
+                 chunk_chars: int = _COUNT_CHUNK_CHARS) -> TokenCount:
+    """The tokens of `text` alone (no special tokens), counted a chunk at a time without offsets; stops as soon as
+    the count is surely over `limit`.
+
+    Chunks end at a single space between two non-space characters: byte-level BPE (Longformer's) never joins
+    tokens across such a space, so there the sum of the chunks' counts is the whole text's count. Only a stretch of
+    `chunk_chars` characters without such a space is cut inside a word (`hard_cuts`).
+    """
+    backend = _counting_backend(tokenizer)
+    stop = _stop_check(should_stop)
+    tokens = hard_cuts = start = 0
+    while start < len(text):
+        if stop():
+            raise Cancelled("The request was cancelled while its documents were being tokenized.")
+        end, is_hard = _chunk_end(text, start, chunk_chars)
+        hard_cuts += is_hard
+        chunk = text[start:end]
+        tokens += len(backend.encode_batch_fast([chunk], add_special_tokens=False)[0]) if backend is not None \
+            else len(tokenizer(chunk, add_special_tokens=False)["input_ids"])
+        start = end
+        if limit is not None and tokens - 2 * hard_cuts > limit:
+            return TokenCount(tokens, start, hard_cuts, start < len(text))
+    return TokenCount(tokens, start, hard_cuts, False)
+
+
+def _chunk_end(text: str, start: int, chunk_chars: int) -> tuple[int, bool]:
+    """Where the chunk from `start` ends, and whether that cut is inside a word."""
+    end = start + chunk_chars
+    if end >= len(text):
+        return len(text), False
+    lowest = max(start + 1, end - _CUT_SEARCH_CHARS)
+    for cut in range(end, lowest, -1):  # the chunk ends before the space, the next one starts with it
+        if text[cut] == " " and not text[cut - 1].isspace() and cut + 1 < len(text) and not text[cut + 1].isspace():
+            return cut, False
+    return end, True
+
+
+def _counting_backend(tokenizer):
+    """The Rust tokenizer, made ready to encode without truncation or padding (what transformers' own call does
+    first), when it can count without building offsets; None otherwise."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None or not hasattr(backend, "encode_batch_fast"):
+        return None
+    if backend.truncation is not None:
+        backend.no_truncation()
+    if backend.padding is not None:
+        backend.no_padding()
+    return backend
+
+
+def _stop_check(should_stop: StopCheck | None) -> Callable[[], bool]:
+    if should_stop is None:
+        return lambda: False
+    if isinstance(should_stop, threading.Event):
+        return should_stop.is_set
+    return should_stop
+
+
+def count_windows(n_tokens: int, room: int, doc_stride: int) -> int:
+    """How many windows a document of `n_tokens` takes with `room` tokens for it in each (the tokenizer's
+    overflow: each window starts `room - doc_stride` tokens after the one before)."""
+    if n_tokens <= room:
+        return 1
+    return 1 + -(-(n_tokens - room) // (room - doc_stride))
+
+
+@dataclass
+class RequestPlan:
+    """What a request will cost, known before any model work and without building offsets."""
+
+    question: str  # cleaned and cut to `max_question_len` tokens
+    notices: list[str]
+    documents: list[DocumentStats]  # tokens and windows per document, as `make_windows` will find them
+    question_tokens: int
+    window_tokens: int  # the tokens of all windows together: the forward passes' work
+    tokens_per_s: float | None  # the model's measured forward throughput the prediction used
+    predicted_s: float | None  # forward time predicted from it; None before any was measured
+
+    @property
+    def tokens(self) -> int:
+        return sum(d.tokens for d in self.documents)
+
+    @property
+    def windows(self) -> int:
+        return sum(d.windows for d in self.documents)
+
+
+def plan_request(tokenizer, documents: list[Document], question: str, settings: EngineSettings, *,
+                 batch_state: BatchState | None = None, should_stop: StopCheck | None = None) -> RequestPlan:
+    """Check a request against every limit before any model work, cheapest check first.
+
+    InputError for an empty question or no document, characters over `max_chars_for(max_total_tokens)` (refused
+    without tokenizing), or tokens over `max_total_tokens` (counting stops there); RequestTooLongError when
+    `settings.max_request_s` is set and the throughput measured in `batch_state` predicts more; Cancelled when
+    `should_stop` says so between chunks. Cheap enough to preview a request with; use it from one thread at a time
+    per tokenizer (like any call of a fast tokenizer that changes its truncation).
+    """
+    question = validate_request(documents, question)
+    settings = settings.resolved(tokenizer)
+    n_chars = sum(len(d.text) for d in documents)
+    max_chars = max_chars_for(settings.max_total_tokens)
+    if n_chars > max_chars:
+        raise InputError(f"The documents have {n_chars:,} characters: over the limit of "
+                         f"{settings.max_total_tokens:,} tokens even at {CHARS_PER_TOKEN_BOUND} characters a token "
+                         f"({max_chars:,} characters).")
+    question, notice = truncate_question(tokenizer, question, settings.max_question_len)
+    question_tokens = len(tokenizer(question, add_special_tokens=False)["input_ids"])
+    room = settings.max_seq_len - question_tokens - tokenizer.num_special_tokens_to_add(pair=True)
+    stats: list[DocumentStats] = []
+    window_tokens = 0
+    slack = 0  # tokens the counts may be off by, where chunks were cut inside a word
+    for document in documents:
+        left = settings.max_total_tokens - sum(s.tokens for s in stats) + slack
+        count = count_tokens(tokenizer, document.text, left, should_stop=should_stop)
+        if count.stopped:
+            used = settings.max_total_tokens + slack - left
+            raise InputError(f"The documents have more than {settings.max_total_tokens:,} tokens (counting stopped "
+                             f"{count.chars:,} of {len(document.text):,} characters into '{document.name}', at "
+                             f"{used + count.tokens:,} tokens), over the limit of {settings.max_total_tokens:,}.")
+        slack += 2 * count.hard_cuts
+        n_windows = count_windows(count.tokens, room, settings.doc_stride)
+        window_tokens += n_windows * (settings.max_seq_len - room) + count.tokens \
+            + (n_windows - 1) * settings.doc_stride
+        stats.append(DocumentStats(document.name, len(document.text), count.tokens, n_windows))
+    tokens_per_s = batch_state.tokens_per_s if batch_state is not None else None
+    plan = RequestPlan(question, [notice] if notice else [], stats, question_tokens, window_tokens, tokens_per_s,
+                       window_tokens / tokens_per_s if tokens_per_s else None)
+    check_predicted_time(plan.predicted_s, settings, plan.windows, window_tokens, tokens_per_s)
+    return plan
+
+
+def check_predicted_time(predicted_s: float | None, settings: EngineSettings, windows: int, window_tokens: int,
+                         tokens_per_s: float | None, *, after: str = "") -> None:
+    """RequestTooLongError when `predicted_s` is over `settings.max_request_s` (no limit or no prediction: fine)."""
+    if settings.max_request_s is None or predicted_s is None or predicted_s <= settings.max_request_s:
+        return
+    raise RequestTooLongError(
+        f"This request would take about {predicted_s:,.0f} s{after} ({windows:,} windows, {window_tokens:,} tokens, "
+        f"at the {tokens_per_s:,.0f} tokens/s this model runs at here), over the limit of "
+        f"{settings.max_request_s:g} s a request. Ask about fewer or shorter documents.",
+        predicted_s=predicted_s, max_request_s=settings.max_request_s, windows=windows,
+        window_tokens=window_tokens, tokens_per_s=tokens_per_s)
+
+
+def release_memory() -> None:
+    """Hand freed memory back to the system: collect reference cycles, then ask glibc to return its free heap
+    pages. Without the trim, the allocations of a refused huge request stay in the process's RSS."""
+    gc.collect()
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+def _malloc_trim():
+    try:
+        return ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):  # not glibc (macOS, musl, Windows)
+        return None
 
 
 def collate(windows: list[Window], pad_token_id: int) -> dict[str, torch.Tensor]:
@@ -228,17 +471,90 @@ def is_out_of_memory(exc: BaseException) -> bool:
     return isinstance(exc, torch.OutOfMemoryError) or should_reduce_batch_size(exc)
 
 
+@dataclass(frozen=True)
+class WindowProgress:
+    """Where a request's forward passes stand, reported before the first batch and after each one."""
+
+    windows_done: int
+    windows_total: int
+    elapsed_s: float  # since the first batch began
+    eta_s: float | None  # time left: this request's own rate once a batch is done, before that the model's
+    # measured throughput; None when neither exists yet
+
+    @property
+    def windows_left(self) -> int:
+        return self.windows_total - self.windows_done
+
+    @property
+    def fraction(self) -> float:
+        return self.windows_done / self.windows_total if self.windows_total else 1.0
+
+
 def run_windows(runner: Runner, windows: list[Window], pad_token_id: int, settings: EngineSettings,
-                batch_state: BatchState, on_progress: Callable[[int, int], None] | None = None):
+                batch_state: BatchState, on_progress: Callable[[int, int], None] | None = None, *,
+                should_stop: StopCheck | None = None,
+                on_window_progress: Callable[[WindowProgress], None] | None = None):
     """Start/end logits of every window, in batches; on out-of-memory halve the batch and go on.
 
     Finished windows are kept (never recomputed); the size that worked stays in `batch_state` for the next
-    request. Without adaptive batching, or at batch size 1, out-of-memory is a clear OutOfMemoryError.
+    request, with the forward throughput measured here. Without adaptive batching, or at batch size 1,
+    out-of-memory is a clear OutOfMemoryError. `should_stop` is checked before every batch (Cancelled);
+    `on_progress(done, total)` and `on_window_progress(WindowProgress)` report after every batch. With
+    `settings.max_request_s` and no throughput measured before, the first batch measures it and the rest of the
+    request is refused (RequestTooLongError) if it would go over.
     """
     logits: list[tuple[np.ndarray, np.ndarray]] = []
     size = max(1, batch_state.size if settings.adaptive_batching else settings.batch_size)
-    done = 0
-    while done < len(windows):
+    stop = _stop_check(should_stop)
+    total_tokens = sum(len(w.input_ids) for w in windows)
+    rate_before = batch_state.tokens_per_s
+    done = done_tokens = 0
+    began = time.perf_counter()
+
+    def report() -> None:
+        if on_window_progress is None:
+            return
+        elapsed = time.perf_counter() - began
+        rate = done_tokens / elapsed if done_tokens and elapsed > 0 else rate_before
+        eta = (total_tokens - done_tokens) / rate if rate else None
+        on_window_progress(WindowProgress(done, len(windows), elapsed, eta))
+
+    try:
+        report()
+        while done < len(windows):
+            if stop():
+                raise Cancelled(f"The request was cancelled after {done:,} of {len(windows):,} windows.",
+                                windows_done=done, windows_total=len(windows))
+            size = _run_batch(runner, windows, done, size, pad_token_id, settings, batch_state, logits)
+            done_tokens += sum(len(w.input_ids) for w in windows[done: len(logits)])
+            done = len(logits)
+            if on_progress is not None:
+                on_progress(done, len(windows))
+            report()
+            if rate_before is None and done < len(windows):
+                rate_before = _check_after_first_batch(settings, windows, done_tokens, total_tokens,
+                                                       time.perf_counter() - began)
+    finally:
+        batch_state.record_forward(done_tokens, time.perf_counter() - began)
+    if settings.adaptive_batching:
+        batch_state.size = size
+    return logits, size
+
+
+def _check_after_first_batch(settings: EngineSettings, windows: list[Window], done_tokens: int, total_tokens: int,
+                             elapsed_s: float) -> float:
+    """With no throughput known before, the first batch's: RequestTooLongError if the whole request would take
+    longer than `max_request_s` at that rate."""
+    rate = done_tokens / elapsed_s if elapsed_s > 0 else float("inf")
+    check_predicted_time(total_tokens / rate, settings, len(windows), total_tokens, rate,
+                         after=" (measured on its first batch: no earlier request had measured this model)")
+    return rate
+
+
+def _run_batch(runner: Runner, windows: list[Window], done: int, size: int, pad_token_id: int,
+               settings: EngineSettings, batch_state: BatchState, logits: list) -> int:
+    """Run the next batch of windows into `logits`, halving the batch on out-of-memory; the size that worked."""
+    while True:
         chunk = windows[done: done + size]
         try:
             start, end = runner(collate(chunk, pad_token_id))  # (B, L) each
@@ -259,12 +575,7 @@ def run_windows(runner: Runner, windows: list[Window], pad_token_id: int, settin
         for row, window in enumerate(chunk):
             n = len(window.input_ids)
             logits.append((start[row, :n].numpy(), end[row, :n].numpy()))
-        done += len(chunk)
-        if on_progress is not None:
-            on_progress(done, len(windows))
-    if settings.adaptive_batching:
-        batch_state.size = size
-    return logits, size
+        return size
 
 
 def decode_answers(windows: list[Window], logits, documents: list[Document],
@@ -296,34 +607,44 @@ def validate_request(documents: list[Document], question: str) -> str:
 
 def answer(runner: Runner, tokenizer, documents: list[Document], question: str, settings: EngineSettings, *,
            batch_state: BatchState | None = None, on_progress: Callable[[int, int], None] | None = None,
-           extract_s: float = 0.0) -> QAResult:
-    """Answer `question` over every document; the result carries the request's latency and memory readouts."""
-    question = validate_request(documents, question)
+           extract_s: float = 0.0, should_stop: StopCheck | None = None,
+           on_window_progress: Callable[[WindowProgress], None] | None = None) -> QAResult:
+    """Answer `question` over every document; the result carries the request's latency and memory readouts.
+
+    Every limit is checked before model work (`plan_request`); `should_stop` (a callable or a threading.Event)
+    ends the request between batches with Cancelled; progress goes to `on_progress(done, total)` and
+    `on_window_progress(WindowProgress)`. A refused or cancelled request hands its memory back before raising.
+    """
     settings = settings.resolved(tokenizer)
     batch_state = batch_state or BatchState(settings.batch_size)
-    rough_tokens = sum(len(d.text) for d in documents) // 8  # a lower bound, to refuse huge input before tokenizing
-    if rough_tokens > settings.max_total_tokens:
-        raise InputError(f"The documents are far over the limit of {settings.max_total_tokens:,} tokens.")
-    notices: list[str] = []
     backoffs_before = batch_state.backoffs
-    with telemetry.measure(runner.devices) as measurement:
-        measurement.latency_s["extract"] = extract_s
-        with measurement.stage("tokenize"):
-            question, notice = truncate_question(tokenizer, question, settings.max_question_len)
-            if notice:
-                notices.append(notice)
-            windows, stats = make_windows(tokenizer, question, documents, settings)
-            tokens = sum(s.tokens for s in stats)
-            if tokens > settings.max_total_tokens:
-                raise InputError(f"The documents have {tokens:,} tokens, over the limit of "
-                                 f"{settings.max_total_tokens:,}.")
-        with measurement.stage("forward"):
-            logits, used_size = run_windows(runner, windows, tokenizer.pad_token_id, settings, batch_state,
-                                            on_progress)
-        with measurement.stage("decode"):
-            answers = decode_answers(windows, logits, documents, settings)
+    windows = logits = None
+    try:
+        with telemetry.measure(runner.devices) as measurement:
+            measurement.latency_s["extract"] = extract_s
+            with measurement.stage("tokenize"):
+                plan = plan_request(tokenizer, documents, question, settings, batch_state=batch_state,
+                                    should_stop=should_stop)
+                windows, stats = make_windows(tokenizer, plan.question, documents, settings,
+                                              should_stop=should_stop)
+                tokens = sum(s.tokens for s in stats)
+                if tokens > settings.max_total_tokens:
+                    raise InputError(f"The documents have {tokens:,} tokens, over the limit of "
+                                     f"{settings.max_total_tokens:,}.")
+            with measurement.stage("forward"):
+                logits, used_size = run_windows(runner, windows, tokenizer.pad_token_id, settings, batch_state,
+                                                on_progress, should_stop=should_stop,
+                                                on_window_progress=on_window_progress)
+            with measurement.stage("decode"):
+                answers = decode_answers(windows, logits, documents, settings)
+    except LongQAError as exc:
+        # The traceback keeps every frame it passed through, and with them the windows and logits: drop them.
+        windows = logits = None
+        traceback.clear_frames(exc.__traceback__)
+        release_memory()
+        raise
     measurement.latency_s["total"] += extract_s
-    return QAResult(question, answers, stats, len(windows), tokens, used_size,
+    return QAResult(plan.question, answers, stats, len(windows), tokens, used_size,
                     batch_state.backoffs - backoffs_before,
-                    measurement.latency_s, measurement.memory, notices,
+                    measurement.latency_s, measurement.memory, plan.notices,
                     window_tokens=max(len(w.input_ids) for w in windows))

@@ -16,28 +16,46 @@ from pathlib import Path
 from typing import Callable
 
 from longqa import engine
-from longqa.documents import DEFAULT_MAX_FILE_BYTES, Document, from_text, read_document
-from longqa.errors import InputError, LongQAError, ModelLoadError
+from longqa.documents import (DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_PAGES, DEFAULT_MAX_READ_S, Document, from_text,
+                              read_document)
+from longqa.errors import DocumentError, InputError, LongQAError, ModelLoadError
 
 Progress = Callable[[float, str], None]
 
 
-def read_documents(files: list, pasted_text: str | None = None,
-                   max_bytes: int = DEFAULT_MAX_FILE_BYTES) -> tuple[list[Document], float]:
-    """Documents from file paths (or `(name, bytes)` pairs) and pasted text, and the seconds it took."""
+def read_documents(files: list, pasted_text: str | None = None, max_bytes: int = DEFAULT_MAX_FILE_BYTES, *,
+                   max_chars: int | None = engine.max_chars_for(engine.DEFAULT_MAX_TOTAL_TOKENS),
+                   max_pages: int = DEFAULT_MAX_PAGES,
+                   max_read_s: float | None = DEFAULT_MAX_READ_S) -> tuple[list[Document], float]:
+    """Documents from file paths (or `(name, bytes)` pairs) and pasted text, and the seconds it took.
+
+    Each file and the pasted text obey `max_bytes` and `max_chars`; the documents together obey `max_chars`
+    (reading stops after the document that passes it) and share one `max_read_s` budget.
+    """
     began = time.perf_counter()
+    limits = dict(max_bytes=max_bytes, max_chars=max_chars, max_pages=max_pages, max_read_s=max_read_s,
+                  read_began=began)
     documents = []
     for item in files or []:
         if isinstance(item, tuple):
             name, data = item
-            documents.append(read_document(data, name, max_bytes=max_bytes))
+            documents.append(read_document(data, name, **limits))
         else:
-            documents.append(read_document(item, Path(item).name, max_bytes=max_bytes))
+            documents.append(read_document(item, Path(item).name, **limits))
+        _check_total_chars(documents, max_chars)
     if pasted_text and pasted_text.strip():
-        documents.append(from_text(pasted_text))
+        documents.append(from_text(pasted_text, max_bytes=max_bytes, max_chars=max_chars))
+        _check_total_chars(documents, max_chars)
     if not documents:
         raise InputError("No document given: upload a file or paste some text.")
     return documents, time.perf_counter() - began
+
+
+def _check_total_chars(documents: list[Document], max_chars: int | None) -> None:
+    n_chars = sum(d.n_chars for d in documents)
+    if max_chars is not None and n_chars > max_chars:
+        raise DocumentError(f"The {len(documents)} documents have {n_chars:,} characters together, over the limit "
+                            f"of {max_chars:,} characters.")
 
 
 class Session:
@@ -107,14 +125,18 @@ class Session:
                 loaded.unload()
 
     def ask(self, documents: list[Document], question: str, *, extract_s: float = 0.0,
-            on_progress: Callable[[int, int], None] | None = None, **overrides) -> engine.QAResult:
-        """Answer over documents with the loaded model; `overrides` replace engine settings (top_k, ...)."""
+            on_progress: Callable[[int, int], None] | None = None, should_stop: engine.StopCheck | None = None,
+            on_window_progress: Callable[[engine.WindowProgress], None] | None = None,
+            **overrides) -> engine.QAResult:
+        """Answer over documents with the loaded model; `overrides` replace engine settings (top_k,
+        max_total_tokens, max_request_s, ...). `should_stop` and `on_window_progress` go to `engine.answer`."""
         with self.lock:
             if self.loaded is None:
                 raise ModelLoadError("No model is loaded.")
             settings = replace(self.loaded.settings, **{k: v for k, v in overrides.items() if v is not None})
             return engine.answer(self.loaded.runner, self.loaded.tokenizer, documents, question, settings,
-                                 batch_state=self.loaded.batch_state, on_progress=on_progress, extract_s=extract_s)
+                                 batch_state=self.loaded.batch_state, on_progress=on_progress, extract_s=extract_s,
+                                 should_stop=should_stop, on_window_progress=on_window_progress)
 
     def readout(self, result: engine.QAResult) -> dict:
         """The full JSON readout of a result (the same fields as `python -m longqa ask --json`)."""

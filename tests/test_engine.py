@@ -240,3 +240,297 @@ def test_a_question_longer_than_the_document_is_fine(tiny_model, tiny_tokenizer)
     windows, _ = make_windows(tiny_tokenizer, "What is the colour of Zorbin? " * 5, [from_text("teal")],
                               EngineSettings().resolved(tiny_tokenizer))
     assert len(windows) == 1 and windows[0].context.sum() >= 1
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Limits before model work, incremental token counting, the time budget, cancellation and progress (issue 20).
+# Hostile inputs are generated here; times are generous bounds for a shared 2-core machine.
+
+import threading  # noqa: E402
+import time  # noqa: E402
+
+import psutil  # noqa: E402
+
+from longqa.documents import read_document  # noqa: E402
+from longqa.engine import (CHARS_PER_TOKEN_BOUND, WindowProgress, count_tokens, count_windows,  # noqa: E402
+                           max_chars_for, plan_request, run_windows, validate_request)
+from longqa.errors import Cancelled, RequestTooLongError  # noqa: E402
+
+COMBINING_ACUTE = "\u0301"  # a combining mark: about one token a character (two with the tiny tokenizer)
+
+
+def counting_runner(model, log: list, delay_s: float = 0.0):
+    """The real model, logging the size of every batch it is given (and optionally slower)."""
+    inner = ModelRunner(model)
+
+    def run(batch):
+        log.append(batch["input_ids"].shape[0])
+        if delay_s:
+            time.sleep(delay_s)
+        return inner(batch)
+
+    run.devices = inner.devices
+    return run
+
+
+def must_not_run(batch):
+    raise AssertionError("the model ran")
+
+
+must_not_run.devices = [torch.device("cpu")]
+
+
+@pytest.mark.parametrize("chunk_chars", [40, 257, 4096, 1 << 16])
+def test_counting_in_chunks_gives_the_exact_token_count(tiny_tokenizer, chunk_chars):
+    text = awkward_prose(3, 20_000) + "\n\n  indented   spaces\tand tabs  \n" + "x" * 30 + " end"
+    expected = len(tiny_tokenizer(text, add_special_tokens=False)["input_ids"])
+    count = count_tokens(tiny_tokenizer, text, chunk_chars=chunk_chars)
+    assert count == (expected, len(text), 0, False)
+
+
+def test_text_without_spaces_is_cut_inside_words_within_a_known_error(tiny_tokenizer):
+    text = "Zorbin is teal. " + "x" * 300 + COMBINING_ACUTE * 300
+    expected = len(tiny_tokenizer(text, add_special_tokens=False)["input_ids"])
+    count = count_tokens(tiny_tokenizer, text, chunk_chars=40)
+    assert count.hard_cuts == 15
+    assert expected <= count.tokens <= expected + 2 * count.hard_cuts
+
+
+def test_counting_stops_soon_after_the_limit(tiny_tokenizer):
+    text = COMBINING_ACUTE * 4_000_000
+    began = time.perf_counter()
+    count = count_tokens(tiny_tokenizer, text, limit=100_000)
+    assert time.perf_counter() - began < 2
+    assert count.stopped and 100_000 < count.tokens < 100_000 + 3 * (1 << 16)
+    assert count.chars < 3 * (1 << 16)
+
+
+@pytest.mark.parametrize("max_seq_len, stride, question, n_chars", [
+    (128, 32, "What is it?", 6000),
+    (128, 0, "What is the colour of the house by the harbour in the old town?", 3000),
+    (200, 64, "Who?", 150),  # one short window
+    (4096, 128, "Where?", 30_000),
+])
+def test_the_plan_predicts_the_windows_and_tokens_that_make_windows_builds(tiny_tokenizer, max_seq_len, stride,
+                                                                           question, n_chars):
+    documents = [Document("a.txt", awkward_prose(1, n_chars)), Document("b.md", prose(2, n_chars // 3 + 1))]
+    settings = EngineSettings(max_seq_len=max_seq_len, doc_stride=stride).resolved(tiny_tokenizer)
+    plan = plan_request(tiny_tokenizer, documents, question, settings)
+    windows, stats = make_windows(tiny_tokenizer, plan.question, documents, settings)
+    assert plan.documents == stats
+    assert plan.windows == len(windows) and plan.tokens == sum(s.tokens for s in stats)
+    assert plan.window_tokens == sum(len(w.input_ids) for w in windows)
+    assert plan.predicted_s is None  # no throughput measured yet
+
+
+def test_count_windows_matches_the_tokenizers_overflow():
+    assert [count_windows(n, 100, 20) for n in (1, 100, 101, 180, 181, 260, 261)] == [1, 1, 2, 2, 3, 3, 4]
+
+
+class CountingTokenizer:
+    """Delegates to a real tokenizer, counting every call that tokenizes."""
+
+    def __init__(self, tokenizer):
+        self._tokenizer, self.calls = tokenizer, 0
+
+    def __call__(self, *args, **kwargs):
+        self.calls += 1
+        return self._tokenizer(*args, **kwargs)
+
+    @property
+    def backend_tokenizer(self):
+        self.calls += 1
+        return self._tokenizer.backend_tokenizer
+
+    def __getattr__(self, name):
+        return getattr(self._tokenizer, name)
+
+
+def test_characters_over_the_implied_cap_are_refused_without_tokenizing(tiny_tokenizer):
+    tokenizer = CountingTokenizer(tiny_tokenizer)
+    documents = [Document("a.txt", "word " * 100), Document("b.txt", "x" * 301)]  # 801 characters
+    with pytest.raises(InputError) as info:
+        answer(must_not_run, tokenizer, documents, "Why?", EngineSettings(max_total_tokens=100))
+    assert str(info.value) == ("The documents have 801 characters: over the limit of 100 tokens even at 8 characters "
+                               "a token (800 characters).")
+    assert tokenizer.calls == 0
+    assert max_chars_for(2_000_000) == CHARS_PER_TOKEN_BOUND * 2_000_000 == 16_000_000
+
+
+def test_tokens_over_the_limit_name_where_counting_stopped(tiny_tokenizer):
+    documents = [Document("a.txt", prose(1, 2000)), Document("marks.txt", COMBINING_ACUTE * 200_000)]
+    with pytest.raises(InputError) as info:
+        answer(must_not_run, tiny_tokenizer, documents, "Why?", EngineSettings(max_total_tokens=50_000))
+    message = str(info.value)
+    assert message.startswith("The documents have more than 50,000 tokens (counting stopped ")
+    assert "of 200,000 characters into 'marks.txt'" in message and message.endswith("over the limit of 50,000.")
+
+
+def rss_bytes() -> int:
+    return psutil.Process().memory_info().rss
+
+
+class PeakRss:
+    """Samples this process's RSS every 10 ms while in the block."""
+
+    def __enter__(self):
+        self.peak_bytes, self._done = rss_bytes(), threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def _sample(self):
+        while not self._done.wait(0.01):
+            self.peak_bytes = max(self.peak_bytes, rss_bytes())
+
+    def __exit__(self, *exc):
+        self._done.set()
+        self._thread.join()
+
+
+def test_a_16_mb_file_of_combining_marks_is_refused_fast_and_gives_its_memory_back(tiny_tokenizer, tmp_path):
+    # Before: tokenized whole with offsets first (16 million tokens here): 55 s and 6.6 GB of RSS kept.
+    path = tmp_path / "marks.txt"
+    path.write_bytes((COMBINING_ACUTE * 8_000_000).encode())  # 16 MB, 8 million characters
+    documents = [read_document(path)]
+    assert documents[0].n_chars == 8_000_000 <= max_chars_for(2_000_000)  # under the character cap: tokens decide
+    before = rss_bytes()
+    began = time.perf_counter()
+    with PeakRss() as peak, pytest.raises(InputError, match="more than 2,000,000 tokens"):
+        answer(must_not_run, tiny_tokenizer, documents, "Why?", EngineSettings())
+    seconds = time.perf_counter() - began
+    after = rss_bytes()
+    assert seconds < 5
+    assert peak.peak_bytes - before < 400 * 2**20
+    assert after - before < 100 * 2**20
+
+
+def seeded_state(tokens_per_s: float) -> BatchState:
+    state = BatchState(1)
+    state.record_forward(int(tokens_per_s * 10), 10.0)
+    return state
+
+
+def test_a_request_predicted_to_take_too_long_is_refused_with_the_prediction(tiny_tokenizer):
+    documents = [Document("doc", prose(3, 8000))]
+    settings = EngineSettings(max_seq_len=128, doc_stride=32, max_request_s=5.0)
+    plan = plan_request(tiny_tokenizer, documents, "What is it?", settings, batch_state=seeded_state(10_000.0))
+    assert plan.tokens_per_s == pytest.approx(10_000.0)
+    assert plan.predicted_s == pytest.approx(plan.window_tokens / 10_000.0) and plan.predicted_s < 5.0
+    with pytest.raises(RequestTooLongError) as info:
+        answer(must_not_run, tiny_tokenizer, documents, "What is it?", settings, batch_state=seeded_state(100.0))
+    error = info.value
+    assert isinstance(error, InputError)
+    assert error.predicted_s == pytest.approx(plan.window_tokens / 100.0) and error.max_request_s == 5.0
+    assert (error.windows, error.window_tokens, error.tokens_per_s) == (plan.windows, plan.window_tokens,
+                                                                       pytest.approx(100.0))
+    assert str(error).startswith(f"This request would take about {error.predicted_s:,.0f} s ({plan.windows} windows")
+    assert "over the limit of 5 s a request" in str(error)
+
+
+def test_without_a_measured_throughput_the_first_batch_measures_it(tiny_model, tiny_tokenizer):
+    log: list[int] = []
+    runner = counting_runner(tiny_model, log, delay_s=0.2)  # at least 0.2 s a batch of 2
+    settings = EngineSettings(max_seq_len=128, doc_stride=32, batch_size=2, max_request_s=1.0)
+    state = BatchState(2)
+    with pytest.raises(RequestTooLongError, match="measured on its first batch"):
+        answer(runner, tiny_tokenizer, [Document("doc", prose(3, 8000))], "What is it?", settings, batch_state=state)
+    assert log == [2]  # one batch, then refused
+    assert state.tokens_per_s is not None and state.tokens_per_s < 2 * 128 / 0.2
+
+
+def test_a_run_records_the_models_throughput(tiny_model, tiny_tokenizer):
+    state = BatchState(4)
+    result = answer(ModelRunner(tiny_model), tiny_tokenizer, [Document("doc", prose(3, 4000))], "What is it?",
+                    EngineSettings(max_seq_len=128, doc_stride=32, batch_size=4), batch_state=state)
+    assert state.forward_tokens > result.tokens  # windows overlap and repeat the question
+    assert state.tokens_per_s == pytest.approx(state.forward_tokens / state.forward_s)
+    assert 0 < state.forward_s <= result.latency_s["forward"]
+
+
+@pytest.mark.parametrize("as_event", [True, False], ids=["threading.Event", "callable"])
+def test_should_stop_cancels_between_batches_and_the_model_stays_usable(tiny_model, tiny_tokenizer, as_event):
+    documents = [Document("doc", prose(3, 4000))]
+    settings = EngineSettings(max_seq_len=128, doc_stride=32, batch_size=2)
+    uncancelled = answer(ModelRunner(tiny_model), tiny_tokenizer, documents, "What is it?", settings)
+    log: list[int] = []
+    stop = threading.Event()
+
+    def stop_after_two_batches(done, total):
+        if done >= 4:
+            stop.set()
+
+    with pytest.raises(Cancelled) as info:
+        answer(counting_runner(tiny_model, log), tiny_tokenizer, documents, "What is it?", settings,
+               on_progress=stop_after_two_batches, should_stop=stop if as_event else stop.is_set)
+    assert log == [2, 2]
+    total = info.value.windows_total
+    assert info.value.windows_done == 4 and total > 4
+    assert str(info.value) == f"The request was cancelled after 4 of {total} windows."
+    again = answer(ModelRunner(tiny_model), tiny_tokenizer, documents, "What is it?", settings)
+    assert [(a.text, a.start_char, a.score) for a in again.answers] == \
+        [(a.text, a.start_char, a.score) for a in uncancelled.answers]
+
+
+def test_a_stop_before_any_batch_runs_no_model_work(tiny_tokenizer):
+    with pytest.raises(Cancelled, match="cancelled while its documents were being tokenized"):
+        answer(must_not_run, tiny_tokenizer, [Document("doc", prose(3, 8000))], "What is it?",
+               EngineSettings(max_seq_len=128, doc_stride=32), should_stop=lambda: True)
+
+
+def test_progress_reports_windows_done_left_and_time_left(tiny_model, tiny_tokenizer):
+    reports: list[WindowProgress] = []
+    pairs: list[tuple[int, int]] = []
+    state = seeded_state(5000.0)
+    documents, settings = [Document("doc", prose(3, 6000))], EngineSettings(max_seq_len=128, doc_stride=32,
+                                                                            batch_size=3)
+    plan = plan_request(tiny_tokenizer, documents, "What is it?", settings, batch_state=state)
+    result = answer(ModelRunner(tiny_model), tiny_tokenizer, documents, "What is it?", settings, batch_state=state,
+                    on_progress=lambda done, total: pairs.append((done, total)), on_window_progress=reports.append)
+    total = result.windows
+    assert [r.windows_done for r in reports] == [0, *range(3, total, 3), total]
+    assert pairs == [(r.windows_done, total) for r in reports[1:]]  # the old callback is unchanged
+    assert all(r.windows_total == total and r.windows_left == total - r.windows_done for r in reports)
+    assert reports[0].eta_s == pytest.approx(plan.predicted_s)  # before any batch: the seeded throughput
+    assert reports[-1].eta_s == 0 and reports[-1].fraction == 1.0
+    assert [r.elapsed_s for r in reports] == sorted(r.elapsed_s for r in reports)
+
+
+def test_run_windows_reports_no_eta_before_any_throughput_is_known(tiny_model, tiny_tokenizer):
+    settings = EngineSettings(max_seq_len=128, doc_stride=32, batch_size=2).resolved(tiny_tokenizer)
+    windows, _ = make_windows(tiny_tokenizer, "Why?", [Document("doc", prose(3, 3000))], settings)
+    reports: list[WindowProgress] = []
+    run_windows(ModelRunner(tiny_model), windows, tiny_tokenizer.pad_token_id, settings, BatchState(2),
+                on_window_progress=reports.append)
+    assert reports[0].eta_s is None and reports[1].eta_s is not None
+
+
+@pytest.mark.parametrize("value", [2.7, "3", True, float("nan")])
+def test_top_k_must_be_a_whole_number(tiny_tokenizer, value):
+    with pytest.raises(InputError, match=f"top_k must be a whole number, got {value!r}"):
+        EngineSettings(top_k=value).resolved(tiny_tokenizer)
+
+
+def test_whole_numbers_given_as_floats_are_taken(tiny_tokenizer):
+    settings = EngineSettings(top_k=3.0, max_seq_len=256.0, batch_size=2.0).resolved(tiny_tokenizer)
+    assert (settings.top_k, settings.max_seq_len, settings.batch_size) == (3, 256, 2)
+    assert all(type(v) is int for v in (settings.top_k, settings.max_seq_len, settings.batch_size))
+
+
+def test_max_request_s_must_be_positive(tiny_tokenizer):
+    with pytest.raises(InputError, match="max_request_s must be a positive number"):
+        EngineSettings(max_request_s=0).resolved(tiny_tokenizer)
+
+
+def test_questions_lose_bidirectional_controls():
+    question = validate_request([Document("d", "text")], "Who \u202epays\u202c the \u2066fee\u2069?")
+    assert question == "Who pays the fee?"
+
+
+def test_a_question_the_size_of_a_book_is_cut_without_tokenizing_all_of_it(tiny_tokenizer):
+    question = "What is the weight of the bridge in the old town? " * 200_000  # 10 million characters
+    began = time.perf_counter()
+    cut, notice = truncate_question(tiny_tokenizer, question, 64)
+    assert time.perf_counter() - began < 1
+    assert question.startswith(cut) and len(tiny_tokenizer(cut, add_special_tokens=False)["input_ids"]) == 64
+    assert notice == "The question was 10,000,000 characters long and was cut to its first 64 tokens."
