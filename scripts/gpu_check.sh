@@ -29,6 +29,8 @@ done
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT" || exit 2
+# Nothing is fetched: the GPU machine has no network, and a library that tries would wait for a timeout first.
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 PYTHONUNBUFFERED=1
 PYTHON=${PYTHON:-python3}
 BUDGET_S=${GPU_CHECK_BUDGET_S:-470}
 TEST_BUDGET_S=${TEST_BUDGET_S:-150}
