@@ -125,7 +125,7 @@ def from_text(text: str, name: str = "pasted text", *, max_bytes: int = DEFAULT_
 
     `max_bytes` counts the text's UTF-8 bytes, as if it had been uploaded as a UTF-8 file.
     """
-    n_bytes = len(text.encode("utf-8", errors="surrogatepass"))
+    n_bytes = len(text) if text.isascii() else len(text.encode("utf-8", errors="surrogatepass"))
     _check_size(name, n_bytes, max_bytes, what="size limit")
     text = clean_text(text)
     if not text.strip():

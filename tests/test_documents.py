@@ -625,8 +625,14 @@ def test_pasted_text_has_a_size_limit_in_utf8_bytes_like_a_file():
 
 def test_pasted_text_of_60_mb_is_refused_by_the_default_limit_without_copies():
     text = "x" * (60 * 1024 * 1024)
-    message = str(pytest.raises(DocumentError, from_text, text).value)
+    tracemalloc.start()
+    try:
+        message = str(pytest.raises(DocumentError, from_text, text).value)
+        _, peak_bytes = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
     assert "'pasted text' is 60.0 MB" in message and "over the 50.0 MB size limit" in message
+    assert peak_bytes < 1024 * 1024  # neither encoded nor cleaned
 
 
 def test_pasted_text_has_a_character_limit():
