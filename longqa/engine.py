@@ -401,6 +401,10 @@ def plan_request(tokenizer, documents: list[Document], question: str, settings: 
     question, notice = truncate_question(tokenizer, question, settings.max_question_len)
     question_tokens = len(tokenizer(question, add_special_tokens=False)["input_ids"])
     room = settings.max_seq_len - question_tokens - tokenizer.num_special_tokens_to_add(pair=True)
+    if room <= settings.doc_stride:
+        raise InputError(f"The question leaves {room} tokens for the document in each {settings.max_seq_len}-token "
+                         f"window, not more than the overlap of {settings.doc_stride}: shorten the question or "
+                         f"lower doc_stride.")
     stats: list[DocumentStats] = []
     window_tokens = 0
     slack = 0  # tokens the counts may be off by, where chunks were cut inside a word

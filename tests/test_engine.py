@@ -323,6 +323,14 @@ def test_the_plan_predicts_the_windows_and_tokens_that_make_windows_builds(tiny_
     assert plan.predicted_s is None  # no throughput measured yet
 
 
+def test_a_question_that_leaves_no_room_past_the_overlap_is_refused(tiny_tokenizer):
+    settings = EngineSettings(max_seq_len=100, doc_stride=32, max_question_len=64)
+    question = "What is the colour of the house by the harbour in the old town? " * 8  # cut to 64 tokens
+    with pytest.raises(InputError, match="leaves 32 tokens for the document in each 100-token window, not more than "
+                                         "the overlap of 32"):
+        answer(must_not_run, tiny_tokenizer, [Document("doc", prose(1, 3000))], question, settings)
+
+
 def test_count_windows_matches_the_tokenizers_overflow():
     assert [count_windows(n, 100, 20) for n in (1, 100, 101, 180, 181, 260, 261)] == [1, 1, 2, 2, 3, 3, 4]
 
