@@ -16,8 +16,10 @@ import sys
 import traceback
 import uuid
 from dataclasses import dataclass, field
-from functools import partial
+import functools
+import inspect
 from pathlib import Path
+from typing import Callable
 
 import gradio as gr
 
@@ -32,6 +34,7 @@ import ui_format
 from longqa import engine
 from longqa.documents import SUPPORTED_EXTENSIONS, read_document
 from longqa.errors import InputError, LongQAError, ModelLoadError, ProfileError
+from longqa.lane import ModelLane
 from longqa.models import DEFAULT_MODEL, KNOWN_MODELS
 from longqa.session import Session, read_documents
 from longqa.telemetry import gpu_snapshot
@@ -44,7 +47,12 @@ from strategies.registry import strategy_cards
 ZERO_GPU = os.environ.get("SPACES_ZERO_GPU", "").lower() in ("1", "t", "true")  # as the `spaces` package reads it
 
 SAMPLES_DIR = Path(__file__).resolve().parent / "longqa" / "samples"
-MODEL_CONCURRENCY = "model"  # loads and answers share it: a reload never runs under an in-flight answer
+MODEL_CONCURRENCY = "model"  # model reloads, one at a time
+# Requests (answers, training steps) run their reading and checks side by side, then take turns on the model in
+# the context's lane: a slow upload delays only its own visitor, and a reload waits for the answer in flight.
+REQUEST_CONCURRENCY = "requests"
+REQUEST_WORKERS = 8
+SPACE_MAX_REQUEST_S = 120.0
 DEFAULT_QUEUE_SIZE = 64
 DEFAULT_MAX_FILE_MB = 50.0
 DEFAULT_TOP_K = 3
@@ -73,6 +81,8 @@ class AppContext:
     selection: dict = field(default_factory=dict)  # what the dropdowns show: profile, model, strategies
     load_error: str | None = None
     lock_profile: bool = False  # a shared deployment: the profile and model cannot be changed from the page or API
+    max_request_s: float | None = None  # refuse requests predicted to take longer (None: no limit)
+    lane: ModelLane = field(default_factory=ModelLane)  # one request at a time on the model, fairly
     tokens_per_s: float | None = None  # measured by this deployment's last answer (readouts carry it)
     key: str = field(default_factory=lambda: uuid.uuid4().hex)  # how GPU functions find this context
 
@@ -80,6 +90,9 @@ class AppContext:
 # The contexts GPU functions reach by key. ZeroGPU pickles a GPU function's arguments to a forked worker, so those
 # arguments are the request's own inputs and the key; the worker inherits this module state, model included.
 CONTEXTS: dict[str, AppContext] = {}
+# How a running request learns that it was abandoned (Stop, a closed tab, a vanished client), by event id. Checks
+# are closures over gradio's queue: a forked ZeroGPU worker sees a frozen copy and never stops early, which is safe.
+STOP_CHECKS: dict[str, Callable[[], bool]] = {}
 
 
 def gpu_function(duration):
@@ -92,7 +105,8 @@ def gpu_function(duration):
 def make_context(session: Session | None = None, *, models=None, default_model: str = DEFAULT_MODEL,
                  default_profile: str = "auto", max_file_mb: float = DEFAULT_MAX_FILE_MB,
                  max_total_tokens: int = engine.DEFAULT_MAX_TOTAL_TOKENS,
-                 hardware: Hardware | None = None, lock_profile: bool = False) -> AppContext:
+                 hardware: Hardware | None = None, lock_profile: bool = False, max_request_s: float | None = None,
+                 queue_size: int = DEFAULT_QUEUE_SIZE) -> AppContext:
     get_profile(default_profile)
     allowed = list(dict.fromkeys([*(models if models is not None else KNOWN_MODELS), default_model]))
     session = session or Session()
@@ -101,7 +115,8 @@ def make_context(session: Session | None = None, *, models=None, default_model: 
     ctx = AppContext(session=session, hardware=hardware, models=allowed,
                      max_file_bytes=int(max_file_mb * 1024 * 1024), max_total_tokens=max_total_tokens,
                      selection={"profile": default_profile, "model": default_model, "strategies": []},
-                     lock_profile=lock_profile)
+                     lock_profile=lock_profile, max_request_s=max_request_s or None,
+                     lane=ModelLane(max_waiting=queue_size))
     CONTEXTS[ctx.key] = ctx
     return ctx
 
@@ -214,13 +229,15 @@ def on_page_load(ctx: AppContext, progress=gr.Progress()):
 
 
 def load_profile(ctx: AppContext, profile_name: str, model_ref: str, strategies=None, seen=None,
-                 progress=gr.Progress()):
-    """Reload with another profile or model; a failed load keeps the previous model. Refused when locked."""
+                 request: gr.Request = None, progress=gr.Progress()):
+    """Reload with another profile or model, in turn with the answers; a failed load keeps the previous model.
+    Refused when locked."""
     with user_errors("Loading"):
         if ctx.lock_profile:
             raise ProfileError(f"This deployment fixes the model and profile ({current_model(ctx)}): they cannot "
                                "be changed from the page or the API.")
-        load_selection(ctx, profile_name, model_ref, strategies or [], progress)
+        with model_turn(ctx, request, progress):
+            load_selection(ctx, profile_name, model_ref, strategies or [], progress)
     return (seen_now(ctx), *load_outputs(ctx))
 
 
@@ -250,20 +267,59 @@ def show_custom_controls(profile_name: str):
 
 
 def preview_documents(ctx: AppContext, files, pasted_text, question):
-    """Characters, tokens and windows of each document before asking (windows depend on the question's length)."""
+    """Characters, tokens and windows of each document before asking (windows depend on the question's length),
+    with every limit checked; counted without the model, so a preview never waits for an answer in flight."""
     if not files and not (pasted_text or "").strip():
         return pd.DataFrame([], columns=ui_format.DOCUMENT_HEADERS)
     with user_errors("Reading the documents"):
-        documents, _ = read_documents(files or [], pasted_text, ctx.max_file_bytes)
-        loaded = ctx.session.loaded
-        if loaded is None:
+        documents, _ = read_documents(files or [], pasted_text, ctx.max_file_bytes,
+                                      max_chars=engine.max_chars_for(ctx.max_total_tokens))
+        if ctx.session.loaded is None:
             rows = [[d.name, d.n_chars, None, None] for d in documents]
         else:
-            with ctx.session.lock:  # a fast tokenizer must not be used from two threads at once
-                settings = loaded.settings.resolved(loaded.tokenizer)
-                _, stats = engine.make_windows(loaded.tokenizer, (question or "").strip() or "?", documents, settings)
-            rows = ui_format.document_rows([vars(s) for s in stats])
+            plan = ctx.session.preview(documents, (question or "").strip() or "?",
+                                       max_total_tokens=ctx.max_total_tokens)
+            rows = ui_format.document_rows([vars(s) for s in plan.documents])
     return pd.DataFrame(rows, columns=ui_format.DOCUMENT_HEADERS)
+
+
+def abandonment_check() -> Callable[[], bool]:
+    """Whether the gradio event running this handler was abandoned: Stop pressed (gradio cancels the event), the
+    tab closed or the client vanished (gradio marks it dead). A direct call, outside gradio's queue, never is."""
+    from gradio.context import LocalContext
+
+    blocks, event_id = LocalContext.blocks.get(None), LocalContext.event_id.get(None)
+    queue = getattr(blocks, "_queue", None)
+    if queue is None or event_id is None:
+        return lambda: False
+
+    def is_abandoned() -> bool:
+        for job in list(queue.active_jobs):
+            for event in job or ():
+                if event._id == event_id:
+                    return not event.alive
+        return True  # no longer among the running events: cancelled, or its client is gone
+
+    return is_abandoned
+
+
+@contextlib.contextmanager
+def model_turn(ctx: AppContext, request: gr.Request | None, progress=None):
+    """This request's turn on the model, waiting in line (with progress), and the key of its abandonment check."""
+    check = abandonment_check()
+    visitor = getattr(request, "session_hash", None)
+
+    def on_wait(ahead: int) -> None:
+        if progress is not None:
+            progress(0.0, desc=f"Waiting for the model: {ahead} request{'s' if ahead != 1 else ''} ahead")
+
+    with ctx.lane.turn(visitor, should_stop=check, on_wait=on_wait):
+        stop_key = uuid.uuid4().hex
+        STOP_CHECKS[stop_key] = check
+        try:
+            yield stop_key
+        finally:
+            STOP_CHECKS.pop(stop_key, None)
 
 
 def whole_number(value, what: str, default: int) -> int:
@@ -275,7 +331,7 @@ def whole_number(value, what: str, default: int) -> int:
     return int(value)
 
 
-def answer_duration(context_key: str, documents, question, top_k, extract_s, progress=None) -> float:
+def answer_duration(context_key: str, documents, question, top_k, extract_s, progress=None, stop_key=None) -> float:
     """Seconds of GPU to ask ZeroGPU for: grows with the request's tokens at the deployment's measured speed."""
     ctx = CONTEXTS.get(context_key)
     tokens = sum(document.n_chars for document in documents) / CHARS_PER_TOKEN
@@ -285,33 +341,44 @@ def answer_duration(context_key: str, documents, question, top_k, extract_s, pro
 
 @gpu_function(duration=answer_duration)
 def answer_on_gpu(context_key: str, documents: list, question: str, top_k: int, extract_s: float,
-                  progress=None) -> dict:
+                  progress=None, stop_key: str | None = None) -> dict:
     """The model work of one request, and nothing else: its arguments and its readout pickle (ZeroGPU runs it in
-    a forked worker), and it reaches the loaded model through the module's contexts."""
+    a forked worker), and it reaches the loaded model through the module's contexts. Ends between batches when
+    the request is abandoned; refuses up front what would run past the context's `max_request_s`."""
     ctx = CONTEXTS[context_key]
-    on_progress = None
+    on_window_progress = None
     if progress is not None:
-        def on_progress(done, total):
-            progress((done, total), desc="Windows done", unit="windows")
+        def on_window_progress(state):
+            left = f", about {ui_format.format_seconds(state.eta_s)} left" if state.eta_s is not None else ""
+            progress((state.windows_done, state.windows_total),
+                     desc=f"{state.windows_done:,} windows done, {state.windows_left:,} to go{left}",
+                     unit="windows")
     with user_errors("Answering"):  # inside: ZeroGPU passes only gr.Error through from its worker
         if ctx.session.loaded is None:
             raise ModelLoadError("No model is loaded: pick a model or profile above.")
         result = ctx.session.ask(documents, question, extract_s=extract_s, top_k=top_k,
-                                 max_total_tokens=ctx.max_total_tokens, on_progress=on_progress)
+                                 max_total_tokens=ctx.max_total_tokens, max_request_s=ctx.max_request_s,
+                                 should_stop=STOP_CHECKS.get(stop_key), on_window_progress=on_window_progress)
         return ctx.session.readout(result)
 
 
-def ask(ctx: AppContext, files, pasted_text, question, top_k, history, seen=None, progress=gr.Progress()):
+def ask(ctx: AppContext, files, pasted_text, question, top_k, history, seen=None, request: gr.Request = None,
+        progress=gr.Progress()):
     """Answer the question over the documents; the last output is the full JSON readout.
 
-    Reading and checking the documents happen here, before the GPU function: a bad upload costs no GPU time."""
+    Reading and checking the documents happen first, outside the model lane and the GPU function: a bad or slow
+    upload costs only its own visitor's time, and no GPU time."""
     with user_errors("Answering"):
         top_k = whole_number(top_k, "Top-k", DEFAULT_TOP_K)
-        documents, extract_s = read_documents(files or [], pasted_text, ctx.max_file_bytes)
-        ensure_loaded(ctx, progress)
-        changed = changed_since(ctx, seen)
-        progress(0.0, desc="Reading windows")
-        readout = answer_on_gpu(ctx.key, documents, question, top_k, extract_s, progress)
+        progress(0.0, desc="Reading the documents")
+        documents, extract_s = read_documents(files or [], pasted_text, ctx.max_file_bytes,
+                                              max_chars=engine.max_chars_for(ctx.max_total_tokens))
+        engine.validate_request(documents, question)
+        with model_turn(ctx, request, progress) as stop_key:
+            ensure_loaded(ctx, progress)
+            changed = changed_since(ctx, seen)
+            progress(0.0, desc="Reading windows")
+            readout = answer_on_gpu(ctx.key, documents, question, top_k, extract_s, progress, stop_key)
     ctx.tokens_per_s = readout.get("tokens_per_s") or ctx.tokens_per_s
     if changed:
         readout["notices"] = [changed, *readout.get("notices", [])]
@@ -385,13 +452,14 @@ def training_step_on_gpu(context_key: str, window_tokens: int):
     return readout, int(batch["input_ids"].shape[1])
 
 
-def run_training_step(ctx: AppContext, window_tokens, progress=gr.Progress()):
+def run_training_step(ctx: AppContext, window_tokens, request: gr.Request = None, progress=gr.Progress()):
     """The training-step readout: both peaks and times, and what checkpointing saved."""
     with user_errors("The training step"):
         window_tokens = whole_number(window_tokens, "The window", 512)
-        ensure_loaded(ctx, progress)
-        progress(0.1, desc="Forward+backward without, then with checkpointing")
-        readout, window = training_step_on_gpu(ctx.key, window_tokens)
+        with model_turn(ctx, request, progress):
+            ensure_loaded(ctx, progress)
+            progress(0.1, desc="Forward+backward without, then with checkpointing")
+            readout, window = training_step_on_gpu(ctx.key, window_tokens)
     return (pd.DataFrame(ui_format.training_rows(readout), columns=ui_format.TRAINING_HEADERS),
             ui_format.training_summary(readout, window))
 
@@ -428,7 +496,20 @@ def strategies_frame() -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["strategy", "stage", "saves", "costs", "requires"])
 
 
+def bind(handler: Callable, ctx: AppContext) -> Callable:
+    """`handler` with its context bound, keeping the signature and type hints gradio reads to pass gr.Request and
+    gr.Progress (a functools.partial hides the hints)."""
+    @functools.wraps(handler)
+    def bound(*args, **kwargs):
+        return handler(ctx, *args, **kwargs)
+
+    signature = inspect.signature(handler)
+    bound.__signature__ = signature.replace(parameters=list(signature.parameters.values())[1:])
+    return bound
+
+
 def build_blocks(ctx: AppContext, queue_size: int = DEFAULT_QUEUE_SIZE) -> gr.Blocks:
+    ctx.lane.max_waiting = queue_size  # the page's queue bound is the model lane's
     has_gpu = bool(ctx.hardware.usable_gpus)
     empty = ui_format.history_frame([])
     with gr.Blocks(title="Long-document QA with Longformer", analytics_enabled=False,
@@ -507,7 +588,7 @@ def build_blocks(ctx: AppContext, queue_size: int = DEFAULT_QUEUE_SIZE) -> gr.Bl
         selection_outputs = [profile_dd, model_dd, strategies_cb, banner_box, load_table, load_json]
         load_outputs_ = [seen, banner_box, load_table, load_json]
         load_inputs = [profile_dd, model_dd, strategies_cb, seen]
-        demo.load(partial(on_page_load, ctx), outputs=[profile_dd, model_dd, strategies_cb, *load_outputs_],
+        demo.load(bind(on_page_load, ctx), outputs=[profile_dd, model_dd, strategies_cb, *load_outputs_],
                   concurrency_limit=None,
                   api_visibility="private", show_progress_on=[load_table])
         profile_dd.change(show_custom_controls, inputs=profile_dd, outputs=[strategies_cb, apply_btn],
@@ -515,24 +596,25 @@ def build_blocks(ctx: AppContext, queue_size: int = DEFAULT_QUEUE_SIZE) -> gr.Bl
         # `select`, not `input`: a dropdown fires `input` twice per pick in gradio 6.31 (two loads, two errors).
         triggers = ((profile_dd.select, "load_profile"), (model_dd.select, None), (apply_btn.click, None))
         for trigger, api_name in triggers:
-            trigger(partial(load_profile, ctx), inputs=load_inputs, outputs=load_outputs_,
+            trigger(bind(load_profile, ctx), inputs=load_inputs, outputs=load_outputs_,
                     concurrency_id=MODEL_CONCURRENCY, api_name=api_name, show_progress_on=[load_table],
                     api_visibility="public" if api_name else "private").failure(
-                partial(restore_selection, ctx), outputs=selection_outputs, api_visibility="private")
+                bind(restore_selection, ctx), outputs=selection_outputs, api_visibility="private")
         for trigger in (files.change, pasted.blur):
-            trigger(partial(preview_documents, ctx), inputs=[files, pasted, question], outputs=doc_table,
+            trigger(bind(preview_documents, ctx), inputs=[files, pasted, question], outputs=doc_table,
                     api_visibility="private")
         ask_inputs = [files, pasted, question, top_k, history, seen]
         ask_outputs = [doc_table, answer_box, answers_table, evidence_box, latency_table, memory_table, run_table,
                        history, history_table, memory_plot, latency_plot, seen, readout_json]
-        ask_event = ask_btn.click(partial(ask, ctx), inputs=ask_inputs, outputs=ask_outputs,
-                                  concurrency_id=MODEL_CONCURRENCY, api_name="ask", show_progress_on=[answer_box])
-        submit_event = question.submit(partial(ask, ctx), inputs=ask_inputs, outputs=ask_outputs,
-                                       concurrency_id=MODEL_CONCURRENCY, api_visibility="private",
+        ask_event = ask_btn.click(bind(ask, ctx), inputs=ask_inputs, outputs=ask_outputs,
+                                  concurrency_id=REQUEST_CONCURRENCY, concurrency_limit=REQUEST_WORKERS,
+                                  api_name="ask", show_progress_on=[answer_box])
+        submit_event = question.submit(bind(ask, ctx), inputs=ask_inputs, outputs=ask_outputs,
+                                       concurrency_id=REQUEST_CONCURRENCY, api_visibility="private",
                                        show_progress_on=[answer_box])
         stop_btn.click(None, cancels=[ask_event, submit_event])
-        train_btn.click(partial(run_training_step, ctx), inputs=window_slider,
-                        outputs=[training_table, training_text], concurrency_id=MODEL_CONCURRENCY,
+        train_btn.click(bind(run_training_step, ctx), inputs=window_slider,
+                        outputs=[training_table, training_text], concurrency_id=REQUEST_CONCURRENCY,
                         api_name="training_step")
         timer.tick(refresh_gpu_gauge, outputs=gauge, concurrency_limit=None, show_progress="hidden",
                    api_visibility="private")
@@ -577,6 +659,12 @@ def serve(demo: gr.Blocks, *, host: str = "127.0.0.1", port: int = 7860, share: 
     return local_url, share_url
 
 
+def default_max_request_s() -> float:
+    """A shared Space bounds each request's time so that one visitor cannot hold the model for minutes; a laptop
+    runs whatever its owner asks."""
+    return SPACE_MAX_REQUEST_S if os.environ.get("SPACE_ID") else 0.0
+
+
 def default_lock_profile() -> bool:
     """Locked on a Space (Spaces set SPACE_ID), where any visitor could otherwise reload the model for all."""
     setting = os.environ.get("LONGQA_LOCK_PROFILE", "").strip().lower()
@@ -600,6 +688,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="refuse requests whose documents have more tokens than this")
     parser.add_argument("--queue-size", type=int, default=DEFAULT_QUEUE_SIZE,
                         help="requests that may wait; more are refused with 'queue is full'")
+    parser.add_argument("--max-request-s", type=float, default=default_max_request_s(),
+                        help="refuse a request predicted (from this deployment's measured tokens per second) to take "
+                             "longer than this many seconds; 0: no limit (default: "
+                             f"{SPACE_MAX_REQUEST_S:.0f} in a Hugging Face Space, no limit elsewhere)")
     parser.add_argument("--lock-profile", action=argparse.BooleanOptionalAction, default=default_lock_profile(),
                         help="shared deployments: the model and profile stay as started; the page and the API "
                              "cannot change them (default: on in a Hugging Face Space, off elsewhere; "
@@ -611,7 +703,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     ctx = make_context(Session(), default_model=args.model, default_profile=args.profile,
                        max_file_mb=args.max_file_mb, max_total_tokens=args.max_tokens,
-                       lock_profile=args.lock_profile or ZERO_GPU)
+                       lock_profile=args.lock_profile or ZERO_GPU, max_request_s=args.max_request_s,
+                       queue_size=args.queue_size)
     reason = unavailable_reason(get_profile(args.profile), ctx.hardware)
     if reason is not None:
         print(f"error: profile {args.profile!r} cannot run on this machine: {reason}.", file=sys.stderr)

@@ -6,6 +6,7 @@ formatting and knows nothing of gradio.
 
 from __future__ import annotations
 
+import copy
 import os
 import threading
 import time
@@ -73,6 +74,8 @@ class Session:
         self.requested: tuple[str, str] | None = None
         self.generation = 0  # counts successful loads, so a visitor can tell that someone else switched
         self.lock = threading.RLock()
+        self._preview_lock = threading.Lock()
+        self._preview_tokenizer = None  # (the loaded model it was copied for, its own copy of the tokenizer)
         # A forked child (ZeroGPU's GPU worker) must not inherit a lock held by a thread that did not come along.
         os.register_at_fork(after_in_child=partial(_renew_lock, weakref.ref(self)))
 
@@ -138,6 +141,20 @@ class Session:
                                  batch_state=self.loaded.batch_state, on_progress=on_progress, extract_s=extract_s,
                                  should_stop=should_stop, on_window_progress=on_window_progress)
 
+    def preview(self, documents: list[Document], question: str, **overrides) -> engine.RequestPlan:
+        """What a request would cost (tokens and windows per document, predicted seconds) and whether it passes
+        every limit, without the model or its lock: counted on this session's own copy of the tokenizer (a fast
+        tokenizer must not serve two threads at once)."""
+        loaded = self.loaded
+        if loaded is None:
+            raise ModelLoadError("No model is loaded.")
+        with self._preview_lock:
+            if self._preview_tokenizer is None or self._preview_tokenizer[0] is not loaded:
+                self._preview_tokenizer = (loaded, copy.deepcopy(loaded.tokenizer))
+            settings = replace(loaded.settings, **{k: v for k, v in overrides.items() if v is not None})
+            return engine.plan_request(self._preview_tokenizer[1], documents, question, settings,
+                                       batch_state=loaded.batch_state)
+
     def readout(self, result: engine.QAResult) -> dict:
         """The full JSON readout of a result (the same fields as `python -m longqa ask --json`)."""
         return result.to_dict(model=self.model_ref, profile=self.profile_name,
@@ -171,6 +188,7 @@ def _renew_lock(session_ref) -> None:
     session = session_ref()
     if session is not None:
         session.lock = threading.RLock()
+        session._preview_lock = threading.Lock()
 
 
 def measured_peak(memory: dict, device: str) -> int | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 
 import gradio as gr
 import pandas as pd
@@ -311,6 +312,26 @@ def test_page_load_without_a_loadable_model_shows_why_and_keeps_the_page(broken_
         ask(ctx, pasted="The colour of Zorbin is teal.")
 
 
+def test_a_preview_does_not_wait_for_the_model(ctx, long_document):
+    path, example = long_document
+    held, release = threading.Event(), threading.Event()
+
+    def answer_in_flight():
+        with ctx.session.lock:
+            held.set()
+            release.wait(60)
+
+    thread = threading.Thread(target=answer_in_flight)
+    thread.start()
+    try:
+        assert held.wait(10)
+        preview = app.preview_documents(ctx, [str(path)], "", example.question)
+        assert preview.values.tolist()[0][2] > 4096 and not release.is_set()
+    finally:
+        release.set()
+        thread.join()
+
+
 def test_preview_shows_characters_tokens_and_windows_before_asking(ctx, long_document):
     path, example = long_document
     preview = app.preview_documents(ctx, [str(path)], "The colour of Zorbin is teal.", example.question)
@@ -344,9 +365,11 @@ def test_named_endpoints_and_queue_bounds(ctx):
     demo = app.build_blocks(ctx, queue_size=7)
     by_name = {fn.api_name: fn for fn in demo.fns.values() if fn.api_visibility == "public"}
     assert set(by_name) == {"ask", "load_profile", "training_step"}
-    assert by_name["ask"].concurrency_id == by_name["load_profile"].concurrency_id == app.MODEL_CONCURRENCY
-    assert by_name["training_step"].concurrency_id == app.MODEL_CONCURRENCY
+    # requests read side by side, then take turns on the model in the lane, as reloads do
+    assert by_name["ask"].concurrency_id == by_name["training_step"].concurrency_id == app.REQUEST_CONCURRENCY
+    assert by_name["load_profile"].concurrency_id == app.MODEL_CONCURRENCY
     assert demo._queue.max_size == 7 and demo._queue.default_concurrency_limit == 1
+    assert ctx.lane.max_waiting == 7
     assert by_name["ask"].outputs[-1].label == "Full readout (JSON)"
     assert by_name["load_profile"].outputs[-1].label == "Load readout (JSON)"
 
@@ -505,8 +528,8 @@ def test_the_gpu_gauge_shows_where_a_gpu_is_detected(tiny_model_dir, monkeypatch
 
 
 def test_importing_the_app_loads_no_model():
-    handlers = [fn.fn for fn in app.demo.fns.values() if getattr(fn.fn, "func", None) is app.ask]
-    assert handlers and handlers[0].args[0].session.loaded is None
+    handlers = [fn.fn for fn in app.demo.fns.values() if getattr(fn.fn, "__wrapped__", None) is app.ask]
+    assert handlers and app.context.session.loaded is None and not app.ZERO_GPU
 
 
 def test_main_loads_then_serves_with_the_command_line_limits(tiny_model_dir, monkeypatch, capsys):

@@ -145,7 +145,8 @@ BAD_UPLOADS = {  # name, bytes, what the error must say
     # gradio's own check of the upload's type (file_types) answers first, naming the supported ones
     "unsupported extension": ("sheet.xlsx", b"PK\x03\x04", r"Invalid file type.*'\.txt', '\.md', '\.pdf'"),
     "over --max-file-mb": ("big.txt", b"The colour of Zorbin is teal. " * 100, "over the 0.0010 MB file size limit"),
-    "over the token limit": ("long.txt", b"The colour of Zorbin is teal. " * 30, "over the limit of 50"),
+    # the characters the token limit allows (8 a token) are checked before tokenizing
+    "over the token limit": ("long.txt", b"The colour of Zorbin is teal. " * 30, "900 characters, over the limit of 400"),
 }
 
 
