@@ -240,3 +240,244 @@ def make_example(seed: int, n_chars: int, split: str = "test", n_distractors: tu
     target = writer.target()
     others = writer.distractors(target, *n_distractors)
     return writer.document(n_chars, target, others)
+
+
+# --- The broad task (issue 15): what the next demo model trains on ---------------------------------------------
+# The classic generator above stays as it is (the bundled samples, the bench and the tests use it). The broad one adds
+# names, attributes, values and prose of many more shapes. None of its lists shares a word with the evaluation-only
+# generator, longqa/eval_task.py (tests/test_eval_task.py checks), apart from month names and shape markers ("St.").
+
+# A second syllable inventory: open syllables, as in many languages' names ("Kamiro", "Tesunan").
+_OPEN_ONSETS = ["k", "s", "t", "n", "h", "m", "y", "r", "w", "g", "z", "d", "b", "p", "sh", "ch", "ts", ""]
+_OPEN_VOWELS = ["a", "i", "u", "e", "o"]
+_OPEN_CODAS = ["", "", "", "n"]
+
+_GIVEN_NAMES = ["Alice", "Bernard", "Clara", "Dmitri", "Elena", "Farid", "Greta", "Hugo", "Isla", "Jonas", "Katya",
+                "Luca", "Maya", "Nils", "Olga", "Pablo", "Rosa", "Stefan", "Tara", "Viktor", "Wanda", "Xavier", "Yara",
+                "Zora", "Amos", "Bettina", "Cyril", "Delphine", "Emeka", "Fiona", "Gideon", "Harriet", "Ivo",
+                "Juniper", "Kwame", "Lorna", "Magnus", "Nadia", "Oskar", "Petra"]
+_FAMILY_NAMES = ["Ashby", "Blackwood", "Calloway", "Dunmore", "Everett", "Fitzgerald", "Grantham", "Holloway",
+                 "Ingram", "Jessop", "Kingsley", "Lockhart", "Marchetti", "Novak", "Oduya", "Pritchard", "Quill",
+                 "Romanov", "Sato", "Tremaine", "Underhill", "Vance", "Winslow", "Yilmaz", "Zielinski", "Bauer",
+                 "Chen", "Duarte", "Eriksen", "Forsyth"]
+_PLACE_SUFFIXES = ["Mills", "Cross", "End", "Common", "Bay", "Point", "Hythe", "Magna", "Vale", "Hill", "Field",
+                   "Bridge", "Gate", "Cove", "Ness", "Heights", "Well", "Stow", "Leigh", "Burn"]
+_ORG_SUFFIXES = ["Trust", "Society", "& Co.", "Foundation", "Guild", "Ltd", "Institute", "Works", "Group",
+                 "Associates"]
+_NUMBERED_PLACES = ["Unit", "Block", "Gate", "Lot", "Pier", "Dock", "Stand", "Ward", "Terminal", "Level"]
+_VESSEL_WORDS = ["Bold", "Swift", "Venture", "Endeavour", "Resolve", "Arrow", "Comet", "Victory", "Nomad", "Pilgrim"]
+_PRODUCT_SUFFIXES = ["Mk II", "Pro", "Plus", "Mini", "Max", "One"]
+_ATTRIBUTE_MODIFIERS = ["home", "main", "chief", "official", "original", "current", "annual", "average", "maximum",
+                        "registered", "primary", "summer", "winter", "night", "local", "former", "national"]
+_TRAIN_COLOURS = ["yellow", "purple", "maroon", "orange", "pink", "teal", "ochre", "indigo", "lilac", "beige"]
+_TRAIN_CREATURES = ["dog", "beetle", "toad", "crab", "sparrow", "trout", "lizard", "snail", "beaver", "goose"]
+_TRAIN_NUMBERS = ["five", "six", "eight", "ten", "eleven", "a dozen"]
+_TRAIN_PLURALS = ["tin cups", "glass jars", "iron nails", "clay pots", "silk ribbons", "rubber boots"]
+_TRAIN_DISHES = ["roast lamb with rosemary", "cheese scones", "fish chowder", "apple crumble", "mushroom risotto",
+                 "spiced rice", "baked beans on toast", "lemon tart"]
+_TRAIN_TITLES = ["Rise Up Together", "Land of Valleys", "Our Shining Crown", "Mountains Eternal",
+                 "Glory to the Fields", "Children of the Plain", "March of the Free", "Sing, My Country"]
+_TRAIN_UNITS = ["km", "kg", "inches", "gallons", "hectares", "acres", "cubic yards", "degrees", "percent", "volts",
+                "hours", "pounds", "ounces", "millimetres"]
+_MONTH_NAMES = ["January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
+                "November", "December"]
+
+# Sentences shaped like facts that do not answer anything asked, and plain prose of other registers.
+_TRAIN_FACTLIKE = [
+    "The default value of the flag is False.",
+    "The result of the vote is still unknown.",
+    "The purpose of this section is to explain the fees.",
+    "The name of the game is patience.",
+    "The size of the print run is uncertain.",
+    "The start of the season is always busy.",
+    "The point of the exercise is to learn.",
+    "The colour of the old van is {colour}.",
+]
+_TRAIN_REGISTERS = [
+    "The home side kept possession for most of the second half.",
+    "A late goal settled a match that had looked certain to end level.",
+    "Heavy showers are expected to clear from the west by the afternoon.",
+    "Temperatures will fall below freezing in sheltered valleys overnight.",
+    "I have used this blender daily for a month and it still works well.",
+    "The battery lasts about two days, which is better than I expected.",
+    "In the early years the settlement relied on fishing and trade.",
+    "The treaty was signed after months of difficult negotiation.",
+    "Hi all, just a reminder that the office closes early on Friday.",
+    "Please find the updated schedule attached to this message.",
+    "Unscrew the cover and disconnect the power before you begin.",
+    "Tighten each bolt by hand first, then with the spanner.",
+    "She opened the window and listened to the traffic below.",
+    "He could not remember where he had left his keys.",
+    "Nobody expected the ferry to arrive on time that morning.",
+    "The results were published in a short report last spring.",
+]
+
+
+def make_open_word(rng: random.Random, min_syllables: int = 2, max_syllables: int = 4) -> str:
+    """A made-up word of open syllables (the second inventory)."""
+    count = rng.randint(min_syllables, max_syllables)
+    parts = [rng.choice(_OPEN_ONSETS) + rng.choice(_OPEN_VOWELS) for _ in range(count)]
+    return "".join(parts) + rng.choice(_OPEN_CODAS)
+
+
+def make_name_word(rng: random.Random) -> str:
+    """A capitalised made-up word from either syllable inventory."""
+    word = make_word(rng, 1, 3) if rng.random() < 0.5 else make_open_word(rng)
+    return word.capitalize()
+
+
+def _broad_person(rng):
+    if rng.random() < 0.3:
+        initials = " ".join(f"{c}." for c in rng.sample("ABCDEFGHJKLMNOPRSTVW", rng.choice([1, 2])))
+        return f"{initials} {rng.choice(_FAMILY_NAMES)}"
+    return f"{rng.choice(_GIVEN_NAMES)} {rng.choice(_FAMILY_NAMES + [make_name_word(rng)])}"
+
+
+def _broad_place(rng):
+    shape = rng.randrange(6)
+    if shape == 0:
+        return f"St. {rng.choice(_GIVEN_NAMES + [make_name_word(rng)])}"
+    if shape == 1:
+        return f"O'{make_name_word(rng)} {rng.choice(_PLACE_SUFFIXES)}"
+    if shape == 2:
+        return f"{make_name_word(rng)}-{rng.choice(['on-Sea', 'under-Hill', make_name_word(rng)])}"
+    if shape == 3:
+        return f"{make_name_word(rng)} {rng.choice(_PLACE_SUFFIXES)}"
+    return " ".join(make_name_word(rng) for _ in range(rng.choice([1, 2, 3])))
+
+
+def make_broad_entity(rng: random.Random) -> str:
+    """A place, person, organisation, ship or product name of 1 to 4 words, or a numbered place."""
+    shape = rng.randrange(8)
+    if shape == 0:
+        return _broad_person(rng)
+    if shape == 1:
+        owner = rng.choice([rng.choice(_FAMILY_NAMES), make_name_word(rng),
+                            f"{rng.choice(_GIVEN_NAMES)} {rng.choice(_FAMILY_NAMES)}"])
+        return f"{owner} {rng.choice(_ORG_SUFFIXES)}"
+    if shape == 2:
+        return rng.choice([f"the {rng.choice(_GIVEN_NAMES)} {rng.choice(_GIVEN_NAMES)}",
+                           f"the {rng.choice(_VESSEL_WORDS)} {rng.choice(_VESSEL_WORDS + [make_name_word(rng)])}"])
+    if shape == 3:
+        return f"{make_name_word(rng)} {rng.choice(_PRODUCT_SUFFIXES + [str(rng.randint(2, 9999))])}"
+    if shape == 4:
+        return f"{rng.choice(_NUMBERED_PLACES)} {rng.randint(1, 99)}{rng.choice(['', '', 'A'])}"
+    if shape == 5:
+        return make_entity(rng)  # the classic made-up names stay in the mix
+    return _broad_place(rng)
+
+
+def make_broad_attribute(rng: random.Random) -> str:
+    """A noun, or a noun phrase of two words ("home port", "annual budget")."""
+    noun = rng.choice(load_nouns())
+    return f"{rng.choice(_ATTRIBUTE_MODIFIERS)} {noun}" if rng.random() < 0.35 else noun
+
+
+VALUE_KINDS = ("digits", "separated", "year", "date", "amount", "code", "word", "name", "phrase", "title")
+
+
+def make_broad_value(rng: random.Random, kind: str | None = None) -> str:
+    kind = kind or rng.choice(VALUE_KINDS)
+    if kind == "digits":
+        return str(rng.randint(0, 10 ** rng.randint(1, 6) - 1))
+    if kind == "separated":
+        return f"{rng.randint(1_000, 99_999_999):,}"
+    if kind == "year":
+        return str(rng.randint(1000, 2030))
+    if kind == "date":
+        day, month, year = rng.randint(1, 31), rng.choice(_MONTH_NAMES), rng.randint(1600, 2030)
+        return rng.choice([f"{day} {month} {year}", f"{month} {day}, {year}", f"{month} {year}", f"{day} {month}"])
+    if kind == "amount":
+        number = rng.choice([str(rng.randint(1, 999)), f"{rng.randint(1_000, 999_999):,}",
+                             f"{rng.randint(0, 99)}.{rng.randint(0, 99):02d}"])
+        return rng.choice([f"{number} {rng.choice(_TRAIN_UNITS)}", f"{rng.choice('£$€¥')}{number}",
+                           f"{rng.choice('£$€')}{number} million"])
+    if kind == "code":
+        letters = "".join(rng.choice("ABCDEFGHJKLMNPQRSTUVWXYZ") for _ in range(rng.randint(1, 4)))
+        digits = str(rng.randint(0, 99_999)).zfill(rng.randint(1, 5))
+        return rng.choice([f"{letters}-{digits}", f"{letters}{digits}", f"{digits}-{letters}", f"{letters} {digits}",
+                           f"{letters}-{digits}-{rng.choice('XYZ')}", f"{letters}.{digits}"])
+    if kind == "word":
+        word = make_word(rng) if rng.random() < 0.5 else make_open_word(rng)
+        return word.capitalize() if rng.random() < 0.5 else word
+    if kind == "name":
+        return rng.choice([_broad_person, _broad_place, make_entity])(rng)
+    if kind == "phrase":
+        return rng.choice([f"a {rng.choice(_TRAIN_COLOURS)} {rng.choice(_TRAIN_CREATURES)}",
+                           f"{rng.choice(_TRAIN_NUMBERS)} {rng.choice(_TRAIN_PLURALS)}", rng.choice(_TRAIN_DISHES),
+                           f"the {rng.choice(_TRAIN_COLOURS)} one"])
+    if kind == "title":
+        return rng.choice(_TRAIN_TITLES)
+    raise ValueError(f"unknown value kind {kind!r}")
+
+
+class BroadFactWriter(FactWriter):
+    """FactWriter with the broad task's names, attributes, values and prose, facts placed anywhere (first and last
+    sentence included) and distractors often right next to the fact."""
+
+    def __init__(self, seed: int, split: str = "train", with_licenses: bool = False):
+        super().__init__(seed, split, with_licenses)
+        self.kinds: dict[Fact, str] = {}  # the value kind each drawn fact was made with
+
+    def filler(self) -> str:
+        draw = self.rng.random()
+        if draw < 0.15:
+            return self.rng.choice(_TRAIN_REGISTERS)
+        if draw < 0.22:
+            return self.rng.choice(_TRAIN_FACTLIKE).replace("{colour}", self.rng.choice(_TRAIN_COLOURS))
+        return super().filler()
+
+    def fact(self, attribute: str, entity: str, kind: str | None = None) -> Fact:
+        kind = kind or self.rng.choice(VALUE_KINDS)
+        drawn = Fact(attribute, entity, make_broad_value(self.rng, kind))
+        self.kinds[drawn] = kind
+        return drawn
+
+    def target(self) -> Fact:
+        return self.fact(make_broad_attribute(self.rng), make_broad_entity(self.rng))
+
+    def distractors(self, target: Fact, same_attribute: int, same_entity: int, unrelated: int) -> list[Fact]:
+        """Same-attribute distractors take values of the target's kind, so only the entity tells them apart."""
+        kind = self.kinds.get(target)
+        facts = [self.fact(target.attribute, make_broad_entity(self.rng), kind) for _ in range(same_attribute)]
+        facts += [self.fact(make_broad_attribute(self.rng), target.entity) for _ in range(same_entity)]
+        facts += [self.target() for _ in range(unrelated)]
+        return [f for f in facts if f.value != target.value and (f.attribute, f.entity) != (target.attribute,
+                                                                                              target.entity)]
+
+    def document(self, n_chars: int, target: Fact, others: list[Fact], include_target: bool = True,
+                 placement: str | None = None) -> Example:
+        placement = placement or self.rng.choices(["first", "last", "near", "anywhere"], weights=[1, 1, 2, 4])[0]
+        if placement == "anywhere" or not include_target:
+            return super().document(n_chars, target, others, include_target)
+        sentences: list[str] = []
+        size = sum(len(f.sentence) + 1 for f in others)
+        while size < n_chars:
+            sentences.append(self.filler())
+            size += len(sentences[-1]) + 1
+        if placement == "first":
+            at = 0
+        elif placement == "last":
+            at = len(sentences)
+        else:
+            at = self.rng.randint(0, len(sentences))
+        sentences.insert(at, target.sentence)
+        for fact in others:  # near: within three sentences of the fact; else anywhere
+            if placement == "near":
+                spot = min(max(at + self.rng.randint(-3, 4), 0), len(sentences))
+            else:
+                spot = self.rng.randint(1, len(sentences)) if placement == "first" else self.rng.randint(0, at)
+            sentences.insert(spot, fact.sentence)
+            at += spot <= at
+        text = " ".join(sentences)
+        answer_start = text.index(target.sentence) + len(target.sentence) - len(target.value) - 1
+        return Example(text, target.question, target.value, answer_start, facts=[target, *others])
+
+
+def make_broad_example(seed: int, n_chars: int, split: str = "test", n_distractors: tuple[int, int, int] = (3, 2, 3),
+                       with_licenses: bool = False, placement: str | None = None) -> Example:
+    """One document of the broad task: a target fact and same-attribute, same-entity and unrelated distractors."""
+    writer = BroadFactWriter(seed, split, with_licenses)
+    target = writer.target()
+    others = writer.distractors(target, *n_distractors)
+    return writer.document(n_chars, target, others, placement=placement)

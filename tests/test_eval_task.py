@@ -23,24 +23,43 @@ def words_of(phrase: str) -> list[str]:
 
 
 FUNCTION_WORDS = {"the", "a", "an", "of", "in", "at", "on", "for", "with", "as", "to", "each", "every", "most",
-                  "our", "her", "this", "after", "before", "during", "without", "much", "some"}
+                  "our", "her", "this", "after", "before", "during", "without", "much", "some", "my", "is", "up",
+                  "st", "o"}  # "st" and "o" are the shape markers of "St. Ives" and "O'Hara", in both on purpose
+MONTHS = {"january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
+          "november", "december"}
 
 
-def training_vocabulary() -> set[str]:
-    """The nouns training draws attributes from and the content words of its generated sentences."""
-    words = set(demo_task.load_nouns())
-    for phrase in demo_task._SUBJECTS + demo_task._VERBS + demo_task._ENDINGS:
-        words.update(words_of(phrase))
-    return words - FUNCTION_WORDS
+def word_lists(module) -> dict[str, list[str]]:
+    """Every module-level list or tuple of strings of a module (its word lists and sentence templates)."""
+    return {name: list(value) for name, value in vars(module).items()
+            if isinstance(value, (list, tuple)) and value and all(isinstance(v, str) for v in value)
+            and name not in ("VALUE_KINDS", "_PROSE_MODULES")}  # labels and module names, not words
 
 
-def training_syllables() -> re.Pattern:
-    """Every word the training generator's made-up names and values can spell."""
+PROSE_LISTS = ("_SUBJECTS", "_VERBS", "_ENDINGS", "_TRAIN_REGISTERS", "_TRAIN_FACTLIKE")
+SYLLABLE_LISTS = ("_ONSETS", "_VOWELS", "_CODAS", "_OPEN_ONSETS", "_OPEN_VOWELS", "_OPEN_CODAS")
+
+
+def training_vocabulary(names_and_values_only: bool = False) -> set[str]:
+    """Every word of the training generator's lists (classic and broad): attributes, names, values and prose
+    templates; or only the lists its names and values are made of. Syllables are checked apart, initials not."""
+    words = set() if names_and_values_only else set(demo_task.load_nouns())
+    for name, phrases in word_lists(demo_task).items():
+        if name in SYLLABLE_LISTS or (names_and_values_only and name in PROSE_LISTS + ("_ATTRIBUTE_MODIFIERS",)):
+            continue
+        for phrase in phrases:
+            words.update(words_of(phrase))
+    return {w for w in words if len(w) > 1} - FUNCTION_WORDS - MONTHS
+
+
+def training_syllables() -> list[re.Pattern]:
+    """Every word the training generator's made-up names and values can spell, one pattern per inventory."""
     def alternatives(pieces):
         return "|".join(sorted((re.escape(p) for p in pieces), key=len, reverse=True))
 
-    return re.compile(f"(?:(?:{alternatives(demo_task._ONSETS)})(?:{alternatives(demo_task._VOWELS)})"
-                      f"(?:{alternatives(demo_task._CODAS)}))+")
+    return [re.compile(f"(?:(?:{alternatives(onsets)})(?:{alternatives(vowels)})(?:{alternatives(codas)}))+")
+            for onsets, vowels, codas in [(demo_task._ONSETS, demo_task._VOWELS, demo_task._CODAS),
+                                          (demo_task._OPEN_ONSETS, demo_task._OPEN_VOWELS, demo_task._OPEN_CODAS)]]
 
 
 def test_the_module_does_not_import_the_training_generator():
@@ -64,20 +83,38 @@ def test_attributes_share_no_word_with_training():
 
 
 def test_entities_share_no_word_with_training_and_no_made_up_word_is_one_training_could_spell():
-    """Real-world-like names come from the evaluation's own lists; its made-up words end in letters the training
-    syllables never end a word with, so the two generators can never make the same made-up name."""
+    """Real-world-like names come from the evaluation's own lists; its made-up words end in letters neither training
+    syllable inventory ever ends a word with, so the two generators can never make the same made-up name."""
     training = training_vocabulary()
-    spellable = training_syllables()
-    assert spellable.fullmatch("kavel") and spellable.fullmatch(demo_task.make_word(random.Random(1)))  # the check works
+    inventories = training_syllables()
+    rng = random.Random(1)
+    assert all(p.fullmatch(w) for p, w in zip(inventories, [demo_task.make_word(rng), demo_task.make_open_word(rng)]))
     rng = random.Random(7)
     entities = [eval_task.make_entity(rng) for _ in range(3000)]
     for entity in entities:
         for word in words_of(entity):
-            assert word not in training, (entity, word)
+            assert len(word) == 1 or word not in training, (entity, word)
     made_up = [eval_task.made_up_word(rng) for _ in range(3000)]
-    assert not [w for w in made_up if spellable.fullmatch(w)]
+    assert not [w for w in made_up if any(p.fullmatch(w) for p in inventories)]
     training_names = {demo_task.make_entity(random.Random(seed)) for seed in range(3000)}
+    training_names |= {demo_task.make_broad_entity(random.Random(seed)) for seed in range(3000)}
     assert not training_names & set(entities)
+
+
+def test_value_and_name_lists_share_no_word_with_training():
+    """Every list the evaluation draws names and values from shares no word with the lists the training generator
+    draws names and values from (month names are the calendar, not a list: the only words both know)."""
+    training = training_vocabulary(names_and_values_only=True)
+    shared = {}
+    for name, phrases in word_lists(eval_task).items():
+        if name in ("_ONSETS", "_NUCLEI", "_MEDIALS", "_FINALS", "_MONTHS", "_CURRENCIES") or \
+                name.startswith("_SLOT") or name in ("_FACTLIKE", "_MENTIONS"):
+            continue
+        for phrase in phrases:
+            words = [w for w in words_of(phrase) if w in training]
+            if words:
+                shared[(name, phrase)] = words
+    assert not shared
 
 
 def test_entities_come_in_every_declared_shape():
