@@ -1,15 +1,22 @@
-"""Train the bundled demo model from scratch on CPU: a tiny Longformer QA model for the fact-finding task.
+"""Train the demo model from scratch on CPU: a tiny Longformer QA model for the fact-finding task.
 
-Usage: python scripts/train_demo_model.py [--minutes 70] [--out longqa/demo_model]
-Builds a byte-level BPE tokenizer, then trains on short generated contexts (with the fused-attention swap,
-which computes the same function as the eager attention the saved model runs with). This is a one-off
-build script, not part of the product's runtime.
+Usage: python scripts/train_demo_model.py [--steps 12000] [--minutes 100] [--run-dir results/demo-model-training]
+       python scripts/train_demo_model.py --resume [--minutes 100]     # go on where the last sitting stopped
+Builds a byte-level BPE tokenizer, then trains on short generated contexts of the classic and the broad task
+(`longqa.demo_task`), with windows that do not hold the fact (target `<s>`), and the fused-attention swap, which
+computes the same function as the eager attention the saved model runs with. A checkpoint is written every
+--save-every steps and a validation measure (held-out classic, broad and short-note batches) every --validate-every
+steps to RUN_DIR/validation.jsonl. The finished model goes to RUN_DIR/model, never over the shipped
+longqa/demo_model: copy it there after scripts/evaluate_demo_model.py --model RUN_DIR/model says it is better.
+This is a one-off build script, not part of the product's runtime.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
+import os
 import random
 import sys
 import time
@@ -28,14 +35,18 @@ MAX_POSITIONS = 4098  # 4,096 usable tokens, like the real checkpoints
 SPECIAL_TOKENS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
 
 
-def build_tokenizer(out: Path, vocab_size: int, seed: int = 12345) -> PreTrainedTokenizerFast:
-    rng_writer = demo_task.FactWriter(seed, "train", with_licenses=True)
-    corpus = list(demo_task.filler_pool("train", True))
-    for _ in range(40000):
-        fact = rng_writer.target()
+def build_tokenizer(out: Path, vocab_size: int, seed: int = 12345, n_facts: int = 40000) -> PreTrainedTokenizerFast:
+    """A byte-level BPE trained on the training prose and on facts and questions of both the classic and the broad
+    task, so names' syllables and the templates' words get whole tokens."""
+    classic = demo_task.FactWriter(seed, "train", with_licenses=True)
+    broad = demo_task.BroadFactWriter(seed + 1, "train", with_licenses=True)
+    corpus = list(demo_task.filler_pool("train", True)) + list(demo_task._TRAIN_REGISTERS)
+    for index in range(n_facts):
+        writer = broad if index % 2 else classic
+        fact = writer.target()
         corpus.append(fact.sentence)
         corpus.append(fact.question)
-        corpus.append(demo_task.generated_sentence(rng_writer.rng))
+        corpus.append(demo_task.generated_sentence(classic.rng))
     bpe = ByteLevelBPETokenizer(add_prefix_space=True, trim_offsets=True)
     bpe.train_from_iterator(corpus, vocab_size=vocab_size, min_frequency=2, special_tokens=SPECIAL_TOKENS)
     bpe.post_processor = RobertaProcessing(("</s>", 2), ("<s>", 0), trim_offsets=True, add_prefix_space=True)
@@ -75,15 +86,16 @@ def build_model(vocab_size: int, args) -> LongformerForQuestionAnswering:
     return model
 
 
-STAGES = [  # (name, context tokens, chars per token of filler, p(answer present), max distractors)
-    ("facts", (48, 112), (0.0, 0.3), 0.90, (2, 1, 0)),  # facts nearly alone: learn to match entity and attribute
-    ("prose", (96, 256), (0.4, 1.0), 0.75, (4, 3, 2)),  # prose around them, and windows without the answer
-    ("mix", (160, 384), (0.8, 1.3), 0.65, (5, 3, 4)),  # the evaluation mix
+STAGES = [  # (name, context tokens, chars per token of filler, p(answer present), max distractors, p(broad task))
+    ("facts", (48, 112), (0.0, 0.3), 0.90, (2, 1, 0), 0.7),  # facts nearly alone: learn to match entity and attribute
+    ("notes", (40, 160), (0.2, 0.6), 0.85, (2, 2, 1), 0.9),  # short notes, the fact first, last or among a few others
+    ("prose", (96, 256), (0.4, 1.0), 0.70, (4, 3, 2), 0.8),  # prose around them, and windows without the answer
+    ("mix", (160, 384), (0.8, 1.3), 0.60, (5, 3, 4), 0.8),  # the evaluation mix
 ]
-CURRICULUM = [  # (until this fraction of the time, weight of each stage): mixed, so no stage is ever forgotten
-    (0.20, (1.0, 0.0, 0.0)),
-    (0.45, (0.3, 0.7, 0.0)),
-    (1.00, (0.1, 0.3, 0.6)),
+CURRICULUM = [  # (until this fraction of the steps, weight of each stage): mixed, so no stage is ever forgotten
+    (0.15, (1.0, 0.0, 0.0, 0.0)),
+    (0.40, (0.3, 0.3, 0.4, 0.0)),
+    (1.00, (0.1, 0.2, 0.3, 0.4)),
 ]
 
 
@@ -93,11 +105,12 @@ def stage_for(fraction: float, rng: random.Random):
 
 
 def make_batch(tokenizer, rng: random.Random, seed_base: int, stage, batch_size: int, split: str = "train"):
-    _, (lo, hi), (f_lo, f_hi), p_present, (max_a, max_e, max_u) = stage
+    _, (lo, hi), (f_lo, f_hi), p_present, (max_a, max_e, max_u), p_broad = stage
     length = rng.randint(lo, hi)
     questions, contexts, answers = [], [], []
     for _ in range(batch_size):
-        writer = demo_task.FactWriter(rng.getrandbits(48) ^ seed_base, split, with_licenses=(split == "train"))
+        writer_class = demo_task.BroadFactWriter if rng.random() < p_broad else demo_task.FactWriter
+        writer = writer_class(rng.getrandbits(48) ^ seed_base, split, with_licenses=(split == "train"))
         target = writer.target()
         others = writer.distractors(target, rng.randint(0, max_a), rng.randint(0, max_e), rng.randint(0, max_u))
         include = rng.random() < p_present
@@ -168,49 +181,114 @@ def forward(model, batch):
     return out.start_logits, out.end_logits
 
 
+def learning_rate(step: int, args) -> float:
+    """Linear warm-up, then cosine down to a tenth over `args.steps` (by step, so a resumed run continues it)."""
+    progress = min(1.0, step / max(args.steps, 1))
+    return args.lr * min(1.0, (step + 1) / args.warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def validation_sets(tokenizer, batches: int = 4, size: int = 64) -> dict[str, list[dict]]:
+    """Fixed held-out batches (the test filler split, seeds training never draws): the classic task's evaluation
+    mix, the broad task's, and short notes. Built once, so every measure compares the same examples."""
+    sets = {}
+    for name, stage in (("classic", STAGES[-1][:-1] + (0.0,)), ("broad", STAGES[-1][:-1] + (1.0,)),
+                        ("notes", STAGES[1][:-1] + (1.0,))):
+        rng = random.Random(f"validation-{name}")
+        sets[name] = [make_batch(tokenizer, rng, 7_000_000, stage, size, split="test") for _ in range(batches)]
+    return sets
+
+
+def measure(model, sets: dict[str, list[dict]]) -> dict[str, float]:
+    """Exact match of the best span (answer or `<s>`), and of answer spans alone where the fact is present."""
+    model.eval()
+    numbers = {}
+    with torch.no_grad():
+        for name, batches in sets.items():
+            outputs = [(forward(model, b), b) for b in batches]
+            numbers[f"{name}_em"] = sum(exact_match(*out, b) for out, b in outputs) / len(outputs)
+            numbers[f"{name}_em_pos"] = sum(exact_match(*out, b, positives_only=True) for out, b in outputs) / len(outputs)
+    model.train()
+    return {k: round(v, 4) for k, v in numbers.items()}
+
+
+def save_checkpoint(path: Path, model, optimizer, step: int, rng: random.Random, ema, elapsed_s: float, args) -> None:
+    """Everything a run needs to go on where it stopped; written aside and renamed, so a kill never leaves half."""
+    state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step, "ema": ema,
+             "rng": rng.getstate(), "torch_rng": torch.get_rng_state(), "elapsed_s": elapsed_s,
+             "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}}
+    partial = path.with_suffix(".tmp")
+    torch.save(state, partial)
+    os.replace(partial, path)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, default=Path("longqa/demo_model"))
-    parser.add_argument("--minutes", type=float, default=80.0)
+    parser.add_argument("--run-dir", type=Path, default=Path("results/demo-model-training"),
+                        help="tokenizer, checkpoint, validation log and the finished model go here")
+    parser.add_argument("--out", type=Path, help="where the finished model is saved (default RUN_DIR/model)")
+    parser.add_argument("--resume", action="store_true", help="go on from RUN_DIR/checkpoint.pt")
+    parser.add_argument("--steps", type=int, default=12000, help="total optimizer steps of the whole run")
+    parser.add_argument("--minutes", type=float, help="stop this sitting after so many minutes (checkpoint kept)")
+    parser.add_argument("--sitting-steps", type=int, help="stop this sitting after so many steps (checkpoint kept)")
+    parser.add_argument("--validate-every", type=int, default=250)
+    parser.add_argument("--validation-batches", type=int, default=4, help="per validation set, of 64 examples")
+    parser.add_argument("--save-every", type=int, default=250)
     parser.add_argument("--hidden", type=int, default=128)
     parser.add_argument("--layers", type=int, default=3)
     parser.add_argument("--heads", type=int, default=8)
     parser.add_argument("--ffn", type=int, default=512)
     parser.add_argument("--window", type=int, default=32)
     parser.add_argument("--vocab", type=int, default=8000)
+    parser.add_argument("--tokenizer-facts", type=int, default=40000, help="facts in the tokenizer's corpus")
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--lr", type=float, default=5e-4)
     parser.add_argument("--warmup", type=int, default=300)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--max-steps", type=int, default=10**9)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    run_dir, out = args.run_dir, args.out or args.run_dir / "model"
+    checkpoint_path = run_dir / "checkpoint.pt"
+    tokenizer_dir = run_dir / "tokenizer"
+    if args.resume:
+        checkpoint = torch.load(checkpoint_path, weights_only=False)
+        kept = ("hidden", "layers", "heads", "ffn", "window", "vocab", "steps", "lr", "warmup", "batch")
+        for name in kept:  # the model's shape and the schedule are the run's; only the sitting's limits change
+            setattr(args, name, checkpoint["args"][name])
+        tokenizer = PreTrainedTokenizerFast.from_pretrained(tokenizer_dir)
+    else:
+        if checkpoint_path.exists():
+            raise SystemExit(f"{checkpoint_path} exists: pass --resume to go on, or choose another --run-dir")
+        run_dir.mkdir(parents=True, exist_ok=True)
+        tokenizer = build_tokenizer(tokenizer_dir, args.vocab, n_facts=args.tokenizer_facts)
+        checkpoint = None
     torch.manual_seed(args.seed)
     rng = random.Random(args.seed)
-    args.out.mkdir(parents=True, exist_ok=True)
-
-    tokenizer = build_tokenizer(args.out, args.vocab)
     model = build_model(len(tokenizer), args)
     swap_attention(model)
-    model.train()
     params = [p for p in model.parameters() if p.requires_grad]
-    print(f"params {sum(p.numel() for p in model.parameters()) / 1e6:.2f} M", flush=True)
     optimizer = torch.optim.AdamW(params, lr=args.lr, weight_decay=0.01, betas=(0.9, 0.98))
-    val_rng = random.Random(999)
-    validation = [make_batch(tokenizer, val_rng, 7_000_000, STAGES[-1], 64, split="test") for _ in range(4)]
+    step, ema, elapsed_before = 0, None, 0.0
+    if checkpoint is not None:
+        model.load_state_dict(checkpoint["model"])
+        optimizer.load_state_dict(checkpoint["optimizer"])
+        step, ema, elapsed_before = checkpoint["step"], checkpoint["ema"], checkpoint["elapsed_s"]
+        rng.setstate(checkpoint["rng"])
+        torch.set_rng_state(checkpoint["torch_rng"])
+        print(f"resumed at step {step} of {args.steps} ({elapsed_before / 60:.1f} min so far)", flush=True)
+    model.train()
+    print(f"params {sum(p.numel() for p in model.parameters()) / 1e6:.2f} M", flush=True)
+    validation = validation_sets(tokenizer, batches=args.validation_batches)
+    log = (run_dir / "validation.jsonl").open("a")
 
-    budget_s = args.minutes * 60
     began = time.time()
-    step, ema = 0, None
-    while step < args.max_steps:
-        fraction = (time.time() - began) / budget_s
-        if fraction >= 1.0:
-            break
-        lr = args.lr * min(1.0, (step + 1) / args.warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * fraction)))
+    limit_s = args.minutes * 60 if args.minutes else float("inf")
+    last_step = min(args.steps, step + args.sitting_steps) if args.sitting_steps else args.steps
+    while step < last_step and time.time() - began < limit_s:
+        lr = learning_rate(step, args)
         for group in optimizer.param_groups:
             group["lr"] = lr
-        batch = make_batch(tokenizer, rng, 0, stage_for(fraction, rng), args.batch)
+        batch = make_batch(tokenizer, rng, 0, stage_for(step / args.steps, rng), args.batch)
         start_logits, end_logits = forward(model, batch)
         loss = span_loss(start_logits, end_logits, batch)
         optimizer.zero_grad(set_to_none=True)
@@ -219,19 +297,24 @@ def main() -> None:
         optimizer.step()
         ema = loss.item() if ema is None else 0.98 * ema + 0.02 * loss.item()
         step += 1
-        if step % 200 == 0:
-            model.eval()
-            with torch.no_grad():
-                em = sum(exact_match(*forward(model, b), b) for b in validation) / len(validation)
-                em_pos = sum(exact_match(*forward(model, b), b, positives_only=True) for b in validation) / len(validation)
-                train_pos = exact_match(start_logits, end_logits, batch, positives_only=True)
-            model.train()
-            elapsed = time.time() - began
-            print(f"step {step} t={elapsed / 60:.1f}m lr={lr:.2e} loss={ema:.3f} val_em={em:.3f} val_em_pos={em_pos:.3f} train_em_pos={train_pos:.3f}", flush=True)
-            if step % 1000 == 0:
-                model.save_pretrained(args.out)
-    model.save_pretrained(args.out)
-    print(f"saved {args.out} after {step} steps", flush=True)
+        elapsed = elapsed_before + time.time() - began
+        if step % args.validate_every == 0 or step == args.steps:
+            numbers = {"step": step, "minutes": round(elapsed / 60, 1), "lr": lr, "loss": round(ema, 4),
+                       **measure(model, validation)}
+            log.write(json.dumps(numbers) + "\n")
+            log.flush()
+            print(" ".join(f"{k}={v}" for k, v in numbers.items()), flush=True)
+        if step % args.save_every == 0 or step == args.steps:
+            save_checkpoint(checkpoint_path, model, optimizer, step, rng, ema, elapsed, args)
+    save_checkpoint(checkpoint_path, model, optimizer, step, rng, ema, elapsed_before + time.time() - began, args)
+    if step >= args.steps:
+        out.mkdir(parents=True, exist_ok=True)
+        model.save_pretrained(out)
+        tokenizer.save_pretrained(out)
+        print(f"finished: {step} steps, model in {out}", flush=True)
+    else:
+        print(f"stopped at step {step} of {args.steps}; go on with: python scripts/train_demo_model.py --resume "
+              f"--run-dir {run_dir}", flush=True)
 
 
 if __name__ == "__main__":
