@@ -639,8 +639,10 @@ def serve(demo: gr.Blocks, *, host: str = "127.0.0.1", port: int = 7860, share: 
     """Launch; a share link that cannot be made (offline) leaves the app serving locally. Returns both URLs."""
     if share:
         print("note: --share makes a PUBLIC link: anyone who has it can use this app on this machine.", flush=True)
+    # show_error=False: our own errors are gr.Error and always reach the visitor; what gradio raises before a
+    # handler runs (a crafted call naming a server path) would otherwise echo the server's absolute paths.
     launch = dict(server_name=host, server_port=port, max_file_size=int(max_file_mb * 1024 * 1024), css=CSS,
-                  prevent_thread_lock=True, show_error=True)
+                  prevent_thread_lock=True, show_error=False)
     try:
         _, local_url, share_url = demo.launch(share=share, **launch)
     except Exception as exc:  # gradio catches tunnel failures itself; this covers any it lets through

@@ -219,6 +219,26 @@ def test_a_file_path_that_was_not_uploaded_is_refused(server, path):
     assert "root:" not in stream and "Chiomklian" not in stream  # nothing of the file comes back
 
 
+def test_a_refused_path_does_not_show_the_servers_folders(tiny_model_dir):
+    ctx = app.make_context(Session(), models=[str(tiny_model_dir)], default_model=str(tiny_model_dir),
+                           default_profile="cpu")
+    app.ensure_loaded(ctx)
+    demo = app.build_blocks(ctx)
+    url, _ = app.serve(demo, host="127.0.0.1", port=7873, block=False)  # launched as `python app.py` does
+    try:
+        payload = {"data": [[{"path": "README.md", "meta": {"_type": "gradio.FileData"}}], "", "Who?", 3]}
+        request = urllib.request.Request(f"{url}gradio_api/call/ask", data=json.dumps(payload).encode(),
+                                         headers={"Content-Type": "application/json"})
+        event_id = json.loads(urllib.request.urlopen(request, timeout=30).read())["event_id"]
+        stream = urllib.request.urlopen(f"{url}gradio_api/call/ask/{event_id}", timeout=60).read().decode()
+        assert "event: error" in stream
+        assert str(Path.cwd()) not in stream and str(Path(app.__file__).resolve().parent) not in stream, stream
+        with pytest.raises(AppError, match="question is empty"):  # our own errors still say what is wrong
+            Client(url, verbose=False).predict([], "The colour of Zorbin is teal.", " ", 1, api_name="/ask")
+    finally:
+        demo.close()
+
+
 def test_uploads_are_read_from_gradios_upload_folder_and_deleted_with_its_cache(tiny_model_dir, tmp_path,
                                                                                monkeypatch):
     import gradio.utils

@@ -338,3 +338,23 @@ def test_code_shipped_with_a_checkpoint_never_runs(tmp_path):
     assert type(loaded.model).__name__ == "LongformerForQuestionAnswering"
     assert type(loaded.model).__module__.startswith("transformers.")
     assert not marker.exists()
+
+
+@pytest.mark.parametrize("name, layer_type", [("bnb_4bit", "Linear4bit"), ("bnb_8bit", "Linear8bitLt")])
+def test_bitsandbytes_on_a_cpu_only_machine_really_quantizes(name, layer_type):
+    """The custom profile's bitsandbytes strategies are applied on CPU (bitsandbytes 0.50's CPU kernels), not just
+    listed in the readout: every encoder Linear is quantized, qa_outputs stays float, and the model still answers."""
+    from longqa.documents import read_document
+    from longqa.engine import answer
+    from longqa.models import DEMO_MODEL_DIR
+
+    example = json.loads((DEMO_MODEL_DIR.parent / "samples" / "examples.json").read_text())[0]
+    loaded = load_model("demo", custom_profile([name]), hardware=CPU_PLAIN)
+    assert loaded.readout.strategies == [name] and loaded.runner.devices == [torch.device("cpu")]
+    layers = {module_name: type(module).__name__ for module_name, module in loaded.model.named_modules()
+              if isinstance(module, torch.nn.Linear)}
+    assert type(loaded.model.qa_outputs) is torch.nn.Linear
+    assert {kind for module_name, kind in layers.items() if module_name != "qa_outputs"} == {layer_type}
+    document = read_document(DEMO_MODEL_DIR.parent / "samples" / example["file"])
+    result = answer(loaded.runner, loaded.tokenizer, [document], example["question"], loaded.settings)
+    assert result.answers[0].text.strip() == example["answer"]
