@@ -1,0 +1,126 @@
+"""Measure what one hostile or careless visitor costs the others, against a served app on 127.0.0.1.
+
+For each scenario: when the hostile request was refused or ended, how long a normal request sent 1 s after it
+waited (against the same request alone), whether that answer was right, and the server's RSS change. Writes
+docs/serving.json and prints a Markdown table for the README. Bounded: one request of each kind, loopback only.
+Usage: python scripts/measure_serving.py [--out docs/serving.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import platform
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import app  # noqa: E402
+from longqa.session import Session  # noqa: E402
+from tests.hostile import combining_marks_text, shared_stream_pdf  # noqa: E402
+
+MB = 1024 * 1024
+EXAMPLE = json.loads((app.SAMPLES_DIR / "examples.json").read_text())[0]
+
+
+def rss() -> int:
+    gc.collect()
+    return psutil.Process().memory_info().rss
+
+
+def normal(url: str) -> tuple[bool, float]:
+    from gradio_client import Client, handle_file
+
+    began = time.monotonic()
+    *_, readout = Client(url, verbose=False).predict([handle_file(str(app.SAMPLES_DIR / EXAMPLE["file"]))], "",
+                                                     EXAMPLE["question"], 1, api_name="/ask")
+    return readout["answers"][0]["text"].strip() == EXAMPLE["answer"], time.monotonic() - began
+
+
+def beside(url: str, hostile) -> dict:
+    """Run `hostile()` (returns its outcome text), send a normal request 1 s later, measure both."""
+    outcome: dict = {}
+
+    def run():
+        began = time.monotonic()
+        outcome["outcome"] = hostile()[:160]
+        outcome["hostile_s"] = round(time.monotonic() - began, 1)
+
+    before = rss()
+    thread = threading.Thread(target=run)
+    thread.start()
+    time.sleep(1.0)
+    right, waited = normal(url)
+    thread.join(timeout=600)
+    return {**outcome, "normal_right": right, "normal_waited_s": round(waited, 1),
+            "rss_change_mb": round((rss() - before) / MB)}
+
+
+def upload(url: str, path: Path) -> str:
+    from gradio_client import Client, handle_file
+
+    try:
+        Client(url, verbose=False).predict([handle_file(str(path))], "", "What is it?", 1, api_name="/ask")
+        return "answered"
+    except Exception as exc:  # noqa: BLE001 - the refusal is what is measured
+        return str(exc)
+
+
+def long_text(windows: int) -> str:
+    return "The harbour was quiet that morning and nothing else happened. " * (190 * windows)
+
+
+def abandoned(url: str, cancel_after_s: float) -> str:
+    from gradio_client import Client
+
+    job = Client(url, verbose=False).submit([], long_text(60), "What is the tide of Harrowgate?", 1, api_name="/ask")
+    time.sleep(cancel_after_s)
+    job.cancel()
+    return "cancelled by the client (Stop)"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "serving.json")
+    args = parser.parse_args(argv)
+    ctx = app.make_context(Session(), models=["demo"], default_model="demo", default_profile="cpu")
+    app.ensure_loaded(ctx)
+    demo = app.build_blocks(ctx)
+    url, _ = app.serve(demo, host="127.0.0.1", port=7895, block=False)
+    work = Path(psutil.Process().cwd()) / "bench-results" / "serving"
+    work.mkdir(parents=True, exist_ok=True)
+    pdf, marks = work / "expanding.pdf", work / "marks.txt"
+    pdf.write_bytes(shared_stream_pdf(40, 2_000_000))
+    marks.write_bytes(combining_marks_text(16 * MB))
+    try:
+        normal(url)
+        right, alone = normal(url)
+        rows = {
+            "12 KB PDF, 40 pages sharing one 2 MB content stream": beside(url, lambda: upload(url, pdf)),
+            "16 MB .txt of combining marks": beside(url, lambda: upload(url, marks)),
+            "a 60-window request, Stop after 2 s": beside(url, lambda: abandoned(url, 2.0)),
+        }
+    finally:
+        demo.close()
+    result = {"machine": f"{platform.processor() or platform.machine()}, {psutil.cpu_count()} cores",
+              "cpu_bf16": ctx.hardware.cpu_bf16, "model": "demo", "profile": "cpu",
+              "normal_alone_s": round(alone, 1), "normal_alone_right": right, "rows": rows}
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"normal request alone: {alone:.1f} s\n")
+    print("| hostile request | it ended after | a normal request sent 1 s later waited | right answer | server RSS "
+          "change |\n|---|---|---|---|---|")
+    for name, row in rows.items():
+        print(f"| {name} | {row['hostile_s']} s | {row['normal_waited_s']} s | "
+              f"{'yes' if row['normal_right'] else 'no'} | {row['rss_change_mb']:+} MB |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
