@@ -3,8 +3,10 @@
 Per window: softmax over context tokens and `<s>`, score = p_start × p_end, spans with end < start or longer
 than `max_answer_len` dropped, the best `2 * top_k + 10`, each widened to whole words (the pipeline's
 `align_to_words=True`). Across windows: identical answers (case-insensitive) merge by summing scores, optional
-null answer. One deliberate difference: a span that is empty, white space or punctuation once trimmed is never an
-answer; the window's next span takes its place. Pure numpy and text; knows nothing of models or tokenizers.
+null answer. Deliberate differences, so that an answer is never empty or a broken piece: words cut by a window's
+edge are completed, numbers are never cut at their separators, stray punctuation is trimmed from the ends, and a
+span that is empty, white space or punctuation once trimmed is never an answer: the window's next span takes its
+place. Pure numpy and text; knows nothing of models or tokenizers.
 """
 
 from __future__ import annotations
@@ -77,8 +79,13 @@ class Candidate:
 
 # The byte-level BPE pre-tokenizer's pattern (GPT-2's), which every Longformer (RoBERTa) tokenizer splits words
 # with: a token never crosses one of these words, so they are the words the pipeline's `token_to_word` saw.
+# One change: digits joined by "," or "." ("48,213", "3.5") are one word here, so a number is never cut at its separator.
 MAX_WORD_CHARS = 200
-_WORD_RE = re.compile(r"'s|'t|'re|'ve|'m|'ll|'d| ?[^\W\d_]+| ?\d+| ?(?:[^\s\w]|_)+|\s+(?!\S)|\s+")
+_WORD_RE = re.compile(r"'s|'t|'re|'ve|'m|'ll|'d| ?[^\W\d_]+| ?\d+(?:[.,]\d+)*| ?(?:[^\s\w]|_)+|\s+(?!\S)|\s+")
+# Punctuation an answer never starts or ends with: what is left of the sentence around it ("Fredville." -> "Fredville").
+_LEADING_PUNCTUATION = set(",.;:!?»-–—/|")
+_TRAILING_PUNCTUATION = set(",.;:!?«-–—/|")
+_PAIRS = {"(": ")", "[": "]", "{": "}", ")": "(", "]": "[", "}": "{"}
 
 
 def spans_per_window(top_k: int) -> int:
@@ -112,8 +119,10 @@ def align_to_words(text: str, first: tuple[int, int], last: tuple[int, int]) -> 
     trimmed of white space. A token with no characters (a bare "Ġ" before a word) belongs to the word after it,
     as in the pre-tokenizer, where the space is part of " word".
 
-    One difference from the pipeline: a word cut by the window's edge is completed from the document (the
-    pipeline's `word_to_chars` saw only the window's own tokens and could answer "ropriate").
+    Differences from the pipeline, so that an answer is never a broken piece: a word cut by the window's edge is
+    completed from the document (the pipeline's `word_to_chars` saw only the window's own tokens and could answer
+    "ropriate"), a number is never cut at its separator (",213" of "48,213"), and punctuation left over from the
+    sentence is trimmed from the ends (see `trim_punctuation`).
     """
     start, end = first[0], last[1]
     if start < len(text) and not text[start].isspace():
@@ -122,11 +131,32 @@ def align_to_words(text: str, first: tuple[int, int], last: tuple[int, int]) -> 
         end = _word_edge(text, last[1] - 1, want_end=True)
     elif 0 < end < len(text) and text[end - 1] == " " and not text[end].isspace():
         end = _word_edge(text, end, want_end=True)
-    while start < end and text[start].isspace():
-        start += 1
-    while end > start and text[end - 1].isspace():
-        end -= 1
-    return start, max(start, end)
+    return trim_punctuation(text, start, end)
+
+
+def _is_initial(text: str, start: int, end: int) -> bool:
+    """Whether `text[start:end]` ends in an initial's full stop ("J. K.", "U.S."), which belongs to the answer."""
+    return end - start >= 2 and text[end - 2].isupper() and (end - 3 < start or not text[end - 3].isalnum())
+
+
+def trim_punctuation(text: str, start: int, end: int) -> tuple[int, int]:
+    """`text[start:end]` without white space and stray punctuation at its ends: a leading comma or hyphen, a
+    sentence's full stop (not an initial's), a bracket whose partner is not in the answer."""
+    while True:
+        before = (start, end)
+        while start < end and text[start].isspace():
+            start += 1
+        while end > start and text[end - 1].isspace():
+            end -= 1
+        if start < end:
+            first, last = text[start], text[end - 1]
+            if first in _LEADING_PUNCTUATION or (first in _PAIRS and _PAIRS[first] not in text[start + 1:end]):
+                start += 1
+            elif (last in _TRAILING_PUNCTUATION and not (last == "." and _is_initial(text, start, end))) or \
+                    (last in _PAIRS and _PAIRS[last] not in text[start:end - 1]):
+                end -= 1
+        if (start, end) == before:
+            return start, max(start, end)
 
 
 def is_answer_text(text: str) -> bool:

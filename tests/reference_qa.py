@@ -4,9 +4,9 @@ Follows the pipeline's own steps literally: full outer-product span scores, `<s>
 zeroed after, `top_k * 2 + 10` spans per window, each widened to whole words with the fast tokenizer's
 `token_to_word` / `word_to_chars` (`QuestionAnsweringPipeline.get_indices`, `align_to_words=True`, its default),
 answers merged case-insensitively. `project_rules=True` adds what this project does on top, written out here
-on their own with the tokenizer's words: a word cut by the window's edge is completed with the words of the
-whole context, answers are trimmed of surrounding white space, and a span with no letter or digit is skipped so
-that the window's next span takes its place.
+on their own with the tokenizer's words (`project_span`): a word cut by the window's edge is completed with the
+words of the whole context, a number is never cut at its separator, white space and stray punctuation are trimmed
+from the ends, and a span with no letter or digit is skipped so that the window's next span takes its place.
 """
 
 from __future__ import annotations
@@ -73,15 +73,41 @@ def get_indices(enc, s, e, sequence_index, align_to_words):
 
 
 def project_span(context, words, start, end):
-    """Trimmed of white space, then widened to the words of the whole context (`words`: its encoding)."""
-    while start < end and context[start].isspace():
-        start += 1
-    while end > start and context[end - 1].isspace():
-        end -= 1
-    if start < end:
-        start = words.word_to_chars(words.char_to_word(start))[0]
-        end = words.word_to_chars(words.char_to_word(end - 1))[1]
-    return start, end
+    """The project's rules on a pipeline answer, with the tokenizer's own words: trimmed of white space, widened to
+    the words of the whole context and over the separators of a number ("48,213"), then stray punctuation cut
+    from the ends, one character at a time, until nothing changes."""
+    def spaces_trimmed(start, end):
+        while start < end and context[start].isspace():
+            start += 1
+        while end > start and context[end - 1].isspace():
+            end -= 1
+        return start, end
+
+    def separates_digits(i):
+        return 0 < i < len(context) - 1 and context[i] in ",." and context[i - 1].isdigit() and context[i + 1].isdigit()
+
+    start, end = spaces_trimmed(start, end)
+    if start >= end:
+        return start, end
+    start = words.word_to_chars(words.char_to_word(start))[0]
+    end = words.word_to_chars(words.char_to_word(end - 1))[1]
+    while start > 0 and (separates_digits(start) or context[start].isdigit() and separates_digits(start - 1)):
+        start = words.word_to_chars(words.char_to_word(start - 1))[0]
+    while end < len(context) and (separates_digits(end - 1) or context[end - 1].isdigit() and separates_digits(end)):
+        end = words.word_to_chars(words.char_to_word(end))[1]
+    pairs = {"(": ")", "[": "]", "{": "}", ")": "(", "]": "[", "}": "{"}
+    while True:
+        previous = (start, end)
+        start, end = spaces_trimmed(start, end)
+        answer = context[start:end]
+        initial = len(answer) >= 2 and answer[-2].isupper() and (len(answer) == 2 or not answer[-3].isalnum())
+        if answer and (answer[0] in ",.;:!?»-–—/|" or answer[0] in pairs and pairs[answer[0]] not in answer[1:]):
+            start += 1
+        elif answer and (answer[-1] in ",;:!?«-–—/|" or answer[-1] == "." and not initial
+                         or answer[-1] in pairs and pairs[answer[-1]] not in answer[:-1]):
+            end -= 1
+        if (start, end) == previous:
+            return start, end
 
 
 def reference_answers(model, tokenizer, question, context, max_seq_len, doc_stride, top_k=1, max_answer_len=15,
@@ -128,9 +154,14 @@ def reference_answers(model, tokenizer, question, context, max_seq_len, doc_stri
 
 def cuts_a_word(text, start, end):
     """Whether `text[start:end]` starts or ends inside a word: a letter on both sides of an edge, or a digit on
-    both (the pipeline's words keep letters and digits apart, so "1990" of "1990s" is a whole word)."""
+    both, or an edge at the separator of a number ("48|,213"). Letters and digits are different words, as for the
+    pipeline, so "1990" of "1990s" is a whole word."""
     def same_run(a, b):
         return (a.isalpha() and b.isalpha()) or (a.isdigit() and b.isdigit())
 
-    return (0 < start < len(text) and same_run(text[start - 1], text[start])) or \
-        (0 < end < len(text) and same_run(text[end - 1], text[end]))
+    def in_number(i):  # text[i] is a separator between digits
+        return 0 < i < len(text) - 1 and text[i] in ",." and text[i - 1].isdigit() and text[i + 1].isdigit()
+
+    return (0 < start < len(text) and (same_run(text[start - 1], text[start]) or in_number(start - 1)
+                                       or in_number(start))) or \
+        (0 < end < len(text) and (same_run(text[end - 1], text[end]) or in_number(end) or in_number(end - 1)))

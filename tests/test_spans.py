@@ -219,11 +219,15 @@ def test_spans_that_align_to_the_same_words_merge_their_scores():
 
 @pytest.mark.parametrize(("text", "first", "last", "expected"), [
     ("The capital is Fredville.", (19, 24), (19, 24), "Fredville"),  # "ville" inside a word
-    ("The capital is Fredville.", (15, 19), (24, 25), "Fredville."),  # a span's own punctuation stays
+    ("The capital is Fredville.", (15, 19), (24, 25), "Fredville"),  # the sentence's full stop is not the answer's
+    ("It has 48,213 people.", (9, 10), (9, 10), "48,213"),  # a number is one word
+    ("It has 48,213 people.", (9, 10), (10, 13), "48,213"),  # ",213" is no answer
+    ("Signed, J. K. Smith.", (8, 9), (12, 13), "J. K."),  # an initial's full stop stays
+    ("Ask the clerk (room 4), then go.", (15, 19), (21, 22), "room 4"),  # a bracket without its partner goes
     ("Its code is VX-2291 now.", (15, 19), (15, 19), "2291"),  # "-" separates words, as in the tokenizer
     ("It is the 1990s.", (12, 14), (12, 14), "1990"),  # digits and letters are different words
     ("Ask O'Hara Mills.", (6, 8), (11, 16), "Hara Mills"),
-    ("Hail Freedonia!\n\nNext", (5, 9), (17, 17), "Freedonia!"),  # ends on a white-space token: trimmed
+    ("Hail Freedonia!\n\nNext", (5, 9), (17, 17), "Freedonia"),  # ends on a white-space token: trimmed
     ("The anthem is Hail Freedonia.", (9, 10), (14, 14), "anthem is Hail"),  # a bare "Ġ" belongs to the word after
     ("   ", (1, 1), (2, 2), ""),
 ])
