@@ -53,6 +53,7 @@ MODEL_CONCURRENCY = "model"  # model reloads, one at a time
 REQUEST_CONCURRENCY = "requests"
 REQUEST_WORKERS = 8
 SPACE_MAX_REQUEST_S = 120.0
+UNREAD_MESSAGES_LIMIT = 16  # progress messages (about one a batch) nobody read: the caller has gone
 DEFAULT_QUEUE_SIZE = 64
 DEFAULT_MAX_FILE_MB = 50.0
 DEFAULT_TOP_K = 3
@@ -285,7 +286,9 @@ def preview_documents(ctx: AppContext, files, pasted_text, question):
 
 def abandonment_check() -> Callable[[], bool]:
     """Whether the gradio event running this handler was abandoned: Stop pressed (gradio cancels the event), the
-    tab closed or the client vanished (gradio marks it dead). A direct call, outside gradio's queue, never is."""
+    tab closed or the client vanished (gradio marks it dead), or nobody reads its stream (a queue call that was
+    posted and never listened to leaves its progress messages piling up; a listening client reads them at once).
+    A direct call, outside gradio's queue, never is."""
     from gradio.context import LocalContext
 
     blocks, event_id = LocalContext.blocks.get(None), LocalContext.event_id.get(None)
@@ -297,7 +300,8 @@ def abandonment_check() -> Callable[[], bool]:
         for job in list(queue.active_jobs):
             for event in job or ():
                 if event._id == event_id:
-                    return not event.alive
+                    unread = queue.pending_messages_per_session.get(event.session_hash)
+                    return not event.alive or (unread is not None and unread.qsize() > UNREAD_MESSAGES_LIMIT)
         return True  # no longer among the running events: cancelled, or its client is gone
 
     return is_abandoned

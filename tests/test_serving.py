@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 
 import psutil
 import pytest
@@ -163,6 +164,24 @@ def test_a_client_that_vanishes_stops_its_request(served, alone_s, monkeypatch):
     finally:
         if process.poll() is None:
             process.kill()
+
+
+def test_a_queue_call_nobody_listens_to_is_ended(served, alone_s, monkeypatch):
+    """POST /call/ask and never read its stream: its unread progress piles up, and the engine stops."""
+    ctx, url = served
+    counting = CountingRunner(ctx.session.loaded.runner)
+    monkeypatch.setattr(ctx.session.loaded, "runner", counting)
+    payload = {"data": [[], long_text(100), "What is the tide of Harrowgate?", 1]}
+    request = urllib.request.Request(f"{url}gradio_api/call/ask", data=json.dumps(payload).encode(),
+                                     headers={"Content-Type": "application/json"})
+    assert json.loads(urllib.request.urlopen(request, timeout=30).read())["event_id"]
+    deadline = time.monotonic() + 120
+    while (counting.calls < 2 or ctx.lane.is_busy()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not ctx.lane.is_busy(), "the unread request still holds the model"
+    assert counting.calls < 40, f"the unread request ran {counting.calls} of about 100 batches"
+    answer, waited = normal_request(url)
+    assert answer == EXAMPLE["answer"] and waited < alone_s + 10
 
 
 def test_one_visitor_holds_one_request_and_a_bounded_wait(served, alone_s):
