@@ -1,5 +1,8 @@
-"""Int8 dynamic quantization of the encoder's Linear layers for CPU inference (torchao when installed, else
-`torch.ao.quantization.quantize_dynamic` with its deprecation warnings silenced locally). `qa_outputs` stays float.
+"""Int8 dynamic quantization of the encoder's Linear layers for CPU inference. `qa_outputs` stays float.
+
+Two backends while they are measured side by side (docs/int8-torchao-vs-torch-ao.md): `torch.ao`
+(`torch.ao.quantization.quantize_dynamic`, its deprecation warnings silenced locally) and `torchao`
+(`quantize_` with int8 dynamic activations and int8 weights). Never a silent choice: the option names one.
 """
 
 from __future__ import annotations
@@ -12,16 +15,17 @@ from torch import nn
 from strategies.base import TRANSFORM, Strategy
 from strategies.hardware import Hardware
 
+BACKENDS = ("torch.ao", "torchao")
+
 
 class Int8Dynamic(Strategy):
     """Store Linear weights as int8; quantize activations on the fly per batch.
 
     Saves: about 3/4 of the Linear weight memory (most of the model) compared with fp32; int8 matmuls where
-        the CPU has VNNI. In the CPU bench (docs/bench-cpu, base architecture) 0.60-0.77x the fp32 time, but
-        a peak of 0.90-0.98x the fp32 peak: activations stay fp32.
-    Costs: accuracy of int8 activations (changed the top answer in 1-2 of 10 checks there); quantization at
-        load time; on CPUs with native bf16, bf16 is faster and smaller (4,096 tokens: 7.85 s eager bf16,
-        8.72 s int8).
+        the CPU has VNNI. Activations stay fp32 between the layers, so the peak falls far less than the
+        weights do (measured in docs/bench-cpu).
+    Costs: accuracy of int8 activations (the top answer can change); quantization at load time; on CPUs with
+        native bf16, bf16 is faster and smaller (docs/bench-cpu).
     Requires: CPU execution (the quantized kernels are CPU-only); fp32 weights to start from.
     """
 
@@ -30,9 +34,21 @@ class Int8Dynamic(Strategy):
     stage = TRANSFORM
     conflicts_with = ("half_precision", "autocast", "bnb_8bit", "bnb_4bit", "model_split", "offload", "replicas")
 
+    def __init__(self, hardware: Hardware | None = None, device: str = "cpu", *, backend: str = "torch.ao"):
+        super().__init__(hardware, device)
+        if backend not in BACKENDS:
+            raise ValueError(f"int8_dynamic backend must be one of {', '.join(BACKENDS)}, not {backend!r}")
+        self.backend = backend
+
     def unavailable_reason(self, hardware: Hardware) -> str | None:
         if self.on_cuda:
             return "int8 dynamic quantization runs on CPU only"
+        if self.backend == "torchao":
+            try:
+                import torchao  # noqa: F401  (deferred: a heavy optional dependency)
+            except ImportError:
+                return "torchao is not installed"
+            return None
         if "fbgemm" not in torch.backends.quantized.supported_engines and \
                 "x86" not in torch.backends.quantized.supported_engines:
             return "this torch build has no x86 quantized kernels (fbgemm)"
@@ -43,7 +59,10 @@ class Int8Dynamic(Strategy):
             for linear in model.longformer.modules():  # the quantized layers keep their float bias tensors
                 if isinstance(linear, nn.Linear) and linear.bias is not None:
                     linear.bias.data = linear.bias.data.clone()
-            quantize_linears(model.longformer)
+            if self.backend == "torchao":
+                quantize_linears_torchao(model.longformer)
+            else:
+                quantize_linears_torch_ao(model.longformer)
             copy_off_the_mapped_file(model)
         return model
 
@@ -51,7 +70,7 @@ class Int8Dynamic(Strategy):
 def copy_off_the_mapped_file(model: nn.Module) -> None:
     """Give the remaining float parameters and buffers private memory, so no tensor views the memory-mapped
     checkpoint any more and the mapping is released. Otherwise every page of the fp32 file that quantization
-    read stays resident: 405 MB of RSS for Longformer-base on top of its 274 MB of quantized weights."""
+    read stays resident."""
     for parameter in model.parameters():
         parameter.data = parameter.data.clone()
     for module in model.modules():
@@ -60,19 +79,20 @@ def copy_off_the_mapped_file(model: nn.Module) -> None:
                 module._buffers[key] = buffer.clone()
 
 
-def quantize_linears(module: nn.Module) -> str:
-    """Quantize every nn.Linear under `module` in place; returns which backend did it."""
-    try:
-        from torchao.quantization import Int8DynamicActivationInt8WeightConfig, quantize_
-    except ImportError:
-        quantize_ = None
-    if quantize_ is not None:
-        quantize_(module, Int8DynamicActivationInt8WeightConfig())
-        return "torchao"
+def quantize_linears_torch_ao(module: nn.Module) -> None:
+    """Swap every nn.Linear under `module` for torch.ao's dynamic-quantized Linear, in place."""
     with warnings.catch_warnings():
-        # torch.ao.quantization announces its removal in favour of torchao, which is not installed here
+        # torch.ao.quantization announces its removal in favour of torchao
         warnings.filterwarnings("ignore", message=r".*torch\.ao\.quantization is deprecated.*")
         warnings.filterwarnings("ignore", message=r".*quantize_per_tensor.*")
         warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torch\.jit.*")
         torch.ao.quantization.quantize_dynamic(module, {nn.Linear}, dtype=torch.qint8, inplace=True)
-    return "torch.ao"
+
+
+def quantize_linears_torchao(module: nn.Module) -> None:
+    """Give every nn.Linear under `module` torchao int8 weights (per row) and int8 dynamic activations (per
+    token), in place; the modules stay nn.Linear."""
+    from torchao.quantization import Int8DynamicActivationInt8WeightConfig, quantize_  # deferred: heavy, optional
+
+    quantize_(module, Int8DynamicActivationInt8WeightConfig(set_inductor_config=False),
+              filter_fn=lambda child, _: isinstance(child, nn.Linear))
