@@ -197,7 +197,3 @@ def measured_peak(memory: dict, device: str) -> int | None:
         return memory.get("host_peak_rss_bytes")
     index = int(device.split(":")[1])
     return next((d["peak_allocated_bytes"] for d in memory.get("devices", []) if d.get("index") == index), None)
-
-
-def default_cache_dir() -> Path:
-    return Path(os.environ.get("LONGQA_CACHE", Path.home() / ".cache" / "longqa"))

@@ -17,6 +17,7 @@ from typing import Callable
 import torch
 
 from longqa.engine import BatchState, EngineSettings, ModelRunner
+from longqa.cache import cache_dir
 from longqa.errors import ModelLoadError
 from longqa import models
 from longqa.models import ModelSource, architecture_config, resolve_model
@@ -32,10 +33,6 @@ QA_ARCHITECTURE = "LongformerForQuestionAnswering"
 HUB_PATTERNS = ["*.json", "*.txt", "*.model", "*.safetensors"]  # config, tokenizer files, safe weights
 HUB_BIN_PATTERNS = ["pytorch_model*.bin*"]  # only when a repository has no safetensors
 STAGES = {"download": (0.0, 0.3), "load": (0.3, 0.8), "strategies": (0.8, 1.0)}  # share of the progress bar
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("LONGQA_CACHE", Path.home() / ".cache" / "longqa"))
 
 
 @dataclass

@@ -12,13 +12,10 @@ from pathlib import Path
 
 import torch
 
+from longqa.cache import cache_dir
 from strategies.base import PLACEMENT, Strategy
 
 BIN_NAMES = ("pytorch_model.bin", "pytorch_model.bin.index.json")
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("LONGQA_CACHE", Path.home() / ".cache" / "longqa"))
 
 
 class MmapLoading(Strategy):

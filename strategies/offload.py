@@ -5,20 +5,16 @@ Not an even split across GPUs (that is `model_split`).
 from __future__ import annotations
 
 import copy
-import os
 from pathlib import Path
 
 import psutil
 
+from longqa.cache import cache_dir
 from strategies.base import PLACEMENT, Strategy
 from strategies.device_map import devices_in, gpu_budgets, plan_device_map, weight_dtype
 from strategies.hardware import Hardware
 
 HOST_RAM_SHARE = 0.5  # of the RAM available at load time; the rest is for documents, activations, the UI
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("LONGQA_CACHE", Path.home() / ".cache" / "longqa"))
 
 
 class Offload(Strategy):

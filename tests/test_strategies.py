@@ -290,6 +290,12 @@ def test_replicas_need_two_gpus():
 
 
 # ------------------------------------------------------------------------------------------ mmap loading
+def test_strategies_that_write_files_share_the_one_cache_folder(monkeypatch, tmp_path):
+    monkeypatch.setenv("LONGQA_CACHE", str(tmp_path))
+    assert MmapLoading(CPU).cache_folder == tmp_path / "converted"
+    assert Offload(ONE_GPU, "cuda").offload_folder == tmp_path / "offload"
+
+
 def test_mmap_loading_converts_a_bin_checkpoint_once(tmp_path, batch, monkeypatch):
     bin_folder = tiny_checkpoint(safetensors=False)
     assert not has_safetensors(bin_folder)
