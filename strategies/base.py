@@ -1,5 +1,6 @@
 """The `Strategy` base class: one memory/speed technique as no-op hooks (availability, load kwargs, model
-transform, runtime context, engine settings, runner) that subclasses override.
+transform, runtime context, engine settings, runner) that subclasses override, and the one function that turns a
+stack of strategies into `from_pretrained` keyword arguments.
 It never loads a model (the loader does), never prints, and holds no global state.
 """
 
@@ -10,6 +11,8 @@ import dataclasses
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, ClassVar
+
+import torch
 
 from strategies.hardware import CPU_ONLY, Hardware
 
@@ -73,6 +76,24 @@ class Strategy:
     def make_runner(self, model, context_factory: Callable[[], contextlib.AbstractContextManager]):
         """A runner replacing the engine's default `ModelRunner`, or None to keep it."""
         return None
+
+
+def from_pretrained_kwargs(config, strategies: list[Strategy], device: str, *, use_safetensors: bool = False) -> dict:
+    """The `from_pretrained` keyword arguments for `strategies` placing the model on `device` ("cuda" or "cpu"):
+    fp32 (on one GPU for "cuda"), then each strategy's changes in profile order. The loader loads with them and
+    the memory planner predicts from them, so a prediction describes the load that happens. `use_safetensors`:
+    the checkpoint folder holds safetensors (the planner has no folder; the choice changes no memory)."""
+    kwargs: dict = {"config": config, "dtype": torch.float32}
+    if use_safetensors:
+        kwargs["use_safetensors"] = True
+    if device == "cuda":
+        kwargs["device_map"] = {"": 0}
+    for strategy in strategies:
+        kwargs = strategy.adjust_load_kwargs(kwargs)
+    if "torch_dtype" in kwargs:  # deprecated spelling: a strategy must use dtype=
+        kwargs["dtype"] = kwargs.pop("torch_dtype")
+    kwargs["trust_remote_code"] = False  # never run code shipped with a checkpoint, whatever a strategy said
+    return kwargs
 
 
 def strategy_card(cls: type[Strategy]) -> dict[str, str]:

@@ -21,7 +21,7 @@ from longqa.cache import cache_dir
 from longqa.errors import ModelLoadError
 from longqa import models
 from longqa.models import ModelSource, architecture_config, resolve_model
-from strategies.base import Strategy
+from strategies.base import Strategy, from_pretrained_kwargs
 from strategies.device_map import device_name, mapped_device
 from strategies.hardware import Hardware, detect_hardware
 from strategies.host_memory import HostPeak
@@ -124,7 +124,7 @@ def load_model(model_ref: str, profile: Profile | str, *, hardware: Hardware | N
         _report(progress, "load", 0.0, f"Loading {source.ref} ({profile.name})")
         for strategy in strategies:
             folder = strategy.prepare_checkpoint(folder)
-        kwargs = load_kwargs(config, folder, device, strategies)
+        kwargs = from_pretrained_kwargs(config, strategies, device, use_safetensors=has_safetensors(folder))
         with HostPeak() as host:
             model = _from_pretrained(folder, kwargs, source.ref, profile.name)
         _report(progress, "load", 1.0, f"Loaded {source.ref}")
@@ -183,21 +183,6 @@ def engine_settings(profile: Profile, strategies) -> EngineSettings:
     for strategy in strategies:
         settings = strategy.adjust_settings(settings)
     return settings
-
-
-def load_kwargs(config, folder: Path, device: str, strategies) -> dict:
-    """`from_pretrained` keyword arguments: our defaults, then each strategy's changes in order."""
-    kwargs: dict = {"config": config, "dtype": torch.float32}
-    if has_safetensors(folder):
-        kwargs["use_safetensors"] = True
-    if device == "cuda":
-        kwargs["device_map"] = {"": 0}
-    for strategy in strategies:
-        kwargs = strategy.adjust_load_kwargs(kwargs)
-    if "torch_dtype" in kwargs:  # deprecated spelling: a strategy must use dtype=
-        kwargs["dtype"] = kwargs.pop("torch_dtype")
-    kwargs["trust_remote_code"] = False  # never run code shipped with a checkpoint, whatever a strategy said
-    return kwargs
 
 
 # ---------------------------------------------------------------------------------------------- fetching

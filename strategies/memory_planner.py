@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from strategies.base import Strategy
+from strategies.base import from_pretrained_kwargs
 from strategies.device_map import mapped_device
 from strategies.hardware import Hardware
 from strategies.host_memory import current_rss_bytes
@@ -256,16 +256,6 @@ class MemoryPlan:
         }
 
 
-def planned_load_kwargs(config, strategies: list[Strategy], device: str) -> dict:
-    """The `from_pretrained` keyword arguments the loader would pass (without a checkpoint folder)."""
-    kwargs: dict = {"config": config, "dtype": torch.float32}
-    if device == "cuda":
-        kwargs["device_map"] = {"": 0}
-    for strategy in strategies:
-        kwargs = strategy.adjust_load_kwargs(kwargs)
-    return kwargs
-
-
 def windows_needed(document_tokens: int, window_tokens: int, doc_stride: int, question_tokens: int = 20) -> int:
     """How many windows the engine cuts a document of `document_tokens` into."""
     room = window_tokens - question_tokens - 4  # <s> question </s></s> ... </s>
@@ -288,7 +278,7 @@ def plan_profile(config, profile, hardware: Hardware, *, tokens: int | None = No
     strategies = build_strategies(profile, hardware)
     names = tuple(select_strategies(profile, hardware))
     device = device_for(profile, hardware)
-    kwargs = planned_load_kwargs(config, strategies, device)
+    kwargs = from_pretrained_kwargs(config, strategies, device)
     precision = precision_of(kwargs, names)
     tokens = tokens or profile.max_seq_len or min(shape.positions - 2, 4096)
     batch = batch or profile.batch_size

@@ -18,7 +18,8 @@ from longqa.engine import BatchState, EngineSettings, ModelRunner
 from longqa.errors import ModelLoadError, ProfileError
 from strategies import loader
 from strategies.hardware import Hardware
-from strategies.loader import LoadedModel, load_kwargs, load_model
+from strategies.base import from_pretrained_kwargs
+from strategies.loader import LoadedModel, load_model
 from strategies.profiles import custom_profile
 from strategies.replicas import ReplicaRunner
 from tests.tiny import build_tokenizer, qa_batch, requires_cuda, tiny_checkpoint, tiny_config, tiny_encoder_checkpoint
@@ -114,15 +115,39 @@ def test_unavailable_profile_fails_before_loading_anything(folder, monkeypatch):
     assert calls == []
 
 
-def test_load_kwargs_always_dtype_never_remote_code(folder):
+def test_from_pretrained_kwargs_always_dtype_never_remote_code(folder):
     from strategies.half_precision import HalfPrecision
 
     config = tiny_config(600)
-    kwargs = load_kwargs(config, folder, "cpu", [HalfPrecision(CPU, "cpu")])
+    kwargs = from_pretrained_kwargs(config, [HalfPrecision(CPU, "cpu")], "cpu", use_safetensors=True)
     assert kwargs["dtype"] == torch.bfloat16 and "torch_dtype" not in kwargs
     assert kwargs["trust_remote_code"] is False and kwargs["use_safetensors"] is True
     assert "device_map" not in kwargs
-    assert load_kwargs(config, folder, "cuda", [])["device_map"] == {"": 0}
+    assert from_pretrained_kwargs(config, [], "cuda")["device_map"] == {"": 0}
+    assert "use_safetensors" not in from_pretrained_kwargs(config, [], "cpu")
+
+
+def test_the_loader_loads_with_the_keyword_arguments_the_planner_predicts_from(monkeypatch, folder):
+    import transformers
+
+    from strategies import memory_planner
+    from strategies.profiles import build_strategies, device_for
+
+    passed = {}
+    real = transformers.LongformerForQuestionAnswering.from_pretrained
+
+    def spy(path, **kwargs):
+        passed.update(kwargs)
+        return real(path, **kwargs)
+
+    monkeypatch.setattr(transformers.LongformerForQuestionAnswering, "from_pretrained", spy)
+    profile = custom_profile(["half_precision", "fast_attention"])
+    load_model(str(folder), profile, hardware=CPU)
+    planned = from_pretrained_kwargs(passed["config"], build_strategies(profile, CPU), device_for(profile, CPU))
+    passed.pop("output_loading_info")
+    assert passed == {**planned, "use_safetensors": True}
+    plan = memory_planner.plan_profile(passed["config"], profile, CPU, runtime_bytes=0)
+    assert plan.precision == "bf16"
 
 
 # ------------------------------------------------------------------------------------------ refusals

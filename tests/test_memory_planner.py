@@ -35,6 +35,19 @@ def test_weight_bytes_follow_precision():
     assert plan_profile(config, PROFILES["cpu"], cpu, runtime_bytes=0).weight_bytes == 2 * params
 
 
+def test_precision_is_read_from_the_loaders_keyword_arguments():
+    """A strategy still using the deprecated `torch_dtype=` loads bf16 and is predicted as bf16."""
+    from strategies.base import Strategy, from_pretrained_kwargs
+
+    class OldSpelling(Strategy):
+        def adjust_load_kwargs(self, kwargs):
+            return {**kwargs, "torch_dtype": torch.bfloat16}
+
+    kwargs = from_pretrained_kwargs(architecture_config("arch:base"), [OldSpelling()], "cpu")
+    assert kwargs["dtype"] == torch.bfloat16
+    assert memory_planner.precision_of(kwargs, ()).kind == "bf16"
+
+
 @pytest.mark.parametrize("attention", ["eager", "fast"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("tokens, batch", [(512, 1), (1024, 2), (700, 1)])
