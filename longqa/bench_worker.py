@@ -21,7 +21,6 @@ from longqa import engine, telemetry
 from longqa.demo_task import FactWriter, make_example
 from longqa.documents import Document, clean_text
 from longqa.errors import InputError, ProfileError
-from strategies.host_memory import HostPeak
 from strategies.profiles import Profile, custom_profile, get_profile
 
 SPECIAL_TOKENS_PER_WINDOW = 4  # <s> question </s></s> document </s>
@@ -239,7 +238,7 @@ def run_inference(spec: WorkerSpec) -> list[dict]:
     loaded = _load(spec, parse_profile(spec.profile))
     runner, tokenizer = loaded.runner, loaded.tokenizer
     measurements, times_s, forward_s = [], [], []
-    with HostPeak() as run_peak:
+    with telemetry.HostPeak() as run_peak:
         settings = dataclasses.replace(loaded.settings, batch_size=spec.batch).resolved(tokenizer)
         inputs = agreement_inputs(tokenizer, spec.tokens, max(spec.checks, spec.batch))
         with telemetry.measure(runner.devices) as warmup:
@@ -282,7 +281,7 @@ def run_training(spec: WorkerSpec) -> list[dict]:
     inputs = agreement_inputs(tokenizer, tokens, spec.batch)
     windows = [engine.make_windows(tokenizer, c.question, [c.document], settings)[0][0] for c in inputs]
     batch = engine.collate(windows, tokenizer.pad_token_id)  # (B, L) each
-    with HostPeak() as run_peak:
+    with telemetry.HostPeak() as run_peak:
         readouts = [training_step_readout(model, batch, warmup=(index == 0)) for index in range(spec.repeat)]
     devices = loaded.runner.devices
     rows = []

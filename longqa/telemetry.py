@@ -1,4 +1,5 @@
-"""Measure one request (latency per stage, device and host memory), and the one NVML wrapper of the project.
+"""Measure one request (latency per stage, device and host memory), and the project's one NVML wrapper and one
+host-memory peak (`HostPeak`, also what loading and the bench measure with).
 
 A context manager yields a `Measurement` whose fields carry their units (`latency_s`, `*_bytes`); the NVML part
 maps each CUDA device this process uses or can see to the right physical GPU or MIG slice. It only measures;
@@ -8,10 +9,12 @@ formatting for people happens in the UI. Missing CUDA or NVML gives `None`, neve
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import psutil
 import torch
@@ -262,28 +265,79 @@ def gpu_snapshot() -> list[dict]:
     return [_gpu_row(nv, index, handle) for index, handle in enumerate(handles)]
 
 
-class _RssSampler:
-    """Samples this process's resident memory in a thread: per-request host peak, not the lifetime peak."""
+# ------------------------------------------------------------------------------------------------ host memory
+STATUS = Path("/proc/self/status")
+CLEAR_REFS = Path("/proc/self/clear_refs")
+_open_peaks: list["HostPeak"] = []  # blocks measuring with the high-water mark now, all threads together
+_peaks_lock = threading.Lock()
 
-    def __init__(self, interval_s: float = 0.01):
+
+def current_rss_bytes() -> int:
+    return int(psutil.Process().memory_info().rss)
+
+
+def _high_water_mark_bytes() -> int | None:
+    try:
+        match = re.search(r"VmHWM:\s+(\d+) kB", STATUS.read_text())
+    except OSError:
+        return None
+    return int(match.group(1)) * 1024 if match else None
+
+
+def _reset_high_water_mark() -> bool:
+    """Reset the process's peak RSS to its current RSS; False where Linux does not let this process."""
+    try:
+        CLEAR_REFS.write_text("5")  # "5": reset the peak RSS counter (Linux 4.0+)
+    except OSError:
+        return False
+    return _high_water_mark_bytes() is not None
+
+
+class HostPeak:
+    """`with HostPeak() as host: ...`, then `host.peak_rss_bytes`: this process's peak resident memory inside
+    the block, and `host.baseline_rss_bytes` at its start (bytes).
+
+    Linux's high-water mark (VmHWM), reset on entry, catches every spike; where it cannot be reset, RSS is
+    sampled in a thread every `interval_s`. Blocks may nest and overlap (a request inside a benchmark row,
+    requests in threads): before any block resets the mark, every open block takes in the peak so far.
+    """
+
+    def __init__(self, interval_s: float = 0.005):
         self.interval_s = interval_s
-        self.process = psutil.Process()
-        self.peak = self.process.memory_info().rss
+        self.baseline_rss_bytes = 0
+        self.peak_rss_bytes: int | None = None
+        self.method = ""  # "VmHWM" | "sampled RSS"
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread: threading.Thread | None = None
 
-    def _run(self) -> None:
+    def _sample(self) -> None:
         while not self._stop.wait(self.interval_s):
-            self.peak = max(self.peak, self.process.memory_info().rss)
+            self.peak_rss_bytes = max(self.peak_rss_bytes or 0, current_rss_bytes())
 
-    def __enter__(self):
+    def __enter__(self) -> "HostPeak":
+        self.baseline_rss_bytes = self.peak_rss_bytes = current_rss_bytes()
+        with _peaks_lock:
+            mark = _high_water_mark_bytes()
+            for block in _open_peaks:  # the mark so far belongs to every open block: take it before it is reset
+                block.peak_rss_bytes = max(block.peak_rss_bytes or 0, mark or 0)
+            if _reset_high_water_mark():
+                self.method = "VmHWM"
+                _open_peaks.append(self)
+                return self
+        self.method = "sampled RSS"
+        self._thread = threading.Thread(target=self._sample, daemon=True)
         self._thread.start()
         return self
 
     def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.peak = max(self.peak, self.process.memory_info().rss)
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+            self.peak_rss_bytes = max(self.peak_rss_bytes or 0, current_rss_bytes())
+            return
+        with _peaks_lock:
+            self.peak_rss_bytes = max(self.peak_rss_bytes or 0, _high_water_mark_bytes() or 0, current_rss_bytes())
+            _open_peaks.remove(self)
 
 
 @dataclass
@@ -330,7 +384,7 @@ def measure(devices=()):
         torch.cuda.reset_peak_memory_stats(index)
     measurement = Measurement()
     began = time.perf_counter()
-    with _RssSampler() as sampler:
+    with HostPeak() as host:
         try:
             yield measurement
         finally:
@@ -343,7 +397,7 @@ def measure(devices=()):
         "reserved_bytes": _sum_or_none(rows, "reserved_bytes"),
         "nvml_used_bytes": _sum_or_none(rows, "nvml_used_bytes"),
         "nvml_total_bytes": _sum_or_none(rows, "nvml_total_bytes"),
-        "host_rss_bytes": int(sampler.process.memory_info().rss),
-        "host_peak_rss_bytes": int(sampler.peak),
+        "host_rss_bytes": current_rss_bytes(),
+        "host_peak_rss_bytes": host.peak_rss_bytes,
         "devices": rows,
     }

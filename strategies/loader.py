@@ -16,15 +16,15 @@ from typing import Callable
 
 import torch
 
-from longqa.engine import BatchState, EngineSettings, ModelRunner
 from longqa.cache import cache_dir
+from longqa.engine import BatchState, EngineSettings, ModelRunner
 from longqa.errors import ModelLoadError
 from longqa import models
 from longqa.models import ModelSource, architecture_config, resolve_model
+from longqa.telemetry import HostPeak
 from strategies.base import Strategy, from_pretrained_kwargs
 from strategies.device_map import device_name, mapped_device
 from strategies.hardware import Hardware, detect_hardware
-from strategies.host_memory import HostPeak
 from strategies.mmap_loading import has_bin, has_safetensors
 from strategies.profiles import Profile, build_strategies, device_for, resolve_profile, select_strategies
 

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import torch
 
+from longqa.telemetry import current_rss_bytes
 from strategies.base import from_pretrained_kwargs
 from strategies.device_map import mapped_device
 from strategies.hardware import Hardware
-from strategies.host_memory import current_rss_bytes
 
 FIT_MARGIN = 0.10  # a prediction "fits" a device when it stays under 90 % of the device's memory
 CUDA_CONTEXT_BYTES = 600 * 10**6  # CUDA context + cuBLAS workspace outside torch's allocator (not yet measured

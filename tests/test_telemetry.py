@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -226,6 +227,46 @@ def test_measure_on_cpu_has_no_device_rows(monkeypatch):
     assert memory["devices"] == [] and memory["nvml_used_bytes"] is None and memory["peak_allocated_bytes"] is None
     assert memory["host_peak_rss_bytes"] >= memory["host_rss_bytes"] * 0.5 > 0
     assert measurement.latency_s["total"] > 0
+
+
+# ------------------------------------------------------------------------------------------ host memory
+MB = 10**6
+
+
+def spike(megabytes: int) -> None:
+    """Hold `megabytes` of touched memory for a moment, then hand it back."""
+    block = torch.ones(megabytes * MB // 4, dtype=torch.float32)
+    del block
+
+
+def can_reset_peak() -> bool:
+    return telemetry._reset_high_water_mark()
+
+
+@pytest.mark.skipif(not can_reset_peak(), reason="needs Linux's resettable VmHWM")
+def test_host_peak_sees_a_spike_before_a_nested_block_resets_the_mark():
+    with telemetry.HostPeak() as outer:
+        spike(300)
+        with telemetry.HostPeak() as inner:  # resets the process's mark: outer must keep the spike
+            sum(range(1000))
+        with telemetry.measure(["cpu"]) as measurement:  # a request measured inside a benchmark row
+            sum(range(1000))
+    assert outer.method == inner.method == "VmHWM"
+    assert outer.peak_rss_bytes - outer.baseline_rss_bytes > 250 * MB
+    assert inner.peak_rss_bytes - inner.baseline_rss_bytes < 100 * MB
+    assert measurement.memory["host_peak_rss_bytes"] - outer.baseline_rss_bytes < 100 * MB
+
+
+def test_host_peak_samples_rss_where_the_mark_cannot_be_reset(monkeypatch, tmp_path):
+    monkeypatch.setattr(telemetry, "CLEAR_REFS", tmp_path / "absent" / "clear_refs")
+    with telemetry.HostPeak(interval_s=0.001) as host:
+        block = torch.ones(300 * MB // 4, dtype=torch.float32)
+        deadline = time.perf_counter() + 0.2
+        while time.perf_counter() < deadline:  # held long enough for several samples
+            block.add_(1)
+        del block
+    assert host.method == "sampled RSS"
+    assert host.peak_rss_bytes - host.baseline_rss_bytes > 250 * MB
 
 
 # ------------------------------------------------------------------------------------------ on a real GPU
