@@ -166,11 +166,17 @@ def select_strategies(profile: Profile, hardware: Hardware) -> tuple[str, ...]:
     return tuple(_entry_choice(profile, entry, hardware)[0] for entry in profile.strategies)
 
 
-def build_strategies(profile: Profile, hardware: Hardware) -> list[Strategy]:
-    """Strategy instances for `profile` on `hardware`, in order; ProfileError when one cannot run here."""
+def check_runnable(profile: Profile, hardware: Hardware) -> None:
+    """ProfileError naming why `profile` cannot run on `hardware`; nothing when it can. The one such check: the
+    loader, the session (the page, the CLI) and `build_strategies` all raise through it."""
     reason = unavailable_reason(profile, hardware)
     if reason is not None:
         raise ProfileError(f"Profile {profile.name!r} cannot run on this machine: {reason}.")
+
+
+def build_strategies(profile: Profile, hardware: Hardware) -> list[Strategy]:
+    """Strategy instances for `profile` on `hardware`, in order; ProfileError when one cannot run here."""
+    check_runnable(profile, hardware)
     return [_strategy(profile, name, hardware) for name in select_strategies(profile, hardware)]
 
 
@@ -227,12 +233,15 @@ def with_settings(profile: Profile, **changes) -> Profile:
     return replace(profile, **changes)
 
 
-def describe_profiles(hardware: Hardware) -> list[dict]:
-    """One row per profile for `python -m longqa profiles [--json]`: what it is and whether it runs here."""
+def describe_profiles(hardware: Hardware, auto: Profile | None = None) -> list[dict]:
+    """One row per profile for `python -m longqa profiles [--json]`: what it is and whether it runs here.
+
+    `auto`: the profile `auto` stands for, as `resolve_auto` picked it with the model's config (the loader's own
+    rule); without it, `auto` is resolved without a config, from the GPUs alone."""
     rows = []
     for profile in PROFILES.values():
         reason = unavailable_reason(profile, hardware)
-        here = resolve_auto(hardware) if profile.name == "auto" else profile
+        here = (auto or resolve_auto(hardware)) if profile.name == "auto" else profile
         rows.append({
             "name": profile.name, "targets": profile.targets, "strategies": list(profile.strategies),
             "strategies_here": list(select_strategies(here, hardware)) if reason is None else [],
@@ -252,10 +261,11 @@ def detected_summary(hardware: Hardware) -> str:
     return ", ".join(f"{len(gpus)}× {name}, {gpus[0].total_bytes / 1e9:.1f} GB" for name, gpus in groups.items())
 
 
-def profile_choices(hardware: Hardware) -> list[tuple[str, str]]:
-    """(label, value) pairs for the UI dropdown; unavailable profiles say why in their label."""
+def profile_choices(hardware: Hardware, auto: Profile | None = None) -> list[tuple[str, str]]:
+    """(label, value) pairs for the UI dropdown; unavailable profiles say why in their label, and `auto` names
+    the profile it stands for (`auto` as in `describe_profiles`)."""
     choices = []
-    for row in describe_profiles(hardware):
+    for row in describe_profiles(hardware, auto):
         if row["name"] == "auto":
             label = f"auto: {detected_summary(hardware)} → {row['resolves_to']}"
         elif row["available"]:
