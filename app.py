@@ -13,6 +13,7 @@ import html
 import json
 import os
 import sys
+import time
 import traceback
 import uuid
 from dataclasses import dataclass, field
@@ -53,7 +54,10 @@ MODEL_CONCURRENCY = "model"  # model reloads, one at a time
 REQUEST_CONCURRENCY = "requests"
 REQUEST_WORKERS = 8
 SPACE_MAX_REQUEST_S = 120.0
-UNREAD_MESSAGES_LIMIT = 16  # progress messages (about one a batch) nobody read: the caller has gone
+# A stream that has held more than this many unread messages (progress comes about once a batch) for this long has
+# no reader: the caller has gone. A slow but present reader drains it now and then.
+UNREAD_MESSAGES_LIMIT = 16
+UNREAD_STALL_S = 30.0
 DEFAULT_QUEUE_SIZE = 64
 DEFAULT_MAX_FILE_MB = 50.0
 DEFAULT_TOP_K = 3
@@ -287,7 +291,8 @@ def preview_documents(ctx: AppContext, files, pasted_text, question):
 def abandonment_check() -> Callable[[], bool]:
     """Whether the gradio event running this handler was abandoned: Stop pressed (gradio cancels the event), the
     tab closed or the client vanished (gradio marks it dead), or nobody reads its stream (a queue call that was
-    posted and never listened to leaves its progress messages piling up; a listening client reads them at once).
+    posted and never listened to leaves its progress messages piling up for UNREAD_STALL_S; a listening client
+    reads them, if late).
     A direct call, outside gradio's queue, never is."""
     from gradio.context import LocalContext
 
@@ -296,12 +301,20 @@ def abandonment_check() -> Callable[[], bool]:
     if queue is None or event_id is None:
         return lambda: False
 
+    drained_at = [time.monotonic()]  # when a reader last kept this session's stream short
+
+    def is_unread(session_hash: str) -> bool:
+        unread = queue.pending_messages_per_session.get(session_hash)
+        now = time.monotonic()
+        if unread is None or unread.qsize() <= UNREAD_MESSAGES_LIMIT:
+            drained_at[0] = now
+        return now - drained_at[0] > UNREAD_STALL_S
+
     def is_abandoned() -> bool:
         for job in list(queue.active_jobs):
             for event in job or ():
                 if event._id == event_id:
-                    unread = queue.pending_messages_per_session.get(event.session_hash)
-                    return not event.alive or (unread is not None and unread.qsize() > UNREAD_MESSAGES_LIMIT)
+                    return not event.alive or is_unread(event.session_hash)
         return True  # no longer among the running events: cancelled, or its client is gone
 
     return is_abandoned

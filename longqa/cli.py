@@ -12,17 +12,11 @@ import logging
 import sys
 import warnings
 
+from longqa.arguments import positive_int
 from longqa.errors import LongQAError
 from longqa.models import DEFAULT_MODEL
 
 EXIT_USAGE = 2
-
-
-def positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -125,7 +119,8 @@ def quiet_libraries() -> None:
     hf_logging.disable_progress_bar()
     warnings.simplefilter("ignore")
     logging.getLogger().addHandler(logging.NullHandler())  # no "last resort" printing of other libraries' records
-    logging.getLogger().setLevel(logging.ERROR)
+    for name in ("", "torch", "torchao"):  # torch's loggers carry their own handler
+        logging.getLogger(name).setLevel(logging.ERROR)
 
 
 def main(argv: list[str] | None = None) -> int:

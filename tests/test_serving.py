@@ -171,6 +171,7 @@ def test_a_queue_call_nobody_listens_to_is_ended(served, alone_s, monkeypatch):
     ctx, url = served
     counting = CountingRunner(ctx.session.loaded.runner)
     monkeypatch.setattr(ctx.session.loaded, "runner", counting)
+    monkeypatch.setattr(app, "UNREAD_STALL_S", 3.0)  # unread for 3 s, not the served 30 s
     payload = {"data": [[], long_text(100), "What is the tide of Harrowgate?", 1]}
     request = urllib.request.Request(f"{url}gradio_api/call/ask", data=json.dumps(payload).encode(),
                                      headers={"Content-Type": "application/json"})
