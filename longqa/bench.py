@@ -19,6 +19,7 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from longqa.arguments import positive_int, positive_int_list
 from longqa.bench_worker import FLAG_CHANGED_FRACTION, WorkerSpec, parse_profile
 from longqa.errors import InputError
 
@@ -30,23 +31,6 @@ GB = 10**9
 
 
 # ------------------------------------------------------------------------------------------------ arguments
-def token_list(text: str) -> list[int]:
-    try:
-        values = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated token counts, got {text!r}") from None
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"token counts must be positive integers, got {text!r}")
-    return list(dict.fromkeys(values))
-
-
-def positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="arch:base",
                         help="checkpoint, local folder, 'demo', or 'arch:base'/'arch:large' (real architecture, "
@@ -55,14 +39,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="comma-separated profiles: names, 'all' (every available one), 'custom:a+b' for a stack "
                              "of strategies (e.g. all,custom:int8_dynamic), with options as "
                              f"'custom:half_precision(dtype=bf16)+fast_attention'; {BASELINE} is always the reference")
-    parser.add_argument("--tokens", type=token_list, default=[1024, 4096],
+    parser.add_argument("--tokens", type=positive_int_list, default=[1024, 4096],
                         help="input lengths per document (question + document), comma-separated; more than one "
                              "window's worth means several windows (default 1024,4096)")
-    parser.add_argument("--batch", type=token_list, default=[1],
+    parser.add_argument("--batch", type=positive_int_list, default=[1],
                         help="documents per request, run as one batch; comma-separated for several rows (default 1; "
                              "the training-step rows use the smallest)")
-    parser.add_argument("--repeat", type=positive, default=3, help="timed runs per row after the warm-up")
-    parser.add_argument("--checks", type=positive, default=10,
+    parser.add_argument("--repeat", type=positive_int, default=3, help="timed runs per row after the warm-up")
+    parser.add_argument("--checks", type=positive_int, default=10,
                         help="question/document pairs compared with the fp32 baseline per length (default 10)")
     parser.add_argument("--no-training", dest="training", action="store_false",
                         help="skip the training-step rows (forward+backward with and without checkpointing)")
