@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import abc
 import importlib.util
 
 import torch
@@ -26,7 +27,28 @@ def bitsandbytes_missing_reason(hardware: Hardware, on_cuda: bool) -> str | None
     return None
 
 
-class Bnb8bit(Strategy):
+class BitsAndBytesQuantization(Strategy, abc.ABC):
+    """The outline both bitsandbytes strategies share: available where bitsandbytes' kernels are, and a
+    `BitsAndBytesConfig` (with `qa_outputs` left float) added to the load keyword arguments. A subclass says
+    which quantization in `quantization_options`."""
+
+    stage = PRECISION
+
+    def unavailable_reason(self, hardware: Hardware) -> str | None:
+        return bitsandbytes_missing_reason(hardware, self.on_cuda)
+
+    @abc.abstractmethod
+    def quantization_options(self, kwargs: dict) -> dict:
+        """`BitsAndBytesConfig` keyword arguments for this quantization, given the load arguments so far."""
+
+    def adjust_load_kwargs(self, kwargs: dict) -> dict:
+        from transformers import BitsAndBytesConfig
+
+        config = BitsAndBytesConfig(**self.quantization_options(kwargs), llm_int8_skip_modules=list(SKIP_MODULES))
+        return {**kwargs, "quantization_config": config}
+
+
+class Bnb8bit(BitsAndBytesQuantization):
     """LLM.int8: int8 weights, outlier features computed in 16 bits.
 
     Saves: about 3/4 of the weight memory compared with fp32 (half compared with fp16).
@@ -36,20 +58,13 @@ class Bnb8bit(Strategy):
 
     name = "bnb_8bit"
     description = "Quantize Linear weights to int8 at load time with bitsandbytes (LLM.int8), qa_outputs kept."
-    stage = PRECISION
     conflicts_with = ("bnb_4bit", "int8_dynamic", "replicas")
 
-    def unavailable_reason(self, hardware: Hardware) -> str | None:
-        return bitsandbytes_missing_reason(hardware, self.on_cuda)
-
-    def adjust_load_kwargs(self, kwargs: dict) -> dict:
-        from transformers import BitsAndBytesConfig
-
-        config = BitsAndBytesConfig(load_in_8bit=True, llm_int8_skip_modules=list(SKIP_MODULES))
-        return {**kwargs, "quantization_config": config}
+    def quantization_options(self, kwargs: dict) -> dict:
+        return {"load_in_8bit": True}
 
 
-class Bnb4bit(Strategy):
+class Bnb4bit(BitsAndBytesQuantization):
     """NF4: 4-bit normal-float weights, dequantized block by block to the compute dtype.
 
     Saves: about 7/8 of the weight memory compared with fp32.
@@ -59,11 +74,7 @@ class Bnb4bit(Strategy):
 
     name = "bnb_4bit"
     description = "Quantize Linear weights to 4-bit NF4 at load time with bitsandbytes, qa_outputs kept."
-    stage = PRECISION
     conflicts_with = ("bnb_8bit", "int8_dynamic", "replicas")
-
-    def unavailable_reason(self, hardware: Hardware) -> str | None:
-        return bitsandbytes_missing_reason(hardware, self.on_cuda)
 
     def compute_dtype(self, kwargs: dict) -> torch.dtype:
         dtype = kwargs.get("dtype", torch.float32)
@@ -71,10 +82,6 @@ class Bnb4bit(Strategy):
             return dtype
         return torch.float16 if self.on_cuda else torch.bfloat16 if self.hardware.cpu_bf16 else torch.float32
 
-    def adjust_load_kwargs(self, kwargs: dict) -> dict:
-        from transformers import BitsAndBytesConfig
-
-        config = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
-                                    bnb_4bit_compute_dtype=self.compute_dtype(kwargs),
-                                    llm_int8_skip_modules=list(SKIP_MODULES))
-        return {**kwargs, "quantization_config": config}
+    def quantization_options(self, kwargs: dict) -> dict:
+        return {"load_in_4bit": True, "bnb_4bit_quant_type": "nf4",
+                "bnb_4bit_compute_dtype": self.compute_dtype(kwargs)}
