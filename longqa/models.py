@@ -40,10 +40,6 @@ class ModelSource:
     kind: str  # "demo" | "local" | "hub" | "architecture"
 
     @property
-    def is_offline(self) -> bool:
-        return self.kind != "hub"
-
-    @property
     def handles_null_answer(self) -> bool:
         return self.ref in NULL_ANSWER_MODELS
 

@@ -39,10 +39,6 @@ class Hardware:
     def gpu_count(self) -> int:
         return len(self.usable_gpus)
 
-    @property
-    def smallest_gpu_bytes(self) -> int | None:
-        return min((gpu.total_bytes for gpu in self.usable_gpus), default=None)
-
     def describe(self) -> str:
         if not self.usable_gpus:
             seen = f"; NVML sees {len(self.gpus)} GPU(s) but torch has no CUDA" if self.gpus else ""

@@ -228,11 +228,6 @@ def resolve_profile(profile: Profile | str, hardware: Hardware, config=None) -> 
     return resolve_auto(hardware, config) if profile.name == "auto" else profile
 
 
-def with_settings(profile: Profile, **changes) -> Profile:
-    """A copy of `profile` with other engine settings (batch size, window, stride)."""
-    return replace(profile, **changes)
-
-
 def describe_profiles(hardware: Hardware, auto: Profile | None = None) -> list[dict]:
     """One row per profile for `python -m longqa profiles [--json]`: what it is and whether it runs here.
 
