@@ -72,7 +72,7 @@ def architecture_config(name: str) -> LongformerConfig:
         eos_token_id=2, sep_token_id=2, type_vocab_size=1, **ARCHITECTURES[name])
 
 
-SAME_ARCHITECTURE = {  # registry checkpoints whose config.json has exactly these shapes (FACTS.md)
+SAME_ARCHITECTURE = {  # registry checkpoints whose config.json on the Hub has exactly these shapes
     "allenai/longformer-large-4096-finetuned-triviaqa": "arch:large",
     "valhalla/longformer-base-4096-finetuned-squadv1": "arch:base",
     "mrm8488/longformer-base-4096-finetuned-squadv2": "arch:base",

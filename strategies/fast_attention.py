@@ -133,11 +133,9 @@ def swap_attention(model: nn.Module) -> nn.Module:
 class FastAttention(Strategy):
     """Longformer's sliding-window + global attention on PyTorch's fused `scaled_dot_product_attention`.
 
-    Saves: attention time: the eager implementation spends most of its time copying and masking chunks.
-        In the CPU bench (docs/bench-cpu: 2 cores, base architecture, bf16, whole requests) 0.55× eager's time
-        at 4,096 tokens and 0.46× at batch 4, with 214 MB and 889 MB lower peaks; at 1,024 tokens, batch 1, no
-        faster (1.07 s vs 1.06 s). Same weights and state dict, same outputs (within 1e-4 of eager in fp32;
-        bf16 within eager's own rounding).
+    Saves: attention time and memory: the eager implementation spends most of its time copying and masking
+        chunks; the gain grows with the length and the batch (measured in docs/bench-cpu). Same weights and
+        state dict, same outputs (within 1e-4 of eager in fp32; bf16 within eager's own rounding).
     Costs: keys are computed in bands of 3w for blocks of w queries, so about 1.5× the band's arithmetic; the
         q/k/v/key_global/value_global weights are concatenated on every call (a few MB) to run one matmul.
     Requires: nothing beyond torch; not combinable with offload (the swap would drop accelerate's hooks).

@@ -139,7 +139,7 @@ def load_model(model_ref: str, profile: Profile | str, *, hardware: Hardware | N
                       None) or ModelRunner(model, context_factory)
         settings = replace(engine_settings(profile, strategies), handle_impossible_answer=source.handles_null_answer)
         # transformers' loading leaves reference cycles that keep the memory-mapped checkpoint alive: without a
-        # collection here int8 quantization's model held 565 MB of fp32 file pages it no longer reads
+        # collection here int8 quantization's model kept the fp32 file pages it no longer reads resident
         gc.collect()
         _report(progress, "strategies", 1.0, "Ready")
 

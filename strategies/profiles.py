@@ -97,9 +97,8 @@ PROFILES: dict[str, Profile] = {profile.name: profile for profile in (
 )}
 
 # Fastest first, for `auto` with a model config: it takes the first that can run here and fits. On CPU the order
-# is measured (docs/bench-cpu: the cpu profile 0.36x the fp32 time at 4,096 tokens, batch 1); the GPU order follows
-# the strategies (bigger batches and the fused attention first, quantization and offload last) until a GPU bench row
-# measures it.
+# is measured (docs/bench-cpu); the GPU order follows the strategies (bigger batches and the fused attention first,
+# quantization and offload last) until a GPU bench row measures it.
 SPEED_ORDER = ("multi-gpu", "datacenter", "rtx-3090-24gb", "t4-16gb", "consumer-gpu", "cpu", "baseline-fp32")
 AUTO_FALLBACKS = ("datacenter", "rtx-3090-24gb", "t4-16gb", "consumer-gpu", "cpu", "baseline-fp32")
 
