@@ -150,7 +150,7 @@ def fit_cpu_rss(bench_dirs: list[Path]) -> dict:
             if row.get("kind") != "inference" or row.get("error") or row.get("devices") != ["cpu"]:
                 continue
             plan = inference_plan(row, hardware)
-            base = plan.runtime_bytes + plan.weight_bytes
+            base = plan.runtime_bytes + plan.predicted_weight_bytes
             groups.setdefault(planner.cpu_group(plan.precision, plan.attention), []).append(
                 (plan.activation_bytes, row["peak_bytes"] - base, row["peak_bytes"]))
     groups["default"] = [sample for samples in groups.values() for sample in samples]  # for other CPU stacks

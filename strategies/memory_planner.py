@@ -151,9 +151,10 @@ def _half_name(dtype) -> str:
     return "bf16" if dtype == torch.bfloat16 else "fp16"
 
 
-def weight_bytes_per_device(shape: ModelShape, precision: Precision, device_map: dict | None,
-                            default_device: str) -> dict[str, int]:
-    """Weight bytes on each device ("cpu", "cuda:0", ..., "disk") under `device_map` (None: all on one)."""
+def predicted_weight_bytes_per_device(shape: ModelShape, precision: Precision, device_map: dict | None,
+                                      default_device: str) -> dict[str, int]:
+    """Weight bytes each device ("cpu", "cuda:0", ..., "disk") will hold under `device_map` (None: all on one),
+    counted from the architecture; the loader's readout measures the same on the loaded model."""
     totals: dict[str, int] = {}
     for module, parts in module_parameters(shape).items():
         device = mapped_device(module, device_map) if device_map else default_device
@@ -225,7 +226,7 @@ class MemoryPlan:
     attention: str
     tokens: int
     batch: int
-    weight_bytes_per_device: dict[str, int]
+    predicted_weight_bytes_per_device: dict[str, int]
     activation_bytes: int
     runtime_bytes: int  # CPU: the process before loading; GPU: the CUDA context (outside torch's allocator)
     peak_bytes: int
@@ -233,8 +234,8 @@ class MemoryPlan:
     device_need_bytes: dict[str, int] = field(default_factory=dict)  # what each device must have free
 
     @property
-    def weight_bytes(self) -> int:
-        return sum(self.weight_bytes_per_device.values())
+    def predicted_weight_bytes(self) -> int:
+        return sum(self.predicted_weight_bytes_per_device.values())
 
     def fits(self, hardware: Hardware, margin: float = FIT_MARGIN, host_bytes: int | None = None) -> bool:
         """Whether every device's need stays under (1 - margin) of its memory."""
@@ -245,15 +246,6 @@ class MemoryPlan:
             if device in totals and need > (1 - margin) * totals[device]:
                 return False
         return True
-
-    def to_dict(self) -> dict:
-        return {
-            "profile": self.profile, "device": self.device, "strategies": list(self.strategies),
-            "precision": self.precision, "attention": self.attention, "tokens": self.tokens, "batch": self.batch,
-            "weight_bytes_per_device": dict(self.weight_bytes_per_device), "activation_bytes": self.activation_bytes,
-            "runtime_bytes": self.runtime_bytes, "overhead_bytes": self.overhead_bytes,
-            "predicted_peak_bytes": self.peak_bytes, "device_need_bytes": dict(self.device_need_bytes),
-        }
 
 
 def windows_needed(document_tokens: int, window_tokens: int, doc_stride: int, question_tokens: int = 20) -> int:
@@ -292,7 +284,7 @@ def plan_profile(config, profile, hardware: Hardware, *, tokens: int | None = No
     activations = activation_bytes(shape, tokens=tokens, batch=per_replica_batch,
                                    compute_bytes=precision.compute_bytes, attention=attention)
     device_map = kwargs.get("device_map")
-    weights = weight_bytes_per_device(shape, precision, device_map if device_map != {"": 0} else None, main)
+    weights = predicted_weight_bytes_per_device(shape, precision, device_map if device_map != {"": 0} else None, main)
     if replicas > 1:
         weights = {f"cuda:{gpu.index}": weights.get(main, 0) for gpu in hardware.usable_gpus}
     if device == "cuda":
@@ -312,7 +304,7 @@ def plan_profile(config, profile, hardware: Hardware, *, tokens: int | None = No
         peak = runtime + sum(weights.values()) + activations + overhead
         need = {"cpu": peak}
     return MemoryPlan(profile=profile.name, device=main, strategies=names, precision=precision.kind,
-                      attention=attention, tokens=tokens, batch=batch, weight_bytes_per_device=weights,
+                      attention=attention, tokens=tokens, batch=batch, predicted_weight_bytes_per_device=weights,
                       activation_bytes=activations, runtime_bytes=runtime, peak_bytes=peak, overhead_bytes=overhead,
                       device_need_bytes=need)
 

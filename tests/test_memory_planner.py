@@ -31,8 +31,8 @@ def test_weight_bytes_follow_precision():
     config = architecture_config("arch:base")
     params = parameter_count(ModelShape.from_config(config))
     cpu = Hardware(cpu_bf16=True)
-    assert plan_profile(config, PROFILES["baseline-fp32"], cpu, runtime_bytes=0).weight_bytes == 4 * params
-    assert plan_profile(config, PROFILES["cpu"], cpu, runtime_bytes=0).weight_bytes == 2 * params
+    assert plan_profile(config, PROFILES["baseline-fp32"], cpu, runtime_bytes=0).predicted_weight_bytes == 4 * params
+    assert plan_profile(config, PROFILES["cpu"], cpu, runtime_bytes=0).predicted_weight_bytes == 2 * params
 
 
 def test_precision_is_read_from_the_loaders_keyword_arguments():
@@ -70,7 +70,7 @@ def test_cpu_resident_memory_fit_recovers_a_known_overhead(tmp_path, cpu_bf16, c
     for profile, (factor, constant) in truth.items():
         for tokens, batch in [(512, 1), (2048, 1), (1024, 2)]:
             plan = plan_profile(config, PROFILES[profile], cpu, tokens=tokens, batch=batch, runtime_bytes=300e6)
-            peak = 300e6 + plan.weight_bytes + factor * plan.activation_bytes + constant
+            peak = 300e6 + plan.predicted_weight_bytes + factor * plan.activation_bytes + constant
             rows.append({"kind": "inference", "error": None, "devices": ["cpu"], "model": "arch:base",
                          "profile": profile, "tokens": tokens, "batch": batch, "runtime_rss_bytes": 300e6,
                          "peak_bytes": peak})
