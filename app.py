@@ -509,8 +509,8 @@ def profiles_frame(hardware: Hardware) -> pd.DataFrame:
 
 
 def strategies_frame() -> pd.DataFrame:
-    rows = [[c["name"], c["stage"], c["saves"], c["costs"], c["requires"]] for c in strategy_cards()]
-    return pd.DataFrame(rows, columns=["strategy", "stage", "saves", "costs", "requires"])
+    rows = [[c["name"], c["phase"], c["saves"], c["costs"], c["requires"]] for c in strategy_cards()]
+    return pd.DataFrame(rows, columns=["strategy", "phase", "saves", "costs", "requires"])
 
 
 def bind(handler: Callable, ctx: AppContext) -> Callable:

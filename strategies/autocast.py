@@ -25,7 +25,7 @@ class Autocast(SixteenBitStrategy):
 
     name = "autocast"
     description = "Keep fp32 weights; run matmuls in fp16/bf16 under torch.autocast."
-    stage = PRECISION  # it pins the load dtype to fp32
+    phase = PRECISION  # it pins the load dtype to fp32
     conflicts_with = ("half_precision", "int8_dynamic")
 
     def unavailable_reason(self, hardware: Hardware) -> str | None:

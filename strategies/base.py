@@ -19,14 +19,14 @@ from strategies.hardware import CPU_ONLY, Hardware
 if TYPE_CHECKING:
     from longqa.engine import EngineSettings
 
-# Stages fix the order in which strategies compose: what a later stage reads, an earlier stage has already set
-# (a device map is planned from the dtype and quantization that precision strategies chose).
+# A strategy's phase fixes the order in which strategies compose: what a later phase reads, an earlier phase has
+# already set (a device map is planned from the dtype and quantization that precision strategies chose).
 PRECISION = 0  # dtype / quantization_config keyword arguments
 PLACEMENT = 1  # device_map, max_memory, offload, checkpoint format
 TRANSFORM = 2  # module swaps on the loaded model
 RUNTIME = 3  # contexts, settings and runners used while answering
 
-STAGE_NAMES = {PRECISION: "precision", PLACEMENT: "placement", TRANSFORM: "transform", RUNTIME: "runtime"}
+PHASE_NAMES = {PRECISION: "precision", PLACEMENT: "placement", TRANSFORM: "transform", RUNTIME: "runtime"}
 
 
 class Strategy:
@@ -39,7 +39,7 @@ class Strategy:
 
     name: ClassVar[str] = ""
     description: ClassVar[str] = ""
-    stage: ClassVar[int] = TRANSFORM
+    phase: ClassVar[int] = TRANSFORM
     conflicts_with: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, hardware: Hardware | None = None, device: str = "cpu"):
@@ -97,9 +97,9 @@ def from_pretrained_kwargs(config, strategies: list[Strategy], device: str, *, u
 
 
 def strategy_card(cls: type[Strategy]) -> dict[str, str]:
-    """name, description, stage, saves, costs, requires: read from the class and its docstring."""
+    """name, description, phase, saves, costs, requires: read from the class and its docstring."""
     doc = cls.__doc__ or ""
-    card = {"name": cls.name, "description": cls.description, "stage": STAGE_NAMES[cls.stage]}
+    card = {"name": cls.name, "description": cls.description, "phase": PHASE_NAMES[cls.phase]}
     for field in ("Saves", "Costs", "Requires"):
         match = re.search(rf"^\s*{field}:\s*(.+?)(?=^\s*(?:Saves|Costs|Requires):|\Z)", doc, re.S | re.M)
         card[field.lower()] = " ".join(match.group(1).split()) if match else ""

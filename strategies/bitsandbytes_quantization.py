@@ -32,7 +32,7 @@ class BitsAndBytesQuantization(Strategy, abc.ABC):
     `BitsAndBytesConfig` (with `qa_outputs` left float) added to the load keyword arguments. A subclass says
     which quantization in `quantization_options`."""
 
-    stage = PRECISION
+    phase = PRECISION
 
     def unavailable_reason(self, hardware: Hardware) -> str | None:
         return bitsandbytes_missing_reason(hardware, self.on_cuda)

@@ -18,7 +18,7 @@ class DynamicBatching(Strategy):
 
     name = "dynamic_batching"
     description = "Batch windows; on out-of-memory halve the batch, keep finished windows, remember the size."
-    stage = RUNTIME
+    phase = RUNTIME
 
     def adjust_settings(self, settings):
         return replace_settings(settings, adaptive_batching=True)

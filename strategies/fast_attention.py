@@ -143,7 +143,7 @@ class FastAttention(Strategy):
 
     name = "fast_attention"
     description = "Swap Longformer's eager attention for a fused SDPA version with the same weights and outputs."
-    stage = TRANSFORM
+    phase = TRANSFORM
     conflicts_with = ("offload",)
 
     def transform(self, model):

@@ -26,7 +26,7 @@ class GradientCheckpointing(Strategy):
 
     name = "gradient_checkpointing"
     description = "Recompute activations in backward: saves training-step memory only, nothing at inference."
-    stage = TRANSFORM
+    phase = TRANSFORM
 
     def transform(self, model):
         enable_checkpointing(model, True)

@@ -40,7 +40,7 @@ class HalfPrecision(SixteenBitStrategy):
 
     name = "half_precision"
     description = "Load the weights as fp16 (CUDA) or bf16 (bf16-capable GPUs/CPUs)."
-    stage = PRECISION
+    phase = PRECISION
     conflicts_with = ("autocast", "int8_dynamic")
 
     def unavailable_reason(self, hardware: Hardware) -> str | None:

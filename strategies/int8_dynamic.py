@@ -31,7 +31,7 @@ class Int8Dynamic(Strategy):
 
     name = "int8_dynamic"
     description = "Quantize the encoder's Linear layers to int8 with dynamic activation scales (CPU)."
-    stage = TRANSFORM
+    phase = TRANSFORM
     conflicts_with = ("half_precision", "autocast", "bnb_8bit", "bnb_4bit", "model_split", "offload", "replicas")
 
     def __init__(self, hardware: Hardware | None = None, device: str = "cpu", *, backend: str = "torch.ao"):

@@ -32,7 +32,7 @@ Progress = Callable[[float, str], None]
 QA_ARCHITECTURE = "LongformerForQuestionAnswering"
 HUB_PATTERNS = ["*.json", "*.txt", "*.model", "*.safetensors"]  # config, tokenizer files, safe weights
 HUB_BIN_PATTERNS = ["pytorch_model*.bin*"]  # only when a repository has no safetensors
-STAGES = {"download": (0.0, 0.3), "load": (0.3, 0.8), "strategies": (0.8, 1.0)}  # share of the progress bar
+LOAD_STEPS = {"download": (0.0, 0.3), "load": (0.3, 0.8), "strategies": (0.8, 1.0)}  # share of the progress bar
 
 
 @dataclass
@@ -47,7 +47,7 @@ class LoadReadout:
     strategies: list[str]
     dtype: str
     host_rss_before_bytes: int | None = None
-    stage_time_s: dict[str, float] = field(default_factory=dict)
+    step_time_s: dict[str, float] = field(default_factory=dict)  # per LOAD_STEPS key
     profile: str = ""
     model_ref: str = ""
 
@@ -100,16 +100,16 @@ def load_model(model_ref: str, profile: Profile | str, *, hardware: Hardware | N
     progress = on_progress or (lambda fraction, message: None)
     source = resolve_model(model_ref)
     fallback_reason = None
-    stage_time_s: dict[str, float] = {}
+    step_time_s: dict[str, float] = {}
     try:
-        with _timed(stage_time_s, "download"):
+        with _timed(step_time_s, "download"):
             folder, tokenizer_folder = _fetch(source, progress)
     except _FetchError as exc:
         if not fallback_to_demo:
             raise ModelLoadError(str(exc)) from None
         fallback_reason = f"{exc} Using the bundled demo model instead."
         source = resolve_model("demo")
-        with _timed(stage_time_s, "download"):
+        with _timed(step_time_s, "download"):
             folder, tokenizer_folder = _fetch(source, progress)
 
     config = _read_config(folder, source.ref)
@@ -120,7 +120,7 @@ def load_model(model_ref: str, profile: Profile | str, *, hardware: Hardware | N
     names = list(select_strategies(profile, hardware))
     tokenizer = _read_tokenizer(tokenizer_folder, source.ref)
     device = device_for(profile, hardware)
-    with _timed(stage_time_s, "load"):
+    with _timed(step_time_s, "load"):
         _report(progress, "load", 0.0, f"Loading {source.ref} ({profile.name})")
         for strategy in strategies:
             folder = strategy.prepare_checkpoint(folder)
@@ -129,7 +129,7 @@ def load_model(model_ref: str, profile: Profile | str, *, hardware: Hardware | N
             model = _from_pretrained(folder, kwargs, source.ref, profile.name)
         _report(progress, "load", 1.0, f"Loaded {source.ref}")
 
-    with _timed(stage_time_s, "strategies"):
+    with _timed(step_time_s, "strategies"):
         for index, strategy in enumerate(strategies):
             _report(progress, "strategies", index / max(len(strategies), 1), f"Applying {strategy.name}")
             model = strategy.transform(model)
@@ -148,7 +148,7 @@ def load_model(model_ref: str, profile: Profile | str, *, hardware: Hardware | N
         load_time_s=time.perf_counter() - began, weight_bytes_per_device=weight_bytes_per_device(models),
         device_map=_plain_device_map(getattr(model, "hf_device_map", None)),
         host_peak_rss_bytes=host.peak_rss_bytes, fallback_reason=fallback_reason, strategies=names,
-        dtype=weight_dtype_name(model), host_rss_before_bytes=host.baseline_rss_bytes, stage_time_s=stage_time_s,
+        dtype=weight_dtype_name(model), host_rss_before_bytes=host.baseline_rss_bytes, step_time_s=step_time_s,
         profile=profile.name, model_ref=source.ref)
     return LoadedModel(model=model, tokenizer=tokenizer, profile=profile, model_ref=source.ref, source=source,
                        settings=settings, batch_state=BatchState(size=settings.batch_size), runner=runner,
@@ -156,16 +156,16 @@ def load_model(model_ref: str, profile: Profile | str, *, hardware: Hardware | N
 
 
 @contextlib.contextmanager
-def _timed(times: dict[str, float], stage: str):
+def _timed(times: dict[str, float], step: str):
     began = time.perf_counter()
     try:
         yield
     finally:
-        times[stage] = times.get(stage, 0.0) + time.perf_counter() - began
+        times[step] = times.get(step, 0.0) + time.perf_counter() - began
 
 
-def _report(progress: Progress, stage: str, within: float, message: str) -> None:
-    low, high = STAGES[stage]
+def _report(progress: Progress, step: str, within: float, message: str) -> None:
+    low, high = LOAD_STEPS[step]
     progress(low + (high - low) * within, message)
 
 

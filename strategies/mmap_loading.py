@@ -29,7 +29,7 @@ class MmapLoading(Strategy):
 
     name = "mmap_loading"
     description = "Load memory-mapped safetensors (a .bin checkpoint is converted once into the local cache)."
-    stage = PLACEMENT
+    phase = PLACEMENT
 
     def __init__(self, hardware=None, device: str = "cpu", *, cache_folder: str | None = None):
         super().__init__(hardware, device)

@@ -21,7 +21,7 @@ class ModelSplit(Strategy):
 
     name = "model_split"
     description = "Split the layers across all GPUs with an accelerate device map (balanced)."
-    stage = PLACEMENT
+    phase = PLACEMENT
     conflicts_with = ("replicas", "offload", "int8_dynamic")
 
     def __init__(self, hardware: Hardware | None = None, device: str = "cuda", *, max_memory: dict | None = None):

@@ -28,7 +28,7 @@ class Offload(Strategy):
 
     name = "offload"
     description = "Fill the GPU first, offload the remaining layers to CPU RAM and then disk (accelerate)."
-    stage = PLACEMENT
+    phase = PLACEMENT
     conflicts_with = ("model_split", "replicas", "int8_dynamic")
 
     def __init__(self, hardware: Hardware | None = None, device: str = "cuda", *, max_memory: dict | None = None,

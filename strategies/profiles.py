@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from longqa.errors import ProfileError
-from strategies.base import STAGE_NAMES, Strategy
+from strategies.base import PHASE_NAMES, Strategy
 from strategies.hardware import Hardware
 from strategies.registry import STRATEGIES, make_strategy, strategy_class
 
@@ -40,7 +40,7 @@ def alternatives(entry: str) -> list[str]:
 
 
 def compose(entries, options: dict | None = None) -> tuple[str, ...]:
-    """Validate an ordered strategy stack: known names, no repeats, stage order, no conflicts; returns it."""
+    """Validate an ordered strategy stack: known names, no repeats, phase order, no conflicts; returns it."""
     entries = tuple(entries)
     names = [name for entry in entries for name in alternatives(entry)]
     for name in names:
@@ -63,9 +63,9 @@ def _check_pair(earlier: str, later: str) -> None:
     first, second = STRATEGIES[earlier], STRATEGIES[later]
     if later in first.conflicts_with or earlier in second.conflicts_with:
         raise ProfileError(f"Strategies {earlier!r} and {later!r} conflict: choose one of them.")
-    if first.stage > second.stage:
-        raise ProfileError(f"Strategy {earlier!r} ({STAGE_NAMES[first.stage]}) must come after {later!r} "
-                           f"({STAGE_NAMES[second.stage]}): order is precision, placement, transform, runtime.")
+    if first.phase > second.phase:
+        raise ProfileError(f"Strategy {earlier!r} ({PHASE_NAMES[first.phase]}) must come after {later!r} "
+                           f"({PHASE_NAMES[second.phase]}): order is precision, placement, transform, runtime.")
 
 
 def _row(name, targets, strategies=(), **settings) -> Profile:
@@ -116,7 +116,7 @@ def custom_profile(strategy_names, *, batch_size: int = 1, max_seq_len: int | No
     order = list(STRATEGIES)
     for name in strategy_names:
         strategy_class(name)
-    names = sorted(dict.fromkeys(strategy_names), key=lambda name: (STRATEGIES[name].stage, order.index(name)))
+    names = sorted(dict.fromkeys(strategy_names), key=lambda name: (STRATEGIES[name].phase, order.index(name)))
     return Profile("custom", PROFILES["custom"].targets, tuple(names), batch_size=batch_size,
                    max_seq_len=max_seq_len, doc_stride=doc_stride, device=device, options=dict(options or {}))
 

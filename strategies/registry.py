@@ -47,5 +47,5 @@ def make_strategy(name: str, hardware: Hardware, device: str, options: dict | No
 
 
 def strategy_cards() -> list[dict[str, str]]:
-    """name, description, stage, saves, costs, requires for every strategy (for the UI and docs)."""
+    """name, description, phase, saves, costs, requires for every strategy (for the UI and docs)."""
     return [strategy_card(cls) for cls in STRATEGIES.values()]

@@ -23,7 +23,7 @@ class Replicas(Strategy):
 
     name = "replicas"
     description = "One model copy per GPU; each batch's windows are spread across the GPUs in threads."
-    stage = RUNTIME
+    phase = RUNTIME
     conflicts_with = ("model_split", "offload", "int8_dynamic", "bnb_8bit", "bnb_4bit")
 
     def unavailable_reason(self, hardware: Hardware) -> str | None:

@@ -64,7 +64,7 @@ def test_baseline_load_and_readout(folder):
     assert readout.dtype == "float32" and readout.strategies == [] and readout.device_map is None
     assert readout.fallback_reason is None and readout.load_time_s > 0
     assert readout.host_peak_rss_bytes >= readout.host_rss_before_bytes * 0.5 > 0
-    assert set(readout.stage_time_s) == {"download", "load", "strategies"}
+    assert set(readout.step_time_s) == {"download", "load", "strategies"}
     assert loaded.settings == EngineSettings(batch_size=1)
     assert loaded.batch_state == BatchState(size=1)
     fractions = [fraction for fraction, _ in progress]

@@ -176,7 +176,7 @@ def test_profile_choices_label_unavailable_profiles_with_the_reason():
     assert on_t4["auto"].startswith("auto: 1× ") and on_t4["auto"].endswith("GB → t4-16gb") and "unavailable" not in on_t4["t4-16gb"]
 
 
-def test_strategy_names_are_unique_and_staged():
+def test_strategy_names_are_unique_and_in_phase_order():
     assert len(STRATEGIES) == 12
-    stages = [cls.stage for cls in STRATEGIES.values()]
-    assert stages == sorted(stages)
+    phases = [cls.phase for cls in STRATEGIES.values()]
+    assert phases == sorted(phases)
