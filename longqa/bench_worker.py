@@ -27,6 +27,8 @@ SPECIAL_TOKENS_PER_WINDOW = 4  # <s> question </s></s> document </s>
 MIN_DOCUMENT_TOKENS = 16
 FILLER_SEED_OFFSET = 1_000_003  # the filler after a document's facts comes from another stream
 FLAG_CHANGED_FRACTION = 0.05  # a profile that changes the top answer in more checks than this is flagged
+BASELINE = "baseline-fp32"  # the reference row: its logits are saved, every other row is compared with them
+MAX_WINDOW_TOKENS = 4096  # a training step runs on one window: lengths above this are measured at this length
 CUSTOM_PREFIX = "custom:"
 
 

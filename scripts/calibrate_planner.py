@@ -32,6 +32,7 @@ from scipy.optimize import nnls
 from transformers import LongformerConfig, LongformerForQuestionAnswering
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from longqa.bench_report import inference_plan, recorded_hardware  # noqa: E402
 from strategies import memory_planner as planner  # noqa: E402
 from strategies.fast_attention import swap_attention  # noqa: E402
 from strategies.gradient_checkpointing import LiveTensorPeak, training_step_readout  # noqa: E402
@@ -140,8 +141,6 @@ def fit_training(quick: bool) -> dict:
 
 def fit_cpu_rss(bench_dirs: list[Path]) -> dict:
     """Peak RSS - (runtime + weights) = factor * activations + constant, per group, from bench inference rows."""
-    from longqa.bench import inference_plan, recorded_hardware
-
     groups: dict[str, list[tuple[float, float, float]]] = {}
     for folder in bench_dirs:
         results = json.loads((folder / "results.json").read_text())

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 
 import numpy as np
@@ -197,61 +196,7 @@ def test_cpu_rows_report_the_process_peak_rss():
     assert fields["peak_allocated_bytes"] is None and fields["nvml_used_bytes"] is None
 
 
-# ------------------------------------------------------------------------------------------------ results
-def fake_row(profile, **values):
-    row = {"kind": "inference", "profile": profile, "strategies": [], "devices": ["cpu"], "dtype": "float32",
-           "tokens": 4096, "batch": 1, "windows": 1, "weight_bytes": 6 * 10**8, "peak_bytes": 16 * 10**8,
-           "latency_s_median": 18.8, "latency_s_min": 18.5, "latency_s_max": 19.0, "tokens_per_s": 217.0,
-           "same_top_answer_pct": 100.0, "agreement_checks": 20, "max_abs_delta_start_logit": 0.0,
-           "max_abs_delta_end_logit": 0.0, "flagged": False, "load_time_s": 2.0, "checkpointing": False,
-           "error": None}
-    row.update(values)
-    return row
-
-
-def fake_results(rows):
-    machine = {"cpu_model": "AMD EPYC", "cpu_cores_logical": 2, "ram_bytes": 25 * 10**9, "gpus": [],
-               "torch": "2.13.0", "transformers": "5.24.0", "accelerate": "1.16.0", "python": "3.11",
-               "load_average_start": [0.1, 0.1, 0.1]}
-    return {"model": "arch:base", "command": "python -m longqa bench", "started": "now", "machine": machine,
-            "skipped": [{"profile": "datacenter", "reason": "needs a CUDA GPU"}], "rows": rows}
-
-
-def test_ratios_compare_with_the_baseline_and_training_with_the_step_without_checkpointing():
-    rows = [fake_row("baseline-fp32"), fake_row("cpu", peak_bytes=11 * 10**8, latency_s_median=8.0),
-            fake_row("baseline-fp32", kind="training", peak_bytes=10 * 10**9, latency_s_median=60.0),
-            fake_row("baseline-fp32", kind="training", checkpointing=True, peak_bytes=4 * 10**9,
-                     latency_s_median=78.0),
-            fake_row("cpu", tokens=1024)]  # no baseline at this length: no ratio rather than a wrong one
-    bench.add_baseline_ratios(rows)
-    assert rows[1]["memory_x_baseline"] == pytest.approx(11 / 16)
-    assert rows[1]["latency_x_baseline"] == pytest.approx(8 / 18.8)
-    assert rows[3]["memory_x_baseline"] == pytest.approx(0.4) and rows[3]["latency_x_baseline"] == 1.3
-    assert rows[4]["memory_x_baseline"] is None
-
-
-def test_markdown_flags_changed_answers_and_lists_what_was_not_measured():
-    rows = [fake_row("baseline-fp32"),
-            fake_row("cpu", same_top_answer_pct=80.0, flagged=True, max_abs_delta_start_logit=0.31),
-            {"kind": "inference", "profile": "custom:int8_dynamic", "tokens": 4096, "batch": 1,
-             "checkpointing": None, "error": "worker exited with code 1: boom"}]
-    bench.add_baseline_ratios(rows)
-    markdown = bench.format_markdown(fake_results(rows))
-    cpu_line = next(line for line in markdown.splitlines() if line.startswith("| cpu |"))
-    assert "80 % of 20" in cpu_line and "⚠" in cpu_line and "0.31" in cpu_line and "18,800" in markdown
-    table = [line for line in markdown.splitlines() if line.startswith("|")]
-    assert len({len(re.findall(r"(?<!\\)\|", line)) for line in table}) == 1  # every line has the same columns
-    assert "custom:int8_dynamic at 4,096 tokens: worker exited with code 1: boom" in markdown
-    assert "datacenter: needs a CUDA GPU" in markdown
-    assert "busy" not in markdown
-
-
-def test_markdown_warns_when_the_machine_was_busy():
-    results = fake_results([fake_row("baseline-fp32")])
-    results["machine"]["load_average_start"] = [3.0, 3.0, 3.0]
-    assert "busy" in bench.format_markdown(results)
-
-
+# ------------------------------------------------------------------------------------------------ running
 def test_a_failing_worker_becomes_an_error_row(tmp_path, monkeypatch):
     monkeypatch.setattr(bench, "worker_command",
                         lambda spec, result: [sys.executable, "-c", "raise SystemExit('out of memory here')"])

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from longqa import bench
+from longqa import bench, bench_report
 from longqa.bench_worker import parse_profile
 from longqa.errors import ProfileError
 from strategies.hardware import Gpu, Hardware
@@ -47,7 +47,7 @@ def test_every_gpu_check_profile_runs_on_one_h200():
 @pytest.mark.parametrize("batch", [1, 8])
 def test_the_planner_predicts_every_gpu_check_row_on_an_h200(batch):
     for profile in script_profiles():
-        plan = bench.inference_plan({"model": "arch:large", "profile": profile, "tokens": 4096, "batch": batch}, H200)
+        plan = bench_report.inference_plan({"model": "arch:large", "profile": profile, "tokens": 4096, "batch": batch}, H200)
         assert 0.2e9 < plan.peak_bytes < H200.gpus[0].total_bytes, profile
         assert plan.fits(H200), profile
 
