@@ -47,7 +47,8 @@ def test_every_gpu_check_profile_runs_on_one_h200():
 @pytest.mark.parametrize("batch", [1, 8])
 def test_the_planner_predicts_every_gpu_check_row_on_an_h200(batch):
     for profile in script_profiles():
-        plan = bench_report.inference_plan({"model": "arch:large", "profile": profile, "tokens": 4096, "batch": batch}, H200)
+        row = {"model": "arch:large", "profile": profile, "tokens": 4096, "batch": batch}
+        plan = bench_report.inference_plan(row, H200)
         assert 0.2e9 < plan.peak_bytes < H200.gpus[0].total_bytes, profile
         assert plan.fits(H200), profile
 
