@@ -1,25 +1,26 @@
 """The web page: long-document question answering with a hardware-profile switch and memory/latency readouts.
 
-UI only: handlers call the session, the engine and the strategies, format with `ui_format`, and turn domain
-errors into `gr.Error` (the only place that happens). `demo` is built at import without loading a model; the
-model loads before serving under `python app.py`, else on the first page visit or request.
+UI only: handlers reach the model through the session facade (`longqa.session`: reading a request, preview,
+answer, training step, load, whether a profile runs here), format with `ui_format`, and turn domain errors into
+`gr.Error` (the only place that happens). The page is one small builder per panel, each wiring its own events;
+handlers return their values by name and the wiring hands them to gradio keyed by component. `demo` is built at
+import without loading a model; the model loads before serving under `python app.py`, else on the first page
+visit or request.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import html
-import json
+import inspect
 import os
 import sys
 import time
 import traceback
 import uuid
 from dataclasses import dataclass, field
-import functools
-import inspect
-from pathlib import Path
 from typing import Callable
 
 import gradio as gr
@@ -30,24 +31,23 @@ except ImportError:
     spaces = None
 
 import pandas as pd
+from gradio.blocks import Block
+from gradio.context import LocalContext
 
 import ui_format
-from longqa import engine
-from longqa.documents import SUPPORTED_EXTENSIONS, read_document
+from longqa.documents import SUPPORTED_EXTENSIONS
+from longqa.engine import DEFAULT_MAX_TOTAL_TOKENS
 from longqa.errors import InputError, LongQAError, ModelLoadError, ProfileError
 from longqa.lane import ModelLane
 from longqa.models import DEFAULT_MODEL, KNOWN_MODELS
-from longqa.session import Session, read_documents
+from longqa.session import SAMPLES_DIR, Session, read_request, sample_examples
 from longqa.telemetry import gpu_snapshot
-from strategies.gradient_checkpointing import training_step_readout
 from strategies.hardware import Hardware, detect_hardware
-from strategies.profiles import (PROFILES, Profile, custom_profile, describe_profiles, get_profile, profile_choices,
-                                 resolve_profile, unavailable_reason)
+from strategies.profiles import PROFILES, Profile, describe_profiles, get_profile, profile_choices
 from strategies.registry import strategy_cards
 
 ZERO_GPU = os.environ.get("SPACES_ZERO_GPU", "").lower() in ("1", "t", "true")  # as the `spaces` package reads it
 
-SAMPLES_DIR = Path(__file__).resolve().parent / "longqa" / "samples"
 MODEL_CONCURRENCY = "model"  # model reloads, one at a time
 # Requests (answers, training steps) run their reading and checks side by side, then take turns on the model in
 # the context's lane: a slow upload delays only its own visitor, and a reload waits for the answer in flight.
@@ -61,6 +61,7 @@ UNREAD_STALL_S = 30.0
 DEFAULT_QUEUE_SIZE = 64
 DEFAULT_MAX_FILE_MB = 50.0
 DEFAULT_TOP_K = 3
+DEFAULT_TRAINING_WINDOW = 512
 GPU_REFRESH_S = 2.0
 # ZeroGPU attaches a GPU for the duration a function asks for: a fixed start-up allowance plus the request's
 # predicted forward time. Characters per token is a conservative guess for English (about 4 with BPE).
@@ -83,7 +84,7 @@ class AppContext:
     models: list[str]  # the only models the page may load: the registry plus the command line's --model
     max_file_bytes: int
     max_total_tokens: int
-    selection: dict = field(default_factory=dict)  # what the dropdowns show: profile, model, strategies
+    selection: dict = field(default_factory=dict)  # what the dropdowns show: profile, model (loaded), strategies
     load_error: str | None = None
     lock_profile: bool = False  # a shared deployment: the profile and model cannot be changed from the page or API
     max_request_s: float | None = None  # refuse requests predicted to take longer (None: no limit)
@@ -109,11 +110,13 @@ def gpu_function(duration):
 
 def make_context(session: Session | None = None, *, models=None, default_model: str = DEFAULT_MODEL,
                  default_profile: str = "auto", max_file_mb: float = DEFAULT_MAX_FILE_MB,
-                 max_total_tokens: int = engine.DEFAULT_MAX_TOTAL_TOKENS,
+                 max_total_tokens: int = DEFAULT_MAX_TOTAL_TOKENS,
                  hardware: Hardware | None = None, lock_profile: bool = False, max_request_s: float | None = None,
                  queue_size: int = DEFAULT_QUEUE_SIZE) -> AppContext:
     get_profile(default_profile)
     allowed = list(dict.fromkeys([*(models if models is not None else KNOWN_MODELS), default_model]))
+    if DEFAULT_MODEL in allowed and "demo" not in allowed:
+        allowed.append("demo")  # the default falls back to the demo model offline: the dropdown must show it
     session = session or Session()
     hardware = hardware or session.hardware or detect_hardware()
     session.hardware = hardware  # profiles resolve for the machine the page describes, in the page and the loader
@@ -147,15 +150,6 @@ def escape(message: str) -> str:
 
 
 # ------------------------------------------------------------------------------------------------ loading
-def chosen_profile(ctx: AppContext, profile_name: str, strategies) -> Profile:
-    """The profile to load for a dropdown choice; ProfileError (nothing unloaded) when it cannot run here."""
-    profile = custom_profile(strategies or []) if profile_name == "custom" else get_profile(profile_name)
-    reason = unavailable_reason(profile, ctx.hardware)
-    if reason is not None:
-        raise ProfileError(f"Profile {profile_name!r} cannot run on this machine: {reason}.")
-    return resolve_profile(profile, ctx.hardware)
-
-
 def check_model_allowed(ctx: AppContext, model_ref: str) -> None:
     if model_ref not in ctx.models:
         raise ModelLoadError(f"This page can only load the listed models ({', '.join(ctx.models)}); "
@@ -170,16 +164,17 @@ def current_model(ctx: AppContext) -> str:
 
 
 def load_selection(ctx: AppContext, profile_name: str, model_ref: str, strategies=(), progress=None) -> None:
-    """Load (model, profile) into the session; on failure the previous model stays and the error says so."""
+    """Load (model, profile) into the session; on failure the previous model stays and the error says so. The
+    selection then names the model that did load: the bundled demo model when the default could not be fetched."""
     on_progress = (lambda fraction, message: progress(fraction, desc=message)) if progress else None
     try:
         check_model_allowed(ctx, model_ref)
-        profile = chosen_profile(ctx, profile_name, strategies)
+        profile = ctx.session.runnable_profile(profile_name, strategies)
         ctx.session.load(model_ref, profile, on_progress=on_progress, fallback_to_demo=model_ref == DEFAULT_MODEL,
                          force=profile.name == "custom")
     except LongQAError as exc:
         raise type(exc)(f"{exc} {current_model(ctx)}") from exc
-    ctx.selection = {"profile": profile_name, "model": model_ref, "strategies": list(strategies or [])}
+    ctx.selection = {"profile": profile_name, "model": ctx.session.model_ref, "strategies": list(strategies or [])}
     ctx.load_error = None
 
 
@@ -204,7 +199,8 @@ def banner(ctx: AppContext) -> dict:
     if loaded is None and ctx.load_error:
         text = f"**No model is loaded.** {ui_format.escape_markdown(ctx.load_error)} Pick a model or profile above."
     elif loaded is not None and loaded.readout.fallback_reason:
-        text = (f"**Running on the bundled demo model**, not {ui_format.escape_markdown(ctx.selection['model'])}. "
+        wanted = ctx.session.requested[0] if ctx.session.requested else DEFAULT_MODEL
+        text = (f"**Running on the bundled demo model**, not {ui_format.escape_markdown(wanted)}. "
                 f"{ui_format.escape_markdown(loaded.readout.fallback_reason)} The demo model is tiny: it answers "
                 "questions like *What is the frequency of …?* about sentences *The frequency of … is ….*, "
                 "as in the examples below.")
@@ -213,28 +209,39 @@ def banner(ctx: AppContext) -> dict:
     return gr.update(value=text, visible=True)
 
 
-def load_outputs(ctx: AppContext) -> tuple:
-    """(banner, load readout table, load readout JSON) for the model loaded now."""
+def load_outputs(ctx: AppContext) -> dict:
+    """The banner and the load readout (table and JSON) for the model loaded now."""
     loaded = ctx.session.loaded
     readout = loaded.readout.to_dict() if loaded is not None else {}
     table = pd.DataFrame([dict(ui_format.load_rows(readout))] if readout else [], columns=ui_format.LOAD_HEADERS)
-    return banner(ctx), table, readout
+    return {"banner": banner(ctx), "load_table": table, "load_json": readout}
+
+
+def auto_profile(ctx: AppContext) -> Profile | None:
+    """What `auto` stands for with the model shown, by the loader's own rule (see `Session.auto_profile`)."""
+    return ctx.session.auto_profile(ctx.selection["model"])
+
+
+def shown_selection(ctx: AppContext) -> dict:
+    """The dropdowns as they must read now: the profile chosen, with `auto` naming what it picked for the model;
+    the model loaded (the demo model after a fallback); the strategies ticked."""
+    selection = ctx.selection
+    return {"profile": gr.update(choices=profile_choices(ctx.hardware, auto_profile(ctx)), value=selection["profile"]),
+            "model": gr.update(value=selection["model"]), "strategies": gr.update(value=selection["strategies"])}
 
 
 # ------------------------------------------------------------------------------------------------ handlers
-def on_page_load(ctx: AppContext, progress=gr.Progress()):
+def on_page_load(ctx: AppContext, progress=gr.Progress()) -> dict:
     """A new visitor: load the model if none is yet, and show what is selected and loaded now."""
     try:
         ensure_loaded(ctx, progress)
     except LongQAError:
         pass  # the banner shows why; the page stays usable to pick another model
-    selection = ctx.selection
-    return (gr.update(value=selection["profile"]), gr.update(value=selection["model"]),
-            gr.update(value=selection["strategies"]), seen_now(ctx), *load_outputs(ctx))
+    return {**shown_selection(ctx), "seen": seen_now(ctx), **load_outputs(ctx)}
 
 
 def load_profile(ctx: AppContext, profile_name: str, model_ref: str, strategies=None, seen=None,
-                 request: gr.Request = None, progress=gr.Progress()):
+                 request: gr.Request = None, progress=gr.Progress()) -> dict:
     """Reload with another profile or model, in turn with the answers; a failed load keeps the previous model.
     Refused when locked."""
     with user_errors("Loading"):
@@ -243,7 +250,12 @@ def load_profile(ctx: AppContext, profile_name: str, model_ref: str, strategies=
                                "be changed from the page or the API.")
         with model_turn(ctx, request, progress):
             load_selection(ctx, profile_name, model_ref, strategies or [], progress)
-    return (seen_now(ctx), *load_outputs(ctx))
+    return {"seen": seen_now(ctx), **load_outputs(ctx)}
+
+
+def show_loaded(ctx: AppContext) -> dict:
+    """After a load, done or refused: the dropdowns and the readouts show what is loaded now."""
+    return {**shown_selection(ctx), **load_outputs(ctx)}
 
 
 def seen_now(ctx: AppContext) -> dict:
@@ -260,25 +272,19 @@ def changed_since(ctx: AppContext, seen) -> str | None:
             f"with profile {ctx.session.profile_name} (was {seen.get('model')} with {seen.get('profile')}).")
 
 
-def restore_selection(ctx: AppContext):
-    """After a refused or failed load, put the dropdowns back to what is still loaded."""
-    selection = ctx.selection
-    return (gr.update(value=selection["profile"]), gr.update(value=selection["model"]),
-            gr.update(value=selection["strategies"]), *load_outputs(ctx))
+def show_custom_controls(profile_name: str) -> dict:
+    custom = profile_name == "custom"
+    return {"strategies": gr.update(visible=custom), "apply": gr.update(visible=custom)}
 
 
-def show_custom_controls(profile_name: str):
-    return gr.update(visible=profile_name == "custom"), gr.update(visible=profile_name == "custom")
-
-
-def preview_documents(ctx: AppContext, files, pasted_text, question):
+def preview_documents(ctx: AppContext, files, pasted_text, question) -> pd.DataFrame:
     """Characters, tokens and windows of each document before asking (windows depend on the question's length),
     with every limit checked; counted without the model, so a preview never waits for an answer in flight."""
     if not files and not (pasted_text or "").strip():
         return pd.DataFrame([], columns=ui_format.DOCUMENT_HEADERS)
     with user_errors("Reading the documents"):
-        documents, _ = read_documents(files or [], pasted_text, ctx.max_file_bytes,
-                                      max_chars=engine.max_chars_for(ctx.max_total_tokens))
+        documents, _ = read_request(files or [], pasted_text, None, max_bytes=ctx.max_file_bytes,
+                                    max_total_tokens=ctx.max_total_tokens)
         if ctx.session.loaded is None:
             rows = [[d.name, d.n_chars, None, None] for d in documents]
         else:
@@ -294,8 +300,6 @@ def abandonment_check() -> Callable[[], bool]:
     posted and never listened to leaves its progress messages piling up for UNREAD_STALL_S; a listening client
     reads them, if late).
     A direct call, outside gradio's queue, never is."""
-    from gradio.context import LocalContext
-
     blocks, event_id = LocalContext.blocks.get(None), LocalContext.event_id.get(None)
     queue = getattr(blocks, "_queue", None)
     if queue is None or event_id is None:
@@ -380,17 +384,16 @@ def answer_on_gpu(context_key: str, documents: list, question: str, top_k: int, 
 
 
 def ask(ctx: AppContext, files, pasted_text, question, top_k, history, seen=None, request: gr.Request = None,
-        progress=gr.Progress()):
-    """Answer the question over the documents; the last output is the full JSON readout.
+        progress=gr.Progress()) -> dict:
+    """Answer the question over the documents: every readout by name, the full JSON readout as "readout".
 
     Reading and checking the documents happen first, outside the model lane and the GPU function: a bad or slow
     upload costs only its own visitor's time, and no GPU time."""
     with user_errors("Answering"):
         top_k = whole_number(top_k, "Top-k", DEFAULT_TOP_K)
         progress(0.0, desc="Reading the documents")
-        documents, extract_s = read_documents(files or [], pasted_text, ctx.max_file_bytes,
-                                              max_chars=engine.max_chars_for(ctx.max_total_tokens))
-        engine.validate_request(documents, question)
+        documents, extract_s = read_request(files or [], pasted_text, question, max_bytes=ctx.max_file_bytes,
+                                            max_total_tokens=ctx.max_total_tokens)
         with model_turn(ctx, request, progress) as stop_key:
             ensure_loaded(ctx, progress)
             changed = changed_since(ctx, seen)
@@ -402,45 +405,36 @@ def ask(ctx: AppContext, files, pasted_text, question, top_k, history, seen=None
     for notice in readout.get("notices", []):
         gr.Warning(escape(notice))
     history = [*(history or []), ui_format.history_entry(readout, len(history or []) + 1)]
-    frame = ui_format.history_frame(history)
+    plotted = ui_format.history_frame(history)  # the plots' data: one bar per run
     best = readout["answers"][0] if readout["answers"] else None
     passage = (ui_format.evidence(documents[best["document_index"]].text, best["start_char"], best["end_char"])
                if best is not None and best["document_index"] >= 0 else [])
-    return (
-        pd.DataFrame(ui_format.document_rows(readout["documents"]), columns=ui_format.DOCUMENT_HEADERS),
-        ui_format.best_answer(readout["answers"]),
-        pd.DataFrame(ui_format.answer_rows(readout["answers"]), columns=ui_format.ANSWER_HEADERS),
-        passage,
-        pd.DataFrame(ui_format.latency_rows(readout["latency_s"], readout["tokens_per_s"]),
-                     columns=ui_format.LATENCY_HEADERS),
-        pd.DataFrame(ui_format.memory_rows(readout["memory"]), columns=ui_format.MEMORY_HEADERS),
-        pd.DataFrame(ui_format.run_rows(readout), columns=ui_format.RUN_HEADERS),
-        history,
-        pd.DataFrame(ui_format.history_rows(history), columns=ui_format.HISTORY_HEADERS),
-        bar_plot(frame, ui_format.PLOT_MEMORY),
-        bar_plot(frame, ui_format.PLOT_LATENCY),
-        seen_now(ctx),
-        readout,
-    )
+    return {
+        "documents": pd.DataFrame(ui_format.document_rows(readout["documents"]), columns=ui_format.DOCUMENT_HEADERS),
+        "answer": ui_format.best_answer(readout["answers"]),
+        "answers": pd.DataFrame(ui_format.answer_rows(readout["answers"]), columns=ui_format.ANSWER_HEADERS),
+        "evidence": passage,
+        "latency": pd.DataFrame(ui_format.latency_rows(readout["latency_s"], readout["tokens_per_s"]),
+                                columns=ui_format.LATENCY_HEADERS),
+        "memory": pd.DataFrame(ui_format.memory_rows(readout["memory"]), columns=ui_format.MEMORY_HEADERS),
+        "run": pd.DataFrame(ui_format.run_rows(readout), columns=ui_format.RUN_HEADERS),
+        "history": history,
+        "history_table": pd.DataFrame(ui_format.history_rows(history), columns=ui_format.HISTORY_HEADERS),
+        "memory_plot": plot_update(plotted),
+        "latency_plot": plot_update(plotted),
+        "seen": seen_now(ctx),
+        "readout": readout,
+    }
 
 
-def bar_plot(frame: pd.DataFrame, column: str) -> dict:
-    """New bars with the axis from zero (the plot's own axis starts at the smallest bar, hiding differences)."""
-    return gr.update(value=frame, y_lim=[0, float(frame[column].max() or 1) * 1.15])
+def plot_update(frame: pd.DataFrame) -> dict:
+    """A bar plot's new data and no other property (see build_history_panel); one update per plot, as gradio
+    processes an update in place."""
+    return gr.update(value=frame)
 
 
 def refresh_gpu_gauge():
     return ui_format.gpu_gauge(gpu_snapshot())
-
-
-def training_batch(tokenizer, window_tokens: int) -> dict:
-    """One window of the longest bundled sample, encoded like the engine does, for the training-step readout."""
-    example = max(sample_examples(), key=lambda e: (SAMPLES_DIR / e["file"]).stat().st_size)
-    document = read_document(SAMPLES_DIR / example["file"])
-    # doc_stride 0: only the first window is used, and short windows (128) leave no room for the default stride
-    settings = engine.EngineSettings(max_seq_len=window_tokens, doc_stride=0).resolved(tokenizer)
-    windows, _ = engine.make_windows(tokenizer, example["question"], [document], settings)
-    return engine.collate(windows[:1], tokenizer.pad_token_id)
 
 
 def training_duration(context_key: str, window_tokens: int) -> float:
@@ -453,41 +447,27 @@ def training_duration(context_key: str, window_tokens: int) -> float:
 @gpu_function(duration=training_duration)
 def training_step_on_gpu(context_key: str, window_tokens: int):
     """One forward+backward step with and without gradient checkpointing on the loaded model (picklable in and
-    out, like `answer_on_gpu`)."""
+    out, like `answer_on_gpu`): the readout and the window's length in tokens."""
     ctx = CONTEXTS[context_key]
     with user_errors("The training step"):
-        with ctx.session.lock:
-            loaded = ctx.session.loaded
-            if loaded is None:
-                raise ModelLoadError("No model is loaded: pick a model or profile above.")
-            batch = training_batch(loaded.tokenizer, window_tokens)
-            try:
-                readout = training_step_readout(loaded.model, batch)
-            except Exception as exc:
-                raise ProfileError(f"A training step cannot run on the model as profile {loaded.profile.name!r} "
-                                   f"loaded it ({type(exc).__name__}: {exc}). Try baseline-fp32.") from exc
-    return readout, int(batch["input_ids"].shape[1])
+        if ctx.session.loaded is None:
+            raise ModelLoadError("No model is loaded: pick a model or profile above.")
+        return ctx.session.training_step(window_tokens)
 
 
-def run_training_step(ctx: AppContext, window_tokens, request: gr.Request = None, progress=gr.Progress()):
+def run_training_step(ctx: AppContext, window_tokens, request: gr.Request = None, progress=gr.Progress()) -> dict:
     """The training-step readout: both peaks and times, and what checkpointing saved."""
     with user_errors("The training step"):
-        window_tokens = whole_number(window_tokens, "The window", 512)
+        window_tokens = whole_number(window_tokens, "The window", DEFAULT_TRAINING_WINDOW)
         with model_turn(ctx, request, progress):
             ensure_loaded(ctx, progress)
             progress(0.1, desc="Forward+backward without, then with checkpointing")
             readout, window = training_step_on_gpu(ctx.key, window_tokens)
-    return (pd.DataFrame(ui_format.training_rows(readout), columns=ui_format.TRAINING_HEADERS),
-            ui_format.training_summary(readout, window))
+    return {"table": pd.DataFrame(ui_format.training_rows(readout), columns=ui_format.TRAINING_HEADERS),
+            "summary": ui_format.training_summary(readout, window)}
 
 
 # ------------------------------------------------------------------------------------------------ page
-def sample_examples() -> list[dict]:
-    """The bundled sample questions (file, question, answer), written by scripts/make_samples.py."""
-    path = SAMPLES_DIR / "examples.json"
-    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else []
-
-
 def example_rows(per_file: int = 2) -> list[list]:
     rows, seen = [], {}
     for example in sample_examples():
@@ -501,16 +481,18 @@ def model_choices(ctx: AppContext) -> list[tuple[str, str]]:
     return [(f"{ref}: {KNOWN_MODELS.get(ref, 'given with --model')}", ref) for ref in ctx.models]
 
 
-def profiles_frame(hardware: Hardware) -> pd.DataFrame:
+def profiles_frame(hardware: Hardware, auto: Profile | None = None) -> pd.DataFrame:
     rows = [[row["name"], row["targets"], ", ".join(row["strategies_here"] or row["strategies"]) or "none",
              row["batch_size"], row["device"], "yes" if row["available"] else f"no: {row['reason']}"]
-            for row in describe_profiles(hardware)]
+            for row in describe_profiles(hardware, auto)]
     return pd.DataFrame(rows, columns=["profile", "targets", "strategies", "batch size", "device", "runs here"])
 
 
 def strategies_frame() -> pd.DataFrame:
-    rows = [[c["name"], c["phase"], c["saves"], c["costs"], c["requires"]] for c in strategy_cards()]
-    return pd.DataFrame(rows, columns=["strategy", "phase", "saves", "costs", "requires"])
+    """The registry's cards as they come (name, order of composition, saves, costs, requires), one row each."""
+    cards = strategy_cards()
+    columns = [key for key in (cards[0] if cards else {}) if key != "description"]
+    return pd.DataFrame([[card.get(key) for key in columns] for card in cards], columns=columns)
 
 
 def bind(handler: Callable, ctx: AppContext) -> Callable:
@@ -525,123 +507,175 @@ def bind(handler: Callable, ctx: AppContext) -> Callable:
     return bound
 
 
+def keyed(handler: Callable, outputs: dict[str, Block]) -> Callable:
+    """`handler`, whose values come by name, answering gradio with {component: value} (same signature and hints)."""
+    @functools.wraps(handler)
+    def by_component(*args, **kwargs):
+        return {outputs[name]: value for name, value in handler(*args, **kwargs).items()}
+
+    return by_component
+
+
+def listen(trigger, handler: Callable, *, outputs: dict[str, Block], **event):
+    """Wire `handler` (values by name) to `trigger`: the order of `outputs` is the event's, written once."""
+    return trigger(keyed(handler, outputs), outputs=list(outputs.values()), **event)
+
+
+def build_model_panel(ctx: AppContext, demo: gr.Blocks, seen: gr.State) -> None:
+    """The notice, the profile and model pickers, and the load readout; loads on a visit and on each pick."""
+    banner_box = gr.Markdown(visible=False, elem_id="banner", label="Notice")
+    with gr.Row():
+        locked = " Fixed on this deployment." if ctx.lock_profile else ""
+        profile_dd = gr.Dropdown(profile_choices(ctx.hardware, auto_profile(ctx)), value=ctx.selection["profile"],
+                                 label="Hardware profile", info=f"Detected: {ctx.hardware.describe()}.{locked}",
+                                 interactive=not ctx.lock_profile, scale=2)
+        model_dd = gr.Dropdown(model_choices(ctx), value=ctx.selection["model"], label="Model",
+                               interactive=not ctx.lock_profile, scale=2)
+    with gr.Row():
+        strategies_cb = gr.CheckboxGroup(
+            [(f"{card['name']}: {card['description']}", card["name"]) for card in strategy_cards()],
+            label="Custom strategies", visible=False, scale=4)
+        apply_btn = gr.Button("Load custom profile", visible=False, scale=1)
+    load_table = gr.Dataframe(headers=ui_format.LOAD_HEADERS, label="Load readout", interactive=False)
+    with gr.Accordion("Load readout (JSON)", open=False):
+        load_json = gr.JSON(label="Load readout (JSON)")
+
+    readouts = {"banner": banner_box, "load_table": load_table, "load_json": load_json}
+    selection = {"profile": profile_dd, "model": model_dd, "strategies": strategies_cb}
+    listen(demo.load, bind(on_page_load, ctx), outputs={**selection, "seen": seen, **readouts},
+           concurrency_limit=None, api_visibility="private", show_progress_on=[load_table])
+    listen(profile_dd.change, show_custom_controls, inputs=profile_dd,
+           outputs={"strategies": strategies_cb, "apply": apply_btn}, queue=False, api_visibility="private")
+    # `select`, not `input`: a dropdown fires `input` twice per pick in gradio 6.31 (two loads, two errors).
+    for trigger, api_name in ((profile_dd.select, "load_profile"), (model_dd.select, None), (apply_btn.click, None)):
+        loading = listen(trigger, bind(load_profile, ctx), inputs=[profile_dd, model_dd, strategies_cb, seen],
+                         outputs={"seen": seen, **readouts}, concurrency_id=MODEL_CONCURRENCY, api_name=api_name,
+                         show_progress_on=[load_table], api_visibility="public" if api_name else "private")
+        # done or refused, the dropdowns then show what is loaded: the demo model after a fallback, the previous
+        # choice after a refusal, and what `auto` picked
+        listen(loading.then, bind(show_loaded, ctx), outputs={**selection, **readouts}, api_visibility="private")
+
+
+def build_question_panel(ctx: AppContext) -> dict[str, Block]:
+    """Documents, question and top-k, the Ask and Stop buttons, and the documents' preview (updated as they
+    change). The answer panel wires Ask and Stop."""
+    with gr.Row():
+        with gr.Column():
+            files = gr.File(file_count="multiple", file_types=list(SUPPORTED_EXTENSIONS), type="filepath",
+                            label="Documents", elem_id="documents")
+            pasted = gr.Textbox(label="Or paste text", lines=6, placeholder="Paste a document here")
+        with gr.Column():
+            question = gr.Textbox(label="Question", placeholder="What is the frequency of Chiomklian Oustklaeth?")
+            top_k = gr.Slider(1, 10, value=DEFAULT_TOP_K, step=1, label="Top-k answers")
+            with gr.Row():
+                ask_btn = gr.Button("Ask", variant="primary")
+                stop_btn = gr.Button("Stop")
+            doc_table = gr.Dataframe(headers=ui_format.DOCUMENT_HEADERS, label="Documents read", interactive=False)
+    gr.Examples(example_rows(), inputs=[files, pasted, question, top_k],
+                label="Examples: bundled sample documents the demo model can answer offline")
+
+    for trigger in (files.change, pasted.blur):
+        trigger(bind(preview_documents, ctx), inputs=[files, pasted, question], outputs=doc_table,
+                api_visibility="private")
+    return {"files": files, "pasted": pasted, "question": question, "top_k": top_k, "ask": ask_btn,
+            "stop": stop_btn, "documents": doc_table}
+
+
+def build_answer_panel(ctx: AppContext, question: dict[str, Block], seen: gr.State) -> None:
+    """The best answer, the top answers with their evidence, latency, memory and run readouts, the live GPU gauge,
+    the run history, and the full readout: all that one answer updates, so Ask and Stop are wired here."""
+    has_gpu = bool(ctx.hardware.usable_gpus)
+    answer_box = gr.Textbox(label="Answer", interactive=False, elem_id="best-answer")
+    with gr.Row():
+        answers_table = gr.Dataframe(headers=ui_format.ANSWER_HEADERS, label="Top answers", interactive=False)
+        evidence_box = gr.HighlightedText(label="Evidence", elem_id="evidence", color_map={"answer": "yellow"},
+                                          show_legend=False, show_inline_category=False)
+    with gr.Row():
+        latency_table = gr.Dataframe(headers=ui_format.LATENCY_HEADERS, label="Latency by stage", interactive=False)
+        run_table = gr.Dataframe(headers=ui_format.RUN_HEADERS, label="Run", interactive=False)
+    memory_table = gr.Dataframe(headers=ui_format.MEMORY_HEADERS, label="Memory", interactive=False)
+    gauge = gr.Label(label="Live GPU memory (NVML)", visible=has_gpu)
+    timer = gr.Timer(GPU_REFRESH_S, active=has_gpu)
+    history = build_history_panel()
+    readout_json = gr.JSON(label="Full readout (JSON)", elem_id="readout")
+
+    timer.tick(refresh_gpu_gauge, outputs=gauge, concurrency_limit=None, show_progress="hidden",
+               api_visibility="private")
+    inputs = [question["files"], question["pasted"], question["question"], question["top_k"], history["history"],
+              seen]
+    outputs = {"documents": question["documents"], "answer": answer_box, "answers": answers_table,
+               "evidence": evidence_box, "latency": latency_table, "memory": memory_table, "run": run_table,
+               **history, "seen": seen,
+               "readout": readout_json}  # last: API clients take the readout as `*_, readout = predict(...)`
+    request = dict(concurrency_id=REQUEST_CONCURRENCY, show_progress_on=[answer_box])
+    asking = listen(question["ask"].click, bind(ask, ctx), inputs=inputs, outputs=outputs, api_name="ask",
+                    concurrency_limit=REQUEST_WORKERS, **request)
+    submitting = listen(question["question"].submit, bind(ask, ctx), inputs=inputs, outputs=outputs,
+                        api_visibility="private", **request)
+    question["stop"].click(None, cancels=[asking, submitting])
+
+
+def build_history_panel() -> dict[str, Block]:
+    """This page's runs: a table and two bar plots with one bar per row of the table (the answer panel fills them)."""
+    empty = ui_format.history_frame([])
+    history = gr.State([])
+    history_table = gr.Dataframe(headers=ui_format.HISTORY_HEADERS, label="Run history (this page)",
+                                 interactive=False)
+    # An update carries the plot's data only. In gradio 6.31 an update that also changes a plot property (y_lim,
+    # sort, ...) rebuilds the chart from the data the plot held before the update, while the new data goes to the
+    # chart being replaced: the bars then lag one answer behind the table. So the y axis is fixed from zero here
+    # (left alone, it starts at the smallest bar and hides it). No color= by profile: gradio 6.31 draws no bars
+    # once a new colour category arrives in an update.
+    with gr.Row(elem_id="plots"):
+        memory_plot = gr.BarPlot(empty, x="run", y=ui_format.PLOT_MEMORY, y_lim=[0, None], label="Peak memory by run",
+                                 y_title="peak memory (MB, GPU else host RSS)")
+        latency_plot = gr.BarPlot(empty, x="run", y=ui_format.PLOT_LATENCY, y_lim=[0, None], label="Latency by run")
+    return {"history": history, "history_table": history_table, "memory_plot": memory_plot,
+            "latency_plot": latency_plot}
+
+
+def build_training_panel(ctx: AppContext) -> None:
+    """One training step with and without gradient checkpointing: where that strategy saves memory."""
+    with gr.Accordion("Training-step memory: gradient checkpointing", open=False):
+        gr.Markdown("One forward+backward step on a window of a bundled sample, with and without gradient "
+                    "checkpointing. This is where that strategy saves memory; at inference it saves nothing.")
+        window_slider = gr.Slider(128, 4096, value=DEFAULT_TRAINING_WINDOW, step=64, label="Window (tokens)")
+        train_btn = gr.Button("Run one training step")
+        training_table = gr.Dataframe(headers=ui_format.TRAINING_HEADERS, label="Training step", interactive=False)
+        training_text = gr.Markdown()
+    listen(train_btn.click, bind(run_training_step, ctx), inputs=window_slider,
+           outputs={"table": training_table, "summary": training_text}, concurrency_id=REQUEST_CONCURRENCY,
+           api_name="training_step")
+
+
+def build_reference_panel(ctx: AppContext) -> None:
+    """What each profile and strategy is, and which profiles run on this machine."""
+    with gr.Accordion("Profiles and strategies", open=False):
+        gr.Dataframe(profiles_frame(ctx.hardware, auto_profile(ctx)), label="Profiles on this machine",
+                     interactive=False)
+        gr.Dataframe(strategies_frame(), label="Strategies", interactive=False, wrap=True)
+
+
 def build_blocks(ctx: AppContext, queue_size: int = DEFAULT_QUEUE_SIZE) -> gr.Blocks:
     ctx.lane.max_waiting = queue_size  # the page's queue bound is the model lane's
-    has_gpu = bool(ctx.hardware.usable_gpus)
-    empty = ui_format.history_frame([])
     with gr.Blocks(title="Long-document QA with Longformer", analytics_enabled=False,
                    delete_cache=(3600, 3600)) as demo:
         gr.Markdown("# Long-document question answering with Longformer\n"
                     "Upload documents or paste text, ask a question, and see what each hardware profile's memory "
                     "strategies cost and save.")
-        banner_box = gr.Markdown(visible=False, elem_id="banner", label="Notice")
-        with gr.Row():
-            locked = " Fixed on this deployment." if ctx.lock_profile else ""
-            profile_dd = gr.Dropdown(profile_choices(ctx.hardware), value=ctx.selection["profile"],
-                                     label="Hardware profile", info=f"Detected: {ctx.hardware.describe()}.{locked}",
-                                     interactive=not ctx.lock_profile, scale=2)
-            model_dd = gr.Dropdown(model_choices(ctx), value=ctx.selection["model"], label="Model",
-                                   interactive=not ctx.lock_profile, scale=2)
-        with gr.Row():
-            strategies_cb = gr.CheckboxGroup(
-                [(f"{card['name']}: {card['description']}", card["name"]) for card in strategy_cards()],
-                label="Custom strategies", visible=False, scale=4)
-            apply_btn = gr.Button("Load custom profile", visible=False, scale=1)
-        load_table = gr.Dataframe(headers=ui_format.LOAD_HEADERS, label="Load readout", interactive=False)
-        with gr.Accordion("Load readout (JSON)", open=False):
-            load_json = gr.JSON(label="Load readout (JSON)")
-
-        with gr.Row():
-            with gr.Column():
-                files = gr.File(file_count="multiple", file_types=list(SUPPORTED_EXTENSIONS), type="filepath",
-                                label="Documents", elem_id="documents")
-                pasted = gr.Textbox(label="Or paste text", lines=6, placeholder="Paste a document here")
-            with gr.Column():
-                question = gr.Textbox(label="Question", placeholder="What is the frequency of Chiomklian Oustklaeth?")
-                top_k = gr.Slider(1, 10, value=DEFAULT_TOP_K, step=1, label="Top-k answers")
-                with gr.Row():
-                    ask_btn = gr.Button("Ask", variant="primary")
-                    stop_btn = gr.Button("Stop")
-                doc_table = gr.Dataframe(headers=ui_format.DOCUMENT_HEADERS, label="Documents read", interactive=False)
-        gr.Examples(example_rows(), inputs=[files, pasted, question, top_k],
-                    label="Examples: bundled sample documents the demo model can answer offline")
-
-        answer_box = gr.Textbox(label="Answer", interactive=False, elem_id="best-answer")
-        with gr.Row():
-            answers_table = gr.Dataframe(headers=ui_format.ANSWER_HEADERS, label="Top answers", interactive=False)
-            evidence_box = gr.HighlightedText(label="Evidence", elem_id="evidence", color_map={"answer": "yellow"},
-                                              show_legend=False, show_inline_category=False)
-        with gr.Row():
-            latency_table = gr.Dataframe(headers=ui_format.LATENCY_HEADERS, label="Latency by stage",
-                                         interactive=False)
-            run_table = gr.Dataframe(headers=ui_format.RUN_HEADERS, label="Run", interactive=False)
-        memory_table = gr.Dataframe(headers=ui_format.MEMORY_HEADERS, label="Memory", interactive=False)
-        gauge = gr.Label(label="Live GPU memory (NVML)", visible=has_gpu)
-        timer = gr.Timer(GPU_REFRESH_S, active=has_gpu)
-
-        history = gr.State([])
-        history_table = gr.Dataframe(headers=ui_format.HISTORY_HEADERS, label="Run history (this page)",
-                                     interactive=False)
-        with gr.Row(elem_id="plots"):
-            # No color= by profile: gradio 6.31 draws no bars once a new colour category arrives in an update.
-            memory_plot = gr.BarPlot(empty, x="run", y=ui_format.PLOT_MEMORY, label="Peak memory by run",
-                                     y_title="peak memory (MB, GPU else host RSS)")
-            latency_plot = gr.BarPlot(empty, x="run", y=ui_format.PLOT_LATENCY, label="Latency by run")
-        readout_json = gr.JSON(label="Full readout (JSON)", elem_id="readout")
-
-        with gr.Accordion("Training-step memory: gradient checkpointing", open=False):
-            gr.Markdown("One forward+backward step on a window of a bundled sample, with and without gradient "
-                        "checkpointing. This is where that strategy saves memory; at inference it saves nothing.")
-            window_slider = gr.Slider(128, 4096, value=512, step=64, label="Window (tokens)")
-            train_btn = gr.Button("Run one training step")
-            training_table = gr.Dataframe(headers=ui_format.TRAINING_HEADERS, label="Training step",
-                                          interactive=False)
-            training_text = gr.Markdown()
-        with gr.Accordion("Profiles and strategies", open=False):
-            gr.Dataframe(profiles_frame(ctx.hardware), label="Profiles on this machine", interactive=False)
-            gr.Dataframe(strategies_frame(), label="Strategies", interactive=False, wrap=True)
-
         seen = gr.State({})  # what this tab has seen loaded, to tell it when another visitor switched
-        selection_outputs = [profile_dd, model_dd, strategies_cb, banner_box, load_table, load_json]
-        load_outputs_ = [seen, banner_box, load_table, load_json]
-        load_inputs = [profile_dd, model_dd, strategies_cb, seen]
-        demo.load(bind(on_page_load, ctx), outputs=[profile_dd, model_dd, strategies_cb, *load_outputs_],
-                  concurrency_limit=None,
-                  api_visibility="private", show_progress_on=[load_table])
-        profile_dd.change(show_custom_controls, inputs=profile_dd, outputs=[strategies_cb, apply_btn],
-                          queue=False, api_visibility="private")
-        # `select`, not `input`: a dropdown fires `input` twice per pick in gradio 6.31 (two loads, two errors).
-        triggers = ((profile_dd.select, "load_profile"), (model_dd.select, None), (apply_btn.click, None))
-        for trigger, api_name in triggers:
-            trigger(bind(load_profile, ctx), inputs=load_inputs, outputs=load_outputs_,
-                    concurrency_id=MODEL_CONCURRENCY, api_name=api_name, show_progress_on=[load_table],
-                    api_visibility="public" if api_name else "private").failure(
-                bind(restore_selection, ctx), outputs=selection_outputs, api_visibility="private")
-        for trigger in (files.change, pasted.blur):
-            trigger(bind(preview_documents, ctx), inputs=[files, pasted, question], outputs=doc_table,
-                    api_visibility="private")
-        ask_inputs = [files, pasted, question, top_k, history, seen]
-        ask_outputs = [doc_table, answer_box, answers_table, evidence_box, latency_table, memory_table, run_table,
-                       history, history_table, memory_plot, latency_plot, seen, readout_json]
-        ask_event = ask_btn.click(bind(ask, ctx), inputs=ask_inputs, outputs=ask_outputs,
-                                  concurrency_id=REQUEST_CONCURRENCY, concurrency_limit=REQUEST_WORKERS,
-                                  api_name="ask", show_progress_on=[answer_box])
-        submit_event = question.submit(bind(ask, ctx), inputs=ask_inputs, outputs=ask_outputs,
-                                       concurrency_id=REQUEST_CONCURRENCY, api_visibility="private",
-                                       show_progress_on=[answer_box])
-        stop_btn.click(None, cancels=[ask_event, submit_event])
-        train_btn.click(bind(run_training_step, ctx), inputs=window_slider,
-                        outputs=[training_table, training_text], concurrency_id=REQUEST_CONCURRENCY,
-                        api_name="training_step")
-        timer.tick(refresh_gpu_gauge, outputs=gauge, concurrency_limit=None, show_progress="hidden",
-                   api_visibility="private")
+        build_model_panel(ctx, demo, seen)
+        question = build_question_panel(ctx)
+        build_answer_panel(ctx, question, seen)
+        build_training_panel(ctx)
+        build_reference_panel(ctx)
     demo.queue(default_concurrency_limit=1, max_size=queue_size)
     return demo
 
 
 def build_demo(session: Session | None = None, *, models=None, default_model: str = DEFAULT_MODEL,
                default_profile: str = "auto", max_file_mb: float = DEFAULT_MAX_FILE_MB,
-               max_total_tokens: int = engine.DEFAULT_MAX_TOTAL_TOKENS, queue_size: int = DEFAULT_QUEUE_SIZE,
+               max_total_tokens: int = DEFAULT_MAX_TOTAL_TOKENS, queue_size: int = DEFAULT_QUEUE_SIZE,
                hardware: Hardware | None = None, lock_profile: bool = False) -> gr.Blocks:
     """The page around `session` (a new, empty one by default); no model is loaded here."""
     ctx = make_context(session, models=models, default_model=default_model, default_profile=default_profile,
@@ -703,7 +737,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", "7860")))
     parser.add_argument("--share", action="store_true", help="also serve through a PUBLIC Gradio share link")
     parser.add_argument("--max-file-mb", type=float, default=DEFAULT_MAX_FILE_MB, help="upload size limit per file")
-    parser.add_argument("--max-tokens", type=int, default=engine.DEFAULT_MAX_TOTAL_TOKENS,
+    parser.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOTAL_TOKENS,
                         help="refuse requests whose documents have more tokens than this")
     parser.add_argument("--queue-size", type=int, default=DEFAULT_QUEUE_SIZE,
                         help="requests that may wait; more are refused with 'queue is full'")
@@ -724,9 +758,10 @@ def main(argv: list[str] | None = None) -> int:
                        max_file_mb=args.max_file_mb, max_total_tokens=args.max_tokens,
                        lock_profile=args.lock_profile or ZERO_GPU, max_request_s=args.max_request_s,
                        queue_size=args.queue_size)
-    reason = unavailable_reason(get_profile(args.profile), ctx.hardware)
-    if reason is not None:
-        print(f"error: profile {args.profile!r} cannot run on this machine: {reason}.", file=sys.stderr)
+    try:
+        ctx.session.runnable_profile(args.profile)
+    except ProfileError as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return 2
     print(f"Loading {args.model} with profile {args.profile} ({ctx.hardware.describe()}) ...", flush=True)
     try:

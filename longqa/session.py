@@ -7,6 +7,7 @@ formatting and knows nothing of gradio.
 from __future__ import annotations
 
 import copy
+import json
 import os
 import threading
 import time
@@ -19,9 +20,14 @@ from typing import Callable
 from longqa import engine
 from longqa.documents import (DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_PAGES, DEFAULT_MAX_READ_S, Document, from_text,
                               read_document)
-from longqa.errors import DocumentError, InputError, LongQAError, ModelLoadError
+from longqa.errors import DocumentError, InputError, LongQAError, ModelLoadError, ProfileError
+from longqa.models import KNOWN_MODELS, model_config, resolve_model
+from strategies.gradient_checkpointing import TrainingStepReadout, training_step_readout
+from strategies.hardware import Hardware, detect_hardware
+from strategies.profiles import Profile, check_runnable, custom_profile, get_profile, resolve_auto
 
 Progress = Callable[[float, str], None]
+SAMPLES_DIR = Path(__file__).resolve().parent / "samples"  # written by scripts/make_samples.py
 
 
 def read_documents(files: list, pasted_text: str | None = None, max_bytes: int = DEFAULT_MAX_FILE_BYTES, *,
@@ -50,6 +56,34 @@ def read_documents(files: list, pasted_text: str | None = None, max_bytes: int =
     if not documents:
         raise InputError("No document given: upload a file or paste some text.")
     return documents, time.perf_counter() - began
+
+
+def read_request(files: list, pasted_text: str | None, question: str | None, *, max_bytes: int,
+                 max_total_tokens: int) -> tuple[list[Document], float]:
+    """A request's documents read under its limits (characters capped for `max_total_tokens`, as the engine caps
+    them), and the seconds it took; InputError when `question` is given and nothing is left of it. Needs no model,
+    so a page can read and check a request before its turn on the model."""
+    documents, extract_s = read_documents(files, pasted_text, max_bytes,
+                                          max_chars=engine.max_chars_for(max_total_tokens))
+    if question is not None:
+        engine.validate_request(documents, question)
+    return documents, extract_s
+
+
+def sample_examples() -> list[dict]:
+    """The bundled sample questions (file, question, answer) about the documents in SAMPLES_DIR."""
+    path = SAMPLES_DIR / "examples.json"
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else []
+
+
+def training_batch(tokenizer, window_tokens: int) -> dict:
+    """The first window of the longest bundled sample, `window_tokens` long, encoded as the engine encodes it."""
+    example = max(sample_examples(), key=lambda e: (SAMPLES_DIR / e["file"]).stat().st_size)
+    document = read_document(SAMPLES_DIR / example["file"])
+    # doc_stride 0: only the first window is used, and short windows (128) leave no room for the default stride
+    settings = engine.EngineSettings(max_seq_len=window_tokens, doc_stride=0).resolved(tokenizer)
+    windows, _ = engine.make_windows(tokenizer, example["question"], [document], settings)
+    return engine.collate(windows[:1], tokenizer.pad_token_id)
 
 
 def _check_total_chars(documents: list[Document], max_chars: int | None) -> None:
@@ -154,6 +188,48 @@ class Session:
             settings = replace(loaded.settings, **{k: v for k, v in overrides.items() if v is not None})
             return engine.plan_request(self._preview_tokenizer[1], documents, question, settings,
                                        batch_state=loaded.batch_state)
+
+    def training_step(self, window_tokens: int) -> tuple[TrainingStepReadout, int]:
+        """One forward+backward step of the loaded model, without and then with gradient checkpointing, on the
+        first window of the longest bundled sample: the readout and the window's length in tokens. ProfileError
+        when the model as its profile loaded it cannot take a training step."""
+        with self.lock:
+            loaded = self.loaded
+            if loaded is None:
+                raise ModelLoadError("No model is loaded.")
+            batch = training_batch(loaded.tokenizer, window_tokens)
+            try:
+                readout = training_step_readout(loaded.model, batch)
+            except Exception as exc:  # e.g. int8 or 8-bit weights have no gradients
+                raise ProfileError(f"A training step cannot run on the model as profile {loaded.profile.name!r} "
+                                   f"loaded it ({type(exc).__name__}: {exc}). Try baseline-fp32.") from exc
+        return readout, int(batch["input_ids"].shape[1])  # (B, L): L is the window's length
+
+    def runnable_profile(self, name: str, strategies=()) -> Profile:
+        """The profile `name` (`custom`: the ticked `strategies`, in canonical order) once checked to run on this
+        session's machine; ProfileError naming why when it cannot. `auto` stays `auto`: the loader resolves it with
+        the model's config."""
+        profile = custom_profile(strategies or []) if name == "custom" else get_profile(name)
+        check_runnable(profile, self._machine())
+        return profile
+
+    def auto_profile(self, model_ref: str) -> Profile | None:
+        """The profile `auto` stands for with `model_ref` on this machine, by the loader's rule (`resolve_auto` with
+        the model's config: the fastest profile predicted to fit): the one the loader picked when `model_ref` is
+        loaded under `auto`, else the rule applied to its config read without fetching anything (registry,
+        bundled, local and random-weight models). None for another Hub model: only its load fetches the config."""
+        loaded = self.loaded
+        if loaded is not None and loaded.model_ref == model_ref and self.requested and self.requested[1] == "auto":
+            return loaded.profile
+        try:
+            if resolve_model(model_ref).kind == "hub" and model_ref not in KNOWN_MODELS:
+                return None
+            return resolve_auto(self._machine(), model_config(model_ref))
+        except (LongQAError, KeyError, AttributeError, TypeError):  # a config the planner cannot read
+            return None
+
+    def _machine(self) -> Hardware:
+        return self.hardware or detect_hardware()
 
     def readout(self, result: engine.QAResult) -> dict:
         """The full JSON readout of a result (the same fields as `python -m longqa ask --json`)."""

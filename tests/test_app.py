@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import threading
 
@@ -13,10 +14,10 @@ import app
 import ui_format
 from longqa.demo_task import make_example
 from longqa.documents import Document
-from longqa.models import DEMO_MODEL_DIR, KNOWN_MODELS
+from longqa.models import DEFAULT_MODEL, DEMO_MODEL_DIR, KNOWN_MODELS, model_config
 from longqa.session import Session, read_documents
-from strategies.hardware import Hardware
-from strategies.profiles import profile_choices, select_strategies
+from strategies.hardware import Gpu, Hardware
+from strategies.profiles import profile_choices, resolve_auto, select_strategies
 
 READOUT_KEYS = {"question", "answers", "documents", "windows", "tokens", "batch_size", "backoffs", "latency_s",
                 "memory", "notices", "tokens_per_s", "model", "profile", "window_tokens",
@@ -25,8 +26,7 @@ ANSWER_KEYS = {"text", "score", "document", "document_index", "start_char", "end
 MEMORY_KEYS = {"peak_allocated_bytes", "reserved_bytes", "nvml_used_bytes", "nvml_total_bytes", "host_rss_bytes",
                "host_peak_rss_bytes", "devices"}
 LATENCY_KEYS = {"total", "extract", "tokenize", "forward", "decode"}
-ASK_OUTPUTS = ("documents", "answer", "answers", "evidence", "latency", "memory", "run", "history",
-               "history_table", "memory_plot", "latency_plot", "seen", "readout")
+T4 = Hardware(gpus=(Gpu(0, "Tesla T4", 15_600_000_000, (7, 5)),), cuda_available=True)
 
 
 @pytest.fixture()
@@ -45,8 +45,12 @@ def broken_model_dir(tmp_path):
     return folder
 
 
-def ask(ctx, files=(), pasted="", question="What is the colour of Zorbin?", top_k=3, history=None) -> dict:
-    return dict(zip(ASK_OUTPUTS, app.ask(ctx, [str(f) for f in files], pasted, question, top_k, history or [])))
+def ask(ctx, files=(), pasted="", question="What is the colour of Zorbin?", top_k=3, history=None, seen=None) -> dict:
+    return app.ask(ctx, [str(f) for f in files], pasted, question, top_k, history or [], seen)
+
+
+def component(demo, label: str):
+    return next(block for block in demo.blocks.values() if getattr(block, "label", None) == label)
 
 
 def test_ask_answers_a_long_document_with_every_readout(ctx, long_document):
@@ -95,13 +99,25 @@ def test_run_history_grows_per_page_and_feeds_the_plots(ctx):
     assert [h["run"] for h in second["history"]] == [1, 2]
     assert second["history"][1]["latency_s"] == second["readout"]["latency_s"]["total"]
     assert len(first["history"]) == 1, "the handler must not change the history it was given"
-    for plot, column in (("memory_plot", ui_format.PLOT_MEMORY), ("latency_plot", ui_format.PLOT_LATENCY)):
-        frame = second[plot]["value"]
-        assert isinstance(frame, pd.DataFrame) and frame["run"].tolist() == ["01 cpu", "02 cpu"]
-        assert second[plot]["y_lim"][0] == 0 and second[plot]["y_lim"][1] > frame[column].max()
+    for out in (first, second):
+        runs = len(out["history"])
+        assert out["history_table"].shape == (runs, len(ui_format.HISTORY_HEADERS))
+        for plot in ("memory_plot", "latency_plot"):
+            # the plot's whole data and nothing else: an update that also changes a plot property makes gradio
+            # 6.31 draw the data the plot held before (tests/test_app_browser.py counts the bars drawn)
+            assert set(out[plot]) == {"__type__", "value"} and len(out[plot]["value"]) == runs
+    assert second["memory_plot"]["value"]["run"].tolist() == ["01 cpu", "02 cpu"]
     memory = second["memory_plot"]["value"][ui_format.PLOT_MEMORY]
     assert memory.iloc[1] == second["readout"]["memory"]["host_peak_rss_bytes"] / 1e6
-    assert second["history_table"].shape == (2, len(ui_format.HISTORY_HEADERS))
+    assert second["latency_plot"]["value"][ui_format.PLOT_LATENCY].tolist() == [
+        h["latency_s"] for h in second["history"]]
+
+
+def test_the_plots_axes_start_at_zero_from_the_start(ctx):
+    demo = app.build_blocks(ctx)
+    for label in ("Peak memory by run", "Latency by run"):
+        plot = component(demo, label)
+        assert plot.y_lim == [0, None] and plot.x == "run"
 
 
 @pytest.mark.parametrize("case, message", [
@@ -170,18 +186,24 @@ def test_control_and_zero_width_characters_are_dropped_from_documents_and_questi
 
 
 def test_load_profile_switches_and_returns_the_load_readout(ctx, tiny_model_dir):
-    _, shown_banner, table, readout = app.load_profile(ctx, "baseline-fp32", str(tiny_model_dir))
+    out = app.load_profile(ctx, "baseline-fp32", str(tiny_model_dir))
+    readout, table = out["load_json"], out["load_table"]
     assert readout["profile"] == "baseline-fp32" and readout["strategies"] == [] and readout["dtype"] == "float32"
     assert readout["weight_bytes_per_device"]["cpu"] > 0 and readout["load_time_s"] > 0
     assert table.shape == (1, len(ui_format.LOAD_HEADERS)) and table.iloc[0]["profile"] == "baseline-fp32"
-    assert shown_banner["visible"] is False
+    assert out["banner"]["visible"] is False and out["seen"]["profile"] == "baseline-fp32"
     assert ctx.session.profile_name == "baseline-fp32" and ctx.selection["profile"] == "baseline-fp32"
     assert ask(ctx, pasted="The colour of Zorbin is teal.")["readout"]["profile"] == "baseline-fp32"
 
-    _, _, _, readout = app.load_profile(ctx, "auto", str(tiny_model_dir))
+    readout = app.load_profile(ctx, "auto", str(tiny_model_dir))["load_json"]
     assert readout["profile"] == "cpu" and readout["strategies"] == list(select_strategies(
-        app.chosen_profile(ctx, "cpu", []), ctx.hardware))
+        ctx.session.runnable_profile("cpu"), ctx.hardware))
     assert ctx.selection["profile"] == "auto"
+    # the loader got `auto` itself and picked by its own rule (the fastest that fits the model's config)
+    assert ctx.session.requested == (str(tiny_model_dir), "auto")
+    assert ctx.session.auto_profile(str(tiny_model_dir)) is ctx.session.loaded.profile
+    shown = app.show_loaded(ctx)["profile"]
+    assert shown["value"] == "auto" and dict((v, label) for label, v in shown["choices"])["auto"].endswith("→ cpu")
 
 
 def test_an_unavailable_profile_is_refused_and_nothing_is_reloaded(ctx, tiny_model_dir):
@@ -189,8 +211,8 @@ def test_an_unavailable_profile_is_refused_and_nothing_is_reloaded(ctx, tiny_mod
     with pytest.raises(gr.Error, match=r"'t4-16gb' cannot run on this machine: needs a CUDA GPU.*Still using"):
         app.load_profile(ctx, "t4-16gb", str(tiny_model_dir))
     assert ctx.session.loaded is loaded and ctx.selection["profile"] == "cpu"
-    profile, model, _, *_ = app.restore_selection(ctx)
-    assert profile["value"] == "cpu" and model["value"] == str(tiny_model_dir)
+    shown = app.show_loaded(ctx)  # the dropdowns go back to what is still loaded
+    assert shown["profile"]["value"] == "cpu" and shown["model"]["value"] == str(tiny_model_dir)
 
 
 def corrupt_weights_dir(tmp_path, tiny_model_dir):
@@ -228,8 +250,9 @@ def test_a_failed_load_keeps_the_previous_model_and_says_why(tiny_model_dir, bro
         app.load_profile(ctx, "cpu", model_ref)
     assert ctx.session.model_ref == str(tiny_model_dir) and ctx.session.profile_name == "cpu"
     assert ctx.selection["model"] == str(tiny_model_dir)
-    profile, model, *_ = app.restore_selection(ctx)  # the dropdowns go back to what is still loaded
-    assert (profile["value"], model["value"]) == ("cpu", str(tiny_model_dir))
+    shown = app.show_loaded(ctx)  # the dropdowns go back to what is still loaded
+    assert (shown["profile"]["value"], shown["model"]["value"]) == ("cpu", str(tiny_model_dir))
+    assert shown["load_json"]["model_ref"] == str(tiny_model_dir)
     out = ask(ctx, pasted="The colour of Zorbin is teal.")
     assert out["readout"]["model"] == str(tiny_model_dir) and out["readout"]["answers"]
     assert ctx.session.loaded.readout.strategies == loaded.readout.strategies
@@ -277,10 +300,10 @@ def test_the_registry_and_the_command_line_model_are_listed():
 
 
 def test_custom_profile_applies_the_ticked_strategies_and_refuses_conflicts(ctx, tiny_model_dir):
-    _, _, _, readout = app.load_profile(ctx, "custom", str(tiny_model_dir), ["int8_dynamic"])
+    readout = app.load_profile(ctx, "custom", str(tiny_model_dir), ["int8_dynamic"])["load_json"]
     assert readout["profile"] == "custom" and readout["strategies"] == ["int8_dynamic"]
     assert "int8" in readout["dtype"]
-    _, _, _, readout = app.load_profile(ctx, "custom", str(tiny_model_dir), [])
+    readout = app.load_profile(ctx, "custom", str(tiny_model_dir), [])["load_json"]
     assert readout["strategies"] == [] and readout["dtype"] == "float32"
     with pytest.raises(gr.Error, match="'half_precision' and 'autocast' conflict"):
         app.load_profile(ctx, "custom", str(tiny_model_dir), ["half_precision", "autocast"])
@@ -290,24 +313,35 @@ def test_custom_profile_applies_the_ticked_strategies_and_refuses_conflicts(ctx,
 def test_custom_controls_show_only_for_the_custom_profile():
     shown = app.show_custom_controls("custom")
     hidden = app.show_custom_controls("cpu")
-    assert [u["visible"] for u in shown] == [True, True] and [u["visible"] for u in hidden] == [False, False]
+    assert {name: u["visible"] for name, u in shown.items()} == {"strategies": True, "apply": True}
+    assert {name: u["visible"] for name, u in hidden.items()} == {"strategies": False, "apply": False}
 
 
-def test_banner_when_running_on_the_demo_model_instead(ctx):
-    assert app.banner(ctx)["visible"] is False
-    ctx.session.loaded.readout.fallback_reason = "Could not fetch 'allenai/x' from the Hugging Face Hub: offline."
-    ctx.selection["model"] = "allenai/longformer-large-4096-finetuned-triviaqa"
-    shown = app.banner(ctx)
-    assert shown["visible"] is True and "Running on the bundled demo model" in shown["value"]
-    assert "Could not fetch" in shown["value"]
+@pytest.mark.skipif(not any(DEMO_MODEL_DIR.glob("*.safetensors")), reason="the demo model has no weights yet")
+def test_offline_the_default_model_falls_back_to_the_demo_model_and_the_page_says_so(monkeypatch):
+    import huggingface_hub.constants
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    ctx = app.make_context(Session(), models=[DEFAULT_MODEL], default_model=DEFAULT_MODEL, default_profile="cpu")
+    shown = app.on_page_load(ctx)
+    assert ctx.session.model_ref == "demo" and ctx.session.loaded.readout.fallback_reason
+    assert shown["model"]["value"] == "demo", "the Model dropdown shows the model that is loaded"
+    assert "demo" in [value for _, value in app.model_choices(ctx)]
+    assert shown["profile"]["value"] == "cpu" and shown["load_json"]["model_ref"] == "demo"
+    assert shown["banner"]["visible"] is True and "Running on the bundled demo model" in shown["banner"]["value"]
+    assert f"not {ui_format.escape_markdown(DEFAULT_MODEL)}" in shown["banner"]["value"]  # the model asked for
+    assert "Could not fetch" in shown["banner"]["value"]
+    assert app.show_loaded(ctx)["model"]["value"] == "demo"
 
 
 def test_page_load_without_a_loadable_model_shows_why_and_keeps_the_page(broken_model_dir):
     ctx = app.make_context(Session(), models=[str(broken_model_dir)], default_model=str(broken_model_dir),
                            default_profile="cpu")
-    profile, model, strategies, _, shown_banner, table, readout = app.on_page_load(ctx)
-    assert shown_banner["visible"] is True and "No model is loaded" in shown_banner["value"]
-    assert profile["value"] == "cpu" and readout == {} and table.empty
+    shown = app.on_page_load(ctx)
+    assert shown["banner"]["visible"] is True and "No model is loaded" in shown["banner"]["value"]
+    assert shown["profile"]["value"] == "cpu" and shown["load_json"] == {} and shown["load_table"].empty
+    assert shown["model"]["value"] == str(broken_model_dir)
     with pytest.raises(gr.Error, match="bert model"):
         ask(ctx, pasted="The colour of Zorbin is teal.")
 
@@ -342,7 +376,8 @@ def test_preview_shows_characters_tokens_and_windows_before_asking(ctx, long_doc
 
 
 def test_training_step_accordion_shows_both_peaks_and_times(ctx):
-    table, summary = app.run_training_step(ctx, 256)
+    out = app.run_training_step(ctx, 256)
+    table, summary = out["table"], out["summary"]
     rows = table.values.tolist()
     assert [r[0] for r in rows] == ["without checkpointing", "with checkpointing"]
     assert all(r[1] != "—" and r[2] != "—" for r in rows)
@@ -353,12 +388,26 @@ def test_dropdowns_come_from_the_registries(ctx):
     demo = app.build_blocks(ctx)
     by_label = {getattr(block, "label", None): block for block in demo.blocks.values()}
     choices = by_label["Hardware profile"].choices
-    assert choices == [tuple(choice) for choice in profile_choices(ctx.hardware)]
+    auto = ctx.session.auto_profile(ctx.selection["model"])
+    assert choices == [tuple(choice) for choice in profile_choices(ctx.hardware, auto)]
     labels = dict((value, label) for label, value in choices)
     assert labels["auto"] == "auto: no GPU → cpu"
     assert "unavailable: needs a CUDA GPU" in labels["t4-16gb"]
     assert [value for _, value in by_label["Model"].choices] == ctx.models
     assert by_label["Live GPU memory (NVML)"].visible is False  # no GPU here: the gauge is hidden
+
+
+@pytest.mark.parametrize("model_ref", [DEFAULT_MODEL, "demo"])
+def test_the_auto_label_names_what_the_loader_picks_for_the_model(tiny_model_dir, model_ref):
+    """On a T4 the GPU's size alone calls for t4-16gb; the loader picks the fastest profile that fits the model."""
+    ctx = app.make_context(Session(), models=[str(tiny_model_dir), model_ref], default_model=model_ref, hardware=T4)
+    loaders_pick = resolve_auto(T4, model_config(model_ref))
+    assert loaders_pick.name != resolve_auto(T4).name  # the two rules differ here, so the label tells them apart
+    demo = app.build_blocks(ctx)
+    labels = dict((value, label) for label, value in component(demo, "Hardware profile").choices)
+    assert labels["auto"] == f"auto: 1× Tesla T4, 15.6 GB → {loaders_pick.name}"
+    assert component(demo, "Profiles on this machine").value["data"][0][2] == ", ".join(
+        select_strategies(loaders_pick, T4))
 
 
 def test_named_endpoints_and_queue_bounds(ctx):
@@ -401,16 +450,13 @@ def test_a_visitor_is_told_when_someone_else_switched_the_profile(ctx, tiny_mode
     assert not any("another visitor" in n for n in mine["readout"]["notices"])
     theirs_seen = ask(ctx, pasted="The colour of Zorbin is teal.")["seen"]
     app.load_profile(ctx, "baseline-fp32", str(tiny_model_dir), seen=theirs_seen)  # another tab switches
-    again = dict(zip(ASK_OUTPUTS, app.ask(ctx, [], "The colour of Zorbin is teal.", "What is the colour of Zorbin?",
-                                          3, [], mine["seen"])))
+    again = ask(ctx, pasted="The colour of Zorbin is teal.", seen=mine["seen"])
     notice = again["readout"]["notices"][0]
     assert "changed by another visitor" in notice and "baseline-fp32" in notice and "was " in notice
-    after = dict(zip(ASK_OUTPUTS, app.ask(ctx, [], "The colour of Zorbin is teal.", "What is the colour of Zorbin?",
-                                          3, [], again["seen"])))
+    after = ask(ctx, pasted="The colour of Zorbin is teal.", seen=again["seen"])
     assert not any("another visitor" in n for n in after["readout"]["notices"])  # told once
-    seen, *_ = app.load_profile(ctx, "cpu", str(tiny_model_dir), seen=after["seen"])  # my own switch
-    mine_again = dict(zip(ASK_OUTPUTS, app.ask(ctx, [], "The colour of Zorbin is teal.",
-                                               "What is the colour of Zorbin?", 3, [], seen)))
+    seen = app.load_profile(ctx, "cpu", str(tiny_model_dir), seen=after["seen"])["seen"]  # my own switch
+    mine_again = ask(ctx, pasted="The colour of Zorbin is teal.", seen=seen)
     assert not any("another visitor" in n for n in mine_again["readout"]["notices"])
 
 
@@ -512,11 +558,8 @@ def test_out_of_memory_is_a_clear_error_naming_profiles_and_the_next_request_wor
 
 
 def test_the_gpu_gauge_shows_where_a_gpu_is_detected(tiny_model_dir, monkeypatch):
-    from strategies.hardware import Gpu, Hardware
-
-    t4 = Hardware(gpus=(Gpu(0, "Tesla T4", 15_600_000_000, (7, 5)),), cuda_available=True)
     ctx = app.make_context(Session(), models=[str(tiny_model_dir)], default_model=str(tiny_model_dir),
-                           default_profile="cpu", hardware=t4)
+                           default_profile="cpu", hardware=T4)
     demo = app.build_blocks(ctx)
     blocks = list(demo.blocks.values())
     assert next(b for b in blocks if getattr(b, "label", None) == "Live GPU memory (NVML)").visible is True
@@ -528,7 +571,7 @@ def test_the_gpu_gauge_shows_where_a_gpu_is_detected(tiny_model_dir, monkeypatch
 
 
 def test_importing_the_app_loads_no_model():
-    handlers = [fn.fn for fn in app.demo.fns.values() if getattr(fn.fn, "__wrapped__", None) is app.ask]
+    handlers = [fn.fn for fn in app.demo.fns.values() if fn.fn is not None and inspect.unwrap(fn.fn) is app.ask]
     assert handlers and app.context.session.loaded is None and not app.ZERO_GPU
 
 

@@ -16,6 +16,7 @@ from gradio_client.exceptions import AppError
 from gradio_client.utils import Status
 
 import app
+import longqa.session
 from longqa.session import Session, read_documents
 from tests.test_documents import blank_page_pdf, encrypt_pdf, make_pdf
 
@@ -252,7 +253,7 @@ def test_uploads_are_read_from_gradios_upload_folder_and_deleted_with_its_cache(
         read.extend(Path(f) for f in files)
         return read_documents(files, *args, **kwargs)
 
-    monkeypatch.setattr(app, "read_documents", spy)
+    monkeypatch.setattr(longqa.session, "read_documents", spy)  # the page reads through the session's door
     ctx = app.make_context(Session(), models=[str(tiny_model_dir)], default_model=str(tiny_model_dir),
                            default_profile="cpu")
     app.ensure_loaded(ctx)
