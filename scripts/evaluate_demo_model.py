@@ -148,8 +148,16 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=2026)
     parser.add_argument("--sets", default=",".join(MEASURES), help="comma-separated subset of " + ", ".join(MEASURES))
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "demo-model-eval.json")
+    parser.add_argument("--cpu-kind", choices=["detected", "avx2", "avx512-bf16"], default="detected",
+                        help="resolve the profiles as on a CPU without native bf16 (avx2: the cpu profile is int8 + "
+                             "fast attention) or with it, whatever this CPU is; results are keyed 'PROFILE@KIND'")
     args = parser.parse_args()
+    from strategies.hardware import detect_hardware
     from strategies.loader import load_model
+
+    hardware = detect_hardware()
+    if args.cpu_kind != "detected":
+        hardware = replace(hardware, cpu_bf16=args.cpu_kind == "avx512-bf16")
 
     wanted = args.sets.split(",")
     report = json.loads(args.out.read_text()) if args.out.exists() else {}
@@ -159,7 +167,7 @@ def main() -> None:
                    "exact_match": "the top answer's text equals the fact's value, character for character"})
     report.setdefault("sets", {})
     for profile in args.profile or ["baseline-fp32", "cpu"]:
-        loaded = load_model(args.model, profile)
+        loaded = load_model(args.model, profile, hardware=hardware)
         settings = replace(loaded.settings, max_seq_len=4096, doc_stride=128, top_k=3)
         builders = {"training-generator": lambda: training_generator_items(args.n, args.seed, loaded.tokenizer),
                     "independent": lambda: independent_items(args.n, args.seed, loaded.tokenizer),
@@ -172,8 +180,9 @@ def main() -> None:
                            cpu=platform.processor() or platform.machine(), has_avx512_bf16=_has_avx512_bf16())
             entry = report["sets"].setdefault(name, {})
             entry["measures"] = MEASURES[name]
-            entry.setdefault("profiles", {})[profile] = numbers
-            print(f"{profile:14s} {name:19s} exact match {numbers['exact_match']:.3f} ({numbers['exact']}/"
+            key = profile if args.cpu_kind == "detected" else f"{profile}@{args.cpu_kind}"
+            entry.setdefault("profiles", {})[key] = numbers
+            print(f"{key:14s} {name:19s} exact match {numbers['exact_match']:.3f} ({numbers['exact']}/"
                   f"{numbers['n']}), {numbers['min_tokens']}-{numbers['max_tokens']} tokens, {numbers['seconds']} s",
                   flush=True)
             args.out.write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n")
