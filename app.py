@@ -552,8 +552,9 @@ def build_model_panel(ctx: AppContext, demo: gr.Blocks, seen: gr.State) -> None:
                          outputs={"seen": seen, **readouts}, concurrency_id=MODEL_CONCURRENCY, api_name=api_name,
                          show_progress_on=[load_table], api_visibility="public" if api_name else "private")
         # done or refused, the dropdowns then show what is loaded: the demo model after a fallback, the previous
-        # choice after a refusal, and what `auto` picked
-        listen(loading.then, bind(show_loaded, ctx), outputs={**selection, **readouts}, api_visibility="private")
+        # choice after a refusal, and what `auto` picked (`then` alone would not run after a refusal)
+        for outcome in (loading.success, loading.failure):
+            listen(outcome, bind(show_loaded, ctx), outputs={**selection, **readouts}, api_visibility="private")
 
 
 def build_question_panel(ctx: AppContext) -> dict[str, Block]:
@@ -617,19 +618,21 @@ def build_answer_panel(ctx: AppContext, question: dict[str, Block], seen: gr.Sta
 
 def build_history_panel() -> dict[str, Block]:
     """This page's runs: a table and two bar plots with one bar per row of the table (the answer panel fills them)."""
-    empty = ui_format.history_frame([])
     history = gr.State([])
     history_table = gr.Dataframe(headers=ui_format.HISTORY_HEADERS, label="Run history (this page)",
                                  interactive=False)
-    # An update carries the plot's data only. In gradio 6.31 an update that also changes a plot property (y_lim,
-    # sort, ...) rebuilds the chart from the data the plot held before the update, while the new data goes to the
-    # chart being replaced: the bars then lag one answer behind the table. So the y axis is fixed from zero here
-    # (left alone, it starts at the smallest bar and hides it). No color= by profile: gradio 6.31 draws no bars
-    # once a new colour category arrives in an update.
+    # What gradio 6.31 draws right (tests/test_app_browser.py counts the bars drawn in Chromium):
+    # - An update carries the plot's data only. An update that also changes a plot property (y_lim, sort, ...)
+    #   rebuilds the chart from the data the plot held before the update, while the new data goes to the chart
+    #   being replaced: the bars lagged one answer behind the table. So the y axis is fixed from zero here (left
+    #   alone, it starts at the smallest bar and hides it).
+    # - No data until the first answer: a chart first drawn from an empty frame keeps that frame's layout after
+    #   data arrives, its axis titles and labels cut; with none, the first answer draws it whole.
+    # - No color= by profile: no bars are drawn once a new colour category arrives in an update.
     with gr.Row(elem_id="plots"):
-        memory_plot = gr.BarPlot(empty, x="run", y=ui_format.PLOT_MEMORY, y_lim=[0, None], label="Peak memory by run",
+        memory_plot = gr.BarPlot(None, x="run", y=ui_format.PLOT_MEMORY, y_lim=[0, None], label="Peak memory by run",
                                  y_title="peak memory (MB, GPU else host RSS)")
-        latency_plot = gr.BarPlot(empty, x="run", y=ui_format.PLOT_LATENCY, y_lim=[0, None], label="Latency by run")
+        latency_plot = gr.BarPlot(None, x="run", y=ui_format.PLOT_LATENCY, y_lim=[0, None], label="Latency by run")
     return {"history": history, "history_table": history_table, "memory_plot": memory_plot,
             "latency_plot": latency_plot}
 

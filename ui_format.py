@@ -184,9 +184,6 @@ def history_frame(history: list[dict]) -> pd.DataFrame:
         peak = h["peak_allocated_bytes"] if h["peak_allocated_bytes"] is not None else h["host_peak_rss_bytes"]
         rows.append({"run": f"{h['run']:02d} {h['profile']}", "profile": h["profile"],
                      PLOT_MEMORY: (peak or 0) / 1e6, PLOT_LATENCY: h["latency_s"]})
-    if not rows:  # typed columns, so the plots' axes are numeric from the start
-        return pd.DataFrame({"run": pd.Series(dtype=str), "profile": pd.Series(dtype=str),
-                             PLOT_MEMORY: pd.Series(dtype=float), PLOT_LATENCY: pd.Series(dtype=float)})
     return pd.DataFrame(rows, columns=["run", "profile", PLOT_MEMORY, PLOT_LATENCY])
 
 

@@ -113,11 +113,12 @@ def test_run_history_grows_per_page_and_feeds_the_plots(ctx):
         h["latency_s"] for h in second["history"]]
 
 
-def test_the_plots_axes_start_at_zero_from_the_start(ctx):
+def test_the_plots_start_without_data_and_their_axes_at_zero(ctx):
     demo = app.build_blocks(ctx)
     for label in ("Peak memory by run", "Latency by run"):
         plot = component(demo, label)
         assert plot.y_lim == [0, None] and plot.x == "run"
+        assert plot.value is None  # no data until the first answer: then gradio 6.31 lays the chart out whole
 
 
 @pytest.mark.parametrize("case, message", [

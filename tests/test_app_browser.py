@@ -1,7 +1,10 @@
-"""The page in Debian's chromium (Playwright): upload, ask, highlighted evidence, readouts, profile switch, screenshot.
+"""The page in Debian's chromium (Playwright): upload, ask, highlighted evidence, readouts, profile switch, and that
+every panel shows the state it claims: after each answer each plot draws one bar per row of the run history, and
+after the offline fallback the Model dropdown shows the demo model that answers.
 
 Selects components by their labels (labels are the page's contract). Runs where /usr/bin/chromium exists (CI
-installs it); the flags are those FACTS.md lists for this kind of machine.
+installs it); the flags are those FACTS.md lists for this kind of machine. Screenshots go to the test's temporary
+folder; scripts/refresh_screenshot.py refreshes docs/screenshot.png.
 """
 
 from __future__ import annotations
@@ -13,18 +16,30 @@ from pathlib import Path
 import pytest
 
 import app
-from longqa.models import DEMO_MODEL_DIR
+import ui_format
+from longqa.models import DEFAULT_MODEL, DEMO_MODEL_DIR
 from longqa.session import Session
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync"]
-SCREENSHOT = Path(__file__).resolve().parents[1] / "docs" / "screenshot.png"
 TIMEOUT_MS = 120_000
+PLOT_SETTLE_S = 20.0  # Vega draws an update asynchronously; a plot that lags never catches up
+PLOTS = ("Peak memory by run", "Latency by run")
 SCRIPT = '<img src=x onerror="window.__xss=1"><script>window.__xss=2</script>'
+HAS_DEMO = any(DEMO_MODEL_DIR.glob("*.safetensors"))
+# The bars each plot drew (Vega's SVG renderer: one path per bar, labelled with its x and y), by plot label.
+DRAWN_BARS = """() => Object.fromEntries(Array.from(document.querySelectorAll('#plots > *'), block => [
+    block.querySelector('[data-testid=block-info]')?.innerText.trim(),
+    Array.from(block.querySelectorAll('.mark-rect path'), bar => bar.getAttribute('aria-label') || '')]))"""
+
+AXIS_TITLES = """() => Object.fromEntries(Array.from(document.querySelectorAll('#plots > *'), block => [
+    block.querySelector('[data-testid=block-info]')?.innerText.trim(),
+    Array.from(block.querySelectorAll('.role-axis-title text'), title => title.textContent).sort()]))"""
 
 pytestmark = [
     pytest.mark.browser,
+    pytest.mark.slow,
     pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium "
                                                      "(apt-get install -y chromium; CI installs it)"),
 ]
@@ -38,30 +53,43 @@ def wait_until(predicate, timeout_s: float = TIMEOUT_MS / 1000) -> None:
         time.sleep(0.2)
 
 
-@pytest.fixture(scope="module")
-def served(tiny_model_dir):
-    has_demo = any(DEMO_MODEL_DIR.glob("*.safetensors"))
-    ctx = app.make_context(Session(), models=[str(tiny_model_dir), *(["demo"] if has_demo else [])],
-                           default_model=str(tiny_model_dir), default_profile="cpu")
-    app.ensure_loaded(ctx)
+def launch(ctx):
     demo = app.build_blocks(ctx)
     _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", quiet=True, css=app.CSS)
-    yield ctx, url, has_demo
+    return demo, url
+
+
+@pytest.fixture(scope="module")
+def served(tiny_model_dir):
+    ctx = app.make_context(Session(), models=[str(tiny_model_dir), *(["demo"] if HAS_DEMO else [])],
+                           default_model=str(tiny_model_dir), default_profile="cpu")
+    app.ensure_loaded(ctx)
+    demo, url = launch(ctx)
+    yield ctx, url
     demo.close()
 
 
 @pytest.fixture()
-def page(served):
+def browser():
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
-        page = browser.new_page(viewport={"width": 1280, "height": 900})
-        page.set_default_timeout(TIMEOUT_MS)
-        page.goto(served[1])
-        page.get_by_label("Question", exact=True).wait_for()
-        yield page
+        yield browser
         browser.close()
+
+
+def open_page(browser, url: str):
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.set_default_timeout(TIMEOUT_MS)
+    page.goto(url)
+    page.get_by_label("Question", exact=True).wait_for()
+    return page
+
+
+@pytest.fixture()
+def page(served, browser):
+    return open_page(browser, served[1])
 
 
 def ask(page, question: str) -> str:
@@ -85,16 +113,54 @@ def grid_text(page, name: str) -> str:
     return page.get_by_role("grid", name=name, exact=True).inner_text()
 
 
-def test_upload_ask_highlight_readouts_switch_profile_and_screenshot(page, served, long_document, tmp_path):
-    ctx, _, has_demo = served
+def history_column(page, column: str) -> list[str]:
+    """One column of the run history table as shown, a cell per row."""
+    grid = page.get_by_role("grid", name="Run history (this page)", exact=True)
+    index = ui_format.HISTORY_HEADERS.index(column)
+    return [cell.strip() for cell in grid.locator(
+        f"[role=row][data-index] [role=gridcell][data-col='{index}']").all_inner_texts()]
+
+
+def history_runs(page) -> list[str]:
+    """The run history table's rows as the plots label their bars: "01 cpu", "02 baseline-fp32", ..."""
+    return [f"{int(run):02d} {profile}" for run, profile in zip(history_column(page, "run"),
+                                                                history_column(page, "profile"), strict=True)]
+
+
+def drawn_runs(page) -> dict[str, list[str]]:
+    """The runs each plot drew a bar for, from the bars' own labels ("run: 01 cpu; latency (s): 0.1")."""
+    return {plot: [re.match(r"run: (.*?);", bar).group(1) for bar in bars]
+            for plot, bars in page.evaluate(DRAWN_BARS).items()}
+
+
+def assert_plots_match_history(page, runs: int) -> None:
+    """Each plot draws exactly one bar per row of the history table, for the same runs, and stays that way."""
+    wait_until(lambda: len(history_runs(page)) == runs)
+    expected = {plot: history_runs(page) for plot in PLOTS}
+    try:
+        wait_until(lambda: drawn_runs(page) == expected, timeout_s=PLOT_SETTLE_S)
+    except AssertionError:
+        raise AssertionError(f"after answer {runs}: the history table has {expected[PLOTS[0]]}, "
+                             f"the plots drew {drawn_runs(page)}") from None
+    time.sleep(1.0)
+    assert drawn_runs(page) == expected, "a plot changed after it matched the history"
+
+
+def test_upload_ask_highlight_readouts_switch_profile_and_plots(page, served, long_document, tmp_path):
+    ctx, _ = served
     path, example = long_document
     # Markup in a document must show as text: every sentence carries an image with an onerror and a script.
     laced = tmp_path / "laced_report.txt"
     laced.write_text(re.sub(r"\. ", f". {SCRIPT} ", example.text), encoding="utf-8")
+    assert drawn_runs(page) == {plot: [] for plot in PLOTS} and history_runs(page) == []
 
     page.locator("#documents input[type=file]").set_input_files(str(laced))
     wait_until(lambda: "laced_report.txt" in grid_text(page, "Documents read"))
     answer = ask(page, example.question)
+    assert_plots_match_history(page, 1)
+    assert page.evaluate(AXIS_TITLES) == {  # drawn whole: a chart laid out for no data cuts its axis titles
+        "Peak memory by run": ["peak memory (MB, GPU else host RSS)", "run"],
+        "Latency by run": [ui_format.PLOT_LATENCY, "run"]}
 
     highlighted = page.locator("#evidence .highlighted")
     assert highlighted.count() == 1 and highlighted.inner_text().strip() == answer.strip()
@@ -110,12 +176,12 @@ def test_upload_ask_highlight_readouts_switch_profile_and_screenshot(page, serve
     assert "laced_report.txt" in documents
     assert answer in grid_text(page, "Top answers")
 
-    choose(page, "Hardware profile", next(label for label, value in app.profile_choices(ctx.hardware)
-                                          if value == "baseline-fp32"))
+    choices = app.profile_choices(ctx.hardware, ctx.session.auto_profile(ctx.session.model_ref))
+    choose(page, "Hardware profile", next(label for label, value in choices if value == "baseline-fp32"))
     wait_until(lambda: ctx.session.profile_name == "baseline-fp32")
     wait_until(lambda: "baseline-fp32" in grid_text(page, "Load readout"))
 
-    unavailable = next(label for label, value in app.profile_choices(ctx.hardware) if value == "t4-16gb")
+    unavailable = next(label for label, value in choices if value == "t4-16gb")
     if "unavailable" in unavailable:  # on a machine without CUDA: refused with the reason, and nothing changes
         choose(page, "Hardware profile", unavailable)
         page.locator("[data-testid=toast-body]").get_by_text("cannot run on this machine").first.wait_for()
@@ -123,27 +189,26 @@ def test_upload_ask_highlight_readouts_switch_profile_and_screenshot(page, serve
         assert ctx.session.profile_name == "baseline-fp32"
 
     ask(page, example.question + " ")  # a second run, on the other profile
-    wait_until(lambda: "baseline-fp32" in grid_text(page, "Run history (this page)"))
-    assert "\ncpu\n" in grid_text(page, "Run history (this page)")
+    assert_plots_match_history(page, 2)
+    assert history_runs(page) == ["01 cpu", "02 baseline-fp32"]
 
-    if has_demo:  # the screenshot shows the bundled demo model answering a bundled example
+    if HAS_DEMO:  # the bundled demo model answering a bundled example
         choose(page, "Model", next(label for label, value in app.model_choices(ctx) if value == "demo"))
         wait_until(lambda: ctx.session.model_ref == "demo")
+        wait_until(lambda: page.get_by_label("Model", exact=True).input_value().startswith("demo:"))
     first = app.sample_examples()[0]
     page.get_by_text(first["question"], exact=True).first.click()
     wait_until(lambda: first["file"] in grid_text(page, "Documents read"))
     answer = ask(page, first["question"])
     assert page.locator("#evidence .highlighted").inner_text().strip() == answer.strip()
-    if has_demo:
+    if HAS_DEMO:
         assert "Running on the bundled demo model" not in page.content()
-    wait_until(lambda: "\n3\n" in grid_text(page, "Run history (this page)"))  # the third run is recorded
-    # Both plots drew bars (how many paths the renderer keeps while re-rendering varies from run to run).
-    wait_until(lambda: page.locator("#plots .mark-rect path").count() >= 2)
+    assert_plots_match_history(page, 3)
     for close in page.locator("[data-testid=toast-close]").all():
         close.click()
-    SCREENSHOT.parent.mkdir(exist_ok=True)
-    page.screenshot(path=str(SCREENSHOT), full_page=True)
-    assert SCREENSHOT.stat().st_size > 50_000
+    shot = tmp_path / "page.png"  # scripts/refresh_screenshot.py writes docs/screenshot.png, on demand
+    page.screenshot(path=str(shot), full_page=True)
+    assert shot.stat().st_size > 50_000
 
 
 def test_markup_in_questions_and_markdown_in_documents_show_as_text(page, long_document, tmp_path):
@@ -163,25 +228,34 @@ def test_markup_in_questions_and_markdown_in_documents_show_as_text(page, long_d
     assert page.evaluate("() => window.__xss") is None, "no script from a question or document ran"
 
 
-def test_a_banner_says_when_the_demo_model_stands_in(tiny_model_dir):
-    from playwright.sync_api import sync_playwright
+@pytest.mark.skipif(not HAS_DEMO, reason="the demo model has no weights yet")
+def test_offline_the_demo_model_stands_in_and_the_page_shows_it(browser, monkeypatch):
+    """The default checkpoint cannot be fetched offline: the banner says so, and the Model dropdown shows the
+    demo model that answers, on the first visit and after picking the default again."""
+    import huggingface_hub.constants
 
-    ctx = app.make_context(Session(), models=[str(tiny_model_dir)], default_model=str(tiny_model_dir),
-                           default_profile="cpu")
-    app.ensure_loaded(ctx)
-    # As the loader reports it when the default checkpoint cannot be fetched offline.
-    ctx.session.loaded.readout.fallback_reason = ("Could not fetch 'allenai/longformer-large-4096-finetuned-triviaqa'"
-                                                  " from the Hugging Face Hub. Using the bundled demo model instead.")
-    demo = app.build_blocks(ctx)
-    _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", quiet=True, css=app.CSS)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    ctx = app.make_context(Session(), models=[DEFAULT_MODEL], default_model=DEFAULT_MODEL, default_profile="cpu")
+    demo, url = launch(ctx)  # nothing loaded yet: the first visit loads, and falls back
     try:
-        with sync_playwright() as playwright:
-            browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
-            page = browser.new_page()
-            page.set_default_timeout(TIMEOUT_MS)
-            page.goto(url)
-            page.locator("#banner").get_by_text("Running on the bundled demo model").wait_for()
-            assert "Could not fetch" in page.locator("#banner").inner_text()
-            browser.close()
+        page = open_page(browser, url)
+        page.locator("#banner").get_by_text("Running on the bundled demo model").wait_for()
+        assert "Could not fetch" in page.locator("#banner").inner_text()
+        assert ctx.session.model_ref == "demo"
+        model = page.get_by_label("Model", exact=True)
+        wait_until(lambda: model.input_value().startswith("demo:"))
+        assert "demo" in grid_text(page, "Load readout")
+
+        default = next(label for label, value in app.model_choices(ctx) if value == DEFAULT_MODEL)
+        choose(page, "Model", default)  # asked for again: the demo model still stands in, and the page says so
+        wait_until(lambda: model.input_value().startswith("demo:"))
+        first = app.sample_examples()[0]
+        page.get_by_text(first["question"], exact=True).first.click()
+        wait_until(lambda: first["file"] in grid_text(page, "Documents read"))
+        answer = ask(page, first["question"])
+        assert answer and page.locator("#evidence .highlighted").inner_text().strip() == answer.strip()
+        assert_plots_match_history(page, 1)
+        assert history_column(page, "model") == ["demo"] and model.input_value().startswith("demo:")
     finally:
         demo.close()
