@@ -7,7 +7,6 @@ import json
 import threading
 
 import gradio as gr
-import pandas as pd
 import pytest
 
 import app
