@@ -21,6 +21,11 @@ def shared_stream_pdf(pages: int = 40, stream_bytes: int = 2_000_000) -> bytes:
     for page_id in page_ids:
         objects[page_id] = (b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] "
                             b"/Resources << /Font << /F1 3 0 R >> >> /Contents 4 0 R >>")
+    return write_pdf(objects)
+
+
+def write_pdf(objects: dict[int, bytes]) -> bytes:
+    """A PDF file of numbered objects (1 is the catalog), its cross-reference table's offsets computed."""
     out = bytearray(b"%PDF-1.4\n")
     offsets = {}
     for number in sorted(objects):

@@ -19,6 +19,7 @@ import app
 import longqa.session
 from longqa.session import Session, read_documents
 from tests.test_documents import blank_page_pdf, encrypt_pdf, make_pdf
+from tests.tiny import CountingRunner
 
 READOUT_KEYS = {"question", "answers", "documents", "windows", "tokens", "batch_size", "backoffs", "latency_s",
                 "memory", "notices", "tokens_per_s", "model", "profile", "window_tokens",
@@ -149,17 +150,6 @@ BAD_UPLOADS = {  # name, bytes, what the error must say
     # the characters the token limit allows (8 a token) are checked before tokenizing
     "over the token limit": ("long.txt", b"The colour of Zorbin is teal. " * 30, "900 characters, over the limit of 400"),
 }
-
-
-class CountingRunner:
-    """The loaded model's runner, counting the batches it is given."""
-
-    def __init__(self, runner):
-        self.runner, self.devices, self.calls = runner, runner.devices, 0
-
-    def __call__(self, batch):
-        self.calls += 1
-        return self.runner(batch)
 
 
 @pytest.mark.parametrize("case", list(BAD_UPLOADS))

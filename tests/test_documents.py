@@ -24,6 +24,7 @@ from longqa.documents import (
     read_document,
 )
 from longqa.errors import DocumentError, InputError
+from tests.hostile import write_pdf
 
 
 def make_pdf(*page_texts: str) -> bytes:
@@ -41,17 +42,7 @@ def make_pdf(*page_texts: str) -> bytes:
             b"/Resources << /Font << /F1 3 0 R >> >> /Contents %d 0 R >>" % (page_id + 1)
         )
         objects[page_id + 1] = b"<< /Length %d >>\nstream\n%s\nendstream" % (len(stream), stream)
-    out = bytearray(b"%PDF-1.4\n")
-    offsets = {}
-    for number in sorted(objects):
-        offsets[number] = len(out)
-        out += b"%d 0 obj\n%s\nendobj\n" % (number, objects[number])
-    xref_at = len(out)
-    size = max(objects) + 1
-    out += b"xref\n0 %d\n0000000000 65535 f \n" % size
-    out += b"".join(b"%010d 00000 n \n" % offsets[number] for number in range(1, size))
-    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (size, xref_at)
-    return bytes(out)
+    return write_pdf(objects)
 
 
 def encrypt_pdf(data: bytes, user_password: str, owner_password: str | None = None, algorithm=None) -> bytes:

@@ -103,3 +103,15 @@ def qa_batch(tokenizer, question: str = "What is granted?", context: str | None 
     global_mask = (positions < first_sep[:, None]).long()  # (B, L): `<s>` and the question, as the engine sets it
     return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"],
             "global_attention_mask": global_mask}
+
+
+class CountingRunner:
+    """A loaded model's runner, counting the batches it is given (to check that a request did, or did not, reach
+    the model, and how far)."""
+
+    def __init__(self, runner):
+        self.runner, self.devices, self.calls = runner, runner.devices, 0
+
+    def __call__(self, batch):
+        self.calls += 1
+        return self.runner(batch)
