@@ -46,8 +46,9 @@ class SlidingWindowSelfAttention(nn.Module):
         """query, key, value, key_global, value_global of every token: (B, L, D) each.
 
         One matmul over the weights concatenated at call time (the state dict keeps the five layers) when all
-        five are plain biased `nn.Linear`s with plain weights. Quantized layers (other modules, or torchao's
-        int8 weight tensors, which cannot be concatenated) and accelerate-hooked layers keep their own forward.
+        five are plain biased `nn.Linear`s with plain weights. Quantized layers (other modules, or weights that
+        are tensor subclasses such as torchao's int8 tensors, which cannot be concatenated) and accelerate-hooked
+        layers keep their own forward.
         """
         layers = (self.query, self.key, self.value, self.key_global, self.value_global)
         if all(type(layer) is nn.Linear and type(layer.weight) is nn.Parameter and layer.bias is not None

@@ -1,8 +1,8 @@
-"""Int8 dynamic quantization of the encoder's Linear layers for CPU inference. `qa_outputs` stays float.
+"""Int8 dynamic quantization of the encoder's Linear layers for CPU inference, with
+`torch.ao.quantization.quantize_dynamic` (its deprecation warnings silenced locally). `qa_outputs` stays float.
 
-Two backends while they are measured side by side (docs/int8-torchao-vs-torch-ao.md): `torch.ao`
-(`torch.ao.quantization.quantize_dynamic`, its deprecation warnings silenced locally) and `torchao`
-(`quantize_` with int8 dynamic activations and int8 weights). Never a silent choice: the option names one.
+torchao's `quantize_`, which torch's warning recommends, was slower here and noisier to import: the measurement
+side by side is in docs/int8-torchao-vs-torch-ao.md.
 """
 
 from __future__ import annotations
@@ -14,8 +14,6 @@ from torch import nn
 
 from strategies.base import TRANSFORM, Strategy
 from strategies.hardware import Hardware
-
-BACKENDS = ("torch.ao", "torchao")
 
 
 class Int8Dynamic(Strategy):
@@ -34,21 +32,9 @@ class Int8Dynamic(Strategy):
     phase = TRANSFORM
     conflicts_with = ("half_precision", "autocast", "bnb_8bit", "bnb_4bit", "model_split", "offload", "replicas")
 
-    def __init__(self, hardware: Hardware | None = None, device: str = "cpu", *, backend: str = "torch.ao"):
-        super().__init__(hardware, device)
-        if backend not in BACKENDS:
-            raise ValueError(f"int8_dynamic backend must be one of {', '.join(BACKENDS)}, not {backend!r}")
-        self.backend = backend
-
     def unavailable_reason(self, hardware: Hardware) -> str | None:
         if self.on_cuda:
             return "int8 dynamic quantization runs on CPU only"
-        if self.backend == "torchao":
-            try:
-                import torchao  # noqa: F401  (deferred: a heavy optional dependency)
-            except ImportError:
-                return "torchao is not installed"
-            return None
         if "fbgemm" not in torch.backends.quantized.supported_engines and \
                 "x86" not in torch.backends.quantized.supported_engines:
             return "this torch build has no x86 quantized kernels (fbgemm)"
@@ -59,10 +45,7 @@ class Int8Dynamic(Strategy):
             for linear in model.longformer.modules():  # the quantized layers keep their float bias tensors
                 if isinstance(linear, nn.Linear) and linear.bias is not None:
                     linear.bias.data = linear.bias.data.clone()
-            if self.backend == "torchao":
-                quantize_linears_torchao(model.longformer)
-            else:
-                quantize_linears_torch_ao(model.longformer)
+            quantize_linears(model.longformer)
             copy_off_the_mapped_file(model)
         return model
 
@@ -79,20 +62,11 @@ def copy_off_the_mapped_file(model: nn.Module) -> None:
                 module._buffers[key] = buffer.clone()
 
 
-def quantize_linears_torch_ao(module: nn.Module) -> None:
+def quantize_linears(module: nn.Module) -> None:
     """Swap every nn.Linear under `module` for torch.ao's dynamic-quantized Linear, in place."""
     with warnings.catch_warnings():
-        # torch.ao.quantization announces its removal in favour of torchao
+        # torch.ao.quantization announces its removal in favour of torchao (see the module docstring)
         warnings.filterwarnings("ignore", message=r".*torch\.ao\.quantization is deprecated.*")
         warnings.filterwarnings("ignore", message=r".*quantize_per_tensor.*")
         warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torch\.jit.*")
         torch.ao.quantization.quantize_dynamic(module, {nn.Linear}, dtype=torch.qint8, inplace=True)
-
-
-def quantize_linears_torchao(module: nn.Module) -> None:
-    """Give every nn.Linear under `module` torchao int8 weights (per row) and int8 dynamic activations (per
-    token), in place; the modules stay nn.Linear."""
-    from torchao.quantization import Int8DynamicActivationInt8WeightConfig, quantize_  # deferred: heavy, optional
-
-    quantize_(module, Int8DynamicActivationInt8WeightConfig(set_inductor_config=False),
-              filter_fn=lambda child, _: isinstance(child, nn.Linear))

@@ -316,7 +316,7 @@ def weight_bytes_per_device(models) -> dict[str, int]:
             device = str(tensor.device)
             if tensor.device.type == "meta":  # offloaded by accelerate: the map says to CPU RAM or disk
                 device = mapped_device(name, device_map) or "meta"
-            totals[device_name(device)] = totals.get(device_name(device), 0) + tensor_bytes(tensor)
+            totals[device_name(device)] = totals.get(device_name(device), 0) + tensor.numel() * tensor.element_size()
         for _, module in _quantized_linears(model):
             weight = module.weight()
             totals["cpu"] = totals.get("cpu", 0) + weight.numel() * weight.element_size()
@@ -326,33 +326,20 @@ def weight_bytes_per_device(models) -> dict[str, int]:
     return totals
 
 
-def tensor_bytes(tensor: torch.Tensor) -> int:
-    """Bytes a tensor holds; a wrapper subclass (torchao's int8 weights) counts its inner tensors, not the
-    float dtype it presents."""
-    if hasattr(tensor, "__tensor_flatten__"):
-        names, _ = tensor.__tensor_flatten__()
-        return sum(tensor_bytes(inner) for inner in (getattr(tensor, name) for name in names) if inner is not None)
-    return tensor.numel() * tensor.element_size()
-
-
-def _is_torchao_int8(tensor: torch.Tensor) -> bool:
-    return type(tensor).__name__ == "Int8Tensor"
-
-
 def weight_dtype_name(model) -> str:
     """The float dtype holding most weight bytes, plus how Linear layers are quantized if they are:
     "bfloat16", "float32", "float32 + int8 Linear (dynamic)", "float16 + nf4 Linear (bitsandbytes)"."""
     by_dtype: dict[str, int] = {}
     for tensor in model.parameters():
-        if tensor.is_floating_point() and not _is_torchao_int8(tensor):
+        if tensor.is_floating_point():
             key = str(tensor.dtype).removeprefix("torch.")
-            by_dtype[key] = by_dtype.get(key, 0) + tensor_bytes(tensor)
+            by_dtype[key] = by_dtype.get(key, 0) + tensor.numel() * tensor.element_size()
     name = max(by_dtype, key=by_dtype.get) if by_dtype else "unknown"
     kinds = {type(module).__name__ for module in model.modules()}
     if "Linear4bit" in kinds:
         return f"{name} + nf4 Linear (bitsandbytes)"
     if "Linear8bitLt" in kinds:
         return f"{name} + int8 Linear (bitsandbytes)"
-    if any(True for _ in _quantized_linears(model)) or any(_is_torchao_int8(p) for p in model.parameters()):
+    if any(True for _ in _quantized_linears(model)):
         return f"{name} + int8 Linear (dynamic)"
     return name
