@@ -29,8 +29,8 @@ DEFAULT_MAX_FILE_BYTES = 50 * 1024 * 1024
 # A book of 5,000 pages holds far more text than the default token limit lets through (about 3,000 pages of
 # prose); more pages than that is a file built to make extraction slow.
 DEFAULT_MAX_PAGES = 5_000
-# Extracting one document, or all of one request's documents together, may take this long; a PDF whose pages
-# share one huge content stream reads at about 3 s a page here, and a genuine 1,000-page book in well under it.
+# Extracting one document, or all of one request's documents together, may take this long: enough for a genuine
+# book, not for a PDF whose pages share one huge content stream (docs/serving.json has what that costs).
 DEFAULT_MAX_READ_S = 30.0
 SUPPORTED_EXTENSIONS = (".txt", ".md", ".pdf", ".html", ".htm")
 
