@@ -3,8 +3,8 @@ every panel shows the state it claims: after each answer each plot draws one bar
 after the offline fallback the Model dropdown shows the demo model that answers.
 
 Selects components by their labels (labels are the page's contract). Runs where /usr/bin/chromium exists (CI
-installs it), with the flags headless Chromium needs in a container without a GPU or a network. Screenshots go to the test's temporary
-folder; scripts/refresh_screenshot.py refreshes docs/screenshot.png.
+installs it), with the flags headless Chromium needs in a container without a GPU or a network. Screenshots go to
+the test's temporary folder; scripts/refresh_screenshot.py refreshes docs/screenshot.png.
 """
 
 from __future__ import annotations
