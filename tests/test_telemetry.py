@@ -254,7 +254,8 @@ def test_host_peak_sees_a_spike_before_a_nested_block_resets_the_mark():
     assert outer.method == inner.method == "VmHWM"
     assert outer.peak_rss_bytes - outer.baseline_rss_bytes > 250 * MB
     assert inner.peak_rss_bytes - inner.baseline_rss_bytes < 100 * MB
-    assert measurement.memory["host_peak_rss_bytes"] - outer.baseline_rss_bytes < 100 * MB
+    # against the resident memory the request started from (the spike's pages may or may not have gone back)
+    assert measurement.memory["host_peak_rss_bytes"] - inner.baseline_rss_bytes < 100 * MB
 
 
 def test_host_peak_samples_rss_where_the_mark_cannot_be_reset(monkeypatch, tmp_path):
