@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
+from longqa.fact import Fact
+
 NOUNS_PATH = Path(__file__).parent / "data" / "nouns.txt"
 
 # Syllable pieces for made-up names; combined at random they give millions of distinct words.
@@ -40,21 +42,6 @@ _PROSE_MODULES = [
 ]
 
 _SENTENCE_RE = re.compile(r"(?<=[.!?])\s+(?=[A-Z])")
-
-
-@dataclass(frozen=True)
-class Fact:
-    attribute: str
-    entity: str
-    value: str
-
-    @property
-    def sentence(self) -> str:
-        return f"The {self.attribute} of {self.entity} is {self.value}."
-
-    @property
-    def question(self) -> str:
-        return f"What is the {self.attribute} of {self.entity}?"
 
 
 @dataclass

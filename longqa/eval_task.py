@@ -12,6 +12,8 @@ import random
 import re
 from dataclasses import dataclass, field
 
+from longqa.fact import Fact
+
 # --- names -----------------------------------------------------------------------------------------------------
 # Made-up words from syllables the training generator does not have; every one ends in a consonant the training
 # syllables can never end a word with (g, p, b, z, f, or ck, ng, ff, dd, or k/t/d right after a vowel).
@@ -354,21 +356,6 @@ _MENTIONS = [
 ]
 
 
-@dataclass(frozen=True)
-class EvalFact:
-    attribute: str
-    entity: str
-    value: str
-
-    @property
-    def sentence(self) -> str:
-        return f"The {self.attribute} of {self.entity} is {self.value}."
-
-    @property
-    def question(self) -> str:
-        return f"What is the {self.attribute} of {self.entity}?"
-
-
 @dataclass
 class EvalDocument:
     """A document with one asked-about fact; `answer_start` is the value's character offset in `text`."""
@@ -378,7 +365,7 @@ class EvalDocument:
     answer: str
     answer_start: int
     placement: str  # "first", "last" or "inside": where the fact sentence was put
-    facts: list[EvalFact] = field(default_factory=list)
+    facts: list[Fact] = field(default_factory=list)
 
     @property
     def answer_end(self) -> int:
@@ -415,21 +402,21 @@ class EvalWriter:
     def prose_sentence(self, registers: list[str]) -> str:
         return self.fill(self.rng.choice(REGISTERS[self.rng.choice(registers)]))
 
-    def target(self) -> EvalFact:
+    def target(self) -> Fact:
         attribute = self.rng.choice(sorted(ATTRIBUTES))
-        return EvalFact(attribute, make_entity(self.rng), make_value(self.rng, self.rng.choice(ATTRIBUTES[attribute])))
+        return Fact(attribute, make_entity(self.rng), make_value(self.rng, self.rng.choice(ATTRIBUTES[attribute])))
 
-    def distractors(self, target: EvalFact, same_attribute: int, same_entity: int, factlike: int,
+    def distractors(self, target: Fact, same_attribute: int, same_entity: int, factlike: int,
                     mentions: int) -> list[str]:
         """Sentences near the asked fact: other entities' values for the same attribute (same shape of value), the
         same entity's other attributes, sentences shaped like facts, and mentions without a value."""
         kinds = ATTRIBUTES[target.attribute]
-        facts = [EvalFact(target.attribute, make_entity(self.rng), make_value(self.rng, self.rng.choice(kinds)))
+        facts = [Fact(target.attribute, make_entity(self.rng), make_value(self.rng, self.rng.choice(kinds)))
                  for _ in range(same_attribute)]
         others = [a for a in sorted(ATTRIBUTES) if a != target.attribute]
         for _ in range(same_entity):
             attribute = self.rng.choice(others)
-            facts.append(EvalFact(attribute, target.entity,
+            facts.append(Fact(attribute, target.entity,
                                   make_value(self.rng, self.rng.choice(ATTRIBUTES[attribute]))))
         sentences = [f.sentence for f in facts if f.value != target.value]
         sentences += [self.fill(self.rng.choice(_FACTLIKE)) for _ in range(factlike)]
@@ -437,7 +424,7 @@ class EvalWriter:
                       for _ in range(mentions)]
         return sentences
 
-    def document(self, n_words: int, target: EvalFact, distractors: list[str], placement: str | None = None,
+    def document(self, n_words: int, target: Fact, distractors: list[str], placement: str | None = None,
                  registers: list[str] | None = None) -> EvalDocument:
         """About `n_words` words of prose in paragraphs, with the distractors and the fact sentence placed in it."""
         registers = registers or self.rng.sample(sorted(REGISTERS), self.rng.choice([1, 2, 3]))

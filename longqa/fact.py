@@ -1,0 +1,21 @@
+"""The demo task's one fact and its question: the sentence and question templates that both the training generator
+(`demo_task`) and the evaluation-only generator (`eval_task`) write, and nothing else they could share."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Fact:
+    attribute: str
+    entity: str
+    value: str
+
+    @property
+    def sentence(self) -> str:
+        return f"The {self.attribute} of {self.entity} is {self.value}."
+
+    @property
+    def question(self) -> str:
+        return f"What is the {self.attribute} of {self.entity}?"
