@@ -36,8 +36,8 @@ from gradio.context import LocalContext
 
 import ui_format
 from longqa.documents import SUPPORTED_EXTENSIONS
-from longqa.engine import DEFAULT_MAX_TOTAL_TOKENS
-from longqa.errors import InputError, LongQAError, ModelLoadError, ProfileError
+from longqa.engine import DEFAULT_MAX_TOTAL_TOKENS, whole_number
+from longqa.errors import LongQAError, ModelLoadError, ProfileError
 from longqa.lane import ModelLane
 from longqa.models import DEFAULT_MODEL, KNOWN_MODELS
 from longqa.session import SAMPLES_DIR, Session, read_request, sample_examples
@@ -343,21 +343,21 @@ def model_turn(ctx: AppContext, request: gr.Request | None, progress=None):
             STOP_CHECKS.pop(stop_key, None)
 
 
-def whole_number(value, what: str, default: int) -> int:
-    """A count from the page or the API: whole numbers only (2.7 is refused, not truncated to 2)."""
-    if value is None or value == "":
-        return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or float(value) != int(value):
-        raise InputError(f"{what} must be a whole number, got {value!r}.")
-    return int(value)
+def count_or_default(value, what: str, default: int) -> int:
+    """A count from the page or the API (an empty field: `default`), refused unless whole, before any work."""
+    return default if value is None or value == "" else whole_number(what, value)
+
+
+def deployment_tokens_per_s(context_key: str) -> float:
+    """The tokens per second this deployment's last answer ran at, or an assumed figure before any has run."""
+    ctx = CONTEXTS.get(context_key)
+    return (ctx.tokens_per_s if ctx is not None else None) or ASSUMED_TOKENS_PER_S
 
 
 def answer_duration(context_key: str, documents, question, top_k, extract_s, progress=None, stop_key=None) -> float:
     """Seconds of GPU to ask ZeroGPU for: grows with the request's tokens at the deployment's measured speed."""
-    ctx = CONTEXTS.get(context_key)
     tokens = sum(document.n_chars for document in documents) / CHARS_PER_TOKEN
-    tokens_per_s = (ctx.tokens_per_s if ctx is not None and ctx.tokens_per_s else None) or ASSUMED_TOKENS_PER_S
-    return min(GPU_DURATION_MAX_S, GPU_DURATION_BASE_S + tokens / tokens_per_s)
+    return min(GPU_DURATION_MAX_S, GPU_DURATION_BASE_S + tokens / deployment_tokens_per_s(context_key))
 
 
 @gpu_function(duration=answer_duration)
@@ -390,7 +390,7 @@ def ask(ctx: AppContext, files, pasted_text, question, top_k, history, seen=None
     Reading and checking the documents happen first, outside the model lane and the GPU function: a bad or slow
     upload costs only its own visitor's time, and no GPU time."""
     with user_errors("Answering"):
-        top_k = whole_number(top_k, "Top-k", DEFAULT_TOP_K)
+        top_k = count_or_default(top_k, "Top-k", DEFAULT_TOP_K)
         progress(0.0, desc="Reading the documents")
         documents, extract_s = read_request(files or [], pasted_text, question, max_bytes=ctx.max_file_bytes,
                                             max_total_tokens=ctx.max_total_tokens)
@@ -439,9 +439,7 @@ def refresh_gpu_gauge():
 
 def training_duration(context_key: str, window_tokens: int) -> float:
     """Two forward+backward steps of one window: the answer allowance for a few windows' worth of tokens."""
-    ctx = CONTEXTS.get(context_key)
-    tokens_per_s = (ctx.tokens_per_s if ctx is not None and ctx.tokens_per_s else None) or ASSUMED_TOKENS_PER_S
-    return min(GPU_DURATION_MAX_S, GPU_DURATION_BASE_S + 6 * window_tokens / tokens_per_s)
+    return min(GPU_DURATION_MAX_S, GPU_DURATION_BASE_S + 6 * window_tokens / deployment_tokens_per_s(context_key))
 
 
 @gpu_function(duration=training_duration)
@@ -458,7 +456,7 @@ def training_step_on_gpu(context_key: str, window_tokens: int):
 def run_training_step(ctx: AppContext, window_tokens, request: gr.Request = None, progress=gr.Progress()) -> dict:
     """The training-step readout: both peaks and times, and what checkpointing saved."""
     with user_errors("The training step"):
-        window_tokens = whole_number(window_tokens, "The window", DEFAULT_TRAINING_WINDOW)
+        window_tokens = count_or_default(window_tokens, "The window", DEFAULT_TRAINING_WINDOW)
         with model_turn(ctx, request, progress):
             ensure_loaded(ctx, progress)
             progress(0.1, desc="Forward+backward without, then with checkpointing")

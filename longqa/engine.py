@@ -64,7 +64,7 @@ class EngineSettings:
         Counts must be whole numbers: 3.0 (what a UI slider sends) is taken as 3, but 2.7 is an InputError rather
         than silently cut to 2.
         """
-        whole = {name: _whole_number(name, value) for name in _WHOLE_NUMBER_FIELDS
+        whole = {name: whole_number(name, value) for name in _WHOLE_NUMBER_FIELDS
                  if (value := getattr(self, name)) is not None}
         if any(type(getattr(self, name)) is not int for name in whole):
             return replace(self, **whole).resolved(tokenizer)
@@ -92,7 +92,8 @@ _WHOLE_NUMBER_FIELDS = ("max_seq_len", "doc_stride", "max_question_len", "max_an
                         "max_total_tokens")
 
 
-def _whole_number(name: str, value) -> int:
+def whole_number(name: str, value) -> int:
+    """A count given as a number (3 or 3.0): InputError for anything else (2.7, "3", True), never truncated."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not float(value).is_integer():
         raise InputError(f"{name} must be a whole number, got {value!r}.")
     return int(value)

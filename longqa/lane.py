@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Iterator
 
 from longqa.errors import Cancelled, InputError
@@ -22,10 +22,9 @@ class LaneBusyError(InputError):
     """Refused at the door: this visitor already has its share of the lane, or the whole wait is full."""
 
 
-@dataclass(eq=False)
+@dataclass(eq=False)  # each ticket is its own place in line, even two of one visitor
 class Ticket:
     visitor: str | None
-    arrived: int = field(default=0)
 
 
 class ModelLane:
