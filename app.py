@@ -35,13 +35,10 @@ from gradio.blocks import Block
 from gradio.context import LocalContext
 
 import ui_format
-from longqa.documents import SUPPORTED_EXTENSIONS
-from longqa.engine import DEFAULT_MAX_TOTAL_TOKENS, whole_number
-from longqa.errors import LongQAError, ModelLoadError, ProfileError
 from longqa.lane import ModelLane
 from longqa.models import DEFAULT_MODEL, KNOWN_MODELS
-from longqa.session import SAMPLES_DIR, Session, read_request, sample_examples
-from longqa.telemetry import gpu_snapshot
+from longqa.session import (DEFAULT_MAX_TOTAL_TOKENS, SAMPLES_DIR, SUPPORTED_EXTENSIONS, LongQAError, ModelLoadError,
+                            ProfileError, Session, gpu_snapshot, read_request, sample_examples, whole_number)
 from strategies.hardware import Hardware, detect_hardware
 from strategies.profiles import PROFILES, Profile, describe_profiles, get_profile, profile_choices
 from strategies.registry import strategy_cards

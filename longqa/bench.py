@@ -29,10 +29,10 @@ from tqdm import tqdm
 from longqa.arguments import positive_int, positive_int_list
 from longqa.bench_report import add_baseline_ratios, recorded_hardware, write_report, write_results
 from longqa.bench_worker import BASELINE, MAX_WINDOW_TOKENS, WorkerSpec, parse_profile
-from longqa.errors import InputError
+from longqa.loader import download, materialize_architecture
 from longqa.models import resolve_model
+from longqa_core.errors import InputError
 from strategies.hardware import detect_hardware
-from strategies.loader import download, materialize_architecture
 from strategies.profiles import PROFILES, unavailable_reason
 
 ALIASES = ("auto", "custom")  # not rows of their own in "all": auto is another profile, custom is empty

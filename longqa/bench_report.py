@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 
 from longqa.bench_worker import BASELINE, FLAG_CHANGED_FRACTION, MAX_WINDOW_TOKENS, parse_profile
-from longqa.errors import InputError
 from longqa.models import model_config
+from longqa_core.errors import InputError
 from strategies import memory_planner as planner
 from strategies.hardware import Gpu, Hardware
 
@@ -228,7 +228,7 @@ def plot_results(results: dict, path: Path) -> None:
     import matplotlib  # deferred: heavy, and only the chart needs it
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # deferred with matplotlib, after choosing the backend
 
     rows = [r for r in results["rows"] if not r.get("error")]
     inference = [r for r in rows if r["kind"] == "inference"]

@@ -17,10 +17,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from longqa import engine, telemetry
 from longqa.demo_task import FactWriter, make_example
-from longqa.documents import Document, clean_text
-from longqa.errors import InputError, ProfileError
+from longqa.loader import load_model
+from longqa_core import engine, telemetry
+from longqa_core.documents import Document, clean_text
+from longqa_core.errors import InputError, ProfileError
+from strategies.gradient_checkpointing import training_step_readout
 from strategies.profiles import Profile, custom_profile, get_profile
 
 SPECIAL_TOKENS_PER_WINDOW = 4  # <s> question </s></s> document </s>
@@ -216,8 +218,6 @@ def latency_fields(times_s: list[float], tokens_per_request: int) -> dict:
 
 
 def _load(spec: WorkerSpec, profile: Profile):
-    from strategies.loader import load_model
-
     return load_model(spec.model, profile)
 
 
@@ -273,8 +273,6 @@ def run_inference(spec: WorkerSpec) -> list[dict]:
 
 def run_training(spec: WorkerSpec) -> list[dict]:
     """Forward+backward of the QA loss on `batch` windows, without and with checkpointing: two rows."""
-    from strategies.gradient_checkpointing import training_step_readout
-
     profile = parse_profile(spec.profile)
     loaded = _load(spec, profile)
     model, tokenizer = loaded.model, loaded.tokenizer

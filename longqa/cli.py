@@ -1,6 +1,6 @@
 """Command line: `python -m longqa ask|profiles|bench`.
 
-Parses arguments, calls the session/engine/profiles, prints. Errors become one line on stderr and a non-zero
+Parses arguments, calls the session and the profiles, prints. Errors become one line on stderr and a non-zero
 exit code, never a traceback.
 """
 
@@ -12,9 +12,18 @@ import logging
 import sys
 import warnings
 
+from transformers.utils import logging as hf_logging
+
+from longqa import bench as bench_module
 from longqa.arguments import positive_int
-from longqa.errors import LongQAError
-from longqa.models import DEFAULT_MODEL
+from longqa.models import DEFAULT_MODEL, model_config
+from longqa.session import Session, read_documents
+from longqa_core.engine import validate_request
+from longqa_core.errors import LongQAError
+from strategies.auto import resolve_auto
+from strategies.hardware import detect_hardware
+from strategies.memory_planner import plan_profile
+from strategies.profiles import PROFILES, describe_profiles
 
 EXIT_USAGE = 2
 
@@ -44,16 +53,11 @@ def build_parser() -> argparse.ArgumentParser:
                           help="model whose memory to predict per profile (its config only; default: the default model)")
 
     bench = commands.add_parser("bench", help="measure memory and latency of every profile")
-    from longqa import bench as bench_module
     bench_module.add_arguments(bench)
     return parser
 
 
 def run_ask(args) -> int:
-    from longqa.session import Session, read_documents
-
-    from longqa.engine import validate_request
-
     documents, extract_s = read_documents(args.files, max_bytes=int(args.max_file_mb * 1024 * 1024))
     validate_request(documents, args.question)  # refuse bad input before any model work
     session = Session()
@@ -77,9 +81,6 @@ def run_ask(args) -> int:
 
 
 def run_profiles(args) -> int:
-    from strategies.hardware import detect_hardware
-    from strategies.profiles import describe_profiles
-
     hardware = detect_hardware()
     rows = describe_profiles(hardware)
     add_memory_predictions(rows, args.model, hardware)
@@ -94,10 +95,6 @@ def run_profiles(args) -> int:
 
 def add_memory_predictions(rows: list[dict], model_ref: str, hardware) -> None:
     """`predicted_peak_bytes` and `fits` per available profile (its default window and batch), None elsewhere."""
-    from longqa.models import model_config
-    from strategies.memory_planner import plan_profile
-    from strategies.profiles import PROFILES, resolve_auto
-
     config = model_config(model_ref)
     for row in rows:
         row["predicted_peak_bytes"] = row["fits"] = None
@@ -113,8 +110,6 @@ def add_memory_predictions(rows: list[dict], model_ref: str, hardware) -> None:
 def quiet_libraries() -> None:
     """stderr carries only our own one-line notes: no library warnings, log records or progress bars (the
     readouts already say what those would: padding, dtypes, load progress)."""
-    from transformers.utils import logging as hf_logging
-
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
     warnings.simplefilter("ignore")
@@ -131,9 +126,7 @@ def main(argv: list[str] | None = None) -> int:
             return run_ask(args)
         if args.command == "profiles":
             return run_profiles(args)
-        from longqa import bench
-
-        return bench.run(args)
+        return bench_module.run(args)
     except LongQAError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -13,7 +13,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
-from longqa.errors import Cancelled, InputError
+from longqa_core.errors import Cancelled, InputError
 
 WAIT_POLL_S = 0.25  # how often a waiting request checks whether it was abandoned
 

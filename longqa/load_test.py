@@ -5,21 +5,31 @@ generated fact's value and the very answer (text and position) the same server g
 lost, mixed-up or cross-talking call shows. Reports per-call latency (p50/p95) of the concurrent round and the
 queue positions the clients saw. It sends nothing but these requests, to the URL it is given, and stops after
 `n_calls` each round or `timeout_s`.
-Usage: python -m longqa.load_test [--calls 20] [--model demo]   (starts its own server on 127.0.0.1)
+Usage: python -m longqa.load_test [--calls 20] [--model demo] [--profile cpu] [-- APP ARGS...]
+       python -m longqa.load_test --url http://127.0.0.1:7860/ [--calls 20]
+Without --url it starts `python app.py` on a free loopback port (any arguments after `--` go to app.py, e.g.
+`-- --engine ray --replicas 2`) and stops it afterwards. It runs the page as a separate process and never imports it.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import socket
 import statistics
+import subprocess
+import sys
 import threading
 import time
+import urllib.error
 import urllib.parse
+import urllib.request
 from dataclasses import dataclass, field
+from pathlib import Path
+
+from gradio_client import Client
 
 from longqa import demo_task
-
 
 MAX_CALLS = 64  # the load stays bounded whatever --calls says
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
@@ -57,8 +67,6 @@ def requests_for(n_calls: int, seed: int = 7, n_chars: int = 3000) -> list[demo_
 
 
 def _call(url: str, example: demo_task.Example, out: list, index: int, timeout_s: float) -> None:
-    from gradio_client import Client
-
     began = time.perf_counter()
     try:
         job = Client(url, verbose=False).submit([], example.text, example.question, 1, api_name="/ask")
@@ -131,23 +139,65 @@ def summarize(results: list[CallResult]) -> dict:
     }
 
 
-def main() -> None:
+APP = Path(__file__).resolve().parents[1] / "app.py"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def start_server(app_args: list[str], timeout_s: float = 600.0) -> tuple[subprocess.Popen, str]:
+    """`python app.py APP_ARGS` on a free loopback port, once its page answers: (process, url). RuntimeError with
+    the server's last output lines when it exits or does not answer within `timeout_s`."""
+    port = free_port()
+    process = subprocess.Popen([sys.executable, str(APP), *app_args, "--host", "127.0.0.1", "--port", str(port)],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(process.stdout), daemon=True)
+    reader.start()
+    url = f"http://127.0.0.1:{port}/"
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            break
+        try:
+            with urllib.request.urlopen(url, timeout=5):
+                return process, url
+        except (urllib.error.URLError, OSError):
+            time.sleep(0.5)
+    stop_server(process)
+    reader.join(timeout=10)
+    raise RuntimeError(f"the server did not start ({' '.join(app_args)}):\n" + "".join(lines[-20:]))
+
+
+def stop_server(process: subprocess.Popen) -> None:
+    process.terminate()
+    try:
+        process.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    app_args = argv[argv.index("--") + 1:] if "--" in argv else []
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--calls", type=int, default=20, help=f"concurrent calls (at most {MAX_CALLS})")
+    parser.add_argument("--url", help="a server already running on this machine (default: start app.py)")
     parser.add_argument("--model", default="demo")
     parser.add_argument("--profile", default="cpu")
-    args = parser.parse_args()
-    import app
-    from longqa.session import Session
-
-    ctx = app.make_context(Session(), models=[args.model], default_model=args.model, default_profile=args.profile)
-    app.ensure_loaded(ctx)
-    demo = app.build_blocks(ctx)
-    _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", quiet=True)
+    args = parser.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
+    if args.url:
+        print(json.dumps(summarize(run_load(args.url, args.calls)), indent=2))
+        return
+    process, url = start_server(["--model", args.model, "--profile", args.profile, *app_args])
     try:
         print(json.dumps(summarize(run_load(url, args.calls)), indent=2))
     finally:
-        demo.close()
+        stop_server(process)
 
 
 if __name__ == "__main__":

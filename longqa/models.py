@@ -1,7 +1,7 @@
 """The registry of known checkpoints and how a model reference resolves to something loadable.
 
 Says where a model comes from (Hub id, local folder, the bundled demo, or a random-weight architecture);
-it does not load weights: `strategies.loader` is the only caller of `from_pretrained`.
+it does not load weights: `longqa.loader` is the only caller of `from_pretrained`.
 """
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from transformers import LongformerConfig
+from transformers import AutoConfig, LongformerConfig
 
-from longqa.errors import ModelLoadError
+from longqa_core.errors import ModelLoadError
 
 DEMO_MODEL_DIR = Path(__file__).resolve().parent / "demo_model"
 DEFAULT_MODEL = "allenai/longformer-large-4096-finetuned-triviaqa"
@@ -81,8 +81,6 @@ SAME_ARCHITECTURE = {  # registry checkpoints whose config.json on the Hub has e
 
 def model_config(ref: str):
     """The config of `ref` without loading weights (for memory planning); offline for the registry models."""
-    from transformers import AutoConfig
-
     source = resolve_model(ref)
     if source.kind == "architecture":
         return architecture_config(source.ref)

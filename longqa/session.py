@@ -17,14 +17,21 @@ from functools import partial
 from pathlib import Path
 from typing import Callable
 
-from longqa import engine
-from longqa.documents import (DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_PAGES, DEFAULT_MAX_READ_S, Document, from_text,
-                              read_document)
-from longqa.errors import DocumentError, InputError, LongQAError, ModelLoadError, ProfileError
+from longqa import loader
 from longqa.models import KNOWN_MODELS, model_config, resolve_model
+# The page's one door to the core is this module: the core's limits, checks, readouts and errors it shows
+# (SUPPORTED_EXTENSIONS, DEFAULT_MAX_TOTAL_TOKENS, whole_number, gpu_snapshot, the errors) it takes from here.
+from longqa_core import engine
+from longqa_core.documents import (DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_PAGES, DEFAULT_MAX_READ_S,  # noqa: F401
+                                   SUPPORTED_EXTENSIONS, Document, from_text, read_document)
+from longqa_core.engine import DEFAULT_MAX_TOTAL_TOKENS, whole_number  # noqa: F401
+from longqa_core.errors import DocumentError, InputError, LongQAError, ModelLoadError, ProfileError
+from longqa_core.telemetry import gpu_snapshot  # noqa: F401
+from strategies.auto import resolve_auto
 from strategies.gradient_checkpointing import TrainingStepReadout, training_step_readout
 from strategies.hardware import Hardware, detect_hardware
-from strategies.profiles import Profile, check_runnable, custom_profile, get_profile, resolve_auto
+from strategies.memory_planner import error_pct, plan_profile
+from strategies.profiles import Profile, check_runnable, custom_profile, get_profile
 
 Progress = Callable[[float, str], None]
 SAMPLES_DIR = Path(__file__).resolve().parent / "samples"  # written by scripts/make_samples.py
@@ -100,9 +107,7 @@ class Session:
     """
 
     def __init__(self, load_model: Callable | None = None, hardware=None):
-        if load_model is None:
-            from strategies.loader import load_model
-        self._load_model = load_model
+        self._load_model = load_model or loader.load_model
         self.hardware = hardware  # what profiles resolve for; None: detected at each load
         self.loaded = None
         self.requested: tuple[str, str] | None = None
@@ -240,9 +245,6 @@ class Session:
         """What the memory planner predicts for this request from the model's config, the profile, the window
         length and the batch alone (as it would before loading), beside the peak that was measured: torch's peak
         allocated bytes on the GPU that answered, or the process's peak RSS on CPU. None without a model."""
-        from strategies.hardware import detect_hardware
-        from strategies.memory_planner import error_pct, plan_profile
-
         loaded = self.loaded
         config = getattr(loaded.model, "config", None) if loaded is not None else None
         if config is None:

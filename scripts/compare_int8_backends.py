@@ -26,17 +26,17 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from longqa import engine  # noqa: E402
 from longqa.arguments import positive_int, positive_int_list  # noqa: E402
 from longqa.bench_worker import agreement_inputs  # noqa: E402
+from longqa.loader import load_model  # noqa: E402
+from longqa_core import engine  # noqa: E402
 from strategies.fast_attention import swap_attention  # noqa: E402
 from strategies.hardware import Hardware  # noqa: E402
 from strategies.int8_dynamic import Int8Dynamic  # noqa: E402
-from strategies.loader import load_model  # noqa: E402
 
 
 def quantize_with_torchao(model: nn.Module) -> nn.Module:
-    from torchao.quantization import Int8DynamicActivationInt8WeightConfig, quantize_  # only this script needs it
+    from torchao.quantization import Int8DynamicActivationInt8WeightConfig, quantize_  # deferred: optional, only this comparison
 
     with torch.no_grad():
         quantize_(model.longformer, Int8DynamicActivationInt8WeightConfig(set_inductor_config=False),

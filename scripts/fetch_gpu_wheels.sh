@@ -9,7 +9,7 @@
 #   transformers 5.23.0   the oldest release our requirements allow; 5.24 and later need huggingface_hub 2.x,
 #                         which needs httpx2 and more, none of them on that machine
 #   regex                 transformers checks regex >= 2025.10.22 at import; the machine's may be older
-#   pypdf                 longqa.documents imports it, so every test and bench worker does
+#   pypdf                 longqa_core.documents imports it, so every test and bench worker does
 #   bitsandbytes 0.50.2   the bnb_4bit / bnb_8bit rows; its CUDA libraries for other CUDA versions are dropped
 #                         (the wheel is 43 MB with them, about 5 MB without) since the whole working tree that
 #                         travels to the GPU machine is limited to 64 MiB

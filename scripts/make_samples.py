@@ -19,6 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from longqa.demo_task import Fact, FactWriter  # noqa: E402
+from longqa.session import Session, read_documents  # noqa: E402
 
 SENTENCES_PER_PARAGRAPH = 6
 
@@ -97,8 +98,6 @@ def make_sample(spec: SampleSpec) -> tuple[str, list[Fact]]:
 
 def demo_model_answers(sessions, path: Path, question: str) -> list[str]:
     """The demo model's best answer under each verification profile."""
-    from longqa.session import read_documents
-
     documents, _ = read_documents([str(path)])
     answers = []
     for session in sessions:
@@ -117,8 +116,6 @@ def main() -> None:
 
     sessions = []
     if args.verify:
-        from longqa.session import Session
-
         for profile in VERIFY_PROFILES:
             sessions.append(Session())
             sessions[-1].load("demo", profile)

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import psutil
+from gradio_client import Client, handle_file
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -36,8 +37,6 @@ def rss() -> int:
 
 
 def normal(url: str) -> tuple[bool, float]:
-    from gradio_client import Client, handle_file
-
     began = time.monotonic()
     *_, readout = Client(url, verbose=False).predict([handle_file(str(app.SAMPLES_DIR / EXAMPLE["file"]))], "",
                                                      EXAMPLE["question"], 1, api_name="/ask")
@@ -64,8 +63,6 @@ def beside(url: str, hostile) -> dict:
 
 
 def upload(url: str, path: Path) -> str:
-    from gradio_client import Client, handle_file
-
     try:
         Client(url, verbose=False).predict([handle_file(str(path))], "", "What is it?", 1, api_name="/ask")
         return "answered"
@@ -78,8 +75,6 @@ def long_text(windows: int) -> str:
 
 
 def abandoned(url: str, cancel_after_s: float) -> str:
-    from gradio_client import Client
-
     job = Client(url, verbose=False).submit([], long_text(60), "What is the tide of Harrowgate?", 1, api_name="/ask")
     time.sleep(cancel_after_s)
     job.cancel()

@@ -46,7 +46,7 @@ def ask_example(page, example: dict, runs: int) -> None:
 
 
 def take_screenshot(url: str, path: Path) -> None:
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import sync_playwright  # deferred: a test-only dependency (requirements-dev.txt)
 
     examples = app.sample_examples()
     with sync_playwright() as playwright:

@@ -10,14 +10,12 @@ import contextlib
 import dataclasses
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, ClassVar
+from typing import Callable, ClassVar
 
 import torch
 
+from longqa_core.engine import EngineSettings
 from strategies.hardware import CPU_ONLY, Hardware
-
-if TYPE_CHECKING:
-    from longqa.engine import EngineSettings
 
 # A strategy's phase fixes the order in which strategies compose: what a later phase reads, an earlier phase has
 # already set (a device map is planned from the dtype and quantization that precision strategies chose).

@@ -8,6 +8,7 @@ import abc
 import importlib.util
 
 import torch
+from transformers import BitsAndBytesConfig
 
 from strategies.base import PRECISION, Strategy
 from strategies.hardware import Hardware
@@ -20,8 +21,10 @@ def bitsandbytes_missing_reason(hardware: Hardware, on_cuda: bool) -> str | None
         return "bitsandbytes is not installed"
     if not on_cuda:
         try:
-            import bitsandbytes  # noqa: F401  (0.50 ships CPU kernels; older builds fail here or lack them)
-            from bitsandbytes.backends import cpu  # noqa: F401
+            # Deferred: bitsandbytes is optional and heavy, and importing it is the probe (0.50 ships CPU
+            # kernels; older builds fail here or lack them).
+            import bitsandbytes  # noqa: F401
+            from bitsandbytes.backends import cpu  # noqa: F401  (deferred with it)
         except Exception as exc:
             return f"bitsandbytes has no CPU kernels here ({type(exc).__name__})"
     return None
@@ -42,8 +45,6 @@ class BitsAndBytesQuantization(Strategy, abc.ABC):
         """`BitsAndBytesConfig` keyword arguments for this quantization, given the load arguments so far."""
 
     def adjust_load_kwargs(self, kwargs: dict) -> dict:
-        from transformers import BitsAndBytesConfig
-
         config = BitsAndBytesConfig(**self.quantization_options(kwargs), llm_int8_skip_modules=list(SKIP_MODULES))
         return {**kwargs, "quantization_config": config}
 

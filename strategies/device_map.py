@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 from accelerate import init_empty_weights
 from accelerate.utils import CustomDtype, get_balanced_memory, infer_auto_device_map
+from transformers import LongformerForQuestionAnswering
 
 NO_SPLIT = ["LongformerSelfAttention"]  # its local and global projections must sit on one device
 GPU_HEADROOM = 0.80  # share of each GPU for weights; the rest is for activations of 4,096-token windows
@@ -14,8 +15,6 @@ GPU_HEADROOM = 0.80  # share of each GPU for weights; the rest is for activation
 
 def empty_model(config):
     """A LongformerForQuestionAnswering with every tensor on the meta device (no memory)."""
-    from transformers import LongformerForQuestionAnswering
-
     with init_empty_weights():
         return LongformerForQuestionAnswering(config)
 

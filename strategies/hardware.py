@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
-from longqa import telemetry
+from longqa_core import telemetry
 
 
 @dataclass(frozen=True)

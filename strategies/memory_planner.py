@@ -15,10 +15,11 @@ from pathlib import Path
 
 import torch
 
-from longqa.telemetry import current_rss_bytes
+from longqa_core.telemetry import current_rss_bytes
 from strategies.base import from_pretrained_kwargs
 from strategies.device_map import mapped_device
 from strategies.hardware import Hardware
+from strategies.profiles import build_strategies, device_for, select_strategies
 
 FIT_MARGIN = 0.10  # a prediction "fits" a device when it stays under 90 % of the device's memory
 CUDA_CONTEXT_BYTES = 600 * 10**6  # CUDA context + cuBLAS workspace outside torch's allocator (not yet measured
@@ -264,8 +265,6 @@ def plan_profile(config, profile, hardware: Hardware, *, tokens: int | None = No
     (default: the profile's batch size, or fewer when `document_tokens` needs fewer windows); `runtime_bytes`: the
     process's memory before loading (CPU; default: this process's RSS now). ProfileError if it cannot run here.
     """
-    from strategies.profiles import build_strategies, device_for, select_strategies
-
     shape = ModelShape.from_config(config)
     strategies = build_strategies(profile, hardware)
     names = tuple(select_strategies(profile, hardware))

@@ -11,8 +11,9 @@ import shutil
 from pathlib import Path
 
 import torch
+from safetensors.torch import save_file
 
-from longqa.cache import cache_dir
+from longqa_core.cache import cache_dir
 from strategies.base import PLACEMENT, Strategy
 
 BIN_NAMES = ("pytorch_model.bin", "pytorch_model.bin.index.json")
@@ -73,8 +74,6 @@ def converted_folder(folder: Path, cache_folder: Path) -> Path:
 
 def convert_to_safetensors(folder: Path, cache_folder: Path) -> Path:
     """Convert `folder`'s pickled weights to one `model.safetensors` in the cache (once); returns that folder."""
-    from safetensors.torch import save_file
-
     target = converted_folder(Path(folder), Path(cache_folder))
     weights = target / "model.safetensors"
     if weights.exists():

@@ -5,10 +5,10 @@ For models larger than one GPU but smaller than all of them together; spilling t
 
 from __future__ import annotations
 
+from longqa_core.errors import ProfileError
 from strategies.base import PLACEMENT, Strategy
 from strategies.device_map import devices_in, gpu_budgets, plan_device_map, weight_dtype
 from strategies.hardware import Hardware
-from longqa.errors import ProfileError
 
 
 class ModelSplit(Strategy):

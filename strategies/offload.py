@@ -9,7 +9,7 @@ from pathlib import Path
 
 import psutil
 
-from longqa.cache import cache_dir
+from longqa_core.cache import cache_dir
 from strategies.base import PLACEMENT, Strategy
 from strategies.device_map import devices_in, gpu_budgets, plan_device_map, weight_dtype
 from strategies.hardware import Hardware

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from longqa.errors import ProfileError
+from longqa_core.errors import ProfileError
 from strategies.base import PHASE_NAMES, Strategy
 from strategies.hardware import Hardware
 from strategies.registry import STRATEGIES, make_strategy, strategy_class
@@ -196,22 +196,9 @@ def auto_candidate(hardware: Hardware) -> str:
     return "consumer-gpu"
 
 
-def resolve_auto(hardware: Hardware, config=None, *, document_tokens: int | None = None) -> Profile:
-    """The concrete profile `auto` means here.
-
-    With the model's config: the fastest profile (SPEED_ORDER) that can run here and whose predicted peak fits
-    every device with a 10 % margin, for a document of `document_tokens` (None: one that fills the profile's
-    batch). Without a config: the profile the GPU's size calls for, or the next smaller one that can run.
-    """
-    if config is not None:
-        from strategies.memory_planner import plan_profile
-
-        for name in SPEED_ORDER:
-            profile = PROFILES[name]
-            if is_available(profile, hardware) and plan_profile(
-                    config, profile, hardware, document_tokens=document_tokens).fits(hardware):
-                return profile
-        return PROFILES["cpu"] if is_available(PROFILES["cpu"], hardware) else PROFILES["baseline-fp32"]
+def auto_by_gpu(hardware: Hardware) -> Profile:
+    """The profile `auto` stands for when the model is not known yet: the one the GPU's size calls for, or the next
+    smaller one that can run here. With the model's config, `strategies.auto.resolve_auto` decides instead."""
     first = auto_candidate(hardware)
     one_gpu = auto_candidate(replace(hardware, gpus=hardware.usable_gpus[:1]))  # what a single card would get
     order = dict.fromkeys([first, *AUTO_FALLBACKS[AUTO_FALLBACKS.index(one_gpu):]])
@@ -221,21 +208,15 @@ def resolve_auto(hardware: Hardware, config=None, *, document_tokens: int | None
     return PROFILES["baseline-fp32"]
 
 
-def resolve_profile(profile: Profile | str, hardware: Hardware, config=None) -> Profile:
-    """A profile object from a name or object, with `auto` resolved for `hardware` (and the model's config)."""
-    profile = get_profile(profile) if isinstance(profile, str) else profile
-    return resolve_auto(hardware, config) if profile.name == "auto" else profile
-
-
 def describe_profiles(hardware: Hardware, auto: Profile | None = None) -> list[dict]:
     """One row per profile for `python -m longqa profiles [--json]`: what it is and whether it runs here.
 
-    `auto`: the profile `auto` stands for, as `resolve_auto` picked it with the model's config (the loader's own
-    rule); without it, `auto` is resolved without a config, from the GPUs alone."""
+    `auto`: the profile `auto` stands for, as `strategies.auto.resolve_auto` picked it with the model's config
+    (the loader's own rule); without it, `auto` is resolved without a config, from the GPUs alone."""
     rows = []
     for profile in PROFILES.values():
         reason = unavailable_reason(profile, hardware)
-        here = (auto or resolve_auto(hardware)) if profile.name == "auto" else profile
+        here = (auto or auto_by_gpu(hardware)) if profile.name == "auto" else profile
         rows.append({
             "name": profile.name, "targets": profile.targets, "strategies": list(profile.strategies),
             "strategies_here": list(select_strategies(here, hardware)) if reason is None else [],

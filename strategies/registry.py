@@ -5,6 +5,7 @@ Lookup only; which strategies make up a profile is `profiles`' job.
 
 from __future__ import annotations
 
+from longqa_core.errors import ProfileError
 from strategies.autocast import Autocast
 from strategies.base import Strategy, strategy_card
 from strategies.bitsandbytes_quantization import Bnb4bit, Bnb8bit
@@ -18,7 +19,6 @@ from strategies.mmap_loading import MmapLoading
 from strategies.model_split import ModelSplit
 from strategies.offload import Offload
 from strategies.replicas import Replicas
-from longqa.errors import ProfileError
 
 STRATEGIES: dict[str, type[Strategy]] = {  # in canonical order: a custom selection is sorted by this
     cls.name: cls for cls in (

@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
+from longqa_core.engine import ModelRunner
 from strategies.base import RUNTIME, Strategy
 from strategies.hardware import Hardware
 
@@ -32,8 +33,6 @@ class Replicas(Strategy):
         return None
 
     def make_runner(self, model, context_factory):
-        from longqa.engine import ModelRunner
-
         devices = [torch.device("cuda", gpu.index) for gpu in self.hardware.usable_gpus]
         replicas = [model if _device_of(model) == devices[0] else model.to(devices[0])]
         replicas += [copy.deepcopy(model).to(device) for device in devices[1:]]

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import torch
 
-from longqa import telemetry
+from longqa_core import telemetry
 
 MiB = 1024**2
 GiB = 1024**3

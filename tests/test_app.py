@@ -12,11 +12,12 @@ import pytest
 import app
 import ui_format
 from longqa.demo_task import make_example
-from longqa.documents import Document
 from longqa.models import DEFAULT_MODEL, DEMO_MODEL_DIR, KNOWN_MODELS, model_config
 from longqa.session import Session, read_documents
+from longqa_core.documents import Document
+from strategies.auto import resolve_auto
 from strategies.hardware import Gpu, Hardware
-from strategies.profiles import profile_choices, resolve_auto, select_strategies
+from strategies.profiles import profile_choices, select_strategies
 
 READOUT_KEYS = {"question", "answers", "documents", "windows", "tokens", "batch_size", "backoffs", "latency_s",
                 "memory", "notices", "tokens_per_s", "model", "profile", "window_tokens",

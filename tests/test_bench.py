@@ -12,8 +12,8 @@ import pytest
 from longqa import bench
 from longqa.bench_worker import WorkerSpec, agreement_inputs, compare_outputs, count_tokens, memory_fields
 from longqa.cli import main
-from longqa.engine import EngineSettings, make_windows
-from longqa.errors import InputError, ProfileError
+from longqa_core.engine import EngineSettings, make_windows
+from longqa_core.errors import InputError, ProfileError
 from strategies.hardware import Gpu, Hardware
 
 CPU_BF16 = Hardware(cpu_bf16=True)

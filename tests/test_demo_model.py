@@ -7,10 +7,10 @@ from dataclasses import replace
 import pytest
 
 from longqa import demo_task
-from longqa.documents import Document
-from longqa.engine import EngineSettings, ModelRunner, answer, make_windows
 from longqa.models import DEMO_MODEL_DIR
-from longqa.spans import is_answer_text
+from longqa_core.documents import Document
+from longqa_core.engine import EngineSettings, ModelRunner, answer, make_windows
+from longqa_core.spans import is_answer_text
 from tests.reference_qa import cuts_a_word
 
 SETTINGS = EngineSettings(max_seq_len=4096, doc_stride=128, batch_size=2)
@@ -80,7 +80,7 @@ FREEDONIA = ("Freedonia is a small country in the mountains. Most families there
 
 @pytest.fixture(scope="module")
 def baseline_fp32():
-    from strategies.loader import load_model
+    from longqa.loader import load_model
 
     return load_model("demo", "baseline-fp32")
 

@@ -12,18 +12,9 @@ from pypdf import PdfReader, PdfWriter
 from pypdf.errors import DependencyError
 from pypdf.generic import DictionaryObject, NameObject, StreamObject
 
-from longqa.documents import (
-    DEFAULT_MAX_FILE_BYTES,
-    DEFAULT_MAX_READ_S,
-    SUPPORTED_EXTENSIONS,
-    Document,
-    UnknownEncodingError,
-    clean_text,
-    decode_text,
-    from_text,
-    read_document,
-)
-from longqa.errors import DocumentError, InputError
+from longqa_core.documents import (DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_READ_S, SUPPORTED_EXTENSIONS, Document,
+                                   UnknownEncodingError, clean_text, decode_text, from_text, read_document)
+from longqa_core.errors import DocumentError, InputError
 from tests.hostile import write_pdf
 
 

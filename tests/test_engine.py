@@ -9,11 +9,10 @@ import pytest
 import torch
 
 from longqa import demo_task
-from longqa.documents import Document
-from longqa.engine import (BatchState, EngineSettings, ModelRunner, answer, collate, make_windows,
-                           truncate_question)
-from longqa.errors import InputError, OutOfMemoryError
-from longqa.spans import is_answer_text
+from longqa_core.documents import Document
+from longqa_core.engine import BatchState, EngineSettings, ModelRunner, answer, collate, make_windows, truncate_question
+from longqa_core.errors import InputError, OutOfMemoryError
+from longqa_core.spans import is_answer_text
 from tests.reference_qa import cuts_a_word, reference_answers
 
 
@@ -234,8 +233,8 @@ def test_default_window_is_the_model_limit_and_stride_the_pipeline_default(tiny_
 
 def test_a_question_longer_than_the_document_is_fine(tiny_model, tiny_tokenizer):
     """Question tokens' offsets point into the question: they must not be trimmed against the document's text."""
-    from longqa.documents import from_text
-    from longqa.engine import EngineSettings, make_windows
+    from longqa_core.documents import from_text
+    from longqa_core.engine import EngineSettings, make_windows
 
     windows, _ = make_windows(tiny_tokenizer, "What is the colour of Zorbin? " * 5, [from_text("teal")],
                               EngineSettings().resolved(tiny_tokenizer))
@@ -251,10 +250,10 @@ import time  # noqa: E402
 
 import psutil  # noqa: E402
 
-from longqa.documents import read_document  # noqa: E402
-from longqa.engine import (CHARS_PER_TOKEN_BOUND, WindowProgress, count_tokens, count_windows,  # noqa: E402
-                           max_chars_for, plan_request, run_windows, validate_request)
-from longqa.errors import Cancelled, RequestTooLongError  # noqa: E402
+from longqa_core.documents import read_document  # noqa: E402
+from longqa_core.engine import (CHARS_PER_TOKEN_BOUND, WindowProgress, count_tokens, count_windows,  # noqa: E402
+                                max_chars_for, plan_request, run_windows, validate_request)
+from longqa_core.errors import Cancelled, RequestTooLongError  # noqa: E402
 
 COMBINING_ACUTE = "\u0301"  # a combining mark: about one token a character (two with the tiny tokenizer)
 

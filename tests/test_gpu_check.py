@@ -13,7 +13,7 @@ import pytest
 
 from longqa import bench, bench_report
 from longqa.bench_worker import parse_profile
-from longqa.errors import ProfileError
+from longqa_core.errors import ProfileError
 from strategies.hardware import Gpu, Hardware
 from strategies.profiles import build_strategies
 

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from longqa import telemetry
+from longqa_core import telemetry
 from strategies import hardware
 from strategies.hardware import Gpu, Hardware, detect_hardware
 from tests import fake_nvml

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from longqa.errors import Cancelled
 from longqa.lane import LaneBusyError, ModelLane
+from longqa_core.errors import Cancelled
 
 
 def hold(lane: ModelLane, visitor: str, order: list, release: threading.Event, started: threading.Event | None = None,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import app
-from longqa.load_test import is_numeric_fact, requests_for, run_load, summarize
+from longqa.load_test import is_numeric_fact, requests_for, run_load, start_server, summarize
 from longqa.session import Session
 
 
@@ -38,3 +38,10 @@ def test_load_requests_are_distinct_numeric_facts_and_bounded():
     assert len(requests_for(10_000)) == 64
     with pytest.raises(ValueError, match="only runs against a server on this machine"):
         run_load("http://192.0.2.1:7860/", n_calls=1)
+
+
+@pytest.mark.slow  # starts app.py in a process
+def test_a_server_that_cannot_start_is_reported_with_its_own_words():
+    with pytest.raises(RuntimeError, match="did not start") as refused:
+        start_server(["--model", "demo", "--profile", "no-such-profile"], timeout_s=120)
+    assert "invalid choice: 'no-such-profile'" in str(refused.value)

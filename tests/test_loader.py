@@ -13,13 +13,12 @@ import pytest
 import torch
 from transformers import BertConfig, BertModel, LongformerModel
 
-from longqa import models
-from longqa.engine import BatchState, EngineSettings, ModelRunner
-from longqa.errors import ModelLoadError, ProfileError
-from strategies import loader
-from strategies.hardware import Hardware
+from longqa import loader, models
+from longqa.loader import LoadedModel, load_model
+from longqa_core.engine import BatchState, EngineSettings, ModelRunner
+from longqa_core.errors import ModelLoadError, ProfileError
 from strategies.base import from_pretrained_kwargs
-from strategies.loader import LoadedModel, load_model
+from strategies.hardware import Hardware
 from strategies.profiles import custom_profile
 from strategies.replicas import ReplicaRunner
 from tests.tiny import build_tokenizer, qa_batch, requires_cuda, tiny_checkpoint, tiny_config, tiny_encoder_checkpoint
@@ -369,9 +368,9 @@ def test_code_shipped_with_a_checkpoint_never_runs(tmp_path):
 def test_bitsandbytes_on_a_cpu_only_machine_really_quantizes(name, layer_type):
     """The custom profile's bitsandbytes strategies are applied on CPU (bitsandbytes 0.50's CPU kernels), not just
     listed in the readout: every encoder Linear is quantized, qa_outputs stays float, and the model still answers."""
-    from longqa.documents import read_document
-    from longqa.engine import answer
     from longqa.models import DEMO_MODEL_DIR
+    from longqa_core.documents import read_document
+    from longqa_core.engine import answer
 
     example = json.loads((DEMO_MODEL_DIR.parent / "samples" / "examples.json").read_text())[0]
     loaded = load_model("demo", custom_profile([name]), hardware=CPU_PLAIN)

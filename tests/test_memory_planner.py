@@ -7,15 +7,16 @@ import json
 import pytest
 import torch
 
-from longqa.errors import InputError
 from longqa.models import architecture_config
+from longqa_core.errors import InputError
 from scripts.calibrate_planner import build, config_for, fit_cpu_rss, inputs
+from strategies import memory_planner
+from strategies.auto import resolve_auto
 from strategies.device_map import empty_model
 from strategies.gradient_checkpointing import LiveTensorPeak
 from strategies.hardware import Gpu, Hardware
-from strategies import memory_planner
 from strategies.memory_planner import ModelShape, activation_bytes, parameter_count, plan_profile, windows_needed
-from strategies.profiles import PROFILES, resolve_auto
+from strategies.profiles import PROFILES
 
 GB = 10**9
 

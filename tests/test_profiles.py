@@ -7,10 +7,11 @@ import json
 
 import pytest
 
-from longqa.errors import ProfileError
+from longqa_core.errors import ProfileError
+from strategies.auto import resolve_auto, resolve_profile
 from strategies.hardware import Gpu, Hardware, detect_hardware
 from strategies.profiles import (PROFILES, Profile, compose, custom_profile, describe_profiles, get_profile,
-                                 profile_choices, resolve_auto, resolve_profile, select_strategies, unavailable_reason)
+                                 profile_choices, select_strategies, unavailable_reason)
 from strategies.registry import STRATEGIES, strategy_cards
 from tests.test_hardware import H100, RTX_3090, T4, simulate
 

@@ -6,9 +6,9 @@ import weakref
 
 import pytest
 
-from longqa.documents import Document
-from longqa.errors import InputError, ModelLoadError, ProfileError
 from longqa.session import Session, measured_peak, read_documents
+from longqa_core.documents import Document
+from longqa_core.errors import InputError, ModelLoadError, ProfileError
 
 
 def test_load_ask_and_the_readout_has_every_field(tiny_model_dir):

@@ -4,8 +4,8 @@ to words, and never empty, blank or punctuation."""
 import numpy as np
 import pytest
 
-from longqa.spans import (Candidate, align_to_words, best_spans, is_answer_text, merge_candidates,
-                          spans_per_window, window_candidates)
+from longqa_core.spans import (Candidate, align_to_words, best_spans, is_answer_text, merge_candidates,
+                               spans_per_window, window_candidates)
 from tests.reference_qa import get_indices, project_span, select_starts_ends
 
 NEG = -1e4

@@ -16,9 +16,9 @@ import torch
 from torch import nn
 from transformers import AutoTokenizer, LongformerForQuestionAnswering
 
-from longqa.engine import EngineSettings, ModelRunner
-from longqa.errors import ProfileError
 from longqa.models import architecture_config
+from longqa_core.engine import EngineSettings, ModelRunner
+from longqa_core.errors import ProfileError
 from strategies.autocast import Autocast
 from strategies.bitsandbytes_quantization import Bnb4bit, Bnb8bit
 from strategies.dynamic_batching import DynamicBatching

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from longqa import telemetry
+from longqa_core import telemetry
 from tests.fake_nvml import GiB, gpu, mig_slice, simulate, start_cuda
 from tests.tiny import requires_cuda
 
@@ -278,7 +278,7 @@ def bare(uuid: str) -> str:
 
 def _snapshot_in_a_process(visible: str) -> list[dict]:
     """gpu_snapshot() in a fresh process with CUDA_VISIBLE_DEVICES=`visible`, and what torch sees there."""
-    code = ("import json, torch; from longqa import telemetry; "
+    code = ("import json, torch; from longqa_core import telemetry; "
             "print(json.dumps({'snapshot': telemetry.gpu_snapshot(), 'torch': torch.cuda.device_count()}))")
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": visible}
     out = subprocess.run([sys.executable, "-c", code], env=env, cwd=PROJECT_ROOT, capture_output=True, text=True,

@@ -1,7 +1,7 @@
 """The long-document QA engine: limits checked before model work, windows, batches, forward passes (stoppable
 between batches), span decoding, one result with readouts.
 
-It receives a ready runner (model), a tokenizer and settings; it never loads a model (strategies.loader does),
+It receives a ready runner (model), a tokenizer and settings; it never loads a model (longqa.loader does),
 and it never formats numbers for people (the UI does).
 """
 
@@ -21,10 +21,10 @@ import numpy as np
 import torch
 from accelerate.utils.memory import clear_device_cache, should_reduce_batch_size
 
-from longqa import telemetry
-from longqa.documents import Document, clean_text
-from longqa.errors import Cancelled, InputError, LongQAError, OutOfMemoryError, RequestTooLongError
-from longqa.spans import Candidate, merge_candidates, window_candidates
+from longqa_core import telemetry
+from longqa_core.documents import Document, clean_text
+from longqa_core.errors import Cancelled, InputError, LongQAError, OutOfMemoryError, RequestTooLongError
+from longqa_core.spans import Candidate, merge_candidates, window_candidates
 
 DEFAULT_MAX_TOTAL_TOKENS = 2_000_000
 # How many characters a request may have per token of its limit. Byte-level BPE averages about four characters a

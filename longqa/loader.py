@@ -15,18 +15,21 @@ from pathlib import Path
 from typing import Callable
 
 import torch
+from huggingface_hub import snapshot_download
+from transformers import AutoConfig, AutoTokenizer, LongformerForQuestionAnswering
 
-from longqa.cache import cache_dir
-from longqa.engine import BatchState, EngineSettings, ModelRunner
-from longqa.errors import ModelLoadError
 from longqa import models
 from longqa.models import ModelSource, architecture_config, resolve_model
-from longqa.telemetry import HostPeak
+from longqa_core.cache import cache_dir
+from longqa_core.engine import BatchState, EngineSettings, ModelRunner
+from longqa_core.errors import ModelLoadError
+from longqa_core.telemetry import HostPeak
+from strategies.auto import resolve_profile
 from strategies.base import Strategy, from_pretrained_kwargs
 from strategies.device_map import device_name, mapped_device
 from strategies.hardware import Hardware, detect_hardware
 from strategies.mmap_loading import has_bin, has_safetensors
-from strategies.profiles import Profile, build_strategies, device_for, resolve_profile, select_strategies
+from strategies.profiles import Profile, build_strategies, device_for, select_strategies
 
 Progress = Callable[[float, str], None]
 QA_ARCHITECTURE = "LongformerForQuestionAnswering"
@@ -207,8 +210,6 @@ def _fetch(source: ModelSource, progress: Progress) -> tuple[Path, Path]:
 
 def download(repo_id: str) -> Path:
     """A local snapshot of a Hub repository: config, tokenizer, and safetensors (else `.bin`) weights."""
-    from huggingface_hub import snapshot_download
-
     try:
         folder = Path(snapshot_download(repo_id, allow_patterns=HUB_PATTERNS))
         if not has_safetensors(folder):
@@ -226,8 +227,6 @@ def download(repo_id: str) -> Path:
 def materialize_architecture(name: str) -> Path:
     """A cached checkpoint of random weights (seed 0) for `arch:base`/`arch:large`, so every strategy's load path
     (dtype, quantization, device maps, mmap) applies to benchmarks exactly as to real checkpoints."""
-    from transformers import LongformerForQuestionAnswering
-
     folder = cache_dir() / "architectures" / name.replace(":", "-")
     if (folder / "model.safetensors").exists() and (folder / "config.json").exists():
         return folder
@@ -245,8 +244,6 @@ def materialize_architecture(name: str) -> Path:
 
 # ---------------------------------------------------------------------------------------------- validation
 def _read_config(folder: Path, ref: str):
-    from transformers import AutoConfig
-
     try:
         config = AutoConfig.from_pretrained(folder, trust_remote_code=False)
     except (OSError, ValueError, KeyError) as exc:
@@ -268,8 +265,6 @@ def check_qa_config(config, ref: str) -> None:
 
 
 def _read_tokenizer(folder: Path, ref: str):
-    from transformers import AutoTokenizer
-
     try:
         return AutoTokenizer.from_pretrained(folder, trust_remote_code=False)
     except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -277,8 +272,6 @@ def _read_tokenizer(folder: Path, ref: str):
 
 
 def _from_pretrained(folder: Path, kwargs: dict, ref: str, profile_name: str):
-    from transformers import LongformerForQuestionAnswering
-
     try:
         model, info = LongformerForQuestionAnswering.from_pretrained(folder, output_loading_info=True, **kwargs)
     except (OSError, ValueError, RuntimeError, ImportError, KeyError, TypeError) as exc:

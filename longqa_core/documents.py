@@ -23,7 +23,7 @@ import charset_normalizer
 from pypdf import PasswordType, PdfReader
 from pypdf.errors import DependencyError, LimitReachedError
 
-from longqa.errors import DocumentError
+from longqa_core.errors import DocumentError
 
 DEFAULT_MAX_FILE_BYTES = 50 * 1024 * 1024
 # A book of 5,000 pages holds far more text than the default token limit lets through (about 3,000 pages of

@@ -1,0 +1,163 @@
+"""The import graph, built from the code itself: imports go one way, core <- strategies <- composition <- UI,
+with no package or module cycle, in-function imports counted; the page reaches the core only through the session."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+LAYERS = {"longqa_core": 0, "strategies": 1, "longqa": 2, "app": 3, "ui_format": 3}  # package -> rank
+NAMES = {0: "core", 1: "strategies", 2: "composition", 3: "UI"}
+
+
+def project_modules() -> dict[str, Path]:
+    """Dotted module name -> file, for every module of the four layers."""
+    modules = {"app": ROOT / "app.py", "ui_format": ROOT / "ui_format.py"}
+    for package in ("longqa_core", "strategies", "longqa"):
+        for path in sorted((ROOT / package).glob("*.py")):
+            name = package if path.stem == "__init__" else f"{package}.{path.stem}"
+            modules[name] = path
+    return modules
+
+
+def imports_of(path: Path, modules: dict[str, Path]) -> list[tuple[str, int, bool]]:
+    """(project module imported, line, whether at the top level) for every import in the file, wherever it sits
+    (functions, classes, `if TYPE_CHECKING:` blocks included)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    top_level = {id(node) for node in tree.body}
+    for node in tree.body:  # `try: import spaces` at the top of a module is still a top-level import
+        if isinstance(node, (ast.If, ast.Try)):
+            top_level |= {id(inner) for inner in ast.walk(node)}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            # `from package import module` imports the module; `from module import name` the module itself
+            targets = [f"{node.module}.{alias.name}" if f"{node.module}.{alias.name}" in modules else node.module
+                       for alias in node.names]
+        else:
+            continue
+        for target in targets:
+            while target and target not in modules:
+                target = target.rpartition(".")[0]
+            if target:
+                found.append((target, node.lineno, id(node) in top_level))
+    return found
+
+
+def package_of(module: str) -> str:
+    return module.split(".")[0]
+
+
+def graph() -> dict[str, set[str]]:
+    modules = project_modules()
+    return {name: {target for target, _, _ in imports_of(path, modules) if target != name}
+            for name, path in modules.items()}
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one member (Tarjan)."""
+    index, low, stack, on_stack, found, counter = {}, {}, [], set(), [], [0]
+
+    def visit(node):
+        index[node] = low[node] = counter[0]
+        counter[0] += 1
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in edges.get(node, ()):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in list(edges):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_the_graph_sees_every_layer_and_in_function_imports(tmp_path):
+    edges = graph()
+    assert {package_of(m) for m in edges} == set(LAYERS)
+    assert "longqa_core.engine" in edges["longqa.session"]
+    assert "longqa.loader" in edges["longqa.session"] and "strategies.profiles" in edges["longqa.loader"]
+    # The walker counts imports inside functions and under TYPE_CHECKING: a planted one is found.
+    planted = "def f():\n    from strategies.profiles import PROFILES\nif TYPE_CHECKING:\n    import app\n"
+    path = tmp_path / "planted.py"
+    path.write_text(planted)
+    assert {(t, top) for t, _, top in imports_of(path, project_modules())} == {("strategies.profiles", False),
+                                                                                ("app", True)}
+
+
+def test_imports_go_one_way_core_strategies_composition_ui():
+    wrong = []
+    modules = project_modules()
+    for name, path in modules.items():
+        rank = LAYERS[package_of(name)]
+        for target, line, _ in imports_of(path, modules):
+            if LAYERS[package_of(target)] > rank:
+                wrong.append(f"{path.relative_to(ROOT)}:{line} ({NAMES[rank]}) imports {target} "
+                             f"({NAMES[LAYERS[package_of(target)]]})")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_no_package_cycle_and_no_module_cycle():
+    edges = graph()
+    packages: dict[str, set[str]] = {}
+    for source, targets in edges.items():
+        packages.setdefault(package_of(source), set()).update(package_of(t) for t in targets
+                                                              if package_of(t) != package_of(source))
+    assert cycles(packages) == []
+    assert cycles(edges) == []
+
+
+def test_cycle_finder_finds_a_cycle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_page_reaches_the_core_only_through_the_session():
+    modules = project_modules()
+    core = sorted({t for t, _, _ in imports_of(modules["app"], modules) if package_of(t) == "longqa_core"})
+    assert core == []
+    assert "longqa.session" in graph()["app"]
+    assert graph()["ui_format"] == set()  # formatting knows nothing of ours
+
+
+@pytest.mark.parametrize("package", ["longqa_core", "strategies", "longqa", "app"])
+def test_deferred_imports_are_only_heavy_optional_ones_and_say_so(package):
+    """Imports sit at the top of files; one inside a function is a heavy optional dependency, and its comment says
+    it is deferred."""
+    paths = [ROOT / "app.py"] if package == "app" else sorted((ROOT / package).glob("*.py"))
+    unexplained = []
+    for path in paths:
+        source = path.read_text()
+        lines = source.splitlines()
+        tree = ast.parse(source)
+        top_level = {id(node) for node in tree.body}
+        for node in tree.body:
+            if isinstance(node, (ast.If, ast.Try)):
+                top_level |= {id(inner) for inner in ast.walk(node)}
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Import, ast.ImportFrom)) and id(node) not in top_level:
+                nearby = " ".join(lines[max(0, node.lineno - 3):node.lineno]).lower()
+                names = [a.name for a in node.names]
+                module = getattr(node, "module", None) or names[0]
+                if package_of(module) in LAYERS or "deferred" not in nearby:
+                    unexplained.append(f"{path.relative_to(ROOT)}:{node.lineno}: {lines[node.lineno - 1].strip()}")
+    assert not unexplained, "\n".join(unexplained)
