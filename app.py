@@ -16,6 +16,7 @@ import functools
 import html
 import inspect
 import os
+import signal
 import sys
 import time
 import traceback
@@ -35,8 +36,10 @@ from gradio.blocks import Block
 from gradio.context import LocalContext
 
 import ui_format
+from longqa.arguments import positive_int
 from longqa.lane import ModelLane
 from longqa.models import DEFAULT_MODEL, KNOWN_MODELS
+from longqa.ray_serving import DEFAULT_BATCH_REQUESTS, RaySession
 from longqa.session import (DEFAULT_MAX_TOTAL_TOKENS, SAMPLES_DIR, SUPPORTED_EXTENSIONS, LongQAError, ModelLoadError,
                             ProfileError, Session, gpu_snapshot, read_request, sample_examples, whole_number)
 from strategies.hardware import Hardware, detect_hardware
@@ -121,7 +124,7 @@ def make_context(session: Session | None = None, *, models=None, default_model: 
                      max_file_bytes=int(max_file_mb * 1024 * 1024), max_total_tokens=max_total_tokens,
                      selection={"profile": default_profile, "model": default_model, "strategies": []},
                      lock_profile=lock_profile, max_request_s=max_request_s or None,
-                     lane=ModelLane(max_waiting=queue_size))
+                     lane=ModelLane(max_waiting=queue_size, capacity=session.capacity))
     CONTEXTS[ctx.key] = ctx
     return ctx
 
@@ -245,7 +248,7 @@ def load_profile(ctx: AppContext, profile_name: str, model_ref: str, strategies=
         if ctx.lock_profile:
             raise ProfileError(f"This deployment fixes the model and profile ({current_model(ctx)}): they cannot "
                                "be changed from the page or the API.")
-        with model_turn(ctx, request, progress):
+        with model_turn(ctx, request, progress, exclusive=True):
             load_selection(ctx, profile_name, model_ref, strategies or [], progress)
     return {"seen": seen_now(ctx), **load_outputs(ctx)}
 
@@ -322,8 +325,10 @@ def abandonment_check() -> Callable[[], bool]:
 
 
 @contextlib.contextmanager
-def model_turn(ctx: AppContext, request: gr.Request | None, progress=None):
-    """This request's turn on the model, waiting in line (with progress), and the key of its abandonment check."""
+def model_turn(ctx: AppContext, request: gr.Request | None, progress=None, *, exclusive: bool = False):
+    """This request's turn on the model, waiting in line (with progress), and the key of its abandonment check.
+    Answers share the model up to the session's capacity; a reload or a training step (`exclusive`) holds it
+    alone."""
     check = abandonment_check()
     visitor = getattr(request, "session_hash", None)
 
@@ -331,7 +336,7 @@ def model_turn(ctx: AppContext, request: gr.Request | None, progress=None):
         if progress is not None:
             progress(0.0, desc=f"Waiting for the model: {ahead} request{'s' if ahead != 1 else ''} ahead")
 
-    with ctx.lane.turn(visitor, should_stop=check, on_wait=on_wait):
+    with ctx.lane.turn(visitor, should_stop=check, on_wait=on_wait, exclusive=exclusive):
         stop_key = uuid.uuid4().hex
         STOP_CHECKS[stop_key] = check
         try:
@@ -374,10 +379,9 @@ def answer_on_gpu(context_key: str, documents: list, question: str, top_k: int, 
     with user_errors("Answering"):  # inside: ZeroGPU passes only gr.Error through from its worker
         if ctx.session.loaded is None:
             raise ModelLoadError("No model is loaded: pick a model or profile above.")
-        result = ctx.session.ask(documents, question, extract_s=extract_s, top_k=top_k,
-                                 max_total_tokens=ctx.max_total_tokens, max_request_s=ctx.max_request_s,
-                                 should_stop=STOP_CHECKS.get(stop_key), on_window_progress=on_window_progress)
-        return ctx.session.readout(result)
+        return ctx.session.ask_readout(documents, question, extract_s=extract_s, top_k=top_k,
+                                       max_total_tokens=ctx.max_total_tokens, max_request_s=ctx.max_request_s,
+                                       should_stop=STOP_CHECKS.get(stop_key), on_window_progress=on_window_progress)
 
 
 def ask(ctx: AppContext, files, pasted_text, question, top_k, history, seen=None, request: gr.Request = None,
@@ -454,7 +458,7 @@ def run_training_step(ctx: AppContext, window_tokens, request: gr.Request = None
     """The training-step readout: both peaks and times, and what checkpointing saved."""
     with user_errors("The training step"):
         window_tokens = count_or_default(window_tokens, "The window", DEFAULT_TRAINING_WINDOW)
-        with model_turn(ctx, request, progress):
+        with model_turn(ctx, request, progress, exclusive=True):
             ensure_loaded(ctx, progress)
             progress(0.1, desc="Forward+backward without, then with checkpointing")
             readout, window = training_step_on_gpu(ctx.key, window_tokens)
@@ -605,7 +609,7 @@ def build_answer_panel(ctx: AppContext, question: dict[str, Block], seen: gr.Sta
                "readout": readout_json}  # last: API clients take the readout as `*_, readout = predict(...)`
     request = dict(concurrency_id=REQUEST_CONCURRENCY, show_progress_on=[answer_box])
     asking = listen(question["ask"].click, bind(ask, ctx), inputs=inputs, outputs=outputs, api_name="ask",
-                    concurrency_limit=REQUEST_WORKERS, **request)
+                    concurrency_limit=max(REQUEST_WORKERS, ctx.lane.capacity), **request)
     submitting = listen(question["question"].submit, bind(ask, ctx), inputs=inputs, outputs=outputs,
                         api_visibility="private", **request)
     question["stop"].click(None, cancels=[asking, submitting])
@@ -669,17 +673,6 @@ def build_blocks(ctx: AppContext, queue_size: int = DEFAULT_QUEUE_SIZE) -> gr.Bl
         build_reference_panel(ctx)
     demo.queue(default_concurrency_limit=1, max_size=queue_size)
     return demo
-
-
-def build_demo(session: Session | None = None, *, models=None, default_model: str = DEFAULT_MODEL,
-               default_profile: str = "auto", max_file_mb: float = DEFAULT_MAX_FILE_MB,
-               max_total_tokens: int = DEFAULT_MAX_TOTAL_TOKENS, queue_size: int = DEFAULT_QUEUE_SIZE,
-               hardware: Hardware | None = None, lock_profile: bool = False) -> gr.Blocks:
-    """The page around `session` (a new, empty one by default); no model is loaded here."""
-    ctx = make_context(session, models=models, default_model=default_model, default_profile=default_profile,
-                       max_file_mb=max_file_mb, max_total_tokens=max_total_tokens, hardware=hardware,
-                       lock_profile=lock_profile)
-    return build_blocks(ctx, queue_size)
 
 
 # ------------------------------------------------------------------------------------------------ serving
@@ -747,12 +740,48 @@ def build_parser() -> argparse.ArgumentParser:
                         help="shared deployments: the model and profile stay as started; the page and the API "
                              "cannot change them (default: on in a Hugging Face Space, off elsewhere; "
                              "LONGQA_LOCK_PROFILE=1/0 overrides; always on under ZeroGPU)")
+    scale = parser.add_argument_group("past one machine (Ray Serve; pip install -r requirements-ray.txt)")
+    scale.add_argument("--engine", choices=["embedded", "ray"], default="embedded",
+                       help="embedded: the model in this process (default); ray: in Ray Serve replicas")
+    scale.add_argument("--ray-address", default=None,
+                       help="a running Ray cluster: 'auto' or HOST:PORT (default: start a local Ray instance and "
+                            "stop it on exit)")
+    scale.add_argument("--replicas", type=positive_int, default=1,
+                       help="Ray Serve replicas, each with its own copy of the model (one GPU each where the cluster "
+                            "has GPUs)")
+    scale.add_argument("--ray-batch", type=positive_int, default=DEFAULT_BATCH_REQUESTS,
+                       help="concurrent requests whose windows may share one forward pass in a replica (1: none)")
+    scale.add_argument("--ray-cpus-per-replica", type=float, default=None,
+                       help="CPUs each replica reserves (default: the cluster's CPUs split between the replicas, or 1 "
+                            "beside each GPU)")
     return parser
+
+
+def make_session(args) -> Session:
+    """The embedded session, or one whose model lives in Ray Serve replicas (`--engine ray`)."""
+    if args.engine == "ray":
+        return RaySession(replicas=args.replicas, address=args.ray_address, batch_requests=args.ray_batch,
+                          cpus_per_replica=args.ray_cpus_per_replica)
+    return Session()
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    ctx = make_context(Session(), default_model=args.model, default_profile=args.profile,
+    try:
+        session = make_session(args)
+    except LongQAError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    # A stop signal ends the process through `finally`, so replicas and a Ray instance of ours are stopped too.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    try:
+        return serve_page(args, session)
+    finally:
+        session.close()
+
+
+def serve_page(args, session: Session) -> int:
+    ctx = make_context(session, default_model=args.model, default_profile=args.profile,
                        max_file_mb=args.max_file_mb, max_total_tokens=args.max_tokens,
                        lock_profile=args.lock_profile or ZERO_GPU, max_request_s=args.max_request_s,
                        queue_size=args.queue_size)

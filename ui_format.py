@@ -124,6 +124,7 @@ def run_rows(readout: dict) -> list[list]:
         ["out-of-memory back-offs", readout["backoffs"]],
         ["memory: predicted vs measured", prediction_text(readout.get("memory_prediction"))],
         ["notices", " ".join(readout.get("notices") or []) or "none"],
+        *([["replica", readout["replica"]]] if readout.get("replica") else []),  # served by Ray Serve replicas
     ]
 
 

@@ -45,11 +45,14 @@ class CallResult:
     queue_positions: list[int] = field(default_factory=list)
     span: tuple[int, int] | None = None  # (start_char, end_char) of the answer
     alone: tuple[str | None, tuple[int, int] | None] | None = None  # the answer to the same request sent alone
+    began_s: float = 0.0  # perf_counter when the call was sent
+    replica: str | None = None  # the Ray Serve replica that answered (--engine ray), else None
+    readout: dict | None = None
 
 
 def is_numeric_fact(example: demo_task.Example) -> bool:
-    """Whether the asked-about value is a number: the demo model answers those right (all 100 of them in
-    docs/demo-model-eval.json; its 10 misses there are all made-up-word values cut at a sub-word boundary)."""
+    """Whether the asked-about value is a number: every answer then differs from every other (a different
+    number each), so an answer delivered to the wrong call shows."""
     return example.answer.isdigit()
 
 
@@ -82,9 +85,11 @@ def _call(url: str, example: demo_task.Example, out: list, index: int, timeout_s
         readout = job.result(timeout=timeout_s)[-1]
         best = readout["answers"][0] if readout["answers"] else None
         out[index] = CallResult(True, time.perf_counter() - began, best and best["text"], example.answer,
-                                queue_positions=positions, span=best and (best["start_char"], best["end_char"]))
+                                queue_positions=positions, span=best and (best["start_char"], best["end_char"]),
+                                began_s=began, replica=readout.get("replica"), readout=readout)
     except Exception as exc:  # a lost or refused call is a result too
-        out[index] = CallResult(False, time.perf_counter() - began, expected=example.answer, error=str(exc))
+        out[index] = CallResult(False, time.perf_counter() - began, expected=example.answer, error=str(exc),
+                                began_s=began)
 
 
 def run_alone(url: str, examples: list[demo_task.Example], timeout_s: float) -> list[CallResult]:
@@ -125,6 +130,12 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))]
 
 
+def wall_s(results: list[CallResult]) -> float | None:
+    """Seconds from the first call sent to the last answer back: the round's wall time, for its throughput."""
+    done = [r for r in results if r.ok]
+    return max(r.began_s + r.latency_s for r in done) - min(r.began_s for r in results) if done else None
+
+
 def summarize(results: list[CallResult]) -> dict:
     latencies = [r.latency_s for r in results if r.ok]
     return {
@@ -135,6 +146,9 @@ def summarize(results: list[CallResult]) -> dict:
         "p95_s": percentile(latencies, 95) if latencies else None,
         "mean_s": statistics.fmean(latencies) if latencies else None,
         "max_queue_position_seen": max((max(r.queue_positions, default=0) for r in results), default=0),
+        "wall_s": wall_s(results),
+        "throughput_per_s": len(latencies) / wall_s(results) if latencies and wall_s(results) else None,
+        "replicas_answering": len({r.replica for r in results if r.ok and r.replica}),
         "errors": [r.error for r in results if not r.ok],
     }
 

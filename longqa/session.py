@@ -180,6 +180,19 @@ class Session:
                                  batch_state=self.loaded.batch_state, on_progress=on_progress, extract_s=extract_s,
                                  should_stop=should_stop, on_window_progress=on_window_progress)
 
+    def ask_readout(self, documents: list[Document], question: str, **kwargs) -> dict:
+        """`ask`, then the result's full readout (`readout`): what the page and its API return."""
+        return self.readout(self.ask(documents, question, **kwargs))
+
+    @property
+    def capacity(self) -> int:
+        """How many requests this session answers side by side: one, on the one model it holds."""
+        return 1
+
+    def close(self) -> None:
+        """Free what the session holds (the model); a session that runs elsewhere also stops that there."""
+        self.unload()
+
     def preview(self, documents: list[Document], question: str, **overrides) -> engine.RequestPlan:
         """What a request would cost (tokens and windows per document, predicted seconds) and whether it passes
         every limit, without the model or its lock: counted on this session's own copy of the tokenizer (a fast

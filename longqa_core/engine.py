@@ -472,6 +472,26 @@ def collate(windows: list[Window], pad_token_id: int) -> dict[str, torch.Tensor]
             "global_attention_mask": global_attention_mask}
 
 
+def stack_batches(batches: list[dict[str, torch.Tensor]], pad_token_id: int) -> tuple[dict[str, torch.Tensor],
+                                                                                      list[int]]:
+    """Collated batches (of other requests, perhaps of other lengths) as one: each padded to the longest and
+    stacked, and the rows each brought, so `split_rows` can hand every caller its own part of the logits."""
+    length = max(batch["input_ids"].shape[1] for batch in batches)
+    rows = [batch["input_ids"].shape[0] for batch in batches]
+    merged = {}
+    for name in batches[0]:
+        fill = pad_token_id if name == "input_ids" else 0  # padding: no attention, no global attention
+        merged[name] = torch.cat([torch.nn.functional.pad(batch[name], (0, length - batch[name].shape[1]), value=fill)
+                                  for batch in batches])  # (sum of B, L)
+    return merged, rows
+
+
+def split_rows(start: torch.Tensor, end: torch.Tensor, rows: list[int]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """The (start, end) logits of each batch `stack_batches` merged, in order; each keeps the merged width, which
+    is at least its own (the engine reads only a window's own tokens)."""
+    return list(zip(torch.split(start, rows), torch.split(end, rows)))
+
+
 def is_out_of_memory(exc: BaseException) -> bool:
     return isinstance(exc, torch.OutOfMemoryError) or should_reduce_batch_size(exc)
 

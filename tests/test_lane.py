@@ -123,3 +123,37 @@ def test_waiting_requests_hear_how_many_are_ahead():
     for thread in threads:
         thread.join(10)
     assert heard[0] == 2 and order == ["a", "b", "c"]
+
+
+def test_with_capacity_shared_turns_run_side_by_side_and_an_exclusive_turn_waits_for_all_of_them():
+    lane = ModelLane(capacity=2)
+    release_shared, release_reload, order = threading.Event(), threading.Event(), []
+    threads = [hold(lane, "a", order, release_shared), hold(lane, "b", order, release_shared)]
+    wait_for(lambda: len(order) == 2)  # both inside at once
+    assert sorted(order) == ["a", "b"]
+    threads.append(hold(lane, "reload", order, release_reload, exclusive=True))
+    wait_for(lambda: lane.waiting() == 1)
+    threads.append(hold(lane, "c", order, release_shared))  # arrived after the reload: waits behind it
+    wait_for(lambda: lane.waiting() == 2)
+    time.sleep(0.3)
+    assert order == ["a", "b"] or sorted(order) == ["a", "b"]
+    release_shared.set()  # a and b finish; the reload runs alone
+    wait_for(lambda: "reload" in order)
+    time.sleep(0.3)
+    assert order[2:] == ["reload"]  # c did not slip in beside it
+    release_reload.set()
+    wait_for(lambda: "c" in order)
+    for thread in threads:
+        thread.join(5)
+
+
+def test_a_third_shared_turn_waits_when_capacity_is_two():
+    lane, order, release = ModelLane(capacity=2), [], threading.Event()
+    threads = [hold(lane, name, order, release) for name in ("a", "b", "c")]
+    wait_for(lambda: len(order) == 2)
+    time.sleep(0.3)
+    assert len(order) == 2 and lane.waiting() == 1
+    release.set()
+    wait_for(lambda: len(order) == 3)
+    for thread in threads:
+        thread.join(5)

@@ -1,0 +1,328 @@
+"""Answering on Ray Serve replicas (`python app.py --engine ray`): the model lives in the replicas of one Ray Serve
+deployment, each loading it with the selected profile on its own resources (one GPU each where the cluster has GPUs,
+CPU threads otherwise), and the page talks to them through `RaySession`, a `Session` like the embedded one.
+
+Composition layer. Ray Serve does the serving work: placement, restarts, routing, and the batching of windows from
+concurrent requests into shared forward passes (`serve.batch`). This module only says what a replica does and how
+the page's session reaches the replicas. It is not a pool of its own: the `replicas` strategy (threads over model
+copies in one process) stays the one-machine option.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import math
+import os
+import queue
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+try:  # optional: requirements-ray.txt; only `--engine ray` needs it
+    import ray
+    from ray import exceptions as ray_errors
+    from ray import serve
+except ImportError:
+    ray = ray_errors = serve = None
+
+from longqa.session import Session
+from longqa_core import engine
+from longqa_core.errors import Cancelled, InputError, LongQAError, ModelLoadError
+from strategies.hardware import Hardware, detect_hardware
+from strategies.profiles import Profile
+
+APP_NAME = "longqa"
+DEPLOYMENT_NAME = "AnswerReplica"
+DEFAULT_BATCH_REQUESTS = 4  # concurrent requests whose batches may share one forward pass in a replica
+BATCH_WAIT_S = 0.02  # how long a forward pass waits for other requests' batches to join it
+POLL_S = 0.25  # how often a waiting request checks whether its visitor stopped it
+RETRIES = 2  # a request whose replica died is sent again this many times (to a live replica) before failing
+RETRY_PAUSE_S = 1.0
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+UPLOAD_EXCLUDES = [".git", "results", "bench-results", ".cache", ".whl", "tests", "docs"]
+
+
+class ReplicaLostError(LongQAError):
+    """The replica answering a request stopped (killed, out of memory) and no other could finish it."""
+
+
+def require_ray() -> None:
+    if serve is None:
+        raise ModelLoadError("--engine ray needs Ray Serve: pip install -r requirements-ray.txt")
+
+
+def replica_id() -> str:
+    """Which replica this is, as readouts name it: the Ray node's id (first 8 hex digits) and the process id."""
+    return f"{ray.get_runtime_context().get_node_id()[:8]}:{os.getpid()}"
+
+
+@dataclass
+class RemoteModel:
+    """What the page's side knows of the model the replicas hold: enough to preview requests (the tokenizer, the
+    settings) and show the load readout. The weights stay in the replicas."""
+
+    model_ref: str
+    profile: Profile
+    settings: engine.EngineSettings
+    tokenizer: object
+    readout: object  # the loader's LoadReadout, as one replica measured it
+    hardware: Hardware | None
+    replicas: int
+    batch_state: engine.BatchState | None = None
+    model = None  # no weights on this side
+
+    def unload(self) -> None:
+        """Nothing to free here: the next deployment replaces the replicas."""
+
+
+class AnswerReplica:
+    """One replica of the deployment: loads (model, profile) when it starts, then answers requests. Windows of
+    concurrent requests meet in `serve.batch` and share forward passes of up to `batch_requests` callers' batches.
+    A load that fails raises with the reason, which Ray Serve reports as the deployment's failure."""
+
+    def __init__(self, model_ref: str, profile: Profile, fallback_to_demo: bool, generation: int,
+                 batch_requests: int = DEFAULT_BATCH_REQUESTS):
+        self.replica = replica_id()
+        self.generation = generation
+        self.session = Session()
+        self.session.load(model_ref, profile, fallback_to_demo=fallback_to_demo)
+        self.batch_requests = batch_requests
+        self._tokenizers: queue.SimpleQueue = queue.SimpleQueue()  # a fast tokenizer serves one thread at a time
+        # Each request's engine runs in a thread of its own, waiting on forward passes, which run one at a time in
+        # one more thread: never in the requests' pool, or requests waiting for a pass could hold every thread.
+        self._requests = ThreadPoolExecutor(max_ongoing_requests(batch_requests), thread_name_prefix="request")
+        self._forward = ThreadPoolExecutor(1, thread_name_prefix="forward")
+        self._forward_many = serve.batch(max_batch_size=batch_requests,
+                                         batch_wait_timeout_s=BATCH_WAIT_S)(self._forward_merged)
+
+    def describe(self) -> dict:
+        loaded = self.session.loaded
+        return {"model_ref": loaded.model_ref, "profile": loaded.profile, "settings": loaded.settings,
+                "tokenizer": loaded.tokenizer, "readout": loaded.readout, "hardware": loaded.hardware,
+                "replica": self.replica, "generation": self.generation}
+
+    async def ask(self, request: dict) -> dict:
+        """The readout of one request (the embedded session's fields, plus `replica` and `generation`)."""
+        loop = asyncio.get_running_loop()
+        stop = threading.Event()
+        try:
+            return await loop.run_in_executor(self._requests, self._answer, request, loop, stop)
+        except asyncio.CancelledError:  # the caller cancelled: end the engine between batches
+            stop.set()
+            raise
+
+    async def training_step(self, window_tokens: int):
+        return await asyncio.get_running_loop().run_in_executor(self._forward, self.session.training_step,
+                                                                window_tokens)
+
+    def _answer(self, request: dict, loop, stop: threading.Event) -> dict:
+        loaded = self.session.loaded
+        settings = replace(loaded.settings, **{k: v for k, v in request["overrides"].items() if v is not None})
+        runner = SharedRunner(lambda batch: asyncio.run_coroutine_threadsafe(self._forward_many(batch),
+                                                                             loop).result(),
+                              loaded.runner.devices)
+        tokenizer = self._borrow_tokenizer()
+        try:
+            result = engine.answer(runner, tokenizer, request["documents"], request["question"], settings,
+                                   batch_state=loaded.batch_state, extract_s=request.get("extract_s", 0.0),
+                                   should_stop=stop)
+        finally:
+            self._tokenizers.put(tokenizer)
+        readout = self.session.readout(result)
+        readout["replica"] = self.replica
+        readout["generation"] = self.generation
+        return readout
+
+    def _borrow_tokenizer(self):
+        try:
+            return self._tokenizers.get_nowait()
+        except queue.Empty:
+            return copy.deepcopy(self.session.loaded.tokenizer)
+
+    async def _forward_merged(self, batches: list[dict]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """One forward pass over the batches of every request that arrived together."""
+        loaded = self.session.loaded
+        merged, rows = engine.stack_batches(batches, loaded.tokenizer.pad_token_id)
+        start, end = await asyncio.get_running_loop().run_in_executor(self._forward, loaded.runner,
+                                                                      merged)  # (sum of B, L) each
+        return engine.split_rows(start, end, rows)
+
+    def pid(self) -> int:
+        return os.getpid()
+
+
+class SharedRunner:
+    """A request's runner inside a replica: each batch goes to the replica's `serve.batch` queue, where it may join
+    other requests' batches in one forward pass."""
+
+    def __init__(self, submit: Callable[[dict], tuple[torch.Tensor, torch.Tensor]], devices):
+        self.submit = submit
+        self.devices = devices
+
+    def __call__(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.submit(batch)
+
+
+class RaySession(Session):
+    """A session whose model lives in the replicas of a Ray Serve deployment. Loading (re)deploys it: every replica
+    starts with the new (model, profile) and Ray Serve replaces the old ones, so a request is answered wholly by one
+    replica of one generation, never by a mix. Requests run side by side, up to `capacity`."""
+
+    def __init__(self, replicas: int = 1, address: str | None = None, batch_requests: int = DEFAULT_BATCH_REQUESTS,
+                 cpus_per_replica: float | None = None, hardware: Hardware | None = None):
+        require_ray()
+        if replicas < 1:
+            raise InputError("--replicas must be 1 or more.")
+        super().__init__(load_model=self._deploy)
+        self.replicas = replicas
+        self.batch_requests = max(1, batch_requests)
+        self.started_ray = not ray.is_initialized()
+        if self.started_ray:
+            # No address: a local Ray instance of our own, stopped on close; "auto" or host:port joins a cluster.
+            ray.init(address=address or "local", include_dashboard=False, log_to_driver=False,
+                     configure_logging=False, runtime_env=code_environment(address))
+        serve.start(proxy_location="Disabled")  # the page calls the replicas through handles; no HTTP proxy
+        self.resources = replica_resources(replicas, cpus_per_replica)
+        self.hardware = hardware or ray.get(ray.remote(**self.resources)(detect_hardware).remote())
+        self.handle = None
+        self._closed = False
+
+    @property
+    def capacity(self) -> int:
+        return self.replicas * self.batch_requests
+
+    def _deploy(self, model_ref: str, profile: Profile, *, on_progress=None, fallback_to_demo: bool = False,
+                hardware: Hardware | None = None) -> RemoteModel:
+        if on_progress is not None:
+            on_progress(0.1, f"Starting {self.replicas} replica(s) with {model_ref} and profile {profile.name}")
+        deployment = serve.deployment(
+            AnswerReplica, name=DEPLOYMENT_NAME, num_replicas=self.replicas, ray_actor_options=self.resources,
+            max_ongoing_requests=max_ongoing_requests(self.batch_requests))
+        app = deployment.bind(model_ref, profile, fallback_to_demo, self.generation + 1, self.batch_requests)
+        try:
+            self.handle = serve.run(app, name=APP_NAME, route_prefix=None)
+        except Exception as exc:  # Ray Serve reports a failed deployment as RuntimeError; the reason is in status
+            raise ModelLoadError(f"The replicas could not load {model_ref!r} with profile {profile.name!r}: "
+                                 f"{deployment_failure(exc)}") from None
+        info = self.handle.describe.remote().result()
+        if on_progress is not None:
+            on_progress(1.0, f"{self.replicas} replica(s) ready")
+        return RemoteModel(info["model_ref"], info["profile"], info["settings"], info["tokenizer"], info["readout"],
+                           info["hardware"], self.replicas, engine.BatchState(info["settings"].batch_size))
+
+    def ask(self, documents, question, **kwargs):
+        raise NotImplementedError("the replicas answer: use ask_readout")
+
+    def ask_readout(self, documents, question: str, *, extract_s: float = 0.0, should_stop=None,
+                    on_window_progress=None, on_progress=None, **overrides) -> dict:
+        """The readout of a request answered by one replica (with its `replica` id). A replica that dies with the
+        request is replaced by Ray Serve, and the request is sent again; ReplicaLostError after RETRIES."""
+        if self.loaded is None or self.handle is None:
+            raise ModelLoadError("No model is loaded.")
+        request = {"documents": documents, "question": question, "extract_s": extract_s, "overrides": overrides}
+        return self._call(lambda: self.handle.ask.remote(request), should_stop)
+
+    def training_step(self, window_tokens: int):
+        if self.loaded is None or self.handle is None:
+            raise ModelLoadError("No model is loaded.")
+        return self._call(lambda: self.handle.training_step.remote(window_tokens), None)
+
+    def _call(self, send, should_stop):
+        for attempt in range(RETRIES + 1):
+            try:
+                return wait_for(send(), should_stop)
+            except ray_errors.RayTaskError as exc:
+                cause = getattr(exc, "cause", None)
+                if isinstance(cause, LongQAError):
+                    raise cause from None
+                if is_replica_lost(cause):
+                    error = cause
+                else:
+                    raise
+            except Exception as exc:
+                if not is_replica_lost(exc):
+                    raise
+                error = exc
+            if attempt < RETRIES:
+                time.sleep(RETRY_PAUSE_S)
+        raise ReplicaLostError(f"The replica answering this request stopped ({type(error).__name__}) and no other "
+                               "could finish it. Please try again.")
+
+    def close(self) -> None:
+        """Remove the deployment; stop Ray where this session started it."""
+        if self._closed:
+            return
+        self._closed = True
+        self.loaded = None
+        try:
+            if self.started_ray:
+                serve.shutdown()
+                ray.shutdown()
+            else:
+                serve.delete(APP_NAME)
+        except Exception:  # noqa: BLE001 - shutting down: nothing left to tell anyone
+            pass
+
+    def replica_pids(self) -> set[int]:
+        """The processes of the replicas answering now (asked of the replicas themselves; tests and faults)."""
+        return {self.handle.pid.remote().result() for _ in range(4 * self.replicas)}
+
+
+def code_environment(address: str | None) -> dict:
+    """How the replicas find this project's code: on this machine, on their import path; on a cluster, uploaded
+    (Ray Serve's `working_dir`), since other nodes need not have a checkout."""
+    if address is None:
+        path = os.pathsep.join(p for p in (str(PROJECT_ROOT), os.environ.get("PYTHONPATH", "")) if p)
+        return {"env_vars": {"PYTHONPATH": path}}
+    return {"working_dir": str(PROJECT_ROOT), "excludes": UPLOAD_EXCLUDES}
+
+
+def max_ongoing_requests(batch_requests: int) -> int:
+    """Requests one replica takes at once: two forward passes' worth, so the next batch fills while one runs."""
+    return max(2, 2 * batch_requests)
+
+
+def replica_resources(replicas: int, cpus_per_replica: float | None) -> dict:
+    """Each replica's share of the cluster: one GPU where it has GPUs; otherwise CPU threads, the cluster's CPUs
+    split between the replicas unless `cpus_per_replica` says."""
+    resources = ray.cluster_resources()
+    if resources.get("GPU", 0) >= 1:
+        return {"num_gpus": 1, "num_cpus": cpus_per_replica or 1}
+    cpus = cpus_per_replica or max(1, math.floor(resources.get("CPU", 1) / replicas))
+    return {"num_cpus": cpus}
+
+
+def wait_for(response, should_stop):
+    """A handle call's result, cancelled (Cancelled) as soon as `should_stop` says the visitor stopped it."""
+    while True:
+        try:
+            return response.result(timeout_s=POLL_S)
+        except TimeoutError:
+            if should_stop is not None and should_stop():
+                response.cancel()
+                raise Cancelled("The request was cancelled.") from None
+
+
+def is_replica_lost(exc) -> bool:
+    """Whether the replica serving a call went away (killed, crashed, out of memory) rather than the call failing."""
+    lost = (ray_errors.RayActorError, ray_errors.ActorUnavailableError, ray_errors.WorkerCrashedError,
+            ray_errors.OutOfMemoryError, ray_errors.NodeDiedError)
+    return isinstance(exc, lost)
+
+
+def deployment_failure(exc: Exception) -> str:
+    """Why the deployment failed, in one line: the last line of a replica's traceback, as Ray Serve records it."""
+    try:
+        status = serve.status().applications[APP_NAME].deployments[DEPLOYMENT_NAME]
+        lines = [line.strip() for line in (status.message or "").splitlines() if line.strip()]
+    except Exception:  # noqa: BLE001 - no status: fall back on the exception itself
+        lines = []
+    reason = lines[-1] if lines else str(exc)
+    head, _, rest = reason.partition(": ")
+    return rest if rest and "." in head and " " not in head else reason  # "pkg.mod.ErrorName: text" -> "text"

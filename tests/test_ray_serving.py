@@ -1,0 +1,185 @@
+"""Ray Serve: the page's answers come from 2 CPU replicas of the demo model on a local Ray instance, loopback only.
+Twenty concurrent /ask calls equal to the same requests alone, both replicas answering; a replica killed mid-load
+loses no answer; a profile switch under load reaches every replica without mixing; a profile the replicas cannot
+load is reported on the page with its reason. Windows of concurrent requests share forward passes unchanged."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from dataclasses import replace
+
+import pytest
+import torch
+from gradio_client import Client
+
+import app
+from longqa.load_test import requests_for, run_alone, run_concurrent, run_load, summarize
+from longqa.ray_serving import RaySession, deployment_failure, replica_resources
+from longqa_core import engine
+from strategies.hardware import Gpu, detect_hardware
+
+# The page's machine claims a T4 the replicas do not have: the "bad profile on that node" of a real cluster,
+# whose head node (the page) has a GPU and whose workers do not.
+PAGE_HARDWARE = replace(detect_hardware(), gpus=(Gpu(0, "Tesla T4", 15_600_000_000, (7, 5)),), cuda_available=True)
+
+
+@pytest.fixture(scope="module")
+def served():
+    """The page over a RaySession of 2 replicas on a local Ray instance (the slow tests: a few minutes)."""
+    session = RaySession(replicas=2, hardware=PAGE_HARDWARE)
+    try:
+        ctx = app.make_context(session, models=["demo"], default_model="demo", default_profile="cpu")
+        app.ensure_loaded(ctx)
+        demo = app.build_blocks(ctx)
+        _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", quiet=True)
+        yield url, session
+        demo.close()
+    finally:
+        session.close()
+
+
+def pid_of(replica: str) -> int:
+    return int(replica.rsplit(":", 1)[1])
+
+
+@pytest.mark.slow
+def test_twenty_concurrent_asks_equal_the_same_requests_alone_and_both_replicas_answer(served):
+    url, _ = served
+    results = run_load(url, n_calls=20, timeout_s=300)
+    summary = summarize(results)
+    assert summary["completed"] == 20, summary["errors"]
+    assert summary["correct"] == 20, [(r.expected, r.answer) for r in results if r.answer != r.expected]
+    assert summary["same_as_alone"] == 20, [(r.alone, r.answer, r.span) for r in results]
+    assert summary["replicas_answering"] == 2, {r.replica for r in results}
+    assert all(r.readout["profile"] == "cpu" and r.readout["model"] == "demo" for r in results)
+
+
+@pytest.mark.slow
+def test_a_replica_killed_mid_load_loses_no_answer(served):
+    url, session = served
+    examples = requests_for(12, seed=11)
+    expected = {e.answer for e in examples}
+    replicas = {r.replica for r in run_alone(url, examples[:6], timeout_s=120) if r.ok}
+    assert replicas, "no replica answered"
+    victim = pid_of(sorted(replicas)[0])
+    results: list = []
+    worker = threading.Thread(target=lambda: results.extend(run_concurrent(url, examples, timeout_s=300)))
+    worker.start()
+    time.sleep(1.0)  # the calls are in flight
+    os.kill(victim, signal.SIGKILL)
+    worker.join(400)
+    summary = summarize(results)
+    assert summary["completed"] == 12, summary["errors"]
+    assert {r.answer for r in results} == expected
+    # Ray Serve restarts the replica: two answer again, the killed process not among them.
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        pids = session.replica_pids()
+        if len(pids) == 2 and victim not in pids:
+            break
+        time.sleep(2)
+    assert len(pids) == 2 and victim not in pids
+
+
+@pytest.mark.slow
+def test_a_profile_switch_under_load_reaches_every_replica_and_no_request_mixes(served):
+    url, session = served
+    examples = requests_for(8, seed=23)
+    results: list = []
+    worker = threading.Thread(target=lambda: results.extend(run_concurrent(url, examples, timeout_s=300)))
+    before = session.replica_pids()
+    worker.start()
+    time.sleep(0.5)
+    switch = Client(url, verbose=False).predict("baseline-fp32", "demo", api_name="/load_profile")
+    worker.join(400)
+    assert switch[-1]["profile"] == "baseline-fp32"  # the load readout
+    summary = summarize(results)
+    assert summary["completed"] == 8 and summary["correct"] == 8, summary["errors"]
+    generations = {}
+    for r in results:  # each request was answered wholly by one generation, whose profile it reports
+        generations.setdefault(r.readout["generation"], set()).add(r.readout["profile"])
+    assert all(len(profiles) == 1 for profiles in generations.values()), generations
+    after = run_alone(url, requests_for(4, seed=29), timeout_s=120)
+    assert all(r.ok and r.readout["profile"] == "baseline-fp32" for r in after)
+    assert not {pid_of(r.replica) for r in after} & before  # every replica was replaced
+    Client(url, verbose=False).predict("cpu", "demo", api_name="/load_profile")
+
+
+@pytest.mark.slow
+def test_a_profile_the_replicas_cannot_load_is_reported_with_its_reason_and_the_old_one_keeps_answering(served):
+    url, session = served
+    client = Client(url, verbose=False)
+    with pytest.raises(Exception, match="replicas could not load 'demo' with profile 't4-16gb'.*needs a CUDA GPU"):
+        client.predict("t4-16gb", "demo", api_name="/load_profile")
+    results = run_alone(url, requests_for(2, seed=31), timeout_s=120)
+    assert all(r.ok and r.answer == r.expected and r.readout["profile"] == "cpu" for r in results)
+
+
+def test_windows_of_several_requests_share_a_forward_pass_and_each_gets_its_own_logits():
+    batches = [{"input_ids": torch.tensor([[0, 5, 6, 2]]), "attention_mask": torch.ones(1, 4, dtype=torch.long),
+                "global_attention_mask": torch.tensor([[1, 1, 0, 0]])},
+               {"input_ids": torch.tensor([[0, 7, 2], [0, 8, 2]]), "attention_mask": torch.ones(2, 3, dtype=torch.long),
+                "global_attention_mask": torch.tensor([[1, 0, 0], [1, 0, 0]])}]
+    merged, rows = engine.stack_batches(batches, pad_token_id=1)
+    assert rows == [1, 2] and merged["input_ids"].shape == (3, 4)
+    assert merged["input_ids"][1].tolist() == [0, 7, 2, 1] and merged["attention_mask"][1].tolist() == [1, 1, 1, 0]
+    assert merged["global_attention_mask"][2].tolist() == [1, 0, 0, 0]
+    start = torch.arange(12.0).reshape(3, 4)
+    parts = engine.split_rows(start, -start, rows)
+    assert [p[0].shape for p in parts] == [(1, 4), (2, 4)] and parts[1][0][1].tolist() == [8.0, 9.0, 10.0, 11.0]
+
+
+def test_merged_forward_passes_give_each_request_the_logits_it_gets_alone(tiny_model_dir):
+    """Padding a window to another request's length changes none of its own logits (masked tokens)."""
+    from transformers import AutoTokenizer, LongformerForQuestionAnswering
+
+    model = LongformerForQuestionAnswering.from_pretrained(tiny_model_dir).eval()
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    runner = engine.ModelRunner(model)
+    short = tokenizer(["Who?"], ["Ann went home."], return_tensors="pt")
+    long = tokenizer(["What?"], ["A much longer context that takes many more tokens than the other one."],
+                     return_tensors="pt")
+    batches = []
+    for enc in (short, long):
+        batch = {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"],
+                 "global_attention_mask": torch.zeros_like(enc["input_ids"])}
+        batch["global_attention_mask"][:, 0] = 1
+        batches.append(batch)
+    alone = [runner(b) for b in batches]
+    merged, rows = engine.stack_batches(batches, tokenizer.pad_token_id)
+    together = engine.split_rows(*runner(merged), rows)
+    for (s_alone, e_alone), (s_together, e_together), batch in zip(alone, together, batches):
+        n = batch["input_ids"].shape[1]
+        torch.testing.assert_close(s_together[:, :n], s_alone[:, :n], atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(e_together[:, :n], e_alone[:, :n], atol=1e-4, rtol=1e-4)
+
+
+def test_resources_one_gpu_each_where_there_are_gpus_else_the_cpus_split(monkeypatch):
+    import ray
+
+    monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 16.0, "GPU": 4.0})
+    assert replica_resources(2, None) == {"num_gpus": 1, "num_cpus": 1}
+    monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 2.0})
+    assert replica_resources(2, None) == {"num_cpus": 1}
+    assert replica_resources(1, None) == {"num_cpus": 2}
+    assert replica_resources(2, 0.5) == {"num_cpus": 0.5}
+
+
+def test_a_failed_deployment_is_told_by_the_last_line_of_the_replicas_traceback(monkeypatch):
+    from ray import serve
+
+    class Status:
+        message = ('Traceback (most recent call last):\n  File "x.py", line 1\n'
+                   "longqa_core.errors.ProfileError: Profile 't4-16gb' cannot run on this machine: needs a CUDA GPU.\n")
+
+    class App:
+        deployments = {"AnswerReplica": Status()}
+
+    monkeypatch.setattr(serve, "status", lambda: type("S", (), {"applications": {"longqa": App()}})())
+    assert deployment_failure(RuntimeError("Failed")) == ("Profile 't4-16gb' cannot run on this machine: "
+                                                         "needs a CUDA GPU.")
+    monkeypatch.setattr(serve, "status", lambda: (_ for _ in ()).throw(RuntimeError("no controller")))
+    assert deployment_failure(RuntimeError("Deploying failed")) == "Deploying failed"
