@@ -146,6 +146,21 @@ def assert_plots_match_history(page, runs: int) -> None:
     assert drawn_runs(page) == expected, "a plot changed after it matched the history"
 
 
+def assert_dropdowns_show_loaded(page, ctx) -> None:
+    """The pickers name what is loaded now: the profile chosen (as the registry labels it here) and the model
+    that loaded."""
+    profiles = {value: label for label, value in app.profile_choices(
+        ctx.hardware, ctx.session.auto_profile(ctx.session.model_ref))}
+    models = {value: label for label, value in app.model_choices(ctx)}
+    wanted = (profiles[ctx.selection["profile"]], models[ctx.session.model_ref])
+    try:
+        wait_until(lambda: (page.get_by_label("Hardware profile", exact=True).input_value(),
+                            page.get_by_label("Model", exact=True).input_value()) == wanted)
+    except AssertionError:
+        raise AssertionError(f"the dropdowns show {page.get_by_label('Hardware profile', exact=True).input_value()!r}"
+                             f" and {page.get_by_label('Model', exact=True).input_value()!r}, loaded: {wanted}") from None
+
+
 def test_upload_ask_highlight_readouts_switch_profile_and_plots(page, served, long_document, tmp_path):
     ctx, _ = served
     path, example = long_document
@@ -158,6 +173,7 @@ def test_upload_ask_highlight_readouts_switch_profile_and_plots(page, served, lo
     wait_until(lambda: "laced_report.txt" in grid_text(page, "Documents read"))
     answer = ask(page, example.question)
     assert_plots_match_history(page, 1)
+    assert_dropdowns_show_loaded(page, ctx)
     assert page.evaluate(AXIS_TITLES) == {  # drawn whole: a chart laid out for no data cuts its axis titles
         "Peak memory by run": ["peak memory (MB, GPU else host RSS)", "run"],
         "Latency by run": [ui_format.PLOT_LATENCY, "run"]}
@@ -191,6 +207,7 @@ def test_upload_ask_highlight_readouts_switch_profile_and_plots(page, served, lo
     ask(page, example.question + " ")  # a second run, on the other profile
     assert_plots_match_history(page, 2)
     assert history_runs(page) == ["01 cpu", "02 baseline-fp32"]
+    assert_dropdowns_show_loaded(page, ctx)
 
     if HAS_DEMO:  # the bundled demo model answering a bundled example
         choose(page, "Model", next(label for label, value in app.model_choices(ctx) if value == "demo"))
@@ -204,6 +221,7 @@ def test_upload_ask_highlight_readouts_switch_profile_and_plots(page, served, lo
     if HAS_DEMO:
         assert "Running on the bundled demo model" not in page.content()
     assert_plots_match_history(page, 3)
+    assert_dropdowns_show_loaded(page, ctx)
     for close in page.locator("[data-testid=toast-close]").all():
         close.click()
     shot = tmp_path / "page.png"  # scripts/refresh_screenshot.py writes docs/screenshot.png, on demand
