@@ -728,9 +728,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", "7860")))
     parser.add_argument("--share", action="store_true", help="also serve through a PUBLIC Gradio share link")
     parser.add_argument("--max-file-mb", type=float, default=DEFAULT_MAX_FILE_MB, help="upload size limit per file")
-    parser.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOTAL_TOKENS,
+    parser.add_argument("--max-tokens", type=positive_int, default=DEFAULT_MAX_TOTAL_TOKENS,
                         help="refuse requests whose documents have more tokens than this")
-    parser.add_argument("--queue-size", type=int, default=DEFAULT_QUEUE_SIZE,
+    parser.add_argument("--queue-size", type=positive_int, default=DEFAULT_QUEUE_SIZE,
                         help="requests that may wait; more are refused with 'queue is full'")
     parser.add_argument("--max-request-s", type=float, default=default_max_request_s(),
                         help="refuse a request predicted (from this deployment's measured tokens per second) to take "

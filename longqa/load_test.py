@@ -30,6 +30,7 @@ from pathlib import Path
 from gradio_client import Client
 
 from longqa import demo_task
+from longqa.arguments import positive_int
 
 MAX_CALLS = 64  # the load stays bounded whatever --calls says
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
@@ -199,7 +200,7 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     app_args = argv[argv.index("--") + 1:] if "--" in argv else []
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--calls", type=int, default=20, help=f"concurrent calls (at most {MAX_CALLS})")
+    parser.add_argument("--calls", type=positive_int, default=20, help=f"concurrent calls (at most {MAX_CALLS})")
     parser.add_argument("--url", help="a server already running on this machine (default: start app.py)")
     parser.add_argument("--model", default="demo")
     parser.add_argument("--profile", default="cpu")
