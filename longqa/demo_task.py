@@ -7,11 +7,8 @@ use it). It is not a model and does no tokenization: callers decide how text bec
 from __future__ import annotations
 
 import hashlib
-import importlib
-import inspect
 import random
 import re
-import warnings
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -19,27 +16,13 @@ from pathlib import Path
 from longqa.fact import Fact
 
 NOUNS_PATH = Path(__file__).parent / "data" / "nouns.txt"
+PROSE_PATH = Path(__file__).parent / "data" / "prose.txt"
 
 # Syllable pieces for made-up names; combined at random they give millions of distinct words.
 _ONSETS = ["b", "br", "c", "ch", "d", "dr", "f", "fl", "g", "gr", "h", "j", "k", "kl", "l", "m", "n", "p", "pr",
            "qu", "r", "s", "sh", "st", "t", "th", "tr", "v", "w", "z", "zh", ""]
 _VOWELS = ["a", "e", "i", "o", "u", "ae", "ai", "ea", "ei", "ia", "io", "ou", "y"]
 _CODAS = ["", "", "", "n", "r", "l", "s", "th", "m", "x", "nd", "rk", "st", "v"]
-
-# Stdlib modules whose docstrings give varied real English prose on any Python install.
-_PROSE_MODULES = [
-    "abc", "argparse", "ast", "asyncio", "base64", "bisect", "calendar", "cmd", "codecs", "collections",
-    "concurrent.futures", "configparser", "contextlib", "copy", "csv", "dataclasses", "datetime", "decimal",
-    "difflib", "email", "email.message", "enum", "fractions", "ftplib", "functools", "gettext", "glob", "gzip",
-    "hashlib", "heapq", "hmac", "html.parser", "http.client", "http.cookiejar", "http.server", "imaplib",
-    "inspect", "io", "ipaddress", "itertools", "json", "logging", "logging.handlers", "lzma", "mailbox",
-    "mimetypes", "multiprocessing", "numbers", "operator", "optparse", "os", "pathlib", "pickle", "pickletools",
-    "poplib", "pprint", "pydoc", "queue", "random", "re", "reprlib", "sched", "secrets", "selectors", "shelve",
-    "shlex", "shutil", "smtplib", "socket", "socketserver", "sqlite3", "ssl", "statistics", "string", "struct",
-    "subprocess", "sysconfig", "tarfile", "tempfile", "textwrap", "threading", "timeit", "tokenize", "trace",
-    "traceback", "typing", "unittest", "unittest.mock", "urllib.parse", "urllib.request", "uuid", "warnings",
-    "wave", "weakref", "xml.dom.minidom", "xml.etree.ElementTree", "zipfile", "zoneinfo",
-]
 
 _SENTENCE_RE = re.compile(r"(?<=[.!?])\s+(?=[A-Z])")
 
@@ -98,38 +81,13 @@ def _is_prose(sentence: str) -> bool:
     return letters / len(sentence) > 0.85 and ">>>" not in sentence and "::" not in sentence
 
 
-def _docstrings(module) -> list[str]:
-    docs = [inspect.getdoc(module) or ""]
-    for _, member in inspect.getmembers(module):
-        if getattr(member, "__module__", None) == module.__name__ or inspect.ismodule(member):
-            if inspect.isclass(member) or inspect.isfunction(member):
-                docs.append(inspect.getdoc(member) or "")
-                if inspect.isclass(member):
-                    docs.extend(inspect.getdoc(m) or "" for _, m in inspect.getmembers(member, inspect.isfunction))
-    return docs
-
-
 @lru_cache(maxsize=1)
 def prose_sentences() -> tuple[str, ...]:
-    """Real English sentences from the Python standard library's docstrings, in a fixed order."""
-    seen: dict[str, None] = {}
-    for name in _PROSE_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except Exception:  # a module missing from a trimmed Python install is simply skipped
-            continue
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            docs = _docstrings(module)
-        for doc in docs:
-            for paragraph in re.split(r"\n\s*\n", doc):
-                if paragraph.startswith((" ", "\t")):
-                    continue
-                flat = " ".join(paragraph.split())
-                for sentence in _SENTENCE_RE.split(flat):
-                    if _is_prose(sentence):
-                        seen.setdefault(sentence, None)
-    return tuple(seen)
+    """Real English sentences from the Python standard library's docstrings, in a fixed order: read from
+    data/prose.txt, frozen by scripts/freeze_prose.py. Not extracted at run time: which members a module has
+    depends on the Python version and on what was imported before (some packages replace standard-library
+    functions), and every seeded document must read the same in every process and on every Python."""
+    return tuple(PROSE_PATH.read_text(encoding="utf-8").splitlines())
 
 
 def license_sentences(folder: str = "/usr/share/common-licenses") -> tuple[str, ...]:

@@ -24,13 +24,6 @@ from typing import Callable
 
 import torch
 
-try:  # optional: requirements-ray.txt; only `--engine ray` needs it
-    import ray
-    from ray import exceptions as ray_errors
-    from ray import serve
-except ImportError:
-    ray = ray_errors = serve = None
-
 from longqa.session import Session
 from longqa_core import engine
 from longqa_core.errors import Cancelled, InputError, LongQAError, ModelLoadError
@@ -52,13 +45,21 @@ class ReplicaLostError(LongQAError):
     """The replica answering a request stopped (killed, out of memory) and no other could finish it."""
 
 
-def require_ray() -> None:
-    if serve is None:
-        raise ModelLoadError("--engine ray needs Ray Serve: pip install -r requirements-ray.txt")
+def ray_modules():
+    """(ray, ray.serve, ray.exceptions), imported on first use; ModelLoadError saying what to install when absent."""
+    try:
+        # Deferred: Ray is optional (requirements-ray.txt) and heavy (about a second to import); only
+        # `--engine ray` needs it.
+        import ray
+        from ray import exceptions, serve  # deferred with it
+    except ImportError:
+        raise ModelLoadError("--engine ray needs Ray Serve: pip install -r requirements-ray.txt") from None
+    return ray, serve, exceptions
 
 
 def replica_id() -> str:
     """Which replica this is, as readouts name it: the Ray node's id (first 8 hex digits) and the process id."""
+    ray, _, _ = ray_modules()
     return f"{ray.get_runtime_context().get_node_id()[:8]}:{os.getpid()}"
 
 
@@ -93,6 +94,7 @@ class AnswerReplica:
         self.session = Session()
         self.session.load(model_ref, profile, fallback_to_demo=fallback_to_demo)
         self.batch_requests = batch_requests
+        _, serve, _ = ray_modules()
         self._tokenizers: queue.SimpleQueue = queue.SimpleQueue()  # a fast tokenizer serves one thread at a time
         # Each request's engine runs in a thread of its own, waiting on forward passes, which run one at a time in
         # one more thread: never in the requests' pool, or requests waiting for a pass could hold every thread.
@@ -176,7 +178,7 @@ class RaySession(Session):
 
     def __init__(self, replicas: int = 1, address: str | None = None, batch_requests: int = DEFAULT_BATCH_REQUESTS,
                  cpus_per_replica: float | None = None, hardware: Hardware | None = None):
-        require_ray()
+        ray, serve, _ = ray_modules()
         if replicas < 1:
             raise InputError("--replicas must be 1 or more.")
         super().__init__(load_model=self._deploy)
@@ -199,6 +201,7 @@ class RaySession(Session):
 
     def _deploy(self, model_ref: str, profile: Profile, *, on_progress=None, fallback_to_demo: bool = False,
                 hardware: Hardware | None = None) -> RemoteModel:
+        _, serve, _ = ray_modules()
         if on_progress is not None:
             on_progress(0.1, f"Starting {self.replicas} replica(s) with {model_ref} and profile {profile.name}")
         deployment = serve.deployment(
@@ -234,6 +237,7 @@ class RaySession(Session):
         return self._call(lambda: self.handle.training_step.remote(window_tokens), None)
 
     def _call(self, send, should_stop):
+        _, _, ray_errors = ray_modules()
         for attempt in range(RETRIES + 1):
             try:
                 return wait_for(send(), should_stop)
@@ -260,6 +264,7 @@ class RaySession(Session):
             return
         self._closed = True
         self.loaded = None
+        ray, serve, _ = ray_modules()
         try:
             if self.started_ray:
                 serve.shutdown()
@@ -291,6 +296,7 @@ def max_ongoing_requests(batch_requests: int) -> int:
 def replica_resources(replicas: int, cpus_per_replica: float | None) -> dict:
     """Each replica's share of the cluster: one GPU where it has GPUs; otherwise CPU threads, the cluster's CPUs
     split between the replicas unless `cpus_per_replica` says."""
+    ray, _, _ = ray_modules()
     resources = ray.cluster_resources()
     if resources.get("GPU", 0) >= 1:
         return {"num_gpus": 1, "num_cpus": cpus_per_replica or 1}
@@ -311,6 +317,7 @@ def wait_for(response, should_stop):
 
 def is_replica_lost(exc) -> bool:
     """Whether the replica serving a call went away (killed, crashed, out of memory) rather than the call failing."""
+    _, _, ray_errors = ray_modules()
     lost = (ray_errors.RayActorError, ray_errors.ActorUnavailableError, ray_errors.WorkerCrashedError,
             ray_errors.OutOfMemoryError, ray_errors.NodeDiedError)
     return isinstance(exc, lost)
@@ -318,6 +325,7 @@ def is_replica_lost(exc) -> bool:
 
 def deployment_failure(exc: Exception) -> str:
     """Why the deployment failed, in one line: the last line of a replica's traceback, as Ray Serve records it."""
+    _, serve, _ = ray_modules()
     try:
         status = serve.status().applications[APP_NAME].deployments[DEPLOYMENT_NAME]
         lines = [line.strip() for line in (status.message or "").splitlines() if line.strip()]
