@@ -2,6 +2,7 @@
 
 Usage: python scripts/train_demo_model.py [--steps 12000] [--minutes 100] [--run-dir results/demo-model-training]
        python scripts/train_demo_model.py --resume [--minutes 100]     # go on where the last sitting stopped
+       python scripts/train_demo_model.py --resume --more-steps 6000   # a finished run, trained further
 Builds a byte-level BPE tokenizer, then trains on short generated contexts of the classic and the broad task
 (`longqa.demo_task`), with windows that do not hold the fact (target `<s>`), and the fused-attention swap, which
 computes the same function as the eager attention the saved model runs with. A checkpoint is written every
@@ -182,9 +183,11 @@ def forward(model, batch):
 
 
 def learning_rate(step: int, args) -> float:
-    """Linear warm-up, then cosine down to a tenth over `args.steps` (by step, so a resumed run continues it)."""
-    progress = min(1.0, step / max(args.steps, 1))
-    return args.lr * min(1.0, (step + 1) / args.warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+    """Linear warm-up, then cosine down to a tenth, from `args.schedule_from` (0, or where --more-steps began) to
+    `args.steps`; by step, so a resumed run continues it."""
+    done = step - args.schedule_from
+    progress = min(1.0, done / max(args.steps - args.schedule_from, 1))
+    return args.lr * min(1.0, (done + 1) / args.warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
 def validation_sets(tokenizer, batches: int = 4, size: int = 64) -> dict[str, list[dict]]:
@@ -228,6 +231,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="where the finished model is saved (default RUN_DIR/model)")
     parser.add_argument("--resume", action="store_true", help="go on from RUN_DIR/checkpoint.pt")
     parser.add_argument("--steps", type=int, default=12000, help="total optimizer steps of the whole run")
+    parser.add_argument("--more-steps", type=int, default=0,
+                        help="with --resume: lengthen the run by this many steps (the learning rate warms up again "
+                             "from the schedule's end and decays over the new steps)")
     parser.add_argument("--minutes", type=float, help="stop this sitting after so many minutes (checkpoint kept)")
     parser.add_argument("--sitting-steps", type=int, help="stop this sitting after so many steps (checkpoint kept)")
     parser.add_argument("--validate-every", type=int, default=250)
@@ -241,20 +247,26 @@ def main() -> None:
     parser.add_argument("--vocab", type=int, default=8000)
     parser.add_argument("--tokenizer-facts", type=int, default=40000, help="facts in the tokenizer's corpus")
     parser.add_argument("--batch", type=int, default=32)
-    parser.add_argument("--lr", type=float, default=5e-4)
+    parser.add_argument("--lr", type=float, help="peak learning rate (default 5e-4; with --more-steps, the new peak)")
     parser.add_argument("--warmup", type=int, default=300)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
+    args.schedule_from = 0
     torch.set_num_threads(args.threads)
     run_dir, out = args.run_dir, args.out or args.run_dir / "model"
     checkpoint_path = run_dir / "checkpoint.pt"
     tokenizer_dir = run_dir / "tokenizer"
     if args.resume:
         checkpoint = torch.load(checkpoint_path, weights_only=False)
+        lr_given = args.lr
         kept = ("hidden", "layers", "heads", "ffn", "window", "vocab", "steps", "lr", "warmup", "batch")
         for name in kept:  # the model's shape and the schedule are the run's; only the sitting's limits change
             setattr(args, name, checkpoint["args"][name])
+        args.schedule_from = checkpoint["args"].get("schedule_from", 0)
+        if args.more_steps:  # a new warm-up and decay over the added steps, at --lr if given
+            args.schedule_from, args.steps = checkpoint["step"], checkpoint["step"] + args.more_steps
+            args.lr = lr_given or args.lr
         tokenizer = PreTrainedTokenizerFast.from_pretrained(tokenizer_dir)
     else:
         if checkpoint_path.exists():
@@ -262,6 +274,7 @@ def main() -> None:
         run_dir.mkdir(parents=True, exist_ok=True)
         tokenizer = build_tokenizer(tokenizer_dir, args.vocab, n_facts=args.tokenizer_facts)
         checkpoint = None
+        args.lr = args.lr or 5e-4
     torch.manual_seed(args.seed)
     rng = random.Random(args.seed)
     model = build_model(len(tokenizer), args)

@@ -47,3 +47,16 @@ def test_a_fresh_run_refuses_to_overwrite_a_checkpoint(tmp_path):
     done = subprocess.run([sys.executable, str(SCRIPT), "--run-dir", str(tmp_path / "run"), *TINY],
                           capture_output=True, text=True, timeout=600)
     assert done.returncode != 0 and "--resume" in (done.stderr + done.stdout)
+
+
+@pytest.mark.slow
+def test_a_finished_run_trains_further_with_more_steps_and_a_new_schedule(tmp_path):
+    train(tmp_path / "run")
+    before = load_file(tmp_path / "run" / "model" / "model.safetensors")
+    more = train(tmp_path / "run", "--resume", "--more-steps", "2", "--lr", "1e-3")
+    assert "resumed at step 4 of 6" in more and "finished: 6 steps" in more
+    after = load_file(tmp_path / "run" / "model" / "model.safetensors")
+    assert any(not torch.equal(before[name], after[name]) for name in before)
+    log = [json.loads(line) for line in (tmp_path / "run" / "validation.jsonl").read_text().splitlines()]
+    assert [entry["step"] for entry in log] == [2, 4, 6]
+    assert log[-1]["lr"] > log[1]["lr"]  # warmed up again at the new peak, not left at the end of the old decay
