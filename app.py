@@ -607,9 +607,11 @@ def build_answer_panel(ctx: AppContext, question: dict[str, Block], seen: gr.Sta
                "evidence": evidence_box, "latency": latency_table, "memory": memory_table, "run": run_table,
                **history, "seen": seen,
                "readout": readout_json}  # last: API clients take the readout as `*_, readout = predict(...)`
-    request = dict(concurrency_id=REQUEST_CONCURRENCY, show_progress_on=[answer_box])
+    # Every event of the requests group names the same limit: gradio lowers a group to its smallest one.
+    request = dict(concurrency_id=REQUEST_CONCURRENCY, concurrency_limit=request_workers(ctx),
+                   show_progress_on=[answer_box])
     asking = listen(question["ask"].click, bind(ask, ctx), inputs=inputs, outputs=outputs, api_name="ask",
-                    concurrency_limit=max(REQUEST_WORKERS, ctx.lane.capacity), **request)
+                    **request)
     submitting = listen(question["question"].submit, bind(ask, ctx), inputs=inputs, outputs=outputs,
                         api_visibility="private", **request)
     question["stop"].click(None, cancels=[asking, submitting])
@@ -647,7 +649,12 @@ def build_training_panel(ctx: AppContext) -> None:
         training_text = gr.Markdown()
     listen(train_btn.click, bind(run_training_step, ctx), inputs=window_slider,
            outputs={"table": training_table, "summary": training_text}, concurrency_id=REQUEST_CONCURRENCY,
-           api_name="training_step")
+           concurrency_limit=request_workers(ctx), api_name="training_step")
+
+
+def request_workers(ctx: AppContext) -> int:
+    """Requests read and checked side by side: at least as many as the model lane lets answer at once."""
+    return max(REQUEST_WORKERS, ctx.lane.capacity)
 
 
 def build_reference_panel(ctx: AppContext) -> None:

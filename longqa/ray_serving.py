@@ -150,10 +150,24 @@ class AnswerReplica:
     async def _forward_merged(self, batches: list[dict]) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """One forward pass over the batches of every request that arrived together."""
         loaded = self.session.loaded
+        loop = asyncio.get_running_loop()
         merged, rows = engine.stack_batches(batches, loaded.tokenizer.pad_token_id)
-        start, end = await asyncio.get_running_loop().run_in_executor(self._forward, loaded.runner,
-                                                                      merged)  # (sum of B, L) each
+        try:
+            start, end = await loop.run_in_executor(self._forward, loaded.runner, merged)  # (sum of B, L) each
+        except Exception as exc:
+            if len(batches) == 1 or not engine.is_out_of_memory(exc):
+                raise
+            del exc
+            # Together they did not fit: each alone, each caller getting its own result or its own error (its
+            # engine then halves its batch or says out of memory, as without batching).
+            return [await self._forward_alone(loop, batch) for batch in batches]
         return engine.split_rows(start, end, rows)
+
+    async def _forward_alone(self, loop, batch: dict):
+        try:
+            return await loop.run_in_executor(self._forward, self.session.loaded.runner, batch)
+        except Exception as exc:  # handed to its caller, who raises it
+            return exc
 
     def pid(self) -> int:
         return os.getpid()
@@ -168,7 +182,10 @@ class SharedRunner:
         self.devices = devices
 
     def __call__(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.submit(batch)
+        result = self.submit(batch)
+        if isinstance(result, BaseException):
+            raise result
+        return result
 
 
 class RaySession(Session):
@@ -184,15 +201,19 @@ class RaySession(Session):
         super().__init__(load_model=self._deploy)
         self.replicas = replicas
         self.batch_requests = max(1, batch_requests)
-        self.started_ray = not ray.is_initialized()
-        if self.started_ray:
-            # No address: a local Ray instance of our own, stopped on close; "auto" or host:port joins a cluster.
+        # No address: a local Ray instance of our own, on loopback, stopped on close (with Serve). "auto" or
+        # HOST:PORT joins a cluster, where closing removes only this app: other Serve apps there stay.
+        self.started_ray = address is None and not ray.is_initialized()
+        if not ray.is_initialized():
+            local = {"_node_ip_address": "127.0.0.1"} if address is None else {}
             ray.init(address=address or "local", include_dashboard=False, log_to_driver=False,
-                     configure_logging=False, runtime_env=code_environment(address))
+                     configure_logging=False, runtime_env=code_environment(address), **local)
         serve.start(proxy_location="Disabled")  # the page calls the replicas through handles; no HTTP proxy
         self.resources = replica_resources(replicas, cpus_per_replica)
         self.hardware = hardware or ray.get(ray.remote(**self.resources)(detect_hardware).remote())
+        check_room(self.resources, replicas)
         self.handle = None
+        self.deployments = 0  # counts deployments, restored ones included: each answer names its own
         self._closed = False
 
     @property
@@ -207,7 +228,8 @@ class RaySession(Session):
         deployment = serve.deployment(
             AnswerReplica, name=DEPLOYMENT_NAME, num_replicas=self.replicas, ray_actor_options=self.resources,
             max_ongoing_requests=max_ongoing_requests(self.batch_requests))
-        app = deployment.bind(model_ref, profile, fallback_to_demo, self.generation + 1, self.batch_requests)
+        self.deployments += 1
+        app = deployment.bind(model_ref, profile, fallback_to_demo, self.deployments, self.batch_requests)
         try:
             self.handle = serve.run(app, name=APP_NAME, route_prefix=None)
         except Exception as exc:  # Ray Serve reports a failed deployment as RuntimeError; the reason is in status
@@ -253,6 +275,10 @@ class RaySession(Session):
                 if not is_replica_lost(exc):
                     raise
                 error = exc
+            if is_out_of_memory_kill(error):
+                raise ReplicaLostError("The replica answering this request ran out of memory and was restarted. "
+                                       "Try again with fewer or shorter documents, or a profile that needs less "
+                                       "memory.") from None
             if attempt < RETRIES:
                 time.sleep(RETRY_PAUSE_S)
         raise ReplicaLostError(f"The replica answering this request stopped ({type(error).__name__}) and no other "
@@ -293,6 +319,18 @@ def max_ongoing_requests(batch_requests: int) -> int:
     return max(2, 2 * batch_requests)
 
 
+def check_room(resources: dict, replicas: int) -> None:
+    """ModelLoadError at once when the cluster cannot hold the replicas (Ray Serve would wait for them forever)."""
+    ray, _, _ = ray_modules()
+    total = ray.cluster_resources()
+    for key, name in (("num_gpus", "GPU"), ("num_cpus", "CPU")):
+        need = resources.get(key, 0) * replicas
+        if need > total.get(name, 0) + 1e-9:
+            raise ModelLoadError(f"{replicas} replicas need {need:g} {name}s, and the Ray cluster has "
+                                 f"{total.get(name, 0):g}: ask for fewer --replicas"
+                                 f"{' or --ray-cpus-per-replica' if name == 'CPU' else ''}.")
+
+
 def replica_resources(replicas: int, cpus_per_replica: float | None) -> dict:
     """Each replica's share of the cluster: one GPU where it has GPUs; otherwise CPU threads, the cluster's CPUs
     split between the replicas unless `cpus_per_replica` says."""
@@ -301,6 +339,8 @@ def replica_resources(replicas: int, cpus_per_replica: float | None) -> dict:
     if resources.get("GPU", 0) >= 1:
         return {"num_gpus": 1, "num_cpus": cpus_per_replica or 1}
     cpus = cpus_per_replica or max(1, math.floor(resources.get("CPU", 1) / replicas))
+    if cpus_per_replica is None and cpus * replicas > resources.get("CPU", 1):
+        cpus = resources.get("CPU", 1) / replicas  # more replicas than CPUs: each a share of one
     return {"num_cpus": cpus}
 
 
@@ -321,6 +361,12 @@ def is_replica_lost(exc) -> bool:
     lost = (ray_errors.RayActorError, ray_errors.ActorUnavailableError, ray_errors.WorkerCrashedError,
             ray_errors.OutOfMemoryError, ray_errors.NodeDiedError)
     return isinstance(exc, lost)
+
+
+def is_out_of_memory_kill(exc) -> bool:
+    """Whether Ray's memory monitor killed the replica: sent again, the same request would kill the next one."""
+    _, _, ray_errors = ray_modules()
+    return isinstance(exc, ray_errors.OutOfMemoryError)
 
 
 def deployment_failure(exc: Exception) -> str:

@@ -17,8 +17,9 @@ from gradio_client import Client
 
 import app
 from longqa.load_test import requests_for, run_alone, run_concurrent, run_load, summarize
-from longqa.ray_serving import RaySession, deployment_failure, replica_resources
+from longqa.ray_serving import RaySession, check_room, deployment_failure, replica_resources
 from longqa_core import engine
+from longqa_core.errors import ModelLoadError
 from strategies.hardware import Gpu, detect_hardware
 
 # The page's machine claims a T4 the replicas do not have: the "bad profile on that node" of a real cluster,
@@ -166,6 +167,13 @@ def test_resources_one_gpu_each_where_there_are_gpus_else_the_cpus_split(monkeyp
     assert replica_resources(2, None) == {"num_cpus": 1}
     assert replica_resources(1, None) == {"num_cpus": 2}
     assert replica_resources(2, 0.5) == {"num_cpus": 0.5}
+    assert replica_resources(3, None) == {"num_cpus": 2 / 3}  # more replicas than CPUs: a share each
+    check_room({"num_cpus": 1}, 2)
+    with pytest.raises(ModelLoadError, match="3 replicas need 3 CPUs, and the Ray cluster has 2"):
+        check_room({"num_cpus": 1}, 3)
+    monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 16.0, "GPU": 1.0})
+    with pytest.raises(ModelLoadError, match="2 replicas need 2 GPUs, and the Ray cluster has 1"):
+        check_room({"num_gpus": 1, "num_cpus": 1}, 2)
 
 
 def test_a_failed_deployment_is_told_by_the_last_line_of_the_replicas_traceback(monkeypatch):
