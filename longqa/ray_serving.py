@@ -18,13 +18,13 @@ import queue
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import torch
 
-from longqa.session import Session
+from longqa.session import Session, with_overrides
 from longqa_core import engine
 from longqa_core.errors import Cancelled, InputError, LongQAError, ModelLoadError
 from strategies.hardware import Hardware, detect_hardware
@@ -74,7 +74,6 @@ class RemoteModel:
     tokenizer: object
     readout: object  # the loader's LoadReadout, as one replica measured it
     hardware: Hardware | None
-    replicas: int
     batch_state: engine.BatchState | None = None
     model = None  # no weights on this side
 
@@ -93,7 +92,6 @@ class AnswerReplica:
         self.generation = generation
         self.session = Session()
         self.session.load(model_ref, profile, fallback_to_demo=fallback_to_demo)
-        self.batch_requests = batch_requests
         _, serve, _ = ray_modules()
         self._tokenizers: queue.SimpleQueue = queue.SimpleQueue()  # a fast tokenizer serves one thread at a time
         # Each request's engine runs in a thread of its own, waiting on forward passes, which run one at a time in
@@ -125,7 +123,7 @@ class AnswerReplica:
 
     def _answer(self, request: dict, loop, stop: threading.Event) -> dict:
         loaded = self.session.loaded
-        settings = replace(loaded.settings, **{k: v for k, v in request["overrides"].items() if v is not None})
+        settings = with_overrides(loaded.settings, request["overrides"])
         runner = SharedRunner(lambda batch: asyncio.run_coroutine_threadsafe(self._forward_many(batch),
                                                                              loop).result(),
                               loaded.runner.devices)
@@ -239,7 +237,7 @@ class RaySession(Session):
         if on_progress is not None:
             on_progress(1.0, f"{self.replicas} replica(s) ready")
         return RemoteModel(info["model_ref"], info["profile"], info["settings"], info["tokenizer"], info["readout"],
-                           info["hardware"], self.replicas, engine.BatchState(info["settings"].batch_size))
+                           info["hardware"], engine.BatchState(info["settings"].batch_size))
 
     def ask(self, documents, question, **kwargs):
         raise NotImplementedError("the replicas answer: use ask_readout")
@@ -338,10 +336,11 @@ def replica_resources(replicas: int, cpus_per_replica: float | None) -> dict:
     resources = ray.cluster_resources()
     if resources.get("GPU", 0) >= 1:
         return {"num_gpus": 1, "num_cpus": cpus_per_replica or 1}
-    cpus = cpus_per_replica or max(1, math.floor(resources.get("CPU", 1) / replicas))
-    if cpus_per_replica is None and cpus * replicas > resources.get("CPU", 1):
-        cpus = resources.get("CPU", 1) / replicas  # more replicas than CPUs: each a share of one
-    return {"num_cpus": cpus}
+    if cpus_per_replica:
+        return {"num_cpus": cpus_per_replica}
+    cpus = resources.get("CPU", 1)
+    # whole CPUs each while there are enough; more replicas than CPUs: each a share of one
+    return {"num_cpus": math.floor(cpus / replicas) if replicas <= cpus else cpus / replicas}
 
 
 def wait_for(response, should_stop):

@@ -175,7 +175,7 @@ class Session:
         with self.lock:
             if self.loaded is None:
                 raise ModelLoadError("No model is loaded.")
-            settings = replace(self.loaded.settings, **{k: v for k, v in overrides.items() if v is not None})
+            settings = with_overrides(self.loaded.settings, overrides)
             return engine.answer(self.loaded.runner, self.loaded.tokenizer, documents, question, settings,
                                  batch_state=self.loaded.batch_state, on_progress=on_progress, extract_s=extract_s,
                                  should_stop=should_stop, on_window_progress=on_window_progress)
@@ -203,7 +203,7 @@ class Session:
         with self._preview_lock:
             if self._preview_tokenizer is None or self._preview_tokenizer[0] is not loaded:
                 self._preview_tokenizer = (loaded, copy.deepcopy(loaded.tokenizer))
-            settings = replace(loaded.settings, **{k: v for k, v in overrides.items() if v is not None})
+            settings = with_overrides(loaded.settings, overrides)
             return engine.plan_request(self._preview_tokenizer[1], documents, question, settings,
                                        batch_state=loaded.batch_state)
 
@@ -273,6 +273,11 @@ class Session:
         return {"device": plan.device, "predicted_peak_bytes": plan.peak_bytes, "measured_peak_bytes": measured,
                 "error_pct": error_pct(plan.peak_bytes, measured),
                 "measured_as": "peak RSS" if plan.device == "cpu" else "torch peak allocated"}
+
+
+def with_overrides(settings: engine.EngineSettings, overrides: dict) -> engine.EngineSettings:
+    """A request's engine settings: the loaded model's, with each override that was given (not None)."""
+    return replace(settings, **{k: v for k, v in overrides.items() if v is not None})
 
 
 def _renew_lock(session_ref) -> None:
