@@ -30,8 +30,8 @@ def test_broad_examples_hold_their_fact_once_with_the_right_offset(seed):
     assert example.text.count(sentence) == 1
     assert example.text[example.answer_start:example.answer_end] == example.answer
     assert example.answer_end == example.text.index(sentence) + len(sentence) - 1
-    if placement == "first":
-        assert example.text.startswith(sentence)
+    if placement == "first":  # the first sentence, under a heading or after a bullet where the note has them
+        assert re.match(r"([A-Z][a-z]+:?\n)?([-*•] )?" + re.escape(sentence), example.text)
     if placement == "last":
         assert example.text.endswith(sentence)
 
@@ -80,8 +80,49 @@ def test_near_placement_puts_distractors_beside_the_fact():
     target = writer.target()
     others = writer.distractors(target, 3, 2, 0)
     example = writer.document(6000, target, others, placement="near")
-    sentences = example.text.split(". ")
-    at = next(i for i, s in enumerate(sentences) if s + "." == target.sentence or s == target.sentence[:-1])
+    sentences = re.split(r"(?<=\.)\s+", example.text)
+    at = next(i for i, s in enumerate(sentences) if s == target.sentence)
     for fact in others:
         where = next(i for i, s in enumerate(sentences) if fact.sentence[:-1] in s)
         assert abs(where - at) <= 3 + len(others)
+
+
+def test_broad_documents_come_as_running_text_paragraphs_and_lines():
+    texts = [demo_task.make_broad_example(seed, 1500).text for seed in range(200)]
+    assert any("\n\n" in t for t in texts)
+    assert any("\n" in t and "\n\n" not in t for t in texts)
+    assert any("\n" not in t for t in texts)
+
+
+def test_mentions_name_the_asked_fact_without_its_value():
+    writer = demo_task.BroadFactWriter(9, "test")
+    target = writer.target()
+    example = writer.document(3000, target, [], mentions=3)
+    mentions = writer.mentions(target, 20)
+    assert all(target.entity in m and target.attribute in m and target.value not in m for m in mentions)
+    assert all(f" of {target.entity} is " not in m for m in mentions)  # never the fact's own shape
+    assert example.text.count(target.sentence) == 1
+
+
+def test_near_names_differ_from_the_entity_by_one_word_or_number():
+    rng = random.Random(2)
+    for _ in range(500):
+        entity = demo_task.make_broad_entity(rng)
+        near = demo_task.near_name(rng, entity)
+        assert near != entity
+        assert len(set(near.split()) ^ set(entity.split())) <= 3, (entity, near)
+    writer = demo_task.BroadFactWriter(4, "test")
+    found = 0
+    for _ in range(200):
+        target = writer.target()
+        others = writer.distractors(target, 1, 0, 0)
+        found += any(set(f.entity.split()) & set(target.entity.split()) - {"the"} for f in others)
+    assert found > 40  # about half the time, the first same-attribute distractor is a near name
+
+
+def test_letter_values_have_no_syllable_code():
+    rng = random.Random(6)
+    values = [demo_task.make_broad_value(rng, "letters") for _ in range(300)]
+    assert all(re.fullmatch(r"[A-Za-z]+([ -][A-Za-z]+)*", v) for v in values)
+    assert {len(re.split(r"[ -]", v)) for v in values} >= {1, 2, 3, 4}
+    assert any(v.isupper() for v in values) and any(v.islower() for v in values)

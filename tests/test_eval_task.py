@@ -23,7 +23,7 @@ def words_of(phrase: str) -> list[str]:
 
 
 FUNCTION_WORDS = {"the", "a", "an", "of", "in", "at", "on", "for", "with", "as", "to", "each", "every", "most",
-                  "our", "her", "this", "after", "before", "during", "without", "much", "some", "my", "is", "up",
+                  "our", "her", "this", "after", "before", "during", "without", "much", "some", "my", "is", "up", "and",
                   "st", "o"}  # "st" and "o" are the shape markers of "St. Ives" and "O'Hara", in both on purpose
 MONTHS = {"january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
           "november", "december"}
@@ -36,7 +36,8 @@ def word_lists(module) -> dict[str, list[str]]:
             and name not in ("VALUE_KINDS", "_PROSE_MODULES")}  # labels and module names, not words
 
 
-PROSE_LISTS = ("_SUBJECTS", "_VERBS", "_ENDINGS", "_TRAIN_REGISTERS", "_TRAIN_FACTLIKE")
+PROSE_LISTS = ("_SUBJECTS", "_VERBS", "_ENDINGS", "_TRAIN_REGISTERS", "_TRAIN_FACTLIKE", "_TRAIN_MENTIONS",
+               "_TRAIN_QUOTES", "_TRAIN_NUMERIC")
 SYLLABLE_LISTS = ("_ONSETS", "_VOWELS", "_CODAS", "_OPEN_ONSETS", "_OPEN_VOWELS", "_OPEN_CODAS")
 
 
