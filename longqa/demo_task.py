@@ -153,6 +153,17 @@ class FactWriter:
     def join(self, sentences: list[str]) -> str:
         return " ".join(sentences)
 
+    def prose(self, n_chars: int, extra: list[str] = ()) -> list[str]:
+        """Filler sentences until about `n_chars`, with the `extra` sentences at random places among them."""
+        sentences: list[str] = []
+        size = 0
+        while size < n_chars:
+            sentences.append(self.filler())
+            size += len(sentences[-1]) + 1
+        for sentence in extra:
+            sentences.insert(self.rng.randint(0, len(sentences)), sentence)
+        return sentences
+
     def distractors(self, target: Fact, same_attribute: int, same_entity: int, unrelated: int) -> list[Fact]:
         facts = [Fact(target.attribute, make_entity(self.rng), make_value(self.rng)) for _ in range(same_attribute)]
         other_attributes = [a for a in load_nouns() if a != target.attribute]
@@ -164,13 +175,7 @@ class FactWriter:
     def document(self, n_chars: int, target: Fact, others: list[Fact], include_target: bool = True,
                  extra: list[str] = ()) -> Example:
         """About `n_chars` of filler with the `extra` sentences and the facts placed at random sentence boundaries."""
-        sentences: list[str] = []
-        size = 0
-        while size < n_chars:
-            sentences.append(self.filler())
-            size += len(sentences[-1]) + 1
-        for sentence in extra:
-            sentences.insert(self.rng.randint(0, len(sentences)), sentence)
+        sentences = self.prose(n_chars, extra)
         placed = list(others) + ([target] if include_target else [])
         slots = sorted(self.rng.randint(0, len(sentences)) for _ in placed)
         self.rng.shuffle(placed)
@@ -607,13 +612,7 @@ class BroadFactWriter(FactWriter):
         extra = self.mentions(target, mentions)
         if placement == "anywhere" or not include_target:
             return super().document(n_chars, target, others, include_target, extra)
-        sentences: list[str] = []
-        size = sum(len(f.sentence) + 1 for f in others)
-        while size < n_chars:
-            sentences.append(self.filler())
-            size += len(sentences[-1]) + 1
-        for sentence in extra:
-            sentences.insert(self.rng.randint(0, len(sentences)), sentence)
+        sentences = self.prose(n_chars - sum(len(f.sentence) + 1 for f in others), extra)
         if placement == "first":
             at = 0
         elif placement == "last":
