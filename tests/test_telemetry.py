@@ -5,10 +5,12 @@ CUDA's own device order, MIG), with NVML and torch.cuda simulated; the real thin
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -233,10 +235,24 @@ def test_measure_on_cpu_has_no_device_rows(monkeypatch):
 MB = 10**6
 
 
+@contextmanager
+def fresh_pages(megabytes: int):
+    """Hold `megabytes` of newly mapped, touched memory, then unmap it. An anonymous mapping always gets pages the
+    process did not have (a freed tensor's pages may be handed out again without RSS growing: failed in a full run)."""
+    size = megabytes * MB
+    block = mmap.mmap(-1, size)
+    try:
+        for offset in range(0, size, mmap.PAGESIZE):
+            block[offset] = 1
+        yield
+    finally:
+        block.close()
+
+
 def spike(megabytes: int) -> None:
     """Hold `megabytes` of touched memory for a moment, then hand it back."""
-    block = torch.ones(megabytes * MB // 4, dtype=torch.float32)
-    del block
+    with fresh_pages(megabytes):
+        pass
 
 
 def can_reset_peak() -> bool:
@@ -261,11 +277,8 @@ def test_host_peak_sees_a_spike_before_a_nested_block_resets_the_mark():
 def test_host_peak_samples_rss_where_the_mark_cannot_be_reset(monkeypatch, tmp_path):
     monkeypatch.setattr(telemetry, "CLEAR_REFS", tmp_path / "absent" / "clear_refs")
     with telemetry.HostPeak(interval_s=0.001) as host:
-        block = torch.ones(300 * MB // 4, dtype=torch.float32)
-        deadline = time.perf_counter() + 0.2
-        while time.perf_counter() < deadline:  # held long enough for several samples
-            block.add_(1)
-        del block
+        with fresh_pages(300):
+            time.sleep(0.2)  # held long enough for several samples
     assert host.method == "sampled RSS"
     assert host.peak_rss_bytes - host.baseline_rss_bytes > 250 * MB
 
