@@ -18,7 +18,6 @@ import inspect
 import os
 import signal
 import sys
-import time
 import traceback
 import uuid
 from dataclasses import dataclass, field
@@ -37,9 +36,10 @@ from gradio.context import LocalContext
 
 import ui_format
 from longqa.arguments import positive_int
-from longqa.lane import ModelLane
+from longqa.serving import policy
+from longqa.serving.lane import ModelLane
 from longqa.models import DEFAULT_MODEL, KNOWN_MODELS
-from longqa.ray_serving import DEFAULT_BATCH_REQUESTS, RaySession
+from longqa.serving.ray_replicas import DEFAULT_BATCH_REQUESTS, RaySession
 from longqa.session import (DEFAULT_MAX_TOTAL_TOKENS, SAMPLES_DIR, SUPPORTED_EXTENSIONS, LongQAError, ModelLoadError,
                             ProfileError, Session, gpu_snapshot, read_request, sample_examples, whole_number)
 from strategies.hardware import Hardware, detect_hardware
@@ -54,21 +54,11 @@ MODEL_CONCURRENCY = "model"  # model reloads, one at a time
 REQUEST_CONCURRENCY = "requests"
 REQUEST_WORKERS = 8
 SPACE_MAX_REQUEST_S = 120.0
-# A stream that has held more than this many unread messages (progress comes about once a batch) for this long has
-# no reader: the caller has gone. A slow but present reader drains it now and then.
-UNREAD_MESSAGES_LIMIT = 16
-UNREAD_STALL_S = 30.0
 DEFAULT_QUEUE_SIZE = 64
 DEFAULT_MAX_FILE_MB = 50.0
 DEFAULT_TOP_K = 3
 DEFAULT_TRAINING_WINDOW = 512
 GPU_REFRESH_S = 2.0
-# ZeroGPU attaches a GPU for the duration a function asks for: a fixed start-up allowance plus the request's
-# predicted forward time. Characters per token is a conservative guess for English (about 4 with BPE).
-GPU_DURATION_BASE_S = 20.0
-GPU_DURATION_MAX_S = 300.0
-ASSUMED_TOKENS_PER_S = 2_000.0  # until this deployment has measured its own
-CHARS_PER_TOKEN = 3.0
 CSS = """
 #best-answer textarea { font-size: 1.8rem !important; font-weight: 600; line-height: 1.3; }
 #banner { border: 2px solid #f59e0b; border-radius: 8px; padding: 0.25rem 1rem; background: #fffbeb; }
@@ -96,9 +86,6 @@ class AppContext:
 # The contexts GPU functions reach by key. ZeroGPU pickles a GPU function's arguments to a forked worker, so those
 # arguments are the request's own inputs and the key; the worker inherits this module state, model included.
 CONTEXTS: dict[str, AppContext] = {}
-# How a running request learns that it was abandoned (Stop, a closed tab, a vanished client), by event id. Checks
-# are closures over gradio's queue: a forked ZeroGPU worker sees a frozen copy and never stops early, which is safe.
-STOP_CHECKS: dict[str, Callable[[], bool]] = {}
 
 
 def gpu_function(duration):
@@ -296,29 +283,21 @@ def preview_documents(ctx: AppContext, files, pasted_text, question) -> pd.DataF
 
 def abandonment_check() -> Callable[[], bool]:
     """Whether the gradio event running this handler was abandoned: Stop pressed (gradio cancels the event), the
-    tab closed or the client vanished (gradio marks it dead), or nobody reads its stream (a queue call that was
-    posted and never listened to leaves its progress messages piling up for UNREAD_STALL_S; a listening client
-    reads them, if late).
-    A direct call, outside gradio's queue, never is."""
+    tab closed or the client vanished (gradio marks it dead), or nobody reads its stream (`policy.UnreadStall`: a
+    queue call that was posted and never listened to leaves its progress messages piling up; a listening client
+    reads them, if late). A direct call, outside gradio's queue, never is."""
     blocks, event_id = LocalContext.blocks.get(None), LocalContext.event_id.get(None)
     queue = getattr(blocks, "_queue", None)
     if queue is None or event_id is None:
         return lambda: False
-
-    drained_at = [time.monotonic()]  # when a reader last kept this session's stream short
-
-    def is_unread(session_hash: str) -> bool:
-        unread = queue.pending_messages_per_session.get(session_hash)
-        now = time.monotonic()
-        if unread is None or unread.qsize() <= UNREAD_MESSAGES_LIMIT:
-            drained_at[0] = now
-        return now - drained_at[0] > UNREAD_STALL_S
+    stall = policy.UnreadStall()
 
     def is_abandoned() -> bool:
         for job in list(queue.active_jobs):
             for event in job or ():
                 if event._id == event_id:
-                    return not event.alive or is_unread(event.session_hash)
+                    unread = queue.pending_messages_per_session.get(event.session_hash)
+                    return not event.alive or stall.is_unread(None if unread is None else unread.qsize())
         return True  # no longer among the running events: cancelled, or its client is gone
 
     return is_abandoned
@@ -326,23 +305,15 @@ def abandonment_check() -> Callable[[], bool]:
 
 @contextlib.contextmanager
 def model_turn(ctx: AppContext, request: gr.Request | None, progress=None, *, exclusive: bool = False):
-    """This request's turn on the model, waiting in line (with progress), and the key of its abandonment check.
-    Answers share the model up to the session's capacity; a reload or a training step (`exclusive`) holds it
-    alone."""
-    check = abandonment_check()
-    visitor = getattr(request, "session_hash", None)
-
+    """This request's turn on the model (`policy.model_turn`), with the wait shown as progress; yields the key of
+    its abandonment check."""
     def on_wait(ahead: int) -> None:
         if progress is not None:
             progress(0.0, desc=f"Waiting for the model: {ahead} request{'s' if ahead != 1 else ''} ahead")
 
-    with ctx.lane.turn(visitor, should_stop=check, on_wait=on_wait, exclusive=exclusive):
-        stop_key = uuid.uuid4().hex
-        STOP_CHECKS[stop_key] = check
-        try:
-            yield stop_key
-        finally:
-            STOP_CHECKS.pop(stop_key, None)
+    with policy.model_turn(ctx.lane, getattr(request, "session_hash", None), abandonment_check(), on_wait,
+                           exclusive=exclusive) as stop_key:
+        yield stop_key
 
 
 def count_or_default(value, what: str, default: int) -> int:
@@ -350,16 +321,16 @@ def count_or_default(value, what: str, default: int) -> int:
     return default if value is None or value == "" else whole_number(what, value)
 
 
-def deployment_tokens_per_s(context_key: str) -> float:
-    """The tokens per second this deployment's last answer ran at, or an assumed figure before any has run."""
+def deployment_tokens_per_s(context_key: str) -> float | None:
+    """The tokens per second this deployment's last answer ran at (None before any has run)."""
     ctx = CONTEXTS.get(context_key)
-    return (ctx.tokens_per_s if ctx is not None else None) or ASSUMED_TOKENS_PER_S
+    return ctx.tokens_per_s if ctx is not None else None
 
 
 def answer_duration(context_key: str, documents, question, top_k, extract_s, progress=None, stop_key=None) -> float:
-    """Seconds of GPU to ask ZeroGPU for: grows with the request's tokens at the deployment's measured speed."""
-    tokens = sum(document.n_chars for document in documents) / CHARS_PER_TOKEN
-    return min(GPU_DURATION_MAX_S, GPU_DURATION_BASE_S + tokens / deployment_tokens_per_s(context_key))
+    """Seconds of GPU to ask ZeroGPU for: grows with the request's text at the deployment's measured speed."""
+    return policy.answer_gpu_seconds(sum(document.n_chars for document in documents),
+                                     deployment_tokens_per_s(context_key))
 
 
 @gpu_function(duration=answer_duration)
@@ -381,7 +352,7 @@ def answer_on_gpu(context_key: str, documents: list, question: str, top_k: int, 
             raise ModelLoadError("No model is loaded: pick a model or profile above.")
         return ctx.session.ask_readout(documents, question, extract_s=extract_s, top_k=top_k,
                                        max_total_tokens=ctx.max_total_tokens, max_request_s=ctx.max_request_s,
-                                       should_stop=STOP_CHECKS.get(stop_key), on_window_progress=on_window_progress)
+                                       should_stop=policy.stop_check(stop_key), on_window_progress=on_window_progress)
 
 
 def ask(ctx: AppContext, files, pasted_text, question, top_k, history, seen=None, request: gr.Request = None,
@@ -439,8 +410,8 @@ def refresh_gpu_gauge():
 
 
 def training_duration(context_key: str, window_tokens: int) -> float:
-    """Two forward+backward steps of one window: the answer allowance for a few windows' worth of tokens."""
-    return min(GPU_DURATION_MAX_S, GPU_DURATION_BASE_S + 6 * window_tokens / deployment_tokens_per_s(context_key))
+    """Two forward+backward steps of one window (`policy.training_gpu_seconds`)."""
+    return policy.training_gpu_seconds(window_tokens, deployment_tokens_per_s(context_key))
 
 
 @gpu_function(duration=training_duration)

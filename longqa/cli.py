@@ -14,7 +14,7 @@ import warnings
 
 from transformers.utils import logging as hf_logging
 
-from longqa import bench as bench_module
+from longqa.bench import runner as bench_module
 from longqa.arguments import positive_int
 from longqa.models import DEFAULT_MODEL, model_config
 from longqa.session import Session, read_documents

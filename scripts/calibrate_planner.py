@@ -32,7 +32,7 @@ from scipy.optimize import nnls
 from transformers import LongformerConfig, LongformerForQuestionAnswering
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from longqa.bench_report import inference_plan, recorded_hardware  # noqa: E402
+from longqa.bench.report import inference_plan, recorded_hardware  # noqa: E402
 from strategies import memory_planner as planner  # noqa: E402
 from strategies.fast_attention import swap_attention  # noqa: E402
 from strategies.gradient_checkpointing import LiveTensorPeak, training_step_readout  # noqa: E402

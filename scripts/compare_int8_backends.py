@@ -27,7 +27,7 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from longqa.arguments import positive_int, positive_int_list  # noqa: E402
-from longqa.bench_worker import agreement_inputs  # noqa: E402
+from longqa.bench.worker import agreement_inputs  # noqa: E402
 from longqa.loader import load_model  # noqa: E402
 from longqa_core import engine  # noqa: E402
 from strategies.fast_attention import swap_attention  # noqa: E402

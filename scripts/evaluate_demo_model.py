@@ -3,10 +3,10 @@
 Usage: python scripts/evaluate_demo_model.py [--model demo] [--profile baseline-fp32] [--profile cpu] [--n 200]
                                              [--out docs/demo-model-eval.json]
 Windows of 4,096 tokens overlapping by 128, top answer only. The sets, and what each measures:
-- training-generator: documents from `longqa.demo_task`, the generator the model was trained on (held-out seeds and
+- training-generator: documents from `longqa.demo_model.demo_task`, the generator the model was trained on (held-out seeds and
   held-out filler sentences, but the same names, attributes, values and kind of prose): how well the model learned
   that generator, not the task.
-- independent: documents from `longqa.eval_task`, a second generator that shares no word list, name code or prose
+- independent: documents from `longqa.demo_model.eval_task`, a second generator that shares no word list, name code or prose
   with training, 300 to 40,000 tokens: the task itself on facts, names, values and prose never seen in training.
 - independent-notes: short notes (20 to 100 words) from the same independent generator.
 - handwritten: the hand-written natural documents of tests/data/handwritten_qa.json.
@@ -28,7 +28,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from longqa import demo_task, eval_task  # noqa: E402
+from longqa.demo_model import demo_task, eval_task  # noqa: E402
 from longqa.loader import load_model  # noqa: E402
 from longqa_core.documents import Document  # noqa: E402
 from longqa_core.engine import answer  # noqa: E402

@@ -1,5 +1,5 @@
-"""Freeze the training prose: the sentences of the standard library's docstrings that `longqa.demo_task` draws its
-filler from, written to longqa/data/prose.txt (one per line, in a fixed order).
+"""Freeze the training prose: the sentences of the standard library's docstrings that `longqa.demo_model.demo_task` draws its
+filler from, written to longqa/demo_model/data/prose.txt (one per line, in a fixed order).
 
 Usage: python scripts/freeze_prose.py
 Which members belong to a module depends on the Python version and on what was imported before (torch and
@@ -22,7 +22,7 @@ import transformers  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from longqa.demo_task import _SENTENCE_RE, PROSE_PATH, _is_prose  # noqa: E402
+from longqa.demo_model.demo_task import _SENTENCE_RE, PROSE_PATH, _is_prose  # noqa: E402
 
 # Stdlib modules whose docstrings give varied real English prose on any Python install.
 _PROSE_MODULES = [

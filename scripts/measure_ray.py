@@ -19,7 +19,7 @@ import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from longqa.load_test import run_load, start_server, stop_server, summarize  # noqa: E402
+from longqa.serving.load_check import run_load, start_server, stop_server, summarize  # noqa: E402
 
 CONFIGURATIONS = [  # (name, app.py arguments beyond the model and profile)
     ("embedded", []),

@@ -11,8 +11,9 @@ import pytest
 
 import app
 import ui_format
-from longqa.demo_task import make_example
+from longqa.demo_model.demo_task import make_example
 from longqa.models import DEFAULT_MODEL, DEMO_MODEL_DIR, KNOWN_MODELS, model_config
+from longqa.serving import policy
 from longqa.session import Session, read_documents
 from longqa_core.documents import Document
 from strategies.auto import resolve_auto
@@ -472,9 +473,9 @@ def test_gpu_duration_grows_with_the_request(ctx):
     short = [Document("a.txt", "word " * 1_000)]
     long = [Document("b.txt", "word " * 200_000)]
     assert app.answer_duration(ctx.key, short, "q?", 3, 0.0) < app.answer_duration(ctx.key, long, "q?", 3, 0.0)
-    assert app.answer_duration(ctx.key, long * 100, "q?", 3, 0.0) == app.GPU_DURATION_MAX_S
-    ctx.tokens_per_s = 10 * app.ASSUMED_TOKENS_PER_S  # a faster deployment asks for less
-    assert app.answer_duration(ctx.key, long, "q?", 3, 0.0) < 20 + 200_000 * 5 / 3 / app.ASSUMED_TOKENS_PER_S
+    assert app.answer_duration(ctx.key, long * 100, "q?", 3, 0.0) == policy.GPU_DURATION_MAX_S
+    ctx.tokens_per_s = 10 * policy.ASSUMED_TOKENS_PER_S  # a faster deployment asks for less
+    assert app.answer_duration(ctx.key, long, "q?", 3, 0.0) < 20 + 200_000 * 5 / 3 / policy.ASSUMED_TOKENS_PER_S
 
 
 def test_command_line_defaults_and_limits(monkeypatch):

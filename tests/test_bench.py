@@ -9,8 +9,8 @@ import sys
 import numpy as np
 import pytest
 
-from longqa import bench
-from longqa.bench_worker import WorkerSpec, agreement_inputs, compare_outputs, count_tokens, memory_fields
+from longqa.bench import runner as bench
+from longqa.bench.worker import WorkerSpec, agreement_inputs, compare_outputs, count_tokens, memory_fields
 from longqa.cli import main
 from longqa_core.engine import EngineSettings, make_windows
 from longqa_core.errors import InputError, ProfileError

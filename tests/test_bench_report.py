@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from longqa import bench_report
+from longqa.bench import report as bench_report
 from longqa.cli import main
 from strategies.hardware import Hardware
 

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from longqa import demo_task
+from longqa.demo_model import demo_task
 from longqa.models import DEMO_MODEL_DIR
 from longqa_core.documents import Document
 from longqa_core.engine import EngineSettings, ModelRunner, answer, make_windows

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from longqa import demo_task
+from longqa.demo_model import demo_task
 
 
 def test_the_classic_task_draws_what_it_always_drew():

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from longqa import demo_task
+from longqa.demo_model import demo_task
 from longqa_core.documents import Document
 from longqa_core.engine import BatchState, EngineSettings, ModelRunner, answer, collate, make_windows, truncate_question
 from longqa_core.errors import InputError, OutOfMemoryError

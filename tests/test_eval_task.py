@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from longqa import demo_task, eval_task
+from longqa.demo_model import demo_task, eval_task
 
 SEEDS = range(300)
 HANDWRITTEN = Path(__file__).parent / "data" / "handwritten_qa.json"

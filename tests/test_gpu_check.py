@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from longqa import bench, bench_report
-from longqa.bench_worker import parse_profile
+from longqa.bench import report as bench_report, runner as bench
+from longqa.bench.worker import parse_profile
 from longqa_core.errors import ProfileError
 from strategies.hardware import Gpu, Hardware
 from strategies.profiles import build_strategies

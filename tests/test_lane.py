@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from longqa.lane import LaneBusyError, ModelLane
+from longqa.serving.lane import LaneBusyError, ModelLane
 from longqa_core.errors import Cancelled
 
 

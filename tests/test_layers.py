@@ -11,15 +11,20 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = {"longqa_core": 0, "strategies": 1, "longqa": 2, "app": 3, "ui_format": 3}  # package -> rank
 NAMES = {0: "core", 1: "strategies", 2: "composition", 3: "UI"}
+# The composition layer's rooms, bottom to top: the demo task's generators, the request path, the jobs built on it
+# (serving, the bench: side by side, neither imports the other), the command line that starts any of them, and
+# `python -m longqa` that starts the command line.
+ROOMS = {"longqa.demo_model": 0, "longqa": 1, "longqa.serving": 2, "longqa.bench": 2, "longqa.cli": 3,
+         "longqa.__main__": 4}
 
 
 def project_modules() -> dict[str, Path]:
     """Dotted module name -> file, for every module of the four layers."""
     modules = {"app": ROOT / "app.py", "ui_format": ROOT / "ui_format.py"}
     for package in ("longqa_core", "strategies", "longqa"):
-        for path in sorted((ROOT / package).glob("*.py")):
-            name = package if path.stem == "__init__" else f"{package}.{path.stem}"
-            modules[name] = path
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     return modules
 
 
@@ -51,6 +56,12 @@ def imports_of(path: Path, modules: dict[str, Path]) -> list[tuple[str, int, boo
 
 def package_of(module: str) -> str:
     return module.split(".")[0]
+
+
+def room_of(module: str) -> str:
+    """The composition room a `longqa` module belongs to: the longest prefix named in ROOMS."""
+    parts = module.split(".")
+    return next(".".join(parts[:n]) for n in range(len(parts), 0, -1) if ".".join(parts[:n]) in ROOMS)
 
 
 def graph() -> dict[str, set[str]]:
@@ -116,6 +127,29 @@ def test_imports_go_one_way_core_strategies_composition_ui():
     assert not wrong, "\n".join(wrong)
 
 
+def test_composition_rooms_import_only_downward():
+    """demo_model <- request path <- serving, bench (not each other) <- cli: each room imports only rooms below it
+    or itself."""
+    wrong = []
+    modules = project_modules()
+    for name, path in modules.items():
+        if package_of(name) != "longqa":
+            continue
+        for target, line, _ in imports_of(path, modules):
+            if package_of(target) != "longqa" or room_of(target) == room_of(name):
+                continue
+            if ROOMS[room_of(target)] >= ROOMS[room_of(name)]:
+                wrong.append(f"{path.relative_to(ROOT)}:{line} ({room_of(name)}) imports {target} "
+                             f"({room_of(target)})")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_every_composition_module_has_a_room_and_every_room_a_module():
+    rooms = {room_of(name) for name in project_modules() if package_of(name) == "longqa"}
+    assert rooms == set(ROOMS)
+    assert room_of("longqa.serving.lane") == "longqa.serving" and room_of("longqa.session") == "longqa"
+
+
 def test_no_package_cycle_and_no_module_cycle():
     edges = graph()
     packages: dict[str, set[str]] = {}
@@ -143,7 +177,7 @@ def test_the_page_reaches_the_core_only_through_the_session():
 def test_deferred_imports_are_only_heavy_optional_ones_and_say_so(package):
     """Imports sit at the top of files; one inside a function is a heavy optional dependency, and its comment says
     it is deferred."""
-    paths = [ROOT / "app.py"] if package == "app" else sorted((ROOT / package).glob("*.py"))
+    paths = [ROOT / "app.py"] if package == "app" else sorted((ROOT / package).rglob("*.py"))
     unexplained = []
     for path in paths:
         source = path.read_text()

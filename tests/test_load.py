@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import app
-from longqa.load_test import is_numeric_fact, requests_for, run_load, start_server, summarize
+from longqa.serving.load_check import is_numeric_fact, requests_for, run_load, start_server, summarize
 from longqa.session import Session
 
 

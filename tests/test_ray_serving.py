@@ -16,8 +16,8 @@ import torch
 from gradio_client import Client
 
 import app
-from longqa.load_test import requests_for, run_alone, run_concurrent, run_load, summarize
-from longqa.ray_serving import RaySession, check_room, deployment_failure, replica_resources
+from longqa.serving.load_check import requests_for, run_alone, run_concurrent, run_load, summarize
+from longqa.serving.ray_replicas import RaySession, check_room, deployment_failure, replica_resources
 from longqa_core import engine
 from longqa_core.errors import ModelLoadError
 from strategies.hardware import Gpu, detect_hardware

@@ -17,6 +17,7 @@ import pytest
 from gradio_client import Client, handle_file
 
 import app
+from longqa.serving import policy
 from longqa.session import Session
 from tests.hostile import combining_marks_text, shared_stream_pdf
 from tests.tiny import CountingRunner
@@ -161,8 +162,8 @@ def test_a_queue_call_nobody_listens_to_is_ended(served, alone_s, monkeypatch):
     ctx, url = served
     counting = CountingRunner(ctx.session.loaded.runner)
     monkeypatch.setattr(ctx.session.loaded, "runner", counting)
-    monkeypatch.setattr(app, "UNREAD_MESSAGES_LIMIT", 4)  # the served 16 messages and 30 s, made small
-    monkeypatch.setattr(app, "UNREAD_STALL_S", 1.0)
+    monkeypatch.setattr(policy, "UNREAD_MESSAGES_LIMIT", 4)  # the served 16 messages and 30 s, made small
+    monkeypatch.setattr(policy, "UNREAD_STALL_S", 1.0)
     payload = {"data": [[], long_text(100), "What is the tide of Harrowgate?", 1]}
     request = urllib.request.Request(f"{url}gradio_api/call/ask", data=json.dumps(payload).encode(),
                                      headers={"Content-Type": "application/json"})

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from longqa.bench_worker import BASELINE, FLAG_CHANGED_FRACTION, MAX_WINDOW_TOKENS, parse_profile
+from longqa.bench.worker import BASELINE, FLAG_CHANGED_FRACTION, MAX_WINDOW_TOKENS, parse_profile
 from longqa.models import model_config
 from longqa_core.errors import InputError
 from strategies import memory_planner as planner

@@ -1,8 +1,8 @@
 """`python -m longqa bench`: the strategy table, measured on this machine, one fresh process per row.
 
 Reads the arguments, plans the rows (every available profile plus the fp32 reference, at each length, and the
-training step with and without checkpointing), runs each in `longqa.bench_worker` and gathers what they measured;
-`longqa.bench_report` turns the rows into ratios, predictions, results.md and results.png. It measures nothing
+training step with and without checkpointing), runs each in `longqa.bench.worker` and gathers what they measured;
+`longqa.bench.report` turns the rows into ratios, predictions, results.md and results.png. It measures nothing
 itself: the workers do, so no row's peak leaks into another's.
 """
 
@@ -27,8 +27,8 @@ import transformers
 from tqdm import tqdm
 
 from longqa.arguments import positive_int, positive_int_list
-from longqa.bench_report import add_baseline_ratios, recorded_hardware, write_report, write_results
-from longqa.bench_worker import BASELINE, MAX_WINDOW_TOKENS, WorkerSpec, parse_profile
+from longqa.bench.report import add_baseline_ratios, recorded_hardware, write_report, write_results
+from longqa.bench.worker import BASELINE, MAX_WINDOW_TOKENS, WorkerSpec, parse_profile
 from longqa.loader import download, materialize_architecture
 from longqa.models import resolve_model
 from longqa_core.errors import InputError
@@ -36,7 +36,7 @@ from strategies.hardware import detect_hardware
 from strategies.profiles import PROFILES, unavailable_reason
 
 ALIASES = ("auto", "custom")  # not rows of their own in "all": auto is another profile, custom is empty
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
 # ------------------------------------------------------------------------------------------------ arguments
@@ -119,7 +119,7 @@ def spec_label(spec: WorkerSpec) -> str:
 
 
 def worker_command(spec_path: Path, result_path: Path) -> list[str]:
-    return [sys.executable, "-m", "longqa.bench_worker", str(spec_path), str(result_path)]
+    return [sys.executable, "-m", "longqa.bench.worker", str(spec_path), str(result_path)]
 
 
 def worker_env() -> dict:

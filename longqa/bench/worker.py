@@ -1,4 +1,4 @@
-"""One benchmark row, measured in a fresh process: `python -m longqa.bench_worker SPEC.json RESULT.json`.
+"""One benchmark row, measured in a fresh process: `python -m longqa.bench.worker SPEC.json RESULT.json`.
 
 The worker loads one (model, profile), runs the agreement checks (which double as the warm-up), then the timed
 requests, and writes its row(s) as JSON. It never formats numbers and never runs a second row: peaks would leak.
@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from longqa.demo_task import FactWriter, make_example
+from longqa.demo_model.demo_task import FactWriter, make_example
 from longqa.loader import load_model
 from longqa_core import engine, telemetry
 from longqa_core.documents import Document, clean_text
@@ -313,7 +313,7 @@ def run_spec(spec: WorkerSpec) -> list[dict]:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 2:
-        print("usage: python -m longqa.bench_worker SPEC.json RESULT.json", file=sys.stderr)
+        print("usage: python -m longqa.bench.worker SPEC.json RESULT.json", file=sys.stderr)
         return 2
     spec = WorkerSpec(**json.loads(Path(argv[0]).read_text()))
     began = time.perf_counter()

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from longqa.fact import Fact
+from longqa.demo_model.fact import Fact
 
 NOUNS_PATH = Path(__file__).parent / "data" / "nouns.txt"
 PROSE_PATH = Path(__file__).parent / "data" / "prose.txt"

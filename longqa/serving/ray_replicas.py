@@ -37,7 +37,7 @@ BATCH_WAIT_S = 0.02  # how long a forward pass waits for other requests' batches
 POLL_S = 0.25  # how often a waiting request checks whether its visitor stopped it
 RETRIES = 2  # a request whose replica died is sent again this many times (to a live replica) before failing
 RETRY_PAUSE_S = 1.0
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 UPLOAD_EXCLUDES = [".git", "results", "bench-results", ".cache", ".whl", "tests", "docs"]
 
 

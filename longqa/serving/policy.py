@@ -1,0 +1,86 @@
+"""Serving policy that the embedded page and the Ray path share, free of gradio: when a request counts as abandoned,
+a request's turn on the model (with the stop check the engine polls between batches), and how many seconds of GPU a
+ZeroGPU request asks for.
+
+It holds no model and formats nothing; the page supplies what only gradio knows (its queue, the visitor).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import uuid
+from typing import Callable, Iterator
+
+from longqa.serving.lane import ModelLane
+
+# A stream that has held more than this many unread messages (progress comes about once a batch) for this long has
+# no reader: the caller has gone. A slow but present reader drains it now and then.
+UNREAD_MESSAGES_LIMIT = 16
+UNREAD_STALL_S = 30.0
+# ZeroGPU attaches a GPU for the duration a function asks for: a fixed start-up allowance plus the request's
+# predicted forward time. Characters per token is a conservative guess for English (about 4 with BPE).
+GPU_DURATION_BASE_S = 20.0
+GPU_DURATION_MAX_S = 300.0
+ASSUMED_TOKENS_PER_S = 2_000.0  # until this deployment has measured its own
+CHARS_PER_TOKEN = 3.0
+TRAINING_STEP_WINDOWS = 6  # two forward+backward steps cost about six forward passes of the window
+
+
+class UnreadStall:
+    """Whether a request's stream has gone unread: more than `limit` messages waiting for longer than `stall_s`.
+    Each call passes the number of messages waiting now; a reader that keeps the stream short resets the clock."""
+
+    def __init__(self, limit: int | None = None, stall_s: float | None = None, clock=time.monotonic):
+        self.limit = UNREAD_MESSAGES_LIMIT if limit is None else limit
+        self.stall_s = UNREAD_STALL_S if stall_s is None else stall_s
+        self.clock = clock
+        self.drained_at = clock()
+
+    def is_unread(self, waiting: int | None) -> bool:
+        now = self.clock()
+        if waiting is None or waiting <= self.limit:
+            self.drained_at = now
+        return now - self.drained_at > self.stall_s
+
+
+# How a running request learns that it was abandoned (Stop, a closed tab, a vanished client), by key. ZeroGPU
+# pickles a GPU function's arguments to a forked worker, so the request carries the key, never the check: a
+# forked worker sees a frozen copy and never stops early, which is safe.
+STOP_CHECKS: dict[str, Callable[[], bool]] = {}
+
+
+@contextlib.contextmanager
+def model_turn(lane: ModelLane, visitor: str | None, should_stop: Callable[[], bool],
+               on_wait: Callable[[int], None] | None = None, *, exclusive: bool = False) -> Iterator[str]:
+    """This request's turn on the model, waiting in line, and the key under which its stop check is found while it
+    runs. Answers share the model up to the lane's capacity; a reload or a training step (`exclusive`) holds it
+    alone."""
+    with lane.turn(visitor, should_stop=should_stop, on_wait=on_wait, exclusive=exclusive):
+        stop_key = uuid.uuid4().hex
+        STOP_CHECKS[stop_key] = should_stop
+        try:
+            yield stop_key
+        finally:
+            STOP_CHECKS.pop(stop_key, None)
+
+
+def stop_check(stop_key: str | None) -> Callable[[], bool] | None:
+    """The stop check registered under `stop_key`, or None (a direct call, or a forked worker's stale key)."""
+    return STOP_CHECKS.get(stop_key) if stop_key is not None else None
+
+
+def gpu_seconds_for_tokens(tokens: float, tokens_per_s: float | None) -> float:
+    """Seconds of GPU to ask ZeroGPU for to read `tokens`: the start-up allowance plus their predicted forward
+    time at the deployment's measured speed (an assumed one before any has run), capped."""
+    return min(GPU_DURATION_MAX_S, GPU_DURATION_BASE_S + tokens / (tokens_per_s or ASSUMED_TOKENS_PER_S))
+
+
+def answer_gpu_seconds(n_chars: int, tokens_per_s: float | None) -> float:
+    """Seconds of GPU for an answer over `n_chars` characters of text to read."""
+    return gpu_seconds_for_tokens(n_chars / CHARS_PER_TOKEN, tokens_per_s)
+
+
+def training_gpu_seconds(window_tokens: int, tokens_per_s: float | None) -> float:
+    """Seconds of GPU for the training-step readout on one window of `window_tokens`."""
+    return gpu_seconds_for_tokens(TRAINING_STEP_WINDOWS * window_tokens, tokens_per_s)

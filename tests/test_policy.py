@@ -1,0 +1,58 @@
+"""The serving policy without gradio: unread streams, a request's turn and its stop check, ZeroGPU durations."""
+
+from __future__ import annotations
+
+import pytest
+
+from longqa.serving import policy
+from longqa.serving.lane import ModelLane
+
+
+class Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_stream_is_unread_only_after_it_stays_long_for_the_stall_time():
+    clock = Clock()
+    stall = policy.UnreadStall(limit=4, stall_s=10.0, clock=clock)
+    assert not stall.is_unread(10)  # long, but only just now
+    clock.now = 9.0
+    assert not stall.is_unread(10)
+    clock.now = 10.5
+    assert stall.is_unread(10)
+    assert not stall.is_unread(3)  # a reader drained it: the clock starts again
+    clock.now = 15.0
+    assert not stall.is_unread(10)
+    assert not stall.is_unread(None)  # no stream at all is no unread stream
+
+
+def test_a_turn_registers_its_stop_check_while_it_runs_and_only_then():
+    lane = ModelLane()
+    check = lambda: False  # noqa: E731
+    with policy.model_turn(lane, "visitor", check) as key:
+        assert policy.stop_check(key) is check
+        assert lane.is_busy()
+    assert policy.stop_check(key) is None and not lane.is_busy()
+    assert policy.stop_check(None) is None
+
+
+def test_the_stop_check_is_released_when_the_request_fails():
+    lane = ModelLane()
+    with pytest.raises(RuntimeError):
+        with policy.model_turn(lane, None, lambda: False) as key:
+            raise RuntimeError("the model failed")
+    assert policy.stop_check(key) is None and not lane.is_busy()
+
+
+def test_gpu_seconds_grow_with_the_text_and_shrink_with_the_measured_speed():
+    small, large = policy.answer_gpu_seconds(3_000, None), policy.answer_gpu_seconds(300_000, None)
+    assert policy.GPU_DURATION_BASE_S < small < large
+    assert large == pytest.approx(policy.GPU_DURATION_BASE_S + 100_000 / policy.ASSUMED_TOKENS_PER_S)
+    assert policy.answer_gpu_seconds(300_000, 10 * policy.ASSUMED_TOKENS_PER_S) < large
+    assert policy.answer_gpu_seconds(10**9, None) == policy.GPU_DURATION_MAX_S
+    assert policy.training_gpu_seconds(512, None) == pytest.approx(
+        policy.GPU_DURATION_BASE_S + policy.TRAINING_STEP_WINDOWS * 512 / policy.ASSUMED_TOKENS_PER_S)
