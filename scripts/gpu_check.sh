@@ -10,10 +10,15 @@
 #                                           check and 1 timed run per row (GPU profiles are listed as skipped),
 #                                           into DIR (default a new temporary folder), never docs/bench-gpu
 #
-# Environment: PYTHON (default python3), GPU_CHECK_BUDGET_S, TEST_BUDGET_S (default 150), TOKENS, CHECKS, REPEAT.
-# Exit status: 0 when every test passed and every bench row was measured, 1 otherwise, 2 for bad usage.
+# Environment: PYTHON, the interpreter every step runs (default python3 from PATH): name the one that has torch, e.g.
+# PYTHON=.venv/bin/python scripts/gpu_check.sh --dry for a virtual environment that is not activated (relative to
+# where you call from). The script prints it with its version first, and stops before any step when it cannot import
+# torch. Also GPU_CHECK_BUDGET_S, TEST_BUDGET_S (default 150), TOKENS, CHECKS, REPEAT.
+# Exit status: 0 when every test passed and every bench row was measured, 1 otherwise, 2 for bad usage, a PYTHON that
+# is missing or cannot import torch, or (on the GPU machine) a torch that sees no GPU.
 set -uo pipefail
 
+CALL="$0${*:+ $*}"  # to show how to call again with another PYTHON
 MODE=gpu
 OUT=""
 while [ $# -gt 0 ]; do
@@ -21,17 +26,24 @@ while [ $# -gt 0 ]; do
         --dry) MODE=dry ;;
         --out) OUT=${2:?--out needs a folder}; shift ;;
         --out=*) OUT=${1#--out=} ;;
-        -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,/^[^#]/{/^#/p}' "$0"; exit 0 ;;  # the comment block above
         *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
     esac
     shift
 done
 
+# Resolved before the cd below, so that a relative PYTHON (.venv/bin/python) names the file it named to the caller.
+PYTHON=${PYTHON:-python3}
+if ! resolved=$(command -v "$PYTHON"); then
+    echo "PYTHON=$PYTHON: no such interpreter (give a path to a python that has torch, or a name on PATH)" >&2
+    exit 2
+fi
+case $resolved in /*) PYTHON=$resolved ;; *) PYTHON=$PWD/$resolved ;; esac
+
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT" || exit 2
 # Nothing is fetched: the GPU machine has no network, and a library that tries would wait for a timeout first.
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 PYTHONUNBUFFERED=1
-PYTHON=${PYTHON:-python3}
 BUDGET_S=${GPU_CHECK_BUDGET_S:-470}
 TEST_BUDGET_S=${TEST_BUDGET_S:-150}
 RESERVE_S=40  # for the rescore and the summary after the bench
@@ -47,8 +59,8 @@ if [ "$MODE" = dry ]; then
     TOKENS=${TOKENS:-1024}  # the demo model reads 4,096 too, but 2 CPU cores take a minute longer
     CHECKS=${CHECKS:-1}
     REPEAT=${REPEAT:-1}
-    OUT=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/gpu-check-dry.XXXXXX")}
-    if [ "$(cd "$(dirname "$OUT")" 2>/dev/null && pwd)/$(basename "$OUT")" = "$ROOT/docs/bench-gpu" ]; then
+    if [ -n "$OUT" ] \
+            && [ "$(cd "$(dirname "$OUT")" 2>/dev/null && pwd)/$(basename "$OUT")" = "$ROOT/docs/bench-gpu" ]; then
         echo "--dry never writes docs/bench-gpu: give another --out" >&2
         exit 2
     fi
@@ -59,6 +71,25 @@ else
     REPEAT=${REPEAT:-3}
     OUT=${OUT:-docs/bench-gpu}
 fi
+
+# Every step runs PYTHON, and without torch each would fail on its own, after minutes, with only a traceback: a
+# python3 on PATH that is not the virtual environment's (one not activated) looks exactly like that. So check once,
+# before anything is written, and name the interpreter. From here on PYTHON is that interpreter's own path (a pyenv
+# shim or a venv link resolved as Python itself reports it), so that every step runs the very one named here.
+if ! PYTHON_ID=$("$PYTHON" -c 'import platform, sys; print(sys.executable, platform.python_version())'); then
+    echo "PYTHON=$PYTHON does not run as Python (its error is above): give a python that has torch" >&2
+    exit 2
+fi
+PYTHON_VERSION=${PYTHON_ID##* }
+if [ -n "${PYTHON_ID% *}" ]; then PYTHON=${PYTHON_ID% *}; fi  # sys.executable is empty where Python cannot tell
+if ! torch_error=$("$PYTHON" -c "import torch" 2>&1); then
+    echo "$PYTHON (Python $PYTHON_VERSION) cannot import torch: $(printf '%s\n' "$torch_error" | tail -n 1)" >&2
+    echo "Choose an interpreter that has torch with PYTHON, e.g. PYTHON=/path/to/venv/bin/python $CALL" \
+         "(the default is python3 from PATH, which an unactivated virtual environment does not change)" >&2
+    exit 2
+fi
+
+if [ -z "$OUT" ]; then OUT=$(mktemp -d "${TMPDIR:-/tmp}/gpu-check-dry.XXXXXX") || exit 2; fi  # --dry's default
 mkdir -p "$OUT" || exit 2
 OUT=$(cd "$OUT" && pwd)
 LOG="$OUT/gpu_check.log"
@@ -137,6 +168,7 @@ EOF
 main() {
     local tests_rc=0 bench_rc=0 install_rc=0 files
     step "GPU check ($MODE) into $OUT"
+    echo "python: $PYTHON (Python $PYTHON_VERSION; choose another with PYTHON=...)"
     date -u
     git log -1 --format='commit %H %s' 2>/dev/null
     if command -v nvidia-smi >/dev/null; then nvidia-smi -L; fi

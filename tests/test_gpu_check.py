@@ -1,12 +1,16 @@
-"""scripts/gpu_check.sh: its profiles all run and are planned on one (simulated) H200, and its dry mode runs every
-step end to end on CPU with the demo model."""
+"""scripts/gpu_check.sh: its profiles all run and are planned on one (simulated) H200, its dry mode runs every
+step end to end on CPU with the demo model, and it stops at once, naming the interpreter, when its PYTHON has no
+torch."""
 
 from __future__ import annotations
 
 import json
 import os
+import platform
 import re
 import subprocess
+import sys
+import venv
 from pathlib import Path
 
 import pytest
@@ -70,15 +74,42 @@ def test_dry_mode_refuses_to_write_the_gpu_results():
     assert done.returncode == 2 and "never writes docs/bench-gpu" in done.stderr
 
 
+def test_without_torch_it_stops_before_any_step_and_names_the_interpreter(tmp_path):
+    # A bare venv (no pip, no packages, well under a second) is a python without torch, like the python3 on PATH
+    # when the tests run from a virtual environment that is not activated. Named relative to the caller's folder:
+    # the script resolves it there, before it moves to the project root.
+    venv.create(tmp_path / "bare", with_pip=False)
+    bare = tmp_path / "bare" / "bin" / "python"
+    out = tmp_path / "out"
+    env = {name: value for name, value in os.environ.items() if name != "PYTHONPATH"}  # which might reach a torch
+    done = subprocess.run([str(SCRIPT), "--dry", "--out", str(out)], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=30, env={**env, "PYTHON": "bare/bin/python", "TMPDIR": str(tmp_path)})
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"{bare} (Python {platform.python_version()}) cannot import torch" in done.stderr
+    assert "PYTHON=" in done.stderr  # and how to choose another
+    assert not out.exists() and done.stdout == ""  # no step ran, nothing was written
+
+
+def test_a_python_that_is_not_there_is_bad_usage(tmp_path):
+    done = subprocess.run([str(SCRIPT), "--dry", "--out", str(tmp_path / "out")], cwd=PROJECT_ROOT,
+                          capture_output=True, text=True, timeout=30,
+                          env={**os.environ, "PYTHON": str(tmp_path / "no-python")})
+    assert done.returncode == 2 and f"PYTHON={tmp_path / 'no-python'}: no such interpreter" in done.stderr
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.slow
 def test_dry_mode_runs_every_step_on_cpu(tmp_path):
     gpu_results = PROJECT_ROOT / "docs" / "bench-gpu" / "results.json"
     before = gpu_results.stat().st_mtime if gpu_results.exists() else None
     out = tmp_path / "dry"
+    # PYTHON is this interpreter, the one with torch: python3 on PATH need not be (a virtual environment run as
+    # .venv/bin/python -m pytest, not activated, leaves PATH as it was).
     done = subprocess.run([str(SCRIPT), "--dry", "--out", str(out)], cwd=PROJECT_ROOT, capture_output=True, text=True,
-                          timeout=300, env={**os.environ, "TMPDIR": str(tmp_path)})
+                          timeout=300, env={**os.environ, "TMPDIR": str(tmp_path), "PYTHON": sys.executable})
     assert done.returncode == 0, done.stdout[-4000:]
     log = (out / "gpu_check.log").read_text()
+    assert f"python: {sys.executable} (Python {platform.python_version()};" in log
     assert "tests rc=0, bench rc=0" in log and re.search(r"\d+ skipped", log)  # the CUDA-gated tests, skipped here
     results = json.loads((out / "results.json").read_text())
     assert results["model"] == "demo" and results["settings"]["batch"] == [1, 8]
