@@ -40,8 +40,9 @@ from longqa.serving import policy
 from longqa.serving.lane import ModelLane
 from longqa.models import DEFAULT_MODEL, KNOWN_MODELS
 from longqa.serving.ray_replicas import DEFAULT_BATCH_REQUESTS, RaySession
-from longqa.session import (DEFAULT_MAX_TOTAL_TOKENS, SAMPLES_DIR, SUPPORTED_EXTENSIONS, LongQAError, ModelLoadError,
-                            ProfileError, Session, gpu_snapshot, read_request, sample_examples, whole_number)
+from longqa.session import (DEFAULT_MAX_TOTAL_TOKENS, DEFAULT_READING, READING_MODES, SAMPLES_DIR, SUPPORTED_EXTENSIONS,
+                            InputError, LongQAError, ModelLoadError, ProfileError, Session, gpu_snapshot, read_request,
+                            sample_examples, whole_number)
 from strategies.hardware import Hardware, detect_hardware
 from strategies.profiles import PROFILES, Profile, describe_profiles, get_profile, profile_choices
 from strategies.registry import strategy_cards
@@ -327,15 +328,19 @@ def deployment_tokens_per_s(context_key: str) -> float | None:
     return ctx.tokens_per_s if ctx is not None else None
 
 
-def answer_duration(context_key: str, documents, question, top_k, extract_s, progress=None, stop_key=None) -> float:
-    """Seconds of GPU to ask ZeroGPU for: grows with the request's text at the deployment's measured speed."""
-    return policy.answer_gpu_seconds(sum(document.n_chars for document in documents),
-                                     deployment_tokens_per_s(context_key))
+def answer_duration(context_key: str, documents, question, top_k, extract_s, reading=DEFAULT_READING,
+                    read_chars=None, progress=None, stop_key=None) -> float:
+    """Seconds of GPU to ask ZeroGPU for: grows with the text the request will read (what the ranking picked, or
+    every document) at the deployment's measured speed."""
+    if read_chars is None:
+        read_chars = sum(document.n_chars for document in documents)
+    return policy.answer_gpu_seconds(read_chars, deployment_tokens_per_s(context_key))
 
 
 @gpu_function(duration=answer_duration)
 def answer_on_gpu(context_key: str, documents: list, question: str, top_k: int, extract_s: float,
-                  progress=None, stop_key: str | None = None) -> dict:
+                  reading: str = DEFAULT_READING, read_chars: int | None = None, progress=None,
+                  stop_key: str | None = None) -> dict:
     """The model work of one request, and nothing else: its arguments and its readout pickle (ZeroGPU runs it in
     a forked worker), and it reaches the loaded model through the module's contexts. Ends between batches when
     the request is abandoned; refuses up front what would run past the context's `max_request_s`."""
@@ -352,25 +357,31 @@ def answer_on_gpu(context_key: str, documents: list, question: str, top_k: int, 
             raise ModelLoadError("No model is loaded: pick a model or profile above.")
         return ctx.session.ask_readout(documents, question, extract_s=extract_s, top_k=top_k,
                                        max_total_tokens=ctx.max_total_tokens, max_request_s=ctx.max_request_s,
-                                       should_stop=policy.stop_check(stop_key), on_window_progress=on_window_progress)
+                                       should_stop=policy.stop_check(stop_key), on_window_progress=on_window_progress,
+                                       reading=reading)
 
 
-def ask(ctx: AppContext, files, pasted_text, question, top_k, history, seen=None, request: gr.Request = None,
-        progress=gr.Progress()) -> dict:
+def ask(ctx: AppContext, files, pasted_text, question, top_k, reading, history, seen=None,
+        request: gr.Request = None, progress=gr.Progress()) -> dict:
     """Answer the question over the documents: every readout by name, the full JSON readout as "readout".
 
     Reading and checking the documents happen first, outside the model lane and the GPU function: a bad or slow
-    upload costs only its own visitor's time, and no GPU time."""
+    upload costs only its own visitor's time, and no GPU time. `reading` is "auto", "full" or "guided" (empty:
+    auto); the ranking runs before the GPU function, which asks for the time of the windows it will read."""
     with user_errors("Answering"):
         top_k = count_or_default(top_k, "Top-k", DEFAULT_TOP_K)
+        reading = reading_or_default(reading)
         progress(0.0, desc="Reading the documents")
         documents, extract_s = read_request(files or [], pasted_text, question, max_bytes=ctx.max_file_bytes,
                                             max_total_tokens=ctx.max_total_tokens)
         with model_turn(ctx, request, progress) as stop_key:
             ensure_loaded(ctx, progress)
             changed = changed_since(ctx, seen)
+            progress(0.0, desc="Ranking the windows" if reading != "full" else "Reading windows")
+            plan = ctx.session.reading_plan(documents, question, reading, max_total_tokens=ctx.max_total_tokens)
             progress(0.0, desc="Reading windows")
-            readout = answer_on_gpu(ctx.key, documents, question, top_k, extract_s, progress, stop_key)
+            readout = answer_on_gpu(ctx.key, documents, question, top_k, extract_s, reading, plan["expected_chars"],
+                                    progress, stop_key)
     ctx.tokens_per_s = readout.get("tokens_per_s") or ctx.tokens_per_s
     if changed:
         readout["notices"] = [changed, *readout.get("notices", [])]
@@ -397,6 +408,21 @@ def ask(ctx: AppContext, files, pasted_text, question, top_k, history, seen=None
         "seen": seen_now(ctx),
         "readout": readout,
     }
+
+
+def ask_in_full(ctx: AppContext, files, pasted_text, question, top_k, history, seen=None,
+                request: gr.Request = None, progress=gr.Progress()) -> dict:
+    """The same question read in full ("Read the whole document"): every window, whatever the ranking says."""
+    return ask(ctx, files, pasted_text, question, top_k, "full", history, seen, request, progress)
+
+
+def reading_or_default(value) -> str:
+    """A reading mode from the page or the API (empty: the default), refused unless it is one of the modes."""
+    if value is None or value == "":
+        return DEFAULT_READING
+    if value not in READING_MODES:
+        raise InputError(f"Reading must be one of {', '.join(READING_MODES)}, got {value!r}.")
+    return value
 
 
 def plot_update(frame: pd.DataFrame) -> dict:
@@ -538,8 +564,12 @@ def build_question_panel(ctx: AppContext) -> dict[str, Block]:
         with gr.Column():
             question = gr.Textbox(label="Question", placeholder="What is the frequency of Chiomklian Oustklaeth?")
             top_k = gr.Slider(1, 10, value=DEFAULT_TOP_K, step=1, label="Top-k answers")
+            reading = gr.Radio(list(READING_MODES), value=DEFAULT_READING, label="Reading",
+                               info="auto: guided past a few windows; guided: read where the question's words "
+                                    "point, more while the answer is weak; full: every window")
             with gr.Row():
                 ask_btn = gr.Button("Ask", variant="primary")
+                full_btn = gr.Button("Read the whole document")
                 stop_btn = gr.Button("Stop")
             doc_table = gr.Dataframe(headers=ui_format.DOCUMENT_HEADERS, label="Documents read", interactive=False)
     gr.Examples(example_rows(), inputs=[files, pasted, question, top_k],
@@ -548,8 +578,8 @@ def build_question_panel(ctx: AppContext) -> dict[str, Block]:
     for trigger in (files.change, pasted.blur):
         trigger(bind(preview_documents, ctx), inputs=[files, pasted, question], outputs=doc_table,
                 api_visibility="private")
-    return {"files": files, "pasted": pasted, "question": question, "top_k": top_k, "ask": ask_btn,
-            "stop": stop_btn, "documents": doc_table}
+    return {"files": files, "pasted": pasted, "question": question, "top_k": top_k, "reading": reading,
+            "ask": ask_btn, "full": full_btn, "stop": stop_btn, "documents": doc_table}
 
 
 def build_answer_panel(ctx: AppContext, question: dict[str, Block], seen: gr.State) -> None:
@@ -572,8 +602,10 @@ def build_answer_panel(ctx: AppContext, question: dict[str, Block], seen: gr.Sta
 
     timer.tick(refresh_gpu_gauge, outputs=gauge, concurrency_limit=None, show_progress="hidden",
                api_visibility="private")
-    inputs = [question["files"], question["pasted"], question["question"], question["top_k"], history["history"],
-              seen]
+    inputs = [question["files"], question["pasted"], question["question"], question["top_k"], question["reading"],
+              history["history"], seen]
+    in_full = [question["files"], question["pasted"], question["question"], question["top_k"], history["history"],
+               seen]
     outputs = {"documents": question["documents"], "answer": answer_box, "answers": answers_table,
                "evidence": evidence_box, "latency": latency_table, "memory": memory_table, "run": run_table,
                **history, "seen": seen,
@@ -585,7 +617,9 @@ def build_answer_panel(ctx: AppContext, question: dict[str, Block], seen: gr.Sta
                     **request)
     submitting = listen(question["question"].submit, bind(ask, ctx), inputs=inputs, outputs=outputs,
                         api_visibility="private", **request)
-    question["stop"].click(None, cancels=[asking, submitting])
+    reading_all = listen(question["full"].click, bind(ask_in_full, ctx), inputs=in_full, outputs=outputs,
+                         api_visibility="private", **request)
+    question["stop"].click(None, cancels=[asking, submitting, reading_all])
 
 
 def build_history_panel() -> dict[str, Block]:

@@ -14,7 +14,7 @@ import pandas as pd
 MISSING = "—"
 EVIDENCE_CONTEXT_CHARS = 300
 _WORDS = re.compile(r"\s*\S+\s*|\s+")  # a word with the white space around it
-STAGES = ("extract", "tokenize", "forward", "decode", "total")
+STAGES = ("extract", "tokenize", "rank", "forward", "decode", "total")
 
 DOCUMENT_HEADERS = ["document", "characters", "tokens", "windows"]
 ANSWER_HEADERS = ["rank", "answer", "score", "document", "position (characters)"]
@@ -24,8 +24,8 @@ MEMORY_HEADERS = ["device", "peak (GPU allocated, host RSS)", "now (GPU reserved
 RUN_HEADERS = ["readout", "value"]
 LOAD_HEADERS = ["model", "profile", "strategies", "weights dtype", "load time", "weights per device", "device map",
                 "host RAM peak while loading", "fallback"]  # the keys of `load_rows`: the table is one row
-HISTORY_HEADERS = ["run", "profile", "model", "tokens", "windows", "peak GPU memory", "host peak RSS", "latency",
-                   "tokens/s"]
+HISTORY_HEADERS = ["run", "profile", "model", "reading", "tokens", "windows", "peak GPU memory", "host peak RSS",
+                   "latency", "tokens/s"]
 TRAINING_HEADERS = ["training step", "peak memory", "time"]
 PLOT_MEMORY = "peak memory (MB)"
 PLOT_LATENCY = "latency (s)"
@@ -120,12 +120,40 @@ def run_rows(readout: dict) -> list[list]:
         ["profile", readout.get("profile") or MISSING],
         ["tokens", f"{readout['tokens']:,}"],
         ["windows", readout["windows"]],
+        ["reading", reading_summary(readout)],
+        ["why", (readout.get("reading") or {}).get("reason") or MISSING],
         ["batch size used", readout["batch_size"]],
         ["out-of-memory back-offs", readout["backoffs"]],
         ["memory: predicted vs measured", prediction_text(readout.get("memory_prediction"))],
         ["notices", " ".join(readout.get("notices") or []) or "none"],
         *([["replica", readout["replica"]]] if readout.get("replica") else []),  # served by Ray Serve replicas
     ]
+
+
+def full_read_s(readout: dict) -> float | None:
+    """A guided read's prediction of the full read's time: its own forward seconds per window read, times every
+    window, plus the stages a full read also pays (None when nothing was skipped or nothing was timed)."""
+    reading = readout.get("reading") or {}
+    read, total = reading.get("windows_read") or 0, reading.get("windows_total") or 0
+    latency = readout.get("latency_s") or {}
+    if read <= 0 or total <= read or not latency.get("forward"):
+        return None
+    others = sum(latency.get(stage) or 0.0 for stage in ("extract", "tokenize", "decode"))
+    return latency["forward"] / read * total + others * total / read
+
+
+def reading_summary(readout: dict) -> str:
+    """E.g. "read 6 of 51 windows (guided) in 21 s; a full read would take about 3 min"."""
+    reading = readout.get("reading") or {}
+    if not reading:
+        return MISSING
+    about = "about " if reading.get("windows_total_estimated") else ""
+    text = (f"read {reading['windows_read']:,} of {about}{reading['windows_total']:,} windows ({reading['mode']}) "
+            f"in {format_seconds(readout['latency_s'].get('total'))}")
+    predicted = full_read_s(readout)
+    if predicted is not None:
+        text += f"; a full read would take about {format_seconds(predicted)}"
+    return text
 
 
 def prediction_text(prediction: dict | None) -> str:
@@ -166,6 +194,7 @@ def history_entry(readout: dict, run: int) -> dict:
     """What the run history keeps of one /ask readout (bytes and seconds)."""
     memory = readout["memory"]
     return {"run": run, "profile": readout.get("profile"), "model": readout.get("model"),
+            "reading": (readout.get("reading") or {}).get("mode"),
             "tokens": readout["tokens"], "windows": readout["windows"],
             "peak_allocated_bytes": memory.get("peak_allocated_bytes"),
             "host_peak_rss_bytes": memory.get("host_peak_rss_bytes"),
@@ -173,7 +202,8 @@ def history_entry(readout: dict, run: int) -> dict:
 
 
 def history_rows(history: list[dict]) -> list[list]:
-    return [[h["run"], h["profile"], h["model"], h["tokens"], h["windows"], format_bytes(h["peak_allocated_bytes"]),
+    return [[h["run"], h["profile"], h["model"], h.get("reading") or MISSING, h["tokens"], h["windows"],
+             format_bytes(h["peak_allocated_bytes"]),
              format_bytes(h["host_peak_rss_bytes"]), format_seconds(h["latency_s"]), format_rate(h["tokens_per_s"])]
             for h in history]
 
@@ -183,7 +213,8 @@ def history_frame(history: list[dict]) -> pd.DataFrame:
     rows = []
     for h in history:
         peak = h["peak_allocated_bytes"] if h["peak_allocated_bytes"] is not None else h["host_peak_rss_bytes"]
-        rows.append({"run": f"{h['run']:02d} {h['profile']}", "profile": h["profile"],
+        mode = f" {h['reading']}" if h.get("reading") else ""
+        rows.append({"run": f"{h['run']:02d} {h['profile']}{mode}", "profile": h["profile"],
                      PLOT_MEMORY: (peak or 0) / 1e6, PLOT_LATENCY: h["latency_s"]})
     return pd.DataFrame(rows, columns=["run", "profile", PLOT_MEMORY, PLOT_LATENCY])
 

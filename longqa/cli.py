@@ -17,7 +17,7 @@ from transformers.utils import logging as hf_logging
 from longqa.bench import runner as bench_module
 from longqa.arguments import positive_int
 from longqa.models import DEFAULT_MODEL, model_config
-from longqa.session import Session, read_documents
+from longqa.session import DEFAULT_READING, READING_MODES, Session, read_documents
 from longqa_core.engine import validate_request
 from longqa_core.errors import LongQAError
 from strategies.auto import resolve_auto
@@ -45,6 +45,10 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("--max-answer-len", type=positive_int)
     ask.add_argument("--top-k", type=positive_int)
     ask.add_argument("--max-file-mb", type=float, default=50.0)
+    ask.add_argument("--reading", choices=READING_MODES, default=DEFAULT_READING,
+                     help="full: read every window; guided: read the windows the question's words point to, more "
+                          "while the answer is weak; auto (default): guided past a few windows, full where ranking "
+                          "cannot serve")
     ask.add_argument("--json", action="store_true", help="print one JSON object with answers and readouts")
 
     profiles = commands.add_parser("profiles", help="list hardware profiles and whether they can run here")
@@ -65,7 +69,8 @@ def run_ask(args) -> int:
     if readout.fallback_reason:
         print(f"note: {readout.fallback_reason}", file=sys.stderr)
     result = session.ask(documents, args.question, extract_s=extract_s, max_seq_len=args.max_seq_len,
-                         doc_stride=args.doc_stride, max_answer_len=args.max_answer_len, top_k=args.top_k)
+                         doc_stride=args.doc_stride, max_answer_len=args.max_answer_len, top_k=args.top_k,
+                         reading=args.reading)
     if args.json:
         print(json.dumps(session.readout(result)))
         return 0
@@ -74,6 +79,9 @@ def run_ask(args) -> int:
     for rank, answer in enumerate(result.answers, 1):
         where = f"{answer.document} chars {answer.start_char}-{answer.end_char}" if answer.document else "no answer"
         print(f"{rank}. {answer.text!r}  score {answer.score:.4f}  ({where})")
+    reading = result.reading
+    print(f"read {reading['windows_read']} of {'about ' if reading['windows_total_estimated'] else ''}"
+          f"{reading['windows_total']} windows ({reading['mode']}: {reading['reason']})", file=sys.stderr)
     print(f"{result.windows} windows, {result.tokens} tokens, batch {result.batch_size}, "
           f"{result.latency_s['total']:.2f} s, model {session.model_ref}, profile {session.profile_name}",
           file=sys.stderr)

@@ -26,6 +26,7 @@ from longqa_core.documents import (DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_PAGES, DE
                                    SUPPORTED_EXTENSIONS, Document, from_text, read_document)
 from longqa_core.engine import DEFAULT_MAX_TOTAL_TOKENS, whole_number  # noqa: F401
 from longqa_core.errors import DocumentError, InputError, LongQAError, ModelLoadError, ProfileError
+from longqa_core.reading import DEFAULT_READING, READING_MODES  # noqa: F401
 from longqa_core.telemetry import gpu_snapshot  # noqa: F401
 from strategies.auto import resolve_auto
 from strategies.gradient_checkpointing import TrainingStepReadout, training_step_readout
@@ -43,22 +44,27 @@ def read_documents(files: list, pasted_text: str | None = None, max_bytes: int =
                    max_read_s: float | None = DEFAULT_MAX_READ_S) -> tuple[list[Document], float]:
     """Documents from file paths (or `(name, bytes)` pairs) and pasted text, and the seconds it took.
 
-    Each file and the pasted text obey `max_bytes` and `max_chars`; the documents together obey `max_chars`
-    (reading stops after the document that passes it) and share one `max_read_s` budget.
+    Each file and the pasted text obey `max_bytes`; `max_chars` is one budget for the whole request: each document
+    may have what the ones before it left (reading stops at the one that passes it), and all share one
+    `max_read_s` budget.
     """
     began = time.perf_counter()
-    limits = dict(max_bytes=max_bytes, max_chars=max_chars, max_pages=max_pages, max_read_s=max_read_s,
-                  read_began=began)
+    limits = dict(max_bytes=max_bytes, max_pages=max_pages, max_read_s=max_read_s, read_began=began)
     documents = []
+
+    def left() -> int | None:
+        return None if max_chars is None else max_chars - sum(d.n_chars for d in documents)
+
     for item in files or []:
         if isinstance(item, tuple):
             name, data = item
-            documents.append(read_document(data, name, **limits))
+            documents.append(read_document(data, name, max_chars=_room(left(), documents, max_chars), **limits))
         else:
-            documents.append(read_document(item, Path(item).name, **limits))
+            documents.append(read_document(item, Path(item).name, max_chars=_room(left(), documents, max_chars),
+                                           **limits))
         _check_total_chars(documents, max_chars)
     if pasted_text and pasted_text.strip():
-        documents.append(from_text(pasted_text, max_bytes=max_bytes, max_chars=max_chars))
+        documents.append(from_text(pasted_text, max_bytes=max_bytes, max_chars=_room(left(), documents, max_chars)))
         _check_total_chars(documents, max_chars)
     if not documents:
         raise InputError("No document given: upload a file or paste some text.")
@@ -93,6 +99,14 @@ def training_batch(tokenizer, window_tokens: int) -> dict:
     return engine.collate(windows[:1], tokenizer.pad_token_id)
 
 
+def _room(left: int | None, documents: list[Document], max_chars: int | None) -> int | None:
+    """The characters the next document may have; DocumentError when the ones before have used the budget up."""
+    if left is not None and left <= 0:
+        raise DocumentError(f"The first {len(documents)} documents already have {max_chars:,} characters, the limit "
+                            f"for one request: ask about fewer documents.")
+    return left
+
+
 def _check_total_chars(documents: list[Document], max_chars: int | None) -> None:
     n_chars = sum(d.n_chars for d in documents)
     if max_chars is not None and n_chars > max_chars:
@@ -115,6 +129,7 @@ class Session:
         self.lock = threading.RLock()
         self._preview_lock = threading.Lock()
         self._preview_tokenizer = None  # (the loaded model it was copied for, its own copy of the tokenizer)
+        self.index_cache: dict = {}  # the last upload's ranking index: its next question pays only the query
         # A forked child (ZeroGPU's GPU worker) must not inherit a lock held by a thread that did not come along.
         os.register_at_fork(after_in_child=partial(_renew_lock, weakref.ref(self)))
 
@@ -169,16 +184,18 @@ class Session:
     def ask(self, documents: list[Document], question: str, *, extract_s: float = 0.0,
             on_progress: Callable[[int, int], None] | None = None, should_stop: engine.StopCheck | None = None,
             on_window_progress: Callable[[engine.WindowProgress], None] | None = None,
-            **overrides) -> engine.QAResult:
+            reading: str = DEFAULT_READING, **overrides) -> engine.QAResult:
         """Answer over documents with the loaded model; `overrides` replace engine settings (top_k,
-        max_total_tokens, max_request_s, ...). `should_stop` and `on_window_progress` go to `engine.answer`."""
+        max_total_tokens, max_request_s, ...). `should_stop`, `on_window_progress` and the `reading` mode
+        ("auto", "full", "guided") go to `engine.answer`."""
         with self.lock:
             if self.loaded is None:
                 raise ModelLoadError("No model is loaded.")
             settings = with_overrides(self.loaded.settings, overrides)
             return engine.answer(self.loaded.runner, self.loaded.tokenizer, documents, question, settings,
                                  batch_state=self.loaded.batch_state, on_progress=on_progress, extract_s=extract_s,
-                                 should_stop=should_stop, on_window_progress=on_window_progress)
+                                 should_stop=should_stop, on_window_progress=on_window_progress,
+                                 reading_mode=reading, index_cache=self.index_cache)
 
     def ask_readout(self, documents: list[Document], question: str, **kwargs) -> dict:
         """`ask`, then the result's full readout (`readout`): what the page and its API return."""
@@ -206,6 +223,30 @@ class Session:
             settings = with_overrides(loaded.settings, overrides)
             return engine.plan_request(self._preview_tokenizer[1], documents, question, settings,
                                        batch_state=loaded.batch_state)
+
+    def reading_plan(self, documents: list[Document], question: str, reading: str = DEFAULT_READING,
+                     **overrides) -> dict:
+        """How a request would be read, before its turn on the model: the mode (after auto), why, and the characters
+        it is expected to read (the ranking's first rounds; all of them for a full read). Ranks on this session's
+        own tokenizer copy, outside the model's lock, and leaves the index in the cache for the answer to reuse."""
+        loaded = self.loaded
+        if loaded is None:
+            raise ModelLoadError("No model is loaded.")
+        n_chars = sum(d.n_chars for d in documents)
+        if reading == "full":
+            return {"mode": "full", "reason": "the full read was asked for", "expected_chars": n_chars}
+        with self._preview_lock:
+            if self._preview_tokenizer is None or self._preview_tokenizer[0] is not loaded:
+                self._preview_tokenizer = (loaded, copy.deepcopy(loaded.tokenizer))
+            settings = with_overrides(loaded.settings, overrides)
+            guide = engine.plan_guided(self._preview_tokenizer[1], documents, question, settings, reading,
+                                       index_cache=self.index_cache)
+        plan = guide.plan
+        if plan.mode == "full":
+            return {"mode": "full", "reason": plan.reason, "expected_chars": n_chars}
+        expected = plan.rounds[0] + (plan.rounds[1] if len(plan.rounds) > 1 and not plan.decisive else [])
+        spans = engine.read_spans([guide.regions[r] for r in expected], documents)
+        return {"mode": "guided", "reason": plan.reason, "expected_chars": sum(end - start for _, start, end in spans)}
 
     def training_step(self, window_tokens: int) -> tuple[TrainingStepReadout, int]:
         """One forward+backward step of the loaded model, without and then with gradient checkpointing, on the

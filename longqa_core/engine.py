@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from accelerate.utils.memory import clear_device_cache, should_reduce_batch_size
 
-from longqa_core import telemetry
+from longqa_core import reading, telemetry
 from longqa_core.documents import Document, clean_text
 from longqa_core.errors import Cancelled, InputError, LongQAError, OutOfMemoryError, RequestTooLongError
 from longqa_core.spans import Candidate, merge_candidates, window_candidates
@@ -204,6 +204,9 @@ class QAResult:
     memory: dict
     notices: list[str] = field(default_factory=list)
     window_tokens: int = 0  # the longest window, in tokens (what the memory planner needs)
+    # What was read: mode (as resolved), windows_read, windows_total, reason, read (each window's document_index,
+    # start_char, end_char); see `reading_readout`.
+    reading: dict = field(default_factory=dict)
 
     @property
     def tokens_per_s(self) -> float | None:
@@ -633,33 +636,63 @@ def validate_request(documents: list[Document], question: str) -> str:
 def answer(runner: Runner, tokenizer, documents: list[Document], question: str, settings: EngineSettings, *,
            batch_state: BatchState | None = None, on_progress: Callable[[int, int], None] | None = None,
            extract_s: float = 0.0, should_stop: StopCheck | None = None,
-           on_window_progress: Callable[[WindowProgress], None] | None = None) -> QAResult:
-    """Answer `question` over every document; the result carries the request's latency and memory readouts.
+           on_window_progress: Callable[[WindowProgress], None] | None = None,
+           reading_mode: str = "full", index_cache: dict | None = None) -> QAResult:
+    """Answer `question` over the documents; the result carries the request's latency and memory readouts, and in
+    `reading` what was read.
 
-    Every limit is checked before model work (`plan_request`); `should_stop` (a callable or a threading.Event)
-    ends the request between batches with Cancelled; progress goes to `on_progress(done, total)` and
-    `on_window_progress(WindowProgress)`. A refused or cancelled request hands its memory back before raising.
+    `reading_mode` "full" reads every window; "guided" reads the windows the ranking picks (`longqa_core.reading`),
+    round by round while the answer is weak, falling back to the full read where ranking cannot serve; "auto" is
+    guided past a few windows. `index_cache` (a dict the caller keeps) holds the documents' BM25 index, so a second
+    question on the same documents pays only the query. Every limit is checked before model work; `should_stop`
+    (a callable or a threading.Event) ends the request between batches with Cancelled; progress goes to
+    `on_progress(done, total)` and `on_window_progress(WindowProgress)`. A refused or cancelled request hands its
+    memory back before raising.
     """
     settings = settings.resolved(tokenizer)
+    if reading_mode not in reading.READING_MODES:
+        raise InputError(f"The reading mode must be one of {', '.join(reading.READING_MODES)}, "
+                         f"got {reading_mode!r}.")
     batch_state = batch_state or BatchState(settings.batch_size)
     backoffs_before = batch_state.backoffs
     windows = logits = None
     try:
         with telemetry.measure(runner.devices) as measurement:
             measurement.latency_s["extract"] = extract_s
-            with measurement.stage("tokenize"):
-                plan = plan_request(tokenizer, documents, question, settings, batch_state=batch_state,
-                                    should_stop=should_stop)
-                windows, stats = make_windows(tokenizer, plan.question, documents, settings,
-                                              should_stop=should_stop)
-                tokens = sum(s.tokens for s in stats)
-                if tokens > settings.max_total_tokens:
-                    raise InputError(f"The documents have {tokens:,} tokens, over the limit of "
-                                     f"{settings.max_total_tokens:,}.")
-            with measurement.stage("forward"):
-                logits, used_size = run_windows(runner, windows, tokenizer.pad_token_id, settings, batch_state,
-                                                on_progress, should_stop=should_stop,
-                                                on_window_progress=on_window_progress)
+            plan = guide = None
+            if reading_mode != "full":
+                guide = plan_guided(tokenizer, documents, question, settings, reading_mode, measurement,
+                                    index_cache=index_cache, batch_state=batch_state)
+                plan = guide.plan
+            if plan is None or plan.mode == "full":
+                result = _read_full(runner, tokenizer, documents, question, settings, batch_state, measurement,
+                                    on_progress, should_stop, on_window_progress)
+                reason = plan.reason if plan is not None else "the full read was asked for"
+                windows, logits, stats, used_size, notices, q = result
+                read_rows = [window_span(w) for w in windows]
+                total, estimated = len(windows), False
+            else:
+                windows, logits, used_size, notices, best = _read_guided(
+                    runner, tokenizer, documents, guide, settings, batch_state, measurement, on_progress,
+                    should_stop, on_window_progress)
+                q, stats, reason = guide.question, guide.stats, guide.plan.reason
+                read_rows = guide.read_rows
+                total, estimated = sum(s.windows for s in stats), True
+                notices = guide.notices + notices
+                if reading.is_weak(best) and not notices:
+                    # Still weak after every window the ranking could point to: read everything, as the full read
+                    # does, so that guided reading never ends on less than the full read would find.
+                    guided_windows = len(windows)
+                    windows = logits = None
+                    windows, logits, stats, used_size, notices, q = _read_full(
+                        runner, tokenizer, documents, question, settings, batch_state, measurement, on_progress,
+                        should_stop, on_window_progress)
+                    plan = reading.ReadingPlan("full", f"guided reading found no strong answer in {guided_windows} "
+                                                       f"window{'s' if guided_windows != 1 else ''} "
+                                                       f"({guide.plan.reason.split(':')[0]}): read whole")
+                    reason = plan.reason
+                    read_rows = [window_span(w) for w in windows]
+                    total, estimated = len(windows), False
             with measurement.stage("decode"):
                 answers = decode_answers(windows, logits, documents, settings)
     except LongQAError as exc:
@@ -669,7 +702,194 @@ def answer(runner: Runner, tokenizer, documents: list[Document], question: str, 
         release_memory()
         raise
     measurement.latency_s["total"] += extract_s
-    return QAResult(plan.question, answers, stats, len(windows), tokens, used_size,
+    mode = "full" if plan is None else plan.mode
+    reading_info = reading_readout(mode, reading_mode, reason, read_rows, total, estimated)
+    read_tokens = sum(int(w.context.sum()) for w in windows) if mode == "guided" else sum(s.tokens for s in stats)
+    return QAResult(q, answers, stats, len(windows), read_tokens, used_size,
                     batch_state.backoffs - backoffs_before,
-                    measurement.latency_s, measurement.memory, plan.notices,
-                    window_tokens=max(len(w.input_ids) for w in windows))
+                    measurement.latency_s, measurement.memory, notices,
+                    window_tokens=max(len(w.input_ids) for w in windows), reading=reading_info)
+
+
+def reading_readout(mode: str, requested: str, reason: str, read_rows: list[dict], windows_total: int,
+                    estimated: bool) -> dict:
+    """The result's `reading` object: the mode used (after auto), what was asked, why, and each window read."""
+    return {"mode": mode, "requested": requested, "windows_read": len(read_rows), "windows_total": windows_total,
+            "windows_total_estimated": estimated, "reason": reason, "read": read_rows}
+
+
+def window_span(window: Window) -> dict:
+    """The stretch of its document a window read: from its first context token's start to its last one's end."""
+    spans = [window.offsets[i] for i in np.flatnonzero(window.context)]
+    start, end = (spans[0][0], spans[-1][1]) if spans else (0, 0)
+    return {"document_index": window.document_index, "start_char": int(start), "end_char": int(end)}
+
+
+def _read_full(runner, tokenizer, documents, question, settings, batch_state, measurement, on_progress,
+               should_stop, on_window_progress):
+    """Today's read of every window, unchanged: plan (every limit), windows, forward passes."""
+    with measurement.stage("tokenize"):
+        plan = plan_request(tokenizer, documents, question, settings, batch_state=batch_state,
+                            should_stop=should_stop)
+        windows, stats = make_windows(tokenizer, plan.question, documents, settings, should_stop=should_stop)
+        tokens = sum(s.tokens for s in stats)
+        if tokens > settings.max_total_tokens:
+            raise InputError(f"The documents have {tokens:,} tokens, over the limit of "
+                             f"{settings.max_total_tokens:,}.")
+    with measurement.stage("forward"):
+        logits, used_size = run_windows(runner, windows, tokenizer.pad_token_id, settings, batch_state,
+                                        on_progress, should_stop=should_stop,
+                                        on_window_progress=on_window_progress)
+    return windows, logits, stats, used_size, plan.notices, plan.question
+
+
+# Question-guided reading -------------------------------------------------------------------------------------
+# Characters per token are measured on a few samples of each document instead of tokenizing it whole: the 2M-token
+# document a full read tokenizes in about 14 s is cut and ranked on its characters, and only what is read is
+# tokenized for the model.
+_SAMPLE_CHARS = 4_000
+_SAMPLES = 5
+
+
+@dataclass
+class GuidedPlan:
+    """A guided request before model work: the question as cut, the documents' estimated sizes, the ranking's
+    plan and the regions behind it."""
+
+    question: str
+    notices: list[str]
+    stats: list[DocumentStats]  # tokens and windows estimated from characters
+    plan: reading.ReadingPlan
+    regions: list[reading.Region]
+    read_rows: list[dict] = field(default_factory=list)  # filled as regions are read
+
+
+def chars_per_token(tokenizer, text: str) -> float:
+    """Characters per token of `text`, measured on a few evenly spread samples (all of a short text)."""
+    if len(text) <= _SAMPLES * _SAMPLE_CHARS:
+        samples = [text]
+    else:
+        step = (len(text) - _SAMPLE_CHARS) // (_SAMPLES - 1)
+        samples = [text[i * step: i * step + _SAMPLE_CHARS] for i in range(_SAMPLES)]
+    backend = _counting_backend(tokenizer)
+    counts = [len(backend.encode_batch_fast([t], add_special_tokens=False)[0]) if backend is not None
+              else len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in samples]
+    return max(1.0, sum(len(t) for t in samples) / max(1, sum(counts)))
+
+
+def plan_guided(tokenizer, documents: list[Document], question: str, settings: EngineSettings, mode: str,
+                measurement=None, *, index_cache: dict | None = None,
+                batch_state: BatchState | None = None) -> GuidedPlan:
+    """Check a guided request's limits on characters (no full tokenizing), index the documents (or take the index
+    from `index_cache`), rank and plan. Cheap enough to run before asking for a GPU."""
+    stage = measurement.stage if measurement is not None else (lambda name: contextlib.nullcontext())
+    question = validate_request(documents, question)
+    settings = settings.resolved(tokenizer)
+    n_chars = sum(len(d.text) for d in documents)
+    max_chars = max_chars_for(settings.max_total_tokens)
+    if n_chars > max_chars:
+        raise InputError(f"The documents have {n_chars:,} characters: over the limit of "
+                         f"{settings.max_total_tokens:,} tokens even at {CHARS_PER_TOKEN_BOUND} characters a token "
+                         f"({max_chars:,} characters).")
+    with stage("tokenize"):
+        question, notice = truncate_question(tokenizer, question, settings.max_question_len)
+        # Regions are cut for the longest question the settings allow, so the index does not depend on this one.
+        room = settings.max_seq_len - settings.max_question_len - tokenizer.num_special_tokens_to_add(pair=True)
+        ratios = [chars_per_token(tokenizer, d.text) for d in documents]
+    stats = []
+    for document, ratio in zip(documents, ratios):
+        tokens = round(len(document.text) / ratio)
+        stats.append(DocumentStats(document.name, len(document.text), tokens,
+                                   count_windows(tokens, room, settings.doc_stride)))
+    estimated_tokens = sum(s.tokens for s in stats)
+    if estimated_tokens > settings.max_total_tokens:
+        raise InputError(f"The documents have about {estimated_tokens:,} tokens (estimated from their characters), "
+                         f"over the limit of {settings.max_total_tokens:,}.")
+    region_chars = [max(reading.PASSAGE_CHARS, int(room * ratio * reading.REGION_FILL) - 2 * reading.REGION_MARGIN_CHARS)
+                    for ratio in ratios]
+    estimated_windows = sum(s.windows for s in stats)
+    index = ranking = None
+    if mode == "guided" or estimated_windows > reading.AUTO_MIN_WINDOWS:
+        with stage("rank"):
+            key = reading.content_key(documents, region_chars)
+            index = index_cache.get(key) if index_cache is not None else None
+            if index is None:
+                index = reading.build_index(documents, region_chars)
+                if index_cache is not None:
+                    index_cache.clear()  # one upload's index at a time: it can hold millions of characters' passages
+                    index_cache[key] = index
+            ranking = reading.rank(index, question)
+    plan = reading.plan_reading(mode, index, ranking, question, estimated_windows)
+    return GuidedPlan(question, [notice] if notice else [], stats, plan, index.regions if index else [])
+
+
+def read_spans(regions: list[reading.Region], documents: list[Document]) -> list[tuple[int, int, int]]:
+    """(document index, start, end) to read for `regions`: each with its margins, neighbours merged."""
+    spans: list[list[int]] = []
+    for region in sorted(regions, key=lambda r: (r.document_index, r.start_char)):
+        start = max(0, region.start_char - reading.REGION_MARGIN_CHARS)
+        end = min(len(documents[region.document_index].text), region.end_char + reading.REGION_MARGIN_CHARS)
+        if spans and spans[-1][0] == region.document_index and start <= spans[-1][2]:
+            spans[-1][2] = max(spans[-1][2], end)
+        else:
+            spans.append([region.document_index, start, end])
+    return [tuple(span) for span in spans]
+
+
+def span_windows(tokenizer, question: str, documents: list[Document], spans, settings: EngineSettings,
+                 should_stop: StopCheck | None = None) -> list[Window]:
+    """The windows of the given stretches of the documents, with offsets into the whole documents."""
+    windows: list[Window] = []
+    for document_index, start, end in spans:
+        piece = Document(documents[document_index].name, documents[document_index].text[start:end])
+        piece_windows, _ = make_windows(tokenizer, question, [piece], settings, should_stop=should_stop)
+        for window in piece_windows:
+            offsets = [(a + start, b + start) if in_context else (a, b)
+                       for (a, b), in_context in zip(window.offsets, window.context)]
+            windows.append(replace(window, document_index=document_index, offsets=offsets))
+    return windows
+
+
+def _read_guided(runner, tokenizer, documents, guide: GuidedPlan, settings, batch_state, measurement, on_progress,
+                 should_stop, on_window_progress):
+    """Read the plan's rounds in order, deciding after each whether the answer so far is enough."""
+    windows: list[Window] = []
+    logits: list = []
+    notices: list[str] = []
+    best_score = None
+    used_size = batch_state.size if settings.adaptive_batching else settings.batch_size
+    plan = guide.plan
+    for round_index, round_regions in enumerate(plan.rounds):
+        with measurement.stage("tokenize"):
+            new = span_windows(tokenizer, guide.question, documents,
+                               read_spans([guide.regions[r] for r in round_regions], documents), settings,
+                               should_stop)
+        new_tokens = sum(len(w.input_ids) for w in new)
+        rate = batch_state.tokens_per_s
+        if round_index > 0 and settings.max_request_s is not None and rate and \
+                measurement.latency_s.get("forward", 0.0) + new_tokens / rate > settings.max_request_s:
+            notices.append(f"Read {len(windows):,} windows; reading {len(new):,} more would pass the limit of "
+                           f"{settings.max_request_s:g} s a request, so the answer comes from those read.")
+            break
+        if round_index == 0:
+            check_predicted_time(new_tokens / rate if rate else None, settings, len(new), new_tokens, rate)
+        done_before = len(windows)
+
+        def round_progress(state: WindowProgress, done_before=done_before, n_new=len(new)) -> None:
+            if on_window_progress is not None:
+                on_window_progress(replace(state, windows_done=done_before + state.windows_done,
+                                           windows_total=done_before + n_new))
+        with measurement.stage("forward"):
+            new_logits, used_size = run_windows(
+                runner, new, tokenizer.pad_token_id, settings, batch_state,
+                (lambda done, total, b=done_before: on_progress(b + done, b + total)) if on_progress else None,
+                should_stop=should_stop, on_window_progress=round_progress)
+        windows.extend(new)
+        logits.extend(new_logits)
+        guide.read_rows.extend(window_span(w) for w in new)
+        with measurement.stage("decode"):
+            best = decode_answers(windows, logits, documents, replace(settings, top_k=1))
+        best_score = best[0].score if best and best[0].document_index >= 0 else None
+        if plan.should_stop_after(round_index, best_score):
+            break
+    return windows, logits, used_size, notices, best_score

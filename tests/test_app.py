@@ -22,7 +22,7 @@ from strategies.profiles import profile_choices, select_strategies
 
 READOUT_KEYS = {"question", "answers", "documents", "windows", "tokens", "batch_size", "backoffs", "latency_s",
                 "memory", "notices", "tokens_per_s", "model", "profile", "window_tokens",
-                "memory_prediction"}
+                "memory_prediction", "reading"}
 ANSWER_KEYS = {"text", "score", "document", "document_index", "start_char", "end_char"}
 MEMORY_KEYS = {"peak_allocated_bytes", "reserved_bytes", "nvml_used_bytes", "nvml_total_bytes", "host_rss_bytes",
                "host_peak_rss_bytes", "devices"}
@@ -46,8 +46,9 @@ def broken_model_dir(tmp_path):
     return folder
 
 
-def ask(ctx, files=(), pasted="", question="What is the colour of Zorbin?", top_k=3, history=None, seen=None) -> dict:
-    return app.ask(ctx, [str(f) for f in files], pasted, question, top_k, history or [], seen)
+def ask(ctx, files=(), pasted="", question="What is the colour of Zorbin?", top_k=3, history=None, seen=None,
+        reading="auto") -> dict:
+    return app.ask(ctx, [str(f) for f in files], pasted, question, top_k, reading, history or [], seen)
 
 
 def component(demo, label: str):
@@ -83,7 +84,7 @@ def test_ask_answers_a_long_document_with_every_readout(ctx, long_document):
     assert highlighted == [best["text"]]
     passage = "".join(span for span, _ in out["evidence"]).strip("…")
     assert passage in example.text
-    assert out["latency"]["stage"].tolist() == ["extract", "tokenize", "forward", "decode", "total", "throughput"]
+    assert out["latency"]["stage"].tolist() == ["extract", "tokenize", "rank", "forward", "decode", "total", "throughput"]
     host = readout["memory"]
     assert out["memory"].values.tolist()[-1] == ["host", ui_format.format_bytes(host["host_peak_rss_bytes"]),
                                                  ui_format.format_bytes(host["host_rss_bytes"]), "—", "—"]
@@ -107,7 +108,7 @@ def test_run_history_grows_per_page_and_feeds_the_plots(ctx):
             # the plot's whole data and nothing else: an update that also changes a plot property makes gradio
             # 6.31 draw the data the plot held before (tests/test_app_browser.py counts the bars drawn)
             assert set(out[plot]) == {"__type__", "value"} and len(out[plot]["value"]) == runs
-    assert second["memory_plot"]["value"]["run"].tolist() == ["01 cpu", "02 cpu"]
+    assert second["memory_plot"]["value"]["run"].tolist() == ["01 cpu full", "02 cpu full"]  # short: auto reads whole
     memory = second["memory_plot"]["value"][ui_format.PLOT_MEMORY]
     assert memory.iloc[1] == second["readout"]["memory"]["host_peak_rss_bytes"] / 1e6
     assert second["latency_plot"]["value"][ui_format.PLOT_LATENCY].tolist() == [

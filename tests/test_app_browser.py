@@ -122,9 +122,9 @@ def history_column(page, column: str) -> list[str]:
 
 
 def history_runs(page) -> list[str]:
-    """The run history table's rows as the plots label their bars: "01 cpu", "02 baseline-fp32", ..."""
-    return [f"{int(run):02d} {profile}" for run, profile in zip(history_column(page, "run"),
-                                                                history_column(page, "profile"), strict=True)]
+    """The run history table's rows as the plots label their bars: "01 cpu full", "02 baseline-fp32 full", ..."""
+    return [f"{int(run):02d} {profile} {reading}" for run, profile, reading in zip(
+        history_column(page, "run"), history_column(page, "profile"), history_column(page, "reading"), strict=True)]
 
 
 def drawn_runs(page) -> dict[str, list[str]]:
@@ -206,7 +206,7 @@ def test_upload_ask_highlight_readouts_switch_profile_and_plots(page, served, lo
 
     ask(page, example.question + " ")  # a second run, on the other profile
     assert_plots_match_history(page, 2)
-    assert history_runs(page) == ["01 cpu", "02 baseline-fp32"]
+    assert history_runs(page) == ["01 cpu full", "02 baseline-fp32 full"]  # the samples are short: auto reads whole
     assert_dropdowns_show_loaded(page, ctx)
 
     if HAS_DEMO:  # the bundled demo model answering a bundled example

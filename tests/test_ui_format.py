@@ -63,8 +63,9 @@ def test_answer_rows_and_best_answer():
 def test_latency_and_memory_rows_cover_every_stage_and_device():
     latency = {"total": 2.5, "extract": 0.01, "tokenize": 0.02, "forward": 2.4, "decode": 0.07}
     rows = ui_format.latency_rows(latency, 4096.0)
-    assert [r[0] for r in rows] == ["extract", "tokenize", "forward", "decode", "total", "throughput"]
-    assert rows[2][1] == "2.40 s" and rows[-1][1] == "4,096 tokens/s"
+    assert [r[0] for r in rows] == ["extract", "tokenize", "rank", "forward", "decode", "total", "throughput"]
+    assert rows[3][1] == "2.40 s" and rows[-1][1] == "4,096 tokens/s"
+    assert rows[2][1] == ui_format.MISSING  # no ranking in a full read
     memory = {"host_rss_bytes": 2e9, "host_peak_rss_bytes": 3e9, "devices": [
         {"index": 0, "name": "T4", "peak_allocated_bytes": 1e9, "reserved_bytes": 2e9, "nvml_used_bytes": 3e9,
          "nvml_total_bytes": 16e9}]}
@@ -85,7 +86,10 @@ def test_history_frame_uses_gpu_peak_else_host_peak():
     assert list(frame["run"]) == ["01 cpu", "02 t4-16gb"]
     assert list(frame[ui_format.PLOT_MEMORY]) == [500.0, 2000.0]
     assert list(frame[ui_format.PLOT_LATENCY]) == [1.5, 0.5]
-    assert ui_format.history_rows(history)[1][5:8] == ["2.0 GB", "900.0 MB", "500 ms"]
+    assert ui_format.history_rows(history)[1][6:9] == ["2.0 GB", "900.0 MB", "500 ms"]
+    guided = [{**history[0], "reading": "guided"}]
+    assert list(ui_format.history_frame(guided)["run"]) == ["01 cpu guided"]
+    assert ui_format.history_rows(guided)[0][3] == "guided"
     assert ui_format.history_frame([]).empty
 
 
@@ -126,3 +130,18 @@ def test_run_rows_show_the_prediction_beside_the_measured_peak():
     assert rows["memory: predicted vs measured"] == "predicted 1.2 GB, measured 1.3 GB (-8 %), peak RSS on cpu"
     readout["memory_prediction"] = None
     assert dict(ui_format.run_rows(readout))["memory: predicted vs measured"] == ui_format.MISSING
+
+
+def test_reading_summary_says_what_was_read_and_predicts_the_full_read():
+    readout = {"latency_s": {"extract": 0.5, "tokenize": 0.5, "rank": 0.2, "forward": 12.0, "decode": 0.1,
+                             "total": 13.3},
+               "reading": {"mode": "guided", "windows_read": 6, "windows_total": 51, "windows_total_estimated": True,
+                           "reason": "ranked", "read": []}}
+    text = ui_format.reading_summary(readout)
+    assert text.startswith("read 6 of about 51 windows (guided) in 13.30 s")
+    assert ui_format.full_read_s(readout) == pytest.approx(12.0 / 6 * 51 + 1.1 * 51 / 6)
+    assert "a full read would take about" in text
+    full = {"latency_s": {"forward": 3.0, "total": 3.5},
+            "reading": {"mode": "full", "windows_read": 4, "windows_total": 4, "windows_total_estimated": False}}
+    assert ui_format.full_read_s(full) is None and "would take" not in ui_format.reading_summary(full)
+    assert ui_format.reading_summary({"latency_s": {}}) == ui_format.MISSING

@@ -24,7 +24,7 @@ from typing import Callable
 
 import torch
 
-from longqa.session import Session, with_overrides
+from longqa.session import DEFAULT_READING, Session, with_overrides
 from longqa_core import engine
 from longqa_core.errors import Cancelled, InputError, LongQAError, ModelLoadError
 from strategies.hardware import Hardware, detect_hardware
@@ -131,7 +131,8 @@ class AnswerReplica:
         try:
             result = engine.answer(runner, tokenizer, request["documents"], request["question"], settings,
                                    batch_state=loaded.batch_state, extract_s=request.get("extract_s", 0.0),
-                                   should_stop=stop)
+                                   should_stop=stop, reading_mode=request.get("reading", DEFAULT_READING),
+                                   index_cache=self.session.index_cache)
         finally:
             self._tokenizers.put(tokenizer)
         readout = self.session.readout(result)
@@ -243,12 +244,13 @@ class RaySession(Session):
         raise NotImplementedError("the replicas answer: use ask_readout")
 
     def ask_readout(self, documents, question: str, *, extract_s: float = 0.0, should_stop=None,
-                    on_window_progress=None, on_progress=None, **overrides) -> dict:
+                    on_window_progress=None, on_progress=None, reading: str = DEFAULT_READING, **overrides) -> dict:
         """The readout of a request answered by one replica (with its `replica` id). A replica that dies with the
         request is replaced by Ray Serve, and the request is sent again; ReplicaLostError after RETRIES."""
         if self.loaded is None or self.handle is None:
             raise ModelLoadError("No model is loaded.")
-        request = {"documents": documents, "question": question, "extract_s": extract_s, "overrides": overrides}
+        request = {"documents": documents, "question": question, "extract_s": extract_s, "overrides": overrides,
+                   "reading": reading}
         return self._call(lambda: self.handle.ask.remote(request), should_stop)
 
     def training_step(self, window_tokens: int):

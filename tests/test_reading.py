@@ -1,0 +1,227 @@
+"""Question-guided reading: the ranking and its plan (longqa_core.reading), and the engine's guided read with the
+demo model on documents of the independent evaluation generator, against the full read."""
+
+from __future__ import annotations
+
+import pytest
+
+from longqa.demo_model import eval_task
+from longqa.models import DEMO_MODEL_DIR
+from longqa.session import read_documents
+from longqa_core import engine, reading
+from longqa_core.documents import Document
+from longqa_core.errors import DocumentError, InputError
+
+FILLER = ("The committee met again in the spring and talked at length about the weather, the roads and the price of "
+          "bread, and nobody could agree on anything at all. ")
+
+
+def long_text(fact: str, at: float, n_chars: int = 200_000, mentions: str = "") -> str:
+    """Filler prose of about `n_chars` with `fact` at the relative position `at`."""
+    body = FILLER * (n_chars // len(FILLER))
+    cut = body.index(". ", int(len(body) * at)) + 2
+    return body[:cut] + fact + " " + mentions + body[cut:]
+
+
+def index_of(texts: list[str], region_chars: int = 16_000) -> reading.DocumentIndex:
+    documents = [Document(f"d{i}.txt", t) for i, t in enumerate(texts)]
+    return reading.build_index(documents, [region_chars] * len(documents))
+
+
+def region_holding(index: reading.DocumentIndex, document_index: int, char: int) -> int:
+    return next(i for i, r in enumerate(index.regions)
+                if r.document_index == document_index and r.start_char <= char < r.end_char)
+
+
+def test_regions_tile_each_document_and_end_at_spaces():
+    text = long_text("The budget of Quarrowby is 12 crowns.", 0.5)
+    index = index_of([text, "short one"])
+    regions = [r for r in index.regions if r.document_index == 0]
+    assert regions[0].start_char == 0 and regions[-1].end_char == len(text)
+    assert all(a.end_char == b.start_char for a, b in zip(regions, regions[1:]))
+    assert all(text[r.end_char] == " " for r in regions[:-1])
+    assert [r for r in index.regions if r.document_index == 1] == [reading.Region(1, 0, 9)]
+
+
+def test_the_passage_with_the_question_words_ranks_its_window_first():
+    fact = "The budget of Quarrowby is 12 crowns."
+    text = long_text(fact, 0.7)
+    index = index_of([text])
+    ranking = reading.rank(index, "What is the budget of Quarrowby?")
+    assert ranking.matched == ["budget", "quarrowbi"] or set(ranking.matched) >= {"budget"}
+    assert int(ranking.order[0]) == region_holding(index, 0, text.index(fact))
+    plan = reading.plan_reading("guided", index, ranking, "What is the budget of Quarrowby?", index.n_regions)
+    assert plan.mode == "guided" and plan.decisive
+    assert plan.rounds[0][0] == int(ranking.order[0])
+    assert plan.rounds == [[int(r) for r in ranking.order[:reading.FIRST_ROUND_WINDOWS]]]
+
+
+def test_windows_that_tie_on_the_entity_are_all_read_before_stopping():
+    """A paraphrased question matches only the entity: every window that names it ties, none is decisive."""
+    chunk = FILLER * (40_000 // len(FILLER))
+    sentences = ["Quarrowby set aside 12 crowns."] + ["Quarrowby was mentioned in passing."] * 4
+    text = "".join(chunk + sentence + " " for sentence in sentences) + chunk
+    index = index_of([text])
+    ranking = reading.rank(index, "How much money does Quarrowby have for the year?")
+    plan = reading.plan_reading("guided", index, ranking, "q", index.n_regions)
+    tied = ranking.tied()
+    mentions = {region_holding(index, 0, at) for at in
+                [i for i in range(len(text)) if text.startswith("Quarrowby", i)]}
+    assert len(mentions) == 5 and mentions <= set(tied) and not plan.decisive  # a mention near an edge lights two
+    assert plan.rounds[0] + plan.rounds[1] == tied and len(plan.rounds) == 2  # the first two rounds hold every tie
+    assert not plan.should_stop_after(0, 0.99)  # a strong answer does not stop reading before the ties are read
+    assert plan.should_stop_after(1, 0.99)
+    assert not plan.should_stop_after(0, reading.WEAK_ANSWER_SCORE / 2)  # a weak one reads on
+    assert plan.should_stop_after(len(plan.rounds) - 1, None)  # the engine then reads the whole document
+    assert reading.is_weak(None) and reading.is_weak(reading.WEAK_ANSWER_SCORE / 2) and not reading.is_weak(0.5)
+
+
+@pytest.mark.parametrize("question, documents, why", [
+    ("What is the of the?", None, "no content word"),
+    ("What is the zeugma of Blivvet?", None, "none of the question's content words"),
+    ("什么是预算？", None, "script written without spaces"),
+    ("What is the budget?", ["预算是十二元。" * 20_000], "script written without spaces"),
+])
+def test_where_ranking_cannot_serve_guided_reads_everything_and_says_why(question, documents, why):
+    texts = documents or [long_text("The budget of Quarrowby is 12 crowns.", 0.5)]
+    index = index_of(texts)
+    plan = reading.plan_reading("guided", index, reading.rank(index, question), question, 99)
+    assert plan.mode == "full" and why in plan.reason
+
+
+def test_scores_too_flat_fall_back_to_the_full_read():
+    text = ("The budget was discussed again. " + FILLER) * 3_000  # the question's word in every window
+    index = index_of([text])
+    plan = reading.plan_reading("auto", index, reading.rank(index, "What was the budget?"), "q", 99)
+    assert plan.mode == "full" and "too flat" in plan.reason
+
+
+def test_auto_reads_short_documents_whole_and_full_is_full():
+    assert reading.plan_reading("auto", None, None, "q", reading.AUTO_MIN_WINDOWS).mode == "full"
+    assert "fit in about" in reading.plan_reading("auto", None, None, "q", 2).reason
+    assert reading.plan_reading("full", None, None, "q", 500).reason == "the full read was asked for"
+    with pytest.raises(ValueError, match="reading mode"):
+        reading.plan_reading("skim", None, None, "q", 5)
+
+
+def test_a_guided_request_on_a_one_window_document_reads_it_whole():
+    index = index_of(["The budget of Quarrowby is 12 crowns."])
+    plan = reading.plan_reading("guided", index, reading.rank(index, "What is the budget of Quarrowby?"), "q", 1)
+    assert plan.mode == "full" and "read whole" in plan.reason
+
+
+def test_read_spans_add_margins_and_merge_neighbours():
+    documents = [Document("a", "x" * 100_000), Document("b", "y" * 10_000)]
+    regions = [reading.Region(0, 10_000, 20_000), reading.Region(0, 20_000, 30_000), reading.Region(0, 60_000, 70_000),
+               reading.Region(1, 0, 10_000)]
+    margin = reading.REGION_MARGIN_CHARS
+    assert engine.read_spans(regions, documents) == [(0, 10_000 - margin, 30_000 + margin),
+                                                    (0, 60_000 - margin, 70_000 + margin), (1, 0, 10_000)]
+
+
+# --- the engine's guided read, with the demo model --------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def demo():
+    from transformers import AutoTokenizer, LongformerForQuestionAnswering
+
+    tokenizer = AutoTokenizer.from_pretrained(DEMO_MODEL_DIR)
+    model = LongformerForQuestionAnswering.from_pretrained(DEMO_MODEL_DIR).eval()
+    return engine.ModelRunner(model), tokenizer
+
+
+SMALL_WINDOWS = engine.EngineSettings(max_seq_len=1024)  # many cheap windows: the reading logic, not the model, is tested
+
+
+@pytest.mark.slow
+def test_guided_reads_few_windows_and_answers_as_the_full_read(demo):
+    runner, tokenizer = demo
+    item = eval_task.make_document(3, 9_000)
+    documents = [Document("report.txt", item.text)]
+    full = engine.answer(runner, tokenizer, documents, item.question, SMALL_WINDOWS, reading_mode="full")
+    cache: dict = {}
+    guided = engine.answer(runner, tokenizer, documents, item.question, SMALL_WINDOWS, reading_mode="guided",
+                           index_cache=cache)
+    assert full.reading["mode"] == "full" and full.reading["windows_read"] == full.windows == \
+        full.reading["windows_total"]
+    assert guided.reading["mode"] == "guided" and guided.reading["windows_total_estimated"]
+    assert guided.reading["windows_read"] == guided.windows < full.windows / 3
+    assert [(a.text, a.start_char) for a in guided.answers[:1]] == [(a.text, a.start_char) for a in full.answers[:1]]
+    assert any(r["start_char"] <= item.answer_start and item.answer_end <= r["end_char"]
+               for r in guided.reading["read"])
+    assert "rank" in guided.latency_s and "rank" not in full.latency_s
+    assert abs(guided.reading["windows_total"] - full.windows) <= max(2, full.windows // 5)  # the estimate
+
+
+@pytest.mark.slow
+def test_a_second_question_on_the_same_documents_pays_only_the_query(demo, monkeypatch):
+    runner, tokenizer = demo
+    item = eval_task.make_document(5, 9_000)
+    documents = [Document("report.txt", item.text)]
+    cache: dict = {}
+    built = []
+    real_build = reading.build_index
+    monkeypatch.setattr(reading, "build_index", lambda *a, **k: built.append(1) or real_build(*a, **k))
+    engine.answer(runner, tokenizer, documents, item.question, SMALL_WINDOWS, reading_mode="guided", index_cache=cache)
+    engine.answer(runner, tokenizer, documents, "What is the colour of nothing?", SMALL_WINDOWS,
+                  reading_mode="guided", index_cache=cache)
+    assert built == [1]
+    other = [Document("other.txt", item.text + " More.")]
+    engine.answer(runner, tokenizer, other, item.question, SMALL_WINDOWS, reading_mode="guided", index_cache=cache)
+    assert built == [1, 1] and len(cache) == 1  # another upload: a new index, the old one let go
+
+
+@pytest.mark.slow
+def test_full_reading_is_the_unguided_engine(demo):
+    runner, tokenizer = demo
+    item = eval_task.make_document(4, 3_000)
+    documents = [Document("report.txt", item.text)]
+    plain = engine.answer(runner, tokenizer, documents, item.question, SMALL_WINDOWS)
+    full = engine.answer(runner, tokenizer, documents, item.question, SMALL_WINDOWS, reading_mode="full")
+    assert [(a.text, a.score, a.start_char) for a in plain.answers] == \
+        [(a.text, a.score, a.start_char) for a in full.answers]
+    assert plain.windows == full.windows and plain.tokens == full.tokens
+    with pytest.raises(InputError, match="reading mode"):
+        engine.answer(runner, tokenizer, documents, item.question, SMALL_WINDOWS, reading_mode="skim")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("question, text", [
+    ("What is the of the?", None),
+    ("What is the zeugma of Blivvet?", None),
+    ("它的预算是多少？", None),
+    ("What is the budget?", "预算" * 40_000),
+    ("What is the budget?", "budget"),
+])
+def test_bad_input_gives_a_reason_and_an_answer_never_a_crash(demo, question, text):
+    runner, tokenizer = demo
+    text = text or eval_task.make_document(6, 6_000).text
+    result = engine.answer(runner, tokenizer, [Document("d.txt", text)], question, SMALL_WINDOWS,
+                           reading_mode="guided")
+    assert result.reading["mode"] == "full" and result.reading["reason"]
+    assert result.answers and result.answers[0].text.strip()
+    assert result.reading["windows_read"] == result.windows
+
+
+@pytest.mark.slow
+def test_many_documents_are_ranked_together_and_answers_point_into_the_right_one(demo):
+    runner, tokenizer = demo
+    items = [eval_task.make_document(seed, 2_500) for seed in (11, 12, 13)]
+    documents = [Document(f"d{i}.txt", it.text) for i, it in enumerate(items)]
+    result = engine.answer(runner, tokenizer, documents, items[1].question, SMALL_WINDOWS, reading_mode="guided")
+    assert result.reading["mode"] == "guided"
+    assert {r["document_index"] for r in result.reading["read"]} >= {1}
+    best = result.answers[0]
+    assert best.document_index == 1 and documents[1].text[best.start_char:best.end_char] == best.text
+
+
+def test_the_character_cap_is_one_budget_for_the_whole_request(tmp_path):
+    a, b = tmp_path / "a.txt", tmp_path / "b.txt"
+    a.write_text("word " * 1_000)  # 5,000 characters
+    b.write_text("more " * 1_000)
+    documents, _ = read_documents([str(a)], max_chars=6_000)
+    assert documents[0].n_chars == 5_000
+    with pytest.raises(DocumentError, match="'b.txt' has 5,000 characters, over the limit of 1,000"):
+        read_documents([str(a), str(b)], max_chars=6_000)
+    with pytest.raises(DocumentError, match="already have"):
+        read_documents([str(a), str(a), str(b)], max_chars=5_000)
