@@ -637,14 +637,16 @@ def answer(runner: Runner, tokenizer, documents: list[Document], question: str, 
            batch_state: BatchState | None = None, on_progress: Callable[[int, int], None] | None = None,
            extract_s: float = 0.0, should_stop: StopCheck | None = None,
            on_window_progress: Callable[[WindowProgress], None] | None = None,
-           reading_mode: str = "full", index_cache: dict | None = None) -> QAResult:
+           reading_mode: str = "full", index_cache: dict | None = None,
+           weak_answer_score: float | None = None) -> QAResult:
     """Answer `question` over the documents; the result carries the request's latency and memory readouts, and in
     `reading` what was read.
 
     `reading_mode` "full" reads every window; "guided" reads the windows the ranking picks (`longqa_core.reading`),
     round by round while the answer is weak, falling back to the full read where ranking cannot serve; "auto" is
     guided past a few windows. `index_cache` (a dict the caller keeps) holds the documents' BM25 index, so a second
-    question on the same documents pays only the query. Every limit is checked before model work; `should_stop`
+    question on the same documents pays only the query. `weak_answer_score` replaces the score under which guided
+    reading goes on (`reading.WEAK_ANSWER_SCORE`, measured on the demo model; 0 stops after the ranked rounds). Every limit is checked before model work; `should_stop`
     (a callable or a threading.Event) ends the request between batches with Cancelled; progress goes to
     `on_progress(done, total)` and `on_window_progress(WindowProgress)`. A refused or cancelled request hands its
     memory back before raising.
@@ -664,6 +666,8 @@ def answer(runner: Runner, tokenizer, documents: list[Document], question: str, 
                 guide = plan_guided(tokenizer, documents, question, settings, reading_mode, measurement,
                                     index_cache=index_cache, batch_state=batch_state)
                 plan = guide.plan
+                if weak_answer_score is not None:
+                    plan.weak_answer_score = weak_answer_score
             if plan is None or plan.mode == "full":
                 result = _read_full(runner, tokenizer, documents, question, settings, batch_state, measurement,
                                     on_progress, should_stop, on_window_progress)
@@ -679,7 +683,7 @@ def answer(runner: Runner, tokenizer, documents: list[Document], question: str, 
                 read_rows = guide.read_rows
                 total, estimated = sum(s.windows for s in stats), True
                 notices = guide.notices + notices
-                if reading.is_weak(best) and not notices:
+                if plan.is_weak(best) and not notices:
                     # Still weak after every window the ranking could point to: read everything, as the full read
                     # does, so that guided reading never ends on less than the full read would find.
                     guided_windows = len(windows)

@@ -121,20 +121,20 @@ class ReadingPlan:
     reason: str
     rounds: list[list[int]] = field(default_factory=list)
     decisive: bool = False  # the first round's windows stand clear of the rest
+    weak_answer_score: float = WEAK_ANSWER_SCORE  # a model whose scores mean something else sets its own
+
+    def is_weak(self, best_score: float | None) -> bool:
+        """Whether the best answer read so far is too weak to stop on (or there is none)."""
+        return best_score is None or best_score < self.weak_answer_score
 
     def should_stop_after(self, round_index: int, best_score: float | None) -> bool:
         """Stop reading after round `round_index`: never before the tied windows are read unless the ranking was
         decisive, and never on a weak (or no) answer while rounds remain."""
         if round_index >= len(self.rounds) - 1:
             return True
-        if is_weak(best_score):
+        if self.is_weak(best_score):
             return False
         return round_index >= 1 or self.decisive
-
-
-def is_weak(best_score: float | None) -> bool:
-    """Whether the best answer read so far is too weak to stop on (or there is none)."""
-    return best_score is None or best_score < WEAK_ANSWER_SCORE
 
 
 def content_key(documents: list[Document], region_chars: list[int]) -> str:

@@ -73,7 +73,9 @@ def test_windows_that_tie_on_the_entity_are_all_read_before_stopping():
     assert plan.should_stop_after(1, 0.99)
     assert not plan.should_stop_after(0, reading.WEAK_ANSWER_SCORE / 2)  # a weak one reads on
     assert plan.should_stop_after(len(plan.rounds) - 1, None)  # the engine then reads the whole document
-    assert reading.is_weak(None) and reading.is_weak(reading.WEAK_ANSWER_SCORE / 2) and not reading.is_weak(0.5)
+    assert plan.is_weak(None) and plan.is_weak(reading.WEAK_ANSWER_SCORE / 2) and not plan.is_weak(0.5)
+    plan.weak_answer_score = 0.0  # a model whose scores say nothing (random weights): the ranked rounds only
+    assert plan.should_stop_after(1, 1e-12) and not plan.is_weak(0.0)
 
 
 @pytest.mark.parametrize("question, documents, why", [
