@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import json
+import os
 import platform
 import resource
 import subprocess
@@ -155,9 +156,11 @@ READERS = {  # name: (function, the distribution whose version is reported)
 
 
 def measure_cell(reader: str, case: Case) -> dict:
-    """In this process: build the page, read it once; seconds, characters out, peak memory, text checks."""
+    """In this process: build the page, read it once (imports done before); seconds, characters out, peak
+    memory, text checks."""
     source = eval(case.source)  # noqa: S307 - the expressions are this file's own literals
     read = READERS[reader][0]
+    read("<p>warm-up</p>")  # imports are not what is measured
     began = time.perf_counter()
     text = read(source)
     seconds = time.perf_counter() - began
@@ -203,6 +206,8 @@ def machine_description() -> dict[str, str]:
     return {
         "CPU": model,
         "avx512_bf16 lines in /proc/cpuinfo": str(cpuinfo.count("avx512_bf16")),  # 0: an AVX2-only machine
+        "cores": str(os.cpu_count()),
+        "load average over the run's last 15 min": f"{os.getloadavg()[2]:.1f}",  # other work skews the seconds
         "Python": platform.python_version(),
         **{name: importlib.metadata.version(READERS[name][1]) for name in READERS
            if READERS[name][1] and is_installed(name)},
