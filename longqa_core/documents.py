@@ -14,9 +14,10 @@ import logging
 import os
 import re
 import stat
+import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
-from html.parser import HTMLParser
 from pathlib import Path
 
 import charset_normalizer
@@ -149,6 +150,10 @@ class _ReadLimits:
 
     def is_over_time(self) -> bool:
         return self.max_read_s is not None and self.elapsed_s() > self.max_read_s
+
+    def remaining_s(self) -> float | None:
+        """Seconds left of the time limit (None: no limit)."""
+        return None if self.max_read_s is None else max(self.max_read_s - self.elapsed_s(), 0.0)
 
     def is_over_chars(self, n_chars: int) -> bool:
         return self.max_chars is not None and n_chars > self.max_chars
@@ -372,19 +377,63 @@ def _read_plain_text(data: bytes, name: str, limits: _ReadLimits) -> str:
     return text
 
 
-_HTML_FEED_CHARS = 1_000_000  # the parser is fed this much at a time, the limits checked in between
-
-
 def _read_html(data: bytes, name: str, limits: _ReadLimits) -> str:
-    parser = _VisibleTextParser()
+    """The page's title, then its visible text: block elements on their own lines, paragraphs and headings
+    followed by a blank line, whitespace collapsed as a browser does outside `<pre>`."""
     source = _decode_non_binary(data, name, declared_encoding=_declared_charset(data))
-    for start in range(0, len(source), _HTML_FEED_CHARS):
-        if limits.is_over_time():
-            raise limits.time_error(name, f"{start:,} of {len(source):,} characters of HTML parsed")
-        parser.feed(source[start : start + _HTML_FEED_CHARS])
-        limits.check_chars(name, parser.n_chars)
-    parser.close()
-    return clean_text(parser.text())
+    title, body = _extract_html_text(source, name, limits)
+    text = "\n\n".join(part for part in (title, body) if part)
+    # Per line, not with a regular expression: " +\n" would rescan a long run of spaces from each of its starts.
+    text = "\n".join(line.rstrip(" ") for line in text.split("\n"))
+    return clean_text(_BLANK_LINES.sub("\n\n", text).strip("\n"))
+
+
+_BLANK_LINES = re.compile(r"\n{3,}")
+
+# resiliparse's HTML engine (lexbor) reads in linear time the pages that made the standard library's HTMLParser
+# quadratic, but it holds the interpreter lock, is itself quadratic on misnested formatting tags, and needs about
+# 20 bytes of memory per byte of an ordinary page, 200 of dense markup (docs/html-readers.md). So it runs in a
+# child process: the time limit stops it, its memory is capped, and the server's interpreter waits on a pipe.
+_HTML_MAX_MEMORY_BYTES = 4 * 1024**3  # a 50 MB page of ordinary markup (the file size limit) peaks at 1.1 GB
+_HTML_OUT_OF_MEMORY_EXIT = 3
+_HTML_WORKER = f"""
+import resource, sys
+max_memory_bytes = int(sys.argv[1])
+sys.path[:] = sys.argv[2:]  # the server's own: the child runs without site-packages set up (-S), to start fast
+resource.setrlimit(resource.RLIMIT_AS, (max_memory_bytes, max_memory_bytes))
+from resiliparse.extract.html2text import extract_plain_text
+from resiliparse.parse.html import HTMLParserException, HTMLTree
+try:
+    tree = HTMLTree.parse(sys.stdin.buffer.read().decode("utf-8"))
+    body = extract_plain_text(tree, list_bullets=False, alt_texts=False)
+    sys.stdout.buffer.write(((tree.title or "") + "\\0" + body).encode("utf-8"))
+except (HTMLParserException, MemoryError):  # lexbor reports a failed allocation as a parser error
+    sys.exit({_HTML_OUT_OF_MEMORY_EXIT})
+"""
+
+
+def _extract_html_text(source: str, name: str, limits: _ReadLimits) -> tuple[str, str]:
+    """The page's title and its visible text (no script, style, head, template, noscript or form controls),
+    extracted by `_HTML_WORKER` within the time left of `limits`."""
+    if limits.is_over_time():
+        raise limits.time_error(name, "after decoding it")
+    command = [sys.executable, "-I", "-S", "-c", _HTML_WORKER, str(_HTML_MAX_MEMORY_BYTES), *sys.path]
+    try:
+        # "replace": a lone surrogate, which none of our decoders produces, would become "?" rather than an error.
+        done = subprocess.run(command, input=source.encode("utf-8", errors="replace"), capture_output=True,
+                              timeout=limits.remaining_s())
+    except subprocess.TimeoutExpired:  # subprocess.run has killed the child
+        raise limits.time_error(name, f"parsing {len(source):,} characters of HTML") from None
+    if done.returncode == _HTML_OUT_OF_MEMORY_EXIT:
+        raise DocumentError(f"'{name}' could not be read: its HTML needs more than the "
+                            f"{_HTML_MAX_MEMORY_BYTES / 2**30:g} GB of memory that reading one document may use.")
+    if done.returncode < 0:
+        raise DocumentError(f"'{name}' could not be read: the HTML reader stopped on it "
+                            f"(signal {-done.returncode}).")
+    if done.returncode:
+        raise RuntimeError(f"the HTML reader failed: {done.stderr.decode('utf-8', errors='replace').strip()}")
+    title, _, body = done.stdout.decode("utf-8").partition("\0")
+    return title, body
 
 
 _META_CHARSET = re.compile(rb"""<meta\b[^>]*?\bcharset\s*=\s*["']?\s*([A-Za-z0-9_.:+-]+)""", re.IGNORECASE)
@@ -522,78 +571,6 @@ def _decrypt_with_empty_password(reader: PdfReader, name: str) -> bool:
         ) from None
     except Exception:  # a damaged encryption dictionary: as good as a password we do not have
         return False
-
-
-_SKIPPED_TAGS = frozenset({"script", "style", "noscript", "template"})
-_BLOCK_TAGS = frozenset(
-    {
-        "address", "article", "aside", "blockquote", "caption", "dd", "details", "div", "dl", "dt", "fieldset",
-        "figcaption", "figure", "footer", "form", "h1", "h2", "h3", "h4", "h5", "h6", "header", "hr", "li",
-        "main", "nav", "ol", "p", "pre", "section", "summary", "table", "title", "tr", "ul",
-    }
-)  # fmt: skip
-_HTML_WHITESPACE = re.compile(r"[ \t\n\r\f]+")  # HTML's own whitespace: a non-breaking space is kept
-
-
-class _VisibleTextParser(HTMLParser):
-    """Collects the text a browser shows: whitespace collapsed as in HTML, block elements on their own lines."""
-
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self._parts: list[str] = []
-        self._skip_depth = 0
-        self._pre_depth = 0
-        self.n_chars = 0  # of visible text so far, about: whitespace trimmed later is counted
-
-    def text(self) -> str:
-        text = "".join(self._parts).strip(" \n")
-        return re.sub(r"\n{3,}", "\n\n", text)
-
-    def handle_starttag(self, tag: str, attrs: list) -> None:
-        if tag in _SKIPPED_TAGS:
-            self._skip_depth += 1
-        elif self._skip_depth:
-            return
-        elif tag == "br":
-            self._trim_trailing_space()
-            self._parts.append("\n")
-        elif tag in _BLOCK_TAGS:
-            self._break_line()
-        if tag == "pre":
-            self._pre_depth += 1
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag in _SKIPPED_TAGS:
-            self._skip_depth = max(self._skip_depth - 1, 0)
-        elif not self._skip_depth and tag in _BLOCK_TAGS:
-            self._break_line()
-        if tag == "pre":
-            self._pre_depth = max(self._pre_depth - 1, 0)
-
-    def handle_data(self, data: str) -> None:
-        if self._skip_depth:
-            return
-        if self._pre_depth:
-            self.n_chars += len(data)
-            self._parts.append(data)
-            return
-        data = _HTML_WHITESPACE.sub(" ", data)
-        if not self._parts or self._parts[-1].endswith((" ", "\n")):
-            data = data.lstrip(" ")
-        if data:
-            self.n_chars += len(data)
-            self._parts.append(data)
-
-    def _break_line(self) -> None:
-        self._trim_trailing_space()
-        if self._parts and not self._parts[-1].endswith("\n"):
-            self._parts.append("\n")
-
-    def _trim_trailing_space(self) -> None:
-        if self._parts and self._parts[-1].endswith(" ") and not self._pre_depth:
-            self._parts[-1] = self._parts[-1].rstrip(" ")
-            if not self._parts[-1]:
-                self._parts.pop()
 
 
 _READERS = {

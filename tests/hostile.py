@@ -45,3 +45,10 @@ def combining_marks_text(n_bytes: int) -> bytes:
     unit = "a" + "\u0301\u0302\u0303\u0304\u0306\u0307\u0308" * 8 + " "
     data = unit.encode("utf-8")
     return data * (n_bytes // len(data))
+
+
+def misnested_formatting_html(n_bytes: int) -> bytes:
+    """'<b><i>x</b>' repeated: every `</b>` runs the HTML standard's adoption agency algorithm over all the open
+    `<i>`s, so an HTML5 tree builder (lexbor, html5lib) takes time quadratic in the size: 2 MB take lexbor 13 s."""
+    unit = b"<b><i>x</b>"
+    return unit * (n_bytes // len(unit))

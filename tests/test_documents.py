@@ -1,7 +1,10 @@
+import codecs
 import dataclasses
 import io
 import random
 import re
+import signal
+import threading
 import time
 import tracemalloc
 import zlib
@@ -12,10 +15,11 @@ from pypdf import PdfReader, PdfWriter
 from pypdf.errors import DependencyError
 from pypdf.generic import DictionaryObject, NameObject, StreamObject
 
+from longqa_core import documents
 from longqa_core.documents import (DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_READ_S, SUPPORTED_EXTENSIONS, Document,
                                    UnknownEncodingError, clean_text, decode_text, from_text, read_document)
 from longqa_core.errors import DocumentError, InputError
-from tests.hostile import write_pdf
+from tests.hostile import misnested_formatting_html, write_pdf
 
 
 def make_pdf(*page_texts: str) -> bytes:
@@ -323,7 +327,7 @@ def test_html_keeps_visible_text_only():
     </body></html>"""
     text = read_document(html, name="lease.html").text
     assert text == (
-        "Lease\nTerms\nThe rent is 900 euros & due <monthly>.\nFirst\nSecond\nLine one\nLine two\n"
+        "Lease\n\nTerms\n\nThe rent is 900 euros & due <monthly>.\n\n  First\n  Second\nLine one\nLine two\n"
         "  keep   this\n  layout"
     )
 
@@ -339,6 +343,58 @@ def test_html_with_only_scripts_is_whitespace_only():
 
 def test_html_in_latin1(tmp_path):
     assert read_document("<p>Gr\xfc\xdfe</p>".encode("latin-1"), name="old.html").text == "Grüße"
+
+
+def test_html_block_elements_are_on_their_own_lines():
+    page = ("<h2>Berths</h2><div>North</div><div>South <span>quay</span></div>"
+            "<table><tr><th>Cargo</th><th>Crates</th></tr><tr><td>Tea</td><td>400</td></tr></table>"
+            "<ul><li>Tea<ul><li>green</li></ul></li></ul><p>one<br>two</p><blockquote>Quoted</blockquote>")
+    assert read_document(page.encode(), name="berths.html").text == (
+        "Berths\n\nNorth\nSouth quay\nCargo\t\tCrates\nTea\t\t400\n  Tea\n    green\n\none\ntwo\n\nQuoted")
+
+
+def test_html_form_controls_and_image_descriptions_are_not_text():
+    page = '<p>Fee <img alt="a photo"> paid<select><option>Euro</option></select><button>Send</button></p>'
+    assert read_document(page.encode(), name="form.html").text == "Fee paid"
+
+
+def test_html_blank_lines_are_kept_to_one_and_no_line_ends_in_spaces():
+    page = "<p>one <br> two   <br><br><br><br>three</p><pre>keep   \n\n\n\nlayout</pre>"
+    assert read_document(page.encode(), name="lines.html").text == "one\ntwo\n\nthree\n\nkeep\n\nlayout"
+
+
+# HTML: pages built to make a parser slow (docs/html-readers.md: what each one costs each reader)
+
+HOSTILE_PAGES = {  # id: a page whose only visible text is "Visible words."
+    "unterminated-tags": "<p>Visible words.</p>" + "<a" * 150_000,  # html.parser: 77 s
+    "unterminated-end-tags": "<p>Visible words.</p>" + "</" * 500_000,  # html.parser: 79 s
+    "500k-nested-divs": "<div>" * 500_000 + "Visible words.",  # selectolax: over 60 s
+    "deeper-than-lxml": "<span>" * 3_000 + "Visible words." + "</span>" * 3_000,  # html-text loses the text
+}
+
+
+@pytest.mark.parametrize("page", HOSTILE_PAGES.values(), ids=HOSTILE_PAGES.keys())
+def test_hostile_html_is_read_in_about_linear_time(page):
+    began = time.perf_counter()
+    text = read_document(page.encode(), name="hostile.html").text
+    assert time.perf_counter() - began < 5  # a regression guard: these took a quadratic parser over a minute
+    assert text == "Visible words."
+
+
+def test_repeated_html_documents_all_come_through():
+    page = "".join(f"<!DOCTYPE html><html><head><title>Part {i}</title></head><body><p>Text of part {i}.</p>"
+                   f"</body></html>\n" for i in (1, 2, 3))
+    assert read_document(page.encode(), name="parts.html").text == (
+        "Part 1\n\nText of part 1.\n\nPart 2\n\nText of part 2.\n\nPart 3\n\nText of part 3.")
+
+
+def test_a_big_page_keeps_its_text_and_drops_every_script_and_style():
+    section = ("<h2>Berth {i}</h2><p>Tea: 400 crates.</p><script>var tracker = 'SCRIPT';</script>"
+               "<style>p {{ color: red }}</style>")
+    page = "".join(section.format(i=i) for i in range(10_000))  # 1.2 MB
+    text = read_document(page.encode(), name="ledger.html").text
+    assert "SCRIPT" not in text and "color" not in text
+    assert text.count("Tea: 400 crates.") == 10_000 and text.endswith("Berth 9999\n\nTea: 400 crates.")
 
 
 # Cleaning
@@ -446,7 +502,7 @@ def test_an_html_page_in_its_declared_charset_reads_exactly_like_its_utf8_twin(t
     body = "".join(f"<p>{paragraph}</p>" for paragraph in text.split("\n"))
     twin = read_document(html_page(body, "utf-8", http_equiv).encode(), name="utf8.html")
     legacy = read_document(html_page(body, charset, http_equiv).encode(charset), name="legacy.html")
-    assert legacy.text == twin.text == "Harbour\n" + text
+    assert legacy.text == twin.text == "Harbour\n\n" + text.replace("\n", "\n\n")  # a blank line after each <p>
 
 
 def test_a_declared_charset_is_used_without_guessing(monkeypatch):
@@ -457,17 +513,24 @@ def test_a_declared_charset_is_used_without_guessing(monkeypatch):
         raise AssertionError("the declared charset should have decided")
 
     monkeypatch.setattr(charset_normalizer, "from_bytes", no_guessing)
-    assert read_document(page.encode("koi8-r"), name="short.html").text == "Harbour\n" + sentence
+    assert read_document(page.encode("koi8-r"), name="short.html").text == "Harbour\n\n" + sentence
 
 
 def test_a_utf8_page_with_a_stale_legacy_declaration_reads_as_utf8():
     page = html_page(f"<pre>{RUSSIAN}</pre>", "windows-1251")
-    assert read_document(page.encode("utf-8"), name="saved.html").text == "Harbour\n" + RUSSIAN
+    assert read_document(page.encode("utf-8"), name="saved.html").text == "Harbour\n\n" + RUSSIAN
 
 
 def test_an_unknown_declared_charset_falls_back_to_detection():
     page = html_page(f"<pre>{RUSSIAN}</pre>", "x-no-such-charset")
-    assert read_document(page.encode("cp1251"), name="odd.html").text == "Harbour\n" + RUSSIAN
+    assert read_document(page.encode("cp1251"), name="odd.html").text == "Harbour\n\n" + RUSSIAN
+
+
+@pytest.mark.parametrize("bom, encoding", [(codecs.BOM_UTF8, "utf-8"), (codecs.BOM_UTF16_LE, "utf-16-le"),
+                                           (codecs.BOM_UTF16_BE, "utf-16-be")], ids=["utf8", "utf16le", "utf16be"])
+def test_an_html_page_with_a_bom_is_read_by_its_bom_whatever_it_declares(bom, encoding):
+    page = html_page("<p>Grüße aus Zürich</p>", "windows-1252")
+    assert read_document(bom + page.encode(encoding), name="bom.html").text == "Harbour\n\nGrüße aus Zürich"
 
 
 @pytest.mark.parametrize("n_bytes", [300, 4096, 100_000])
@@ -593,10 +656,69 @@ def test_html_is_capped_by_characters_and_time():
     message, seconds = timed_read_error(page.encode(), name="page.html", max_chars=100_000)
     assert re.fullmatch(r"'page\.html' has [\d,]+ characters, over the limit of 100,000 characters\.", message)
     assert seconds < 3
-    message, seconds = timed_read_error(page.encode(), name="page.html", max_read_s=0.05)
-    assert re.fullmatch(r"'page\.html': reading stopped after \d\.\d s \([\d,]+ of [\d,]+ characters of HTML "
-                        r"parsed\), over the time limit of 0\.05 s for reading documents\.", message), message
+
+
+def test_html_reading_stops_at_the_time_limit_in_the_middle_of_a_page():
+    page = misnested_formatting_html(2_200_000)  # about 13 s to parse here
+    message, seconds = timed_read_error(page, name="tags.html", max_read_s=0.5)
     assert seconds < 3
+    assert re.fullmatch(r"'tags\.html': reading stopped after \d+\.\d s \(parsing 2,200,000 characters of HTML\), "
+                        r"over the time limit of 0\.5 s for reading documents\.", message), message
+
+
+def test_html_reading_gets_only_the_time_the_documents_before_it_left():
+    began = time.perf_counter() - 9.5  # as if the documents before it took 9.5 s of the 10
+    message, seconds = timed_read_error(misnested_formatting_html(2_200_000), name="tags.html", max_read_s=10.0,
+                                        read_began=began)
+    assert seconds < 3
+    assert re.fullmatch(r"'tags\.html': reading stopped after 1\d\.\d s \(parsing 2,200,000 characters of HTML\), "
+                        r"over the time limit of 10 s for reading documents\.", message), message
+
+
+def test_other_threads_run_while_a_page_is_parsed():
+    # Parsed in this process, the page would hold the interpreter lock: the other thread would tick once or twice.
+    ticks = 0
+    stop = threading.Event()
+
+    def tick():
+        nonlocal ticks
+        while not stop.wait(0.01):
+            ticks += 1
+
+    thread = threading.Thread(target=tick)
+    thread.start()
+    try:
+        _, seconds = timed_read_error(misnested_formatting_html(2_200_000), name="tags.html", max_read_s=1.0)
+    finally:
+        stop.set()
+        thread.join()
+    assert ticks > 30 * seconds  # about 90 a second when nothing holds the lock
+
+
+def test_html_that_needs_more_than_the_memory_limit_is_refused(monkeypatch):
+    monkeypatch.setattr(documents, "_HTML_MAX_MEMORY_BYTES", 256 * 2**20)
+    page = b"<p><b><i><u><s>x</p>" * 250_000  # 5 MB that lexbor needs about 0.9 GB for
+    message, seconds = timed_read_error(page, name="dense.html")
+    assert message == ("'dense.html' could not be read: its HTML needs more than the 0.25 GB of memory that reading "
+                       "one document may use.")
+    assert seconds < 5
+
+
+def test_an_html_reader_that_crashes_is_a_document_error_and_one_that_cannot_start_is_ours(monkeypatch):
+    monkeypatch.setattr(documents, "_HTML_WORKER", "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)")
+    assert read_error(b"<p>x</p>", name="crash.html") == (
+        f"'crash.html' could not be read: the HTML reader stopped on it (signal {signal.SIGSEGV.value}).")
+    monkeypatch.setattr(documents, "_HTML_WORKER", "import no_such_html_library")
+    with pytest.raises(RuntimeError, match="(?s)the HTML reader failed: .*No module named 'no_such_html_library'"):
+        read_document(b"<p>x</p>", name="broken.html")
+
+
+@pytest.mark.slow
+def test_hostile_html_with_default_limits_is_refused_at_the_default_time_limit():
+    # 5 MB (a tenth of the file size limit) that lexbor needs 40 s or more for.
+    message, seconds = timed_read_error(misnested_formatting_html(5_000_000), name="tags.html")
+    assert seconds < DEFAULT_MAX_READ_S + 8
+    assert f"over the time limit of {DEFAULT_MAX_READ_S:g} s" in message
 
 
 def test_pasted_text_has_a_size_limit_in_utf8_bytes_like_a_file():
