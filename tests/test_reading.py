@@ -132,7 +132,7 @@ def demo():
     return engine.ModelRunner(model), tokenizer
 
 
-SMALL_WINDOWS = engine.EngineSettings(max_seq_len=1024)  # many cheap windows: the reading logic, not the model, is tested
+SMALL_WINDOWS = engine.EngineSettings(max_seq_len=2048)  # many cheap windows: the reading logic, not the model, is tested
 
 
 @pytest.mark.slow
