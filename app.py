@@ -377,11 +377,14 @@ def ask(ctx: AppContext, files, pasted_text, question, top_k, reading, history, 
         with model_turn(ctx, request, progress) as stop_key:
             ensure_loaded(ctx, progress)
             changed = changed_since(ctx, seen)
-            progress(0.0, desc="Ranking the windows" if reading != "full" else "Reading windows")
-            plan = ctx.session.reading_plan(documents, question, reading, max_total_tokens=ctx.max_total_tokens)
+            read_chars = None
+            if spaces is not None:  # ZeroGPU asks for the GPU time of what will be read: rank first, on the CPU
+                progress(0.0, desc="Ranking the windows")
+                read_chars = ctx.session.reading_plan(documents, question, reading,
+                                                      max_total_tokens=ctx.max_total_tokens)["expected_chars"]
             progress(0.0, desc="Reading windows")
-            readout = answer_on_gpu(ctx.key, documents, question, top_k, extract_s, reading, plan["expected_chars"],
-                                    progress, stop_key)
+            readout = answer_on_gpu(ctx.key, documents, question, top_k, extract_s, reading, read_chars, progress,
+                                    stop_key)
     ctx.tokens_per_s = readout.get("tokens_per_s") or ctx.tokens_per_s
     if changed:
         readout["notices"] = [changed, *readout.get("notices", [])]

@@ -479,6 +479,25 @@ def test_gpu_duration_grows_with_the_request(ctx):
     assert app.answer_duration(ctx.key, long, "q?", 3, 0.0) < 20 + 200_000 * 5 / 3 / policy.ASSUMED_TOKENS_PER_S
 
 
+def test_gpu_duration_follows_what_the_ranking_will_read(ctx):
+    filler = "The committee talked about the weather, the roads and the price of bread once more. " * 3_000
+    text = filler + "The tide of Harrowgate is 4102. " + filler
+    documents = [Document("long.txt", text)]
+    plan = ctx.session.reading_plan(documents, "What is the tide of Harrowgate?", "guided")
+    assert plan["mode"] == "guided" and 0 < plan["expected_chars"] < len(text) / 3
+    full = ctx.session.reading_plan(documents, "What is the tide of Harrowgate?", "full")
+    assert full == {"mode": "full", "reason": "the full read was asked for", "expected_chars": len(text)}
+    guided_s = app.answer_duration(ctx.key, documents, "q?", 3, 0.0, "guided", plan["expected_chars"])
+    assert policy.GPU_DURATION_BASE_S < guided_s < app.answer_duration(ctx.key, documents, "q?", 3, 0.0, "full")
+
+
+@pytest.mark.parametrize("reading", ["skim", 3])
+def test_an_unknown_reading_mode_is_refused_before_any_work(ctx, reading):
+    with pytest.raises(gr.Error, match="Reading must be one of auto, full, guided"):
+        ask(ctx, pasted="The colour of Zorbin is teal.", reading=reading)
+    assert ask(ctx, pasted="The colour of Zorbin is teal.", reading="")["readout"]["reading"]["requested"] == "auto"
+
+
 def test_command_line_defaults_and_limits(monkeypatch):
     monkeypatch.delenv("GRADIO_SERVER_NAME", raising=False)
     monkeypatch.delenv("GRADIO_SERVER_PORT", raising=False)

@@ -16,9 +16,11 @@ import torch
 from gradio_client import Client
 
 import app
+from longqa.demo_model import eval_task
 from longqa.serving.load_check import requests_for, run_alone, run_concurrent, run_load, summarize
 from longqa.serving.ray_replicas import RaySession, check_room, deployment_failure, replica_resources
 from longqa_core import engine
+from longqa_core.documents import Document
 from longqa_core.errors import ModelLoadError
 from strategies.hardware import Gpu, detect_hardware
 
@@ -56,6 +58,23 @@ def test_twenty_concurrent_asks_equal_the_same_requests_alone_and_both_replicas_
     assert summary["same_as_alone"] == 20, [(r.alone, r.answer, r.span) for r in results]
     assert summary["replicas_answering"] == 2, {r.replica for r in results}
     assert all(r.readout["profile"] == "cpu" and r.readout["model"] == "demo" for r in results)
+
+
+@pytest.mark.slow
+def test_the_page_sees_the_windows_a_replica_reads_and_the_reading_mode_reaches_it(served):
+    """Progress comes from the replica answering (through the session's progress board), as on the embedded
+    engine; `reading` reaches the replica's engine."""
+    _, session = served
+    item = eval_task.make_document(21, 20_000)
+    documents = [Document("report.txt", item.text)]
+    seen = []
+    readout = session.ask_readout(documents, item.question, reading="full", on_window_progress=seen.append)
+    assert readout["reading"]["mode"] == "full" and readout["windows"] >= 4
+    assert seen, "no progress reached the page"
+    assert all(s.windows_total == readout["windows"] and 0 <= s.windows_done <= s.windows_total for s in seen)
+    assert [s.windows_done for s in seen] == sorted(s.windows_done for s in seen)
+    guided = session.ask_readout(documents, item.question, reading="guided")
+    assert guided["reading"]["requested"] == "guided"
 
 
 @pytest.mark.slow

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import math
 import os
 import queue
 import threading
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,6 +83,23 @@ class RemoteModel:
         """Nothing to free here: the next deployment replaces the replicas."""
 
 
+class ProgressBoard:
+    """Where a replica posts each request's window progress and the page's side reads it: Ray Serve routes every
+    call to any replica, so the one answering a request cannot be asked directly. A Ray actor of RaySession's."""
+
+    def __init__(self):
+        self.states: dict[str, dict] = {}
+
+    def post(self, key: str, state: dict) -> None:
+        self.states[key] = state
+
+    def read(self, key: str) -> dict | None:
+        return self.states.get(key)
+
+    def drop(self, key: str) -> None:
+        self.states.pop(key, None)
+
+
 class AnswerReplica:
     """One replica of the deployment: loads (model, profile) when it starts, then answers requests. Windows of
     concurrent requests meet in `serve.batch` and share forward passes of up to `batch_requests` callers' batches.
@@ -132,7 +151,8 @@ class AnswerReplica:
             result = engine.answer(runner, tokenizer, request["documents"], request["question"], settings,
                                    batch_state=loaded.batch_state, extract_s=request.get("extract_s", 0.0),
                                    should_stop=stop, reading_mode=request.get("reading", DEFAULT_READING),
-                                   index_cache=self.session.index_cache)
+                                   index_cache=self.session.index_cache,
+                                   on_window_progress=posting_progress(request.get("progress")))
         finally:
             self._tokenizers.put(tokenizer)
         readout = self.session.readout(result)
@@ -214,6 +234,8 @@ class RaySession(Session):
         self.handle = None
         self.deployments = 0  # counts deployments, restored ones included: each answer names its own
         self._closed = False
+        self._board = None  # the progress board (a Ray actor), started with the first request that shows progress
+        self._board_name: str | None = None
 
     @property
     def capacity(self) -> int:
@@ -251,18 +273,45 @@ class RaySession(Session):
             raise ModelLoadError("No model is loaded.")
         request = {"documents": documents, "question": question, "extract_s": extract_s, "overrides": overrides,
                    "reading": reading}
-        return self._call(lambda: self.handle.ask.remote(request), should_stop)
+        on_poll = None
+        if on_window_progress is not None:
+            key = uuid.uuid4().hex
+            request["progress"] = (self.board_name(), key)
+            board = self._board
+
+            def on_poll() -> None:
+                state = board.read.remote(key)
+                ray, _, _ = ray_modules()
+                try:
+                    posted = ray.get(state, timeout=POLL_S)
+                except Exception:  # noqa: BLE001 - progress is a courtesy: a slow or lost read shows none
+                    return
+                if posted is not None:
+                    on_window_progress(engine.WindowProgress(**posted))
+        try:
+            return self._call(lambda: self.handle.ask.remote(request), should_stop, on_poll)
+        finally:
+            if on_poll is not None:
+                self._board.drop.remote(request["progress"][1])
+
+    def board_name(self) -> str:
+        """The progress board of this session (one Ray actor, started with the first request that wants it)."""
+        if self._board is None:
+            ray, _, _ = ray_modules()
+            self._board_name = f"longqa-progress-{uuid.uuid4().hex[:8]}"
+            self._board = ray.remote(num_cpus=0)(ProgressBoard).options(name=self._board_name).remote()
+        return self._board_name
 
     def training_step(self, window_tokens: int):
         if self.loaded is None or self.handle is None:
             raise ModelLoadError("No model is loaded.")
         return self._call(lambda: self.handle.training_step.remote(window_tokens), None)
 
-    def _call(self, send, should_stop):
+    def _call(self, send, should_stop, on_poll=None):
         _, _, ray_errors = ray_modules()
         for attempt in range(RETRIES + 1):
             try:
-                return wait_for(send(), should_stop)
+                return wait_for(send(), should_stop, on_poll)
             except ray_errors.RayTaskError as exc:
                 cause = getattr(exc, "cause", None)
                 if isinstance(cause, LongQAError):
@@ -345,8 +394,9 @@ def replica_resources(replicas: int, cpus_per_replica: float | None) -> dict:
     return {"num_cpus": math.floor(cpus / replicas) if replicas <= cpus else cpus / replicas}
 
 
-def wait_for(response, should_stop):
-    """A handle call's result, cancelled (Cancelled) as soon as `should_stop` says the visitor stopped it."""
+def wait_for(response, should_stop, on_poll=None):
+    """A handle call's result, cancelled (Cancelled) as soon as `should_stop` says the visitor stopped it;
+    `on_poll()` runs at every poll while it waits (the page's progress)."""
     while True:
         try:
             return response.result(timeout_s=POLL_S)
@@ -354,6 +404,19 @@ def wait_for(response, should_stop):
             if should_stop is not None and should_stop():
                 response.cancel()
                 raise Cancelled("The request was cancelled.") from None
+            if on_poll is not None:
+                on_poll()
+
+
+def posting_progress(target) -> Callable[[engine.WindowProgress], None] | None:
+    """On a replica: the engine's progress callback that posts each state to the requester's board, or None when
+    the requester shows no progress. `target` is (board name, request key)."""
+    if target is None:
+        return None
+    ray, _, _ = ray_modules()
+    board_name, key = target
+    board = ray.get_actor(board_name)
+    return lambda state: board.post.remote(key, dataclasses.asdict(state))
 
 
 def is_replica_lost(exc) -> bool:
