@@ -111,16 +111,16 @@ def fake_floor(cpu_bf16=True):
                            for name, (linear, band) in rates.items()}}
 
 
-def test_x_floor_divides_the_time_per_window_by_the_floor_of_the_rows_precision():
+def test_x_floor_divides_the_best_time_per_window_by_the_floor_of_the_rows_precision():
     flops = window_flops(BASE_SHAPES, 4096)
     fp32_floor, bf16_floor = flops.linear / 100e9 + flops.band / 25e9, flops.linear / 200e9 + flops.band / 50e9
     int8_floor = flops.linear / 250e9 + flops.band / 25e9
-    rows = [fake_row("baseline-fp32", latency_s_median=20.0, window_tokens=4096),
+    rows = [fake_row("baseline-fp32", latency_s_min=20.0, window_tokens=4096),
             fake_row("cpu", strategies=["half_precision", "fast_attention"], dtype="bfloat16",
-                     latency_s_median=12.0, windows=2, window_tokens=4096),
+                     latency_s_min=12.0, windows=2, window_tokens=4096),
             fake_row("cpu", strategies=["int8_dynamic", "fast_attention"], dtype="float32 + int8 Linear (dynamic)",
-                     latency_s_median=7.0, window_tokens=4096),
-            fake_row("baseline-fp32", tokens=1024, window_tokens=1024, latency_s_median=3.0),
+                     latency_s_min=7.0, window_tokens=4096),
+            fake_row("baseline-fp32", tokens=1024, window_tokens=1024, latency_s_min=3.0),
             fake_row("datacenter", devices=["cuda:0"], dtype="bfloat16")]  # no CPU floor for a GPU row
     bench_report.add_floor_ratios(rows, fake_floor())
     assert rows[0]["floor_precision"] == "fp32" and rows[0]["x_floor"] == pytest.approx(20.0 / fp32_floor)
@@ -133,9 +133,9 @@ def test_x_floor_divides_the_time_per_window_by_the_floor_of_the_rows_precision(
 
 
 def test_markdown_names_the_cpu_kind_and_shows_the_floor_column():
-    rows = [fake_row("baseline-fp32", latency_s_median=20.0, window_tokens=4096),
+    rows = [fake_row("baseline-fp32", latency_s_min=20.0, window_tokens=4096),
             fake_row("cpu", strategies=["int8_dynamic", "fast_attention"], dtype="float32 + int8 Linear (dynamic)",
-                     latency_s_median=7.0, window_tokens=4096)]
+                     latency_s_min=7.0, window_tokens=4096)]
     results = fake_results(rows)
     results["machine"].update(cpu_bf16=False, cpu_flags=["avx2"])
     results["floor"] = fake_floor(cpu_bf16=False)

@@ -25,7 +25,7 @@ from strategies.hardware import Hardware, detect_hardware
 PRECISIONS = ("fp32", "bf16", "int8")  # int8: torch.ao dynamic-quantized Linear layers, fp32 attention band
 FLOOR_TOKENS = 4096  # the window the shapes are timed at: the model's full window
 WARMUP = 1
-REPEAT = 3  # best of this many timed calls per shape
+REPEAT = 5  # best of this many timed calls per shape: the fastest is the least disturbed by other work
 
 
 # ------------------------------------------------------------------------------------------------ counting
