@@ -256,7 +256,7 @@ def format_floor(floor: dict, machine: dict) -> str:
     if floor.get("error"):
         return f"## The floor\n\nNot measured: {floor['error']}\n"
     load = floor.get("load_average")
-    busy = (f" **The machine was busy (load average {load[0]:.1f}): throughputs are low, ratios high.**"
+    busy = (f" **The machine was busy (load average {load[0]:.1f}): throughputs are low and uncertain.**"
             if load and machine.get("cpu_cores_logical") and load[0] > 0.5 * machine["cpu_cores_logical"] else "")
     lines = ["## The floor", "",
              f"CPU kind: {cpu_kind(machine)}; {floor['threads']} threads.{busy}", "",
@@ -341,7 +341,7 @@ def plot_results(results: dict, path: Path) -> None:
     titled = [(axes[0], "inference peak memory (GB)"), (axes[1], "inference latency, median (s)")]
     if floor_axis is not None:
         floor_axis.axhline(1.0, color="black", linewidth=0.8)
-        titled.append((floor_axis, "time per window × floor"))
+        titled.append((floor_axis, "best time per window × floor"))
     for axis, title in titled:
         axis.set_xticks([i + width * (len(profiles) - 1) / 2 for i in range(len(lengths))],
                         [f"{t:,} tokens × {b}" for t, b in lengths])
