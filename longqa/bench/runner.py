@@ -69,7 +69,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="measure only this CPU's compute floor of one window of --model per precision, print "
                              "it and write floor.json to --out")
     parser.add_argument("--no-floor", dest="floor", action="store_false",
-                        help="skip measuring the floor (no \"× floor\" column)")
+                        help="skip measuring the CPU's floor (no \"× floor\" column); it is skipped anyway where a GPU "
+                             "runs the rows")
 
 
 # ------------------------------------------------------------------------------------------------ planning
@@ -282,7 +283,7 @@ def run(args) -> int:
     for stale in out_dir.glob("baseline-logits-*.npz"):  # a failed baseline must not leave old logits behind
         stale.unlink()
     with tempfile.TemporaryDirectory(prefix="longqa-bench-") as work_dir:
-        if args.floor:  # first, while no row's process competes for the cores
+        if args.floor and not hardware.usable_gpus:  # first, while no row's process competes for the cores
             results["floor"] = run_floor(args.model, Path(work_dir), log_path)
         progress = tqdm(specs, desc="bench", unit="row", file=sys.stderr)
         for spec in progress:
