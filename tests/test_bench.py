@@ -55,6 +55,8 @@ def test_bench_writes_every_row_with_every_field(bench_run):
         assert INFERENCE_FIELDS <= row.keys(), INFERENCE_FIELDS - row.keys()
     for row in rows_of(results, "training"):
         assert TRAINING_FIELDS <= row.keys(), TRAINING_FIELDS - row.keys()
+    assert results["floor"]["precisions"]["fp32"]["floor_s"] > 0
+    assert all(row["x_floor"] > 0 for row in rows_of(results, "inference"))
     machine = results["machine"]
     assert machine["cpu_cores_logical"] >= 1 and machine["torch"] and machine["transformers"]
     assert machine["gpus"] == []
@@ -99,6 +101,7 @@ def test_bench_writes_markdown_and_chart(bench_run):
     assert "| baseline-fp32 |" in markdown and "| cpu |" in markdown
     assert "memory × baseline" in markdown and "time × baseline" in markdown
     assert "## Training step" in markdown
+    assert "× floor" in markdown and "## The floor" in markdown and "CPU kind: " in markdown
     assert (out / "results.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -204,3 +207,13 @@ def test_a_failing_worker_becomes_an_error_row(tmp_path, monkeypatch):
                       checks=1, out_dir=str(tmp_path))
     rows = bench.run_worker(spec, tmp_path, tmp_path / "workers.log")
     assert len(rows) == 1 and "out of memory here" in rows[0]["error"] and rows[0]["profile"] == "cpu"
+
+
+@pytest.mark.slow  # a real floor process: about 8 s on 2 cores
+def test_floor_only_prints_the_floor_and_writes_floor_json(tiny_model_dir, tmp_path, capsys):
+    assert main(["bench", "--floor-only", "--model", str(tiny_model_dir), "--out", str(tmp_path)]) == 0
+    printed = capsys.readouterr().out
+    assert "## The floor" in printed and "| fp32 |" in printed and "CPU kind: " in printed
+    written = json.loads((tmp_path / "floor.json").read_text())
+    assert written["floor"]["precisions"]["int8"]["floor_s"] > 0 and written["machine"]["cpu_model"]
+    assert not (tmp_path / "results.json").exists()

@@ -3,7 +3,8 @@
 Reads the arguments, plans the rows (every available profile plus the fp32 reference, at each length, and the
 training step with and without checkpointing), runs each in `longqa.bench.worker` and gathers what they measured;
 `longqa.bench.report` turns the rows into ratios, predictions, results.md and results.png. It measures nothing
-itself: the workers do, so no row's peak leaks into another's.
+itself: the workers do, so no row's peak leaks into another's, and so does `longqa.bench.floor`, in a process of its
+own before the rows, for the "× floor" column.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ import transformers
 from tqdm import tqdm
 
 from longqa.arguments import positive_int, positive_int_list
-from longqa.bench.report import add_baseline_ratios, recorded_hardware, write_report, write_results
+from longqa.bench.report import (add_baseline_ratios, format_floor, recorded_hardware, summary_lines, write_report,
+                                 write_results)
 from longqa.bench.worker import BASELINE, MAX_WINDOW_TOKENS, WorkerSpec, parse_profile
 from longqa.loader import download, materialize_architecture
 from longqa.models import resolve_model
@@ -37,6 +39,7 @@ from strategies.profiles import PROFILES, unavailable_reason
 
 ALIASES = ("auto", "custom")  # not rows of their own in "all": auto is another profile, custom is empty
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
+CPU_KIND_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "avx_vnni", "amx_bf16", "amx_int8")
 
 
 # ------------------------------------------------------------------------------------------------ arguments
@@ -62,6 +65,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default="bench-results", help="output folder (default bench-results/)")
     parser.add_argument("--rescore", action="store_true",
                         help="measure nothing: recompute ratios and memory predictions of --out's results.json")
+    parser.add_argument("--floor-only", action="store_true",
+                        help="measure only this CPU's compute floor of one window of --model per precision, print "
+                             "it and write floor.json to --out")
+    parser.add_argument("--no-floor", dest="floor", action="store_false",
+                        help="skip measuring the CPU's floor (no \"× floor\" column); it is skipped anyway where a GPU "
+                             "runs the rows")
 
 
 # ------------------------------------------------------------------------------------------------ planning
@@ -150,6 +159,24 @@ def run_worker(spec: WorkerSpec, work_dir: Path, log_path: Path) -> list[dict]:
     return json.loads(result_path.read_text())
 
 
+def floor_command(model: str, out_path: Path) -> list[str]:
+    return [sys.executable, "-m", "longqa.bench.floor", str(out_path), "--model", model]
+
+
+def run_floor(model: str, work_dir: Path, log_path: Path) -> dict:
+    """The floor as a fresh process measured it (`longqa.bench.floor`), or {"error": why} when it failed."""
+    out_path = work_dir / "floor.json"
+    out_path.unlink(missing_ok=True)
+    with open(log_path, "a") as log:
+        log.write("\n===== floor\n")
+        log.flush()
+        completed = subprocess.run(floor_command(model, out_path), stdout=log, stderr=subprocess.STDOUT,
+                                   env=worker_env(), cwd=PROJECT_ROOT)
+    if completed.returncode != 0 or not out_path.exists():
+        return {"error": f"floor exited with code {completed.returncode}: {last_error_line(log_path)}"}
+    return json.loads(out_path.read_text())
+
+
 def last_error_line(log_path: Path) -> str:
     lines = [line.strip() for line in log_path.read_text(errors="replace").splitlines() if line.strip()]
     return lines[-1] if lines else "no output"
@@ -159,7 +186,7 @@ def last_error_line(log_path: Path) -> str:
 def machine_info(hardware) -> dict:
     """What the rows were measured on: CPU, memory, GPUs, library versions and the load when the run began."""
     return {
-        "cpu_model": cpu_model(), "cpu_cores_logical": os.cpu_count(),
+        "cpu_model": cpu_model(), "cpu_flags": cpu_flags(), "cpu_cores_logical": os.cpu_count(),
         "cpu_cores_physical": psutil.cpu_count(logical=False), "cpu_bf16": hardware.cpu_bf16,
         "ram_bytes": psutil.virtual_memory().total,
         "gpus": [{"name": gpu.name, "total_bytes": gpu.total_bytes, "compute_capability": gpu.compute_capability}
@@ -181,12 +208,24 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def cpu_flags() -> list[str]:
+    """The CPU's vector and matrix features that decide the floor (from /proc/cpuinfo; empty where unreadable)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return []
+    flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
+    return sorted(flag for flag in flags if flag in CPU_KIND_FLAGS)
+
+
 def command_line(args) -> str:
     parts = ["python", "-m", "longqa", "bench", "--model", args.model, "--profiles", args.profiles,
              "--tokens", ",".join(map(str, args.tokens)), "--batch", ",".join(map(str, args.batch)),
              "--repeat", str(args.repeat), "--checks", str(args.checks), "--out", str(args.out)]
     if not args.training:
         parts.append("--no-training")
+    if not args.floor:
+        parts.append("--no-floor")
     return shlex.join(parts)
 
 
@@ -203,11 +242,27 @@ def rescore(out_dir: Path) -> int:
     return 0
 
 
+def floor_only(args) -> int:
+    """Measure the floor alone, print it, write floor.json beside where results.json would go."""
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    machine = machine_info(detect_hardware())
+    with tempfile.TemporaryDirectory(prefix="longqa-floor-") as work_dir:
+        floor = run_floor(args.model, Path(work_dir), out_dir / "floor.log")
+    if floor.get("error"):
+        raise InputError(f"Could not measure the floor: {floor['error']}")
+    (out_dir / "floor.json").write_text(json.dumps({"machine": machine, "floor": floor}, indent=2))
+    print(format_floor(floor, machine))
+    return 0
+
+
 def run(args) -> int:
     """Measure every planned row in its own process and write the three outputs; 1 when any row failed."""
     out_dir = Path(args.out)
     if args.rescore:
         return rescore(out_dir)
+    if args.floor_only:
+        return floor_only(args)
     out_dir.mkdir(parents=True, exist_ok=True)
     hardware = detect_hardware()
     profiles, skipped = choose_profiles(args.profiles, hardware)
@@ -228,6 +283,8 @@ def run(args) -> int:
     for stale in out_dir.glob("baseline-logits-*.npz"):  # a failed baseline must not leave old logits behind
         stale.unlink()
     with tempfile.TemporaryDirectory(prefix="longqa-bench-") as work_dir:
+        if args.floor and not hardware.usable_gpus:  # first, while no row's process competes for the cores
+            results["floor"] = run_floor(args.model, Path(work_dir), log_path)
         progress = tqdm(specs, desc="bench", unit="row", file=sys.stderr)
         for spec in progress:
             progress.set_postfix_str(spec_label(spec))
@@ -237,6 +294,8 @@ def run(args) -> int:
     results["machine"]["load_average_end"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
     write_report(out_dir, results, hardware)
     failed = [row for row in results["rows"] if row.get("error")]
+    for line in summary_lines(results):
+        print(line, file=sys.stderr)
     for row in failed:
         print(f"error: {row['kind']} {row['profile']} {row['tokens']}t: {row['error']}", file=sys.stderr)
     print(f"wrote {out_dir / 'results.json'}, results.md and results.png ({len(results['rows'])} rows, "

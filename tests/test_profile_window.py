@@ -1,0 +1,45 @@
+"""scripts/profile_window.py's grouping: an operator counts to the nearest of itself and its callers that names a
+group, and what the fast attention runs without naming one is its bookkeeping (made-up profiler events, no model)."""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "profile_window.py"
+spec = importlib.util.spec_from_file_location("profile_window", SCRIPT)
+profile_window = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(profile_window)
+
+
+@dataclass
+class Event:
+    name: str
+    cpu_parent: "Event | None" = None
+    self_cpu_time_total: float = 0.0  # microseconds, as torch.profiler reports them
+
+
+def test_operators_count_to_their_nearest_named_caller():
+    attention = Event(profile_window.ATTENTION_SCOPE)
+    projections = Event(profile_window.PROJECTION_SCOPE, attention)
+    events = [
+        Event("aten::copy_", Event("aten::addmm", Event("aten::linear")), 2e6),  # the bias copied into the output
+        Event("aten::copy_", Event("aten::_to_copy", Event("aten::to")), 1e6),
+        Event("aten::cat", projections, 3e6),
+        Event("aten::cat", attention, 4e6),  # the band's keys and values
+        Event("aten::fill_", Event("aten::constant_pad_nd", Event("aten::pad", attention)), 5e5),
+        Event("aten::bitwise_and", Event("aten::__and__", attention), 2.5e5),
+        Event("aten::copy_", Event("aten::clone"), 1e5),
+        Event("aten::native_layer_norm", Event("aten::layer_norm"), 7e5),
+        Event("aten::unknown_op", None, 1e4),
+    ]
+    groups = profile_window.grouped_self_time_s(events)
+    assert groups["matmul (Linear layers, their bias copy included)"]["self_s"] == 2.0
+    assert groups["dtype casts"]["self_s"] == 1.0
+    assert groups[profile_window.WEIGHT_CAT]["self_s"] == 3.0
+    assert groups[profile_window.BOOKKEEPING]["operators_s"] == {"aten::cat": 4.0}
+    assert groups["padding"]["self_s"] == 0.5 and groups["masks"]["self_s"] == 0.25
+    assert groups["copies (outside the attention)"]["self_s"] == 0.1 and groups["LayerNorm"]["self_s"] == 0.7
+    assert groups["other"]["operators_s"] == {"aten::unknown_op": 0.01}
+    assert list(groups)[0] == profile_window.BOOKKEEPING  # heaviest first
