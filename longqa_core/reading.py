@@ -234,23 +234,24 @@ def plan_reading(mode: str, index: DocumentIndex | None, ranking: Ranking | None
                                    "or Japanese), which the ranking cannot split into words: read whole")
     assert index is not None and ranking is not None
     if index.n_regions <= FIRST_ROUND_WINDOWS:
-        return ReadingPlan("full", f"the documents fit in {index.n_regions} window"
-                                   f"{'s' if index.n_regions != 1 else ''}: read whole")
+        return ReadingPlan("full", f"the documents fit in {index.n_regions} stretch"
+                                   f"{'es' if index.n_regions != 1 else ''} of about a window: read whole")
     if not ranking.terms:
         return ReadingPlan("full", "the question has no content word to rank by (only common words): read whole")
     if not ranking.matched:
         return ReadingPlan("full", "none of the question's content words occur in the documents: read whole")
     tied = ranking.tied()
     if len(tied) > FLAT_SHARE * index.n_regions:
-        return ReadingPlan("full", f"the question's words score alike in {len(tied)} of {index.n_regions} windows: "
-                                   f"too flat to pick from, read whole")
+        return ReadingPlan("full", f"the question's words score alike in {len(tied)} of {index.n_regions} stretches "
+                                   f"of text: too flat to pick from, read whole")
     first = [int(r) for r in ranking.order[:FIRST_ROUND_WINDOWS]]
     rounds = [first]
     ties = [r for r in tied if r not in first]
     if ties:
         rounds.append(ties)
     decisive = len(tied) <= FIRST_ROUND_WINDOWS
-    why = ("the best windows stand clear of the rest" if decisive
-           else f"{len(tied)} windows score alike, all read before stopping")
-    return ReadingPlan("guided", f"ranked {index.n_regions} windows on {', '.join(ranking.matched)}: {why}; "
-                                 f"the whole document is read if the answer stays weak", rounds, decisive)
+    why = ("the best stand clear of the rest" if decisive
+           else f"{len(tied)} score alike, all read before stopping")
+    return ReadingPlan("guided", f"ranked {index.n_regions} stretches of text (each read as about one window) on "
+                                 f"{', '.join(ranking.matched)}: {why}; the whole document is read if the answer "
+                                 f"stays weak", rounds, decisive)

@@ -138,7 +138,7 @@ SMALL_WINDOWS = engine.EngineSettings(max_seq_len=2048)  # many cheap windows: t
 @pytest.mark.slow
 def test_guided_reads_few_windows_and_answers_as_the_full_read(demo):
     runner, tokenizer = demo
-    item = eval_task.make_document(3, 9_000)
+    item = eval_task.make_document(3, 30_000)  # about 40 windows of 2,048 tokens
     documents = [Document("report.txt", item.text)]
     full = engine.answer(runner, tokenizer, documents, item.question, SMALL_WINDOWS, reading_mode="full")
     cache: dict = {}
@@ -147,7 +147,7 @@ def test_guided_reads_few_windows_and_answers_as_the_full_read(demo):
     assert full.reading["mode"] == "full" and full.reading["windows_read"] == full.windows == \
         full.reading["windows_total"]
     assert guided.reading["mode"] == "guided" and guided.reading["windows_total_estimated"]
-    assert guided.reading["windows_read"] == guided.windows < full.windows / 3
+    assert guided.reading["windows_read"] == guided.windows <= full.windows / 4
     assert [(a.text, a.start_char) for a in guided.answers[:1]] == [(a.text, a.start_char) for a in full.answers[:1]]
     assert any(r["start_char"] <= item.answer_start and item.answer_end <= r["end_char"]
                for r in guided.reading["read"])
@@ -208,7 +208,7 @@ def test_bad_input_gives_a_reason_and_an_answer_never_a_crash(demo, question, te
 @pytest.mark.slow
 def test_many_documents_are_ranked_together_and_answers_point_into_the_right_one(demo):
     runner, tokenizer = demo
-    items = [eval_task.make_document(seed, 2_500) for seed in (11, 12, 13)]
+    items = [eval_task.make_document(seed, 8_000) for seed in (11, 12, 13)]
     documents = [Document(f"d{i}.txt", it.text) for i, it in enumerate(items)]
     result = engine.answer(runner, tokenizer, documents, items[1].question, SMALL_WINDOWS, reading_mode="guided")
     assert result.reading["mode"] == "guided"
