@@ -234,7 +234,7 @@ class RaySession(Session):
         self.handle = None
         self.deployments = 0  # counts deployments, restored ones included: each answer names its own
         self._closed = False
-        self._board = None  # the progress board (a Ray actor), started with the first request that shows progress
+        self._board = None  # the progress board (a Ray actor), started with the first deployment
         self._board_name: str | None = None
 
     @property
@@ -251,12 +251,15 @@ class RaySession(Session):
             max_ongoing_requests=max_ongoing_requests(self.batch_requests))
         self.deployments += 1
         app = deployment.bind(model_ref, profile, fallback_to_demo, self.deployments, self.batch_requests)
+        self.board_name()  # its worker starts (imports torch: seconds) while the replicas load
         try:
             self.handle = serve.run(app, name=APP_NAME, route_prefix=None)
         except Exception as exc:  # Ray Serve reports a failed deployment as RuntimeError; the reason is in status
             raise ModelLoadError(f"The replicas could not load {model_ref!r} with profile {profile.name!r}: "
                                  f"{deployment_failure(exc)}") from None
         info = self.handle.describe.remote().result()
+        ray, _, _ = ray_modules()
+        ray.get(self._board.read.remote(""))  # ready before the first request, whose progress it carries
         if on_progress is not None:
             on_progress(1.0, f"{self.replicas} replica(s) ready")
         return RemoteModel(info["model_ref"], info["profile"], info["settings"], info["tokenizer"], info["readout"],
@@ -295,7 +298,7 @@ class RaySession(Session):
                 self._board.drop.remote(request["progress"][1])
 
     def board_name(self) -> str:
-        """The progress board of this session (one Ray actor, started with the first request that wants it)."""
+        """The progress board of this session: one Ray actor, started with the first deployment."""
         if self._board is None:
             ray, _, _ = ray_modules()
             self._board_name = f"longqa-progress-{uuid.uuid4().hex[:8]}"
