@@ -396,12 +396,7 @@ def plan_request(tokenizer, documents: list[Document], question: str, settings: 
     """
     question = validate_request(documents, question)
     settings = settings.resolved(tokenizer)
-    n_chars = sum(len(d.text) for d in documents)
-    max_chars = max_chars_for(settings.max_total_tokens)
-    if n_chars > max_chars:
-        raise InputError(f"The documents have {n_chars:,} characters: over the limit of "
-                         f"{settings.max_total_tokens:,} tokens even at {CHARS_PER_TOKEN_BOUND} characters a token "
-                         f"({max_chars:,} characters).")
+    check_chars(documents, settings.max_total_tokens)
     question, notice = truncate_question(tokenizer, question, settings.max_question_len)
     question_tokens = len(tokenizer(question, add_special_tokens=False)["input_ids"])
     room = settings.max_seq_len - question_tokens - tokenizer.num_special_tokens_to_add(pair=True)
@@ -430,6 +425,17 @@ def plan_request(tokenizer, documents: list[Document], question: str, settings: 
                        window_tokens / tokens_per_s if tokens_per_s else None)
     check_predicted_time(plan.predicted_s, settings, plan.windows, window_tokens, tokens_per_s)
     return plan
+
+
+def check_chars(documents: list[Document], max_total_tokens: int) -> None:
+    """InputError when the documents have more characters than `max_total_tokens` can hold at any tokenization,
+    refused without tokenizing."""
+    n_chars = sum(len(d.text) for d in documents)
+    max_chars = max_chars_for(max_total_tokens)
+    if n_chars > max_chars:
+        raise InputError(f"The documents have {n_chars:,} characters: over the limit of "
+                         f"{max_total_tokens:,} tokens even at {CHARS_PER_TOKEN_BOUND} characters a token "
+                         f"({max_chars:,} characters).")
 
 
 def check_predicted_time(predicted_s: float | None, settings: EngineSettings, windows: int, window_tokens: int,
@@ -789,12 +795,7 @@ def plan_guided(tokenizer, documents: list[Document], question: str, settings: E
     stage = measurement.stage if measurement is not None else (lambda name: contextlib.nullcontext())
     question = validate_request(documents, question)
     settings = settings.resolved(tokenizer)
-    n_chars = sum(len(d.text) for d in documents)
-    max_chars = max_chars_for(settings.max_total_tokens)
-    if n_chars > max_chars:
-        raise InputError(f"The documents have {n_chars:,} characters: over the limit of "
-                         f"{settings.max_total_tokens:,} tokens even at {CHARS_PER_TOKEN_BOUND} characters a token "
-                         f"({max_chars:,} characters).")
+    check_chars(documents, settings.max_total_tokens)
     with stage("tokenize"):
         question, notice = truncate_question(tokenizer, question, settings.max_question_len)
         # Regions are cut for the longest question the settings allow, so the index does not depend on this one.

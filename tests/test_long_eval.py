@@ -13,6 +13,7 @@ import pytest
 
 from longqa.demo_model import demo_task, eval_task, long_eval
 from longqa.demo_model.fact import Fact
+from tests.test_eval_task import imported_names
 
 HANDWRITTEN = Path(__file__).parent / "data" / "handwritten_qa.json"
 CI_TOKENS = 15_000  # about four windows of the demo model: small enough for CI, long enough to skip some
@@ -193,10 +194,7 @@ def test_a_notes_item_needs_the_notes():
 
 def test_the_module_takes_nothing_from_the_training_generator():
     tree = ast.parse(Path(long_eval.__file__).read_text())
-    imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
-    imported |= {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
-    imported |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) for alias in node.names}
-    assert not any("demo_task" in name or "nouns" in name for name in imported)
+    assert not any("demo_task" in name or "nouns" in name for name in imported_names(tree))
     strings = [node.value for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str)]
     assert not [s for s in strings if "demo_task" in s or "nouns" in s or "prose.txt" in s]
     names = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
