@@ -35,7 +35,7 @@ from strategies.hardware import detect_hardware
 DEFAULT_DOC_TOKENS = [10_000, 100_000, 500_000, 2_000_000]
 DEFAULT_MAX_FULL_TOKENS = 100_000
 CHARS_PER_TOKEN = 3.2  # the generator's prose with RoBERTa's tokenizer (measured: 387,160 characters, 121,539 tokens)
-WORDS_PER_TOKEN = 0.55  # the same prose: about 1.8 tokens a word (the rows record the real characters and windows)
+WORDS_PER_TOKEN = 0.53  # the same prose: about 1.85 tokens a word (the rows record the real characters and windows)
 DOCUMENT_SEED = 2028
 
 
