@@ -25,7 +25,8 @@ from longqa_core import engine
 from longqa_core.documents import (DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_PAGES, DEFAULT_MAX_READ_S,  # noqa: F401
                                    SUPPORTED_EXTENSIONS, Document, from_text, read_document)
 from longqa_core.engine import DEFAULT_MAX_TOTAL_TOKENS, whole_number  # noqa: F401
-from longqa_core.errors import DocumentError, InputError, LongQAError, ModelLoadError, ProfileError
+from longqa_core.errors import (CharLimitError, DocumentError, InputError, LongQAError, ModelLoadError,
+                                 ProfileError)
 from longqa_core.reading import DEFAULT_READING, READING_MODES  # noqa: F401
 from longqa_core.telemetry import gpu_snapshot  # noqa: F401
 from strategies.auto import resolve_auto
@@ -52,20 +53,30 @@ def read_documents(files: list, pasted_text: str | None = None, max_bytes: int =
     limits = dict(max_bytes=max_bytes, max_pages=max_pages, max_read_s=max_read_s, read_began=began)
     documents = []
 
-    def left() -> int | None:
-        return None if max_chars is None else max_chars - sum(d.n_chars for d in documents)
+    def add(read: Callable[[int | None], Document]) -> None:
+        """Read the next document with what the ones before it left of `max_chars`."""
+        used = sum(d.n_chars for d in documents)
+        left = None if max_chars is None else max_chars - used
+        if left is not None and left <= 0:
+            raise DocumentError(f"The first {len(documents)} documents already have {used:,} characters, the limit "
+                                f"for one request: ask about fewer documents.")
+        try:
+            documents.append(read(left))
+        except CharLimitError as exc:
+            if not documents:
+                raise
+            raise DocumentError(f"The {len(documents) + 1} documents have {'more than ' if exc.partial else ''}"
+                                f"{used + exc.n_chars:,} characters together, over the limit of {max_chars:,} "
+                                f"characters.") from None
 
     for item in files or []:
         if isinstance(item, tuple):
             name, data = item
-            documents.append(read_document(data, name, max_chars=_room(left(), documents, max_chars), **limits))
+            add(lambda left: read_document(data, name, max_chars=left, **limits))
         else:
-            documents.append(read_document(item, Path(item).name, max_chars=_room(left(), documents, max_chars),
-                                           **limits))
-        _check_total_chars(documents, max_chars)
+            add(lambda left: read_document(item, Path(item).name, max_chars=left, **limits))
     if pasted_text and pasted_text.strip():
-        documents.append(from_text(pasted_text, max_bytes=max_bytes, max_chars=_room(left(), documents, max_chars)))
-        _check_total_chars(documents, max_chars)
+        add(lambda left: from_text(pasted_text, max_bytes=max_bytes, max_chars=left))
     if not documents:
         raise InputError("No document given: upload a file or paste some text.")
     return documents, time.perf_counter() - began
@@ -97,21 +108,6 @@ def training_batch(tokenizer, window_tokens: int) -> dict:
     settings = engine.EngineSettings(max_seq_len=window_tokens, doc_stride=0).resolved(tokenizer)
     windows, _ = engine.make_windows(tokenizer, example["question"], [document], settings)
     return engine.collate(windows[:1], tokenizer.pad_token_id)
-
-
-def _room(left: int | None, documents: list[Document], max_chars: int | None) -> int | None:
-    """The characters the next document may have; DocumentError when the ones before have used the budget up."""
-    if left is not None and left <= 0:
-        raise DocumentError(f"The first {len(documents)} documents already have {max_chars:,} characters, the limit "
-                            f"for one request: ask about fewer documents.")
-    return left
-
-
-def _check_total_chars(documents: list[Document], max_chars: int | None) -> None:
-    n_chars = sum(d.n_chars for d in documents)
-    if max_chars is not None and n_chars > max_chars:
-        raise DocumentError(f"The {len(documents)} documents have {n_chars:,} characters together, over the limit "
-                            f"of {max_chars:,} characters.")
 
 
 class Session:

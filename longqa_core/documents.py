@@ -24,7 +24,7 @@ import charset_normalizer
 from pypdf import PasswordType, PdfReader
 from pypdf.errors import DependencyError, LimitReachedError
 
-from longqa_core.errors import DocumentError
+from longqa_core.errors import CharLimitError, DocumentError
 
 DEFAULT_MAX_FILE_BYTES = 50 * 1024 * 1024
 # A book of 5,000 pages holds far more text than the default token limit lets through (about 3,000 pages of
@@ -160,8 +160,8 @@ class _ReadLimits:
 
     def check_chars(self, name: str, n_chars: int) -> None:
         if self.is_over_chars(n_chars):
-            raise DocumentError(f"'{name}' has {n_chars:,} characters, over the limit of {self.max_chars:,} "
-                                f"characters.")
+            raise CharLimitError(f"'{name}' has {n_chars:,} characters, over the limit of {self.max_chars:,} "
+                                 f"characters.", n_chars=n_chars)
 
     def time_error(self, name: str, progress: str) -> DocumentError:
         return DocumentError(f"'{name}': reading stopped after {self.elapsed_s():.1f} s ({progress}), over the "
@@ -527,8 +527,9 @@ def _extract_pages(reader: PdfReader, n_pages: int, name: str, limits: _ReadLimi
         except _StopReading:
             progress = f"{number + 1:,} of {n_pages:,} pages"
             if limits.is_over_chars(n_chars + page_chars):
-                raise DocumentError(f"'{name}': read {n_chars + page_chars:,} characters from {progress}, over the "
-                                    f"limit of {limits.max_chars:,} characters.") from None
+                raise CharLimitError(f"'{name}': read {n_chars + page_chars:,} characters from {progress}, over "
+                                     f"the limit of {limits.max_chars:,} characters.", n_chars=n_chars + page_chars,
+                                     partial=True) from None
             raise limits.time_error(name, f"on page {progress}, {n_chars + page_chars:,} characters read") from None
         except LimitReachedError as exc:
             raise _pypdf_limit_error(name, exc) from exc
@@ -537,8 +538,9 @@ def _extract_pages(reader: PdfReader, n_pages: int, name: str, limits: _ReadLimi
         pages.append(page_text)
         n_chars += len(page_text) + 2
         if limits.is_over_chars(n_chars - 2):
-            raise DocumentError(f"'{name}': read {n_chars - 2:,} characters from {number + 1:,} of {n_pages:,} "
-                                f"pages, over the limit of {limits.max_chars:,} characters.")
+            raise CharLimitError(f"'{name}': read {n_chars - 2:,} characters from {number + 1:,} of {n_pages:,} "
+                                 f"pages, over the limit of {limits.max_chars:,} characters.", n_chars=n_chars - 2,
+                                 partial=number + 1 < n_pages)
     return pages
 
 

@@ -16,6 +16,16 @@ class DocumentError(InputError):
     """A document cannot be read: missing, empty, unsupported, corrupt, encrypted, no text, too large."""
 
 
+class CharLimitError(DocumentError):
+    """A document has more characters than it may: `n_chars` counted when reading stopped (all of them unless
+    `partial`), so a request of several documents can say what they have together."""
+
+    def __init__(self, message: str, *, n_chars: int = 0, partial: bool = False):
+        super().__init__(message)
+        self.n_chars = n_chars
+        self.partial = partial
+
+
 class RequestTooLongError(InputError):
     """A request is predicted to take longer than the time a request may take; refused before (or, with no
     throughput measured yet, after one batch of) model work. Carries the numbers the prediction came from."""

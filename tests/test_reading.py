@@ -238,7 +238,7 @@ def test_the_character_cap_is_one_budget_for_the_whole_request(tmp_path):
     b.write_text("more " * 1_000)
     documents, _ = read_documents([str(a)], max_chars=6_000)
     assert documents[0].n_chars == 5_000
-    with pytest.raises(DocumentError, match="'b.txt' has 5,000 characters, over the limit of 1,000"):
+    with pytest.raises(DocumentError, match="The 2 documents have 10,000 characters together, over the limit of 6,000"):
         read_documents([str(a), str(b)], max_chars=6_000)
     with pytest.raises(DocumentError, match="already have"):
         read_documents([str(a), str(a), str(b)], max_chars=5_000)
