@@ -118,7 +118,8 @@ class Session:
     """The currently loaded model (one at a time) and the requests made against it.
 
     Loads and answers never overlap: a load waits for the answers in progress, and answers wait for the load.
-    Answers run side by side (a shared deployment orders their batches through `gate`). A failed switch brings back the model that was in use before.
+    Answers run side by side (a shared deployment orders their batches through `gate`). A failed switch brings back
+    the model that was in use before.
     """
 
     def __init__(self, load_model: Callable | None = None, hardware=None):
