@@ -54,7 +54,7 @@ MODEL_CONCURRENCY = "model"  # model reloads, one at a time
 # Requests (answers, training steps) run their reading and checks side by side, then take turns on the model in
 # the context's lane: a slow upload delays only its own visitor, and a reload waits for the answer in flight.
 REQUEST_CONCURRENCY = "requests"
-REQUEST_WORKERS = 8
+REQUEST_WORKERS = 32  # threads that read and then wait in the lane, which orders their turns on the model
 SPACE_MAX_REQUEST_S = 120.0
 SPACE_VISITOR_HEADER = "X-Forwarded-For"
 DEFAULT_QUEUE_SIZE = 64

@@ -112,8 +112,9 @@ def run_crowd(url: str, server_pid: int, crowd_files: list[Path], visitor: Calla
             outcomes.append(None)
     deadline = time.monotonic() + settle_s
     for i, job in enumerate(jobs):
-        if outcomes[i] is None:
-            outcomes[i] = outcome_of(job, max(1.0, deadline - time.monotonic()))
+        if outcomes[i] is None:  # cancelled by us: gradio_client then raises its own errors, not the server's
+            ended = outcome_of(job, max(1.0, deadline - time.monotonic()))
+            outcomes[i] = "answered" if ended == "answered" else "cancelled"
     while idle is not None and not idle() and time.monotonic() < deadline:
         time.sleep(0.5)
     rss_peak = sampler.stop()

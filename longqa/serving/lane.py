@@ -20,7 +20,7 @@ from typing import Callable, Iterator
 from longqa_core.errors import Cancelled, InputError
 
 WAIT_POLL_S = 0.25  # how often a waiting request checks whether it was abandoned
-MAX_ACTIVE = 4  # requests larger than a few batches that hold their tokenized windows at once (memory)
+MAX_ACTIVE = 2  # requests larger than a few batches that hold their tokenized windows at once (memory)
 SMALL_WINDOWS = 8  # a request of at most this many windows is small: admitted and activated whatever waits
 MAX_QUEUED_WINDOWS = 4096  # the windows of work the lane accepts in all before refusing new large requests
 ORDERS = ("round_robin", "shortest_first")  # how the next batch is chosen among requests in progress
