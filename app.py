@@ -33,11 +33,12 @@ except ImportError:
 import pandas as pd
 from gradio.blocks import Block
 from gradio.context import LocalContext
+from gradio.exceptions import InvalidPathError
 
 import ui_format
 from longqa.arguments import positive_int
 from longqa.serving import policy
-from longqa.serving.lane import ModelLane
+from longqa.serving.lane import MAX_ACTIVE, MAX_QUEUED_WINDOWS, ModelLane
 from longqa.models import DEFAULT_MODEL, KNOWN_MODELS
 from longqa.serving.ray_replicas import DEFAULT_BATCH_REQUESTS, RaySession
 from longqa.session import (DEFAULT_MAX_TOTAL_TOKENS, DEFAULT_READING, READING_MODES, SAMPLES_DIR, SUPPORTED_EXTENSIONS,
@@ -53,8 +54,9 @@ MODEL_CONCURRENCY = "model"  # model reloads, one at a time
 # Requests (answers, training steps) run their reading and checks side by side, then take turns on the model in
 # the context's lane: a slow upload delays only its own visitor, and a reload waits for the answer in flight.
 REQUEST_CONCURRENCY = "requests"
-REQUEST_WORKERS = 8
+REQUEST_WORKERS = 32  # threads that read and then wait in the lane, which orders their turns on the model
 SPACE_MAX_REQUEST_S = 120.0
+SPACE_VISITOR_HEADER = "X-Forwarded-For"
 DEFAULT_QUEUE_SIZE = 64
 DEFAULT_MAX_FILE_MB = 50.0
 DEFAULT_TOP_K = 3
@@ -79,7 +81,8 @@ class AppContext:
     load_error: str | None = None
     lock_profile: bool = False  # a shared deployment: the profile and model cannot be changed from the page or API
     max_request_s: float | None = None  # refuse requests predicted to take longer (None: no limit)
-    lane: ModelLane = field(default_factory=ModelLane)  # one request at a time on the model, fairly
+    lane: ModelLane = field(default_factory=ModelLane)  # requests take turns on the model between batches
+    visitor_header: str | None = None  # the proxy's header naming the visitor's address (None: a direct connection)
     tokens_per_s: float | None = None  # measured by this deployment's last answer (readouts carry it)
     key: str = field(default_factory=lambda: uuid.uuid4().hex)  # how GPU functions find this context
 
@@ -100,7 +103,8 @@ def make_context(session: Session | None = None, *, models=None, default_model: 
                  default_profile: str = "auto", max_file_mb: float = DEFAULT_MAX_FILE_MB,
                  max_total_tokens: int = DEFAULT_MAX_TOTAL_TOKENS,
                  hardware: Hardware | None = None, lock_profile: bool = False, max_request_s: float | None = None,
-                 queue_size: int = DEFAULT_QUEUE_SIZE) -> AppContext:
+                 queue_size: int = DEFAULT_QUEUE_SIZE, visitor_header: str | None = None,
+                 max_queued_windows: int | None = MAX_QUEUED_WINDOWS) -> AppContext:
     get_profile(default_profile)
     allowed = list(dict.fromkeys([*(models if models is not None else KNOWN_MODELS), default_model]))
     if DEFAULT_MODEL in allowed and "demo" not in allowed:
@@ -112,7 +116,10 @@ def make_context(session: Session | None = None, *, models=None, default_model: 
                      max_file_bytes=int(max_file_mb * 1024 * 1024), max_total_tokens=max_total_tokens,
                      selection={"profile": default_profile, "model": default_model, "strategies": []},
                      lock_profile=lock_profile, max_request_s=max_request_s or None,
-                     lane=ModelLane(max_waiting=queue_size, capacity=session.capacity))
+                     lane=ModelLane(max_waiting=queue_size, capacity=session.capacity,
+                                    max_active=max(MAX_ACTIVE, session.capacity),
+                                    max_queued_windows=max_queued_windows or None),
+                     visitor_header=visitor_header or None)
     CONTEXTS[ctx.key] = ctx
     return ctx
 
@@ -137,6 +144,30 @@ def escape(message: str) -> str:
     return html.escape(message, quote=False)
 
 
+class Page(gr.Blocks):
+    """gradio's Blocks, telling a caller why a file argument was refused: a crafted call naming a server path that
+    was never uploaded is refused by gradio before any handler runs, and with `show_error=False` (which keeps the
+    server's paths out of messages) its reply carried no message at all."""
+
+    async def preprocess_data(self, *args, **kwargs):
+        try:
+            return await super().preprocess_data(*args, **kwargs)
+        except InvalidPathError:
+            raise gr.Error(UNUPLOADED_FILE, print_exception=False) from None
+
+    def validate_inputs(self, block_fn, inputs) -> None:
+        try:
+            super().validate_inputs(block_fn, inputs)
+        except ValueError:  # gradio's message lists the components' reprs: say what is wrong, not how it is built
+            raise gr.Error(f"This call sent {len(inputs)} values; {block_fn.api_name or 'this event'} takes "
+                           f"{len(block_fn.inputs)} (gradio_client fills the page's own state values itself).",
+                           print_exception=False) from None
+
+
+UNUPLOADED_FILE = ("A file named in this request was never uploaded to this server, so it cannot be read: upload the "
+                   "file with the request (gradio_client: pass handle_file(path), not the path itself).")
+
+
 # ------------------------------------------------------------------------------------------------ loading
 def check_model_allowed(ctx: AppContext, model_ref: str) -> None:
     if model_ref not in ctx.models:
@@ -148,7 +179,15 @@ def current_model(ctx: AppContext) -> str:
     session = ctx.session
     if session.loaded is None:
         return "No model is loaded now."
-    return f"Still using {session.model_ref} with profile {session.profile_name}."
+    return f"Still using {loaded_now(ctx)}."
+
+
+def loaded_now(ctx: AppContext) -> str:
+    """The model loaded now, in words: "demo with profile cpu" (or that none is)."""
+    session = ctx.session
+    if session.loaded is None:
+        return "no model loaded yet"
+    return f"{session.model_ref} with profile {session.profile_name}"
 
 
 def load_selection(ctx: AppContext, profile_name: str, model_ref: str, strategies=(), progress=None) -> None:
@@ -234,8 +273,8 @@ def load_profile(ctx: AppContext, profile_name: str, model_ref: str, strategies=
     Refused when locked."""
     with user_errors("Loading"):
         if ctx.lock_profile:
-            raise ProfileError(f"This deployment fixes the model and profile ({current_model(ctx)}): they cannot "
-                               "be changed from the page or the API.")
+            raise ProfileError(f"This deployment fixes the model and profile: it runs {loaded_now(ctx)}, and "
+                               "they cannot be changed from the page or the API.")
         with model_turn(ctx, request, progress, exclusive=True):
             load_selection(ctx, profile_name, model_ref, strategies or [], progress)
     return {"seen": seen_now(ctx), **load_outputs(ctx)}
@@ -312,9 +351,45 @@ def model_turn(ctx: AppContext, request: gr.Request | None, progress=None, *, ex
         if progress is not None:
             progress(0.0, desc=f"Waiting for the model: {ahead} request{'s' if ahead != 1 else ''} ahead")
 
-    with policy.model_turn(ctx.lane, getattr(request, "session_hash", None), abandonment_check(), on_wait,
+    with policy.model_turn(ctx.lane, visitor_keys(ctx, request), abandonment_check(), on_wait,
                            exclusive=exclusive) as stop_key:
         yield stop_key
+
+
+@contextlib.contextmanager
+def request_turn(ctx: AppContext, request: gr.Request | None, progress=None, *, windows: int = 0):
+    """This answer's place in the lane (`policy.request_turn`: turns on the model between batches), with the wait
+    shown as progress; yields the key of its stop check and runner wrapper, and its ticket. Under ZeroGPU the read
+    runs in a forked worker that cannot take turns with this process's lane: it holds one turn throughout."""
+    def on_wait(ahead: int) -> None:
+        if progress is not None:
+            progress(0.0, desc=f"Waiting for the model: {ahead} request{'s' if ahead != 1 else ''} ahead")
+
+    with policy.request_turn(ctx.lane, visitor_keys(ctx, request), abandonment_check(), on_wait,
+                             windows=windows, whole=ZERO_GPU) as (key, ticket):
+        yield key, ticket
+
+
+def visitor_keys(ctx: AppContext, request: gr.Request | None) -> tuple[str, ...]:
+    """Every key a visitor's requests count under: its gradio session, and where the deployment names a proxy
+    header for the visitor (on a Space, by default), the address in its first hop, so that a fresh client per
+    request gets no more than one visitor's share. On a direct connection the address is never a key: many
+    visitors may share one (an office, a school, a test on loopback)."""
+    keys = []
+    session_hash = getattr(request, "session_hash", None)
+    if session_hash:
+        keys.append(f"session:{session_hash}")
+    if ctx.visitor_header and request is not None:
+        address = first_hop(request.headers.get(ctx.visitor_header))
+        if address:
+            keys.append(f"address:{address}")
+    return tuple(keys)
+
+
+def first_hop(header: str | None) -> str | None:
+    """The first address of a forwarding header (`X-Forwarded-For: client, proxy1, proxy2`), or None."""
+    first = (header or "").split(",")[0].strip()
+    return first[:100] or None
 
 
 def count_or_default(value, what: str, default: int) -> int:
@@ -358,7 +433,7 @@ def answer_on_gpu(context_key: str, documents: list, question: str, top_k: int, 
         return ctx.session.ask_readout(documents, question, extract_s=extract_s, top_k=top_k,
                                        max_total_tokens=ctx.max_total_tokens, max_request_s=ctx.max_request_s,
                                        should_stop=policy.stop_check(stop_key), on_window_progress=on_window_progress,
-                                       reading=reading)
+                                       reading=reading, gate=policy.gate(stop_key))
 
 
 def ask(ctx: AppContext, files, pasted_text, question, top_k, reading, history, seen=None,
@@ -374,18 +449,17 @@ def ask(ctx: AppContext, files, pasted_text, question, top_k, reading, history, 
         progress(0.0, desc="Reading the documents")
         documents, extract_s = read_request(files or [], pasted_text, question, max_bytes=ctx.max_file_bytes,
                                             max_total_tokens=ctx.max_total_tokens)
-        with model_turn(ctx, request, progress) as stop_key:
-            ensure_loaded(ctx, progress)
+        ensure_loaded(ctx, progress)
+        progress(0.0, desc="Ranking the windows" if reading != "full" else "Planning the read")
+        plan = ctx.session.reading_plan(documents, question, reading, max_total_tokens=ctx.max_total_tokens)
+        with request_turn(ctx, request, progress, windows=plan["expected_windows"]) as (stop_key, ticket):
             changed = changed_since(ctx, seen)
-            read_chars = None
-            if spaces is not None:  # ZeroGPU asks for the GPU time of what will be read: rank first, on the CPU
-                progress(0.0, desc="Ranking the windows")
-                read_chars = ctx.session.reading_plan(documents, question, reading,
-                                                      max_total_tokens=ctx.max_total_tokens)["expected_chars"]
             progress(0.0, desc="Reading windows")
-            readout = answer_on_gpu(ctx.key, documents, question, top_k, extract_s, reading, read_chars, progress,
-                                    stop_key)
+            readout = answer_on_gpu(ctx.key, documents, question, top_k, extract_s, reading, plan["expected_chars"],
+                                    progress, stop_key)
+    readout["queue"] = ticket.queue_readout()
     ctx.tokens_per_s = readout.get("tokens_per_s") or ctx.tokens_per_s
+    ctx.lane.window_s = window_seconds(readout) or ctx.lane.window_s
     if changed:
         readout["notices"] = [changed, *readout.get("notices", [])]
     for notice in readout.get("notices", []):
@@ -411,6 +485,14 @@ def ask(ctx: AppContext, files, pasted_text, question, top_k, reading, history, 
         "seen": seen_now(ctx),
         "readout": readout,
     }
+
+
+def window_seconds(readout: dict) -> float | None:
+    """Forward seconds a window took in this answer (what the lane's retry estimates use), or None."""
+    forward, windows = (readout.get("latency_s") or {}).get("forward"), readout.get("windows")
+    if not forward or not windows:
+        return None
+    return max(0.0, forward - (readout.get("queue") or {}).get("waited_s", 0.0)) / windows or None
 
 
 def ask_in_full(ctx: AppContext, files, pasted_text, question, top_k, history, seen=None,
@@ -675,8 +757,8 @@ def build_reference_panel(ctx: AppContext) -> None:
 
 def build_blocks(ctx: AppContext, queue_size: int = DEFAULT_QUEUE_SIZE) -> gr.Blocks:
     ctx.lane.max_waiting = queue_size  # the page's queue bound is the model lane's
-    with gr.Blocks(title="Long-document QA with Longformer", analytics_enabled=False,
-                   delete_cache=(3600, 3600)) as demo:
+    with Page(title="Long-document QA with Longformer", analytics_enabled=False,
+              delete_cache=(3600, 3600)) as demo:
         gr.Markdown("# Long-document question answering with Longformer\n"
                     "Upload documents or paste text, ask a question, and see what each hardware profile's memory "
                     "strategies cost and save.")
@@ -724,6 +806,11 @@ def default_max_request_s() -> float:
     return SPACE_MAX_REQUEST_S if os.environ.get("SPACE_ID") else 0.0
 
 
+def default_visitor_header() -> str | None:
+    """On a Space, the proxy names the visitor in X-Forwarded-For; a direct connection has no such header."""
+    return SPACE_VISITOR_HEADER if os.environ.get("SPACE_ID") else None
+
+
 def default_lock_profile() -> bool:
     """Locked on a Space (Spaces set SPACE_ID), where any visitor could otherwise reload the model for all."""
     setting = os.environ.get("LONGQA_LOCK_PROFILE", "").strip().lower()
@@ -755,6 +842,14 @@ def build_parser() -> argparse.ArgumentParser:
                         help="shared deployments: the model and profile stay as started; the page and the API "
                              "cannot change them (default: on in a Hugging Face Space, off elsewhere; "
                              "LONGQA_LOCK_PROFILE=1/0 overrides; always on under ZeroGPU)")
+    parser.add_argument("--visitor-header", default=default_visitor_header(),
+                        help="behind a proxy: the header naming the visitor's address (its first hop), so that "
+                             "per-visitor limits count the address as well as the page session (default: "
+                             f"{SPACE_VISITOR_HEADER} in a Hugging Face Space, none elsewhere: on a direct connection "
+                             "many visitors may share one address); 'none' turns it off")
+    parser.add_argument("--max-queued-windows", type=int, default=MAX_QUEUED_WINDOWS,
+                        help="refuse a new request larger than a few batches when the windows queued for the model "
+                             "(its own included) would pass this; 0: no bound")
     scale = parser.add_argument_group("past one machine (Ray Serve; pip install -r requirements-ray.txt)")
     scale.add_argument("--engine", choices=["embedded", "ray"], default="embedded",
                        help="embedded: the model in this process (default); ray: in Ray Serve replicas")
@@ -799,7 +894,9 @@ def serve_page(args, session: Session) -> int:
     ctx = make_context(session, default_model=args.model, default_profile=args.profile,
                        max_file_mb=args.max_file_mb, max_total_tokens=args.max_tokens,
                        lock_profile=args.lock_profile or ZERO_GPU, max_request_s=args.max_request_s,
-                       queue_size=args.queue_size)
+                       queue_size=args.queue_size,
+                       visitor_header=None if str(args.visitor_header).lower() == "none" else args.visitor_header,
+                       max_queued_windows=args.max_queued_windows)
     try:
         ctx.session.runnable_profile(args.profile)
     except ProfileError as exc:
@@ -820,7 +917,7 @@ def serve_page(args, session: Session) -> int:
     return 0
 
 
-context = make_context(lock_profile=ZERO_GPU)
+context = make_context(lock_profile=ZERO_GPU, visitor_header=default_visitor_header())
 demo = build_blocks(context)
 if ZERO_GPU and __name__ != "__main__":
     # ZeroGPU forks its GPU workers from this process: the model must be loaded (onto the patched CUDA) before,

@@ -126,8 +126,16 @@ def run_rows(readout: dict) -> list[list]:
         ["out-of-memory back-offs", readout["backoffs"]],
         ["memory: predicted vs measured", prediction_text(readout.get("memory_prediction"))],
         ["notices", " ".join(readout.get("notices") or []) or "none"],
+        *([["queue", queue_text(readout["queue"])]] if readout.get("queue") else []),  # a shared deployment
         *([["replica", readout["replica"]]] if readout.get("replica") else []),  # served by Ray Serve replicas
     ]
+
+
+def queue_text(queue: dict) -> str:
+    """How long a request waited for the model, and behind how many: "waited 1.2 s, 3 ahead when it arrived"."""
+    ahead = queue.get("ahead_at_start") or 0
+    return (f"waited {format_seconds(queue.get('waited_s'))}, {ahead} request{'s' if ahead != 1 else ''} ahead "
+            "when it arrived")
 
 
 def full_read_s(readout: dict) -> float | None:

@@ -113,7 +113,9 @@ def training_batch(tokenizer, window_tokens: int) -> dict:
 class Session:
     """The currently loaded model (one at a time) and the requests made against it.
 
-    Loads and answers never overlap (one lock). A failed switch brings back the model that was in use before.
+    Loads and answers never overlap: a load waits for the answers in progress, and answers wait for the load.
+    Answers run side by side (a shared deployment orders their batches through `gate`). A failed switch brings back
+    the model that was in use before.
     """
 
     def __init__(self, load_model: Callable | None = None, hardware=None):
@@ -123,6 +125,9 @@ class Session:
         self.requested: tuple[str, str] | None = None
         self.generation = 0  # counts successful loads, so a visitor can tell that someone else switched
         self.lock = threading.RLock()
+        self._asks_done = threading.Condition(self.lock)
+        self._asks_in_progress = 0
+        self._spare_tokenizers: dict[int, list] = {}  # tokenizer copies for requests, by id of the loaded model
         self._preview_lock = threading.Lock()
         self._preview_tokenizer = None  # (the loaded model it was copied for, its own copy of the tokenizer)
         self.index_cache: dict = {}  # the last upload's ranking index: its next question pays only the query
@@ -141,6 +146,7 @@ class Session:
              force: bool = False):
         """Switch to (model, profile), freeing the old model first; on failure restore the old one and raise."""
         with self.lock:
+            self._wait_for_asks()
             previous = None
             requested = (model_ref, getattr(profile, "name", profile))
             if self.loaded is not None:
@@ -172,6 +178,8 @@ class Session:
 
     def unload(self) -> None:
         with self.lock:
+            self._wait_for_asks()
+            self._spare_tokenizers.clear()
             if self.loaded is not None:
                 loaded, self.loaded = self.loaded, None
                 self.requested = None
@@ -180,18 +188,48 @@ class Session:
     def ask(self, documents: list[Document], question: str, *, extract_s: float = 0.0,
             on_progress: Callable[[int, int], None] | None = None, should_stop: engine.StopCheck | None = None,
             on_window_progress: Callable[[engine.WindowProgress], None] | None = None,
-            reading: str = DEFAULT_READING, **overrides) -> engine.QAResult:
+            reading: str = DEFAULT_READING, gate: Callable | None = None, **overrides) -> engine.QAResult:
         """Answer over documents with the loaded model; `overrides` replace engine settings (top_k,
         max_total_tokens, max_request_s, ...). `should_stop`, `on_window_progress` and the `reading` mode
-        ("auto", "full", "guided") go to `engine.answer`."""
+        ("auto", "full", "guided") go to `engine.answer`. `gate` wraps the model's runner (a shared deployment's
+        turn per batch). Requests run side by side, each tokenizing on its own copy of the tokenizer; a load or a
+        training step waits for the requests in progress, and requests wait for it."""
+        loaded, tokenizer = self._begin_ask()
+        try:
+            settings = with_overrides(loaded.settings, overrides)
+            runner = gate(loaded.runner) if gate is not None else loaded.runner
+            return engine.answer(runner, tokenizer, documents, question, settings,
+                                 batch_state=loaded.batch_state, on_progress=on_progress, extract_s=extract_s,
+                                 should_stop=should_stop, on_window_progress=on_window_progress,
+                                 reading_mode=reading, index_cache=self.index_cache)
+        finally:
+            self._end_ask(loaded, tokenizer)
+
+    def _begin_ask(self):
+        """The loaded model and a tokenizer copy of its own for one request (a fast tokenizer must not serve two
+        threads at once), counted in progress so that loads wait for it."""
         with self.lock:
             if self.loaded is None:
                 raise ModelLoadError("No model is loaded.")
-            settings = with_overrides(self.loaded.settings, overrides)
-            return engine.answer(self.loaded.runner, self.loaded.tokenizer, documents, question, settings,
-                                 batch_state=self.loaded.batch_state, on_progress=on_progress, extract_s=extract_s,
-                                 should_stop=should_stop, on_window_progress=on_window_progress,
-                                 reading_mode=reading, index_cache=self.index_cache)
+            loaded = self.loaded
+            self._asks_in_progress += 1
+            spare = self._spare_tokenizers.get(id(loaded))
+            tokenizer = spare.pop() if spare else None
+        if tokenizer is None:
+            tokenizer = copy.deepcopy(loaded.tokenizer)
+        return loaded, tokenizer
+
+    def _end_ask(self, loaded, tokenizer) -> None:
+        with self.lock:
+            if loaded is self.loaded:
+                self._spare_tokenizers.setdefault(id(loaded), []).append(tokenizer)
+            self._asks_in_progress -= 1
+            self._asks_done.notify_all()
+
+    def _wait_for_asks(self) -> None:
+        """Under the lock: until no request is in progress (new ones wait for the lock)."""
+        while self._asks_in_progress:
+            self._asks_done.wait()
 
     def ask_readout(self, documents: list[Document], question: str, **kwargs) -> dict:
         """`ask`, then the result's full readout (`readout`): what the page and its API return."""
@@ -222,33 +260,47 @@ class Session:
 
     def reading_plan(self, documents: list[Document], question: str, reading: str = DEFAULT_READING,
                      **overrides) -> dict:
-        """How a request would be read, before its turn on the model: the mode (after auto), why, and the characters
-        it is expected to read (the ranking's first rounds; all of them for a full read). Ranks on this session's
-        own tokenizer copy, outside the model's lock, and leaves the index in the cache for the answer to reuse."""
+        """How a request would be read, before its turn on the model: the mode (after auto), why, the characters
+        it is expected to read (the ranking's first rounds; all of them for a full read) and about how many windows
+        that is (`expected_windows`, from a sample of the text's characters per token). Ranks on this session's own
+        tokenizer copy, outside the model's lock, and leaves the index in the cache for the answer to reuse."""
         loaded = self.loaded
         if loaded is None:
             raise ModelLoadError("No model is loaded.")
         n_chars = sum(d.n_chars for d in documents)
-        if reading == "full":
-            return {"mode": "full", "reason": "the full read was asked for", "expected_chars": n_chars}
         with self._preview_lock:
             if self._preview_tokenizer is None or self._preview_tokenizer[0] is not loaded:
                 self._preview_tokenizer = (loaded, copy.deepcopy(loaded.tokenizer))
-            settings = with_overrides(loaded.settings, overrides)
-            guide = engine.plan_guided(self._preview_tokenizer[1], documents, question, settings, reading,
+            tokenizer = self._preview_tokenizer[1]
+            settings = with_overrides(loaded.settings, overrides).resolved(tokenizer)
+            per_token = [engine.chars_per_token(tokenizer, d.text) if d.text else 1.0 for d in documents]
+            room = settings.max_seq_len - settings.max_question_len - tokenizer.num_special_tokens_to_add(pair=True)
+
+            def windows_for(n: int, ratio: float) -> int:
+                return engine.count_windows(int(n / ratio), max(room, settings.doc_stride + 1), settings.doc_stride)
+
+            every_window = sum(windows_for(d.n_chars, r) for d, r in zip(documents, per_token))
+            if reading == "full":
+                return {"mode": "full", "reason": "the full read was asked for", "expected_chars": n_chars,
+                        "expected_windows": every_window}
+            guide = engine.plan_guided(tokenizer, documents, question, settings, reading,
                                        index_cache=self.index_cache)
-        plan = guide.plan
-        if plan.mode == "full":
-            return {"mode": "full", "reason": plan.reason, "expected_chars": n_chars}
-        expected = plan.rounds[0] + (plan.rounds[1] if len(plan.rounds) > 1 and not plan.decisive else [])
-        spans = engine.read_spans([guide.regions[r] for r in expected], documents)
-        return {"mode": "guided", "reason": plan.reason, "expected_chars": sum(end - start for _, start, end in spans)}
+            plan = guide.plan
+            if plan.mode == "full":
+                return {"mode": "full", "reason": plan.reason, "expected_chars": n_chars,
+                        "expected_windows": every_window}
+            expected = plan.rounds[0] + (plan.rounds[1] if len(plan.rounds) > 1 and not plan.decisive else [])
+            spans = engine.read_spans([guide.regions[r] for r in expected], documents)
+            chars = sum(end - start for _, start, end in spans)
+            return {"mode": "guided", "reason": plan.reason, "expected_chars": chars,
+                    "expected_windows": max(len(expected), windows_for(chars, min(per_token)))}
 
     def training_step(self, window_tokens: int) -> tuple[TrainingStepReadout, int]:
         """One forward+backward step of the loaded model, without and then with gradient checkpointing, on the
         first window of the longest bundled sample: the readout and the window's length in tokens. ProfileError
         when the model as its profile loaded it cannot take a training step."""
         with self.lock:
+            self._wait_for_asks()
             loaded = self.loaded
             if loaded is None:
                 raise ModelLoadError("No model is loaded.")
@@ -321,6 +373,8 @@ def _renew_lock(session_ref) -> None:
     session = session_ref()
     if session is not None:
         session.lock = threading.RLock()
+        session._asks_done = threading.Condition(session.lock)
+        session._asks_in_progress = 0
         session._preview_lock = threading.Lock()
 
 

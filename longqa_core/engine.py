@@ -123,6 +123,9 @@ class BatchState:
 
 
 class Runner(Protocol):
+    """Runs one collated batch. A runner that waits for turns on a shared model before a batch may say how long
+    it has waited in all (`waited_s`): those seconds are not forward time."""
+
     devices: list[torch.device]
 
     def __call__(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]: ...
@@ -511,7 +514,7 @@ class WindowProgress:
 
     windows_done: int
     windows_total: int
-    elapsed_s: float  # since the first batch began
+    elapsed_s: float  # its own forward seconds since the first batch began (turns waited for others not counted)
     eta_s: float | None  # time left: this request's own rate once a batch is done, before that the model's
     # measured throughput; None when neither exists yet
 
@@ -544,11 +547,16 @@ def run_windows(runner: Runner, windows: list[Window], pad_token_id: int, settin
     rate_before = batch_state.tokens_per_s
     done = done_tokens = 0
     began = time.perf_counter()
+    waited_before = getattr(runner, "waited_s", 0.0)
+
+    def forward_s() -> float:
+        """Seconds since the first batch began, less those spent waiting for turns on a shared model."""
+        return time.perf_counter() - began - (getattr(runner, "waited_s", 0.0) - waited_before)
 
     def report() -> None:
         if on_window_progress is None:
             return
-        elapsed = time.perf_counter() - began
+        elapsed = forward_s()
         rate = done_tokens / elapsed if done_tokens and elapsed > 0 else rate_before
         eta = (total_tokens - done_tokens) / rate if rate else None
         on_window_progress(WindowProgress(done, len(windows), elapsed, eta))
@@ -566,10 +574,9 @@ def run_windows(runner: Runner, windows: list[Window], pad_token_id: int, settin
                 on_progress(done, len(windows))
             report()
             if rate_before is None and done < len(windows):
-                rate_before = _check_after_first_batch(settings, windows, done_tokens, total_tokens,
-                                                       time.perf_counter() - began)
+                rate_before = _check_after_first_batch(settings, windows, done_tokens, total_tokens, forward_s())
     finally:
-        batch_state.record_forward(done_tokens, time.perf_counter() - began)
+        batch_state.record_forward(done_tokens, forward_s())
     if settings.adaptive_batching:
         batch_state.size = size
     return logits, size

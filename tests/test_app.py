@@ -22,7 +22,7 @@ from strategies.profiles import profile_choices, select_strategies
 
 READOUT_KEYS = {"question", "answers", "documents", "windows", "tokens", "batch_size", "backoffs", "latency_s",
                 "memory", "notices", "tokens_per_s", "model", "profile", "window_tokens",
-                "memory_prediction", "reading"}
+                "memory_prediction", "reading", "queue"}
 ANSWER_KEYS = {"text", "score", "document", "document_index", "start_char", "end_char"}
 MEMORY_KEYS = {"peak_allocated_bytes", "reserved_bytes", "nvml_used_bytes", "nvml_total_bytes", "host_rss_bytes",
                "host_peak_rss_bytes", "devices"}
@@ -439,7 +439,7 @@ def test_a_locked_deployment_refuses_switches_from_the_page_and_the_api(tiny_mod
                            default_profile="cpu", lock_profile=True)
     app.ensure_loaded(ctx)
     loaded = ctx.session.loaded
-    with pytest.raises(gr.Error, match="fixes the model and profile"):
+    with pytest.raises(gr.Error, match=r"fixes the model and profile: it runs \S+ with profile cpu, and they cannot"):
         app.load_profile(ctx, "baseline-fp32", str(tiny_model_dir))
     assert ctx.session.loaded is loaded and ctx.session.profile_name == "cpu"
     demo = app.build_blocks(ctx)

@@ -157,3 +157,102 @@ def test_a_third_shared_turn_waits_when_capacity_is_two():
     wait_for(lambda: len(order) == 3)
     for thread in threads:
         thread.join(5)
+
+
+# ------------------------------------------------------------------------------------------ turns between batches
+class SleepyRunner:
+    """A model that takes `batch_s` a batch and records whose batch ran, in order."""
+
+    devices = ["cpu"]
+
+    def __init__(self, batch_s: float = 0.02):
+        self.batch_s, self.ran = batch_s, []
+
+    def __call__(self, batch):
+        self.ran.append(batch["name"])
+        time.sleep(self.batch_s)
+        return None
+
+
+def read(lane: ModelLane, runner, name: str, batches: int, done: dict, visitors=None, began=None):
+    """A request of `batches` one-window batches, through the lane's gate; records when it finished."""
+    from longqa.serving.lane import GatedRunner
+    import torch
+
+    def run():
+        try:
+            with lane.request(visitors or name, windows=batches) as ticket:
+                gated = GatedRunner(lane, ticket, runner)
+                for _ in range(batches):
+                    gated({"name": name, "input_ids": torch.zeros(1, 1)})
+            done[name] = (time.monotonic() - (began or 0.0), ticket.queue_readout())
+        except Exception as exc:  # noqa: BLE001 - recorded for the test to check
+            done[name] = exc
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize("order", ["round_robin", "shortest_first"])
+def test_a_small_request_waits_about_one_batch_per_other_request_not_for_their_reads(order):
+    lane, runner, done = ModelLane(order=order, max_active=4), SleepyRunner(0.02), {}
+    began = time.monotonic()
+    threads = [read(lane, runner, f"big{i}", 100, done, began=began) for i in range(3)]
+    wait_for(lambda: len(runner.ran) >= 6)
+    small_began = time.monotonic()
+    threads.append(read(lane, runner, "small", 2, done, began=small_began))
+    threads[-1].join(10)
+    small_s, queue = done["small"]
+    assert small_s < 0.6, f"the small request took {small_s:.2f} s behind three 2-second reads"
+    assert queue["ahead_at_start"] == 3 and queue["waited_s"] < 0.5
+    first = runner.ran.index("small")
+    assert runner.ran[first:first + 8].count("small") == 2  # its two batches came within a few turns
+    for thread in threads:
+        thread.join(20)
+    assert all(not isinstance(v, Exception) for v in done.values())
+    # nobody starved: the big reads all finished, and round robin interleaved them batch by batch
+    if order == "round_robin":
+        assert {runner.ran[i] for i in range(6)} == {"big0", "big1", "big2"}
+
+
+def test_large_requests_past_max_active_wait_without_windows_while_small_ones_go_ahead():
+    lane, runner, done = ModelLane(max_active=2), SleepyRunner(0.02), {}
+    threads = [read(lane, runner, f"big{i}", 30, done) for i in range(3)]
+    wait_for(lambda: len(runner.ran) >= 4)
+    assert "big2" not in runner.ran  # the third large request is not in progress: it holds no windows yet
+    threads.append(read(lane, runner, "small", 1, done))
+    threads[-1].join(5)
+    assert "small" in done and "big2" not in runner.ran[: runner.ran.index("small")]
+    for thread in threads:
+        thread.join(20)
+    assert set(done) == {"big0", "big1", "big2", "small"}
+
+
+def test_queued_work_over_the_bound_refuses_large_requests_with_a_retry_estimate_but_never_small_ones():
+    lane, runner, done = ModelLane(max_queued_windows=100, max_active=1), SleepyRunner(0.01), {}
+    lane.window_s = 0.5
+    threads = [read(lane, runner, "big0", 80, done)]
+    wait_for(lambda: len(runner.ran) >= 1)
+    with pytest.raises(LaneBusyError, match=r"about [78]\d windows of other visitors' work queued.*try again in about"):
+        with lane.request("late", windows=40):
+            pass
+    threads.append(read(lane, runner, "small", 3, done))  # a few batches: always taken
+    for thread in threads:
+        thread.join(20)
+    assert set(done) == {"big0", "small"} and not isinstance(done["small"], Exception)
+
+
+def test_a_visitor_known_by_its_address_gets_one_share_whatever_its_sessions():
+    lane, order, release = ModelLane(per_visitor=1), [], threading.Event()
+    started = threading.Event()
+    threads = [hold(lane, ("session:a", "address:10.0.0.1"), order, release, started)]
+    assert started.wait(5)
+    with pytest.raises(LaneBusyError, match="already have a request running"):
+        with lane.turn(("session:b", "address:10.0.0.1")):
+            pass
+    threads.append(hold(lane, ("session:c", "address:10.0.0.2"), order, release))  # another address: in line
+    wait_for(lambda: lane.waiting() == 1)
+    release.set()
+    for thread in threads:
+        thread.join(10)
+    assert len(order) == 2

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -17,7 +18,7 @@ import pytest
 from gradio_client import Client, handle_file
 
 import app
-from longqa.serving import policy
+from longqa.serving import crowd_check, policy
 from longqa.session import Session
 from tests.hostile import combining_marks_text, shared_stream_pdf
 from tests.tiny import CountingRunner
@@ -203,8 +204,8 @@ def test_a_request_predicted_over_the_time_budget_is_refused_before_model_work(s
     monkeypatch.setattr(ctx, "max_request_s", 2.0)
     began = time.monotonic()
     with pytest.raises(Exception, match=r"would take about \d+ s .*over the limit of 2 s"):
-        Client(url, verbose=False).predict([], long_text(200), "What is the tide of Harrowgate?", 1,
-                                           api_name="/ask")
+        Client(url, verbose=False).predict([], long_text(200), "What is the tide of Harrowgate?", 1, "full",
+                                           api_name="/ask")  # in full: guided reading would read two windows
     assert counting.calls == 0 and time.monotonic() - began < 30
     answer, _ = normal_request(url)
     assert answer == EXAMPLE["answer"]
@@ -216,3 +217,58 @@ def test_pasted_text_obeys_the_file_size_limit(served, monkeypatch):
     with pytest.raises(Exception, match="pasted text.*MB"):
         Client(url, verbose=False).predict([], "The tide of Harrowgate is 4102. " * 40_000,
                                            "What is the tide of Harrowgate?", 1, api_name="/ask")
+
+
+# ------------------------------------------------------------------------------------------ crowds (issue 32)
+GB = 1024 * MB
+
+
+def visitor_asks(url):
+    """The normal visitor of a crowd test: the bundled sample's question from a fresh client; (right, s, queue)."""
+    def ask():
+        began = time.monotonic()
+        *_, readout = Client(url, verbose=False).predict([handle_file(str(app.SAMPLES_DIR / EXAMPLE["file"]))], "",
+                                                         EXAMPLE["question"], 1, api_name="/ask")
+        return (readout["answers"][0]["text"].strip() == EXAMPLE["answer"], time.monotonic() - began,
+                readout["queue"])
+    return ask
+
+
+def lane_is_idle(ctx) -> bool:
+    return ctx.lane.waiting() == 0 and not ctx.lane.is_busy()
+
+
+def is_clear(outcome: str) -> bool:
+    """A crowd request's end that tells its caller what happened: answered, cancelled by it, or refused saying why."""
+    return outcome in ("answered", "cancelled") or (outcome.startswith("refused: ") and len(outcome) > 40)
+
+
+def test_a_visitor_is_answered_within_seconds_behind_fresh_clients_each_reading_a_large_text_in_full(
+        served, alone_s, tmp_path):
+    ctx, url = served
+    crowd = []
+    for i in range(6):  # six fresh clients (six gradio sessions), 1 MB each, read in full: minutes of work together
+        crowd.append(tmp_path / f"crowd{i}.txt")
+        crowd[-1].write_text(crowd_check.large_text(MB))
+    outcome = crowd_check.run_crowd(url, os.getpid(), crowd, visitor_asks(url), reading="full", visitor_after_s=3.0,
+                                    wait_answers_s=1.0, settle_s=60.0, idle=lambda: lane_is_idle(ctx))
+    assert outcome.visitor_error is None and outcome.visitor_right, outcome
+    assert outcome.visitor_s < 10.0, f"the visitor waited {outcome.visitor_s:.1f} s behind the crowd"
+    assert outcome.visitor_queue["ahead_at_start"] >= 4  # it did arrive behind the crowd
+    assert all(is_clear(o) for o in outcome.crowd), outcome.crowd
+    assert outcome.rss_peak - outcome.rss_idle < 2 * GB
+    assert outcome.rss_after - outcome.rss_idle < GB // 2, (outcome.rss_after - outcome.rss_idle) / MB
+    assert lane_is_idle(ctx)
+
+
+def test_slow_html_clients_leave_a_visitor_a_short_wait(served, alone_s, tmp_path):
+    ctx, url = served
+    crowd = []
+    for i in range(8):
+        crowd.append(tmp_path / f"slow{i}.html")
+        crowd[-1].write_text(crowd_check.slow_html(300_000))
+    outcome = crowd_check.run_crowd(url, os.getpid(), crowd, visitor_asks(url), reading="auto", visitor_after_s=1.0,
+                                    wait_answers_s=1.0, settle_s=60.0, idle=lambda: lane_is_idle(ctx))
+    assert outcome.visitor_error is None and outcome.visitor_right, outcome
+    assert outcome.visitor_s < 10.0, f"the visitor waited {outcome.visitor_s:.1f} s behind slow HTML"
+    assert all(is_clear(o) for o in outcome.crowd), outcome.crowd

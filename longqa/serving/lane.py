@@ -1,23 +1,29 @@
-"""The model lane of a shared deployment: first come, first served, a bounded wait, and a bound per visitor, so
-that one visitor cannot hold everybody else's turn. One turn at a time by default; with `capacity` N (a model
-served by several replicas), up to N shared turns run side by side, and an exclusive turn (a reload) waits for all of
-them and holds the model alone.
+"""The model lane of a shared deployment: requests take turns on the model between batches of windows, so a small
+request waits about one batch per other request in progress, not for their whole reads; bounds per visitor, on the
+requests in progress and on the work queued, so that no visitor (nor a crowd of fresh clients) can hold everybody
+else's turn. An exclusive turn (a reload, a training step) waits for every request that came before it and holds the
+model alone.
 
 It orders and bounds who may use the model next; it knows nothing of models, documents or gradio (the page says who
-a visitor is and how to tell that a request was abandoned).
+a visitor is, how much work a request predicts and how to tell that it was abandoned).
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import threading
-from collections import deque
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
 from longqa_core.errors import Cancelled, InputError
 
 WAIT_POLL_S = 0.25  # how often a waiting request checks whether it was abandoned
+MAX_ACTIVE = 2  # requests larger than a few batches that hold their tokenized windows at once (memory)
+SMALL_WINDOWS = 8  # a request of at most this many windows is small: admitted and activated whatever waits
+MAX_QUEUED_WINDOWS = 4096  # the windows of work the lane accepts in all before refusing new large requests
+ORDERS = ("round_robin", "shortest_first")  # how the next batch is chosen among requests in progress
 
 
 class LaneBusyError(InputError):
@@ -26,83 +32,261 @@ class LaneBusyError(InputError):
 
 @dataclass(eq=False)  # each ticket is its own place in line, even two of one visitor
 class Ticket:
-    visitor: str | None
+    visitors: tuple[str, ...]  # every key the visitor is known by (its gradio session, its address)
     exclusive: bool = False
+    windows: int = 0  # predicted windows of work (0: unknown)
+    done: int = 0  # windows run so far
+    active: bool = False  # in progress: may hold its tokenized windows and take batch turns
+    holding: bool = False  # runs on the model now
+    ready: bool = False  # waits for its next batch turn
+    served: int = 0  # when it last had a turn (round robin serves the longest unserved first)
+    arrived_s: float = field(default_factory=time.monotonic)
+    waited_s: float = 0.0  # for activation and for every batch turn, together
+    ahead_at_start: int = 0  # requests in the lane when it arrived
+
+    @property
+    def remaining(self) -> int:
+        return max(0, self.windows - self.done)
+
+    def queue_readout(self) -> dict:
+        """What the readout says about this request's wait: seconds waited and how many were ahead."""
+        return {"waited_s": self.waited_s, "ahead_at_start": self.ahead_at_start}
 
 
 class ModelLane:
-    """FIFO access to the model. `max_waiting` bounds everyone's wait together, `per_visitor` how many requests one
-    visitor may have in the lane at once (the ones running included), `capacity` how many shared turns may run at
-    once."""
+    """Turns on the model. `max_waiting` bounds the requests waiting, `per_visitor` how many requests one visitor
+    (by any of its keys) may have in the lane at once, `capacity` how many batches may run at once, `max_active`
+    how many large requests are in progress at once (the rest wait without tokenized windows), `max_queued_windows`
+    the predicted work of every request together (small requests are never refused by it), `order` which request
+    in progress gets the next batch."""
 
-    def __init__(self, max_waiting: int = 64, per_visitor: int = 3, capacity: int = 1):
+    def __init__(self, max_waiting: int = 64, per_visitor: int = 3, capacity: int = 1, *,
+                 max_active: int = MAX_ACTIVE, small_windows: int = SMALL_WINDOWS,
+                 max_queued_windows: int | None = MAX_QUEUED_WINDOWS, order: str = "round_robin"):
+        if order not in ORDERS:
+            raise ValueError(f"order must be one of {', '.join(ORDERS)}, got {order!r}")
         self.max_waiting = max_waiting
         self.per_visitor = per_visitor
         self.capacity = capacity
+        self.max_active = max_active
+        self.small_windows = small_windows
+        self.max_queued_windows = max_queued_windows
+        self.order = order
+        self.window_s: float | None = None  # seconds a window takes here, for retry estimates (set by the caller)
         self._condition = threading.Condition()
-        self._waiting: deque[Ticket] = deque()
-        self._holders: list[Ticket] = []
+        self._tickets: list[Ticket] = []  # in arrival order
+        self._turns = itertools.count(1)
 
+    # ---------------------------------------------------------------------------------------------- questions
     def waiting(self) -> int:
+        """Requests in the lane that do not run on the model now."""
         with self._condition:
-            return len(self._waiting)
+            return sum(not t.holding for t in self._tickets)
 
     def is_busy(self) -> bool:
         with self._condition:
-            return bool(self._holders)
+            return any(t.holding for t in self._tickets)
 
-    def _may_enter(self, ticket: Ticket) -> bool:
-        """The first in line enters when the model has room for it: alone for an exclusive turn, beside fewer than
-        `capacity` shared turns (and no exclusive one) for a shared turn."""
-        if self._waiting[0] is not ticket:
-            return False
-        if ticket.exclusive:
-            return not self._holders
-        return len(self._holders) < self.capacity and not any(h.exclusive for h in self._holders)
+    def queued_windows(self) -> int:
+        with self._condition:
+            return self._queued_windows()
+
+    def is_small(self, ticket: Ticket) -> bool:
+        return not ticket.exclusive and 0 < ticket.windows <= self.small_windows
+
+    # ---------------------------------------------------------------------------------------------- turns
+    @contextlib.contextmanager
+    def request(self, visitors=None, *, windows: int = 0, should_stop: Callable[[], bool] | None = None,
+                on_wait: Callable[[int], None] | None = None) -> Iterator[Ticket]:
+        """A request in the lane, from the door to its last batch: LaneBusyError at once when over a bound, then a
+        wait (Cancelled when `should_stop` says so) until it may be in progress; the body takes its batch turns
+        with `batch(ticket)`. `on_wait(ahead)` hears how many requests are ahead whenever that changes."""
+        ticket = Ticket(_keys(visitors), windows=max(0, int(windows)))
+        with self._condition:
+            ticket.served = next(self._turns)
+            self._admit(ticket)
+            ticket.ahead_at_start = len(self._tickets)
+            self._tickets.append(ticket)
+            try:
+                self._wait(ticket, self._may_activate, should_stop, on_wait,
+                           "The request was stopped while it waited for the model.")
+                ticket.active = True
+            except BaseException:
+                self._leave(ticket)
+                raise
+        try:
+            yield ticket
+        finally:
+            with self._condition:
+                self._leave(ticket)
 
     @contextlib.contextmanager
-    def turn(self, visitor: str | None = None, *, should_stop: Callable[[], bool] | None = None,
-             on_wait: Callable[[int], None] | None = None, exclusive: bool = False) -> Iterator[None]:
-        """Wait for this request's turn (LaneBusyError at once when over a bound; Cancelled when `should_stop`
-        says so while waiting), hold the model for the `with` body (alone when `exclusive`), then hand it on.
-        `on_wait(ahead)` hears how many requests are ahead whenever that changes."""
-        ticket = Ticket(visitor, exclusive)
+    def batch(self, ticket: Ticket, rows: int = 1, should_stop: Callable[[], bool] | None = None,
+              on_wait: Callable[[int], None] | None = None) -> Iterator[None]:
+        """One batch turn of a request in progress: waits until the lane's order picks it, runs the body on the
+        model, then counts `rows` windows done and hands the model on."""
         with self._condition:
-            self._admit(ticket)
-            self._waiting.append(ticket)
+            ticket.ready = True
             try:
-                ahead = None
-                while not self._may_enter(ticket):
-                    if should_stop is not None and should_stop():
-                        raise Cancelled("The request was stopped while it waited for the model.")
-                    now_ahead = self._waiting.index(ticket) + len(self._holders)
-                    if on_wait is not None and now_ahead != ahead:
-                        on_wait(now_ahead)
-                    ahead = now_ahead
-                    self._condition.wait(WAIT_POLL_S)
-            except BaseException:
-                self._waiting.remove(ticket)
-                self._condition.notify_all()
-                raise
-            self._waiting.popleft()
-            self._holders.append(ticket)
-            self._condition.notify_all()  # the next in line may fit beside this one
+                self._wait(ticket, self._may_run_batch, should_stop, on_wait,
+                           "The request was stopped while it waited for its next batch.")
+            finally:
+                ticket.ready = False
+            ticket.holding = True
         try:
             yield
         finally:
             with self._condition:
-                self._holders.remove(ticket)
+                ticket.holding = False
+                ticket.done += rows
+                ticket.served = next(self._turns)
                 self._condition.notify_all()
 
+    @contextlib.contextmanager
+    def turn(self, visitor=None, *, should_stop: Callable[[], bool] | None = None,
+             on_wait: Callable[[int], None] | None = None, exclusive: bool = False) -> Iterator[None]:
+        """The model for the whole `with` body: alone when `exclusive` (after every request that came before it;
+        requests after it wait), else one request holding one batch turn throughout (a read that cannot take
+        turns, such as a ZeroGPU worker's)."""
+        if not exclusive:
+            with self.request(visitor, should_stop=should_stop, on_wait=on_wait) as ticket:
+                with self.batch(ticket, should_stop=should_stop, on_wait=on_wait):
+                    yield
+            return
+        ticket = Ticket(_keys(visitor), exclusive=True)
+        with self._condition:
+            self._admit(ticket)
+            ticket.ahead_at_start = len(self._tickets)
+            self._tickets.append(ticket)
+            try:
+                self._wait(ticket, self._may_hold_alone, should_stop, on_wait,
+                           "The request was stopped while it waited for the model.")
+            except BaseException:
+                self._leave(ticket)
+                raise
+            ticket.active = ticket.holding = True
+        try:
+            yield
+        finally:
+            with self._condition:
+                self._leave(ticket)
+
+    # ---------------------------------------------------------------------------------------------- rules
+    def _may_activate(self, ticket: Ticket) -> bool:
+        """In progress once no exclusive turn came before it, and (unless small) a slot for large requests is free
+        and it is the first large one waiting."""
+        position = self._tickets.index(ticket)
+        if any(t.exclusive for t in self._tickets[:position]):
+            return False
+        if self.is_small(ticket):
+            return True
+        large = [t for t in self._tickets if not t.exclusive and not self.is_small(t)]
+        in_progress = sum(t.active for t in large)
+        first_waiting = next(t for t in large if not t.active)
+        return in_progress < self.max_active and first_waiting is ticket
+
+    def _may_run_batch(self, ticket: Ticket) -> bool:
+        """The model has room (fewer than `capacity` batches, no exclusive turn) and the order picks this one among
+        the requests ready for a batch."""
+        running = [t for t in self._tickets if t.holding]
+        if len(running) >= self.capacity or any(t.exclusive for t in running):
+            return False
+        ready = sorted((t for t in self._tickets if t.ready and not t.holding), key=self._priority)
+        return ticket in ready[: self.capacity - len(running)]
+
+    def _priority(self, ticket: Ticket) -> tuple:
+        """Round robin: the request served longest ago first (a new one counts as served when it arrived).
+        Shortest first: the least predicted work left (unknown work last), then round robin."""
+        if self.order == "shortest_first":
+            return (ticket.remaining if ticket.windows else float("inf"), ticket.served)
+        return (ticket.served,)
+
+    def _may_hold_alone(self, ticket: Ticket) -> bool:
+        return self._tickets[0] is ticket and not any(t.holding for t in self._tickets)
+
+    def _wait(self, ticket: Ticket, may_go: Callable[[Ticket], bool], should_stop, on_wait, stopped: str) -> None:
+        began = time.monotonic()
+        ahead = None
+        try:
+            while not may_go(ticket):
+                if should_stop is not None and should_stop():
+                    raise Cancelled(stopped)
+                now_ahead = self._ahead(ticket)
+                if on_wait is not None and now_ahead != ahead:
+                    on_wait(now_ahead)
+                ahead = now_ahead
+                self._condition.wait(WAIT_POLL_S)
+        finally:
+            ticket.waited_s += time.monotonic() - began
+        self._condition.notify_all()  # the next in line may fit beside this one
+
+    def _ahead(self, ticket: Ticket) -> int:
+        """Requests before this one in line, and those running on the model now."""
+        position = self._tickets.index(ticket)
+        return sum(not t.holding for t in self._tickets[:position]) + sum(t.holding for t in self._tickets)
+
+    def _leave(self, ticket: Ticket) -> None:
+        with contextlib.suppress(ValueError):
+            self._tickets.remove(ticket)
+        self._condition.notify_all()
+
+    def _queued_windows(self) -> int:
+        return sum(t.remaining for t in self._tickets if not t.exclusive)
+
     def _admit(self, ticket: Ticket) -> None:
-        if ticket.visitor is not None:
-            mine = sum(t.visitor == ticket.visitor for t in self._waiting)
-            running = sum(h.visitor == ticket.visitor for h in self._holders)
-            if mine + running >= self.per_visitor:
-                raise LaneBusyError(
-                    f"You already have a request running{f' and {mine} waiting' if mine else ''}: wait for "
-                    f"{'them' if mine else 'it'} to finish (or stop {'them' if mine else 'it'}) before sending "
-                    "another.")
-        if len(self._waiting) >= self.max_waiting:
-            raise LaneBusyError(f"The queue is full ({len(self._waiting)} requests are waiting for the model). "
-                                "Please try again in a minute.")
+        for key in ticket.visitors:
+            mine = [t for t in self._tickets if key in t.visitors]
+            if len(mine) >= self.per_visitor:
+                waiting = sum(not t.holding for t in mine)
+                running = len(mine) - waiting
+                what = (f"a request running{f' and {waiting} waiting' if waiting else ''}" if running
+                        else f"{waiting} request{'s' if waiting != 1 else ''} waiting")
+                them = "them" if len(mine) > 1 else "it"
+                raise LaneBusyError(f"You already have {what}: wait for {them} to finish (or stop {them}) before "
+                                    "sending another.")
+        if len(self._tickets) - self.capacity >= self.max_waiting:
+            raise LaneBusyError(f"The queue is full ({len(self._tickets) - self.capacity} requests are waiting for "
+                                "the model). Please try again in a minute.")
+        queued = self._queued_windows()
+        if (self.max_queued_windows is not None and not ticket.exclusive and not self.is_small(ticket)
+                and queued + ticket.windows > self.max_queued_windows):
+            raise LaneBusyError(
+                f"The model has about {queued:,} windows of other visitors' work queued, and this request would add "
+                f"about {ticket.windows:,} (the bound is {self.max_queued_windows:,}). Please try again "
+                f"{retry_hint(queued + ticket.windows - self.max_queued_windows, self.window_s)}, or ask about a "
+                "shorter text (a request of a few windows is always taken).")
+
+
+def retry_hint(windows_over: int, window_s: float | None) -> str:
+    """When to try again: once `windows_over` windows of others' work have run, at the measured seconds a window."""
+    if not window_s:
+        return "in a few minutes"
+    seconds = max(10.0, windows_over * window_s)
+    return f"in about {seconds / 60:.0f} minutes" if seconds >= 90 else f"in about {seconds:.0f} s"
+
+
+def _keys(visitors) -> tuple[str, ...]:
+    """A visitor's keys: None (anonymous: no bound per visitor), one key, or several (session and address)."""
+    if visitors is None:
+        return ()
+    if isinstance(visitors, str):
+        return (visitors,)
+    return tuple(v for v in visitors if v)
+
+
+class GatedRunner:
+    """A model runner that takes a batch turn in the lane before each batch: what the engine calls once per batch,
+    so a request's read interleaves with the others' between batches. `waited_s` counts the seconds spent
+    waiting for turns (not forward time)."""
+
+    def __init__(self, lane: ModelLane, ticket: Ticket, runner, should_stop: Callable[[], bool] | None = None):
+        self.lane, self.ticket, self.runner, self.should_stop = lane, ticket, runner, should_stop
+        self.devices = runner.devices
+
+    @property
+    def waited_s(self) -> float:
+        return self.ticket.waited_s
+
+    def __call__(self, batch):
+        with self.lane.batch(self.ticket, rows=int(batch["input_ids"].shape[0]), should_stop=self.should_stop):
+            return self.runner(batch)

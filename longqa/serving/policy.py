@@ -12,7 +12,7 @@ import time
 import uuid
 from typing import Callable, Iterator
 
-from longqa.serving.lane import ModelLane
+from longqa.serving.lane import GatedRunner, ModelLane
 
 # A stream that has held more than this many unread messages (progress comes about once a batch) for this long has
 # no reader: the caller has gone. A slow but present reader drains it now and then.
@@ -48,6 +48,9 @@ class UnreadStall:
 # pickles a GPU function's arguments to a forked worker, so the request carries the key, never the check: a
 # forked worker sees a frozen copy and never stops early, which is safe.
 STOP_CHECKS: dict[str, Callable[[], bool]] = {}
+# How a request in progress takes its batch turns, by the same key: a wrapper for the model's runner. Never used in a
+# forked worker (ZeroGPU takes whole-request turns, `model_turn`), where a copied lane would wait on a frozen copy.
+GATES: dict[str, Callable] = {}
 
 
 @contextlib.contextmanager
@@ -63,6 +66,32 @@ def model_turn(lane: ModelLane, visitor: str | None, should_stop: Callable[[], b
             yield stop_key
         finally:
             STOP_CHECKS.pop(stop_key, None)
+
+
+@contextlib.contextmanager
+def request_turn(lane: ModelLane, visitors, should_stop: Callable[[], bool],
+                 on_wait: Callable[[int], None] | None = None, *, windows: int = 0,
+                 whole: bool = False) -> Iterator[tuple[str, object]]:
+    """This request's place in the lane, from the door to its last batch: it waits (without tokenized windows)
+    until it may be in progress, then takes a turn on the model per batch of windows (`whole`: one turn for the
+    whole body, for a read that runs where the lane cannot reach, a forked ZeroGPU worker). Yields the key under
+    which its stop check and its runner wrapper (`gate`) are found, and its ticket (for the readout's `queue`)."""
+    with lane.request(visitors, windows=windows, should_stop=should_stop, on_wait=on_wait) as ticket:
+        with lane.batch(ticket, should_stop=should_stop, on_wait=on_wait) if whole else contextlib.nullcontext():
+            key = uuid.uuid4().hex
+            STOP_CHECKS[key] = should_stop
+            if not whole:
+                GATES[key] = lambda runner: GatedRunner(lane, ticket, runner, should_stop)
+            try:
+                yield key, ticket
+            finally:
+                STOP_CHECKS.pop(key, None)
+                GATES.pop(key, None)
+
+
+def gate(key: str | None) -> Callable | None:
+    """The runner wrapper registered under `key` (None: a direct call, a whole-request turn, or a forked worker)."""
+    return GATES.get(key) if key is not None else None
 
 
 def stop_check(stop_key: str | None) -> Callable[[], bool] | None:

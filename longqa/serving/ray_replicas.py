@@ -269,9 +269,15 @@ class RaySession(Session):
         raise NotImplementedError("the replicas answer: use ask_readout")
 
     def ask_readout(self, documents, question: str, *, extract_s: float = 0.0, should_stop=None,
-                    on_window_progress=None, on_progress=None, reading: str = DEFAULT_READING, **overrides) -> dict:
+                    on_window_progress=None, on_progress=None, reading: str = DEFAULT_READING, gate=None,
+                    **overrides) -> dict:
         """The readout of a request answered by one replica (with its `replica` id). A replica that dies with the
-        request is replaced by Ray Serve, and the request is sent again; ReplicaLostError after RETRIES."""
+        request is replaced by Ray Serve, and the request is sent again; ReplicaLostError after RETRIES.
+
+        `gate` (the page's turn per batch) is not used: in a replica, every request in progress puts its next batch
+        into the shared forward pass (`serve.batch`), so a large request gets one batch per pass like every other,
+        up to `--ray-batch` requests a replica; the page's lane bounds how many are in progress and the work
+        queued."""
         if self.loaded is None or self.handle is None:
             raise ModelLoadError("No model is loaded.")
         request = {"documents": documents, "question": question, "extract_s": extract_s, "overrides": overrides,

@@ -1,0 +1,122 @@
+"""A bounded crowd against a served app, on loopback only: N fresh `gradio_client` clients each send one large or
+slow request, then a normal visitor asks a small question; measures the visitor's wait and answer, what happened to
+each crowd request (answered, refused and why, cancelled), and the server's memory before, at its peak and after the
+crowd is cancelled.
+
+It measures and returns numbers; it formats nothing (scripts/measure_crowd.py writes the JSON and the table) and
+starts no server (the caller gives the URL and the server's process id).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import CancelledError
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import psutil
+from gradio_client import Client, handle_file
+
+MAX_CLIENTS = 16  # the crowd stays bounded whatever the caller asks
+FILLER = "The harbour was quiet that morning and the boats stayed in, as they had the day before. "
+
+
+def large_text(n_bytes: int) -> str:
+    """About `n_bytes` of plain prose with no fact in it: every window must be read to find nothing."""
+    return FILLER * max(1, n_bytes // len(FILLER))
+
+
+def slow_html(n_bytes: int) -> str:
+    """Unterminated tags, quadratic for the standard library's HTMLParser (issue 32): `'<a' * n`."""
+    return "<a" * max(1, n_bytes // 2)
+
+
+class MemorySampler:
+    """The peak RSS of a process, sampled every `every_s` in a thread until `stop()`."""
+
+    def __init__(self, pid: int, every_s: float = 0.1):
+        self.process = psutil.Process(pid)
+        self.peak = self.process.memory_info().rss
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self.every_s = every_s
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._done.wait(self.every_s):
+            self.peak = max(self.peak, self.process.memory_info().rss)
+
+    def stop(self) -> int:
+        self._done.set()
+        self._thread.join(5)
+        return self.peak
+
+
+@dataclass
+class CrowdOutcome:
+    visitor_right: bool | None
+    visitor_s: float | None
+    visitor_error: str | None
+    visitor_queue: dict | None
+    rss_idle: int
+    rss_peak: int
+    rss_after: int
+    crowd: list[str] = field(default_factory=list)  # per request: "answered", "refused: …", "cancelled", "lost"
+
+
+def ask_job(url: str, path: Path, question: str, reading: str):
+    """A fresh client's `/ask` job (submitted, not awaited): a new gradio session per request."""
+    return Client(url, verbose=False).submit([handle_file(str(path))], "", question, 1, reading, api_name="/ask")
+
+
+def outcome_of(job, timeout_s: float) -> str:
+    try:
+        job.result(timeout=timeout_s)
+        return "answered"
+    except CancelledError:
+        return "cancelled"
+    except TimeoutError:
+        return "lost (no answer in time)"
+    except Exception as exc:  # noqa: BLE001 - a refusal is an outcome to record, with its message
+        message = str(exc).strip()
+        return f"refused: {message[:300]}" if message else f"no message ({type(exc).__name__})"
+
+
+def run_crowd(url: str, server_pid: int, crowd_files: list[Path], visitor: Callable[[], tuple[bool, float, dict]],
+              *, question: str = "What is the tide of Harrowgate?", reading: str = "full",
+              visitor_after_s: float = 3.0, settle_s: float = 60.0, wait_answers_s: float = 5.0,
+              idle: Callable[[], bool] | None = None) -> CrowdOutcome:
+    """Send one request per file from a fresh client each, then `visitor()` (returns right, seconds, queue)
+    `visitor_after_s` later; then give the crowd `wait_answers_s` more, cancel what is left, and measure memory once
+    `idle()` says the server has no request left (or `settle_s` passed)."""
+    files = crowd_files[:MAX_CLIENTS]
+    server = psutil.Process(server_pid)
+    rss_idle = server.memory_info().rss
+    sampler = MemorySampler(server_pid)
+    jobs = [ask_job(url, path, question, reading) for path in files]
+    time.sleep(visitor_after_s)
+    right = seconds = error = queue = None
+    try:
+        right, seconds, queue = visitor()
+    except Exception as exc:  # noqa: BLE001 - the visitor refused is an outcome
+        error = str(exc)[:300]
+    time.sleep(wait_answers_s)
+    outcomes = []
+    for job in jobs:
+        if job.done():
+            outcomes.append(outcome_of(job, 1.0))
+        else:
+            job.cancel()
+            outcomes.append(None)
+    deadline = time.monotonic() + settle_s
+    for i, job in enumerate(jobs):
+        if outcomes[i] is None:  # cancelled by us: gradio_client then raises its own errors, not the server's
+            ended = outcome_of(job, max(1.0, deadline - time.monotonic()))
+            outcomes[i] = "answered" if ended == "answered" else "cancelled"
+    while idle is not None and not idle() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    rss_peak = sampler.stop()
+    time.sleep(1.0)
+    return CrowdOutcome(right, seconds, error, queue, rss_idle, rss_peak, server.memory_info().rss, outcomes)
