@@ -139,15 +139,17 @@ def queue_text(queue: dict) -> str:
 
 
 def full_read_s(readout: dict) -> float | None:
-    """A guided read's prediction of the full read's time: its own forward seconds per window read, times every
-    window, plus the stages a full read also pays (None when nothing was skipped or nothing was timed)."""
+    """A guided read's prediction of the full read's time: reading the files once, and its own seconds per window
+    read (tokenizing, forward, decoding) times every window (None when nothing was skipped or nothing was timed)."""
     reading = readout.get("reading") or {}
     read, total = reading.get("windows_read") or 0, reading.get("windows_total") or 0
     latency = readout.get("latency_s") or {}
     if read <= 0 or total <= read or not latency.get("forward"):
         return None
-    others = sum(latency.get(stage) or 0.0 for stage in ("extract", "tokenize", "decode"))
-    return latency["forward"] / read * total + others * total / read
+    # Reading the files is paid once whatever is read; tokenizing, the forward passes and decoding grow with the
+    # windows.
+    per_window = sum(latency.get(stage) or 0.0 for stage in ("tokenize", "forward", "decode")) / read
+    return (latency.get("extract") or 0.0) + per_window * total
 
 
 def reading_summary(readout: dict) -> str:

@@ -402,11 +402,7 @@ def plan_request(tokenizer, documents: list[Document], question: str, settings: 
     check_chars(documents, settings.max_total_tokens)
     question, notice = truncate_question(tokenizer, question, settings.max_question_len)
     question_tokens = len(tokenizer(question, add_special_tokens=False)["input_ids"])
-    room = settings.max_seq_len - question_tokens - tokenizer.num_special_tokens_to_add(pair=True)
-    if room <= settings.doc_stride:
-        raise InputError(f"The question leaves {room} tokens for the document in each {settings.max_seq_len}-token "
-                         f"window, not more than the overlap of {settings.doc_stride}: shorten the question or "
-                         f"lower doc_stride.")
+    room = document_room(tokenizer, settings, question_tokens)
     stats: list[DocumentStats] = []
     window_tokens = 0
     slack = 0  # tokens the counts may be off by, where chunks were cut inside a word
@@ -428,6 +424,17 @@ def plan_request(tokenizer, documents: list[Document], question: str, settings: 
                        window_tokens / tokens_per_s if tokens_per_s else None)
     check_predicted_time(plan.predicted_s, settings, plan.windows, window_tokens, tokens_per_s)
     return plan
+
+
+def document_room(tokenizer, settings: EngineSettings, question_tokens: int) -> int:
+    """Tokens of document in each window after a question of `question_tokens`; InputError when that is not more
+    than the overlap (no window would move forward)."""
+    room = settings.max_seq_len - question_tokens - tokenizer.num_special_tokens_to_add(pair=True)
+    if room <= settings.doc_stride:
+        raise InputError(f"The question leaves {room} tokens for the document in each {settings.max_seq_len}-token "
+                         f"window, not more than the overlap of {settings.doc_stride}: shorten the question or "
+                         f"lower doc_stride.")
+    return room
 
 
 def check_chars(documents: list[Document], max_total_tokens: int) -> None:
@@ -665,9 +672,7 @@ def answer(runner: Runner, tokenizer, documents: list[Document], question: str, 
     memory back before raising.
     """
     settings = settings.resolved(tokenizer)
-    if reading_mode not in reading.READING_MODES:
-        raise InputError(f"The reading mode must be one of {', '.join(reading.READING_MODES)}, "
-                         f"got {reading_mode!r}.")
+    reading.check_mode(reading_mode)
     batch_state = batch_state or BatchState(settings.batch_size)
     backoffs_before = batch_state.backoffs
     windows = logits = None
@@ -689,27 +694,34 @@ def answer(runner: Runner, tokenizer, documents: list[Document], question: str, 
                 read_rows = [window_span(w) for w in windows]
                 total, estimated = len(windows), False
             else:
-                windows, logits, used_size, notices, best = _read_guided(
+                windows, logits, used_size, notices, best, cut_short = _read_guided(
                     runner, tokenizer, documents, guide, settings, batch_state, measurement, on_progress,
                     should_stop, on_window_progress)
                 q, stats, reason = guide.question, guide.stats, guide.plan.reason
                 read_rows = guide.read_rows
                 total, estimated = sum(s.windows for s in stats), True
                 notices = guide.notices + notices
-                if plan.is_weak(best) and not notices:
-                    # Still weak after every window the ranking could point to: read everything, as the full read
-                    # does, so that guided reading never ends on less than the full read would find.
-                    guided_windows = len(windows)
-                    windows = logits = None
-                    windows, logits, stats, used_size, notices, q = _read_full(
-                        runner, tokenizer, documents, question, settings, batch_state, measurement, on_progress,
-                        should_stop, on_window_progress)
-                    plan = reading.ReadingPlan("full", f"guided reading found no strong answer in {guided_windows} "
-                                                       f"window{'s' if guided_windows != 1 else ''} "
-                                                       f"({guide.plan.reason.split(':')[0]}): read whole")
-                    reason = plan.reason
-                    read_rows = [window_span(w) for w in windows]
-                    total, estimated = len(windows), False
+                if plan.is_weak(best) and not cut_short:
+                    # Still weak after every window the ranking could point to: read everything, in the full read's
+                    # own windows, so that guided reading never ends on less than the full read would find (the
+                    # same text cut into other windows can score its answers differently) -- unless that would
+                    # pass the request's time limit, where the answer read so far is kept and says so.
+                    too_long = _full_read_passes_limit(settings, batch_state, measurement, total)
+                    if too_long:
+                        notices.append(too_long)
+                    else:
+                        guided_windows = len(windows)
+                        windows = logits = None
+                        windows, logits, stats, used_size, notices, q = _read_full(
+                            runner, tokenizer, documents, question, settings, batch_state, measurement,
+                            on_progress, should_stop, on_window_progress)
+                        plan = reading.ReadingPlan(
+                            "full", f"guided reading found no strong answer in {guided_windows} "
+                                    f"window{'s' if guided_windows != 1 else ''} "
+                                    f"({guide.plan.reason.split(':')[0]}): read whole")
+                        reason = plan.reason
+                        read_rows = [window_span(w) for w in windows]
+                        total, estimated = len(windows), False
             with measurement.stage("decode"):
                 answers = decode_answers(windows, logits, documents, settings)
     except LongQAError as exc:
@@ -808,8 +820,10 @@ def plan_guided(tokenizer, documents: list[Document], question: str, settings: E
     check_chars(documents, settings.max_total_tokens)
     with stage("tokenize"):
         question, notice = truncate_question(tokenizer, question, settings.max_question_len)
+        room = document_room(tokenizer, settings, len(tokenizer(question, add_special_tokens=False)["input_ids"]))
         # Regions are cut for the longest question the settings allow, so the index does not depend on this one.
-        room = settings.max_seq_len - settings.max_question_len - tokenizer.num_special_tokens_to_add(pair=True)
+        region_room = max(room // 2, settings.max_seq_len - settings.max_question_len
+                          - tokenizer.num_special_tokens_to_add(pair=True))
         ratios = [chars_per_token(tokenizer, d.text) for d in documents]
     stats = []
     for document, ratio in zip(documents, ratios):
@@ -820,7 +834,8 @@ def plan_guided(tokenizer, documents: list[Document], question: str, settings: E
     if estimated_tokens > settings.max_total_tokens * _ESTIMATE_SLACK:
         raise InputError(f"The documents have about {estimated_tokens:,} tokens (estimated from their characters), "
                          f"over the limit of {settings.max_total_tokens:,}.")
-    region_chars = [max(reading.PASSAGE_CHARS, int(room * ratio * reading.REGION_FILL) - 2 * reading.REGION_MARGIN_CHARS)
+    region_chars = [max(reading.PASSAGE_CHARS,
+                        int(region_room * ratio * reading.REGION_FILL) - 2 * reading.REGION_MARGIN_CHARS)
                     for ratio in ratios]
     estimated_windows = sum(s.windows for s in stats)
     index = ranking = None
@@ -865,15 +880,35 @@ def span_windows(tokenizer, question: str, documents: list[Document], spans, set
     return windows
 
 
+def _full_read_passes_limit(settings: EngineSettings, batch_state: BatchState, measurement,
+                            windows_total: int) -> str | None:
+    """The notice to give when reading every window now would pass `settings.max_request_s` at the measured rate
+    (counting the forward time already spent), else None."""
+    rate = batch_state.tokens_per_s
+    if settings.max_request_s is None or not rate:
+        return None
+    spent = measurement.latency_s.get("forward", 0.0)
+    predicted = spent + windows_total * settings.max_seq_len / rate
+    if predicted <= settings.max_request_s:
+        return None
+    return (f"The answer is weak, and reading all {windows_total:,} windows would take about {predicted:,.0f} s, "
+            f"over the limit of {settings.max_request_s:g} s a request: the answer comes from the windows the "
+            f"ranking picked.")
+
+
 def _read_guided(runner, tokenizer, documents, guide: GuidedPlan, settings, batch_state, measurement, on_progress,
                  should_stop, on_window_progress):
-    """Read the plan's rounds in order, deciding after each whether the answer so far is enough."""
+    """Read the plan's rounds in order, deciding after each whether the answer so far is enough. Returns the
+    windows, their logits, the batch size used, notices, the best answer's score and whether the time limit cut
+    the rounds short."""
     windows: list[Window] = []
     logits: list = []
     notices: list[str] = []
     best_score = None
+    cut_short = False
     used_size = batch_state.size if settings.adaptive_batching else settings.batch_size
     plan = guide.plan
+    windows_total = sum(s.windows for s in guide.stats)
     for round_index, round_regions in enumerate(plan.rounds):
         with measurement.stage("tokenize"):
             new = span_windows(tokenizer, guide.question, documents,
@@ -885,6 +920,7 @@ def _read_guided(runner, tokenizer, documents, guide: GuidedPlan, settings, batc
                 measurement.latency_s.get("forward", 0.0) + new_tokens / rate > settings.max_request_s:
             notices.append(f"Read {len(windows):,} windows; reading {len(new):,} more would pass the limit of "
                            f"{settings.max_request_s:g} s a request, so the answer comes from those read.")
+            cut_short = True
             break
         if round_index == 0:
             check_predicted_time(new_tokens / rate if rate else None, settings, len(new), new_tokens, rate)
@@ -893,11 +929,12 @@ def _read_guided(runner, tokenizer, documents, guide: GuidedPlan, settings, batc
         def round_progress(state: WindowProgress, done_before=done_before, n_new=len(new)) -> None:
             if on_window_progress is not None:
                 on_window_progress(replace(state, windows_done=done_before + state.windows_done,
-                                           windows_total=done_before + n_new))
+                                           windows_total=max(windows_total, done_before + n_new)))
         with measurement.stage("forward"):
             new_logits, used_size = run_windows(
                 runner, new, tokenizer.pad_token_id, settings, batch_state,
-                (lambda done, total, b=done_before: on_progress(b + done, b + total)) if on_progress else None,
+                (lambda done, total, b=done_before: on_progress(b + done, max(windows_total, b + total)))
+                if on_progress else None,
                 should_stop=should_stop, on_window_progress=round_progress)
         windows.extend(new)
         logits.extend(new_logits)
@@ -907,4 +944,4 @@ def _read_guided(runner, tokenizer, documents, guide: GuidedPlan, settings, batc
         best_score = best[0].score if best and best[0].document_index >= 0 else None
         if plan.should_stop_after(round_index, best_score):
             break
-    return windows, logits, used_size, notices, best_score
+    return windows, logits, used_size, notices, best_score, cut_short

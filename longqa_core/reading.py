@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -18,12 +19,12 @@ import bm25s
 import numpy as np
 
 from longqa_core.documents import Document
+from longqa_core.errors import InputError
 
 try:  # optional: stems make "budgets" match "budget"; without it bm25s matches whole words only
     import Stemmer
-    _STEMMER = Stemmer.Stemmer("english")
 except ImportError:
-    _STEMMER = None
+    Stemmer = None
 
 READING_MODES = ("auto", "full", "guided")
 DEFAULT_READING = "auto"
@@ -137,6 +138,13 @@ class ReadingPlan:
         return round_index >= 1 or self.decisive
 
 
+def check_mode(mode) -> str:
+    """`mode` if it is one of READING_MODES, else InputError naming them."""
+    if mode not in READING_MODES:
+        raise InputError(f"The reading mode must be one of {', '.join(READING_MODES)}, got {mode!r}.")
+    return mode
+
+
 def content_key(documents: list[Document], region_chars: list[int]) -> str:
     """Identifies an index: the documents' text and the region sizes it was cut with."""
     digest = hashlib.blake2b(digest_size=16)
@@ -163,8 +171,19 @@ def passage_starts(n_chars: int) -> range:
     return range(0, max(1, n_chars - PASSAGE_CHARS + PASSAGE_STEP_CHARS), PASSAGE_STEP_CHARS)
 
 
+_local = threading.local()  # a stemmer per thread: requests rank side by side, and a stemmer keeps a cache
+
+
+def stemmer():
+    if Stemmer is None:
+        return None
+    if not hasattr(_local, "stemmer"):
+        _local.stemmer = Stemmer.Stemmer("english")
+    return _local.stemmer
+
+
 def tokenize(texts: list[str]):
-    return bm25s.tokenize(texts, stopwords=STOPWORDS, stemmer=_STEMMER, show_progress=False)
+    return bm25s.tokenize(texts, stopwords=STOPWORDS, stemmer=stemmer(), show_progress=False)
 
 
 def unsplit_share(text: str, sample_chars: int = 200_000) -> float:
@@ -222,8 +241,7 @@ def plan_reading(mode: str, index: DocumentIndex | None, ranking: Ranking | None
                  estimated_windows: int) -> ReadingPlan:
     """Resolve `mode` ("auto", "full", "guided") into what to read, with the reason. Guided reading falls back to
     the full read where ranking cannot serve; auto also reads short documents whole."""
-    if mode not in READING_MODES:
-        raise ValueError(f"reading mode must be one of {', '.join(READING_MODES)}, got {mode!r}")
+    check_mode(mode)
     if mode == "full":
         return ReadingPlan("full", "the full read was asked for")
     if mode == "auto" and estimated_windows <= AUTO_MIN_WINDOWS:
@@ -244,7 +262,7 @@ def plan_reading(mode: str, index: DocumentIndex | None, ranking: Ranking | None
     if len(tied) > FLAT_SHARE * index.n_regions:
         return ReadingPlan("full", f"the question's words score alike in {len(tied)} of {index.n_regions} stretches "
                                    f"of text: too flat to pick from, read whole")
-    first = [int(r) for r in ranking.order[:FIRST_ROUND_WINDOWS]]
+    first = ranking.matching()[:FIRST_ROUND_WINDOWS]  # never a stretch where none of the words occur
     rounds = [first]
     ties = [r for r in tied if r not in first]
     if ties:

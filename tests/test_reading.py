@@ -3,7 +3,11 @@ demo model on documents of the independent evaluation generator, against the ful
 
 from __future__ import annotations
 
+import dataclasses
+import time
+
 import pytest
+import torch
 
 from longqa.demo_model import eval_task
 from longqa.models import DEMO_MODEL_DIR
@@ -53,7 +57,7 @@ def test_the_passage_with_the_question_words_ranks_its_window_first():
     plan = reading.plan_reading("guided", index, ranking, "What is the budget of Quarrowby?", index.n_regions)
     assert plan.mode == "guided" and plan.decisive
     assert plan.rounds[0][0] == int(ranking.order[0])
-    assert plan.rounds == [[int(r) for r in ranking.order[:reading.FIRST_ROUND_WINDOWS]]]
+    assert plan.rounds == [ranking.matching()[:reading.FIRST_ROUND_WINDOWS]]
 
 
 def test_windows_that_tie_on_the_entity_are_all_read_before_stopping():
@@ -242,3 +246,78 @@ def test_the_character_cap_is_one_budget_for_the_whole_request(tmp_path):
         read_documents([str(a), str(b)], max_chars=6_000)
     with pytest.raises(DocumentError, match="already have"):
         read_documents([str(a), str(a), str(b)], max_chars=5_000)
+
+
+# --- the engine's rules, with a model whose answers are always weak (flat logits: fast, no real model) -------
+
+class FlatRunner:
+    """Every token equally likely to start and end the answer: every answer is weak."""
+
+    devices = [torch.device("cpu")]
+
+    def __init__(self):
+        self.windows = 0
+
+    def __call__(self, batch):
+        self.windows += batch["input_ids"].shape[0]
+        return torch.zeros(batch["input_ids"].shape), torch.zeros(batch["input_ids"].shape)  # (B, L) each
+
+
+FLAT_SETTINGS = engine.EngineSettings(max_seq_len=512)
+
+
+def weak_request(tiny_tokenizer, question="What is the budget of Quarrowby?", **settings):
+    text = long_text("The budget of Quarrowby is 12 crowns.", 0.6, n_chars=60_000)
+    runner = FlatRunner()
+    result = engine.answer(runner, tiny_tokenizer, [Document("d.txt", text)], question,
+                           dataclasses.replace(FLAT_SETTINGS, **settings), reading_mode="guided")
+    return result, runner
+
+
+def test_a_weak_answer_reads_the_whole_document_in_the_full_reads_windows(tiny_tokenizer):
+    result, runner = weak_request(tiny_tokenizer)
+    full = engine.answer(FlatRunner(), tiny_tokenizer, [Document("d.txt", long_text(
+        "The budget of Quarrowby is 12 crowns.", 0.6, n_chars=60_000))], "What is the budget of Quarrowby?",
+        FLAT_SETTINGS, reading_mode="full")
+    assert result.reading["mode"] == "full" and "no strong answer" in result.reading["reason"]
+    assert result.windows == full.windows and runner.windows > full.windows  # the guided rounds, then all
+
+
+def test_a_question_that_was_cut_still_reads_on_when_the_answer_is_weak(tiny_tokenizer):
+    long_question = "What is the budget of Quarrowby? " + "please " * 200
+    result, _ = weak_request(tiny_tokenizer, question=long_question)
+    assert any("was cut" in notice for notice in result.notices)
+    assert result.reading["mode"] == "full" and "no strong answer" in result.reading["reason"]
+
+
+def test_a_weak_answer_keeps_the_guided_read_when_reading_everything_would_pass_the_time_limit(tiny_tokenizer):
+    class SlowFlatRunner(FlatRunner):
+        def __call__(self, batch):
+            time.sleep(0.05)  # the measured rate then predicts the whole document past the limit
+            return super().__call__(batch)
+
+    text = long_text("The budget of Quarrowby is 12 crowns.", 0.6, n_chars=60_000)
+    result = engine.answer(SlowFlatRunner(), tiny_tokenizer, [Document("d.txt", text)],
+                           "What is the budget of Quarrowby?", dataclasses.replace(FLAT_SETTINGS, max_request_s=1.0),
+                           reading_mode="guided")
+    assert result.reading["windows_total"] * 0.05 > 1.0
+    assert result.reading["mode"] == "guided" and result.windows < result.reading["windows_total"]
+    assert any("over the limit of 1 s" in notice for notice in result.notices)
+    assert result.answers
+
+
+def test_the_largest_overlap_the_settings_allow_is_refused_like_the_full_read_not_a_crash(tiny_tokenizer):
+    text = long_text("The budget of Quarrowby is 12 crowns.", 0.6, n_chars=60_000)
+    settings = engine.EngineSettings(max_seq_len=128, max_question_len=8, doc_stride=116).resolved(tiny_tokenizer)
+    for mode in ("full", "auto"):
+        with pytest.raises(InputError, match="not more than the overlap"):
+            engine.answer(FlatRunner(), tiny_tokenizer, [Document("d.txt", text)], "What is the budget of it?",
+                          settings, reading_mode=mode)
+
+
+def test_the_first_round_never_reads_a_stretch_without_the_questions_words():
+    text = long_text("Quarrowby set aside 12 crowns.", 0.5)
+    index = index_of([text])
+    ranking = reading.rank(index, "Quarrowby?")
+    plan = reading.plan_reading("guided", index, ranking, "q", index.n_regions)
+    assert all(ranking.scores[r] > 0 for r in plan.rounds[0])

@@ -65,4 +65,4 @@ def test_the_sweep_runs_each_row_in_its_own_process_and_writes_the_curve(tmp_pat
 
 def test_an_unknown_mode_is_refused(tmp_path, capsys):
     assert main(["bench", "--reading", "skim", "--out", str(tmp_path)]) == 2
-    assert "--reading takes full, guided and auto" in capsys.readouterr().err
+    assert "--reading takes auto, full, guided" in capsys.readouterr().err

@@ -139,7 +139,7 @@ def test_reading_summary_says_what_was_read_and_predicts_the_full_read():
                            "reason": "ranked", "read": []}}
     text = ui_format.reading_summary(readout)
     assert text.startswith("read 6 of about 51 windows (guided) in 13.30 s")
-    assert ui_format.full_read_s(readout) == pytest.approx(12.0 / 6 * 51 + 1.1 * 51 / 6)
+    assert ui_format.full_read_s(readout) == pytest.approx(0.5 + (0.5 + 12.0 + 0.1) / 6 * 51)
     assert "a full read would take about" in text
     full = {"latency_s": {"forward": 3.0, "total": 3.5},
             "reading": {"mode": "full", "windows_read": 4, "windows_total": 4, "windows_total_estimated": False}}

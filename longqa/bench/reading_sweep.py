@@ -30,6 +30,7 @@ from longqa.session import read_documents
 from longqa_core import engine
 from longqa_core.documents import Document
 from longqa_core.errors import InputError
+from longqa_core.reading import READING_MODES
 from strategies.hardware import detect_hardware
 
 DEFAULT_DOC_TOKENS = [10_000, 100_000, 500_000, 2_000_000]
@@ -141,8 +142,8 @@ def predict_full_rows(rows: list[dict], doc_tokens: list[int]) -> list[dict]:
 def run(args) -> int:
     """Measure every row of the sweep in its own process, predict the full reads not run, write the report."""
     modes = args.reading
-    if any(m not in ("full", "guided", "auto") for m in modes):
-        raise InputError(f"--reading takes full, guided and auto, got {','.join(modes)}.")
+    if any(m not in READING_MODES for m in modes):
+        raise InputError(f"--reading takes {', '.join(READING_MODES)}, got {','.join(modes)}.")
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     hardware = detect_hardware()
