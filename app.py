@@ -418,7 +418,8 @@ def answer_on_gpu(context_key: str, documents: list, question: str, top_k: int, 
                   stop_key: str | None = None) -> dict:
     """The model work of one request, and nothing else: its arguments and its readout pickle (ZeroGPU runs it in
     a forked worker), and it reaches the loaded model through the module's contexts. Ends between batches when
-    the request is abandoned; refuses up front what would run past the context's `max_request_s`."""
+    the request is abandoned; refuses up front what would run past the context's `max_request_s` (on ZeroGPU, also
+    past the GPU time it asked for: a guided read whose answer stays weak then keeps what it read)."""
     ctx = CONTEXTS[context_key]
     on_window_progress = None
     if progress is not None:
@@ -427,11 +428,15 @@ def answer_on_gpu(context_key: str, documents: list, question: str, top_k: int, 
             progress((state.windows_done, state.windows_total),
                      desc=f"{state.windows_done:,} windows done, {state.windows_left:,} to go{left}",
                      unit="windows")
+    max_request_s = ctx.max_request_s
+    if spaces is not None:  # ZeroGPU ends the function at the duration it asked for: read no further than that
+        granted_s = answer_duration(context_key, documents, question, top_k, extract_s, reading, read_chars)
+        max_request_s = min(max_request_s or granted_s, max(1.0, granted_s - policy.GPU_DURATION_BASE_S))
     with user_errors("Answering"):  # inside: ZeroGPU passes only gr.Error through from its worker
         if ctx.session.loaded is None:
             raise ModelLoadError("No model is loaded: pick a model or profile above.")
         return ctx.session.ask_readout(documents, question, extract_s=extract_s, top_k=top_k,
-                                       max_total_tokens=ctx.max_total_tokens, max_request_s=ctx.max_request_s,
+                                       max_total_tokens=ctx.max_total_tokens, max_request_s=max_request_s,
                                        should_stop=policy.stop_check(stop_key), on_window_progress=on_window_progress,
                                        reading=reading, gate=policy.gate(stop_key))
 
@@ -470,7 +475,8 @@ def ask(ctx: AppContext, files, pasted_text, question, top_k, reading, history, 
     passage = (ui_format.evidence(documents[best["document_index"]].text, best["start_char"], best["end_char"])
                if best is not None and best["document_index"] >= 0 else [])
     return {
-        "documents": pd.DataFrame(ui_format.document_rows(readout["documents"]), columns=ui_format.DOCUMENT_HEADERS),
+        "documents": pd.DataFrame(ui_format.document_rows(readout["documents"], readout["reading"].get(
+            "windows_total_estimated", False)), columns=ui_format.DOCUMENT_HEADERS),
         "answer": ui_format.best_answer(readout["answers"]),
         "answers": pd.DataFrame(ui_format.answer_rows(readout["answers"]), columns=ui_format.ANSWER_HEADERS),
         "evidence": passage,

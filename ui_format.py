@@ -58,7 +58,10 @@ def format_rate(tokens_per_s: float | None) -> str:
     return MISSING if tokens_per_s is None else f"{tokens_per_s:,.0f} tokens/s"
 
 
-def document_rows(documents: list[dict]) -> list[list]:
+def document_rows(documents: list[dict], estimated: bool = False) -> list[list]:
+    """One row per document; `estimated` counts (a guided read tokenizes only what it reads) say "about"."""
+    if estimated:
+        return [[d["name"], d["chars"], f"about {d['tokens']:,}", f"about {d['windows']:,}"] for d in documents]
     return [[d["name"], d["chars"], d["tokens"], d["windows"]] for d in documents]
 
 

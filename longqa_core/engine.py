@@ -781,6 +781,7 @@ _SAMPLES = 5
 # A guided request is refused on its estimated tokens only past this margin over the limit: the estimate from
 # samples may be off by a few percent, and counting every token to settle it would cost what guided reading saves.
 _ESTIMATE_SLACK = 1.05
+_CACHED_INDEXES = 3
 
 
 @dataclass
@@ -846,8 +847,13 @@ def plan_guided(tokenizer, documents: list[Document], question: str, settings: E
             if index is None:
                 index = reading.build_index(documents, region_chars)
                 if index_cache is not None:
-                    index_cache.clear()  # one upload's index at a time: it can hold millions of characters' passages
+                    # The last few uploads' indexes (visitors take turns); each can hold millions of characters'
+                    # passages, so no more.
+                    while len(index_cache) >= _CACHED_INDEXES:
+                        index_cache.pop(next(iter(index_cache)))
                     index_cache[key] = index
+            elif index_cache is not None:
+                index_cache[key] = index_cache.pop(key)  # the most recently used goes last
             ranking = reading.rank(index, question)
     plan = reading.plan_reading(mode, index, ranking, question, estimated_windows)
     return GuidedPlan(question, [notice] if notice else [], stats, plan, index.regions if index else [])

@@ -78,7 +78,7 @@ class DocumentIndex:
     passage_regions: np.ndarray  # (P,) the region each passage's centre falls in
     retriever: bm25s.BM25 | None  # None when there was no text worth ranking
     vocabulary: frozenset[str]
-    unsplit_share: float  # share of characters in scripts the ranking cannot split into words
+    unsplit_share: float  # share of all characters in scripts the ranking cannot split into words
     build_s: float
 
     @property
@@ -212,7 +212,8 @@ def build_index(documents: list[Document], region_chars: list[int]) -> DocumentI
             centre = start + len(passage) // 2
             passages.append(passage)
             owners.append(first + min(int(np.searchsorted(ends, centre, side="right")), len(doc_regions) - 1))
-    share = max((unsplit_share(d.text) for d in documents), default=0.0)
+    n_chars = sum(len(d.text) for d in documents)
+    share = sum(unsplit_share(d.text) * len(d.text) for d in documents) / n_chars if n_chars else 0.0
     tokens = tokenize(passages)
     vocabulary = frozenset(word for word in tokens.vocab if word)
     retriever = None

@@ -189,7 +189,8 @@ def test_a_second_question_on_the_same_documents_pays_only_the_query(demo, monke
     assert built == [1]
     other = [Document("other.txt", item.text + " More.")]
     engine.answer(runner, tokenizer, other, item.question, SMALL_WINDOWS, reading_mode="guided", index_cache=cache)
-    assert built == [1, 1] and len(cache) == 1  # another upload: a new index, the old one let go
+    engine.answer(runner, tokenizer, documents, item.question, SMALL_WINDOWS, reading_mode="guided", index_cache=cache)
+    assert built == [1, 1] and len(cache) == 2  # another upload: a new index beside the first, still cached
 
 
 @pytest.mark.slow
@@ -321,3 +322,22 @@ def test_the_first_round_never_reads_a_stretch_without_the_questions_words():
     ranking = reading.rank(index, "Quarrowby?")
     plan = reading.plan_reading("guided", index, ranking, "q", index.n_regions)
     assert all(ranking.scores[r] > 0 for r in plan.rounds[0])
+
+
+def test_the_index_cache_keeps_the_last_few_uploads(tiny_tokenizer):
+    cache: dict = {}
+    texts = [long_text(f"The budget of Quarrowby{i} is 12 crowns.", 0.5, n_chars=40_000) for i in range(5)]
+    for text in texts:
+        engine.plan_guided(tiny_tokenizer, [Document("d.txt", text)], "What is the budget?", FLAT_SETTINGS, "guided",
+                           index_cache=cache)
+    assert len(cache) == engine._CACHED_INDEXES
+    engine.plan_guided(tiny_tokenizer, [Document("d.txt", texts[2])], "What is the budget?", FLAT_SETTINGS, "guided",
+                       index_cache=cache)
+    assert len(cache) == engine._CACHED_INDEXES  # a hit: nothing built, nothing let go
+
+
+def test_one_cjk_file_among_english_ones_does_not_stop_the_ranking():
+    english = [long_text("The budget of Quarrowby is 12 crowns.", 0.5) for _ in range(3)]
+    index = index_of(english + ["预算是十二元。" * 500])
+    plan = reading.plan_reading("guided", index, reading.rank(index, "What is the budget of Quarrowby?"), "q", 99)
+    assert index.unsplit_share < reading.UNSPLIT_SHARE and plan.mode == "guided"

@@ -145,3 +145,9 @@ def test_reading_summary_says_what_was_read_and_predicts_the_full_read():
             "reading": {"mode": "full", "windows_read": 4, "windows_total": 4, "windows_total_estimated": False}}
     assert ui_format.full_read_s(full) is None and "would take" not in ui_format.reading_summary(full)
     assert ui_format.reading_summary({"latency_s": {}}) == ui_format.MISSING
+
+
+def test_document_rows_say_about_when_a_guided_read_estimated_them():
+    documents = [{"name": "a.txt", "chars": 600_000, "tokens": 190_000, "windows": 48}]
+    assert ui_format.document_rows(documents) == [["a.txt", 600_000, 190_000, 48]]
+    assert ui_format.document_rows(documents, estimated=True) == [["a.txt", 600_000, "about 190,000", "about 48"]]
