@@ -82,11 +82,10 @@ def run_ask(args) -> int:
         where = f"{answer.document} chars {answer.start_char}-{answer.end_char}" if answer.document else "no answer"
         print(f"{rank}. {answer.text!r}  score {answer.score:.4f}  ({where})")
     reading = result.reading
-    print(f"read {reading['windows_read']} of {'about ' if reading['windows_total_estimated'] else ''}"
-          f"{reading['windows_total']} windows ({reading['mode']}: {reading['reason']})", file=sys.stderr)
     print(f"{result.windows} windows, {result.tokens} tokens, batch {result.batch_size}, "
-          f"{result.latency_s['total']:.2f} s, model {session.model_ref}, profile {session.profile_name}",
-          file=sys.stderr)
+          f"{result.latency_s['total']:.2f} s, model {session.model_ref}, profile {session.profile_name}; "
+          f"read {reading['windows_read']} of {'about ' if reading['windows_total_estimated'] else ''}"
+          f"{reading['windows_total']} windows, {reading['mode']}: {reading['reason']}", file=sys.stderr)
     return 0
 
 

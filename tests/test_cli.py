@@ -111,5 +111,28 @@ def test_a_real_run_prints_only_our_own_notes_on_stderr(tmp_path, profile):
     assert proc.returncode == 0, proc.stderr
     lines = proc.stderr.splitlines()
     assert len(lines) == 1 and re.fullmatch(r"\d+ windows, \d+ tokens, batch \d+, [\d.]+ s, model demo, "
-                                            rf"profile {profile}", lines[0]), proc.stderr
+                                            rf"profile {profile}; read \d+ of (about )?\d+ windows, "
+                                            r"(full|guided): .+", lines[0]), proc.stderr
     assert proc.stdout.startswith("1. ")
+
+
+@pytest.mark.slow
+def test_ask_reads_guided_and_full_with_the_same_answer(capsys, tmp_path):
+    from longqa.demo_model import eval_task
+
+    item = eval_task.make_document(5, 30_000)
+    path = tmp_path / "report.txt"
+    path.write_text(item.text)
+    readouts = {}
+    for mode in ("guided", "full"):
+        assert main(["ask", "--model", "demo", "--json", "--reading", mode, "-q", item.question, str(path)]) == 0
+        readouts[mode] = json.loads(capsys.readouterr().out)
+    guided, full = readouts["guided"], readouts["full"]
+    assert guided["reading"]["mode"] == "guided" and full["reading"]["mode"] == "full"
+    assert guided["reading"]["windows_read"] < full["reading"]["windows_read"] / 3
+    assert [(a["text"], a["start_char"]) for a in guided["answers"][:1]] == \
+        [(a["text"], a["start_char"]) for a in full["answers"][:1]] == [(item.answer, item.answer_start)]
+    assert all(set(r) == {"document_index", "start_char", "end_char"} for r in guided["reading"]["read"])
+    with pytest.raises(SystemExit) as refused:  # argparse names the choices
+        main(["ask", "--model", "demo", "--reading", "skim", "-q", "q", str(path)])
+    assert refused.value.code == 2 and "choose from 'auto', 'full', 'guided'" in capsys.readouterr().err

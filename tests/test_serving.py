@@ -121,8 +121,8 @@ def test_stop_ends_the_engine_between_windows_and_the_next_visitor_goes_on(serve
     ctx, url = served
     counting = CountingRunner(ctx.session.loaded.runner)
     monkeypatch.setattr(ctx.session.loaded, "runner", counting)
-    job = Client(url, verbose=False).submit([], long_text(60), "What is the tide of Harrowgate?", 1,
-                                            api_name="/ask")
+    job = Client(url, verbose=False).submit([], long_text(60), "What is the tide of Harrowgate?", 1, "full",
+                                            api_name="/ask")  # full: every window, so that Stop has work to end
     deadline = time.monotonic() + 60
     while counting.calls < 2 and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -139,7 +139,7 @@ def test_a_client_that_vanishes_stops_its_request(served, alone_s, monkeypatch):
     monkeypatch.setattr(ctx.session.loaded, "runner", counting)
     code = ("import sys, time\nfrom gradio_client import Client\n"
             "Client(sys.argv[1], verbose=False).submit([], sys.stdin.read(), 'What is the tide of Harrowgate?', 1, "
-            "api_name='/ask')\ntime.sleep(300)\n")
+            "'full', api_name='/ask')\ntime.sleep(300)\n")
     process = subprocess.Popen([sys.executable, "-c", code, url], stdin=subprocess.PIPE, text=True)
     process.stdin.write(long_text(60))
     process.stdin.close()
