@@ -37,7 +37,7 @@ TOKENS = 192
 def bench_run(tiny_model_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("bench")
     code = main(["bench", "--model", str(tiny_model_dir), "--profiles", "cpu", "--tokens", str(TOKENS),
-                 "--repeat", "1", "--checks", "3", "--out", str(out)])
+                 "--repeat", "1", "--checks", "3", "--no-floor", "--out", str(out)])  # the floor: a slow test below
     return code, out, json.loads((out / "results.json").read_text())
 
 
@@ -55,8 +55,6 @@ def test_bench_writes_every_row_with_every_field(bench_run):
         assert INFERENCE_FIELDS <= row.keys(), INFERENCE_FIELDS - row.keys()
     for row in rows_of(results, "training"):
         assert TRAINING_FIELDS <= row.keys(), TRAINING_FIELDS - row.keys()
-    assert results["floor"]["precisions"]["fp32"]["floor_s"] > 0
-    assert all(row["x_floor"] > 0 for row in rows_of(results, "inference"))
     machine = results["machine"]
     assert machine["cpu_cores_logical"] >= 1 and machine["torch"] and machine["transformers"]
     assert machine["gpus"] == []
@@ -101,7 +99,6 @@ def test_bench_writes_markdown_and_chart(bench_run):
     assert "| baseline-fp32 |" in markdown and "| cpu |" in markdown
     assert "memory × baseline" in markdown and "time × baseline" in markdown
     assert "## Training step" in markdown
-    assert "× floor" in markdown and "## The floor" in markdown and "CPU kind: " in markdown
     assert (out / "results.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -217,3 +214,14 @@ def test_floor_only_prints_the_floor_and_writes_floor_json(tiny_model_dir, tmp_p
     written = json.loads((tmp_path / "floor.json").read_text())
     assert written["floor"]["precisions"]["int8"]["floor_s"] > 0 and written["machine"]["cpu_model"]
     assert not (tmp_path / "results.json").exists()
+
+
+@pytest.mark.slow  # the floor in its own process, then the rows: about 20 s on 2 cores
+def test_a_bench_run_measures_the_floor_and_puts_each_row_beside_it(tiny_model_dir, tmp_path):
+    assert main(["bench", "--model", str(tiny_model_dir), "--profiles", "cpu", "--tokens", str(TOKENS),
+                 "--repeat", "1", "--checks", "2", "--no-training", "--out", str(tmp_path)]) == 0
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["floor"]["precisions"]["fp32"]["floor_s"] > 0
+    assert all(row["x_floor"] > 0 for row in rows_of(results, "inference"))
+    markdown = (tmp_path / "results.md").read_text()
+    assert "× floor" in markdown and "## The floor" in markdown and "CPU kind: " in markdown

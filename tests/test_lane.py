@@ -193,6 +193,7 @@ def read(lane: ModelLane, runner, name: str, batches: int, done: dict, visitors=
     return thread
 
 
+@pytest.mark.slow  # about 6 s each: real threads through many batches
 @pytest.mark.parametrize("order", ["round_robin", "shortest_first"])
 def test_a_small_request_waits_about_one_batch_per_other_request_not_for_their_reads(order):
     lane, runner, done = ModelLane(order=order, max_active=4), SleepyRunner(0.02), {}
