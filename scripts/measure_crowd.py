@@ -20,7 +20,6 @@ from pathlib import Path
 
 import psutil
 import torch
-from gradio_client import Client, handle_file
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -31,7 +30,6 @@ from longqa.serving.lane import GatedRunner, ModelLane  # noqa: E402
 from longqa.session import Session  # noqa: E402
 
 MB = 1024 * 1024
-EXAMPLE = json.loads((app.SAMPLES_DIR / "examples.json").read_text())[0]
 
 
 def cpu_kind() -> str:
@@ -40,13 +38,7 @@ def cpu_kind() -> str:
 
 
 def visitor(url: str):
-    def ask():
-        began = time.monotonic()
-        *_, readout = Client(url, verbose=False).predict([handle_file(str(app.SAMPLES_DIR / EXAMPLE["file"]))], "",
-                                                         EXAMPLE["question"], 1, api_name="/ask")
-        return (readout["answers"][0]["text"].strip() == EXAMPLE["answer"], time.monotonic() - began,
-                readout["queue"])
-    return ask
+    return crowd_check.sample_visitor(url, app.SAMPLES_DIR)
 
 
 def crowd_row(url: str, ctx, files: list[Path], reading: str) -> dict:

@@ -225,13 +225,7 @@ GB = 1024 * MB
 
 def visitor_asks(url):
     """The normal visitor of a crowd test: the bundled sample's question from a fresh client; (right, s, queue)."""
-    def ask():
-        began = time.monotonic()
-        *_, readout = Client(url, verbose=False).predict([handle_file(str(app.SAMPLES_DIR / EXAMPLE["file"]))], "",
-                                                         EXAMPLE["question"], 1, api_name="/ask")
-        return (readout["answers"][0]["text"].strip() == EXAMPLE["answer"], time.monotonic() - began,
-                readout["queue"])
-    return ask
+    return crowd_check.sample_visitor(url, app.SAMPLES_DIR)
 
 
 def lane_is_idle(ctx) -> bool:

@@ -9,6 +9,7 @@ starts no server (the caller gives the URL and the server's process id).
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from concurrent.futures import CancelledError
@@ -64,6 +65,20 @@ class CrowdOutcome:
     rss_peak: int
     rss_after: int
     crowd: list[str] = field(default_factory=list)  # per request: "answered", "refused: …", "cancelled", "lost"
+
+
+def sample_visitor(url: str, samples_dir: Path) -> Callable[[], tuple[bool, float, dict]]:
+    """The normal visitor of a crowd: the first bundled example's question over its sample file, from a fresh
+    client each time; returns (right answer, seconds, the readout's queue)."""
+    example = json.loads((samples_dir / "examples.json").read_text())[0]
+
+    def ask() -> tuple[bool, float, dict]:
+        began = time.monotonic()
+        *_, readout = Client(url, verbose=False).predict([handle_file(str(samples_dir / example["file"]))], "",
+                                                         example["question"], 1, api_name="/ask")
+        return (readout["answers"][0]["text"].strip() == example["answer"], time.monotonic() - began,
+                readout["queue"])
+    return ask
 
 
 def ask_job(url: str, path: Path, question: str, reading: str):
