@@ -289,11 +289,10 @@ class Session:
             if plan.mode == "full":
                 return {"mode": "full", "reason": plan.reason, "expected_chars": n_chars,
                         "expected_windows": every_window}
-            expected = plan.rounds[0] + (plan.rounds[1] if len(plan.rounds) > 1 and not plan.decisive else [])
-            spans = engine.read_spans([guide.regions[r] for r in expected], documents)
+            spans = guide.expected_spans(documents)
             chars = sum(end - start for _, start, end in spans)
             return {"mode": "guided", "reason": plan.reason, "expected_chars": chars,
-                    "expected_windows": max(len(expected), windows_for(chars, min(per_token)))}
+                    "expected_windows": max(len(spans), windows_for(chars, min(per_token)))}
 
     def training_step(self, window_tokens: int) -> tuple[TrainingStepReadout, int]:
         """One forward+backward step of the loaded model, without and then with gradient checkpointing, on the

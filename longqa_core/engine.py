@@ -796,6 +796,13 @@ class GuidedPlan:
     regions: list[reading.Region]
     read_rows: list[dict] = field(default_factory=list)  # filled as regions are read
 
+    def expected_spans(self, documents: list[Document]) -> list[tuple[int, int, int]]:
+        """What a guided read is expected to read before it stops on a strong answer: the first round, and the ties
+        too where the ranking was not decisive (`read_spans` of those regions)."""
+        rounds = self.plan.rounds
+        expected = rounds[0] + (rounds[1] if len(rounds) > 1 and not self.plan.decisive else [])
+        return read_spans([self.regions[r] for r in expected], documents)
+
 
 def chars_per_token(tokenizer, text: str) -> float:
     """Characters per token of `text`, measured on a few evenly spread samples (all of a short text)."""
