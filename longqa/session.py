@@ -252,11 +252,16 @@ class Session:
         if loaded is None:
             raise ModelLoadError("No model is loaded.")
         with self._preview_lock:
-            if self._preview_tokenizer is None or self._preview_tokenizer[0] is not loaded:
-                self._preview_tokenizer = (loaded, copy.deepcopy(loaded.tokenizer))
             settings = with_overrides(loaded.settings, overrides)
-            return engine.plan_request(self._preview_tokenizer[1], documents, question, settings,
+            return engine.plan_request(self._preview_copy(loaded), documents, question, settings,
                                        batch_state=loaded.batch_state)
+
+    def _preview_copy(self, loaded):
+        """This session's own copy of `loaded`'s tokenizer for previews and plans (a fast tokenizer must not serve
+        two threads at once); call with `_preview_lock` held."""
+        if self._preview_tokenizer is None or self._preview_tokenizer[0] is not loaded:
+            self._preview_tokenizer = (loaded, copy.deepcopy(loaded.tokenizer))
+        return self._preview_tokenizer[1]
 
     def reading_plan(self, documents: list[Document], question: str, reading: str = DEFAULT_READING,
                      **overrides) -> dict:
@@ -269,9 +274,7 @@ class Session:
             raise ModelLoadError("No model is loaded.")
         n_chars = sum(d.n_chars for d in documents)
         with self._preview_lock:
-            if self._preview_tokenizer is None or self._preview_tokenizer[0] is not loaded:
-                self._preview_tokenizer = (loaded, copy.deepcopy(loaded.tokenizer))
-            tokenizer = self._preview_tokenizer[1]
+            tokenizer = self._preview_copy(loaded)
             settings = with_overrides(loaded.settings, overrides).resolved(tokenizer)
             per_token = [engine.chars_per_token(tokenizer, d.text) if d.text else 1.0 for d in documents]
             room = settings.max_seq_len - settings.max_question_len - tokenizer.num_special_tokens_to_add(pair=True)
