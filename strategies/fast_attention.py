@@ -7,11 +7,70 @@ drop-in module swap, not a new model.
 
 from __future__ import annotations
 
+import weakref
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 from torch.nn import functional as F
 
 from strategies.base import TRANSFORM, Strategy
+
+
+@dataclass(frozen=True)
+class BandPlan:
+    """What every layer of one forward shares: which tokens are global (in slot order) and the additive mask of
+    each block of w queries over its global slots and 3w-key band. Depends only on the padding and global masks,
+    which transformers computes once per forward and hands to every layer, so it is built once, not per layer."""
+
+    n_global: int  # slots: the most global tokens any row has (at least 1)
+    order: torch.Tensor  # (B, G) token index of each slot
+    slot_used: torch.Tensor  # (B, G) whether the slot holds a global token
+    bias: torch.Tensor  # (B*nb, 1, w, G+3w) 0 where a query may attend, -inf elsewhere, in the query dtype
+
+
+def band_plan(is_pad: torch.Tensor, is_global: torch.Tensor, w: int, dtype: torch.dtype, block: int) -> BandPlan:
+    """The plan for padding mask `is_pad` and global mask `is_global` (both (B, L), L a multiple of w), for
+    blocks of `block` queries (a divisor of w), each over its `block + 2w` keys."""
+    batch, length = is_pad.shape
+    n_blocks, span = length // block, block + 2 * w
+    # Global tokens first, in order; `n_global` slots (the most any row has), unused slots masked. The int() is a
+    # shape: the slot count.
+    n_global = max(int(is_global.sum(dim=1).max()), 1)
+    order = torch.argsort((~is_global).to(torch.int8), dim=1, stable=True)[:, :n_global]  # (B, G)
+    slot_used = torch.gather(is_global, 1, order)  # (B, G)
+    offsets = (torch.arange(span, device=is_pad.device)[None, :] - torch.arange(block, device=is_pad.device)[:, None]
+               - w)  # (c, c+2w): position of key j of the band minus that of query a of the block
+    is_local_key = F.pad(~(is_pad | is_global), (w, w), value=False).unfold(1, span, block)  # (B, nb, c+2w)
+    band_ok = (offsets.abs() <= w)[None, None] & is_local_key[:, :, None, :]  # (B, nb, c, c+2w)
+    # A padding row may have no key at all; let it see itself so softmax stays finite (its output is zeroed).
+    pad_rows = is_pad.view(batch, n_blocks, block)[..., None] & (offsets == 0)[None, None]  # (B, nb, c, c+2w)
+    global_ok = slot_used[:, None, None, :].expand(-1, n_blocks, block, -1)  # (B, nb, c, G)
+    allowed = torch.cat([global_ok, band_ok | pad_rows], dim=-1)  # (B, nb, c, G+c+2w)
+    # An additive mask in the query dtype: a boolean one costs a conversion per call inside SDPA.
+    bias = torch.zeros(allowed.shape, dtype=dtype, device=is_pad.device).masked_fill_(~allowed, float("-inf"))
+    return BandPlan(n_global, order, slot_used, bias.view(batch * n_blocks, 1, block, n_global + span))
+
+
+class BandPlanCache:
+    """The last forward's plan, shared by the layers of one model: reused while the masks are the very same
+    tensors (transformers passes one pair to all layers), rebuilt when a new forward brings new ones. Holds the
+    masks weakly, so a finished forward's plan is never mistaken for the next one's."""
+
+    def __init__(self):
+        self._masks: tuple[weakref.ref, weakref.ref, int, torch.dtype, int] | None = None
+        self._plan: BandPlan | None = None
+
+    @torch.compiler.disable  # host-side bookkeeping (and the slot count's host read): one graph break, not several
+    def get(self, is_pad: torch.Tensor, is_global: torch.Tensor, w: int, dtype: torch.dtype,
+            block: int) -> BandPlan:
+        masks = self._masks
+        if (masks is not None and masks[0]() is is_pad and masks[1]() is is_global
+                and masks[2:] == (w, dtype, block)):
+            return self._plan
+        self._plan = band_plan(is_pad, is_global, w, dtype, block)
+        self._masks = (weakref.ref(is_pad), weakref.ref(is_global), w, dtype, block)
+        return self._plan
 
 
 class SlidingWindowSelfAttention(nn.Module):
@@ -22,14 +81,18 @@ class SlidingWindowSelfAttention(nn.Module):
     Queries go in blocks of w: a block sees its 3w-key band plus the global keys, so memory grows linearly
     with the length and the work is one fused SDPA call over (B*blocks, H, w, d) instead of chunk copies. The
     4-D layout matters: on CPU a 5-D (B, H, blocks, ...) call falls back to SDPA's math path, which was slower
-    than eager. Blocks of w/2 or w/4 waste less of the band but made no measurable difference here.
+    than eager. Blocks of w/2 or w/4 (`query_block_divisor`) waste less of the band but were slower in the whole
+    model: more mask and more key copies (scripts/measure_cpu_levers.py, docs/cpu-floor).
     """
 
-    def __init__(self, original: nn.Module):
+    query_block_divisor = 1  # blocks of w / this many queries, each over its w/divisor + 2w keys
+
+    def __init__(self, original: nn.Module, plans: BandPlanCache | None = None):
         super().__init__()
         self.query, self.key, self.value = original.query, original.key, original.value
         self.query_global, self.key_global, self.value_global = (
             original.query_global, original.key_global, original.value_global)
+        self.fused_projection: nn.Module | None = None  # set by pack_projections
         self.num_heads = original.num_heads
         self.head_dim = original.head_dim
         self.embed_dim = original.embed_dim
@@ -37,20 +100,26 @@ class SlidingWindowSelfAttention(nn.Module):
         self.dropout = original.dropout
         self.layer_id = original.layer_id
         self.config = original.config
+        self.plans = plans or BandPlanCache()
 
     def _heads(self, x: torch.Tensor) -> torch.Tensor:
         batch, length, _ = x.shape
         return x.view(batch, length, self.num_heads, self.head_dim).transpose(1, 2)  # (B, H, L, d)
 
+    def _projections(self) -> tuple[nn.Module, ...]:
+        return self.query, self.key, self.value, self.key_global, self.value_global
+
     def _project(self, hidden_states: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """query, key, value, key_global, value_global of every token: (B, L, D) each.
 
-        One matmul over the weights concatenated at call time (the state dict keeps the five layers) when all
-        five are plain biased `nn.Linear`s with plain weights. Quantized layers (other modules, or weights that
-        are tensor subclasses such as torchao's int8 tensors, which cannot be concatenated) and accelerate-hooked
-        layers keep their own forward.
+        One matmul: the fused projection when `pack_projections` made one, else the five weights concatenated at
+        call time (the state dict keeps the five layers) when all five are plain biased `nn.Linear`s with plain
+        weights. Quantized layers (other modules, or weights that are tensor subclasses such as torchao's int8
+        tensors, which cannot be concatenated) and accelerate-hooked layers keep their own forward.
         """
-        layers = (self.query, self.key, self.value, self.key_global, self.value_global)
+        if self.fused_projection is not None:
+            return self.fused_projection(hidden_states).split(self.embed_dim, dim=-1)
+        layers = self._projections()
         if all(type(layer) is nn.Linear and type(layer.weight) is nn.Parameter and layer.bias is not None
                and not hasattr(layer, "_hf_hook") for layer in layers):
             weight = torch.cat([layer.weight for layer in layers])  # (5D, D)
@@ -58,54 +127,53 @@ class SlidingWindowSelfAttention(nn.Module):
             return F.linear(hidden_states, weight, bias).split(self.embed_dim, dim=-1)
         return tuple(layer(hidden_states) for layer in layers)
 
+    def pack_projections(self, make_fused, can_fuse) -> bool:
+        """Replace the five token projections by one module over their concatenated weights, built by
+        `make_fused(weight (5D, D), bias (5D,))` (a prepacked Linear), when `can_fuse` accepts all five and they
+        all have a bias; the five layers are dropped, so the weights are held once. Returns whether it did."""
+        layers = self._projections()
+        if not all(layer is not None and can_fuse(layer) and layer.bias is not None for layer in layers):
+            return False
+        with torch.no_grad():
+            self.fused_projection = make_fused(torch.cat([layer.weight for layer in layers]),
+                                               torch.cat([layer.bias for layer in layers]))
+        self.query = self.key = self.value = self.key_global = self.value_global = None
+        return True
+
     def forward(self, hidden_states, attention_mask=None, is_index_masked=None, is_index_global_attn=None,
                 is_global_attn=None, output_attentions=False):
         batch, length, _ = hidden_states.shape
         w = self.one_sided_attn_window_size
         heads, head_dim = self.num_heads, self.head_dim
-        n_blocks = length // w  # the model pads the length to a multiple of the window (2w)
-        span = 3 * w  # keys a block of w queries can reach
+        divisor = self.query_block_divisor
+        block = w // divisor if w % divisor == 0 else w  # queries per block: c
+        n_blocks = length // block  # the model pads the length to a multiple of the window (2w)
+        span = block + 2 * w  # keys a block of c queries can reach
         is_pad = is_index_masked  # (B, L)
-        is_global = is_index_global_attn  # (B, L)
         dropout = self.dropout if self.training else 0.0
 
         q, k, v, k_all, v_all = (x.view(batch, length, heads, head_dim)
                                  for x in self._project(hidden_states))  # (B, L, H, d) each
+        plan = self.plans.get(is_pad, is_index_global_attn, w, q.dtype, block)
+        n_global, order, slot_used = plan.n_global, plan.order, plan.slot_used
 
-        # Global tokens first, in order; `n_global` slots (the most any row has), unused slots masked. The int()
-        # is the one graph break: the slot count is a shape, and no static bound short of L keeps it cheap.
-        n_global = max(int(is_global.sum(dim=1).max()), 1)
-        order = torch.argsort((~is_global).to(torch.int8), dim=1, stable=True)[:, :n_global]  # (B, G)
-        slot_used = torch.gather(is_global, 1, order)  # (B, G)
         row_index = order[:, :, None, None].expand(batch, n_global, heads, head_dim)  # (B, G, H, d)
         k_global = torch.gather(k, 1, row_index).transpose(1, 2)  # (B, H, G, d)
         v_global = torch.gather(v, 1, row_index).transpose(1, 2)
 
         # 4-D (B*nb, H, ...) so SDPA takes the fused flash kernel (5-D inputs fall back to the math path).
-        q_blocks = q.view(batch, n_blocks, w, heads, head_dim).transpose(2, 3).reshape(
-            batch * n_blocks, heads, w, head_dim)  # (B*nb, H, w, d)
+        q_blocks = q.view(batch, n_blocks, block, heads, head_dim).transpose(2, 3).reshape(
+            batch * n_blocks, heads, block, head_dim)  # (B*nb, H, c, d)
 
-        def blocks_of(x, x_global):  # (B, L, H, d) -> (B*nb, H, G+3w, d): the global keys, then the band
-            bands = F.pad(x, (0, 0, 0, 0, w, w)).unfold(1, span, w).transpose(-1, -2)  # (B, nb, H, 3w, d)
+        def blocks_of(x, x_global):  # (B, L, H, d) -> (B*nb, H, G+c+2w, d): the global keys, then the band
+            bands = F.pad(x, (0, 0, 0, 0, w, w)).unfold(1, span, block).transpose(-1, -2)  # (B, nb, H, c+2w, d)
             expanded = x_global[:, None].expand(-1, n_blocks, -1, -1, -1)  # (B, nb, H, G, d)
             return torch.cat([expanded, bands], dim=3).view(batch * n_blocks, heads, n_global + span, head_dim)
 
         keys, values = blocks_of(k, k_global), blocks_of(v, v_global)
-
-        offsets = (torch.arange(span, device=q.device)[None, :] - torch.arange(w, device=q.device)[:, None]
-                   - w)  # (w, 3w): position of key j of the band minus that of query a of the block
-        is_local_key = F.pad(~(is_pad | is_global), (w, w), value=False).unfold(1, span, w)  # (B, nb, 3w)
-        band_ok = (offsets.abs() <= w)[None, None] & is_local_key[:, :, None, :]  # (B, nb, w, 3w)
-        # A padding row may have no key at all; let it see itself so softmax stays finite (its output is zeroed).
-        pad_rows = is_pad.view(batch, n_blocks, w)[..., None] & (offsets == 0)[None, None]  # (B, nb, w, 3w)
-        global_ok = slot_used[:, None, None, :].expand(-1, n_blocks, w, -1)  # (B, nb, w, G)
-        allowed = torch.cat([global_ok, band_ok | pad_rows], dim=-1)  # (B, nb, w, G+3w)
-        # An additive mask in the query dtype: a boolean one costs a conversion per call inside SDPA.
-        bias = torch.zeros(allowed.shape, dtype=q.dtype, device=q.device).masked_fill_(~allowed, float("-inf"))
-        local_out = F.scaled_dot_product_attention(
-            q_blocks, keys, values, attn_mask=bias.view(batch * n_blocks, 1, w, n_global + span),
-            dropout_p=dropout)  # (B*nb, H, w, d)
-        out = local_out.view(batch, n_blocks, heads, w, head_dim).transpose(2, 3).reshape(
+        local_out = F.scaled_dot_product_attention(q_blocks, keys, values, attn_mask=plan.bias,
+                                                   dropout_p=dropout)  # (B*nb, H, c, d)
+        out = local_out.view(batch, n_blocks, heads, block, head_dim).transpose(2, 3).reshape(
             batch, length, self.embed_dim)  # (B, L, D)
 
         # Global rows: only the G global tokens ask, over every non-padding token, with the global projections.
@@ -124,10 +192,11 @@ class SlidingWindowSelfAttention(nn.Module):
 
 def swap_attention(model: nn.Module) -> nn.Module:
     """Swap every LongformerSelfAttention in `model` for the SDPA version, in place; returns the model."""
+    plans = BandPlanCache()  # one per model: its layers share each forward's plan
     for module in model.modules():
         attention = getattr(module, "self", None)
         if type(attention).__name__ == "LongformerSelfAttention":
-            module.self = SlidingWindowSelfAttention(attention).train(attention.training)  # else dropout in eval
+            module.self = SlidingWindowSelfAttention(attention, plans).train(attention.training)  # else dropout in eval
     return model
 
 
@@ -138,7 +207,8 @@ class FastAttention(Strategy):
         chunks; the gain grows with the length and the batch (measured in docs/bench-cpu). Same weights and
         state dict, same outputs (within 1e-4 of eager in fp32; bf16 within eager's own rounding).
     Costs: keys are computed in bands of 3w for blocks of w queries, so about 1.5× the band's arithmetic; the
-        q/k/v/key_global/value_global weights are concatenated on every call (a few MB) to run one matmul.
+        q/k/v/key_global/value_global weights are concatenated on every call (a few MB) to run one matmul, unless
+        prepacked_linear fused them once; one additive mask per forward (B × L × (G+3w) in the model's dtype).
     Requires: nothing beyond torch; not combinable with offload (the swap would drop accelerate's hooks).
     """
 

@@ -145,3 +145,36 @@ def test_bf16_on_cpu_runs_the_fused_kernel_not_the_math_fallback():
     ops = {event.key for event in profile.key_averages()}
     assert "aten::_scaled_dot_product_flash_attention_for_cpu" in ops
     assert "aten::_scaled_dot_product_attention_math" not in ops
+
+
+def test_one_plan_per_forward_shared_by_every_layer(monkeypatch):
+    """The masks and global slots are built once per forward, not per layer, and rebuilt for the next forward."""
+    import strategies.fast_attention as fast_attention
+
+    built = []
+    real = fast_attention.band_plan
+    monkeypatch.setattr(fast_attention, "band_plan", lambda *args: built.append(1) or real(*args))
+    _, fast = pair(TINY)
+    with torch.no_grad():
+        fast(**inputs(2, 300, TINY.vocab_size))
+        assert len(built) == 1  # TINY has 2 layers
+        fast(**inputs(2, 300, TINY.vocab_size))
+    assert len(built) == 2
+
+
+def test_a_new_forward_never_reuses_the_last_plan():
+    """Successive requests with different padding and question lengths each match eager: no stale masks."""
+    eager, fast = pair(TINY)
+    for questions, padding, length in [((5, 3), (0, 17), 300), ((12, 1), (40, 0), 300), ((2, 2), (0, 0), 500)]:
+        x = inputs(2, length, TINY.vocab_size, questions=questions, padding=padding)
+        with torch.no_grad():
+            assert max_logit_gap(eager(**x), fast(**x), x["attention_mask"]) < 1e-4
+
+
+@pytest.mark.parametrize("divisor", [2, 4])
+def test_smaller_query_blocks_give_the_same_outputs(monkeypatch, divisor):
+    eager, fast = pair(TINY)
+    monkeypatch.setattr(SlidingWindowSelfAttention, "query_block_divisor", divisor)
+    x = inputs(3, 777, TINY.vocab_size)
+    with torch.no_grad():
+        assert max_logit_gap(eager(**x), fast(**x), x["attention_mask"]) < 1e-4
