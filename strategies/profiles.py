@@ -88,8 +88,9 @@ PROFILES: dict[str, Profile] = {profile.name: profile for profile in (
     _row("datacenter", "40 GB+ (A100/H100/H200)",  # Ampere+ datacenter cards: bf16 and room for big batches
          ("half_precision", "fast_attention", "dynamic_batching"), batch_size=32, device="cuda",
          options={"half_precision": {"dtype": "bf16"}}),
-    _row("cpu", "no GPU, e.g. the free Spaces tier",  # CPU only: bf16 where the CPU has it, else int8; fused attention
-         ("half_precision|int8_dynamic", "fast_attention"), batch_size=1, device="cpu"),
+    _row("cpu", "no GPU, e.g. the free Spaces tier",  # CPU only: bf16 where the CPU has it, else int8; fused attention;
+         ("half_precision|int8_dynamic", "fast_attention", "prepacked_linear"),  # prepacked oneDNN Linear layers
+         batch_size=1, device="cpu"),
     _row("baseline-fp32", "reference: the original model",  # any machine: plain fp32, nothing applied
          (), batch_size=1, device="best"),
     _row("custom", "any: the strategies you tick",  # any machine

@@ -13,6 +13,7 @@ from strategies.dynamic_batching import DynamicBatching
 from strategies.fast_attention import FastAttention
 from strategies.gradient_checkpointing import GradientCheckpointing
 from strategies.half_precision import HalfPrecision
+from strategies.prepacked_linear import PrepackedLinear
 from strategies.hardware import Hardware
 from strategies.int8_dynamic import Int8Dynamic
 from strategies.mmap_loading import MmapLoading
@@ -24,7 +25,7 @@ STRATEGIES: dict[str, type[Strategy]] = {  # in canonical order: a custom select
     cls.name: cls for cls in (
         HalfPrecision, Autocast, Bnb8bit, Bnb4bit,  # precision: what the weights are loaded as
         MmapLoading, ModelSplit, Offload,  # placement: where the weights go
-        FastAttention, Int8Dynamic, GradientCheckpointing,  # transforms of the loaded model
+        FastAttention, Int8Dynamic, PrepackedLinear, GradientCheckpointing,  # transforms of the loaded model
         DynamicBatching, Replicas,  # runtime: how batches run
     )
 }

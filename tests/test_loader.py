@@ -74,7 +74,8 @@ def test_baseline_load_and_readout(folder):
 
 def test_cpu_profile_uses_bf16_where_the_cpu_has_it(folder):
     loaded = load_model(str(folder), "cpu", hardware=CPU)
-    assert loaded.readout.strategies == ["half_precision", "fast_attention"] and loaded.readout.dtype == "bfloat16"
+    assert loaded.readout.strategies == ["half_precision", "fast_attention", "prepacked_linear"]
+    assert loaded.readout.dtype == "bfloat16"
     assert loaded.readout.weight_bytes_per_device["cpu"] == parameter_bytes(loaded.model)
     baseline = load_model(str(folder), "baseline-fp32", hardware=CPU)
     assert loaded.readout.weight_bytes_per_device["cpu"] * 2 == baseline.readout.weight_bytes_per_device["cpu"]
@@ -82,7 +83,7 @@ def test_cpu_profile_uses_bf16_where_the_cpu_has_it(folder):
 
 def test_cpu_profile_falls_back_to_int8_without_bf16(folder):
     loaded = load_model(str(folder), "cpu", hardware=CPU_PLAIN)
-    assert loaded.readout.strategies == ["int8_dynamic", "fast_attention"]
+    assert loaded.readout.strategies == ["int8_dynamic", "fast_attention", "prepacked_linear"]
     assert loaded.readout.dtype == "float32 + int8 Linear (dynamic)"
     query = loaded.model.longformer.encoder.layer[0].attention.self.query
     assert isinstance(query, torch.ao.nn.quantized.dynamic.Linear)

@@ -37,7 +37,7 @@ def test_registry_has_every_profile_of_the_issue():
     assert {"half_precision", "fast_attention"} <= set(PROFILES["datacenter"].strategies)
     assert PROFILES["datacenter"].options["half_precision"] == {"dtype": "bf16"}
     assert PROFILES["datacenter"].batch_size > PROFILES["rtx-3090-24gb"].batch_size
-    assert PROFILES["cpu"].strategies == ("half_precision|int8_dynamic", "fast_attention")
+    assert PROFILES["cpu"].strategies == ("half_precision|int8_dynamic", "fast_attention", "prepacked_linear")
 
 
 def test_every_strategy_says_what_it_saves_costs_and_requires():
@@ -139,8 +139,8 @@ def test_bitsandbytes_missing_is_explained(monkeypatch):
 
 
 def test_cpu_profile_picks_bf16_or_int8():
-    assert select_strategies(PROFILES["cpu"], CPU_BF16) == ("half_precision", "fast_attention")
-    assert select_strategies(PROFILES["cpu"], CPU_PLAIN) == ("int8_dynamic", "fast_attention")
+    assert select_strategies(PROFILES["cpu"], CPU_BF16) == ("half_precision", "fast_attention", "prepacked_linear")
+    assert select_strategies(PROFILES["cpu"], CPU_PLAIN) == ("int8_dynamic", "fast_attention", "prepacked_linear")
     assert unavailable_reason(custom_profile(["half_precision"], device="cpu"), CPU_PLAIN).startswith(
         "half_precision: this CPU has no native bf16")
 
@@ -162,7 +162,8 @@ def test_describe_profiles_rows_for_the_cli():
     by_name = {row["name"]: row for row in rows}
     assert set(by_name) == set(PROFILES)
     assert set(by_name["cpu"]) >= {"name", "targets", "strategies", "batch_size", "available", "reason"}
-    assert by_name["auto"]["resolves_to"] == "cpu" and by_name["auto"]["strategies_here"] == ["half_precision", "fast_attention"]
+    assert by_name["auto"]["resolves_to"] == "cpu"
+    assert by_name["auto"]["strategies_here"] == ["half_precision", "fast_attention", "prepacked_linear"]
     assert not by_name["t4-16gb"]["available"] and "CUDA" in by_name["t4-16gb"]["reason"]
     assert by_name["consumer-gpu"]["strategies"] == ["half_precision", "bnb_8bit", "offload", "dynamic_batching"]
 
@@ -178,6 +179,6 @@ def test_profile_choices_label_unavailable_profiles_with_the_reason():
 
 
 def test_strategy_names_are_unique_and_in_phase_order():
-    assert len(STRATEGIES) == 12
+    assert len(STRATEGIES) == 13
     phases = [cls.phase for cls in STRATEGIES.values()]
     assert phases == sorted(phases)

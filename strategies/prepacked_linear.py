@@ -1,0 +1,146 @@
+"""Prepacked Linear layers for CPU inference: every float `nn.Linear` of the model keeps its weight in oneDNN's
+blocked layout, packed once at load time, and runs through oneDNN's fused linear (bias, and the feed-forward's GELU,
+inside the same kernel). Same arithmetic, same outputs bit for bit on the measured shapes.
+
+Not a quantization (the dtype stays what precision chose) and not a compiler: `torch.compile` with freezing packs
+weights the same way but costs tens of seconds per shape (README, "Closing the distance").
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from strategies.base import TRANSFORM, Strategy
+from strategies.hardware import Hardware
+
+PACKABLE_DTYPES = (torch.float32, torch.bfloat16)
+# oneDNN's GELU post-op names: "none" is the exact (erf) GELU, "tanh" the approximation; other activations stay apart
+GELU_ALGORITHMS = {"none": "none", "tanh": "tanh"}
+
+
+def can_pack(linear: nn.Module) -> bool:
+    """A plain float nn.Linear on CPU: not quantized, not a tensor subclass, not hooked by accelerate."""
+    return (type(linear) is nn.Linear and type(linear.weight) is nn.Parameter
+            and linear.weight.device.type == "cpu" and linear.weight.dtype in PACKABLE_DTYPES
+            and not hasattr(linear, "_hf_hook"))
+
+
+class PackedLinear(nn.Module):
+    """`nn.Linear`'s inference forward over a weight packed for oneDNN, with an optional fused GELU.
+
+    The packed weight and the bias are buffers (counted in the weight readout, moved by nothing: the layer is
+    CPU-only); `weight` unpacks a plain copy, and the state dict holds plain `weight` and `bias` as the nn.Linear
+    did. Inference only: oneDNN's fused linear has no backward.
+    """
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, activation: str = "none",
+                 gelu_algorithm: str = "none"):
+        super().__init__()
+        self.out_features, self.in_features = weight.shape
+        self.activation = activation  # "none" | "gelu"
+        self.gelu_algorithm = gelu_algorithm
+        with torch.no_grad():
+            self.register_buffer("packed_weight", torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None))
+            self.register_buffer("bias", None if bias is None else bias.detach().clone())
+
+    @classmethod
+    def from_linear(cls, linear: nn.Linear, activation: str = "none", gelu_algorithm: str = "none"):
+        return cls(linear.weight, linear.bias, activation, gelu_algorithm)
+
+    def dense_weight(self) -> torch.Tensor:
+        return self.packed_weight.to_dense()  # (out, in)
+
+    @property
+    def weight(self) -> torch.Tensor:
+        """A plain copy of the weight, for reading (writing to it changes nothing the layer computes)."""
+        return self.dense_weight()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if torch.is_grad_enabled() and (x.requires_grad or self.training):
+            raise RuntimeError("prepacked_linear is for inference: oneDNN's fused linear has no backward. "
+                               "Train with a profile without it.")
+        if self.activation == "gelu":
+            return torch.ops.mkldnn._linear_pointwise(x, self.packed_weight, self.bias, "gelu", [],
+                                                      self.gelu_algorithm)
+        return torch.ops.mkldnn._linear_pointwise(x, self.packed_weight, self.bias, "none", [], "")
+
+    def _save_to_state_dict(self, destination, prefix, keep_vars):
+        destination[prefix + "weight"] = self.dense_weight()
+        if self.bias is not None:
+            destination[prefix + "bias"] = self.bias
+
+    def extra_repr(self) -> str:
+        fused = f", fused {self.activation}" if self.activation != "none" else ""
+        return f"in_features={self.in_features}, out_features={self.out_features}{fused}"
+
+
+def _gelu_algorithm(activation: nn.Module) -> str | None:
+    """oneDNN's algorithm for a transformers GELU activation module, or None when it is something else."""
+    if type(activation).__name__ == "GELUActivation" and getattr(activation, "act", None) is nn.functional.gelu:
+        return "none"  # transformers' "gelu": torch's exact (erf) GELU
+    if isinstance(activation, nn.GELU):
+        return GELU_ALGORITHMS.get(activation.approximate)
+    return None
+
+
+def pack_feed_forward(model: nn.Module) -> int:
+    """Fuse each `LongformerIntermediate`'s dense layer with its GELU; returns how many were fused."""
+    fused = 0
+    for module in model.modules():
+        if type(module).__name__ != "LongformerIntermediate" or not can_pack(module.dense):
+            continue
+        algorithm = _gelu_algorithm(module.intermediate_act_fn)
+        if algorithm is None:
+            continue
+        module.dense = PackedLinear.from_linear(module.dense, "gelu", algorithm)
+        module.intermediate_act_fn = nn.Identity()
+        fused += 1
+    return fused
+
+
+def pack_linears(model: nn.Module) -> int:
+    """Swap every packable nn.Linear under `model` for a PackedLinear, in place; returns how many. The fast
+    attention's five token projections are packed as its one fused projection (its own `pack_projections`)."""
+    packed = 0
+    for module in list(model.modules()):
+        pack_projections = getattr(module, "pack_projections", None)
+        if pack_projections is not None and pack_projections(lambda w, b: PackedLinear(w, b), can_pack):
+            packed += 5
+    packed += pack_feed_forward(model)
+    for module in list(model.modules()):
+        for name, child in list(module.named_children()):
+            if can_pack(child):
+                setattr(module, name, PackedLinear.from_linear(child))
+                packed += 1
+    return packed
+
+
+class PrepackedLinear(Strategy):
+    """Pack every float Linear weight once for oneDNN and run the fused linear (bias and GELU in the kernel).
+
+    Saves: time: the Linear layers are most of a window's arithmetic, and eager `F.linear` re-lays the weight
+        out and adds the bias in a separate pass on every call (measured in docs/cpu-floor).
+    Costs: packing at load time (well under a second for Longformer-base); inference only (no backward); the
+        layers run on CPU only. Memory unchanged: the packed weight replaces the plain one.
+    Requires: CPU execution with a torch built with oneDNN (mkldnn); fp32 or bf16 weights (int8 dynamic layers are
+        packed by their own backend and left alone).
+    """
+
+    name = "prepacked_linear"
+    description = "Pack Linear weights once for oneDNN and fuse bias and GELU into the matmul (CPU inference)."
+    phase = TRANSFORM
+    conflicts_with = ("autocast", "offload", "model_split", "replicas", "gradient_checkpointing", "bnb_8bit",
+                      "bnb_4bit")
+
+    def unavailable_reason(self, hardware: Hardware) -> str | None:
+        if self.on_cuda:
+            return "prepacked oneDNN Linear layers run on CPU only"
+        if not torch.backends.mkldnn.is_available():
+            return "this torch build has no oneDNN (mkldnn)"
+        return None
+
+    def transform(self, model):
+        with torch.no_grad():
+            pack_linears(model)
+        return model
