@@ -10,8 +10,9 @@ Windows of 4,096 tokens overlapping by 128, top answer only. The sets, and what 
   with training, 300 to 40,000 tokens: the task itself on facts, names, values and prose never seen in training.
 - independent-notes: short notes (20 to 100 words) from the same independent generator.
 - handwritten: the hand-written natural documents of tests/data/handwritten_qa.json.
-An answer is exact when the top answer's text equals the fact's value, character for character. Results are merged
-into --out by profile, so profiles can be run one at a time.
+An answer is exact when the top answer's text equals the fact's value, character for character. Each profile's top
+answer (text and place) is kept per document and compared with baseline-fp32's ("same_top_answer_as_fp32"). Results
+are merged into --out by profile, so profiles can be run one at a time.
 """
 
 from __future__ import annotations
@@ -111,13 +112,14 @@ def run_set(loaded, items: list[Item], settings) -> dict:
     """Numbers for one set under one loaded model: exact match, where the misses went, tokens and time."""
     began = time.perf_counter()
     hits = at_fact = 0
-    tokens, windows, misses = [], [], []
+    tokens, windows, misses, tops = [], [], [], []
     groups: dict[str, list[int]] = {}  # "windows 1", "windows 2+", "placement first", ...: [exact, n]
     for item in items:
         result = answer(loaded.runner, loaded.tokenizer, [Document(item.name, item.text)], item.question, settings,
                         batch_state=loaded.batch_state)
         best = result.answers[0] if result.answers else None
         exact = best is not None and best.text == item.answer
+        tops.append(None if best is None else [best.text, best.start_char])
         hits += exact
         at_fact += exact and best.start_char == item.answer_start
         tokens.append(result.tokens)
@@ -139,7 +141,7 @@ def run_set(loaded, items: list[Item], settings) -> dict:
             "min_tokens": min(tokens), "max_tokens": max(tokens), "mean_tokens": round(sum(tokens) / n),
             "max_windows": max(windows), "exact_by_group": {g: f"{e}/{n}" for g, (e, n) in sorted(groups.items())},
             "seconds": round(time.perf_counter() - began, 1), "misses": len(misses),
-            "miss_examples": misses[:12]}
+            "miss_examples": misses[:12], "top_answers": tops}
 
 
 def main() -> None:
@@ -181,6 +183,11 @@ def main() -> None:
             entry["measures"] = MEASURES[name]
             key = profile if args.cpu_kind == "detected" else f"{profile}@{args.cpu_kind}"
             entry.setdefault("profiles", {})[key] = numbers
+            reference = entry["profiles"].get("baseline-fp32", {}).get("top_answers")
+            for other in entry["profiles"].values():  # each profile's top answers against fp32's, item by item
+                if reference and other.get("top_answers") and len(other["top_answers"]) == len(reference):
+                    same = sum(a == b for a, b in zip(other["top_answers"], reference))
+                    other["same_top_answer_as_fp32"] = f"{same}/{len(reference)}"
             print(f"{key:14s} {name:19s} exact match {numbers['exact_match']:.3f} ({numbers['exact']}/"
                   f"{numbers['n']}), {numbers['min_tokens']}-{numbers['max_tokens']} tokens, {numbers['seconds']} s",
                   flush=True)

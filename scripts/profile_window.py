@@ -39,9 +39,9 @@ ATTENTION_SCOPE = "longqa::fast_attention"
 PROJECTION_SCOPE = "longqa::fast_attention_projections"
 # (group, operators): checked in this order against an operator and then each of its callers, nearest first.
 NAMED_GROUPS = [
-    ("matmul (Linear layers, their bias copy included)",
+    ("matmul (Linear layers with their bias; the GELU too where prepacked_linear fuses it)",
      {"aten::addmm", "aten::mm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear",
-      "quantized::linear_dynamic", "quantized::linear_dynamic_fp16"}),
+      "quantized::linear_dynamic", "quantized::linear_dynamic_fp16", "mkldnn::_linear_pointwise"}),
     ("attention (fused SDPA kernel: band and global products, softmax)",
      {"aten::_scaled_dot_product_flash_attention_for_cpu", "aten::_scaled_dot_product_attention_math",
       "aten::scaled_dot_product_attention"}),

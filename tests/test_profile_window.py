@@ -35,7 +35,7 @@ def test_operators_count_to_their_nearest_named_caller():
         Event("aten::unknown_op", None, 1e4),
     ]
     groups = profile_window.grouped_self_time_s(events)
-    assert groups["matmul (Linear layers, their bias copy included)"]["self_s"] == 2.0
+    assert groups["matmul (Linear layers with their bias; the GELU too where prepacked_linear fuses it)"]["self_s"] == 2.0
     assert groups["dtype casts"]["self_s"] == 1.0
     assert groups[profile_window.WEIGHT_CAT]["self_s"] == 3.0
     assert groups[profile_window.BOOKKEEPING]["operators_s"] == {"aten::cat": 4.0}

@@ -1,0 +1,268 @@
+"""Issue 29's levers, one at a time, side by side in one process: the forward time of one 4,096-token window of
+arch:base (random weights) for each variant of the `cpu` stack this CPU resolves to, interleaved over rounds (best of
+the rounds per variant), beside this CPU's measured floor:
+
+    python scripts/measure_cpu_levers.py [--out docs/cpu-floor] [--rounds 6] [--compile]
+
+Variants: the stack before this work (the attention's plan rebuilt in every layer), the plan once per forward,
+prepacked oneDNN Linear layers (today's `cpu`), query blocks of w/2 and w/4, batches of 2 and 4 windows, glibc's
+heap trimmed after every forward, 4× more threads than CPUs, and with --compile `torch.compile` (static shapes,
+freezing) of the encoder layers. Writes levers-<kind>.json and .md. (Threads under a CPU quota, as on a Space:
+scripts/measure_threads.py.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from longqa.bench.floor import measure_floor, row_precision  # noqa: E402
+from longqa.bench.runner import cpu_flags, cpu_model  # noqa: E402
+from longqa.bench.worker import agreement_inputs  # noqa: E402
+from longqa.loader import load_model  # noqa: E402
+from longqa_core import engine, telemetry  # noqa: E402
+from strategies.fast_attention import BandPlanCache, SlidingWindowSelfAttention  # noqa: E402
+from strategies.hardware import detect_hardware  # noqa: E402
+from strategies.profiles import custom_profile, get_profile, select_strategies  # noqa: E402
+
+MODEL = "arch:base"
+TOKENS = 4096
+
+
+def window_inputs(tokenizer, settings, batch: int) -> dict:
+    """`batch` copies of one full window: the bench's first agreement input, its question global."""
+    check = agreement_inputs(tokenizer, TOKENS, 1)[0]
+    windows, _ = engine.make_windows(tokenizer, check.question, [check.document], settings.resolved(tokenizer))
+    return engine.collate([windows[0]] * batch, tokenizer.pad_token_id)
+
+
+def attentions(model):
+    return [m for m in model.modules() if isinstance(m, SlidingWindowSelfAttention)]
+
+
+class Variant:
+    """A named way to run the forward: a model, the inputs, and what to set before and undo after."""
+
+    def __init__(self, name, model, inputs, windows=1, before=None, after=None, each=None):
+        self.name, self.model, self.inputs, self.windows = name, model, inputs, windows
+        self.before, self.after, self.each = before, after, each
+        self.best_s = float("inf")
+        self.rss_after_bytes = None
+
+    def run(self) -> torch.Tensor:
+        if self.before:
+            self.before()
+        try:
+            began = time.perf_counter()
+            with torch.inference_mode():
+                start = self.model(**self.inputs).start_logits
+            if self.each:
+                self.each()
+            self.best_s = min(self.best_s, (time.perf_counter() - began) / self.windows)
+            self.rss_after_bytes = telemetry.current_rss_bytes()
+            return start[0].float()
+        finally:
+            if self.after:
+                self.after()
+
+
+def per_layer_plans(model):
+    """The attention before this work: each layer its own plan cache, so each builds the masks again."""
+    shared = attentions(model)[0].plans
+
+    def split():
+        for attention in attentions(model):
+            attention.plans = BandPlanCache()
+
+    def join():
+        for attention in attentions(model):
+            attention.plans = shared
+
+    return split, join
+
+
+def query_blocks(divisor):
+    def set_():
+        SlidingWindowSelfAttention.query_block_divisor = divisor
+
+    def reset():
+        SlidingWindowSelfAttention.query_block_divisor = 1
+
+    return {"before": set_, "after": reset}
+
+
+def threads(count):
+    saved = torch.get_num_threads()
+    return {"before": lambda: torch.set_num_threads(count), "after": lambda: torch.set_num_threads(saved)}
+
+
+def compiled_copy(stack, hardware):
+    """The stack without prepacking, its encoder layers compiled with static shapes and freezing (inductor packs
+    the weights itself); returns the model and the seconds of compiling (the first call)."""
+    import torch._dynamo.config as dynamo_config
+    import torch._inductor.config as inductor_config
+
+    inductor_config.freezing = True
+    dynamo_config.recompile_limit = dynamo_config.cache_size_limit = 64  # one graph per layer: each has its weights
+    model = load_model(MODEL, custom_profile(stack, device="cpu"), hardware=hardware).model
+    layers = model.longformer.encoder.layer
+    for index, layer in enumerate(layers):
+        layers[index] = torch.compile(layer, dynamic=False)
+    return model
+
+
+def attention_alone(dtype: torch.dtype, rounds: int) -> dict:
+    """One layer's band, three ways, on arch:base's shapes (12 heads of 64, w = 256, 24 global tokens): SDPA over
+    blocks of w queries and their 3w keys as the fast attention calls it, the same blocks' two bare products (no
+    mask, no softmax), and FlexAttention compiled with a block-sparse mask (blocks of 64 and of 128)."""
+    from torch.nn import functional as F
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    heads, head_dim, w, n_global, length = 12, 64, 256, 24, TOKENS
+    blocks = length // w
+    q, k, v = (torch.randn(1, heads, length, head_dim, dtype=dtype) for _ in range(3))  # (B, H, L, d)
+    q_blocks = torch.randn(blocks, heads, w, head_dim, dtype=dtype)  # (nb, H, w, d)
+    keys = torch.randn(blocks, heads, n_global + 3 * w, head_dim, dtype=dtype)  # (nb, H, G+3w, d)
+    bias = torch.zeros(blocks, 1, w, n_global + 3 * w, dtype=dtype)
+    scores = torch.randn(blocks * heads, w, n_global + 3 * w, dtype=dtype)
+
+    def best(call):
+        call()
+        times = []
+        for _ in range(rounds):
+            began = time.perf_counter()
+            call()
+            times.append(time.perf_counter() - began)
+        return min(times)
+
+    flat_q, flat_k = q_blocks.reshape(blocks * heads, w, head_dim), keys.reshape(blocks * heads, -1, head_dim)
+    result = {"sdpa_blocks_of_w_s": best(lambda: F.scaled_dot_product_attention(q_blocks, keys, keys,
+                                                                                attn_mask=bias)),
+              "bare_products_s": best(lambda: (torch.bmm(flat_q, flat_k.transpose(1, 2)), torch.bmm(scores, flat_k)))}
+
+    def band(b, h, query, key):
+        return ((query - key).abs() <= w) | (key < n_global)
+
+    compiled = torch.compile(flex_attention, dynamic=False)
+    for block in (64, 128):
+        mask = create_block_mask(band, 1, None, length, length, device="cpu", BLOCK_SIZE=block)
+        began = time.perf_counter()
+        compiled(q, k, v, block_mask=mask)
+        result[f"flex_block_{block}_compile_s"] = time.perf_counter() - began
+        result[f"flex_block_{block}_s"] = best(lambda: compiled(q, k, v, block_mask=mask))
+    return result
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python scripts/measure_cpu_levers.py")
+    parser.add_argument("--out", default="docs/cpu-floor")
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--compile", action="store_true", help="also time torch.compile of the encoder layers, "
+                        "and FlexAttention against the fused SDPA band on one layer")
+    args = parser.parse_args(argv)
+    hardware = detect_hardware()
+    kind = "avx512-bf16" if hardware.cpu_bf16 else "avx2"
+    load_average = os.getloadavg()
+    resolved = list(select_strategies(get_profile("cpu"), hardware))
+    before_stack = [name for name in resolved if name != "prepacked_linear"]
+
+    unpacked = load_model(MODEL, custom_profile(before_stack, device="cpu"), hardware=hardware)
+    packed = load_model(MODEL, custom_profile(resolved, device="cpu"), hardware=hardware)
+    # arch:base's random weights are written once to the cache and read by every load: the same weights
+    tokenizer = packed.tokenizer
+    one, two, four = (window_inputs(tokenizer, packed.settings, batch) for batch in (1, 2, 4))
+    assert one["input_ids"].shape[1] == TOKENS, one["input_ids"].shape
+    cores = torch.get_num_threads()
+    split, join = per_layer_plans(unpacked.model)
+    variants = [
+        Variant("before: the attention's masks built in every layer", unpacked.model, one, before=split, after=join),
+        Variant("masks built once per forward", unpacked.model, one),
+        Variant("+ prepacked oneDNN Linear layers (cpu now)", packed.model, one),
+        Variant("cpu, query blocks of w/2", packed.model, one, **query_blocks(2)),
+        Variant("cpu, query blocks of w/4", packed.model, one, **query_blocks(4)),
+        Variant("cpu, batch of 2 windows (per window)", packed.model, two, windows=2),
+        Variant("cpu, batch of 4 windows (per window)", packed.model, four, windows=4),
+        Variant("cpu, glibc heap trimmed after every forward", packed.model, one, each=engine.release_memory),
+        Variant(f"cpu, {4 * cores} threads on {cores} CPUs", packed.model, one, **threads(4 * cores)),
+    ]
+    compile_s = None
+    if args.compile:
+        compiled = compiled_copy(before_stack, hardware)
+        began = time.perf_counter()
+        with torch.inference_mode():
+            compiled(**one)
+        compile_s = time.perf_counter() - began
+        variants.append(Variant("torch.compile of the layers (static, freezing), no prepacking", compiled, one))
+
+    reference = None
+    gaps = {}
+    for round_index in range(args.rounds):
+        for variant in variants:
+            start = variant.run()
+            if reference is None:
+                reference = start
+            gaps[variant.name] = max(gaps.get(variant.name, 0.0), (start - reference).abs().max().item())
+        print(f"round {round_index + 1}: " + ", ".join(f"{v.best_s:.2f}" for v in variants), flush=True)
+
+    alone = None
+    if args.compile:
+        with torch.inference_mode():
+            alone = attention_alone(torch.bfloat16 if hardware.cpu_bf16 else torch.float32, args.rounds)
+    floor = measure_floor(MODEL, hardware=hardware)
+    precision = row_precision(resolved, "bfloat16" if hardware.cpu_bf16 else "float32")
+    floor_s = floor.precisions[precision].floor_s
+    rows = [{"variant": v.name, "best_s_per_window": v.best_s, "x_floor": v.best_s / floor_s,
+             "x_before": v.best_s / variants[0].best_s, "max_abs_logit_gap_vs_before": gaps[v.name],
+             "rss_after_last_run_bytes": v.rss_after_bytes}
+            for v in variants]
+    result = {"command": "python scripts/measure_cpu_levers.py " + " ".join(argv), "cpu": cpu_model(),
+              "cpu_kind": kind, "cpu_flags": cpu_flags(), "threads": cores, "load_average_at_start": load_average,
+              "torch": torch.__version__, "python": platform.python_version(), "model": MODEL, "tokens": TOKENS,
+              "stack": resolved, "floor_precision": precision, "floor_s": floor_s, "floor": floor.to_dict(),
+              "compile_first_call_s": compile_s, "attention_one_layer_s": alone, "rows": rows}
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"levers-{kind}.json").write_text(json.dumps(result, indent=2))
+    (out / f"levers-{kind}.md").write_text(markdown(result))
+    print(markdown(result))
+    return 0
+
+
+def markdown(result: dict) -> str:
+    lines = [f"# The `cpu` window, lever by lever ({result['cpu_kind']})", "",
+             f"`{result['command'].strip()}`", "",
+             f"CPU: {result['cpu']}, {result['threads']} threads, flags {', '.join(result['cpu_flags'])}; load average "
+             f"{result['load_average_at_start'][0]:.1f} at the start; torch {result['torch']}. {result['model']}, one "
+             f"window of {result['tokens']:,} tokens, stack {', '.join(result['stack'])}; each variant run once per "
+             "round, rounds interleaved, best round kept.", "",
+             f"Floor ({result['floor_precision']}, measured here in the same run): {result['floor_s']:.2f} s a window.",
+             "", "| variant | best s per window | × floor | × before | max \\|Δ logit\\| vs before | RSS after its last run |",
+             "|---|---|---|---|---|---|"]
+    for row in result["rows"]:
+        lines.append(f"| {row['variant']} | {row['best_s_per_window']:.2f} | {row['x_floor']:.2f}× | "
+                     f"{row['x_before']:.2f}× | {row['max_abs_logit_gap_vs_before']:.3g} | "
+                     f"{row['rss_after_last_run_bytes'] / 1e9:.2f} GB |")
+    if result["compile_first_call_s"] is not None:
+        lines += ["", f"torch.compile's first call (tracing and compiling 12 layers) took "
+                      f"{result['compile_first_call_s']:.0f} s, once per process and input shape."]
+    alone = result.get("attention_one_layer_s")
+    if alone:
+        lines += ["", "One layer's attention band alone (arch:base's shapes, 24 global tokens), best of the rounds:", "",
+                  "| way | s per layer |", "|---|---|",
+                  f"| fused SDPA over blocks of w queries and 3w keys (the fast attention) | {alone['sdpa_blocks_of_w_s']:.4f} |",
+                  f"| the same blocks' two bare products (no mask, no softmax) | {alone['bare_products_s']:.4f} |",
+                  f"| FlexAttention, compiled, block-sparse mask, blocks of 64 (compiling {alone['flex_block_64_compile_s']:.0f} s) | {alone['flex_block_64_s']:.4f} |",
+                  f"| FlexAttention, compiled, block-sparse mask, blocks of 128 (compiling {alone['flex_block_128_compile_s']:.0f} s) | {alone['flex_block_128_s']:.4f} |"]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
