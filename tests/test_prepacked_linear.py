@@ -14,6 +14,7 @@ from strategies.fast_attention import SlidingWindowSelfAttention, swap_attention
 from strategies.hardware import Hardware
 from strategies.int8_dynamic import quantize_linears
 from strategies.prepacked_linear import PackedLinear, PrepackedLinear, pack_linears
+from strategies.profiles import custom_profile
 from tests.test_fast_attention import TINY, inputs, max_logit_gap
 
 pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this torch has no oneDNN")
@@ -89,3 +90,16 @@ def test_int8_layers_are_left_to_their_own_backend():
 def test_unavailable_on_cuda_with_the_reason():
     strategy = PrepackedLinear(Hardware(cuda_available=True), "cuda")
     assert "CPU only" in strategy.unavailable_reason(strategy.hardware)
+
+
+def test_the_training_step_on_a_prepacked_profile_names_the_way_out():
+    from longqa.session import Session
+    from longqa_core.errors import ProfileError
+
+    session = Session()
+    try:
+        session.load("demo", custom_profile(["prepacked_linear"], device="cpu"))
+        with pytest.raises(ProfileError, match="prepacked_linear is for inference.*Try baseline-fp32"):
+            session.training_step(128)
+    finally:
+        session.unload()
