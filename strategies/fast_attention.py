@@ -53,9 +53,10 @@ def band_plan(is_pad: torch.Tensor, is_global: torch.Tensor, w: int, dtype: torc
 
 
 class BandPlanCache:
-    """The last forward's plan, shared by the layers of one model: reused while the masks are the very same
+    """The current forward's plan, shared by the layers of one model: reused while the masks are the very same
     tensors (transformers passes one pair to all layers), rebuilt when a new forward brings new ones. Holds the
-    masks weakly, so a finished forward's plan is never mistaken for the next one's."""
+    masks weakly, so a finished forward's plan is never mistaken for the next one's, and drops the plan (its mask is
+    B × L × (G+3w) elements) as soon as the forward's masks are freed, so nothing stays allocated between requests."""
 
     def __init__(self):
         self._masks: tuple[weakref.ref, weakref.ref, int, torch.dtype, int] | None = None
@@ -69,8 +70,12 @@ class BandPlanCache:
                 and masks[2:] == (w, dtype, block)):
             return self._plan
         self._plan = band_plan(is_pad, is_global, w, dtype, block)
-        self._masks = (weakref.ref(is_pad), weakref.ref(is_global), w, dtype, block)
+        self._masks = (weakref.ref(is_pad, self._forget), weakref.ref(is_global), w, dtype, block)
         return self._plan
+
+    def _forget(self, freed: weakref.ref) -> None:
+        if self._masks is not None and self._masks[0] is freed:
+            self._masks = self._plan = None
 
 
 class SlidingWindowSelfAttention(nn.Module):

@@ -178,3 +178,12 @@ def test_smaller_query_blocks_give_the_same_outputs(monkeypatch, divisor):
     x = inputs(3, 777, TINY.vocab_size)
     with torch.no_grad():
         assert max_logit_gap(eager(**x), fast(**x), x["attention_mask"]) < 1e-4
+
+
+def test_the_plan_is_dropped_when_the_forward_ends():
+    """Nothing of a request's masks stays allocated between requests."""
+    _, fast = pair(TINY)
+    plans = next(m for m in fast.modules() if isinstance(m, SlidingWindowSelfAttention)).plans
+    with torch.no_grad():
+        fast(**inputs(2, 300, TINY.vocab_size))
+    assert plans._plan is None and plans._masks is None
