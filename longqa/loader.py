@@ -180,6 +180,16 @@ def stacked_contexts(strategies: tuple[Strategy, ...]) -> contextlib.ExitStack:
     return stack
 
 
+@contextlib.contextmanager
+def training_context(loaded: LoadedModel):
+    """Every strategy's context around a training step on `loaded`'s model: an inference-only transform (prepacked
+    Linear layers) is undone for the step and redone after."""
+    with contextlib.ExitStack() as stack:
+        for strategy in build_strategies(loaded.profile, loaded.hardware or detect_hardware()):
+            stack.enter_context(strategy.training_context(loaded.model))
+        yield loaded.model
+
+
 def engine_settings(profile: Profile, strategies) -> EngineSettings:
     settings = EngineSettings(max_seq_len=profile.max_seq_len, doc_stride=profile.doc_stride,
                               batch_size=profile.batch_size)

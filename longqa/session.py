@@ -308,7 +308,8 @@ class Session:
                 raise ModelLoadError("No model is loaded.")
             batch = training_batch(loaded.tokenizer, window_tokens)
             try:
-                readout = training_step_readout(loaded.model, batch)
+                with loader.training_context(loaded) as model:
+                    readout = training_step_readout(model, batch)
             except Exception as exc:  # e.g. int8 or 8-bit weights have no gradients
                 raise ProfileError(f"A training step cannot run on the model as profile {loaded.profile.name!r} "
                                    f"loaded it ({type(exc).__name__}: {exc}). Try baseline-fp32.") from exc

@@ -68,6 +68,11 @@ class Strategy:
         """A context every forward pass runs inside (entered fresh for each batch)."""
         return contextlib.nullcontext()
 
+    def training_context(self, model) -> contextlib.AbstractContextManager:
+        """A context a training step on the transformed model runs inside (an inference-only change undone for the
+        step and redone after)."""
+        return contextlib.nullcontext()
+
     def adjust_settings(self, settings: "EngineSettings") -> "EngineSettings":
         return settings
 

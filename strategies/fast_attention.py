@@ -143,6 +143,9 @@ class SlidingWindowSelfAttention(nn.Module):
             self.fused_projection = make_fused(torch.cat([layer.weight for layer in layers]),
                                                torch.cat([layer.bias for layer in layers]))
         self.query = self.key = self.value = self.key_global = self.value_global = None
+        if not getattr(self, "_splits_fused_state", False):
+            self.register_state_dict_post_hook(_split_fused_projection)
+            self._splits_fused_state = True
         return True
 
     def forward(self, hidden_states, attention_mask=None, is_index_masked=None, is_index_global_attn=None,
@@ -193,6 +196,20 @@ class SlidingWindowSelfAttention(nn.Module):
         global_out = torch.where(slot_used[:, :, None], global_out.to(out.dtype), keep)
         out = out.scatter(1, embed_index, global_out)
         return (out.masked_fill(is_pad[:, :, None], 0.0),)
+
+
+PROJECTION_NAMES = ("query", "key", "value", "key_global", "value_global")
+
+
+def _split_fused_projection(module, state_dict, prefix, local_metadata) -> None:
+    """The state dict under the five projections' own names, as before fusing, while a fused projection exists."""
+    weight = state_dict.pop(prefix + "fused_projection.weight", None)
+    bias = state_dict.pop(prefix + "fused_projection.bias", None)
+    if weight is None:
+        return
+    for name, part, part_bias in zip(PROJECTION_NAMES, weight.split(module.embed_dim), bias.split(module.embed_dim)):
+        state_dict[prefix + name + ".weight"] = part
+        state_dict[prefix + name + ".bias"] = part_bias
 
 
 def swap_attention(model: nn.Module) -> nn.Module:

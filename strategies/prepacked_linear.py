@@ -8,6 +8,8 @@ weights the same way but costs tens of seconds per shape (README, "Closing the d
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 from torch import nn
 
@@ -31,22 +33,28 @@ class PackedLinear(nn.Module):
 
     The packed weight and the bias are buffers (counted in the weight readout, moved by nothing: the layer is
     CPU-only); `weight` unpacks a plain copy, and the state dict holds plain `weight` and `bias` as the nn.Linear
-    did. Inference only: oneDNN's fused linear has no backward.
+    did. Inference only: oneDNN's fused linear has no backward (`unpacked` gives plain layers for a training step).
     """
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, activation: str = "none",
-                 gelu_algorithm: str = "none"):
+                 gelu_algorithm: str = "none", unfused_activation: nn.Module | None = None):
         super().__init__()
         self.out_features, self.in_features = weight.shape
         self.activation = activation  # "none" | "gelu"
         self.gelu_algorithm = gelu_algorithm
+        self._unfused_activation = unfused_activation  # the GELU module it replaced (not a child: no state)
         with torch.no_grad():
             self.register_buffer("packed_weight", torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None))
             self.register_buffer("bias", None if bias is None else bias.detach().clone())
 
     @classmethod
-    def from_linear(cls, linear: nn.Linear, activation: str = "none", gelu_algorithm: str = "none"):
-        return cls(linear.weight, linear.bias, activation, gelu_algorithm)
+    def from_linear(cls, linear: nn.Linear, activation: str = "none", gelu_algorithm: str = "none",
+                    unfused_activation: nn.Module | None = None):
+        return cls(linear.weight, linear.bias, activation, gelu_algorithm, unfused_activation)
+
+    def to_linear(self) -> nn.Linear:
+        """A plain nn.Linear with this layer's weight and bias (fresh Parameters)."""
+        return plain_linear(self.dense_weight(), self.bias)
 
     def dense_weight(self) -> torch.Tensor:
         return self.packed_weight.to_dense()  # (out, in)
@@ -59,7 +67,7 @@ class PackedLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if torch.is_grad_enabled() and (x.requires_grad or self.training):
             raise RuntimeError("prepacked_linear is for inference: oneDNN's fused linear has no backward. "
-                               "Train with a profile without it.")
+                               "Train inside the strategy's training_context (which unpacks the layers).")
         if self.activation == "gelu":
             return torch.ops.mkldnn._linear_pointwise(x, self.packed_weight, self.bias, "gelu", [],
                                                       self.gelu_algorithm)
@@ -93,7 +101,8 @@ def pack_feed_forward(model: nn.Module) -> int:
         algorithm = _gelu_algorithm(module.intermediate_act_fn)
         if algorithm is None:
             continue
-        module.dense = PackedLinear.from_linear(module.dense, "gelu", algorithm)
+        module.dense = PackedLinear.from_linear(module.dense, "gelu", algorithm,
+                                                unfused_activation=module.intermediate_act_fn)
         module.intermediate_act_fn = nn.Identity()
         fused += 1
     return fused
@@ -116,13 +125,60 @@ def pack_linears(model: nn.Module) -> int:
     return packed
 
 
+def plain_linear(weight: torch.Tensor, bias: torch.Tensor | None) -> nn.Linear:
+    """An nn.Linear holding `weight` (out, in) and `bias` as Parameters, without initialising a random one first."""
+    linear = nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None, device="meta")
+    linear.weight = nn.Parameter(weight.detach().clone())
+    if bias is not None:
+        linear.bias = nn.Parameter(bias.detach().clone())
+    return linear
+
+
+def unpack_linears(model: nn.Module) -> int:
+    """`pack_linears` undone, in place: plain nn.Linear layers with Parameters again (the fast attention's five
+    projections split back out, the feed-forward's GELU apart again); returns how many layers were unpacked."""
+    unpacked = 0
+    for module in list(model.modules()):
+        fused = getattr(module, "fused_projection", None)
+        if isinstance(fused, PackedLinear):
+            weights = fused.dense_weight().split(module.embed_dim)  # 5 × (D, D)
+            biases = fused.bias.split(module.embed_dim)
+            (module.query, module.key, module.value, module.key_global, module.value_global) = (
+                plain_linear(weight, bias) for weight, bias in zip(weights, biases))
+            module.fused_projection = None
+            unpacked += 5
+    for module in list(model.modules()):
+        for name, child in list(module.named_children()):
+            if isinstance(child, PackedLinear):
+                setattr(module, name, child.to_linear())
+                if child._unfused_activation is not None:
+                    module.intermediate_act_fn = child._unfused_activation
+                unpacked += 1
+    return unpacked
+
+
+@contextlib.contextmanager
+def unpacked(model: nn.Module):
+    """The model with plain Linear layers inside the block (for a training step), packed again after it. The weights
+    are held once throughout: the packed copies are dropped while the plain ones exist, and the other way round."""
+    with torch.no_grad():
+        count = unpack_linears(model)
+    try:
+        yield model
+    finally:
+        if count:
+            with torch.no_grad():
+                pack_linears(model)
+
+
 class PrepackedLinear(Strategy):
     """Pack every float Linear weight once for oneDNN and run the fused linear (bias and GELU in the kernel).
 
     Saves: time: the Linear layers are most of a window's arithmetic, and eager `F.linear` re-lays the weight
         out and adds the bias in a separate pass on every call (measured in docs/cpu-floor).
-    Costs: packing at load time (well under a second for Longformer-base); inference only (no backward); the
-        layers run on CPU only. Memory unchanged: the packed weight replaces the plain one.
+    Costs: packing at load time (well under a second for Longformer-base); no backward: a training step unpacks
+        the layers for its duration and packs them again after; the layers run on CPU only. Memory unchanged: the
+        packed weight replaces the plain one.
     Requires: CPU execution with a torch built with oneDNN (mkldnn); fp32 or bf16 weights (int8 dynamic layers are
         packed by their own backend and left alone).
     """
@@ -144,3 +200,6 @@ class PrepackedLinear(Strategy):
         with torch.no_grad():
             pack_linears(model)
         return model
+
+    def training_context(self, model):
+        return unpacked(model)

@@ -13,7 +13,7 @@ from longqa.loader import weight_bytes_per_device
 from strategies.fast_attention import SlidingWindowSelfAttention, swap_attention
 from strategies.hardware import Hardware
 from strategies.int8_dynamic import quantize_linears
-from strategies.prepacked_linear import PackedLinear, PrepackedLinear, pack_linears
+from strategies.prepacked_linear import PackedLinear, PrepackedLinear, pack_linears, unpacked
 from strategies.profiles import custom_profile
 from tests.test_fast_attention import TINY, inputs, max_logit_gap
 
@@ -61,8 +61,9 @@ def test_bf16_outputs_stay_within_bf16_rounding():
     assert gap_packed < max(2 * gap_plain, 0.05)  # the fused GELU rounds once, not twice: no worse than plain bf16
 
 
-def test_the_state_dict_is_the_plain_one():
-    plain, packed = models(fast=False)
+@pytest.mark.parametrize("fast", [True, False])
+def test_the_state_dict_is_the_plain_one(fast):
+    plain, packed = models(fast=fast)
     a, b = plain.state_dict(), packed.state_dict()
     assert set(a) == set(b)
     assert all(torch.equal(a[name], b[name]) for name in a)
@@ -92,14 +93,34 @@ def test_unavailable_on_cuda_with_the_reason():
     assert "CPU only" in strategy.unavailable_reason(strategy.hardware)
 
 
-def test_the_training_step_on_a_prepacked_profile_names_the_way_out():
+def test_unpacked_gives_plain_trainable_layers_and_packs_them_again():
+    plain, packed = models()
+    x = inputs(2, 300, TINY.vocab_size)
+    with torch.no_grad():
+        expected = packed(**x)
+    bytes_packed = weight_bytes_per_device([packed])
+    with unpacked(packed) as model:
+        assert not any(isinstance(m, PackedLinear) for m in model.modules())
+        assert weight_bytes_per_device([model]) == bytes_packed  # held once while unpacked too
+        model.train()
+        out = model(**x, start_positions=torch.tensor([3, 5]), end_positions=torch.tensor([4, 9]))
+        out.loss.backward()
+        assert model.longformer.encoder.layer[0].attention.self.query.weight.grad is not None
+        model.eval()
+    assert isinstance(packed.qa_outputs, PackedLinear) and weight_bytes_per_device([packed]) == bytes_packed
+    with torch.no_grad():
+        assert max_logit_gap(expected, packed(**x), x["attention_mask"]) < 1e-5
+    assert set(packed.state_dict()) == set(plain.state_dict())
+
+
+def test_the_training_step_runs_on_a_prepacked_profile():
     from longqa.session import Session
-    from longqa_core.errors import ProfileError
 
     session = Session()
     try:
-        session.load("demo", custom_profile(["prepacked_linear"], device="cpu"))
-        with pytest.raises(ProfileError, match="prepacked_linear is for inference.*Try baseline-fp32"):
-            session.training_step(128)
+        session.load("demo", custom_profile(["fast_attention", "prepacked_linear"], device="cpu"))
+        readout, tokens = session.training_step(128)
+        assert tokens == 128 and readout.peak_bytes_with > 0 and readout.peak_bytes_without > 0
+        assert any(isinstance(m, PackedLinear) for m in session.loaded.model.modules())  # packed again after
     finally:
         session.unload()
