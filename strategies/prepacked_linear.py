@@ -1,9 +1,10 @@
 """Prepacked Linear layers for CPU inference: every float `nn.Linear` of the model keeps its weight in oneDNN's
 blocked layout, packed once at load time, and runs through oneDNN's fused linear (bias, and the feed-forward's GELU,
-inside the same kernel). Same arithmetic, same outputs bit for bit on the measured shapes.
+inside the same kernel). Same arithmetic: the same outputs bit for bit on the model's shapes in fp32 and bf16, except
+that a fused GELU rounds a bf16 result once instead of twice.
 
 Not a quantization (the dtype stays what precision chose) and not a compiler: `torch.compile` with freezing packs
-weights the same way but costs tens of seconds per shape (README, "Closing the distance").
+weights the same way but costs tens of seconds per shape (README, "The compute floor").
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ class PackedLinear(nn.Module):
         self.out_features, self.in_features = weight.shape
         self.activation = activation  # "none" | "gelu"
         self.gelu_algorithm = gelu_algorithm
-        self._unfused_activation = unfused_activation  # the GELU module it replaced (not a child: no state)
+        self.__dict__["_unfused_activation"] = unfused_activation  # the GELU it replaced; kept off the children
         with torch.no_grad():
             self.register_buffer("packed_weight", torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None))
             self.register_buffer("bias", None if bias is None else bias.detach().clone())
@@ -126,11 +127,11 @@ def pack_linears(model: nn.Module) -> int:
 
 
 def plain_linear(weight: torch.Tensor, bias: torch.Tensor | None) -> nn.Linear:
-    """An nn.Linear holding `weight` (out, in) and `bias` as Parameters, without initialising a random one first."""
+    """An nn.Linear holding `weight` (out, in) and `bias` themselves as Parameters (no copy, no random init)."""
     linear = nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None, device="meta")
-    linear.weight = nn.Parameter(weight.detach().clone())
+    linear.weight = nn.Parameter(weight.detach())
     if bias is not None:
-        linear.bias = nn.Parameter(bias.detach().clone())
+        linear.bias = nn.Parameter(bias.detach())
     return linear
 
 
