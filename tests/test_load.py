@@ -9,11 +9,19 @@ from longqa.serving.load_check import is_numeric_fact, requests_for, run_load, s
 from longqa.session import Session
 
 
+WORKERS = 4  # fewer request workers than calls, so that calls really wait in gradio's queue and are told their
+# place: with the default 32 the 20 calls all start at once, and a place in the queue shows only for an instant
+
+
 @pytest.fixture(scope="module")
 def demo_url():
     ctx = app.make_context(Session(), models=["demo"], default_model="demo", default_profile="cpu")
     app.ensure_loaded(ctx)
-    demo = app.build_blocks(ctx)
+    default_workers, app.REQUEST_WORKERS = app.REQUEST_WORKERS, WORKERS
+    try:
+        demo = app.build_blocks(ctx)
+    finally:
+        app.REQUEST_WORKERS = default_workers
     _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", quiet=True)
     yield url
     demo.close()

@@ -70,10 +70,17 @@ def requests_for(n_calls: int, seed: int = 7, n_chars: int = 3000) -> list[demo_
     return examples
 
 
-def _call(url: str, example: demo_task.Example, out: list, index: int, timeout_s: float) -> None:
+def _call(url: str, example: demo_task.Example, out: list, index: int, timeout_s: float,
+          ready: threading.Barrier | None = None) -> None:
     began = time.perf_counter()
     try:
-        job = Client(url, verbose=False).submit([], example.text, example.question, 1, api_name="/ask")
+        try:
+            client = Client(url, verbose=False)
+        finally:
+            if ready is not None:  # every client connected first, so that the submits land together
+                ready.wait(timeout=timeout_s)
+        began = time.perf_counter()
+        job = client.submit([], example.text, example.question, 1, api_name="/ask")
         positions = []
         while not job.done():
             status = job.status()
@@ -102,9 +109,11 @@ def run_alone(url: str, examples: list[demo_task.Example], timeout_s: float) -> 
 
 
 def run_concurrent(url: str, examples: list[demo_task.Example], timeout_s: float) -> list[CallResult]:
-    """All requests at once, one client and thread each, and wait for all of them (bounded by `timeout_s` each)."""
+    """All requests at once, one client and thread each (all connected before any submits), and wait for all of
+    them (bounded by `timeout_s` each)."""
     results: list[CallResult | None] = [None] * len(examples)
-    threads = [threading.Thread(target=_call, args=(url, ex, results, i, timeout_s), daemon=True)
+    ready = threading.Barrier(len(examples))
+    threads = [threading.Thread(target=_call, args=(url, ex, results, i, timeout_s, ready), daemon=True)
                for i, ex in enumerate(examples)]
     for thread in threads:
         thread.start()
