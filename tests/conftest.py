@@ -62,6 +62,7 @@ SLOW_TESTS = {
     "tests/test_engine.py::test_word_aligned_answers_match_the_reference_pipeline",
     "tests/test_fast_attention.py::test_half_precision_stays_within_eagers_own_rounding",
     "tests/test_fast_attention.py::test_top_answers_identical_on_the_base_architecture",
+    "tests/test_prepacked_linear.py::test_the_training_step_runs_on_a_prepacked_profile",
     "tests/test_load.py::test_twenty_concurrent_calls_all_complete_with_correct_answers",
     "tests/test_loader.py::test_bitsandbytes_on_a_cpu_only_machine_really_quantizes",
     "tests/test_session.py::test_load_ask_and_the_readout_has_every_field",
