@@ -27,7 +27,7 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from longqa.arguments import positive_int, positive_int_list  # noqa: E402
-from longqa.bench.worker import agreement_inputs  # noqa: E402
+from longqa.bench.worker import window_batch  # noqa: E402
 from longqa.loader import load_model  # noqa: E402
 from longqa_core import engine  # noqa: E402
 from strategies.fast_attention import swap_attention  # noqa: E402
@@ -59,10 +59,7 @@ def time_forward(model: nn.Module, batch: dict) -> float:
 
 
 def compare(models: dict[str, nn.Module], tokenizer, tokens: int, rounds: int) -> dict:
-    check = agreement_inputs(tokenizer, tokens, 1)[0]
-    settings = engine.EngineSettings(max_seq_len=tokens).resolved(tokenizer)
-    windows, _ = engine.make_windows(tokenizer, check.question, [check.document], settings)
-    batch = engine.collate(windows[:1], tokenizer.pad_token_id)  # (1, L) each
+    batch = window_batch(tokenizer, tokens)  # (1, L) each
     names = list(models)
     for name in names:  # warm-up
         time_forward(models[name], batch)

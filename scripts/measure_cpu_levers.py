@@ -24,9 +24,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from longqa.bench.floor import measure_floor, row_precision  # noqa: E402
+from longqa.bench.floor import best_time_s, kind_name, measure_floor, row_precision  # noqa: E402
 from longqa.bench.runner import cpu_flags, cpu_model  # noqa: E402
-from longqa.bench.worker import agreement_inputs  # noqa: E402
+from longqa.bench.worker import window_batch  # noqa: E402
 from longqa.loader import load_model  # noqa: E402
 from longqa_core import engine, telemetry  # noqa: E402
 from strategies.fast_attention import BandPlanCache, SlidingWindowSelfAttention  # noqa: E402
@@ -35,13 +35,6 @@ from strategies.profiles import custom_profile, get_profile, select_strategies  
 
 MODEL = "arch:base"
 TOKENS = 4096
-
-
-def window_inputs(tokenizer, settings, batch: int) -> dict:
-    """`batch` copies of one full window: the bench's first agreement input, its question global."""
-    check = agreement_inputs(tokenizer, TOKENS, 1)[0]
-    windows, _ = engine.make_windows(tokenizer, check.question, [check.document], settings.resolved(tokenizer))
-    return engine.collate([windows[0]] * batch, tokenizer.pad_token_id)
 
 
 def attentions(model):
@@ -134,14 +127,8 @@ def attention_alone(dtype: torch.dtype, rounds: int) -> dict:
     bias = torch.zeros(blocks, 1, w, n_global + 3 * w, dtype=dtype)
     scores = torch.randn(blocks * heads, w, n_global + 3 * w, dtype=dtype)
 
-    def best(call):
-        call()
-        times = []
-        for _ in range(rounds):
-            began = time.perf_counter()
-            call()
-            times.append(time.perf_counter() - began)
-        return min(times)
+    def best(call):  # one warm-up, then the best of `rounds`
+        return best_time_s(call, repeat=rounds)
 
     flat_q, flat_k = q_blocks.reshape(blocks * heads, w, head_dim), keys.reshape(blocks * heads, -1, head_dim)
     result = {"sdpa_blocks_of_w_s": best(lambda: F.scaled_dot_product_attention(q_blocks, keys, keys,
@@ -169,7 +156,7 @@ def main(argv: list[str]) -> int:
                         "and FlexAttention against the fused SDPA band on one layer")
     args = parser.parse_args(argv)
     hardware = detect_hardware()
-    kind = "avx512-bf16" if hardware.cpu_bf16 else "avx2"
+    kind = kind_name(hardware)
     load_average = os.getloadavg()
     resolved = list(select_strategies(get_profile("cpu"), hardware))
     before_stack = [name for name in resolved if name != "prepacked_linear"]
@@ -178,7 +165,7 @@ def main(argv: list[str]) -> int:
     packed = load_model(MODEL, custom_profile(resolved, device="cpu"), hardware=hardware)
     # arch:base's random weights are written once to the cache and read by every load: the same weights
     tokenizer = packed.tokenizer
-    one, two, four = (window_inputs(tokenizer, packed.settings, batch) for batch in (1, 2, 4))
+    one, two, four = (window_batch(tokenizer, TOKENS, batch) for batch in (1, 2, 4))
     assert one["input_ids"].shape[1] == TOKENS, one["input_ids"].shape
     cores = torch.get_num_threads()
     split, join = per_layer_plans(unpacked.model)

@@ -86,16 +86,11 @@ def timed_window(threads: int) -> int:
     import torch
 
     torch.set_num_threads(threads)
-    from longqa.bench.worker import agreement_inputs
+    from longqa.bench.worker import window_batch
     from longqa.loader import load_model
-    from longqa_core import engine
 
     loaded = load_model("arch:base", "cpu")
-    tokenizer = loaded.tokenizer
-    check = agreement_inputs(tokenizer, 4096, 1)[0]
-    windows, _ = engine.make_windows(tokenizer, check.question, [check.document],
-                                     loaded.settings.resolved(tokenizer))
-    inputs = engine.collate(windows[:1], tokenizer.pad_token_id)
+    inputs = window_batch(loaded.tokenizer, 4096)
     times = []
     with torch.inference_mode():
         for _ in range(4):

@@ -25,7 +25,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from longqa.bench.floor import Shapes, measure_floor, row_precision, window_flops  # noqa: E402
+from longqa.bench.floor import Shapes, kind_name, measure_floor, row_precision, window_flops  # noqa: E402
 from longqa.bench.runner import cpu_flags, cpu_model  # noqa: E402
 from longqa.bench.worker import agreement_inputs  # noqa: E402
 from longqa.loader import load_model  # noqa: E402
@@ -162,10 +162,6 @@ def profile_window(model_ref: str, hardware: Hardware, tokens: int, repeat: int)
         "outside_operators_s": max(profiled["forward"] - operators_s, 0.0),
         "groups": groups,
     }
-
-
-def kind_name(hardware: Hardware) -> str:
-    return "avx512-bf16" if hardware.cpu_bf16 else "avx2"
 
 
 def format_markdown(result: dict) -> str:

@@ -130,6 +130,11 @@ def floor_for_tokens(floor: dict, precision: str, shapes: Shapes, tokens: int) -
     return floor_seconds(window_flops(shapes, tokens), measured["linear_flops_per_s"], measured["band_flops_per_s"])
 
 
+def kind_name(hardware: Hardware) -> str:
+    """The CPU kind a floor and a breakdown are filed under: "avx512-bf16" with native bf16, else "avx2"."""
+    return "avx512-bf16" if hardware.cpu_bf16 else "avx2"
+
+
 def native_precisions(hardware: Hardware) -> tuple[list[str], dict[str, str]]:
     """The precisions worth timing here, and those skipped with why (bf16 is emulated, ~100× slower, without
     AVX512-BF16/AMX: no profile runs it there, so its "floor" would mean nothing)."""

@@ -122,6 +122,15 @@ def agreement_inputs(tokenizer, tokens: int, count: int, seed: int = 0) -> list[
             for s in seeds]
 
 
+def window_batch(tokenizer, tokens: int, batch: int = 1) -> dict[str, torch.Tensor]:
+    """Model inputs of `batch` copies of one window of at most `tokens` tokens: the first agreement input's question
+    and document as the engine windows them, for timing bare forward passes."""
+    check = agreement_inputs(tokenizer, tokens, 1)[0]
+    settings = engine.EngineSettings(max_seq_len=tokens).resolved(tokenizer)
+    windows, _ = engine.make_windows(tokenizer, check.question, [check.document], settings)
+    return engine.collate([windows[0]] * batch, tokenizer.pad_token_id)  # (B, L) each
+
+
 # ------------------------------------------------------------------------------------------------ agreement
 def check_outputs(runner, tokenizer, inputs: list[CheckInput], settings: engine.EngineSettings,
                   batch_state: engine.BatchState) -> list[dict]:
