@@ -55,15 +55,12 @@ class PackedLinear(nn.Module):
 
     def to_linear(self) -> nn.Linear:
         """A plain nn.Linear with this layer's weight and bias (fresh Parameters)."""
-        return plain_linear(self.dense_weight(), self.bias)
-
-    def dense_weight(self) -> torch.Tensor:
-        return self.packed_weight.to_dense()  # (out, in)
+        return plain_linear(self.weight, self.bias)
 
     @property
     def weight(self) -> torch.Tensor:
-        """A plain copy of the weight, for reading (writing to it changes nothing the layer computes)."""
-        return self.dense_weight()
+        """A plain copy of the weight (out, in), for reading (writing to it changes nothing the layer computes)."""
+        return self.packed_weight.to_dense()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if torch.is_grad_enabled() and (x.requires_grad or self.training):
@@ -75,7 +72,7 @@ class PackedLinear(nn.Module):
         return torch.ops.mkldnn._linear_pointwise(x, self.packed_weight, self.bias, "none", [], "")
 
     def _save_to_state_dict(self, destination, prefix, keep_vars):
-        destination[prefix + "weight"] = self.dense_weight()
+        destination[prefix + "weight"] = self.weight
         if self.bias is not None:
             destination[prefix + "bias"] = self.bias
 
@@ -115,7 +112,7 @@ def pack_linears(model: nn.Module) -> int:
     packed = 0
     for module in list(model.modules()):
         pack_projections = getattr(module, "pack_projections", None)
-        if pack_projections is not None and pack_projections(lambda w, b: PackedLinear(w, b), can_pack):
+        if pack_projections is not None and pack_projections(PackedLinear, can_pack):
             packed += 5
     packed += pack_feed_forward(model)
     for module in list(model.modules()):
@@ -142,7 +139,7 @@ def unpack_linears(model: nn.Module) -> int:
     for module in list(model.modules()):
         fused = getattr(module, "fused_projection", None)
         if isinstance(fused, PackedLinear):
-            weights = fused.dense_weight().split(module.embed_dim)  # 5 × (D, D)
+            weights = fused.weight.split(module.embed_dim)  # 5 × (D, D)
             biases = fused.bias.split(module.embed_dim)
             (module.query, module.key, module.value, module.key_global, module.value_global) = (
                 plain_linear(weight, bias) for weight, bias in zip(weights, biases))
