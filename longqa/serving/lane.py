@@ -104,16 +104,8 @@ class ModelLane:
         ticket = Ticket(_keys(visitors), windows=max(0, int(windows)))
         with self._condition:
             ticket.served = next(self._turns)
-            self._admit(ticket)
-            ticket.ahead_at_start = len(self._tickets)
-            self._tickets.append(ticket)
-            try:
-                self._wait(ticket, self._may_activate, should_stop, on_wait,
-                           "The request was stopped while it waited for the model.")
-                ticket.active = True
-            except BaseException:
-                self._leave(ticket)
-                raise
+            self._join(ticket, self._may_activate, should_stop, on_wait)
+            ticket.active = True
         try:
             yield ticket
         finally:
@@ -155,15 +147,7 @@ class ModelLane:
             return
         ticket = Ticket(_keys(visitor), exclusive=True)
         with self._condition:
-            self._admit(ticket)
-            ticket.ahead_at_start = len(self._tickets)
-            self._tickets.append(ticket)
-            try:
-                self._wait(ticket, self._may_hold_alone, should_stop, on_wait,
-                           "The request was stopped while it waited for the model.")
-            except BaseException:
-                self._leave(ticket)
-                raise
+            self._join(ticket, self._may_hold_alone, should_stop, on_wait)
             ticket.active = ticket.holding = True
         try:
             yield
@@ -224,6 +208,18 @@ class ModelLane:
         """Requests before this one in line, and those running on the model now."""
         position = self._tickets.index(ticket)
         return sum(not t.holding for t in self._tickets[:position]) + sum(t.holding for t in self._tickets)
+
+    def _join(self, ticket: Ticket, may_go: Callable[[Ticket], bool], should_stop, on_wait) -> None:
+        """Into the line (LaneBusyError at once when over a bound), then wait until `may_go`; a ticket that stops
+        waiting (Cancelled, or anything else) leaves the line. Called with the condition held."""
+        self._admit(ticket)
+        ticket.ahead_at_start = len(self._tickets)
+        self._tickets.append(ticket)
+        try:
+            self._wait(ticket, may_go, should_stop, on_wait, "The request was stopped while it waited for the model.")
+        except BaseException:
+            self._leave(ticket)
+            raise
 
     def _leave(self, ticket: Ticket) -> None:
         with contextlib.suppress(ValueError):
