@@ -23,7 +23,7 @@ MEMORY_HEADERS = ["device", "peak (GPU allocated, host RSS)", "now (GPU reserved
                   "NVML total"]
 RUN_HEADERS = ["readout", "value"]
 LOAD_HEADERS = ["model", "profile", "strategies", "weights dtype", "load time", "weights per device", "device map",
-                "host RAM peak while loading", "fallback"]  # the keys of `load_rows`: the table is one row
+                "host RAM peak while loading", "fallback", "notes"]  # the keys of `load_rows`: the table is one row
 HISTORY_HEADERS = ["run", "profile", "model", "reading", "tokens", "windows", "peak GPU memory", "host peak RSS",
                    "latency", "tokens/s"]
 TRAINING_HEADERS = ["training step", "peak memory", "time"]
@@ -200,6 +200,7 @@ def load_rows(readout: dict) -> list[list]:
         ["device map", placement],
         ["host RAM peak while loading", format_bytes(readout.get("host_peak_rss_bytes"))],
         ["fallback", readout.get("fallback_reason") or "none"],
+        ["notes", "; ".join(readout.get("notes") or []) or "none"],
     ]
 
 

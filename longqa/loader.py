@@ -53,6 +53,7 @@ class LoadReadout:
     step_time_s: dict[str, float] = field(default_factory=dict)  # per LOAD_STEPS key
     profile: str = ""
     model_ref: str = ""
+    notes: list[str] = field(default_factory=list)  # what the strategies chose at load (e.g. the band kernel's use)
 
     @property
     def weight_bytes(self) -> int:
@@ -152,7 +153,8 @@ def load_model(model_ref: str, profile: Profile | str, *, hardware: Hardware | N
         device_map=_plain_device_map(getattr(model, "hf_device_map", None)),
         host_peak_rss_bytes=host.peak_rss_bytes, fallback_reason=fallback_reason, strategies=names,
         dtype=weight_dtype_name(model), host_rss_before_bytes=host.baseline_rss_bytes, step_time_s=step_time_s,
-        profile=profile.name, model_ref=source.ref)
+        profile=profile.name, model_ref=source.ref,
+        notes=[note for strategy in strategies for note in strategy.load_notes()])
     return LoadedModel(model=model, tokenizer=tokenizer, profile=profile, model_ref=source.ref, source=source,
                        settings=settings, batch_state=BatchState(size=settings.batch_size), runner=runner,
                        readout=readout, hardware=hardware)

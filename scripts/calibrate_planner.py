@@ -5,7 +5,8 @@ Usage: python scripts/calibrate_planner.py --bench DIR [DIR ...] [--out strategi
 Three fits, each printed with its worst error:
 1. Activations: the live-tensor peak (`LiveTensorPeak`) of one forward pass of small Longformer architectures
    (hidden 64 to 768, windows 64 to 512, two layers: the peak is one layer's) in fp32 and bf16, at several
-   lengths and batches, eager and fast attention; non-negative least squares on the relative error over the
+   lengths and batches, eager and fast attention (the band on SDPA, and in bf16 on the band kernel where this CPU
+   runs it); non-negative least squares on the relative error over the
    planner's features (`memory_planner.FEATURE_NAMES`).
 2. Training step: the bytes a forward + backward allocates (`training_step_readout`, fp32, with and without
    checkpointing) on small architectures of 2 to 4 layers; one factor each for the activations kept per layer
@@ -34,7 +35,8 @@ from transformers import LongformerConfig, LongformerForQuestionAnswering
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from longqa.bench.report import inference_plan, recorded_hardware  # noqa: E402
 from strategies import memory_planner as planner  # noqa: E402
-from strategies.fast_attention import swap_attention  # noqa: E402
+from strategies import band_kernel  # noqa: E402
+from strategies.fast_attention import SlidingWindowSelfAttention, swap_attention  # noqa: E402
 from strategies.gradient_checkpointing import LiveTensorPeak, training_step_readout  # noqa: E402
 
 DEFAULT_OUT = Path(__file__).resolve().parents[1] / "strategies" / "planner_calibration.json"
@@ -64,10 +66,19 @@ def inputs(tokens: int, batch: int) -> dict:
 
 
 def build(config, dtype, attention: str, train: bool = False):
+    """A model with `attention`: "eager", "fast" (the band on SDPA) or "fast-kernel" (the band kernel)."""
     torch.manual_seed(0)
     model = LongformerForQuestionAnswering(config).to(dtype)
     model.train(train)
-    return swap_attention(model) if attention == "fast" else model
+    if attention == "eager":
+        return model
+    swap_attention(model)
+    if attention == "fast-kernel" and (dtype != torch.bfloat16 or band_kernel.kernel() is None):
+        raise ValueError(f"the band kernel computes bf16 only and needs this CPU to run it ({band_kernel.status()})")
+    for module in model.modules():
+        if isinstance(module, SlidingWindowSelfAttention):
+            module.use_band_kernel = attention == "fast-kernel"
+    return model
 
 
 def relative_fit(features: np.ndarray, targets: np.ndarray) -> np.ndarray:
@@ -83,12 +94,18 @@ def worst_error_pct(predicted: np.ndarray, measured: np.ndarray) -> float:
 def fit_activations(quick: bool) -> dict:
     architectures = ARCHITECTURES[:3] if quick else ARCHITECTURES
     result = {}
-    for attention in ("eager", "fast"):
+    kinds = {"eager": (torch.float32, torch.bfloat16), "fast": (torch.float32, torch.bfloat16)}
+    if band_kernel.kernel() is not None:
+        kinds["fast-kernel"] = (torch.bfloat16,)
+    elif "fast-kernel" in planner.CALIBRATION["activations"]:
+        result["fast-kernel"] = planner.CALIBRATION["activations"]["fast-kernel"]
+        print(f"activations fast-kernel: not fitted here ({band_kernel.status()}); kept from the last fit", flush=True)
+    for attention, dtypes in kinds.items():
         rows, peaks = [], []
         for hidden, heads, ffn, window in architectures:
             config = config_for(hidden, heads, ffn, window)
             shape = planner.ModelShape.from_config(config)
-            for dtype in (torch.float32, torch.bfloat16):
+            for dtype in dtypes:
                 model = build(config, dtype, attention)
                 for multiple, batch in SHAPES:
                     tokens = int(multiple * window)

@@ -4,10 +4,10 @@ the rounds per variant), beside this CPU's measured floor:
 
     python scripts/measure_cpu_levers.py [--out docs/cpu-floor] [--rounds 6] [--compile]
 
-Variants: the stack before this work (the attention's plan rebuilt in every layer), the plan once per forward,
-prepacked oneDNN Linear layers (today's `cpu`), query blocks of w/2 and w/4, batches of 2 and 4 windows, glibc's
-heap trimmed after every forward, 4× more threads than CPUs, and with --compile `torch.compile` (static shapes,
-freezing) of the encoder layers. Writes levers-<kind>.json and .md. (Threads under a CPU quota, as on a Space:
+Variants: the stack before this work (the attention's plan rebuilt in every layer, the band on SDPA), the plan
+once per forward, prepacked oneDNN Linear layers, the band kernel (today's `cpu` where it runs: bf16 with AVX-512
+BF16), query blocks of w/2 and w/4 (SDPA), batches of 2 and 4 windows, glibc's heap trimmed after every forward,
+4× more threads than CPUs, and with --compile `torch.compile` (static shapes, freezing) of the encoder layers. Writes levers-<kind>.json and .md. (Threads under a CPU quota, as on a Space:
 scripts/measure_threads.py.)
 """
 
@@ -29,6 +29,7 @@ from longqa.bench.runner import cpu_flags, cpu_model  # noqa: E402
 from longqa.bench.worker import window_batch  # noqa: E402
 from longqa.loader import load_model  # noqa: E402
 from longqa_core import engine, telemetry  # noqa: E402
+from strategies import band_kernel  # noqa: E402
 from strategies.fast_attention import BandPlanCache, SlidingWindowSelfAttention  # noqa: E402
 from strategies.hardware import detect_hardware  # noqa: E402
 from strategies.profiles import custom_profile, get_profile, select_strategies  # noqa: E402
@@ -44,15 +45,16 @@ def attentions(model):
 class Variant:
     """A named way to run the forward: a model, the inputs, and what to set before and undo after."""
 
-    def __init__(self, name, model, inputs, windows=1, before=None, after=None, each=None):
+    def __init__(self, name, model, inputs, windows=1, settings=(), each=None):
+        """`settings`: (set, reset) pairs, set before each run and reset after it."""
         self.name, self.model, self.inputs, self.windows = name, model, inputs, windows
-        self.before, self.after, self.each = before, after, each
+        self.settings, self.each = tuple(settings), each
         self.best_s = float("inf")
         self.rss_after_bytes = None
 
     def run(self) -> torch.Tensor:
-        if self.before:
-            self.before()
+        for set_, _ in self.settings:
+            set_()
         try:
             began = time.perf_counter()
             with torch.inference_mode():
@@ -63,8 +65,8 @@ class Variant:
             self.rss_after_bytes = telemetry.current_rss_bytes()
             return start[0].float()
         finally:
-            if self.after:
-                self.after()
+            for _, reset in reversed(self.settings):
+                reset()
 
 
 def per_layer_plans(model):
@@ -82,19 +84,19 @@ def per_layer_plans(model):
     return split, join
 
 
-def query_blocks(divisor):
-    def set_():
-        SlidingWindowSelfAttention.query_block_divisor = divisor
+def attention_setting(name, value):
+    """Set a class attribute of the fast attention (`query_block_divisor`, `use_band_kernel`) for one run."""
+    default = getattr(SlidingWindowSelfAttention, name)
+    return (lambda: setattr(SlidingWindowSelfAttention, name, value),
+            lambda: setattr(SlidingWindowSelfAttention, name, default))
 
-    def reset():
-        SlidingWindowSelfAttention.query_block_divisor = 1
 
-    return {"before": set_, "after": reset}
+SDPA_BAND = attention_setting("use_band_kernel", False)
 
 
 def threads(count):
     saved = torch.get_num_threads()
-    return {"before": lambda: torch.set_num_threads(count), "after": lambda: torch.set_num_threads(saved)}
+    return lambda: torch.set_num_threads(count), lambda: torch.set_num_threads(saved)
 
 
 def compiled_copy(stack, hardware):
@@ -115,7 +117,8 @@ def compiled_copy(stack, hardware):
 def attention_alone(dtype: torch.dtype, rounds: int) -> dict:
     """One layer's band, three ways, on arch:base's shapes (12 heads of 64, w = 256, 24 global tokens): SDPA over
     blocks of w queries and their 3w keys as the fast attention calls it, the same blocks' two bare products (no
-    mask, no softmax), and FlexAttention compiled with a block-sparse mask (blocks of 64 and of 128)."""
+    mask, no softmax), FlexAttention compiled with a block-sparse mask (blocks of 64 and of 128), and the band
+    kernel where it runs (bf16 with AVX-512 BF16)."""
     from torch.nn import functional as F
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
@@ -137,6 +140,15 @@ def attention_alone(dtype: torch.dtype, rounds: int) -> dict:
 
     def band(b, h, query, key):
         return ((query - key).abs() <= w) | (key < n_global)
+
+    kernel = band_kernel.kernel() if dtype == torch.bfloat16 else None
+    if kernel is not None:
+        token_major = [x.transpose(1, 2) for x in (q, k, v)]  # (B, L, H, d) views, as the projection's split gives
+        globals_ = k[:, :, :n_global].contiguous()
+        key_ok = torch.ones(1, length, dtype=torch.bool)
+        key_ok[:, :n_global] = False
+        used = torch.ones(1, n_global, dtype=torch.bool)
+        result["band_kernel_s"] = best(lambda: kernel(*token_major, globals_, globals_, key_ok, used, w))
 
     compiled = torch.compile(flex_attention, dynamic=False)
     for block in (64, 128):
@@ -168,26 +180,35 @@ def main(argv: list[str]) -> int:
     one, two, four = (window_batch(tokenizer, TOKENS, batch) for batch in (1, 2, 4))
     assert one["input_ids"].shape[1] == TOKENS, one["input_ids"].shape
     cores = torch.get_num_threads()
-    split, join = per_layer_plans(unpacked.model)
+    plans = per_layer_plans(unpacked.model)
+    kernel_runs = hardware.cpu_bf16 and band_kernel.kernel() is not None
+    now = "cpu" if kernel_runs else "cpu (the band kernel does not run here: SDPA)"
     variants = [
-        Variant("before: the attention's masks built in every layer", unpacked.model, one, before=split, after=join),
-        Variant("masks built once per forward", unpacked.model, one),
-        Variant("+ prepacked oneDNN Linear layers (cpu now)", packed.model, one),
-        Variant("cpu, query blocks of w/2", packed.model, one, **query_blocks(2)),
-        Variant("cpu, query blocks of w/4", packed.model, one, **query_blocks(4)),
-        Variant("cpu, batch of 2 windows (per window)", packed.model, two, windows=2),
-        Variant("cpu, batch of 4 windows (per window)", packed.model, four, windows=4),
-        Variant("cpu, glibc heap trimmed after every forward", packed.model, one, each=engine.release_memory),
-        Variant(f"cpu, {4 * cores} threads on {cores} CPUs", packed.model, one, **threads(4 * cores)),
+        Variant("before: the attention's masks built in every layer, band on SDPA", unpacked.model, one,
+                settings=(plans, SDPA_BAND)),
+        Variant("masks built once per forward", unpacked.model, one, settings=(SDPA_BAND,)),
+        Variant("+ prepacked oneDNN Linear layers", packed.model, one, settings=(SDPA_BAND,)),
+        Variant(f"+ the band kernel ({now} now)", packed.model, one),
+        Variant("prepacked, SDPA band in query blocks of w/2", packed.model, one,
+                settings=(SDPA_BAND, attention_setting("query_block_divisor", 2))),
+        Variant("prepacked, SDPA band in query blocks of w/4", packed.model, one,
+                settings=(SDPA_BAND, attention_setting("query_block_divisor", 4))),
+        Variant(f"{now}, batch of 2 windows (per window)", packed.model, two, windows=2),
+        Variant(f"{now}, batch of 4 windows (per window)", packed.model, four, windows=4),
+        Variant(f"{now}, glibc heap trimmed after every forward", packed.model, one, each=engine.release_memory),
+        Variant(f"{now}, {4 * cores} threads on {cores} CPUs", packed.model, one, settings=(threads(4 * cores),)),
     ]
     compile_s = None
     if args.compile:
         compiled = compiled_copy(before_stack, hardware)
         began = time.perf_counter()
+        SDPA_BAND[0]()
         with torch.inference_mode():
             compiled(**one)
+        SDPA_BAND[1]()
         compile_s = time.perf_counter() - began
-        variants.append(Variant("torch.compile of the layers (static, freezing), no prepacking", compiled, one))
+        variants.append(Variant("torch.compile of the layers (static, freezing), no prepacking, SDPA band", compiled,
+                                one, settings=(SDPA_BAND,)))
 
     reference = None
     gaps = {}
@@ -213,7 +234,7 @@ def main(argv: list[str]) -> int:
     result = {"command": "python scripts/measure_cpu_levers.py " + " ".join(argv), "cpu": cpu_model(),
               "cpu_kind": kind, "cpu_flags": cpu_flags(), "threads": cores, "load_average_at_start": load_average,
               "torch": torch.__version__, "python": platform.python_version(), "model": MODEL, "tokens": TOKENS,
-              "stack": resolved, "floor_precision": precision, "floor_s": floor_s, "floor": floor.to_dict(),
+              "stack": resolved, "band_kernel": band_kernel.status(), "floor_precision": precision, "floor_s": floor_s, "floor": floor.to_dict(),
               "compile_first_call_s": compile_s, "attention_one_layer_s": alone, "rows": rows}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -228,7 +249,8 @@ def markdown(result: dict) -> str:
              f"`{result['command'].strip()}`", "",
              f"CPU: {result['cpu']}, {result['threads']} threads, flags {', '.join(result['cpu_flags'])}; load average "
              f"{result['load_average_at_start'][0]:.1f} at the start; torch {result['torch']}. {result['model']}, one "
-             f"window of {result['tokens']:,} tokens, stack {', '.join(result['stack'])}; each variant run once per "
+             f"window of {result['tokens']:,} tokens, stack {', '.join(result['stack'])} ({result['band_kernel']}); "
+             "each variant run once per "
              "round, rounds interleaved, best round kept.", "",
              f"Floor ({result['floor_precision']}, measured here in the same run): {result['floor_s']:.2f} s a window.",
              "", "| variant | best s per window | × floor | × before | max \\|Δ logit\\| vs before | RSS after its last run |",
@@ -246,6 +268,8 @@ def markdown(result: dict) -> str:
                   "| way | s per layer |", "|---|---|",
                   f"| fused SDPA over blocks of w queries and 3w keys (the fast attention) | {alone['sdpa_blocks_of_w_s']:.4f} |",
                   f"| the same blocks' two bare products (no mask, no softmax) | {alone['bare_products_s']:.4f} |",
+                  *([f"| the band kernel (2w+1 keys per query, mask and softmax included) | {alone['band_kernel_s']:.4f} |"]
+                    if "band_kernel_s" in alone else []),
                   f"| FlexAttention, compiled, block-sparse mask, blocks of 64 (compiling {alone['flex_block_64_compile_s']:.0f} s) | {alone['flex_block_64_s']:.4f} |",
                   f"| FlexAttention, compiled, block-sparse mask, blocks of 128 (compiling {alone['flex_block_128_compile_s']:.0f} s) | {alone['flex_block_128_s']:.4f} |"]
     return "\n".join(lines) + "\n"

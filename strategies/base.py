@@ -73,6 +73,11 @@ class Strategy:
         step and redone after)."""
         return contextlib.nullcontext()
 
+    def load_notes(self) -> tuple[str, ...]:
+        """What this strategy chose while transforming the model that a reader of the load readout should know (a
+        kernel it could or could not use, and why); asked after `transform`."""
+        return ()
+
     def adjust_settings(self, settings: "EngineSettings") -> "EngineSettings":
         return settings
 

@@ -1,8 +1,9 @@
-"""Fast sliding-window attention: Longformer's local+global attention on PyTorch's fused SDPA kernel.
+"""Fast sliding-window attention: Longformer's local+global attention on PyTorch's fused SDPA kernel, or, in
+bf16 on a CPU with AVX-512 BF16, on the project's own band kernel (strategies/band_kernel.py).
 
 Computes exactly what transformers' eager `LongformerSelfAttention` computes, with the same weights, but as
-masked `scaled_dot_product_attention` over blocks of queries instead of chunked diagonal bookkeeping. It is a
-drop-in module swap, not a new model.
+masked `scaled_dot_product_attention` over blocks of queries (or the band kernel's one call per layer) instead of
+chunked diagonal bookkeeping. It is a drop-in module swap, not a new model.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from strategies import band_kernel
 from strategies.base import TRANSFORM, Strategy
 
 
@@ -26,12 +28,16 @@ class BandPlan:
     n_global: int  # slots: the most global tokens any row has (at least 1)
     order: torch.Tensor  # (B, G) token index of each slot
     slot_used: torch.Tensor  # (B, G) whether the slot holds a global token
-    bias: torch.Tensor  # (B*nb, 1, w, G+3w) 0 where a query may attend, -inf elsewhere, in the query dtype
+    key_ok: torch.Tensor  # (B, L) whether the token is a local key (neither padding nor global)
+    bias: torch.Tensor | None  # (B*nb, 1, w, G+3w) 0 where a query may attend, -inf elsewhere, in the query dtype;
+    # None for the band kernel, which masks as it goes
 
 
-def band_plan(is_pad: torch.Tensor, is_global: torch.Tensor, w: int, dtype: torch.dtype, block: int) -> BandPlan:
+def band_plan(is_pad: torch.Tensor, is_global: torch.Tensor, w: int, dtype: torch.dtype, block: int,
+              with_bias: bool = True) -> BandPlan:
     """The plan for padding mask `is_pad` and global mask `is_global` (both (B, L), L a multiple of w), for
-    blocks of `block` queries (a divisor of w), each over its `block + 2w` keys."""
+    blocks of `block` queries (a divisor of w), each over its `block + 2w` keys; without the SDPA mask when
+    `with_bias` is false."""
     batch, length = is_pad.shape
     n_blocks, span = length // block, block + 2 * w
     # Global tokens first, in order; `n_global` slots (the most any row has), unused slots masked. The int() is a
@@ -39,9 +45,12 @@ def band_plan(is_pad: torch.Tensor, is_global: torch.Tensor, w: int, dtype: torc
     n_global = max(int(is_global.sum(dim=1).max()), 1)
     order = torch.argsort((~is_global).to(torch.int8), dim=1, stable=True)[:, :n_global]  # (B, G)
     slot_used = torch.gather(is_global, 1, order)  # (B, G)
+    key_ok = ~(is_pad | is_global)
+    if not with_bias:
+        return BandPlan(n_global, order, slot_used, key_ok, None)
     offsets = (torch.arange(span, device=is_pad.device)[None, :] - torch.arange(block, device=is_pad.device)[:, None]
                - w)  # (c, c+2w): position of key j of the band minus that of query a of the block
-    is_local_key = F.pad(~(is_pad | is_global), (w, w), value=False).unfold(1, span, block)  # (B, nb, c+2w)
+    is_local_key = F.pad(key_ok, (w, w), value=False).unfold(1, span, block)  # (B, nb, c+2w)
     band_ok = (offsets.abs() <= w)[None, None] & is_local_key[:, :, None, :]  # (B, nb, c, c+2w)
     # A padding row may have no key at all; let it see itself so softmax stays finite (its output is zeroed).
     pad_rows = is_pad.view(batch, n_blocks, block)[..., None] & (offsets == 0)[None, None]  # (B, nb, c, c+2w)
@@ -49,7 +58,7 @@ def band_plan(is_pad: torch.Tensor, is_global: torch.Tensor, w: int, dtype: torc
     allowed = torch.cat([global_ok, band_ok | pad_rows], dim=-1)  # (B, nb, c, G+c+2w)
     # An additive mask in the query dtype: a boolean one costs a conversion per call inside SDPA.
     bias = torch.zeros(allowed.shape, dtype=dtype, device=is_pad.device).masked_fill_(~allowed, float("-inf"))
-    return BandPlan(n_global, order, slot_used, bias.view(batch * n_blocks, 1, block, n_global + span))
+    return BandPlan(n_global, order, slot_used, key_ok, bias.view(batch * n_blocks, 1, block, n_global + span))
 
 
 class BandPlanCache:
@@ -59,18 +68,18 @@ class BandPlanCache:
     B × L × (G+3w) elements) as soon as the forward's masks are freed, so nothing stays allocated between requests."""
 
     def __init__(self):
-        self._masks: tuple[weakref.ref, weakref.ref, int, torch.dtype, int] | None = None
+        self._masks: tuple[weakref.ref, weakref.ref, int, torch.dtype, int, bool] | None = None
         self._plan: BandPlan | None = None
 
     @torch.compiler.disable  # host-side bookkeeping (and the slot count's host read): one graph break, not several
     def get(self, is_pad: torch.Tensor, is_global: torch.Tensor, w: int, dtype: torch.dtype,
-            block: int) -> BandPlan:
+            block: int, with_bias: bool = True) -> BandPlan:
         masks = self._masks
         if (masks is not None and masks[0]() is is_pad and masks[1]() is is_global
-                and masks[2:] == (w, dtype, block)):
+                and masks[2:] == (w, dtype, block, with_bias)):
             return self._plan
-        self._plan = band_plan(is_pad, is_global, w, dtype, block)
-        self._masks = (weakref.ref(is_pad, self._forget), weakref.ref(is_global), w, dtype, block)
+        self._plan = band_plan(is_pad, is_global, w, dtype, block, with_bias)
+        self._masks = (weakref.ref(is_pad, self._forget), weakref.ref(is_global), w, dtype, block, with_bias)
         return self._plan
 
     def _forget(self, freed: weakref.ref) -> None:
@@ -87,10 +96,13 @@ class SlidingWindowSelfAttention(nn.Module):
     with the length and the work is one fused SDPA call over (B*blocks, H, w, d) instead of chunk copies. The
     4-D layout matters: on CPU a 5-D (B, H, blocks, ...) call falls back to SDPA's math path, which was slower
     than eager. Blocks of w/2 or w/4 (`query_block_divisor`) waste less of the band but were slower in the whole
-    model: more mask and more key copies (scripts/measure_cpu_levers.py, docs/cpu-floor).
+    model: more mask and more key copies (scripts/measure_cpu_levers.py, docs/cpu-floor). In bf16 on a CPU with
+    AVX-512 BF16 the band goes to the band kernel instead (`use_band_kernel`): one call per layer over exactly the
+    band, without padded copies or a mask (strategies/band_kernel.py).
     """
 
     query_block_divisor = 1  # blocks of w / this many queries, each over its w/divisor + 2w keys
+    use_band_kernel = True  # bf16 on CPU: the band kernel where it runs (strategies/band_kernel.py), else SDPA
 
     def __init__(self, original: nn.Module, plans: BandPlanCache | None = None):
         super().__init__()
@@ -154,21 +166,39 @@ class SlidingWindowSelfAttention(nn.Module):
         w = self.one_sided_attn_window_size
         heads, head_dim = self.num_heads, self.head_dim
         divisor = self.query_block_divisor
-        block = w // divisor if w % divisor == 0 else w  # queries per block: c
-        n_blocks = length // block  # the model pads the length to a multiple of the window (2w)
-        span = block + 2 * w  # keys a block of c queries can reach
+        block = w // divisor if w % divisor == 0 else w  # queries per SDPA block: c (the length is a multiple of 2w)
         is_pad = is_index_masked  # (B, L)
         dropout = self.dropout if self.training else 0.0
 
         q, k, v, k_all, v_all = (x.view(batch, length, heads, head_dim)
                                  for x in self._project(hidden_states))  # (B, L, H, d) each
-        plan = self.plans.get(is_pad, is_index_global_attn, w, q.dtype, block)
+        kernel = self._band_kernel(q, dropout)
+        plan = self.plans.get(is_pad, is_index_global_attn, w, q.dtype, block, with_bias=kernel is None)
         n_global, order, slot_used = plan.n_global, plan.order, plan.slot_used
 
         row_index = order[:, :, None, None].expand(batch, n_global, heads, head_dim)  # (B, G, H, d)
         k_global = torch.gather(k, 1, row_index).transpose(1, 2)  # (B, H, G, d)
         v_global = torch.gather(v, 1, row_index).transpose(1, 2)
+        if kernel is not None:
+            out = kernel(q, k, v, k_global, v_global, plan.key_ok, slot_used, w).view(batch, length, self.embed_dim)
+        else:
+            out = self._band_sdpa(q, k, v, k_global, v_global, plan, block, dropout)
+        return self._with_global_rows(out, hidden_states, k_all, v_all, plan, is_pad, dropout)
 
+    def _band_kernel(self, q: torch.Tensor, dropout: float) -> band_kernel.BandKernel | None:
+        """The band kernel when it can compute this forward: bf16 on CPU, no dropout or gradient, a head size it
+        has; None for SDPA."""
+        if not (self.use_band_kernel and q.dtype == torch.bfloat16 and q.device.type == "cpu" and dropout == 0.0
+                and q.shape[-1] in band_kernel.HEAD_SIZES and q.stride(-1) == 1
+                and not (torch.is_grad_enabled() and q.requires_grad)):
+            return None
+        return band_kernel.kernel()
+
+    def _band_sdpa(self, q, k, v, k_global, v_global, plan: BandPlan, block: int, dropout: float) -> torch.Tensor:
+        """The local rows' output (B, L, D) as one fused SDPA call over blocks of `block` queries."""
+        batch, length, heads, head_dim = q.shape
+        w = self.one_sided_attn_window_size
+        n_blocks, span, n_global = length // block, block + 2 * w, plan.n_global
         # 4-D (B*nb, H, ...) so SDPA takes the fused flash kernel (5-D inputs fall back to the math path).
         q_blocks = q.view(batch, n_blocks, block, heads, head_dim).transpose(2, 3).reshape(
             batch * n_blocks, heads, block, head_dim)  # (B*nb, H, c, d)
@@ -181,9 +211,12 @@ class SlidingWindowSelfAttention(nn.Module):
         keys, values = blocks_of(k, k_global), blocks_of(v, v_global)
         local_out = F.scaled_dot_product_attention(q_blocks, keys, values, attn_mask=plan.bias,
                                                    dropout_p=dropout)  # (B*nb, H, c, d)
-        out = local_out.view(batch, n_blocks, heads, block, head_dim).transpose(2, 3).reshape(
+        return local_out.view(batch, n_blocks, heads, block, head_dim).transpose(2, 3).reshape(
             batch, length, self.embed_dim)  # (B, L, D)
 
+    def _with_global_rows(self, out, hidden_states, k_all, v_all, plan: BandPlan, is_pad, dropout) -> tuple:
+        """`out` with the global tokens' rows replaced by their attention over every token, padding rows zeroed."""
+        order, slot_used, n_global = plan.order, plan.slot_used, plan.n_global
         # Global rows: only the G global tokens ask, over every non-padding token, with the global projections.
         embed_index = order[:, :, None].expand(-1, -1, self.embed_dim)  # (B, G, D)
         hidden_global = torch.gather(hidden_states, 1, embed_index)  # (B, G, D)
@@ -191,7 +224,7 @@ class SlidingWindowSelfAttention(nn.Module):
         kg, vg = k_all.transpose(1, 2), v_all.transpose(1, 2)  # (B, H, L, d)
         global_out = F.scaled_dot_product_attention(qg, kg, vg, attn_mask=(~is_pad)[:, None, None, :],
                                                     dropout_p=dropout)  # (B, H, G, d)
-        global_out = global_out.transpose(1, 2).reshape(batch, n_global, self.embed_dim)  # (B, G, D)
+        global_out = global_out.transpose(1, 2).reshape(out.shape[0], n_global, self.embed_dim)  # (B, G, D)
         keep = torch.gather(out, 1, embed_index)  # unused slots point at local rows: write those back unchanged
         global_out = torch.where(slot_used[:, :, None], global_out.to(out.dtype), keep)
         out = out.scatter(1, embed_index, global_out)
@@ -223,15 +256,19 @@ def swap_attention(model: nn.Module) -> nn.Module:
 
 
 class FastAttention(Strategy):
-    """Longformer's sliding-window + global attention on PyTorch's fused `scaled_dot_product_attention`.
+    """Longformer's sliding-window + global attention on PyTorch's fused `scaled_dot_product_attention`, its band
+    on the project's band kernel in bf16 on CPUs with AVX-512 BF16.
 
     Saves: attention time and memory: the eager implementation spends most of its time copying and masking
         chunks; the gain grows with the length and the batch (measured in docs/bench-cpu). Same weights and
         state dict, same outputs (within 1e-4 of eager in fp32; bf16 within eager's own rounding).
-    Costs: keys are computed in bands of 3w for blocks of w queries, so about 1.5× the band's arithmetic; the
-        q/k/v/key_global/value_global weights are concatenated on every call (a few MB) to run one matmul, unless
-        prepacked_linear fused them once; one additive mask per forward (B × L × (G+3w) in the model's dtype).
-    Requires: nothing beyond torch; not combinable with offload (the swap would drop accelerate's hooks).
+    Costs: on SDPA, keys are computed in bands of 3w for blocks of w queries, so about 1.5× the band's
+        arithmetic, and one additive mask per forward (B × L × (G+3w) in the model's dtype); the band kernel (bf16
+        on CPUs with AVX-512 BF16) computes about 1.06× and needs a C compiler once per machine (about a second,
+        at load). The q/k/v/key_global/value_global weights are concatenated on every call (a few MB) to run one
+        matmul, unless prepacked_linear fused them once.
+    Requires: nothing beyond torch (the band kernel: a C compiler, else SDPA); not combinable with offload (the
+        swap would drop accelerate's hooks).
     """
 
     name = "fast_attention"
@@ -240,4 +277,11 @@ class FastAttention(Strategy):
     conflicts_with = ("offload",)
 
     def transform(self, model):
+        parameter = next(model.parameters(), None)
+        if parameter is not None and parameter.device.type == "cpu" and parameter.dtype == torch.bfloat16:
+            band_kernel.load()  # built (about a second, once per machine) at load time, not in the first answer
+            self._notes = (band_kernel.status(),)
         return swap_attention(model)
+
+    def load_notes(self) -> tuple[str, ...]:
+        return getattr(self, "_notes", ())

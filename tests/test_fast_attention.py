@@ -135,8 +135,10 @@ def test_layers_that_are_not_plain_linears_keep_their_own_forward():
     assert gap < 1e-4
 
 
-def test_bf16_on_cpu_runs_the_fused_kernel_not_the_math_fallback():
-    """The math path (taken for 5-D inputs) was slower than eager; this guards the 4-D layout."""
+def test_bf16_on_cpu_runs_the_fused_kernel_not_the_math_fallback(monkeypatch):
+    """The math path (taken for 5-D inputs) was slower than eager; this guards the 4-D layout of the SDPA band
+    (the path bf16 takes where the band kernel cannot run)."""
+    monkeypatch.setattr(SlidingWindowSelfAttention, "use_band_kernel", False)
     _, fast = pair(TINY)
     fast = fast.to(torch.bfloat16)
     x = inputs(2, 300, TINY.vocab_size)

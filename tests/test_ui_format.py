@@ -104,9 +104,10 @@ def test_load_rows_summarise_the_device_map():
     readout = {"model_ref": "demo", "profile": "consumer-gpu", "strategies": ["half_precision", "offload"],
                "dtype": "float16", "load_time_s": 3.2, "weight_bytes_per_device": {"cuda:0": 6e8, "cpu": 2e8},
                "device_map": {"a": "cuda:0", "b": "cuda:0", "c": "cpu"}, "host_peak_rss_bytes": 1.5e9,
-               "fallback_reason": None}
+               "fallback_reason": None, "notes": ["band kernel off: no C compiler"]}
     rows = dict(ui_format.load_rows(readout))
     assert list(rows) == ui_format.LOAD_HEADERS
+    assert rows["notes"] == "band kernel off: no C compiler"
     assert rows["weights per device"] == "cuda:0: 600.0 MB, cpu: 200.0 MB"
     assert rows["device map"] == "cuda:0: 2 module(s), cpu: 1 module(s)"
     assert rows["load time"] == "3.20 s" and rows["fallback"] == "none"

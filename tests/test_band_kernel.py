@@ -1,0 +1,176 @@
+"""The hand-written band kernel: against a dense masked attention, inside the model, and its build and fallbacks.
+
+Tests that run the kernel need a CPU with AVX-512 BF16 and a C compiler; elsewhere they are skipped with the reason
+`band_kernel.load()` gives, and the tests below that check the fallback run instead.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from strategies import band_kernel
+from strategies.fast_attention import FastAttention, SlidingWindowSelfAttention
+from tests.test_fast_attention import TINY, inputs, max_logit_gap, pair
+
+needs_kernel = pytest.mark.skipif(band_kernel.kernel() is None, reason=band_kernel.status())
+
+
+def dense_reference(q, k, v, k_global, v_global, key_ok, slot_used, w):
+    """Every query over every key in fp32, masked to its band of local keys and the used global slots."""
+    batch, length, heads, head_dim = q.shape
+    qf, kf, vf = (x.float().transpose(1, 2) for x in (q, k, v))  # (B, H, L, d)
+    keys = torch.cat([k_global.float(), kf], 2)
+    values = torch.cat([v_global.float(), vf], 2)
+    position = torch.arange(length)
+    band = (position[None, :] - position[:, None]).abs() <= w
+    allowed = torch.cat([slot_used[:, None, :].expand(-1, length, -1), band[None] & key_ok[:, None, :]], -1)
+    scores = (qf @ keys.transpose(-1, -2) / math.sqrt(head_dim)).masked_fill(~allowed[:, None], float("-inf"))
+    return (torch.softmax(scores, -1).nan_to_num(0.0) @ values).transpose(1, 2)  # rows with no key: zeros
+
+
+def random_case(batch, length, heads, head_dim, n_global, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    # q, k, v as the fused projection hands them: views of one (B, L, 5D) tensor, token stride 5D
+    fused = torch.randn(batch, length, 5 * heads * head_dim, generator=generator).bfloat16()
+    q, k, v, _, _ = (x.view(batch, length, heads, head_dim) for x in fused.split(heads * head_dim, -1))
+    k_global = torch.randn(batch, heads, n_global, head_dim, generator=generator).bfloat16()
+    v_global = torch.randn(batch, heads, n_global, head_dim, generator=generator).bfloat16()
+    key_ok = torch.rand(batch, length, generator=generator) > 0.15
+    slot_used = torch.rand(batch, n_global, generator=generator) > 0.3
+    return q, k, v, k_global, v_global, key_ok, slot_used
+
+
+@needs_kernel
+@pytest.mark.parametrize("batch, length, heads, head_dim, w, n_global", [
+    (1, 64, 2, 64, 8, 1), (2, 96, 3, 64, 5, 3), (1, 128, 2, 32, 16, 2), (2, 80, 2, 128, 20, 40),
+    (1, 512, 4, 64, 64, 7), (3, 70, 2, 16, 3, 1), (1, 40, 1, 64, 100, 2)])
+def test_matches_dense_masked_attention(batch, length, heads, head_dim, w, n_global):
+    """Odd windows, windows wider than the text, many global slots, unused slots, non-keys, strided inputs."""
+    case = random_case(batch, length, heads, head_dim, n_global)
+    out = band_kernel.kernel()(*case, w).float()
+    reference = dense_reference(*case, w)
+    assert out.shape == reference.shape
+    assert (out - reference).abs().max().item() < 0.02  # bf16 probabilities and outputs: about 2^-8 relative
+
+
+@needs_kernel
+def test_a_row_with_no_allowed_key_gets_zeros():
+    q, k, v, k_global, v_global, key_ok, slot_used = random_case(1, 64, 2, 64, 2)
+    key_ok[:] = False
+    slot_used[:] = False
+    slot_used[0, 0] = True
+    key_ok[0, 40] = True  # only rows 36..44 see a local key; every row sees global slot 0
+    out = band_kernel.kernel()(q, k, v, k_global, v_global, key_ok, slot_used, 4)
+    assert torch.isfinite(out.float()).all()
+    slot_used[0, 0] = False
+    out = band_kernel.kernel()(q, k, v, k_global, v_global, key_ok, slot_used, 4).float()
+    assert out[0, :36].abs().max() == 0 and out[0, 45:].abs().max() == 0 and out[0, 40].abs().max() > 0
+
+
+@needs_kernel
+def test_bad_arguments_are_refused_in_python():
+    q, k, v, k_global, v_global, key_ok, slot_used = random_case(1, 64, 2, 64, 2)
+    with pytest.raises(ValueError, match="bf16"):
+        band_kernel.kernel()(q.float(), k, v, k_global, v_global, key_ok, slot_used, 4)
+    with pytest.raises(ValueError, match="global"):
+        band_kernel.kernel()(q, k, v, k_global[:, :1], v_global, key_ok, slot_used, 4)
+
+
+@needs_kernel
+def test_bf16_model_runs_the_kernel_and_stays_within_eagers_rounding():
+    eager, fast = pair(TINY)
+    x = inputs(3, 1000, TINY.vocab_size)
+    with torch.no_grad():
+        reference = eager(**x)
+        eager_bf16 = copy.deepcopy(eager).to(torch.bfloat16)(**x)
+        fast_bf16 = copy.deepcopy(fast).to(torch.bfloat16)
+        with torch.profiler.profile() as profile:
+            kernel_out = fast_bf16(**x)
+    ops = {event.key for event in profile.key_averages()}
+    assert "aten::_scaled_dot_product_flash_attention_for_cpu" in ops  # the global rows still use SDPA
+    attention_calls = sum(event.count for event in profile.key_averages()
+                          if event.key == "aten::_scaled_dot_product_flash_attention_for_cpu")
+    assert attention_calls == TINY.num_hidden_layers  # one per layer (global rows), none for the band
+    eager_error = max_logit_gap(reference, eager_bf16, x["attention_mask"])
+    assert max_logit_gap(reference, kernel_out, x["attention_mask"]) <= 1.5 * eager_error + 1e-3
+
+
+@needs_kernel
+def test_kernel_and_sdpa_paths_agree(monkeypatch):
+    _, fast = pair(TINY)
+    fast = fast.to(torch.bfloat16)
+    x = inputs(2, 777, TINY.vocab_size, questions=(12, 1), padding=(40, 0))
+    with torch.no_grad():
+        kernel_out = fast(**x)
+        monkeypatch.setattr(SlidingWindowSelfAttention, "use_band_kernel", False)
+        sdpa_out = fast(**x)
+    assert max_logit_gap(kernel_out, sdpa_out, x["attention_mask"]) < 0.1
+
+
+@pytest.mark.parametrize("training, grad", [(True, False), (False, True), (True, True)])
+def test_gradients_and_dropout_never_reach_the_kernel(monkeypatch, training, grad):
+    """The kernel has no backward and no dropout: a forward with either takes SDPA, and gradients flow."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("the band kernel was called")
+
+    monkeypatch.setattr(band_kernel.BandKernel, "__call__", refuse)
+    _, fast = pair(TINY)
+    fast = fast.to(torch.bfloat16).train(training)
+    x = inputs(1, 300, TINY.vocab_size)
+    with torch.set_grad_enabled(grad):
+        out = fast(**x)
+    if grad:
+        out.start_logits.float().sum().backward()
+        grads = [p.grad for p in fast.parameters() if p.grad is not None]
+        assert grads and all(torch.isfinite(g.float()).all() for g in grads)
+
+
+def test_disabled_by_environment(monkeypatch):
+    monkeypatch.setenv(band_kernel.DISABLE_VARIABLE, "0")
+    band_kernel.load.cache_clear()
+    try:
+        assert band_kernel.kernel() is None
+        assert "disabled by LONGQA_BAND_KERNEL=0" in band_kernel.status()
+    finally:
+        band_kernel.load.cache_clear()
+
+
+def test_no_compiler_is_a_clear_reason(tmp_path):
+    with pytest.raises(band_kernel.KernelUnavailable, match="no C compiler"):
+        band_kernel.build(compiler="no-such-cc-here", folder=tmp_path)
+
+
+def test_cpu_without_bf16_is_detected(tmp_path):
+    avx2 = tmp_path / "cpuinfo"
+    avx2.write_text("flags\t\t: fpu sse sse2 avx avx2 fma\n")
+    assert not band_kernel.cpu_has_avx512_bf16(avx2)
+    avx512 = tmp_path / "cpuinfo512"
+    avx512.write_text("flags\t\t: avx2 avx512f avx512dq avx512bw avx512vl avx512_bf16\n")
+    assert band_kernel.cpu_has_avx512_bf16(avx512)
+    assert not band_kernel.cpu_has_avx512_bf16(Path(tmp_path / "missing"))
+
+
+@pytest.mark.skipif(band_kernel.shutil.which("cc") is None, reason="no C compiler")
+def test_built_once_per_source_then_reused(tmp_path):
+    first = band_kernel.build(folder=tmp_path)
+    stamp = first.stat().st_mtime_ns
+    assert band_kernel.build(folder=tmp_path) == first and first.stat().st_mtime_ns == stamp
+    assert [p.name for p in tmp_path.iterdir()] == [first.name]  # no scratch left behind
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_the_load_readout_says_whether_the_band_kernel_runs(dtype):
+    """bf16 on CPU: the strategy's load note is the kernel's status (its file, or why not); fp32: no note."""
+    eager, _ = pair(TINY)
+    strategy = FastAttention()
+    strategy.transform(eager.to(dtype))
+    if dtype == torch.bfloat16:
+        assert strategy.load_notes() == (band_kernel.status(),)
+        assert band_kernel.status().startswith("band kernel: " if band_kernel.kernel() else "band kernel off: ")
+    else:
+        assert strategy.load_notes() == ()
