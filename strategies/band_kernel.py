@@ -32,6 +32,7 @@ FLAGS = ("-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx512
          "-fPIC", "-shared")
 HEAD_SIZES = (16, 32, 64, 128)
 DISABLE_VARIABLE = "LONGQA_BAND_KERNEL"
+PROFILER_NAME = "longqa::band_kernel"
 
 log = logging.getLogger(__name__)
 
@@ -107,14 +108,18 @@ class BandKernel:
         if k_global.shape != (batch, heads, n_global, head_dim) or v_global.shape != k_global.shape:
             raise ValueError(f"global keys/values: expected {(batch, heads, n_global, head_dim)}, got "
                              f"{tuple(k_global.shape)} and {tuple(v_global.shape)}")
+        if key_ok.shape != (batch, length) or slot_used.shape != (batch, n_global):
+            raise ValueError(f"masks: expected key_ok {(batch, length)} and slot_used {(batch, n_global)}, got "
+                             f"{tuple(key_ok.shape)} and {tuple(slot_used.shape)}")
         key_ok = key_ok.to(torch.uint8).contiguous()
         slot_used = slot_used.to(torch.uint8).contiguous()
         out = torch.empty(batch, length, heads, head_dim, dtype=torch.bfloat16)
         strides = [(ctypes.c_int64 * 3)(*x.stride()[:3]) for x in (q, k, v)]
-        status = self._call(q.data_ptr(), k.data_ptr(), v.data_ptr(), *strides, k_global.data_ptr(),
-                            v_global.data_ptr(), key_ok.data_ptr(), slot_used.data_ptr(), out.data_ptr(), batch,
-                            length, heads, head_dim, window, n_global, 1.0 / math.sqrt(head_dim),
-                            torch.get_num_threads())
+        with torch.profiler.record_function(PROFILER_NAME):  # the call as one event in torch.profiler's traces
+            status = self._call(q.data_ptr(), k.data_ptr(), v.data_ptr(), *strides, k_global.data_ptr(),
+                                v_global.data_ptr(), key_ok.data_ptr(), slot_used.data_ptr(), out.data_ptr(),
+                                batch, length, heads, head_dim, window, n_global, 1.0 / math.sqrt(head_dim),
+                                torch.get_num_threads())
         if status:
             raise RuntimeError(f"band kernel failed (status {status}: "
                                f"{'unsupported head size' if status == 1 else 'out of memory'})")

@@ -79,6 +79,8 @@ def test_bad_arguments_are_refused_in_python():
         band_kernel.kernel()(q.float(), k, v, k_global, v_global, key_ok, slot_used, 4)
     with pytest.raises(ValueError, match="global"):
         band_kernel.kernel()(q, k, v, k_global[:, :1], v_global, key_ok, slot_used, 4)
+    with pytest.raises(ValueError, match="masks"):
+        band_kernel.kernel()(q, k, v, k_global, v_global, key_ok[:, :10], slot_used, 4)
 
 
 @needs_kernel
