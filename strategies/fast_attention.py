@@ -1,5 +1,5 @@
-"""Fast sliding-window attention: Longformer's local+global attention on PyTorch's fused SDPA kernel, or, in
-bf16 on a CPU with AVX-512 BF16, on the project's own band kernel (strategies/band_kernel.py).
+"""Fast sliding-window attention: Longformer's local+global attention on PyTorch's fused SDPA kernel, or, on a CPU,
+on the project's own band kernels (strategies/band_kernel.py: bf16 with AVX-512 BF16, fp32 with AVX2).
 
 Computes exactly what transformers' eager `LongformerSelfAttention` computes, with the same weights, but as
 masked `scaled_dot_product_attention` over blocks of queries (or the band kernel's one call per layer) instead of
@@ -96,13 +96,13 @@ class SlidingWindowSelfAttention(nn.Module):
     with the length and the work is one fused SDPA call over (B*blocks, H, w, d) instead of chunk copies. The
     4-D layout matters: on CPU a 5-D (B, H, blocks, ...) call falls back to SDPA's math path, which was slower
     than eager. Blocks of w/2 or w/4 (`query_block_divisor`) waste less of the band but were slower in the whole
-    model: more mask and more key copies (scripts/measure_cpu_levers.py, docs/cpu-floor). In bf16 on a CPU with
-    AVX-512 BF16 the band goes to the band kernel instead (`use_band_kernel`): one call per layer over exactly the
-    band, without padded copies or a mask (strategies/band_kernel.py).
+    model: more mask and more key copies (scripts/measure_cpu_levers.py, docs/cpu-floor). On a CPU the band goes to
+    a band kernel instead where one runs (`use_band_kernel`; bf16 with AVX-512 BF16, fp32 with AVX2): one call per
+    layer over exactly the band, without padded copies or a mask (strategies/band_kernel.py).
     """
 
     query_block_divisor = 1  # blocks of w / this many queries, each over its w/divisor + 2w keys
-    use_band_kernel = True  # bf16 on CPU: the band kernel where it runs (strategies/band_kernel.py), else SDPA
+    use_band_kernel = True  # on CPU: a band kernel where one runs (strategies/band_kernel.py), else SDPA
 
     def __init__(self, original: nn.Module, plans: BandPlanCache | None = None):
         super().__init__()
@@ -186,13 +186,14 @@ class SlidingWindowSelfAttention(nn.Module):
         return self._with_global_rows(out, hidden_states, k_all, v_all, plan, is_pad, dropout)
 
     def _band_kernel(self, q: torch.Tensor, dropout: float) -> band_kernel.BandKernel | None:
-        """The band kernel when it can compute this forward: bf16 on CPU, no dropout or gradient, a head size it
-        has; None for SDPA."""
-        if not (self.use_band_kernel and q.dtype == torch.bfloat16 and q.device.type == "cpu" and dropout == 0.0
-                and q.shape[-1] in band_kernel.HEAD_SIZES and q.stride(-1) == 1
+        """The band kernel when one can compute this forward: on CPU in its dtype, no dropout or gradient, a head
+        size it takes, not inside torch.compile (which traces SDPA into its graph); None for SDPA."""
+        if not (self.use_band_kernel and q.device.type == "cpu" and dropout == 0.0 and q.stride(-1) == 1
+                and not torch.compiler.is_compiling()
+                and band_kernel.supports_head(q.dtype, q.shape[-1])
                 and not (torch.is_grad_enabled() and q.requires_grad)):
             return None
-        return band_kernel.kernel()
+        return band_kernel.kernel(q.dtype)
 
     def _band_sdpa(self, q, k, v, k_global, v_global, plan: BandPlan, block: int, dropout: float) -> torch.Tensor:
         """The local rows' output (B, L, D) as one fused SDPA call over blocks of `block` queries."""
@@ -255,32 +256,40 @@ def swap_attention(model: nn.Module) -> nn.Module:
     return model
 
 
+def attention_dtype(model: nn.Module) -> torch.dtype | None:
+    """The dtype the attention computes in: that of the model's floating-point parameters (the embeddings come first;
+    int8 dynamic Linear layers keep fp32 activations), or None when they are not on the CPU."""
+    parameter = next((p for p in model.parameters() if p.is_floating_point()), None)
+    return parameter.dtype if parameter is not None and parameter.device.type == "cpu" else None
+
+
 class FastAttention(Strategy):
     """Longformer's sliding-window + global attention on PyTorch's fused `scaled_dot_product_attention`, its band
-    on the project's band kernel in bf16 on CPUs with AVX-512 BF16.
+    on the project's band kernels on CPU (bf16 with AVX-512 BF16, fp32 with AVX2).
 
     Saves: attention time and memory: the eager implementation spends most of its time copying and masking
         chunks; the gain grows with the length and the batch (measured in docs/bench-cpu). Same weights and
         state dict, same outputs (within 1e-4 of eager in fp32; bf16 within eager's own rounding).
     Costs: on SDPA, keys are computed in bands of 3w for blocks of w queries, so about 1.5× the band's
-        arithmetic, and one additive mask per forward (B × L × (G+3w) in the model's dtype); the band kernel (bf16
-        on CPUs with AVX-512 BF16) computes about 1.06× and needs a C compiler once per machine (about a second,
-        at load). The q/k/v/key_global/value_global weights are concatenated on every call (a few MB) to run one
-        matmul, unless prepacked_linear fused them once.
-    Requires: nothing beyond torch (the band kernel: a C compiler, else SDPA); not combinable with offload (the
+        arithmetic, and one additive mask per forward (B × L × (G+3w) in the model's dtype); a band kernel (on CPU)
+        computes about 1.06× and needs a C compiler once per machine (about a second, at load). The
+        q/k/v/key_global/value_global weights are concatenated on every call (a few MB) to run one matmul, unless
+        prepacked_linear fused them once.
+    Requires: nothing beyond torch (the band kernels: a C compiler, else SDPA); not combinable with offload (the
         swap would drop accelerate's hooks).
     """
 
     name = "fast_attention"
-    description = "Swap Longformer's eager attention for a fused SDPA version with the same weights and outputs."
+    description = ("Swap Longformer's eager attention for a fused SDPA version (its band on our own kernel on CPU) "
+                   "with the same weights and outputs.")
     phase = TRANSFORM
     conflicts_with = ("offload",)
 
     def transform(self, model):
-        parameter = next(model.parameters(), None)
-        if parameter is not None and parameter.device.type == "cpu" and parameter.dtype == torch.bfloat16:
-            band_kernel.load()  # built (about a second, once per machine) at load time, not in the first answer
-            self._notes = (band_kernel.status(),)
+        dtype = attention_dtype(model)
+        if dtype in band_kernel.DTYPES:
+            band_kernel.load(dtype)  # built (about a second, once per machine) at load time, not in the first answer
+            self._notes = (band_kernel.status(dtype),)
         return swap_attention(model)
 
     def load_notes(self) -> tuple[str, ...]:

@@ -16,6 +16,12 @@ from tests.tiny import tiny_checkpoint  # noqa: E402
 # depend on the host's CPU without a second machine. Tests whose logic depends on the kind inject a Hardware;
 # tests/test_hardware.py tests the detection itself and keeps the real one.
 _SIMULATED_CPU_BF16 = {"avx2": False, "avx512-bf16": True}.get(os.environ.get("LONGQA_TEST_CPU_KIND", ""))
+if _SIMULATED_CPU_BF16 is False:  # nor the bf16 band kernel's instructions, from collection on (the fp32 kernel's stay)
+    from strategies import band_kernel
+
+    _real_cpu_flags = band_kernel.cpu_flags
+    _FLAGS_WITHOUT_BF16 = _real_cpu_flags() - band_kernel.BUILDS[torch.bfloat16].cpu_flags
+    band_kernel.cpu_flags = lambda cpuinfo=None: _FLAGS_WITHOUT_BF16 if cpuinfo is None else _real_cpu_flags(cpuinfo)
 
 
 @pytest.fixture(autouse=True)
@@ -37,6 +43,9 @@ def pytest_configure(config):
 # `python -m pytest -m "not slow"` leaves them out for development; the README's test command runs everything.
 SLOW_TESTS = {
     "tests/test_bench.py::test_bench_numbers_make_sense",
+    "tests/test_bench.py::test_baseline_agrees_with_itself",
+    "tests/test_bench.py::test_checkpointing_lowers_the_training_step_peak",
+    "tests/test_bench.py::test_bench_writes_markdown_and_chart",
     "tests/test_engine.py::test_a_run_records_the_models_throughput",
     "tests/test_app.py::test_training_step_accordion_shows_both_peaks_and_times",
     "tests/test_app.py::test_examples_are_answered_by_the_bundled_demo_model",

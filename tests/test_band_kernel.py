@@ -1,14 +1,14 @@
-"""The hand-written band kernel: against a dense masked attention, inside the model, and its build and fallbacks.
+"""The hand-written band kernels (bf16, fp32): against a dense masked attention, inside the model, and their build
+and fallbacks.
 
-Tests that run the kernel need a CPU with AVX-512 BF16 and a C compiler; elsewhere they are skipped with the reason
-`band_kernel.load()` gives, and the tests below that check the fallback run instead.
+Tests that run a kernel need a C compiler and a CPU with its instructions (bf16: AVX-512 BF16; fp32: AVX2 and FMA);
+elsewhere they are skipped with the reason `band_kernel.load()` gives, and the tests that check the fallback run.
 """
 
 from __future__ import annotations
 
 import copy
 import math
-from pathlib import Path
 
 import pytest
 import torch
@@ -18,6 +18,10 @@ from strategies.fast_attention import FastAttention, SlidingWindowSelfAttention
 from tests.test_fast_attention import TINY, inputs, max_logit_gap, pair
 
 needs_kernel = pytest.mark.skipif(band_kernel.kernel() is None, reason=band_kernel.status())
+BOTH = [pytest.param(dtype, marks=pytest.mark.skipif(band_kernel.kernel(dtype) is None,
+                                                     reason=band_kernel.status(dtype)))
+        for dtype in (torch.bfloat16, torch.float32)]
+TOLERANCE = {torch.bfloat16: 0.02, torch.float32: 1e-5}  # bf16: probabilities and outputs rounded to 2^-8
 
 
 def dense_reference(q, k, v, k_global, v_global, key_ok, slot_used, w):
@@ -33,49 +37,56 @@ def dense_reference(q, k, v, k_global, v_global, key_ok, slot_used, w):
     return (torch.softmax(scores, -1).nan_to_num(0.0) @ values).transpose(1, 2)  # rows with no key: zeros
 
 
-def random_case(batch, length, heads, head_dim, n_global, seed=0):
+def random_case(batch, length, heads, head_dim, n_global, seed=0, dtype=torch.bfloat16):
     generator = torch.Generator().manual_seed(seed)
     # q, k, v as the fused projection hands them: views of one (B, L, 5D) tensor, token stride 5D
-    fused = torch.randn(batch, length, 5 * heads * head_dim, generator=generator).bfloat16()
+    fused = torch.randn(batch, length, 5 * heads * head_dim, generator=generator).to(dtype)
     q, k, v, _, _ = (x.view(batch, length, heads, head_dim) for x in fused.split(heads * head_dim, -1))
-    k_global = torch.randn(batch, heads, n_global, head_dim, generator=generator).bfloat16()
-    v_global = torch.randn(batch, heads, n_global, head_dim, generator=generator).bfloat16()
+    k_global = torch.randn(batch, heads, n_global, head_dim, generator=generator).to(dtype)
+    v_global = torch.randn(batch, heads, n_global, head_dim, generator=generator).to(dtype)
     key_ok = torch.rand(batch, length, generator=generator) > 0.15
     slot_used = torch.rand(batch, n_global, generator=generator) > 0.3
     return q, k, v, k_global, v_global, key_ok, slot_used
 
 
-@needs_kernel
+@pytest.mark.parametrize("dtype", BOTH)
 @pytest.mark.parametrize("batch, length, heads, head_dim, w, n_global", [
     (1, 64, 2, 64, 8, 1), (2, 96, 3, 64, 5, 3), (1, 128, 2, 32, 16, 2), (2, 80, 2, 128, 20, 40),
-    (1, 512, 4, 64, 64, 7), (3, 70, 2, 16, 3, 1), (1, 40, 1, 64, 100, 2)])
-def test_matches_dense_masked_attention(batch, length, heads, head_dim, w, n_global):
+    (1, 512, 4, 64, 64, 7), (3, 70, 2, 16, 3, 1), (1, 40, 1, 64, 100, 2), (1, 2048, 2, 64, 256, 5)])
+def test_matches_dense_masked_attention(dtype, batch, length, heads, head_dim, w, n_global):
     """Odd windows, windows wider than the text, many global slots, unused slots, non-keys, strided inputs."""
-    case = random_case(batch, length, heads, head_dim, n_global)
-    out = band_kernel.kernel()(*case, w).float()
+    case = random_case(batch, length, heads, head_dim, n_global, dtype=dtype)
+    out = band_kernel.kernel(dtype)(*case, w)
     reference = dense_reference(*case, w)
-    assert out.shape == reference.shape
-    assert (out - reference).abs().max().item() < 0.02  # bf16 probabilities and outputs: about 2^-8 relative
+    assert out.shape == reference.shape and out.dtype == dtype
+    assert (out.float() - reference).abs().max().item() < TOLERANCE[dtype]
 
 
-@needs_kernel
-def test_a_row_with_no_allowed_key_gets_zeros():
-    q, k, v, k_global, v_global, key_ok, slot_used = random_case(1, 64, 2, 64, 2)
+@pytest.mark.parametrize("dtype", BOTH[1:])
+@pytest.mark.parametrize("head_dim", [8, 24, 40])
+def test_fp32_takes_any_head_size_that_is_a_multiple_of_8(dtype, head_dim):
+    case = random_case(2, 90, 3, head_dim, 2, dtype=dtype)
+    assert (band_kernel.kernel(dtype)(*case, 7) - dense_reference(*case, 7)).abs().max().item() < 1e-5
+
+
+@pytest.mark.parametrize("dtype", BOTH)
+def test_a_row_with_no_allowed_key_gets_zeros(dtype):
+    q, k, v, k_global, v_global, key_ok, slot_used = random_case(1, 64, 2, 64, 2, dtype=dtype)
     key_ok[:] = False
     slot_used[:] = False
     slot_used[0, 0] = True
     key_ok[0, 40] = True  # only rows 36..44 see a local key; every row sees global slot 0
-    out = band_kernel.kernel()(q, k, v, k_global, v_global, key_ok, slot_used, 4)
+    out = band_kernel.kernel(dtype)(q, k, v, k_global, v_global, key_ok, slot_used, 4)
     assert torch.isfinite(out.float()).all()
     slot_used[0, 0] = False
-    out = band_kernel.kernel()(q, k, v, k_global, v_global, key_ok, slot_used, 4).float()
+    out = band_kernel.kernel(dtype)(q, k, v, k_global, v_global, key_ok, slot_used, 4).float()
     assert out[0, :36].abs().max() == 0 and out[0, 45:].abs().max() == 0 and out[0, 40].abs().max() > 0
 
 
 @needs_kernel
 def test_bad_arguments_are_refused_in_python():
     q, k, v, k_global, v_global, key_ok, slot_used = random_case(1, 64, 2, 64, 2)
-    with pytest.raises(ValueError, match="bf16"):
+    with pytest.raises(ValueError, match="bfloat16"):
         band_kernel.kernel()(q.float(), k, v, k_global, v_global, key_ok, slot_used, 4)
     with pytest.raises(ValueError, match="global"):
         band_kernel.kernel()(q, k, v, k_global[:, :1], v_global, key_ok, slot_used, 4)
@@ -83,21 +94,33 @@ def test_bad_arguments_are_refused_in_python():
         band_kernel.kernel()(q, k, v, k_global, v_global, key_ok[:, :10], slot_used, 4)
 
 
+def band_sdpa_calls(model, x) -> int:
+    """How many fused SDPA calls one forward makes (the global rows take one per layer; the band one more on SDPA)."""
+    with torch.no_grad(), torch.profiler.profile() as profile:
+        model(**x)
+    return sum(event.count for event in profile.key_averages()
+               if event.key == "aten::_scaled_dot_product_flash_attention_for_cpu")
+
+
+@pytest.mark.parametrize("dtype", BOTH[1:])
+def test_fp32_model_runs_the_kernel_and_matches_eager(dtype):
+    eager, fast = pair(TINY)
+    x = inputs(3, 1000, TINY.vocab_size)
+    assert band_sdpa_calls(fast, x) == TINY.num_hidden_layers  # the band never on SDPA
+    with torch.no_grad():
+        assert max_logit_gap(eager(**x), fast(**x), x["attention_mask"]) < 1e-4
+
+
 @needs_kernel
 def test_bf16_model_runs_the_kernel_and_stays_within_eagers_rounding():
     eager, fast = pair(TINY)
     x = inputs(3, 1000, TINY.vocab_size)
+    fast_bf16 = copy.deepcopy(fast).to(torch.bfloat16)
+    assert band_sdpa_calls(fast_bf16, x) == TINY.num_hidden_layers  # the band never on SDPA
     with torch.no_grad():
         reference = eager(**x)
         eager_bf16 = copy.deepcopy(eager).to(torch.bfloat16)(**x)
-        fast_bf16 = copy.deepcopy(fast).to(torch.bfloat16)
-        with torch.profiler.profile() as profile:
-            kernel_out = fast_bf16(**x)
-    ops = {event.key for event in profile.key_averages()}
-    assert "aten::_scaled_dot_product_flash_attention_for_cpu" in ops  # the global rows still use SDPA
-    attention_calls = sum(event.count for event in profile.key_averages()
-                          if event.key == "aten::_scaled_dot_product_flash_attention_for_cpu")
-    assert attention_calls == TINY.num_hidden_layers  # one per layer (global rows), none for the band
+        kernel_out = fast_bf16(**x)
     eager_error = max_logit_gap(reference, eager_bf16, x["attention_mask"])
     assert max_logit_gap(reference, kernel_out, x["attention_mask"]) <= 1.5 * eager_error + 1e-3
 
@@ -114,15 +137,16 @@ def test_kernel_and_sdpa_paths_agree(monkeypatch):
     assert max_logit_gap(kernel_out, sdpa_out, x["attention_mask"]) < 0.1
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("training, grad", [(True, False), (False, True), (True, True)])
-def test_gradients_and_dropout_never_reach_the_kernel(monkeypatch, training, grad):
+def test_gradients_and_dropout_never_reach_the_kernel(monkeypatch, dtype, training, grad):
     """The kernel has no backward and no dropout: a forward with either takes SDPA, and gradients flow."""
     def refuse(*args, **kwargs):
         raise AssertionError("the band kernel was called")
 
     monkeypatch.setattr(band_kernel.BandKernel, "__call__", refuse)
     _, fast = pair(TINY)
-    fast = fast.to(torch.bfloat16).train(training)
+    fast = fast.to(dtype).train(training)
     x = inputs(1, 300, TINY.vocab_size)
     with torch.set_grad_enabled(grad):
         out = fast(**x)
@@ -147,32 +171,40 @@ def test_no_compiler_is_a_clear_reason(tmp_path):
         band_kernel.build(compiler="no-such-cc-here", folder=tmp_path)
 
 
-def test_cpu_without_bf16_is_detected(tmp_path):
+def test_a_cpu_without_bf16_keeps_the_fp32_kernel_only(tmp_path, monkeypatch):
     avx2 = tmp_path / "cpuinfo"
-    avx2.write_text("flags\t\t: fpu sse sse2 avx avx2 fma\n")
-    assert not band_kernel.cpu_has_avx512_bf16(avx2)
-    avx512 = tmp_path / "cpuinfo512"
-    avx512.write_text("flags\t\t: avx2 avx512f avx512dq avx512bw avx512vl avx512_bf16\n")
-    assert band_kernel.cpu_has_avx512_bf16(avx512)
-    assert not band_kernel.cpu_has_avx512_bf16(Path(tmp_path / "missing"))
+    avx2.write_text("processor\t: 0\nflags\t\t: fpu sse sse2 avx avx2 fma\n")
+    assert band_kernel.cpu_flags(avx2) >= {"avx2", "fma"} and band_kernel.cpu_flags(tmp_path / "missing") == set()
+    monkeypatch.setattr(band_kernel, "cpu_flags", lambda: frozenset({"avx", "avx2", "fma"}))
+    band_kernel.load.cache_clear()
+    try:
+        assert band_kernel.kernel(torch.bfloat16) is None
+        assert "lacks avx512_bf16, avx512bw" in band_kernel.status(torch.bfloat16)
+        if band_kernel.shutil.which("cc"):
+            assert band_kernel.kernel(torch.float32) is not None
+    finally:
+        band_kernel.load.cache_clear()
 
 
 @pytest.mark.skipif(band_kernel.shutil.which("cc") is None, reason="no C compiler")
-def test_built_once_per_source_then_reused(tmp_path):
-    first = band_kernel.build(folder=tmp_path)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_built_once_per_source_then_reused(tmp_path, dtype):
+    first = band_kernel.build(dtype, folder=tmp_path)
     stamp = first.stat().st_mtime_ns
-    assert band_kernel.build(folder=tmp_path) == first and first.stat().st_mtime_ns == stamp
+    assert band_kernel.build(dtype, folder=tmp_path) == first and first.stat().st_mtime_ns == stamp
     assert [p.name for p in tmp_path.iterdir()] == [first.name]  # no scratch left behind
 
 
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float16])
 def test_the_load_readout_says_whether_the_band_kernel_runs(dtype):
-    """bf16 on CPU: the strategy's load note is the kernel's status (its file, or why not); fp32: no note."""
+    """On CPU the strategy's load note is the kernel's status for the model's dtype (its file, or why not)."""
     eager, _ = pair(TINY)
     strategy = FastAttention()
     strategy.transform(eager.to(dtype))
-    if dtype == torch.bfloat16:
-        assert strategy.load_notes() == (band_kernel.status(),)
-        assert band_kernel.status().startswith("band kernel: " if band_kernel.kernel() else "band kernel off: ")
-    else:
-        assert strategy.load_notes() == ()
+    if dtype == torch.float16:
+        assert strategy.load_notes() == ()  # no kernel computes fp16: SDPA, nothing to say
+        return
+    name = str(dtype).removeprefix("torch.")
+    assert strategy.load_notes() == (band_kernel.status(dtype),)
+    running = band_kernel.kernel(dtype) is not None
+    assert band_kernel.status(dtype).startswith(f"{name} band kernel: " if running else f"{name} band kernel off: ")

@@ -54,6 +54,16 @@ def test_tiny_model_matches_eager_in_fp32(batch, length):
     assert gap < 1e-4
 
 
+@pytest.mark.parametrize("batch, length", [(3, 777), (2, 65)])
+def test_the_sdpa_band_matches_eager_in_fp32(monkeypatch, batch, length):
+    """The band on SDPA, as where no band kernel runs (the tests above take the fp32 kernel where it does)."""
+    monkeypatch.setattr(SlidingWindowSelfAttention, "use_band_kernel", False)
+    eager, fast = pair(TINY)
+    x = inputs(batch, length, TINY.vocab_size)
+    with torch.no_grad():
+        assert max_logit_gap(eager(**x), fast(**x), x["attention_mask"]) < 1e-4
+
+
 def test_global_tokens_anywhere_and_rows_without_any():
     eager, fast = pair(TINY)
     x = inputs(3, 300, TINY.vocab_size)
@@ -176,6 +186,7 @@ def test_a_new_forward_never_reuses_the_last_plan():
 @pytest.mark.parametrize("divisor", [2, 4])
 def test_smaller_query_blocks_give_the_same_outputs(monkeypatch, divisor):
     eager, fast = pair(TINY)
+    monkeypatch.setattr(SlidingWindowSelfAttention, "use_band_kernel", False)  # query blocks are SDPA's
     monkeypatch.setattr(SlidingWindowSelfAttention, "query_block_divisor", divisor)
     x = inputs(3, 777, TINY.vocab_size)
     with torch.no_grad():
