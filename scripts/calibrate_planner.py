@@ -5,8 +5,8 @@ Usage: python scripts/calibrate_planner.py --bench DIR [DIR ...] [--out strategi
 Three fits, each printed with its worst error:
 1. Activations: the live-tensor peak (`LiveTensorPeak`) of one forward pass of small Longformer architectures
    (hidden 64 to 768, windows 64 to 512, two layers: the peak is one layer's) in fp32 and bf16, at several
-   lengths and batches, eager and fast attention (the band on SDPA, and in bf16 on the band kernel where this CPU
-   runs it); non-negative least squares on the relative error over the
+   lengths and batches, eager and fast attention (the band on SDPA, and on the band kernels where this CPU runs
+   both); non-negative least squares on the relative error over the
    planner's features (`memory_planner.FEATURE_NAMES`).
 2. Training step: the bytes a forward + backward allocates (`training_step_readout`, fp32, with and without
    checkpointing) on small architectures of 2 to 4 layers; one factor each for the activations kept per layer
@@ -73,8 +73,8 @@ def build(config, dtype, attention: str, train: bool = False):
     if attention == "eager":
         return model
     swap_attention(model)
-    if attention == "fast-kernel" and (dtype != torch.bfloat16 or band_kernel.kernel() is None):
-        raise ValueError(f"the band kernel computes bf16 only and needs this CPU to run it ({band_kernel.status()})")
+    if attention == "fast-kernel" and band_kernel.kernel(dtype) is None:
+        raise ValueError(f"no band kernel runs here for {dtype}: {band_kernel.status(dtype)}")
     for module in model.modules():
         if isinstance(module, SlidingWindowSelfAttention):
             module.use_band_kernel = attention == "fast-kernel"
@@ -95,11 +95,12 @@ def fit_activations(quick: bool) -> dict:
     architectures = ARCHITECTURES[:3] if quick else ARCHITECTURES
     result = {}
     kinds = {"eager": (torch.float32, torch.bfloat16), "fast": (torch.float32, torch.bfloat16)}
-    if band_kernel.kernel() is not None:
-        kinds["fast-kernel"] = (torch.bfloat16,)
+    if all(band_kernel.kernel(dtype) is not None for dtype in (torch.float32, torch.bfloat16)):
+        kinds["fast-kernel"] = (torch.float32, torch.bfloat16)
     elif "fast-kernel" in planner.CALIBRATION["activations"]:
         result["fast-kernel"] = planner.CALIBRATION["activations"]["fast-kernel"]
-        print(f"activations fast-kernel: not fitted here ({band_kernel.status()}); kept from the last fit", flush=True)
+        print(f"activations fast-kernel: not fitted here ({band_kernel.status(torch.float32)}; "
+              f"{band_kernel.status(torch.bfloat16)}); kept from the last fit", flush=True)
     for attention, dtypes in kinds.items():
         rows, peaks = [], []
         for hidden, heads, ffn, window in architectures:

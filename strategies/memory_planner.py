@@ -63,13 +63,15 @@ TRAIN_RECOMPUTE = CALIBRATION["training"]["recompute"]["factor"]
 CPU_RSS_OVERHEAD = CALIBRATION.get("cpu_rss", {})
 
 
-def attention_kind(names, precision: str, device: str, hardware: Hardware) -> str:
+def attention_kind(names, precision: "Precision", device: str, hardware: Hardware) -> str:
     """Which attention's activation formula applies: "eager", "fast" (the fast attention on SDPA), or
-    "fast-kernel" (its band on the band kernel: bf16 on a CPU with bf16 instructions, taken as AVX-512 BF16 and a
-    C compiler, as on every bf16 CPU measured; where the kernel cannot build, "fast" is the truer formula)."""
+    "fast-kernel" (its band on a band kernel: on CPU with fp32 activations, as fp32 and int8 dynamic run them, or in
+    bf16 on a CPU with bf16 instructions; taken to build, as on every CPU measured: where no C compiler is found,
+    "fast" is the truer formula)."""
     if "fast_attention" not in names:
         return "eager"
-    return "fast-kernel" if device == "cpu" and precision == "bf16" and hardware.cpu_bf16 else "fast"
+    on_kernel = precision.compute_bytes == 4 or (precision.kind == "bf16" and hardware.cpu_bf16)
+    return "fast-kernel" if device == "cpu" and on_kernel else "fast"
 
 
 def cpu_group(precision: str, attention: str) -> str:
@@ -285,7 +287,7 @@ def plan_profile(config, profile, hardware: Hardware, *, tokens: int | None = No
     if document_tokens is not None:
         stride = profile.doc_stride if profile.doc_stride is not None else min(tokens // 2, 128)
         batch = min(batch, windows_needed(document_tokens, tokens, stride))
-    attention = attention_kind(names, precision.kind, device, hardware)
+    attention = attention_kind(names, precision, device, hardware)
     main = "cuda:0" if device == "cuda" else "cpu"
     replicas = hardware.gpu_count if "replicas" in names and device == "cuda" else 1
     per_replica_batch = math.ceil(batch / replicas)

@@ -16,10 +16,11 @@ from strategies.device_map import empty_model
 from strategies.gradient_checkpointing import LiveTensorPeak
 from strategies.hardware import Gpu, Hardware
 from strategies.memory_planner import ModelShape, activation_bytes, parameter_count, plan_profile, windows_needed
-from strategies.profiles import PROFILES
+from strategies.profiles import PROFILES, custom_profile
 
 GB = 10**9
-needs_band_kernel = pytest.mark.skipif(band_kernel.kernel() is None, reason=band_kernel.status())
+needs_band_kernel = pytest.mark.skipif(band_kernel.kernel(torch.float32) is None or band_kernel.kernel() is None,
+                                       reason=f"{band_kernel.status(torch.float32)}; {band_kernel.status()}")
 
 
 @pytest.mark.parametrize("name", ["arch:base", "arch:large"])
@@ -37,11 +38,13 @@ def test_weight_bytes_follow_precision():
     assert plan_profile(config, PROFILES["cpu"], cpu, runtime_bytes=0).predicted_weight_bytes == 2 * params
 
 
-def test_the_band_kernels_formula_applies_to_bf16_on_cpu_only():
+def test_the_band_kernels_formula_applies_on_cpu_only():
     config = architecture_config("arch:base")
     plan = lambda profile, hardware: plan_profile(config, PROFILES[profile], hardware, runtime_bytes=0)  # noqa: E731
     assert plan("cpu", Hardware(cpu_bf16=True)).attention == "fast-kernel"
-    assert plan("cpu", Hardware(cpu_bf16=False)).attention == "fast"  # int8 Linear layers, fp32 band on SDPA
+    assert plan("cpu", Hardware(cpu_bf16=False)).attention == "fast-kernel"  # int8 Linear layers, fp32 kernel
+    fp32_fast = custom_profile(["fast_attention"], device="cpu")
+    assert plan_profile(config, fp32_fast, Hardware(cpu_bf16=False), runtime_bytes=0).attention == "fast-kernel"
     assert plan("baseline-fp32", Hardware(cpu_bf16=True)).attention == "eager"
     gpu = Hardware(gpus=(Gpu(index=0, name="H200", total_bytes=141 * GB, compute_capability=(9, 0)),),
                    cuda_available=True, cpu_bf16=True)
@@ -63,6 +66,7 @@ def test_precision_is_read_from_the_loaders_keyword_arguments():
 
 @pytest.mark.parametrize("attention, dtype", [("eager", torch.float32), ("eager", torch.bfloat16),
                                               ("fast", torch.float32), ("fast", torch.bfloat16),
+                                              pytest.param("fast-kernel", torch.float32, marks=needs_band_kernel),
                                               pytest.param("fast-kernel", torch.bfloat16, marks=needs_band_kernel)])
 @pytest.mark.parametrize("tokens, batch", [(512, 1), (1024, 2), (700, 1)])
 def test_activation_formula_matches_measured_peaks_of_a_small_model(attention, dtype, tokens, batch):
@@ -76,7 +80,7 @@ def test_activation_formula_matches_measured_peaks_of_a_small_model(attention, d
     assert abs(predicted - tracker.peak_bytes) <= 0.2 * tracker.peak_bytes
 
 
-@pytest.mark.parametrize("cpu_bf16, cpu_group", [(True, "bf16-fast-kernel"), (False, "int8-fast")])
+@pytest.mark.parametrize("cpu_bf16, cpu_group", [(True, "bf16-fast-kernel"), (False, "int8-fast-kernel")])
 def test_cpu_resident_memory_fit_recovers_a_known_overhead(tmp_path, cpu_bf16, cpu_group):
     """The rows are grouped by the machine the results.json records, whatever CPU runs the fit."""
     config, cpu = architecture_config("arch:base"), Hardware(cpu_bf16=cpu_bf16)
