@@ -2,13 +2,15 @@
 arch:base (random weights) for each variant of the `cpu` stack this CPU resolves to, interleaved over rounds (best of
 the rounds per variant), beside this CPU's measured floor:
 
-    python scripts/measure_cpu_levers.py [--out docs/cpu-floor] [--rounds 6] [--compile]
+    python scripts/measure_cpu_levers.py [--out docs/cpu-floor] [--rounds 6] [--compile] [--cpu-kind avx2]
 
 Variants: the stack before this work (the attention's plan rebuilt in every layer, the band on SDPA), the plan
 once per forward, prepacked oneDNN Linear layers, the band kernel (today's `cpu` where it runs: bf16 with AVX-512
 BF16), query blocks of w/2 and w/4 (SDPA), batches of 2 and 4 windows, glibc's heap trimmed after every forward,
-4× more threads than CPUs, and with --compile `torch.compile` (static shapes, freezing) of the encoder layers. Writes levers-<kind>.json and .md. (Threads under a CPU quota, as on a Space:
-scripts/measure_threads.py.)
+4× more threads than CPUs, and with --compile `torch.compile` (static shapes, freezing) of the encoder layers.
+`--cpu-kind avx2` measures the stack `cpu` resolves to on a CPU without native bf16 (int8 Linear layers, the fp32
+band) on this machine, against its int8 floor: written as levers-avx2-stack-on-<this kind>. Writes
+levers-<kind>.json and .md. (Threads under a CPU quota, as on a Space: scripts/measure_threads.py.)
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from longqa.bench.floor import best_time_s, kind_name, measure_floor, row_precision  # noqa: E402
+from longqa.bench.floor import best_time_s, hardware_for, kind_name, measure_floor, row_precision  # noqa: E402
 from longqa.bench.runner import cpu_flags, cpu_model  # noqa: E402
 from longqa.bench.worker import window_batch  # noqa: E402
 from longqa.loader import load_model  # noqa: E402
@@ -141,7 +143,7 @@ def attention_alone(dtype: torch.dtype, rounds: int) -> dict:
     def band(b, h, query, key):
         return ((query - key).abs() <= w) | (key < n_global)
 
-    kernel = band_kernel.kernel() if dtype == torch.bfloat16 else None
+    kernel = band_kernel.kernel(dtype)
     if kernel is not None:
         token_major = [x.transpose(1, 2) for x in (q, k, v)]  # (B, L, H, d) views, as the projection's split gives
         globals_ = k[:, :, :n_global].contiguous()
@@ -166,9 +168,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--compile", action="store_true", help="also time torch.compile of the encoder layers, "
                         "and FlexAttention against the fused SDPA band on one layer")
+    parser.add_argument("--cpu-kind", choices=("detected", "avx2", "avx512-bf16"), default="detected",
+                        help="resolve `cpu` as on this CPU kind (default: as detected)")
     args = parser.parse_args(argv)
-    hardware = detect_hardware()
-    kind = kind_name(hardware)
+    hardware = hardware_for(args.cpu_kind)
+    detected_kind = kind_name(detect_hardware())
+    kind = detected_kind if kind_name(hardware) == detected_kind else f"{kind_name(hardware)}-stack-on-{detected_kind}"
     load_average = os.getloadavg()
     resolved = list(select_strategies(get_profile("cpu"), hardware))
     before_stack = [name for name in resolved if name != "prepacked_linear"]
@@ -181,7 +186,8 @@ def main(argv: list[str]) -> int:
     assert one["input_ids"].shape[1] == TOKENS, one["input_ids"].shape
     cores = torch.get_num_threads()
     plans = per_layer_plans(unpacked.model)
-    kernel_runs = hardware.cpu_bf16 and band_kernel.kernel() is not None
+    attention_dtype = torch.bfloat16 if hardware.cpu_bf16 else torch.float32
+    kernel_runs = band_kernel.kernel(attention_dtype) is not None
     now = "cpu" if kernel_runs else "cpu (the band kernel does not run here: SDPA)"
     variants = [
         Variant("before: the attention's masks built in every layer, band on SDPA", unpacked.model, one,
@@ -223,8 +229,8 @@ def main(argv: list[str]) -> int:
     alone = None
     if args.compile:
         with torch.inference_mode():
-            alone = attention_alone(torch.bfloat16 if hardware.cpu_bf16 else torch.float32, args.rounds)
-    floor = measure_floor(MODEL, hardware=hardware)
+            alone = attention_alone(attention_dtype, args.rounds)
+    floor = measure_floor(MODEL, hardware=detect_hardware())
     precision = row_precision(resolved, "bfloat16" if hardware.cpu_bf16 else "float32")
     floor_s = floor.precisions[precision].floor_s
     rows = [{"variant": v.name, "best_s_per_window": v.best_s, "x_floor": v.best_s / floor_s,
@@ -234,7 +240,8 @@ def main(argv: list[str]) -> int:
     result = {"command": "python scripts/measure_cpu_levers.py " + " ".join(argv), "cpu": cpu_model(),
               "cpu_kind": kind, "cpu_flags": cpu_flags(), "threads": cores, "load_average_at_start": load_average,
               "torch": torch.__version__, "python": platform.python_version(), "model": MODEL, "tokens": TOKENS,
-              "stack": resolved, "band_kernel": band_kernel.status(), "floor_precision": precision, "floor_s": floor_s, "floor": floor.to_dict(),
+              "stack": resolved, "band_kernel": band_kernel.status(attention_dtype), "floor_precision": precision,
+              "floor_s": floor_s, "floor": floor.to_dict(),
               "compile_first_call_s": compile_s, "attention_one_layer_s": alone, "rows": rows}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

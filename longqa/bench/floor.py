@@ -130,6 +130,15 @@ def floor_for_tokens(floor: dict, precision: str, shapes: Shapes, tokens: int) -
     return floor_seconds(window_flops(shapes, tokens), measured["linear_flops_per_s"], measured["band_flops_per_s"])
 
 
+def hardware_for(kind: str) -> Hardware:
+    """This machine as detected ("detected"), or with its CPU kind set ("avx2", "avx512-bf16"): the profiles then
+    resolve as on that kind (the kernels that run are still this CPU's)."""
+    detected = detect_hardware()
+    if kind == "detected":
+        return detected
+    return Hardware(gpus=detected.gpus, cuda_available=detected.cuda_available, cpu_bf16=kind == "avx512-bf16")
+
+
 def kind_name(hardware: Hardware) -> str:
     """The CPU kind a floor and a breakdown are filed under: "avx512-bf16" with native bf16, else "avx2"."""
     return "avx512-bf16" if hardware.cpu_bf16 else "avx2"
