@@ -209,9 +209,11 @@ def main(argv: list[str]) -> int:
         compiled = compiled_copy(before_stack, hardware)
         began = time.perf_counter()
         SDPA_BAND[0]()
-        with torch.inference_mode():
-            compiled(**one)
-        SDPA_BAND[1]()
+        try:
+            with torch.inference_mode():
+                compiled(**one)
+        finally:
+            SDPA_BAND[1]()
         compile_s = time.perf_counter() - began
         variants.append(Variant("torch.compile of the layers (static, freezing), no prepacking, SDPA band", compiled,
                                 one, settings=(SDPA_BAND,)))

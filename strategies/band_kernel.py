@@ -1,16 +1,6 @@
-"""The hand-written band kernels (`band_attention.c`: bf16 on AVX-512 BF16; `band_attention_fp32.c`: fp32 on AVX2
-and FMA): build, load, call.
-
-The fast attention's local band (each query over its 2w+1 neighbours and the global slots) in one call per layer,
-near the CPU's matmul rate, where PyTorch's fused SDPA over blocks of w queries computes 3w keys per query and
-needs padded copies of keys, values and mask (docs/cpu-floor). A source is compiled once per machine with the
-system C compiler (`cc`, or `$CC`) into a cache folder (`$LONGQA_KERNEL_CACHE`, else
-`$XDG_CACHE_HOME/longqa/kernels`, else `~/.cache/longqa/kernels`) and loaded with ctypes; no Python headers, so
-building takes about a second. Where a kernel cannot run (the CPU lacks its instructions, no compiler,
-`LONGQA_BAND_KERNEL=0`) `load` says why and the fast attention keeps PyTorch's SDPA: same answers, slower.
-
-It is not a strategy (the fast attention chooses it) and not a general attention: inference only (no backward, no
-dropout), bf16 heads of 16, 32, 64 or 128, fp32 heads of any multiple of 8 up to 128.
+"""The fast attention's hand-written band kernels (`band_attention.c`: bf16 on AVX-512 BF16; `band_attention_fp32.c`:
+fp32 on AVX2 and FMA): built with the system C compiler into the project's cache folder, loaded with ctypes, called.
+Not a strategy (the fast attention chooses them) and not a general attention: inference only, no dropout.
 """
 
 from __future__ import annotations
@@ -29,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from longqa_core.cache import cache_dir
 
 @dataclass(frozen=True)
 class KernelBuild:
@@ -42,7 +33,8 @@ class KernelBuild:
     head_sizes: tuple[int, ...]  # the head sizes (dimensions per head) it takes
 
 
-COMMON_FLAGS = ("-O3", "-fopenmp", "-fPIC", "-shared")
+COMMON_FLAGS = ("-O3", "-fno-strict-aliasing", "-fopenmp", "-fPIC", "-shared")  # rows are read as 32-bit pairs
+BUILD_TIMEOUT_S = 300
 BUILDS = {
     torch.bfloat16: KernelBuild(torch.bfloat16, Path(__file__).with_name("band_attention.c"),
                                 ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx512bf16", "-mfma"),
@@ -62,11 +54,19 @@ class KernelUnavailable(RuntimeError):
     """Why the band kernel cannot run here."""
 
 
-def cache_folder() -> Path:
-    if os.environ.get("LONGQA_KERNEL_CACHE"):
-        return Path(os.environ["LONGQA_KERNEL_CACHE"])
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return base / "longqa" / "kernels"
+def kernel_folder() -> Path:
+    """Where built kernels are kept: `kernels/` in the project's cache folder."""
+    return cache_dir() / "kernels"
+
+
+def compiler_name() -> str:
+    """The C compiler to build with: $CC, else `cc`."""
+    return os.environ.get("CC") or "cc"
+
+
+def is_disabled() -> bool:
+    """Whether LONGQA_BAND_KERNEL turns the kernels off (0, false, no, off)."""
+    return os.environ.get(DISABLE_VARIABLE, "1").strip().lower() in ("0", "false", "no", "off")
 
 
 def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
@@ -77,34 +77,48 @@ def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
         return frozenset()
 
 
-def supports_head(dtype: torch.dtype, head_dim: int) -> bool:
+def is_head_supported(dtype: torch.dtype, head_dim: int) -> bool:
     """Whether a kernel computes `dtype` with heads of `head_dim` dimensions."""
     return dtype in BUILDS and head_dim in BUILDS[dtype].head_sizes
+
+
+def built_path(dtype: torch.dtype, compiler: str | None = None, folder: Path | None = None) -> Path:
+    """Where the library for `dtype` built from this source with these flags and compiler is (or will be) kept."""
+    spec = BUILDS[dtype]
+    key = spec.source.read_bytes() + " ".join((compiler or compiler_name(),) + COMMON_FLAGS + spec.flags).encode()
+    return (folder or kernel_folder()) / f"{spec.source.stem}-{hashlib.sha256(key).hexdigest()[:16]}.so"
+
+
+def is_buildable(dtype: torch.dtype) -> bool:
+    """Whether a kernel for `dtype` is built already or a compiler is there to build it, and none is turned off
+    (the CPU's instructions are the caller's to check: the planner reads them from the hardware it plans for)."""
+    return dtype in BUILDS and not is_disabled() and (
+        built_path(dtype).exists() or shutil.which(compiler_name()) is not None)
 
 
 def build(dtype: torch.dtype = torch.bfloat16, compiler: str | None = None, folder: Path | None = None) -> Path:
     """The compiled library for `dtype`, built now unless the cache holds one for this source and these flags."""
     spec = BUILDS[dtype]
-    compiler = compiler or os.environ.get("CC") or "cc"
-    if shutil.which(compiler) is None:
-        raise KernelUnavailable(f"no C compiler ({compiler!r} not found; set CC to another)")
-    flags = COMMON_FLAGS + spec.flags
-    digest = hashlib.sha256(spec.source.read_bytes() + " ".join((compiler,) + flags).encode()).hexdigest()[:16]
-    folder = folder or cache_folder()
-    target = folder / f"{spec.source.stem}-{digest}.so"
+    compiler = compiler or compiler_name()
+    target = built_path(dtype, compiler, folder)
     if target.exists():
         return target
+    if shutil.which(compiler) is None:
+        raise KernelUnavailable(f"no C compiler ({compiler!r} not found; set CC to another)")
     try:
-        folder.mkdir(parents=True, exist_ok=True)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
+            built = Path(scratch) / target.name
+            result = subprocess.run([compiler, *COMMON_FLAGS, *spec.flags, "-o", str(built), str(spec.source)],
+                                    capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
+            if result.returncode != 0:
+                raise KernelUnavailable(f"{compiler} failed to build {spec.source.name}: "
+                                        f"{result.stderr.strip()[-500:]}")
+            os.replace(built, target)  # atomic: a process building at the same time finds a whole file or none
+    except subprocess.TimeoutExpired as error:
+        raise KernelUnavailable(f"{compiler} took over {BUILD_TIMEOUT_S} s to build {spec.source.name}") from error
     except OSError as error:
-        raise KernelUnavailable(f"cannot create the kernel cache {folder}: {error}") from error
-    with tempfile.TemporaryDirectory(dir=folder) as scratch:
-        built = Path(scratch) / target.name
-        result = subprocess.run([compiler, *flags, "-o", str(built), str(spec.source)], capture_output=True,
-                                text=True)
-        if result.returncode != 0:
-            raise KernelUnavailable(f"{compiler} failed to build {spec.source.name}: {result.stderr.strip()[-500:]}")
-        os.replace(built, target)  # atomic: a process building at the same time finds a whole file or none
+        raise KernelUnavailable(f"cannot build into {target.parent}: {error}") from error
     return target
 
 
@@ -123,14 +137,20 @@ class BandKernel:
     def __call__(self, q, k, v, k_global, v_global, key_ok, slot_used, window: int) -> torch.Tensor:
         """Band attention output (B, L, H, d) in the kernel's dtype for queries/keys/values (B, L, H, d) (any
         strides, the last one 1), global keys/values (B, H, G, d), `key_ok` (B, L) bool (the local keys),
-        `slot_used` (B, G) bool."""
+        `slot_used` (B, G) bool, all on the CPU."""
         batch, length, heads, head_dim = q.shape
         n_global = k_global.shape[2]
         for name, x in (("q", q), ("k", k), ("v", v)):
             if x.dtype != self.dtype or x.device.type != "cpu" or x.shape != q.shape or x.stride(-1) != 1:
                 raise ValueError(f"{name}: expected a CPU {self.dtype} tensor of shape {tuple(q.shape)} with unit last "
                                  f"stride, got {x.dtype} {tuple(x.shape)} strides {x.stride()} on {x.device}")
-        if not supports_head(self.dtype, head_dim):
+        for name, x in (("k_global", k_global), ("v_global", v_global), ("key_ok", key_ok), ("slot_used", slot_used)):
+            if x.device.type != "cpu":
+                raise ValueError(f"{name}: expected a CPU tensor, got one on {x.device}")
+        if self.dtype == torch.bfloat16:  # rows are read as 32-bit pairs of dimensions: each row 4-byte aligned
+            q, k, v = (x if x.data_ptr() % 4 == 0 and all(step % 2 == 0 for step in x.stride()[:3])
+                       else x.contiguous() for x in (q, k, v))
+        if not is_head_supported(self.dtype, head_dim):
             raise ValueError(f"head size {head_dim}: the {self.dtype} kernel does not take it")
         k_global = k_global.to(self.dtype).contiguous()
         v_global = v_global.to(self.dtype).contiguous()
@@ -149,9 +169,10 @@ class BandKernel:
                                 v_global.data_ptr(), key_ok.data_ptr(), slot_used.data_ptr(), out.data_ptr(),
                                 batch, length, heads, head_dim, window, n_global, 1.0 / math.sqrt(head_dim),
                                 torch.get_num_threads())
+        if status == 2:  # the engine halves the batch on torch's out-of-memory error
+            raise torch.OutOfMemoryError("band kernel: out of memory for its scratch buffers")
         if status:
-            raise RuntimeError(f"band kernel failed (status {status}: "
-                               f"{'unsupported head size' if status == 1 else 'out of memory'})")
+            raise RuntimeError(f"band kernel failed (status {status}: unsupported head size {head_dim})")
         return out
 
 
@@ -161,7 +182,7 @@ def load(dtype: torch.dtype = torch.bfloat16) -> BandKernel | KernelUnavailable:
     try:
         if dtype not in BUILDS:
             raise KernelUnavailable(f"no band kernel computes {dtype}")
-        if os.environ.get(DISABLE_VARIABLE, "1").strip().lower() in ("0", "false", "no", "off"):
+        if is_disabled():
             raise KernelUnavailable(f"disabled by {DISABLE_VARIABLE}={os.environ[DISABLE_VARIABLE]}")
         missing = BUILDS[dtype].cpu_flags - cpu_flags()
         if missing:

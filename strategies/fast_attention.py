@@ -190,7 +190,7 @@ class SlidingWindowSelfAttention(nn.Module):
         size it takes, not inside torch.compile (which traces SDPA into its graph); None for SDPA."""
         if not (self.use_band_kernel and q.device.type == "cpu" and dropout == 0.0 and q.stride(-1) == 1
                 and not torch.compiler.is_compiling()
-                and band_kernel.supports_head(q.dtype, q.shape[-1])
+                and band_kernel.is_head_supported(q.dtype, q.shape[-1])
                 and not (torch.is_grad_enabled() and q.requires_grad)):
             return None
         return band_kernel.kernel(q.dtype)
@@ -284,13 +284,15 @@ class FastAttention(Strategy):
                    "with the same weights and outputs.")
     phase = TRANSFORM
     conflicts_with = ("offload",)
+    _notes: tuple[str, ...] = ()  # what transform found about the band kernels, for the load readout
 
     def transform(self, model):
         dtype = attention_dtype(model)
+        self._notes = ()
         if dtype in band_kernel.DTYPES:
             band_kernel.load(dtype)  # built (about a second, once per machine) at load time, not in the first answer
             self._notes = (band_kernel.status(dtype),)
         return swap_attention(model)
 
     def load_notes(self) -> tuple[str, ...]:
-        return getattr(self, "_notes", ())
+        return self._notes

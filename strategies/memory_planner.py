@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from longqa_core.telemetry import current_rss_bytes
+from strategies import band_kernel
 from strategies.base import from_pretrained_kwargs
 from strategies.device_map import mapped_device
 from strategies.hardware import Hardware
@@ -66,12 +67,12 @@ CPU_RSS_OVERHEAD = CALIBRATION.get("cpu_rss", {})
 def attention_kind(names, precision: "Precision", device: str, hardware: Hardware) -> str:
     """Which attention's activation formula applies: "eager", "fast" (the fast attention on SDPA), or
     "fast-kernel" (its band on a band kernel: on CPU with fp32 activations, as fp32 and int8 dynamic run them, or in
-    bf16 on a CPU with bf16 instructions; taken to build, as on every CPU measured: where no C compiler is found,
-    "fast" is the truer formula)."""
-    if "fast_attention" not in names:
-        return "eager"
-    on_kernel = precision.compute_bytes == 4 or (precision.kind == "bf16" and hardware.cpu_bf16)
-    return "fast-kernel" if device == "cpu" and on_kernel else "fast"
+    bf16 on the CPU with bf16 instructions `hardware` describes, where the kernel is built or can be)."""
+    if "fast_attention" not in names or device != "cpu":
+        return "fast" if "fast_attention" in names else "eager"
+    dtype = torch.float32 if precision.compute_bytes == 4 else torch.bfloat16 if precision.kind == "bf16" else None
+    on_kernel = dtype is not None and (dtype != torch.bfloat16 or hardware.cpu_bf16) and band_kernel.is_buildable(dtype)
+    return "fast-kernel" if on_kernel else "fast"
 
 
 def cpu_group(precision: str, attention: str) -> str:

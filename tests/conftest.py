@@ -10,6 +10,7 @@ import torch
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
+from strategies import band_kernel  # noqa: E402
 from tests.tiny import tiny_checkpoint  # noqa: E402
 
 # LONGQA_TEST_CPU_KIND=avx2 (or avx512-bf16) makes this host detect as the other CPU kind, to find tests that
@@ -17,8 +18,6 @@ from tests.tiny import tiny_checkpoint  # noqa: E402
 # tests/test_hardware.py tests the detection itself and keeps the real one.
 _SIMULATED_CPU_BF16 = {"avx2": False, "avx512-bf16": True}.get(os.environ.get("LONGQA_TEST_CPU_KIND", ""))
 if _SIMULATED_CPU_BF16 is False:  # nor the bf16 band kernel's instructions, from collection on (the fp32 kernel's stay)
-    from strategies import band_kernel
-
     _real_cpu_flags = band_kernel.cpu_flags
     _FLAGS_WITHOUT_BF16 = _real_cpu_flags() - band_kernel.BUILDS[torch.bfloat16].cpu_flags
     band_kernel.cpu_flags = lambda cpuinfo=None: _FLAGS_WITHOUT_BF16 if cpuinfo is None else _real_cpu_flags(cpuinfo)

@@ -52,9 +52,11 @@ def random_case(batch, length, heads, head_dim, n_global, seed=0, dtype=torch.bf
 @pytest.mark.parametrize("dtype", BOTH)
 @pytest.mark.parametrize("batch, length, heads, head_dim, w, n_global", [
     (1, 64, 2, 64, 8, 1), (2, 96, 3, 64, 5, 3), (1, 128, 2, 32, 16, 2), (2, 80, 2, 128, 20, 40),
-    (1, 512, 4, 64, 64, 7), (3, 70, 2, 16, 3, 1), (1, 40, 1, 64, 100, 2), (1, 2048, 2, 64, 256, 5)])
+    (1, 512, 4, 64, 64, 7), (3, 70, 2, 16, 3, 1), (1, 40, 1, 64, 100, 2), (1, 2048, 2, 64, 256, 5),
+    (2, 5, 2, 64, 3, 0)])
 def test_matches_dense_masked_attention(dtype, batch, length, heads, head_dim, w, n_global):
-    """Odd windows, windows wider than the text, many global slots, unused slots, non-keys, strided inputs."""
+    """Odd windows, windows wider than the text, many global slots, none, unused slots, non-keys, strided inputs,
+    a text shorter than one group of query rows."""
     case = random_case(batch, length, heads, head_dim, n_global, dtype=dtype)
     out = band_kernel.kernel(dtype)(*case, w)
     reference = dense_reference(*case, w)
@@ -137,7 +139,7 @@ def test_kernel_and_sdpa_paths_agree(monkeypatch):
     assert max_logit_gap(kernel_out, sdpa_out, x["attention_mask"]) < 0.1
 
 
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("dtype", BOTH)
 @pytest.mark.parametrize("training, grad", [(True, False), (False, True), (True, True)])
 def test_gradients_and_dropout_never_reach_the_kernel(monkeypatch, dtype, training, grad):
     """The kernel has no backward and no dropout: a forward with either takes SDPA, and gradients flow."""
@@ -171,6 +173,23 @@ def test_no_compiler_is_a_clear_reason(tmp_path):
         band_kernel.build(compiler="no-such-cc-here", folder=tmp_path)
 
 
+@pytest.mark.skipif(band_kernel.shutil.which(band_kernel.compiler_name()) is None, reason="no C compiler")
+def test_a_kernel_built_once_needs_no_compiler_after(tmp_path, monkeypatch):
+    """An image that ships the built kernel but no compiler still runs it."""
+    built = band_kernel.build(torch.float32, folder=tmp_path)
+    monkeypatch.setattr(band_kernel.shutil, "which", lambda name: None)
+    assert band_kernel.build(torch.float32, folder=tmp_path) == built
+    with pytest.raises(band_kernel.KernelUnavailable, match="no C compiler"):
+        band_kernel.build(torch.bfloat16, folder=tmp_path)  # not built yet: this one would need the compiler
+
+
+def test_an_unwritable_cache_is_a_clear_reason(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    with pytest.raises(band_kernel.KernelUnavailable, match="cannot build into"):
+        band_kernel.build(torch.float32, folder=blocker / "kernels")
+
+
 def test_a_cpu_without_bf16_keeps_the_fp32_kernel_only(tmp_path, monkeypatch):
     avx2 = tmp_path / "cpuinfo"
     avx2.write_text("processor\t: 0\nflags\t\t: fpu sse sse2 avx avx2 fma\n")
@@ -180,13 +199,13 @@ def test_a_cpu_without_bf16_keeps_the_fp32_kernel_only(tmp_path, monkeypatch):
     try:
         assert band_kernel.kernel(torch.bfloat16) is None
         assert "lacks avx512_bf16, avx512bw" in band_kernel.status(torch.bfloat16)
-        if band_kernel.shutil.which("cc"):
+        if band_kernel.is_buildable(torch.float32):
             assert band_kernel.kernel(torch.float32) is not None
     finally:
         band_kernel.load.cache_clear()
 
 
-@pytest.mark.skipif(band_kernel.shutil.which("cc") is None, reason="no C compiler")
+@pytest.mark.skipif(band_kernel.shutil.which(band_kernel.compiler_name()) is None, reason="no C compiler")
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_built_once_per_source_then_reused(tmp_path, dtype):
     first = band_kernel.build(dtype, folder=tmp_path)

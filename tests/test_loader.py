@@ -17,6 +17,7 @@ from longqa import loader, models
 from longqa.loader import LoadedModel, load_model
 from longqa_core.engine import BatchState, EngineSettings, ModelRunner
 from longqa_core.errors import ModelLoadError, ProfileError
+from strategies import band_kernel
 from strategies.base import from_pretrained_kwargs
 from strategies.hardware import Hardware
 from strategies.profiles import custom_profile
@@ -76,6 +77,7 @@ def test_cpu_profile_uses_bf16_where_the_cpu_has_it(folder):
     loaded = load_model(str(folder), "cpu", hardware=CPU)
     assert loaded.readout.strategies == ["half_precision", "fast_attention", "prepacked_linear"]
     assert loaded.readout.dtype == "bfloat16"
+    assert loaded.readout.notes == [band_kernel.status(torch.bfloat16)]  # whether the band kernel runs, or why not
     assert loaded.readout.weight_bytes_per_device["cpu"] == parameter_bytes(loaded.model)
     baseline = load_model(str(folder), "baseline-fp32", hardware=CPU)
     assert loaded.readout.weight_bytes_per_device["cpu"] * 2 == baseline.readout.weight_bytes_per_device["cpu"]
@@ -85,6 +87,7 @@ def test_cpu_profile_falls_back_to_int8_without_bf16(folder):
     loaded = load_model(str(folder), "cpu", hardware=CPU_PLAIN)
     assert loaded.readout.strategies == ["int8_dynamic", "fast_attention", "prepacked_linear"]
     assert loaded.readout.dtype == "float32 + int8 Linear (dynamic)"
+    assert loaded.readout.notes == [band_kernel.status(torch.float32)]  # the int8 stack's attention is fp32
     query = loaded.model.longformer.encoder.layer[0].attention.self.query
     assert isinstance(query, torch.ao.nn.quantized.dynamic.Linear)
     start, _ = loaded.runner(qa_batch(loaded.tokenizer))

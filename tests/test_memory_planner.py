@@ -19,6 +19,8 @@ from strategies.memory_planner import ModelShape, activation_bytes, parameter_co
 from strategies.profiles import PROFILES, custom_profile
 
 GB = 10**9
+needs_a_compiler = pytest.mark.skipif(not band_kernel.is_buildable(torch.float32),
+                                      reason="no C compiler to build the band kernels, or LONGQA_BAND_KERNEL=0")
 needs_band_kernel = pytest.mark.skipif(band_kernel.kernel(torch.float32) is None or band_kernel.kernel() is None,
                                        reason=f"{band_kernel.status(torch.float32)}; {band_kernel.status()}")
 
@@ -38,6 +40,7 @@ def test_weight_bytes_follow_precision():
     assert plan_profile(config, PROFILES["cpu"], cpu, runtime_bytes=0).predicted_weight_bytes == 2 * params
 
 
+@needs_a_compiler
 def test_the_band_kernels_formula_applies_on_cpu_only():
     config = architecture_config("arch:base")
     plan = lambda profile, hardware: plan_profile(config, PROFILES[profile], hardware, runtime_bytes=0)  # noqa: E731
@@ -49,6 +52,17 @@ def test_the_band_kernels_formula_applies_on_cpu_only():
     gpu = Hardware(gpus=(Gpu(index=0, name="H200", total_bytes=141 * GB, compute_capability=(9, 0)),),
                    cuda_available=True, cpu_bf16=True)
     assert plan("datacenter", gpu).attention == "fast"
+
+
+def test_without_a_kernel_to_run_the_planner_predicts_sdpas_attention(monkeypatch):
+    """Turned off, or no compiler and nothing built: the fast attention keeps SDPA, and so does the prediction."""
+    config = architecture_config("arch:base")
+    monkeypatch.setenv(band_kernel.DISABLE_VARIABLE, "0")
+    assert plan_profile(config, PROFILES["cpu"], Hardware(cpu_bf16=True), runtime_bytes=0).attention == "fast"
+    monkeypatch.delenv(band_kernel.DISABLE_VARIABLE)
+    monkeypatch.setenv("CC", "no-such-cc-here")
+    monkeypatch.setattr(band_kernel, "kernel_folder", lambda: band_kernel.Path("/nonexistent/kernels"))
+    assert plan_profile(config, PROFILES["cpu"], Hardware(cpu_bf16=False), runtime_bytes=0).attention == "fast"
 
 
 def test_precision_is_read_from_the_loaders_keyword_arguments():
@@ -80,6 +94,7 @@ def test_activation_formula_matches_measured_peaks_of_a_small_model(attention, d
     assert abs(predicted - tracker.peak_bytes) <= 0.2 * tracker.peak_bytes
 
 
+@needs_a_compiler
 @pytest.mark.parametrize("cpu_bf16, cpu_group", [(True, "bf16-fast-kernel"), (False, "int8-fast-kernel")])
 def test_cpu_resident_memory_fit_recovers_a_known_overhead(tmp_path, cpu_bf16, cpu_group):
     """The rows are grouped by the machine the results.json records, whatever CPU runs the fit."""

@@ -19,6 +19,7 @@ from transformers import AutoTokenizer, LongformerForQuestionAnswering
 from longqa.models import architecture_config
 from longqa_core.engine import EngineSettings, ModelRunner
 from longqa_core.errors import ProfileError
+from strategies import band_kernel
 from strategies.autocast import Autocast
 from strategies.bitsandbytes_quantization import Bnb4bit, Bnb8bit
 from strategies.dynamic_batching import DynamicBatching
@@ -286,6 +287,7 @@ def test_strategies_that_write_files_share_the_one_cache_folder(monkeypatch, tmp
     monkeypatch.setenv("LONGQA_CACHE", str(tmp_path))
     assert MmapLoading(CPU).cache_folder == tmp_path / "converted"
     assert Offload(ONE_GPU, "cuda").offload_folder == tmp_path / "offload"
+    assert band_kernel.kernel_folder() == tmp_path / "kernels"
 
 
 def test_mmap_loading_converts_a_bin_checkpoint_once(tmp_path, batch, monkeypatch):
