@@ -192,7 +192,7 @@ def time_linear(precision: str, tokens: int, in_features: int, out_features: int
 
 
 def band_products(shapes: Shapes, tokens: int) -> tuple[tuple[int, int, int, int], float]:
-    """The band as the fast attention multiplies it: blocks of w queries against their 3w keys, per head.
+    """The band as the fast attention on SDPA multiplies it: blocks of w queries against their 3w keys, per head.
     Returns (batch of blocks × heads, w, 3w, head dim) and the FLOPs of both products (scores, weighted values)."""
     w = shapes.one_sided_window
     blocks = max(tokens // w, 1)

@@ -264,7 +264,7 @@ def format_floor(floor: dict, machine: dict) -> str:
              f"{(floor['linear_flops'] + floor['band_flops']) / 1e12:.3f} TFLOP ({floor['linear_flops'] / 1e12:.3f} "
              f"in the linear layers, global key/value projections included; {floor['band_flops'] / 1e12:.3f} in the "
              "band of 2w+1 keys per query). Throughput: best of several timed calls after a warm-up, on the model's "
-             "own shapes (the Linear layers at their sizes; the band as the fast attention multiplies it, blocks of "
+             "own shapes (the Linear layers at their sizes; the band as PyTorch's batched products of blocks of "
              "w queries against 3w keys).", "",
              "| precision | linear layers GFLOP/s | band GFLOP/s | floor per window s |", "|---|---|---|---|"]
     for name, measured in floor["precisions"].items():
