@@ -178,11 +178,31 @@ def test_a_queue_call_nobody_listens_to_is_ended(served, alone_s, monkeypatch):
     assert answer == EXAMPLE["answer"] and waited < alone_s + 10
 
 
-def test_one_visitor_holds_one_request_and_a_bounded_wait(served, alone_s):
+class GatedRunner(CountingRunner):
+    """A runner whose batches wait until `gate` is set: holds the model for as long as a test needs."""
+
+    def __init__(self, runner):
+        super().__init__(runner)
+        self.gate = threading.Event()
+
+    def __call__(self, batch):
+        self.gate.wait(120)
+        return super().__call__(batch)
+
+
+def test_one_visitor_holds_one_request_and_a_bounded_wait(served, alone_s, monkeypatch):
+    """Six requests at once from one visitor: one runs, two wait, three are refused at once. The model is held
+    (a gate in its runner) until the refusals are in, so no answer can finish early and free a place."""
     ctx, url = served
+    gated = GatedRunner(ctx.session.loaded.runner)
+    monkeypatch.setattr(ctx.session.loaded, "runner", gated)
     greedy = Client(url, verbose=False)
     jobs = [greedy.submit([], long_text(8), "What is the tide of Harrowgate?", 1, api_name="/ask")
             for _ in range(6)]
+    deadline = time.monotonic() + 60
+    while sum(job.done() for job in jobs) < 6 - ctx.lane.per_visitor and time.monotonic() < deadline:
+        time.sleep(0.05)
+    gated.gate.set()
     outcomes = []
     for job in jobs:
         try:
