@@ -29,11 +29,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from longqa.bench.floor import hardware_for  # noqa: E402
 from longqa.demo_model import demo_task, eval_task  # noqa: E402
 from longqa.loader import load_model  # noqa: E402
 from longqa_core.documents import Document  # noqa: E402
 from longqa_core.engine import answer  # noqa: E402
-from strategies.hardware import detect_hardware  # noqa: E402
 
 HELD_OUT_SEED_BASE = 1_000_000_000  # training draws random 48-bit seeds and only ever the other filler split
 INDEPENDENT_SEED_BASE = 5_000_000
@@ -156,9 +156,7 @@ def main() -> None:
                         help="resolve the profiles as on a CPU without native bf16 (avx2: the cpu profile is int8 + "
                              "fast attention) or with it, whatever this CPU is; results are keyed 'PROFILE@KIND'")
     args = parser.parse_args()
-    hardware = detect_hardware()
-    if args.cpu_kind != "detected":
-        hardware = replace(hardware, cpu_bf16=args.cpu_kind == "avx512-bf16")
+    hardware = hardware_for(args.cpu_kind)
 
     wanted = args.sets.split(",")
     report = json.loads(args.out.read_text()) if args.out.exists() else {}

@@ -20,6 +20,8 @@ from pathlib import Path
 import torch
 
 from longqa_core.cache import cache_dir
+from strategies.hardware import cpu_flags
+
 
 @dataclass(frozen=True)
 class KernelBuild:
@@ -67,14 +69,6 @@ def compiler_name() -> str:
 def is_disabled() -> bool:
     """Whether LONGQA_BAND_KERNEL turns the kernels off (0, false, no, off)."""
     return os.environ.get(DISABLE_VARIABLE, "1").strip().lower() in ("0", "false", "no", "off")
-
-
-def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
-    """The CPU's feature flags (empty where /proc/cpuinfo cannot be read)."""
-    try:
-        return frozenset(cpuinfo.read_text().split())
-    except OSError:
-        return frozenset()
 
 
 def is_head_supported(dtype: torch.dtype, head_dim: int) -> bool:
@@ -147,11 +141,11 @@ class BandKernel:
         for name, x in (("k_global", k_global), ("v_global", v_global), ("key_ok", key_ok), ("slot_used", slot_used)):
             if x.device.type != "cpu":
                 raise ValueError(f"{name}: expected a CPU tensor, got one on {x.device}")
+        if not is_head_supported(self.dtype, head_dim):
+            raise ValueError(f"head size {head_dim}: the {self.dtype} kernel does not take it")
         if self.dtype == torch.bfloat16:  # rows are read as 32-bit pairs of dimensions: each row 4-byte aligned
             q, k, v = (x if x.data_ptr() % 4 == 0 and all(step % 2 == 0 for step in x.stride()[:3])
                        else x.contiguous() for x in (q, k, v))
-        if not is_head_supported(self.dtype, head_dim):
-            raise ValueError(f"head size {head_dim}: the {self.dtype} kernel does not take it")
         k_global = k_global.to(self.dtype).contiguous()
         v_global = v_global.to(self.dtype).contiguous()
         if k_global.shape != (batch, heads, n_global, head_dim) or v_global.shape != k_global.shape:

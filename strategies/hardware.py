@@ -6,6 +6,7 @@ Detection only, never raises and never loads a model; deciding what to do with t
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -66,6 +67,16 @@ def gpus_from_torch() -> tuple[Gpu, ...]:
         gpus.append(Gpu(index=index, name=props.name, total_bytes=int(props.total_memory),
                         compute_capability=(props.major, props.minor)))
     return tuple(gpus)
+
+
+def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
+    """The CPU's feature flags, from the first `flags` line of /proc/cpuinfo (empty where it cannot be read)."""
+    try:
+        text = cpuinfo.read_text()
+    except OSError:
+        return frozenset()
+    return frozenset(next((line.split(":", 1)[1].split() for line in text.splitlines()
+                           if line.startswith("flags")), ()))
 
 
 def is_cpu_bf16_native() -> bool:

@@ -68,8 +68,10 @@ def attention_kind(names, precision: "Precision", device: str, hardware: Hardwar
     """Which attention's activation formula applies: "eager", "fast" (the fast attention on SDPA), or
     "fast-kernel" (its band on a band kernel: on CPU with fp32 activations, as fp32 and int8 dynamic run them, or in
     bf16 on the CPU with bf16 instructions `hardware` describes, where the kernel is built or can be)."""
-    if "fast_attention" not in names or device != "cpu":
-        return "fast" if "fast_attention" in names else "eager"
+    if "fast_attention" not in names:
+        return "eager"
+    if device != "cpu":
+        return "fast"
     dtype = torch.float32 if precision.compute_bytes == 4 else torch.bfloat16 if precision.kind == "bf16" else None
     on_kernel = dtype is not None and (dtype != torch.bfloat16 or hardware.cpu_bf16) and band_kernel.is_buildable(dtype)
     return "fast-kernel" if on_kernel else "fast"

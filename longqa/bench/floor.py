@@ -13,7 +13,7 @@ import os
 import sys
 import time
 import warnings
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import torch
 from torch import nn
@@ -136,7 +136,7 @@ def hardware_for(kind: str) -> Hardware:
     detected = detect_hardware()
     if kind == "detected":
         return detected
-    return Hardware(gpus=detected.gpus, cuda_available=detected.cuda_available, cpu_bf16=kind == "avx512-bf16")
+    return replace(detected, cpu_bf16=kind == "avx512-bf16")
 
 
 def kind_name(hardware: Hardware) -> str:

@@ -34,6 +34,7 @@ from longqa.bench.worker import BASELINE, MAX_WINDOW_TOKENS, WorkerSpec, parse_p
 from longqa.loader import download, materialize_architecture
 from longqa.models import resolve_model
 from longqa_core.errors import InputError
+from strategies.hardware import cpu_flags as all_cpu_flags
 from strategies.hardware import detect_hardware
 from strategies.profiles import PROFILES, unavailable_reason
 
@@ -210,12 +211,7 @@ def cpu_model() -> str:
 
 def cpu_flags() -> list[str]:
     """The CPU's vector and matrix features that decide the floor (from /proc/cpuinfo; empty where unreadable)."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return []
-    flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
-    return sorted(flag for flag in flags if flag in CPU_KIND_FLAGS)
+    return sorted(all_cpu_flags() & set(CPU_KIND_FLAGS))
 
 
 def command_line(args) -> str:
