@@ -12,9 +12,8 @@
    pairs of dimensions; outputs C[16 x 16 dims] += P[16 x 32 keys] . V[32 keys x 16 dims], values packed in pairs of
    keys. The softmax between the two products runs on AVX-512 (16 rows at a time).
 
-   Layout as band_attention.c: q, k, v are (B, L, H, d) bf16 with any batch, token and head strides (dimension stride
-   1); kg, vg (B, H, G, d) contiguous; key_ok (B, L), slot_used (B, G) bytes; out (B, L, H, d) contiguous. A row
-   with no allowed key gets zeros.
+   Arguments, layout and status codes: band_attention.h (the struct every band kernel takes). A row with no allowed
+   key gets zeros.
 
    Linux gives a process the tile state only on request: longqa_amx_request() asks (arch_prctl ARCH_REQ_XCOMP_PERM
    for XTILEDATA) and must succeed before the first call. Built at first use by strategies/band_kernel.py
@@ -29,6 +28,8 @@
 #include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+
+#include "band_attention.h"
 
 typedef uint16_t bf16;
 
@@ -343,21 +344,26 @@ static void head(const bf16 *qh, int64_t q_step, const uint32_t *kt, const bf16 
     }
 }
 
-/* The band attention of every (batch, head), arguments as longqa_band_attention_bf16's. Returns 0 on success, 1 for
-   an unsupported head size, 2 when scratch memory could not be allocated. longqa_amx_request() must have returned
-   0 in this process first. */
-int longqa_band_attention_amx_bf16(const bf16 *q, const bf16 *k, const bf16 *v, const int64_t *q_strides,
-                                   const int64_t *k_strides, const int64_t *v_strides, const bf16 *kg, const bf16 *vg,
-                                   const uint8_t *key_ok, const uint8_t *slot_used, bf16 *out, int64_t B, int64_t L,
-                                   int64_t H, int64_t d, int64_t w, int64_t G, float scale, int threads) {
-    if (d != 16 && d != 32 && d != 64 && d != 128) return 1;
+/* The band attention of every (batch, head) (band_attention.h: the arguments, their layout, the status codes).
+   longqa_amx_request() must have returned 0 in this process first. */
+int longqa_band_attention_amx_bf16(const longqa_band_args *args) {
+    longqa_band_status checked = longqa_band_check(args);
+    if (checked != LONGQA_BAND_OK) return checked;
+    const bf16 *q = args->q, *k = args->k, *v = args->v, *kg = args->k_global, *vg = args->v_global;
+    const int64_t *q_strides = args->q_strides, *k_strides = args->k_strides, *v_strides = args->v_strides;
+    const uint8_t *key_ok = args->key_ok, *slot_used = args->slot_used;
+    bf16 *out = args->out;
+    const int64_t B = args->batch, L = args->length, H = args->heads, d = args->head_dim, w = args->window,
+                  G = args->n_global;
+    const float scale = args->scale;
+    if (d != 16 && d != 32 && d != 64 && d != 128) return LONGQA_BAND_BAD_HEAD_SIZE;
     const size_t wp = round_up((size_t)w, 32); /* zero columns before position 0: column = position + wp */
     const size_t n = round_up(2 * wp + (size_t)L + KEYS + ROWS, 32);
     const size_t gp = round_up((size_t)G, KEYS);
     const int dp = d < 32 ? 32 : (int)d; /* the queries' and keys' dimensions as the tiles hold them, zero padded */
     const size_t width = gp + round_up(ROWS + 2 * (size_t)w + 1 + 15, KEYS) + KEYS;
     int failed = 0;
-#pragma omp parallel num_threads(threads)
+#pragma omp parallel num_threads(args->threads)
     {
         uint32_t *kt = aligned_alloc(64, round_up(n * (size_t)dp * 2, 64));
         bf16 *vpk = aligned_alloc(64, round_up(n * (size_t)d * 2, 64));
@@ -411,5 +417,5 @@ int longqa_band_attention_amx_bf16(const bf16 *q, const bf16 *k, const bf16 *v, 
         if (ready) _tile_release();
         free(kt); free(vpk); free(kgt); free(vgp); free(okbits); free(qbuf); free(scores); free(probs); free(obuf); free(bits);
     }
-    return failed ? 2 : 0;
+    return failed ? LONGQA_BAND_OUT_OF_MEMORY : LONGQA_BAND_OK;
 }

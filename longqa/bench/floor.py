@@ -20,7 +20,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from longqa.models import model_config
-from strategies.hardware import Hardware, detect_hardware
+from strategies.hardware import Hardware, cpu_flags, detect_hardware
 
 PRECISIONS = ("fp32", "bf16", "int8")  # int8: torch.ao dynamic-quantized Linear layers, fp32 attention band
 FLOOR_TOKENS = 4096  # the window the shapes are timed at: the model's full window
@@ -139,9 +139,12 @@ def hardware_for(kind: str) -> Hardware:
     return replace(detected, cpu_bf16=kind == "avx512-bf16")
 
 
-def kind_name(hardware: Hardware) -> str:
-    """The CPU kind a floor and a breakdown are filed under: "avx512-bf16" with native bf16, else "avx2"."""
-    return "avx512-bf16" if hardware.cpu_bf16 else "avx2"
+def kind_name(hardware: Hardware, flags: frozenset[str] | None = None) -> str:
+    """The CPU kind a floor and a breakdown are filed under: "amx-bf16" with native bf16 and AMX tiles (`flags`,
+    default this CPU's), "avx512-bf16" with native bf16 only, else "avx2"."""
+    if not hardware.cpu_bf16:
+        return "avx2"
+    return "amx-bf16" if "amx_bf16" in (cpu_flags() if flags is None else flags) else "avx512-bf16"
 
 
 def native_precisions(hardware: Hardware) -> tuple[list[str], dict[str, str]]:
