@@ -115,6 +115,18 @@ def band_kernel_variant(key: str):
     return set_, reset
 
 
+def full_padding_mask():
+    """transformers' own (B, 1, L, L) padding mask, of which Longformer keeps row 0, for one run (the fast attention
+    has it build that row only: strategies/fast_attention.first_row_bidirectional_mask)."""
+    from transformers.masking_utils import create_bidirectional_mask
+    from transformers.models.longformer import modeling_longformer
+
+    from strategies.fast_attention import first_row_bidirectional_mask
+
+    return (lambda: setattr(modeling_longformer, "create_bidirectional_mask", create_bidirectional_mask),
+            lambda: setattr(modeling_longformer, "create_bidirectional_mask", first_row_bidirectional_mask))
+
+
 def threads(count):
     saved = torch.get_num_threads()
     return lambda: torch.set_num_threads(count), lambda: torch.set_num_threads(saved)
@@ -216,6 +228,8 @@ def main(argv: list[str]) -> int:
         Variant("masks built once per forward", unpacked.model, one, settings=(SDPA_BAND,)),
         Variant("+ prepacked oneDNN Linear layers", packed.model, one, settings=(SDPA_BAND,)),
         Variant(f"+ the band kernel ({now} now)", packed.model, one),
+        Variant("cpu with transformers' full L × L padding mask (row 0 kept)", packed.model, one,
+                settings=(full_padding_mask(),)),
         *([Variant("cpu with the band kernel on AVX-512 BF16 instead of AMX", packed.model, one,
                    settings=(band_kernel_variant("avx512"),))]
           if loaded_kernel is not None and loaded_kernel.spec is band_kernel.AMX_BUILD else []),
