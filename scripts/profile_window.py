@@ -131,8 +131,8 @@ LINEAR_OPERATORS = ("mkldnn::_linear_pointwise", "aten::addmm", "aten::linear", 
 
 
 def linear_by_shape(events) -> dict[str, dict]:
-    """Self CPU seconds, calls and FLOPs of the Linear layers' operators per (in, out) features, from the profiler's
-    recorded input shapes: (rows, in) or (1, rows, in) inputs, (out, in) weights."""
+    """Self CPU seconds, calls and FLOPs of the Linear layers' operators per rows x (in, out) features ("4096x768->
+    3840"), from the profiler's recorded input shapes: (rows, in) or (B, rows, in) inputs, (out, in) weights."""
     shapes: dict[str, dict] = {}
     for event in events:
         if event.name not in LINEAR_OPERATORS or len(event.input_shapes) < 2 or event.self_cpu_time_total <= 0:
@@ -145,7 +145,8 @@ def linear_by_shape(events) -> dict[str, dict]:
         rows, in_features, out_features = 1, x[-1], weight[0]
         for size in x[:-1]:
             rows *= size
-        entry = shapes.setdefault(f"{in_features}->{out_features}", {"self_s": 0.0, "calls": 0, "flops": 0.0})
+        entry = shapes.setdefault(f"{rows}x{in_features}->{out_features}",
+                                  {"self_s": 0.0, "calls": 0, "flops": 0.0})
         entry["self_s"] += event.self_cpu_time_total / 1e6
         entry["calls"] += 1
         entry["flops"] += 2.0 * rows * in_features * out_features
@@ -234,16 +235,18 @@ def format_markdown(result: dict) -> str:
     if by_shape:
         lines += ["", "The Linear layers by shape, in the window (self CPU time under the profiler) against the same "
                   "shapes timed alone for the floor:", "",
-                  "| layer (in → out) | calls | s in the window | GFLOP/s in the window | GFLOP/s alone | share |",
+                  "| layer (rows × in → out) | calls | s in the window | GFLOP/s in the window | GFLOP/s alone | "
+                  "share |",
                   "|---|---|---|---|---|---|"]
-        alone = {f"{in_features}->{out_features}": (name, 2.0 * result["tokens"] * in_features * out_features
+        alone = {f"{result['tokens']}x{in_features}->{out_features}": (name, 2.0 * result["tokens"] * in_features * out_features
                                                     / shape_times[name])
                  for name, in_features, out_features, _ in linear_shapes(Shapes.from_config(model_config(
                      result["model"]))) if name in shape_times}
         for key, entry in sorted(by_shape.items(), key=lambda item: -item[1]["self_s"]):
             name, rate = alone.get(key, (key, None))
             in_window = entry["flops"] / entry["self_s"]
-            lines.append(f"| {name} ({key.replace('->', ' → ')}) | {entry['calls']} | {entry['self_s']:.3f} | "
+            lines.append(f"| {name} ({key.replace('x', ' × ', 1).replace('->', ' → ')}) | {entry['calls']} | "
+                         f"{entry['self_s']:.3f} | "
                          f"{in_window / 1e9:,.0f} | {f'{rate / 1e9:,.0f}' if rate else '–'} | "
                          f"{f'{in_window / rate:.0%}' if rate else '–'} |")
         lines.append("")
