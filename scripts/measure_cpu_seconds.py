@@ -75,18 +75,22 @@ def time_linears_inside(model) -> dict:
     """Wrap every PackedLinear's forward to add its CPU seconds and FLOPs per (rows, in, out) to the returned dict."""
     spent = defaultdict(lambda: [0.0, 0.0])
 
+    def timed(call, module):
+        def run(x, *residual):
+            began = time.thread_time()
+            y = call(x, *residual)
+            rows = x.numel() // module.in_features
+            entry = spent[f"{rows}x{module.in_features}->{module.out_features}"]
+            entry[0] += time.thread_time() - began
+            entry[1] += 2.0 * rows * module.in_features * module.out_features
+            return y
+
+        return run
+
     for module in model.modules():
         if isinstance(module, PackedLinear):
-            def forward(x, _forward=module.forward, _module=module):
-                began = time.thread_time()
-                y = _forward(x)
-                rows = x.numel() // _module.in_features
-                entry = spent[f"{rows}x{_module.in_features}->{_module.out_features}"]
-                entry[0] += time.thread_time() - began
-                entry[1] += 2.0 * rows * _module.in_features * _module.out_features
-                return y
-
-            module.forward = forward
+            module.forward = timed(module.forward, module)
+            module.add_to = timed(module.add_to, module)  # the fused residual adds call it instead of forward
     return spent
 
 

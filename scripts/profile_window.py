@@ -140,6 +140,8 @@ def linear_by_shape(events) -> dict[str, dict]:
         x, weight = event.input_shapes[0], event.input_shapes[1]
         if event.name == "aten::addmm":  # (bias, x, weight transposed)
             x, weight = event.input_shapes[1], event.input_shapes[2][::-1]
+        elif len(weight) != 2 and len(event.input_shapes) > 2:  # the fused residual add: (x, residual, weight, ...)
+            weight = event.input_shapes[2]
         if len(x) < 2 or len(weight) != 2:
             continue
         rows, in_features, out_features = 1, x[-1], weight[0]

@@ -57,8 +57,10 @@ def test_linear_layers_are_summed_per_rows_and_shape():
               ShapedEvent("mkldnn::_linear_pointwise", [[1, 4096, 768], [3840, 768], [3840]], 3e4),
               ShapedEvent("mkldnn::_linear_pointwise", [[1, 24, 768], [768, 768], [768]], 1e3),  # global queries
               ShapedEvent("aten::addmm", [[768], [4096, 768], [768, 768]], 4e4),  # bias, x, weight transposed
+              ShapedEvent("mkldnn::_linear_pointwise", [[1, 4096, 3072], [1, 4096, 768], [768, 3072], [768]], 5e4),
+              # the fused residual add: (x, residual, weight, bias)
               ShapedEvent("aten::add", [[1, 4096, 768], [1, 4096, 768]], 9e4)]
     shapes = profile_window.linear_by_shape(events)
-    assert set(shapes) == {"4096x768->3840", "24x768->768", "4096x768->768"}
+    assert set(shapes) == {"4096x768->3840", "24x768->768", "4096x768->768", "4096x3072->768"}
     assert shapes["4096x768->3840"] == {"self_s": 0.05, "calls": 2, "flops": 2 * 2.0 * 4096 * 768 * 3840}
     assert shapes["4096x768->768"]["flops"] == 2.0 * 4096 * 768 * 768
