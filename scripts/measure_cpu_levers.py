@@ -119,12 +119,12 @@ def full_padding_mask():
     """transformers' own (B, 1, L, L) padding mask, of which Longformer keeps row 0, for one run (the fast attention
     has it build that row only: strategies/fast_attention.first_row_bidirectional_mask)."""
     from transformers.masking_utils import create_bidirectional_mask
-    from transformers.models.longformer import modeling_longformer
 
-    from strategies.fast_attention import first_row_bidirectional_mask
+    from strategies import fast_attention
 
-    return (lambda: setattr(modeling_longformer, "create_bidirectional_mask", create_bidirectional_mask),
-            lambda: setattr(modeling_longformer, "create_bidirectional_mask", first_row_bidirectional_mask))
+    first_row = fast_attention.first_row_bidirectional_mask
+    return (lambda: setattr(fast_attention, "first_row_bidirectional_mask", create_bidirectional_mask),
+            lambda: setattr(fast_attention, "first_row_bidirectional_mask", first_row))
 
 
 def threads(count):

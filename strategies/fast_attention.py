@@ -8,6 +8,7 @@ chunked diagonal bookkeeping. It is a drop-in module swap, not a new model.
 
 from __future__ import annotations
 
+import threading
 import weakref
 from dataclasses import dataclass
 
@@ -267,15 +268,44 @@ def first_row_bidirectional_mask(config, inputs_embeds, attention_mask, **kwargs
                                      encoder_hidden_states=inputs_embeds, **kwargs)
 
 
-def install_first_row_mask() -> None:
-    """Make transformers' Longformer build only the mask row it keeps. Process-wide, for every Longformer model (the
-    model code reads the name from its module), and equivalent for all of them: the row kept is the same."""
-    modeling_longformer.create_bidirectional_mask = first_row_bidirectional_mask
+class FirstRowMask:
+    """While any swapped model's forward runs, transformers' Longformer code builds only the mask row it keeps: its
+    module's `create_bidirectional_mask` is `first_row_bidirectional_mask`, set by the first forward to start and
+    put back by the last to end (counted under a lock, so concurrent forwards cannot leave it set). A plain
+    Longformer running at the same moment gets the same row from it, so its answers cannot change; only its mask's
+    memory does, and only then."""
+
+    _lock = threading.Lock()
+    _running = 0
+
+    @classmethod
+    def enter(cls, *_) -> None:
+        with cls._lock:
+            if cls._running == 0:
+                modeling_longformer.create_bidirectional_mask = first_row_bidirectional_mask
+            cls._running += 1
+
+    @classmethod
+    def leave(cls, *_) -> None:
+        with cls._lock:
+            cls._running -= 1
+            if cls._running == 0:
+                modeling_longformer.create_bidirectional_mask = create_bidirectional_mask
+
+
+def build_first_mask_row_only(model: nn.Module) -> None:
+    """Hook every LongformerModel in `model` so that its forward builds only the mask row it keeps (once per
+    module: the hooks are marked)."""
+    for module in model.modules():
+        if type(module).__name__ == "LongformerModel" and not getattr(module, "_first_row_mask", False):
+            module.register_forward_pre_hook(FirstRowMask.enter)
+            module.register_forward_hook(FirstRowMask.leave, always_call=True)  # also when the forward raises
+            module._first_row_mask = True
 
 
 def swap_attention(model: nn.Module) -> nn.Module:
     """Swap every LongformerSelfAttention in `model` for the SDPA version, in place; returns the model."""
-    install_first_row_mask()
+    build_first_mask_row_only(model)
     plans = BandPlanCache()  # one per model: its layers share each forward's plan
     for module in model.modules():
         attention = getattr(module, "self", None)
