@@ -274,6 +274,12 @@ def test_the_c_side_refuses_sizes_out_of_its_range(dtype):
     assert kernel._call(ctypes.byref(args)) == band_kernel.Status.BAD_HEAD_SIZE
 
 
+def test_the_operator_says_when_no_kernel_computes_its_dtype():
+    case = random_case(1, 64, 2, 64, 2, dtype=torch.float16)
+    with pytest.raises(band_kernel.KernelUnavailable, match="no band kernel for torch.float16 runs here"):
+        band_kernel.band_attention(*case, 4)
+
+
 @pytest.mark.parametrize("dtype", BOTH)
 def test_opcheck(dtype):
     """torch.library's own test of the operator: schema, fake against real, autograd registration, AOT dispatch."""
