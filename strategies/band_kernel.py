@@ -184,6 +184,14 @@ class Status(enum.IntEnum):
     BAD_ARGUMENTS = 3
 
 
+def status_name(status: int) -> str:
+    """A kernel's return value as band_attention.h names it."""
+    try:
+        return f"LONGQA_BAND_{Status(status).name} ({status})"
+    except ValueError:
+        return f"unknown status {status}"
+
+
 MAX_SIZE = 2 ** 30  # LONGQA_BAND_MAX_SIZE: the C loops index a row's columns with 32-bit ints
 MAX_ROW_COLUMNS = 2 ** 31 - 256  # global slots + 2 * window, padded: below INT32_MAX
 
@@ -293,9 +301,8 @@ class BandKernel:
         if status == Status.OUT_OF_MEMORY:  # the engine halves the batch on torch's out-of-memory error
             raise torch.OutOfMemoryError("band kernel: out of memory for its scratch buffers")
         if status != Status.OK:
-            name = Status(status).name if status in Status._value2member_map_ else "unknown"
-            raise RuntimeError(f"band kernel failed: status {status} ({name}) for {self.dtype}, head size "
-                               f"{head_dim}, window {window}, {tuple(q.shape)}")
+            raise RuntimeError(f"band kernel failed: {status_name(status)} for {self.dtype}, head size {head_dim}, "
+                               f"window {window}, {tuple(q.shape)}")
         return out
 
 
@@ -304,9 +311,9 @@ def band_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_global: 
                    v_global: torch.Tensor, key_ok: torch.Tensor, slot_used: torch.Tensor, window: int) -> torch.Tensor:
     """The band kernel for q's dtype as a torch operator (`torch.ops.longqa.band_attention`): torch.compile traces
     it into its graphs as one call, and `torch.library.opcheck` tests it. Arguments as `BandKernel.__call__`."""
-    loaded = load(q.dtype) if q.dtype in BUILDS else KernelUnavailable(f"no band kernel computes {q.dtype}")
+    loaded = load(q.dtype)
     if not isinstance(loaded, BandKernel):
-        raise KernelUnavailable(f"band kernel for {q.dtype} does not run here: {loaded}")
+        raise KernelUnavailable(f"no band kernel for {q.dtype} runs here: {loaded}")
     return loaded(q, k, v, k_global, v_global, key_ok, slot_used, window)
 
 

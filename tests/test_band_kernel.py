@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import ctypes
 import math
+import os
 import re
 import subprocess
 
@@ -40,16 +41,23 @@ VARIANTS = [pytest.param(spec, id=f"{spec.key}",
             for spec in (band_kernel.AMX_BUILD, band_kernel.BUILDS[torch.bfloat16], band_kernel.BUILDS[torch.float32])]
 
 
-def dense_reference(q, k, v, k_global, v_global, key_ok, slot_used, w):
-    """Every query over every key in fp32, masked to its band of local keys and the used global slots."""
+def dense_scores(q, k, v, k_global, v_global, key_ok, slot_used, w, precision=torch.float32):
+    """Every query's scores (B, H, L, G+L) against every global and local key, -inf where its band of local keys
+    and the used global slots do not allow the key; and the values (B, H, G+L, d) they weigh."""
     batch, length, heads, head_dim = q.shape
-    qf, kf, vf = (x.float().transpose(1, 2) for x in (q, k, v))  # (B, H, L, d)
-    keys = torch.cat([k_global.float(), kf], 2)
-    values = torch.cat([v_global.float(), vf], 2)
+    qf, kf, vf = (x.to(precision).transpose(1, 2) for x in (q, k, v))  # (B, H, L, d)
+    keys = torch.cat([k_global.to(precision), kf], 2)
+    values = torch.cat([v_global.to(precision), vf], 2)
     position = torch.arange(length)
     band = (position[None, :] - position[:, None]).abs() <= w
     allowed = torch.cat([slot_used[:, None, :].expand(-1, length, -1), band[None] & key_ok[:, None, :]], -1)
     scores = (qf @ keys.transpose(-1, -2) / math.sqrt(head_dim)).masked_fill(~allowed[:, None], float("-inf"))
+    return scores, values
+
+
+def dense_reference(q, k, v, k_global, v_global, key_ok, slot_used, w, precision=torch.float32):
+    """Every query over every key, masked to its band of local keys and the used global slots: (B, L, H, d)."""
+    scores, values = dense_scores(q, k, v, k_global, v_global, key_ok, slot_used, w, precision)
     return (torch.softmax(scores, -1).nan_to_num(0.0) @ values).transpose(1, 2)  # rows with no key: zeros
 
 
@@ -280,6 +288,12 @@ def test_the_c_side_refuses_sizes_out_of_its_range(spec):
     assert kernel._call(ctypes.byref(args)) == band_kernel.Status.BAD_HEAD_SIZE
 
 
+def test_the_operator_says_when_no_kernel_computes_its_dtype():
+    case = random_case(1, 64, 2, 64, 2, dtype=torch.float16)
+    with pytest.raises(band_kernel.KernelUnavailable, match="no band kernel for torch.float16 runs here"):
+        band_kernel.band_attention(*case, 4)
+
+
 @pytest.mark.parametrize("dtype", BOTH)
 def test_opcheck(dtype):
     """torch.library's own test of the operator: schema, fake against real, autograd registration, AOT dispatch."""
@@ -328,6 +342,114 @@ def test_the_model_calls_the_operator():
     counts = {event.key: event.count for event in profile.key_averages()}
     assert counts.get("longqa::band_attention") == TINY.num_hidden_layers
     assert counts.get(band_kernel.PROFILER_NAME) == TINY.num_hidden_layers
+
+
+FUZZ_CASES = int(os.environ.get("LONGQA_BAND_FUZZ_CASES", "1000"))  # per kernel; scripts/band_kernel_asan.sh sets it
+# allowed error, as a fraction of max|v|: the rounding of probabilities and outputs (bf16: 8-bit mantissas), plus
+# the scores' fp32 rounding (a few units of 2^-24 of the largest score), which the softmax passes on to the output
+FUZZ_ROUNDING = {torch.bfloat16: 2 ** -6, torch.float32: 0.0}
+FUZZ_SCORE_ROUNDING = 2 ** -21
+
+
+def strided_heads(generator, batch, length, heads, head_dim, dtype, scale):
+    """A (B, L, H, d) tensor with unit last stride but otherwise any layout: token-major or head-major storage,
+    padding after each token, head or batch, a storage offset (bf16: often off a 4-byte boundary), or one head's
+    storage broadcast to all heads (stride 0)."""
+    pad = [int(x) for x in torch.randint(0, 3, (3,), generator=generator)]
+    offset = int(torch.randint(0, 3, (), generator=generator))
+    layout = int(torch.randint(0, 4, (), generator=generator))
+    if layout == 0:  # as the fused projection's split gives them: (B, L, H*d + pad) rows
+        storage = torch.empty(batch, length, heads * head_dim + pad[0] + offset, dtype=dtype)
+        x = storage[..., offset:offset + heads * head_dim].view(batch, length, heads, head_dim)
+    elif layout == 1:  # head-major storage (B, H, L, d + pad) seen as (B, L, H, d)
+        storage = torch.empty(batch, heads, length, head_dim + pad[1] + offset, dtype=dtype)
+        x = storage[..., offset:offset + head_dim].transpose(1, 2)
+    elif layout == 2:  # padded heads, padded batches
+        storage = torch.empty(batch, length * heads * (head_dim + pad[1]) + pad[2] + offset, dtype=dtype)
+        x = storage[:, offset:offset + length * heads * (head_dim + pad[1])].view(
+            batch, length, heads, head_dim + pad[1])[..., :head_dim]
+    else:  # every head reads the same storage: head stride 0
+        storage = torch.empty(batch, length, 1, head_dim + offset, dtype=dtype)
+        x = storage[..., offset:].expand(batch, length, heads, head_dim)
+    storage.fill_(float("nan"))  # padding and offsets: a kernel that reads them returns NaN
+    values = torch.randn(batch, length, heads, head_dim, generator=generator) * scale
+    if layout == 3:  # one head's values, seen by every head
+        storage[..., offset:].copy_(values[:, :, :1].to(dtype))
+    else:
+        x.copy_(values.to(dtype))
+    return x
+
+
+def fuzz_case(seed: int, dtype: torch.dtype):
+    """One random call: shapes, window (0, odd, wider than the text), global slots (none to many), strides and
+    offsets, masks from empty to full, magnitudes over five decades. Returns (arguments, window, a description)."""
+    g = torch.Generator().manual_seed(seed)
+
+    def pick(*choices):
+        return choices[int(torch.randint(0, len(choices), (), generator=g))]
+
+    def integer(low, high):  # inclusive
+        return int(torch.randint(low, high + 1, (), generator=g))
+
+    batch, heads = integer(1, 3), integer(1, 4)
+    length = pick(integer(1, 9), integer(10, 80), integer(81, 400))
+    head_dim = pick(*band_kernel.BUILDS[dtype].head_sizes)
+    window = pick(0, integer(1, 8), integer(1, length + 40), integer(length, 3 * length + 100))
+    n_global = pick(0, integer(1, 4), integer(5, 70))
+    q_scale, v_scale = (10 ** (torch.rand((), generator=g).item() * 4 - 2) for _ in range(2))
+    q, k = (strided_heads(g, batch, length, heads, head_dim, dtype, q_scale ** 0.5) for _ in range(2))
+    v = strided_heads(g, batch, length, heads, head_dim, dtype, v_scale)
+    globals_ = [torch.randn(batch, heads, n_global, head_dim, generator=g) * scale
+                for scale in (q_scale ** 0.5, v_scale)]
+    if pick(True, False):  # as the fast attention gathers them: (B, G, H, d) transposed, not contiguous
+        globals_ = [x.transpose(1, 2).contiguous().transpose(1, 2) for x in globals_]
+    k_global, v_global = (x.to(dtype) for x in globals_)
+    density = pick(0.0, 0.3, 0.9, 1.0)
+    key_ok = torch.rand(batch, length, generator=g) < density
+    slot_used = torch.rand(batch, n_global, generator=g) < pick(0.0, 0.5, 1.0)
+    description = (f"seed {seed}: B={batch} L={length} H={heads} d={head_dim} w={window} G={n_global} "
+                   f"strides {q.stride()}/{k.stride()}/{v.stride()} offsets "
+                   f"{[x.storage_offset() for x in (q, k, v)]} density {density} |q|~{q_scale:.3g} |v|~{v_scale:.3g}")
+    return (q, k, v, k_global, v_global, key_ok, slot_used), window, description
+
+
+def fuzz_error(dtype: torch.dtype, seed: int) -> tuple[float, float, str]:
+    """The kernel's largest error against the dense reference in fp64 on one fuzz case, the case's allowed error
+    (relative to max|v| over local and global values, see FUZZ_ROUNDING), and the case."""
+    case, window, description = fuzz_case(seed, dtype)
+    out = band_kernel.band_attention(*case, window)
+    reference = dense_reference(*case, window, precision=torch.float64)
+    assert out.shape == reference.shape and out.dtype == dtype and out.is_contiguous()
+    if not out.numel():
+        return 0.0, 0.0, description
+    scores, values = dense_scores(*case, window, precision=torch.float64)
+    allowed_scores = scores[scores.isfinite()]
+    max_score = allowed_scores.abs().max().item() if allowed_scores.numel() else 0.0
+    v_max = values.abs().max().item()
+    allowed = v_max * (FUZZ_ROUNDING[dtype] + FUZZ_SCORE_ROUNDING * (1.0 + max_score))
+    return (out.double() - reference).abs().max().item(), allowed, description
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("spec", VARIANTS)
+def test_differential_fuzz_against_dense_attention(spec, monkeypatch):
+    """FUZZ_CASES random calls per kernel variant (AMX, AVX-512 BF16, fp32) through the operator, each against every
+    query over every key in fp32 masked to its band; the error allowed is relative to the values' largest
+    magnitude."""
+    dtype = spec.dtype
+    monkeypatch.setenv(band_kernel.DISABLE_VARIABLE, spec.key)  # the operator loads this variant only
+    band_kernel.load.cache_clear()
+    failures = []
+    try:
+        assert band_kernel.kernel(dtype).spec is spec
+        for seed in range(FUZZ_CASES):
+            error, allowed, description = fuzz_error(dtype, seed)
+            if not error <= allowed:  # NaN fails too
+                failures.append(f"{description}: error {error:.3g} > {allowed:.3g}")
+    finally:
+        monkeypatch.undo()
+        band_kernel.load.cache_clear()
+    assert not failures, f"{len(failures)} of {FUZZ_CASES} cases:\n" + "\n".join(failures[:10])
 
 
 def band_sdpa_calls(model, x) -> int:
