@@ -44,7 +44,7 @@ NAMED_GROUPS = [
      {"aten::addmm", "aten::mm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear",
       "quantized::linear_dynamic", "quantized::linear_dynamic_fp16", "mkldnn::_linear_pointwise"}),
     ("band kernel (the band's products, mask and softmax in one call: strategies/band_kernel.py)",
-     {"longqa::band_kernel"}),
+     {"longqa::band_kernel", "longqa::band_attention"}),  # the C call, and the operator's checks and copies
     ("attention (fused SDPA kernel: band and global products, softmax)",
      {"aten::_scaled_dot_product_flash_attention_for_cpu", "aten::_scaled_dot_product_attention_math",
       "aten::scaled_dot_product_attention"}),

@@ -6,10 +6,9 @@
    the band (in groups of 32 keys, about 1.06x the needed products), where a fused SDPA call over blocks of w
    queries computes 3w keys per query and builds padded copies of keys, values and the mask first.
 
-   Layout: q, k, v are (B, L, H, d) bf16 with any batch, token and head strides (the dimension stride is 1), as the
-   fused projection's split hands them; kg, vg are the global keys and values, (B, H, G, d) contiguous; key_ok
-   (B, L) says which tokens are local keys (neither padding nor global), slot_used (B, G) which global slots hold
-   a token. out is (B, L, H, d) contiguous. A row with no allowed key gets zeros.
+   Arguments, layout and status codes: band_attention.h (one struct, shared by every band kernel). q, k, v come
+   as the fused projection's split hands them, with any batch, token and head strides. A row with no allowed key
+   gets zeros.
 
    Built at first use by strategies/band_kernel.py (cc -O3 -mavx512bf16 -fopenmp); not a Python extension, called
    through ctypes, parallel over (batch, head) with the OpenMP runtime torch already loaded. */
@@ -19,6 +18,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "band_attention.h"
 
 typedef uint16_t bf16;
 
@@ -202,19 +203,24 @@ DEFINE_HEAD(32)
 DEFINE_HEAD(64)
 DEFINE_HEAD(128)
 
-/* The band attention of every (batch, head). Strides in elements: (batch, token, head) for q, k, v. Returns 0 on
-   success, 1 for an unsupported head size, 2 when scratch memory could not be allocated. */
-int longqa_band_attention_bf16(const bf16 *q, const bf16 *k, const bf16 *v, const int64_t *q_strides,
-                               const int64_t *k_strides, const int64_t *v_strides, const bf16 *kg, const bf16 *vg,
-                               const uint8_t *key_ok, const uint8_t *slot_used, bf16 *out, int64_t B, int64_t L,
-                               int64_t H, int64_t d, int64_t w, int64_t G, float scale, int threads) {
-    if (d != 16 && d != 32 && d != 64 && d != 128) return 1;
+/* The band attention of every (batch, head) (band_attention.h: the arguments, their layout, the status codes). */
+int longqa_band_attention_bf16(const longqa_band_args *args) {
+    longqa_band_status checked = longqa_band_check(args);
+    if (checked != LONGQA_BAND_OK) return checked;
+    const bf16 *q = args->q, *k = args->k, *v = args->v, *kg = args->k_global, *vg = args->v_global;
+    const int64_t *q_strides = args->q_strides, *k_strides = args->k_strides, *v_strides = args->v_strides;
+    const uint8_t *key_ok = args->key_ok, *slot_used = args->slot_used;
+    bf16 *out = args->out;
+    const int64_t B = args->batch, L = args->length, H = args->heads, d = args->head_dim, w = args->window,
+                  G = args->n_global;
+    const float scale = args->scale;
+    if (d != 16 && d != 32 && d != 64 && d != 128) return LONGQA_BAND_BAD_HEAD_SIZE;
     const size_t wp = round_up((size_t)w, 32); /* zero columns before position 0: column = position + wp */
     const size_t n = round_up(2 * wp + (size_t)L + COLS + ROWS, 32);
     const size_t gp = round_up((size_t)G, COLS);
     const size_t width = gp + round_up(ROWS + 2 * (size_t)w + 1, COLS);
     int failed = 0;
-#pragma omp parallel num_threads(threads)
+#pragma omp parallel num_threads(args->threads)
     {
         uint32_t *kt = aligned_alloc(64, round_up(n * (size_t)d * 2, 64));
         bf16 *vpk = aligned_alloc(64, round_up(n * (size_t)d * 2, 64));
@@ -259,5 +265,5 @@ int longqa_band_attention_bf16(const bf16 *q, const bf16 *k, const bf16 *v, cons
         }
         free(kt); free(vpk); free(kgt); free(vgp); free(scores); free(probs); free(okp); free(okrow);
     }
-    return failed ? 2 : 0;
+    return failed ? LONGQA_BAND_OUT_OF_MEMORY : LONGQA_BAND_OK;
 }

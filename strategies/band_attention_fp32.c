@@ -1,10 +1,9 @@
 /* Longformer's local attention band in fp32 on AVX2 + FMA: band_attention.c's twin for the CPUs without native
    bf16, where the `cpu` profile runs int8 Linear layers and keeps the attention in fp32.
 
-   Same contract as band_attention.c (see there): q, k, v (B, L, H, d) fp32 with any batch, token and head strides
-   and unit dimension stride; kg, vg (B, H, G, d) contiguous; key_ok (B, L) and slot_used (B, G) bytes; out
-   (B, L, H, d) contiguous. Scores, softmax and the weighted sum all in fp32. Keys are transposed once per
-   (batch, head) so that 16 keys' scores are two vector registers; values are read in place.
+   Same contract as band_attention.c: the arguments, layout and status codes of band_attention.h, in fp32. Scores,
+   softmax and the weighted sum all in fp32. Keys are transposed once per (batch, head) so that 16 keys' scores are
+   two vector registers; values are read in place.
 
    Built at first use by strategies/band_kernel.py (cc -O3 -mavx2 -mfma -fopenmp), called through ctypes. */
 
@@ -13,6 +12,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "band_attention.h"
 
 #define ROWS 6     /* query rows per group in the score product (12 accumulators of the 16 registers) */
 #define COLS 16    /* keys per score micro-tile (two vectors of 8) */
@@ -170,19 +171,25 @@ DEFINE_VALUES(1)
 DEFINE_VALUES(2)
 DEFINE_VALUES(4)
 
-/* The band attention of every (batch, head) in fp32. Strides in elements: (batch, token, head) for q, k, v.
-   Returns 0 on success, 1 for a head size that is not a multiple of 8, 2 when scratch memory ran out. */
-int longqa_band_attention_fp32(const float *q, const float *k, const float *v, const int64_t *q_strides,
-                               const int64_t *k_strides, const int64_t *v_strides, const float *kg, const float *vg,
-                               const uint8_t *key_ok, const uint8_t *slot_used, float *out, int64_t B, int64_t L,
-                               int64_t H, int64_t d, int64_t w, int64_t G, float scale, int threads) {
-    if (d % 8 != 0 || d <= 0) return 1;
+/* The band attention of every (batch, head) in fp32 (band_attention.h: the arguments, their layout, the status
+   codes); head sizes that are multiples of 8. */
+int longqa_band_attention_fp32(const longqa_band_args *args) {
+    longqa_band_status checked = longqa_band_check(args);
+    if (checked != LONGQA_BAND_OK) return checked;
+    const float *q = args->q, *k = args->k, *v = args->v, *kg = args->k_global, *vg = args->v_global;
+    const int64_t *q_strides = args->q_strides, *k_strides = args->k_strides, *v_strides = args->v_strides;
+    const uint8_t *key_ok = args->key_ok, *slot_used = args->slot_used;
+    float *out = args->out;
+    const int64_t B = args->batch, L = args->length, H = args->heads, d = args->head_dim, w = args->window,
+                  G = args->n_global;
+    const float scale = args->scale;
+    if (d % 8 != 0 || d <= 0) return LONGQA_BAND_BAD_HEAD_SIZE;
     const size_t wp = round_up((size_t)w, COLS); /* zero columns before position 0: column = position + wp */
     const size_t n = round_up(2 * wp + (size_t)L + COLS + ROWS, COLS);
     const size_t gp = round_up((size_t)G, COLS);
     const size_t width = gp + round_up(ROWS + 2 * (size_t)w + 1, COLS) + COLS;
     int failed = 0;
-#pragma omp parallel num_threads(threads)
+#pragma omp parallel num_threads(args->threads)
     {
         float *kt = aligned_alloc(64, round_up(n * (size_t)d * sizeof(float), 64));
         float *kgt = aligned_alloc(64, round_up(gp * (size_t)d * sizeof(float) + 64, 64));
@@ -247,5 +254,5 @@ int longqa_band_attention_fp32(const float *q, const float *k, const float *v, c
         }
         free(kt); free(kgt); free(scores); free(okp); free(okrow);
     }
-    return failed ? 2 : 0;
+    return failed ? LONGQA_BAND_OUT_OF_MEMORY : LONGQA_BAND_OK;
 }

@@ -1,11 +1,21 @@
 """The fast attention's hand-written band kernels (`band_attention.c`: bf16 on AVX-512 BF16; `band_attention_fp32.c`:
-fp32 on AVX2 and FMA): built with the system C compiler into the project's cache folder, loaded with ctypes, called.
-Not a strategy (the fast attention chooses them) and not a general attention: inference only, no dropout.
+fp32 on AVX2 and FMA): built with the system C compiler into the project's cache folder, loaded with ctypes, called
+through one torch operator, `torch.ops.longqa.band_attention` (a custom op with a fake implementation, so
+torch.compile traces it). Not a strategy (the fast attention chooses them) and not a general attention: inference
+only, no dropout.
+
+The door: every kernel takes one `longqa_band_args` struct and returns a `longqa_band_status`, both declared in
+`band_attention.h` and mirrored here by `BandArgs` and `Status`. Python checks layouts, dtypes and masks
+(`check_arguments`); the C side checks that the sizes fit its 32-bit column indices. A new kernel variant plugs in
+as a .c file that includes band_attention.h and exports `int <entry>(const longqa_band_args *)`, plus one
+`KernelBuild` row in BUILDS (its flags, the CPU flags it needs, its head sizes); a field added to the struct goes at
+its end, in the header and in `BandArgs` both (tests/test_band_kernel.py compares them).
 """
 
 from __future__ import annotations
 
 import ctypes
+import enum
 import functools
 import hashlib
 import logging
@@ -46,6 +56,7 @@ BUILDS = {
                                frozenset({"avx2", "fma"}), "longqa_band_attention_fp32", tuple(range(8, 129, 8))),
 }
 DTYPES = tuple(BUILDS)
+HEADER = Path(__file__).with_name("band_attention.h")  # the arguments and status codes every kernel includes
 DISABLE_VARIABLE = "LONGQA_BAND_KERNEL"
 PROFILER_NAME = "longqa::band_kernel"
 
@@ -79,7 +90,8 @@ def is_head_supported(dtype: torch.dtype, head_dim: int) -> bool:
 def built_path(dtype: torch.dtype, compiler: str | None = None, folder: Path | None = None) -> Path:
     """Where the library for `dtype` built from this source with these flags and compiler is (or will be) kept."""
     spec = BUILDS[dtype]
-    key = spec.source.read_bytes() + " ".join((compiler or compiler_name(),) + COMMON_FLAGS + spec.flags).encode()
+    command = " ".join((compiler or compiler_name(),) + COMMON_FLAGS + spec.flags)
+    key = spec.source.read_bytes() + HEADER.read_bytes() + command.encode()
     return (folder or kernel_folder()) / f"{spec.source.stem}-{hashlib.sha256(key).hexdigest()[:16]}.so"
 
 
@@ -116,58 +128,148 @@ def build(dtype: torch.dtype = torch.bfloat16, compiler: str | None = None, fold
     return target
 
 
+class BandArgs(ctypes.Structure):
+    """The kernels' arguments: `longqa_band_args` of band_attention.h, field for field in the same order."""
+
+    _fields_ = [("struct_size", ctypes.c_int64),
+                ("q", ctypes.c_void_p), ("k", ctypes.c_void_p), ("v", ctypes.c_void_p),
+                ("q_strides", ctypes.c_int64 * 3), ("k_strides", ctypes.c_int64 * 3), ("v_strides", ctypes.c_int64 * 3),
+                ("k_global", ctypes.c_void_p), ("v_global", ctypes.c_void_p),
+                ("key_ok", ctypes.c_void_p), ("slot_used", ctypes.c_void_p), ("out", ctypes.c_void_p),
+                ("batch", ctypes.c_int64), ("length", ctypes.c_int64), ("heads", ctypes.c_int64),
+                ("head_dim", ctypes.c_int64), ("window", ctypes.c_int64), ("n_global", ctypes.c_int64),
+                ("scale", ctypes.c_float), ("threads", ctypes.c_int32)]
+
+
+class Status(enum.IntEnum):
+    """What a kernel returns: `longqa_band_status` of band_attention.h, without its LONGQA_BAND_ prefix."""
+
+    OK = 0
+    BAD_HEAD_SIZE = 1
+    OUT_OF_MEMORY = 2
+    BAD_ARGUMENTS = 3
+
+
+def status_name(status: int) -> str:
+    """A kernel's return value as band_attention.h names it."""
+    try:
+        return f"LONGQA_BAND_{Status(status).name} ({status})"
+    except ValueError:
+        return f"unknown status {status}"
+
+
+MAX_SIZE = 2 ** 30  # LONGQA_BAND_MAX_SIZE: the C loops index a row's columns with 32-bit ints
+MAX_ROW_COLUMNS = 2 ** 31 - 256  # global slots + 2 * window, padded: below INT32_MAX
+
+
+def check_arguments(dtype: torch.dtype, q, k, v, k_global, v_global, key_ok, slot_used, window: int) -> None:
+    """Raise ValueError unless the arguments are what a `dtype` kernel takes (see `BandKernel.__call__`). Reads
+    only shapes, dtypes, strides and devices, so it also checks fake tensors while torch.compile traces."""
+    if q.dim() != 4 or k_global.dim() != 4:
+        raise ValueError(f"expected q (B, L, H, d) and k_global (B, H, G, d), got {tuple(q.shape)} and "
+                         f"{tuple(k_global.shape)}")
+    batch, length, heads, head_dim = q.shape
+    n_global = k_global.shape[2]
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if x.dtype != dtype or x.device.type != "cpu" or x.shape != q.shape or x.stride(-1) != 1:
+            raise ValueError(f"{name}: expected a CPU {dtype} tensor of shape {tuple(q.shape)} with unit last "
+                             f"stride, got {x.dtype} {tuple(x.shape)} strides {x.stride()} on {x.device}")
+    for name, x in (("k_global", k_global), ("v_global", v_global), ("key_ok", key_ok), ("slot_used", slot_used)):
+        if x.device.type != "cpu":
+            raise ValueError(f"{name}: expected a CPU tensor, got one on {x.device}")
+    if not is_head_supported(dtype, head_dim):
+        raise ValueError(f"head size {head_dim}: the {dtype} kernel does not take it")
+    if k_global.shape != (batch, heads, n_global, head_dim) or v_global.shape != k_global.shape:
+        raise ValueError(f"global keys/values: expected {(batch, heads, n_global, head_dim)}, got "
+                         f"{tuple(k_global.shape)} and {tuple(v_global.shape)}")
+    if key_ok.shape != (batch, length) or slot_used.shape != (batch, n_global):
+        raise ValueError(f"masks: expected key_ok {(batch, length)} and slot_used {(batch, n_global)}, got "
+                         f"{tuple(key_ok.shape)} and {tuple(slot_used.shape)}")
+    for name, x in (("key_ok", key_ok), ("slot_used", slot_used)):
+        if x.dtype != torch.bool:  # another dtype would be read as bytes: 256 becomes 0, 0.5 becomes 0
+            raise ValueError(f"{name}: expected a bool mask, got {x.dtype}")
+    if window < 0:
+        raise ValueError(f"window {window}: a one-sided window is 0 or more")
+    if window >= MAX_SIZE:
+        raise ValueError(f"window {window}: the band kernel takes windows below 2^30 (it indexes a row's columns "
+                         f"with 32-bit ints); a window past the text is the text's length")
+    for name, size in (("batch", batch), ("length", length), ("heads", heads), ("global slots", n_global)):
+        if size >= MAX_SIZE:
+            raise ValueError(f"{name} {size}: the band kernel takes sizes below 2^30")
+    if n_global + 2 * clamped_window(window, length) >= MAX_ROW_COLUMNS:
+        raise ValueError(f"{n_global} global slots and a window of {window}: a row of more than 2^31 columns")
+
+
+def clamped_window(window: int, length: int) -> int:
+    """The window the kernel computes with: past the text's last token it sees nothing more (and would size its
+    buffers for the keys it does not have)."""
+    return max(0, min(window, length - 1))
+
+
+def is_row_aligned(x: torch.Tensor) -> bool:
+    """Whether every (batch, token, head) row of a bf16 tensor starts on a 4-byte boundary (read as 32-bit pairs)."""
+    return x.data_ptr() % 4 == 0 and all(step % 2 == 0 for step in x.stride()[:-1])
+
+
 class BandKernel:
-    """The loaded library's entry point, with argument checking in Python (the C side trusts its arguments)."""
+    """The loaded library's entry point, with argument checking in Python (the C side checks only sizes)."""
 
     def __init__(self, spec: KernelBuild, path: Path):
         library = ctypes.CDLL(str(path))
         self._call = getattr(library, spec.entry)
         self._call.restype = ctypes.c_int
-        pointer, size = ctypes.c_void_p, ctypes.c_int64
-        self._call.argtypes = [pointer] * 11 + [size] * 6 + [ctypes.c_float, ctypes.c_int]
+        self._call.argtypes = [ctypes.POINTER(BandArgs)]
         self.dtype, self.path = spec.dtype, path
 
-    @torch.compiler.disable  # a foreign call: compiled callers break the graph here
+    @torch.compiler.disable  # a foreign call: compiled callers take the custom op `band_attention` instead
     def __call__(self, q, k, v, k_global, v_global, key_ok, slot_used, window: int) -> torch.Tensor:
         """Band attention output (B, L, H, d) in the kernel's dtype for queries/keys/values (B, L, H, d) (any
         strides, the last one 1), global keys/values (B, H, G, d), `key_ok` (B, L) bool (the local keys),
-        `slot_used` (B, G) bool, all on the CPU."""
+        `slot_used` (B, G) bool, all on the CPU; `window` one-sided, 0 or more (clamped to the text)."""
+        check_arguments(self.dtype, q, k, v, k_global, v_global, key_ok, slot_used, window)
         batch, length, heads, head_dim = q.shape
-        n_global = k_global.shape[2]
-        for name, x in (("q", q), ("k", k), ("v", v)):
-            if x.dtype != self.dtype or x.device.type != "cpu" or x.shape != q.shape or x.stride(-1) != 1:
-                raise ValueError(f"{name}: expected a CPU {self.dtype} tensor of shape {tuple(q.shape)} with unit last "
-                                 f"stride, got {x.dtype} {tuple(x.shape)} strides {x.stride()} on {x.device}")
-        for name, x in (("k_global", k_global), ("v_global", v_global), ("key_ok", key_ok), ("slot_used", slot_used)):
-            if x.device.type != "cpu":
-                raise ValueError(f"{name}: expected a CPU tensor, got one on {x.device}")
-        if not is_head_supported(self.dtype, head_dim):
-            raise ValueError(f"head size {head_dim}: the {self.dtype} kernel does not take it")
-        if self.dtype == torch.bfloat16:  # rows are read as 32-bit pairs of dimensions: each row 4-byte aligned
-            q, k, v = (x if x.data_ptr() % 4 == 0 and all(step % 2 == 0 for step in x.stride()[:3])
-                       else x.contiguous() for x in (q, k, v))
-        k_global = k_global.to(self.dtype).contiguous()
-        v_global = v_global.to(self.dtype).contiguous()
-        if k_global.shape != (batch, heads, n_global, head_dim) or v_global.shape != k_global.shape:
-            raise ValueError(f"global keys/values: expected {(batch, heads, n_global, head_dim)}, got "
-                             f"{tuple(k_global.shape)} and {tuple(v_global.shape)}")
-        if key_ok.shape != (batch, length) or slot_used.shape != (batch, n_global):
-            raise ValueError(f"masks: expected key_ok {(batch, length)} and slot_used {(batch, n_global)}, got "
-                             f"{tuple(key_ok.shape)} and {tuple(slot_used.shape)}")
-        key_ok = key_ok.to(torch.uint8).contiguous()
-        slot_used = slot_used.to(torch.uint8).contiguous()
+        if self.dtype == torch.bfloat16:  # a fresh copy: .contiguous() keeps a contiguous but misaligned view
+            q, k, v = (x if is_row_aligned(x) else x.clone(memory_format=torch.contiguous_format)
+                       for x in (q, k, v))
+        k_global, v_global = (x.to(self.dtype) for x in (k_global, v_global))
+        k_global, v_global = (x if x.is_contiguous() and is_row_aligned(x)
+                              else x.clone(memory_format=torch.contiguous_format) for x in (k_global, v_global))
+        key_ok, slot_used = (x.contiguous().view(torch.uint8) for x in (key_ok, slot_used))
         out = torch.empty(batch, length, heads, head_dim, dtype=self.dtype)
-        strides = [(ctypes.c_int64 * 3)(*x.stride()[:3]) for x in (q, k, v)]
+        args = BandArgs(struct_size=ctypes.sizeof(BandArgs),
+                        q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(),
+                        q_strides=q.stride()[:3], k_strides=k.stride()[:3], v_strides=v.stride()[:3],
+                        k_global=k_global.data_ptr(), v_global=v_global.data_ptr(),
+                        key_ok=key_ok.data_ptr(), slot_used=slot_used.data_ptr(), out=out.data_ptr(),
+                        batch=batch, length=length, heads=heads, head_dim=head_dim,
+                        window=clamped_window(window, length), n_global=k_global.shape[2],
+                        scale=1.0 / math.sqrt(head_dim), threads=torch.get_num_threads())
         with torch.profiler.record_function(PROFILER_NAME):  # the call as one event in torch.profiler's traces
-            status = self._call(q.data_ptr(), k.data_ptr(), v.data_ptr(), *strides, k_global.data_ptr(),
-                                v_global.data_ptr(), key_ok.data_ptr(), slot_used.data_ptr(), out.data_ptr(),
-                                batch, length, heads, head_dim, window, n_global, 1.0 / math.sqrt(head_dim),
-                                torch.get_num_threads())
-        if status == 2:  # the engine halves the batch on torch's out-of-memory error
+            status = self._call(ctypes.byref(args))
+        if status == Status.OUT_OF_MEMORY:  # the engine halves the batch on torch's out-of-memory error
             raise torch.OutOfMemoryError("band kernel: out of memory for its scratch buffers")
-        if status:
-            raise RuntimeError(f"band kernel failed (status {status}: unsupported head size {head_dim})")
+        if status != Status.OK:
+            raise RuntimeError(f"band kernel failed: {status_name(status)} for {self.dtype}, head size {head_dim}, "
+                               f"window {window}, {tuple(q.shape)}")
         return out
+
+
+@torch.library.custom_op("longqa::band_attention", mutates_args=(), device_types="cpu")
+def band_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_global: torch.Tensor,
+                   v_global: torch.Tensor, key_ok: torch.Tensor, slot_used: torch.Tensor, window: int) -> torch.Tensor:
+    """The band kernel for q's dtype as a torch operator (`torch.ops.longqa.band_attention`): torch.compile traces
+    it into its graphs as one call, and `torch.library.opcheck` tests it. Arguments as `BandKernel.__call__`."""
+    loaded = load(q.dtype)
+    if not isinstance(loaded, BandKernel):
+        raise KernelUnavailable(f"no band kernel for {q.dtype} runs here: {loaded}")
+    return loaded(q, k, v, k_global, v_global, key_ok, slot_used, window)
+
+
+@band_attention.register_fake
+def _band_attention_shape(q, k, v, k_global, v_global, key_ok, slot_used, window):
+    """What the op returns, for tracing: a contiguous (B, L, H, d) tensor in q's dtype, after the same checks."""
+    check_arguments(q.dtype, q, k, v, k_global, v_global, key_ok, slot_used, window)
+    return q.new_empty(q.shape)
 
 
 @functools.cache

@@ -172,28 +172,29 @@ class SlidingWindowSelfAttention(nn.Module):
 
         q, k, v, k_all, v_all = (x.view(batch, length, heads, head_dim)
                                  for x in self._project(hidden_states))  # (B, L, H, d) each
-        kernel = self._band_kernel(q, dropout)
-        plan = self.plans.get(is_pad, is_index_global_attn, w, q.dtype, block, with_bias=kernel is None)
+        on_kernel = self._is_band_on_kernel(q, dropout)
+        plan = self.plans.get(is_pad, is_index_global_attn, w, q.dtype, block, with_bias=not on_kernel)
         n_global, order, slot_used = plan.n_global, plan.order, plan.slot_used
 
         row_index = order[:, :, None, None].expand(batch, n_global, heads, head_dim)  # (B, G, H, d)
         k_global = torch.gather(k, 1, row_index).transpose(1, 2)  # (B, H, G, d)
         v_global = torch.gather(v, 1, row_index).transpose(1, 2)
-        if kernel is not None:
-            out = kernel(q, k, v, k_global, v_global, plan.key_ok, slot_used, w).view(batch, length, self.embed_dim)
+        if on_kernel:
+            out = band_kernel.band_attention(q, k, v, k_global, v_global, plan.key_ok, slot_used, w)  # (B, L, H, d)
+            out = out.view(batch, length, self.embed_dim)
         else:
             out = self._band_sdpa(q, k, v, k_global, v_global, plan, block, dropout)
         return self._with_global_rows(out, hidden_states, k_all, v_all, plan, is_pad, dropout)
 
-    def _band_kernel(self, q: torch.Tensor, dropout: float) -> band_kernel.BandKernel | None:
-        """The band kernel when one can compute this forward: on CPU in its dtype, no dropout or gradient, a head
-        size it takes, not inside torch.compile (which traces SDPA into its graph); None for SDPA."""
+    def _is_band_on_kernel(self, q: torch.Tensor, dropout: float) -> bool:
+        """Whether a band kernel computes this forward's band: on CPU in its dtype, no dropout or gradient, a head
+        size it takes, not inside torch.compile (which traces SDPA into its graph); else SDPA does."""
         if not (self.use_band_kernel and q.device.type == "cpu" and dropout == 0.0 and q.stride(-1) == 1
                 and not torch.compiler.is_compiling()
                 and band_kernel.is_head_supported(q.dtype, q.shape[-1])
                 and not (torch.is_grad_enabled() and q.requires_grad)):
-            return None
-        return band_kernel.kernel(q.dtype)
+            return False
+        return band_kernel.kernel(q.dtype) is not None
 
     def _band_sdpa(self, q, k, v, k_global, v_global, plan: BandPlan, block: int, dropout: float) -> torch.Tensor:
         """The local rows' output (B, L, D) as one fused SDPA call over blocks of `block` queries."""

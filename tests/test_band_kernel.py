@@ -8,7 +8,11 @@ elsewhere they are skipped with the reason `band_kernel.load()` gives, and the t
 from __future__ import annotations
 
 import copy
+import ctypes
 import math
+import os
+import re
+import subprocess
 
 import pytest
 import torch
@@ -24,16 +28,23 @@ BOTH = [pytest.param(dtype, marks=pytest.mark.skipif(band_kernel.kernel(dtype) i
 TOLERANCE = {torch.bfloat16: 0.02, torch.float32: 1e-5}  # bf16: probabilities and outputs rounded to 2^-8
 
 
-def dense_reference(q, k, v, k_global, v_global, key_ok, slot_used, w):
-    """Every query over every key in fp32, masked to its band of local keys and the used global slots."""
+def dense_scores(q, k, v, k_global, v_global, key_ok, slot_used, w, precision=torch.float32):
+    """Every query's scores (B, H, L, G+L) against every global and local key, -inf where its band of local keys
+    and the used global slots do not allow the key; and the values (B, H, G+L, d) they weigh."""
     batch, length, heads, head_dim = q.shape
-    qf, kf, vf = (x.float().transpose(1, 2) for x in (q, k, v))  # (B, H, L, d)
-    keys = torch.cat([k_global.float(), kf], 2)
-    values = torch.cat([v_global.float(), vf], 2)
+    qf, kf, vf = (x.to(precision).transpose(1, 2) for x in (q, k, v))  # (B, H, L, d)
+    keys = torch.cat([k_global.to(precision), kf], 2)
+    values = torch.cat([v_global.to(precision), vf], 2)
     position = torch.arange(length)
     band = (position[None, :] - position[:, None]).abs() <= w
     allowed = torch.cat([slot_used[:, None, :].expand(-1, length, -1), band[None] & key_ok[:, None, :]], -1)
     scores = (qf @ keys.transpose(-1, -2) / math.sqrt(head_dim)).masked_fill(~allowed[:, None], float("-inf"))
+    return scores, values
+
+
+def dense_reference(q, k, v, k_global, v_global, key_ok, slot_used, w, precision=torch.float32):
+    """Every query over every key, masked to its band of local keys and the used global slots: (B, L, H, d)."""
+    scores, values = dense_scores(q, k, v, k_global, v_global, key_ok, slot_used, w, precision)
     return (torch.softmax(scores, -1).nan_to_num(0.0) @ values).transpose(1, 2)  # rows with no key: zeros
 
 
@@ -94,6 +105,328 @@ def test_bad_arguments_are_refused_in_python():
         band_kernel.kernel()(q, k, v, k_global[:, :1], v_global, key_ok, slot_used, 4)
     with pytest.raises(ValueError, match="masks"):
         band_kernel.kernel()(q, k, v, k_global, v_global, key_ok[:, :10], slot_used, 4)
+
+
+@pytest.mark.parametrize("dtype", BOTH)
+@pytest.mark.parametrize("window, message", [
+    (-1, "0 or more"),  # before: round_up((size_t)w) wrapped and a memcpy wrote before its buffer (SIGSEGV)
+    (-(2 ** 40), "0 or more"),
+    (2 ** 63 - 1, "below 2\\^30"),  # before: the scratch sizes overflowed, then a wild pointer
+    (2 ** 64, "below 2\\^30"),  # past int64: ctypes would have truncated it to 0
+    (2 ** 30, "below 2\\^30"),  # before: the (int) casts of the band's columns gave a wrong band, silently
+])
+def test_windows_out_of_range_are_refused(dtype, window, message):
+    case = random_case(1, 64, 2, 64, 2, dtype=dtype)
+    with pytest.raises(ValueError, match=message):
+        band_kernel.kernel(dtype)(*case, window)
+    # the operator (and its fake while torch.compile traces); its schema's int is 64-bit: past it, torch refuses
+    with pytest.raises(ValueError if window < 2 ** 63 else RuntimeError,
+                       match=message if window < 2 ** 63 else "argument 'window'"):
+        band_kernel.band_attention(*case, window)
+
+
+@pytest.mark.parametrize("dtype", BOTH)
+def test_a_window_past_the_text_is_the_texts_length(dtype):
+    """A window wider than the text sees every key: computed as the text's length, not sized for 2^30 keys."""
+    case = random_case(2, 50, 2, 64, 3, dtype=dtype)
+    wide = band_kernel.kernel(dtype)(*case, 2 ** 30 - 1)
+    assert torch.equal(wide, band_kernel.kernel(dtype)(*case, 49))
+    assert (wide.float() - dense_reference(*case, 49)).abs().max().item() < TOLERANCE[dtype]
+    assert band_kernel.clamped_window(2 ** 29, 50) == 49 and band_kernel.clamped_window(3, 50) == 3
+    assert band_kernel.clamped_window(7, 0) == 0
+
+
+@pytest.mark.parametrize("dtype", BOTH)
+@pytest.mark.parametrize("mask_dtype", [torch.uint8, torch.int64, torch.float32])
+def test_masks_must_be_bool(dtype, mask_dtype):
+    """Before, a mask of another dtype was cast to bytes: an integer 256 read as 0 (a key silently dropped)."""
+    q, k, v, k_global, v_global, key_ok, slot_used = random_case(1, 64, 2, 64, 2, dtype=dtype)
+    with pytest.raises(ValueError, match="key_ok: expected a bool mask"):
+        band_kernel.kernel(dtype)(q, k, v, k_global, v_global, key_ok.to(mask_dtype) * 256, slot_used, 4)
+    with pytest.raises(ValueError, match="slot_used: expected a bool mask"):
+        band_kernel.kernel(dtype)(q, k, v, k_global, v_global, key_ok, slot_used.to(mask_dtype), 4)
+
+
+def pointers_seen_by_c(kernel, monkeypatch) -> list[dict]:
+    """Wrap the kernel's foreign call to record the struct it passes (the kernel object is the cached one)."""
+    seen, call = [], kernel._call
+
+    def record(args_pointer):
+        args = args_pointer._obj
+        seen.append({name: getattr(args, name) for name in ("q", "k", "v", "k_global", "v_global")})
+        return call(args_pointer)
+
+    monkeypatch.setattr(kernel, "_call", record)
+    return seen
+
+
+@needs_kernel
+def test_misaligned_bf16_views_are_copied_to_aligned_memory(monkeypatch):
+    """A contiguous view that starts 2 bytes into its storage: `.contiguous()` returned it as it was, and the kernel
+    read its rows as misaligned 32-bit words (undefined behaviour); now the kernel gets an aligned copy."""
+    q, k, v, k_global, v_global, key_ok, slot_used = random_case(2, 96, 3, 64, 3)
+
+    def shifted(x):  # the same values, contiguous, one bf16 element past a 4-byte boundary
+        storage = torch.empty(x.numel() + 1, dtype=x.dtype)
+        view = storage[1:].view(x.shape)
+        view.copy_(x)
+        assert view.is_contiguous() and view.data_ptr() % 4 == 2
+        return view
+
+    views = [shifted(x) for x in (q, k, v, k_global, v_global)]
+    seen = pointers_seen_by_c(band_kernel.kernel(), monkeypatch)
+    out = band_kernel.kernel()(*views, key_ok, slot_used, 5)
+    assert all(pointer % 4 == 0 for pointer in seen[0].values())
+    assert torch.equal(out, band_kernel.kernel()(q, k, v, k_global, v_global, key_ok, slot_used, 5))
+    # an odd token stride misaligns every other row even where the first one is aligned
+    odd = torch.randn(2, 96, 3 * 64 + 1).to(torch.bfloat16)[..., :3 * 64].view(2, 96, 3, 64)
+    assert not band_kernel.is_row_aligned(odd)
+    out = band_kernel.kernel()(odd, k, v, k_global, v_global, key_ok, slot_used, 5)
+    assert all(pointer % 4 == 0 for pointer in seen[-1].values())
+    assert (out.float() - dense_reference(odd, k, v, k_global, v_global, key_ok, slot_used, 5)).abs().max() < 0.02
+
+
+def header_text() -> str:
+    return band_kernel.HEADER.read_text()
+
+
+C_TYPES = {"int64_t": ctypes.c_int64, "int32_t": ctypes.c_int32, "float": ctypes.c_float}
+
+
+def declared_fields() -> list[tuple[str, type]]:
+    """longqa_band_args' fields as band_attention.h declares them: (name, the ctypes type of its C type)."""
+    body = re.search(r"typedef struct \{(.*?)\} longqa_band_args;", header_text(), re.S).group(1)
+    fields = []
+    for line in body.splitlines():
+        code = line.split("/*")[0].strip().rstrip(";")
+        if code:
+            base, names = re.fullmatch(r"(?:const )?(\w+)\s+(.*)", code).groups()
+            for name in (name.strip() for name in names.split(",")):
+                c_type = ctypes.c_void_p if name.startswith("*") else C_TYPES[base]
+                count = re.search(r"\[(\d+)\]", name)
+                c_type = c_type * int(count.group(1)) if count else c_type
+                fields.append((re.sub(r"\W", "", name.split("[")[0]), c_type))
+    return fields
+
+
+def test_the_python_struct_mirrors_the_c_declaration():
+    """BandArgs has longqa_band_args' fields, in its order, of its types."""
+    declared = declared_fields()
+    assert [name for name, _ in declared] == [name for name, _ in band_kernel.BandArgs._fields_]
+    for (name, c_type), (_, py_type) in zip(declared, band_kernel.BandArgs._fields_):
+        same_kind = c_type is py_type or (issubclass(c_type, ctypes.Array) and issubclass(py_type, ctypes.Array) and
+                                          (c_type._type_, c_type._length_) == (py_type._type_, py_type._length_))
+        assert same_kind, (name, c_type, py_type)
+
+
+@pytest.mark.skipif(band_kernel.shutil.which(band_kernel.compiler_name()) is None, reason="no C compiler")
+def test_the_c_compiler_lays_the_struct_out_as_ctypes_does(tmp_path):
+    """Offsets and size as the C compiler computes them, against ctypes': the kernels read what Python wrote."""
+    names = [name for name, _ in band_kernel.BandArgs._fields_]
+    program = tmp_path / "layout.c"
+    program.write_text(f'''#include <stdio.h>
+#include "{band_kernel.HEADER}"
+int main(void) {{
+    printf("%zu", sizeof(longqa_band_args));
+{"".join(f'    printf(" %zu", offsetof(longqa_band_args, {name}));{chr(10)}' for name in names)}    return 0;
+}}
+''')
+    subprocess.run([band_kernel.compiler_name(), "-o", str(tmp_path / "layout"), str(program)], check=True)
+    printed = [int(x) for x in subprocess.run([str(tmp_path / "layout")], capture_output=True, text=True,
+                                              check=True).stdout.split()]
+    assert printed == [ctypes.sizeof(band_kernel.BandArgs)] + [getattr(band_kernel.BandArgs, n).offset for n in names]
+
+
+def test_the_status_codes_are_the_headers():
+    declared = {name: int(value) for name, value in re.findall(r"LONGQA_BAND_(\w+) = (\d+)", header_text())}
+    assert declared == {status.name: status.value for status in band_kernel.Status}
+    assert int(re.search(r"LONGQA_BAND_MAX_SIZE \(\(int64_t\)1 << (\d+)\)", header_text()).group(1)) == 30
+    assert band_kernel.MAX_SIZE == 2 ** 30
+
+
+def raw_args(case, **changes) -> tuple[band_kernel.BandArgs, torch.Tensor]:
+    q, k, v, k_global, v_global, key_ok, slot_used = case
+    batch, length, heads, head_dim = q.shape
+    out = torch.zeros(batch, length, heads, head_dim, dtype=q.dtype)
+    fields = dict(struct_size=ctypes.sizeof(band_kernel.BandArgs), q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(),
+                  q_strides=q.stride()[:3], k_strides=k.stride()[:3], v_strides=v.stride()[:3],
+                  k_global=k_global.contiguous().data_ptr(), v_global=v_global.contiguous().data_ptr(),
+                  key_ok=key_ok.view(torch.uint8).data_ptr(), slot_used=slot_used.view(torch.uint8).data_ptr(),
+                  out=out.data_ptr(), batch=batch, length=length, heads=heads, head_dim=head_dim, window=4,
+                  n_global=k_global.shape[2], scale=1 / math.sqrt(head_dim), threads=1)
+    return band_kernel.BandArgs(**{**fields, **changes}), out
+
+
+@pytest.mark.parametrize("dtype", BOTH)
+def test_the_c_side_refuses_sizes_out_of_its_range(dtype):
+    """Behind the Python checks, the C door itself answers BAD_ARGUMENTS, writing nothing, rather than crash."""
+    kernel = band_kernel.kernel(dtype)
+    case = random_case(1, 64, 2, 64, 2, dtype=dtype)
+    args, out = raw_args(case)
+    assert kernel._call(ctypes.byref(args)) == band_kernel.Status.OK and out.abs().max() > 0
+    for changes in ({"window": -1}, {"window": 2 ** 63 - 1}, {"window": 2 ** 30}, {"length": -5},
+                    {"n_global": 2 ** 30}, {"batch": -1}, {"threads": 0},
+                    {"struct_size": ctypes.sizeof(band_kernel.BandArgs) - 8}):
+        args, out = raw_args(case, **changes)
+        assert kernel._call(ctypes.byref(args)) == band_kernel.Status.BAD_ARGUMENTS, changes
+        assert out.abs().max() == 0
+    args, _ = raw_args(case, head_dim=12)
+    assert kernel._call(ctypes.byref(args)) == band_kernel.Status.BAD_HEAD_SIZE
+
+
+def test_the_operator_says_when_no_kernel_computes_its_dtype():
+    case = random_case(1, 64, 2, 64, 2, dtype=torch.float16)
+    with pytest.raises(band_kernel.KernelUnavailable, match="no band kernel for torch.float16 runs here"):
+        band_kernel.band_attention(*case, 4)
+
+
+@pytest.mark.parametrize("dtype", BOTH)
+def test_opcheck(dtype):
+    """torch.library's own test of the operator: schema, fake against real, autograd registration, AOT dispatch."""
+    for case, window in ((random_case(2, 96, 3, 64, 3, dtype=dtype), 5),
+                         (random_case(1, 40, 1, 64, 2, dtype=dtype), 99)):
+        results = torch.library.opcheck(torch.ops.longqa.band_attention.default, (*case, window))
+        assert set(results.values()) == {"SUCCESS"}, results
+
+
+@pytest.mark.parametrize("dtype", BOTH)
+def test_torch_compile_traces_the_operator_into_one_graph(dtype):
+    graphs = []
+
+    def capture(graph_module, example_inputs):
+        graphs.append(graph_module)
+        return graph_module.forward
+
+    def scaled_band(q, k, v, k_global, v_global, key_ok, slot_used):
+        return band_kernel.band_attention(q * 2, k, v, k_global, v_global, key_ok, slot_used, 6) + 1
+
+    case = random_case(2, 70, 2, 64, 2, dtype=dtype)
+    compiled = torch.compile(scaled_band, fullgraph=True, backend=capture)(*case)
+    assert len(graphs) == 1 and "torch.ops.longqa.band_attention" in graphs[0].code
+    assert torch.equal(compiled, scaled_band(*case))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", BOTH)
+def test_inductor_compiles_around_the_operator(dtype):
+    """With inductor's generated code before and after it (about 30 s of compiling on a loaded 2-core machine)."""
+    def scaled_band(q, k, v, k_global, v_global, key_ok, slot_used):
+        return band_kernel.band_attention(q * 2, k, v, k_global, v_global, key_ok, slot_used, 6).float().softmax(-1)
+
+    case = random_case(2, 70, 2, 64, 2, dtype=dtype)
+    compiled = torch.compile(scaled_band, fullgraph=True)(*case)
+    assert (compiled - scaled_band(*case)).abs().max() < 1e-6
+
+
+@needs_kernel
+def test_the_model_calls_the_operator():
+    _, fast = pair(TINY)
+    fast = fast.to(torch.bfloat16)
+    x = inputs(1, 300, TINY.vocab_size)
+    with torch.no_grad(), torch.profiler.profile() as profile:
+        fast(**x)
+    counts = {event.key: event.count for event in profile.key_averages()}
+    assert counts.get("longqa::band_attention") == TINY.num_hidden_layers
+    assert counts.get(band_kernel.PROFILER_NAME) == TINY.num_hidden_layers
+
+
+FUZZ_CASES = int(os.environ.get("LONGQA_BAND_FUZZ_CASES", "1000"))  # per kernel; scripts/band_kernel_asan.sh sets it
+# allowed error, as a fraction of max|v|: the rounding of probabilities and outputs (bf16: 8-bit mantissas), plus
+# the scores' fp32 rounding (a few units of 2^-24 of the largest score), which the softmax passes on to the output
+FUZZ_ROUNDING = {torch.bfloat16: 2 ** -6, torch.float32: 0.0}
+FUZZ_SCORE_ROUNDING = 2 ** -21
+
+
+def strided_heads(generator, batch, length, heads, head_dim, dtype, scale):
+    """A (B, L, H, d) tensor with unit last stride but otherwise any layout: token-major or head-major storage,
+    padding after each token, head or batch, a storage offset (bf16: often off a 4-byte boundary), or one head's
+    storage broadcast to all heads (stride 0)."""
+    pad = [int(x) for x in torch.randint(0, 3, (3,), generator=generator)]
+    offset = int(torch.randint(0, 3, (), generator=generator))
+    layout = int(torch.randint(0, 4, (), generator=generator))
+    if layout == 0:  # as the fused projection's split gives them: (B, L, H*d + pad) rows
+        storage = torch.empty(batch, length, heads * head_dim + pad[0] + offset, dtype=dtype)
+        x = storage[..., offset:offset + heads * head_dim].view(batch, length, heads, head_dim)
+    elif layout == 1:  # head-major storage (B, H, L, d + pad) seen as (B, L, H, d)
+        storage = torch.empty(batch, heads, length, head_dim + pad[1] + offset, dtype=dtype)
+        x = storage[..., offset:offset + head_dim].transpose(1, 2)
+    elif layout == 2:  # padded heads, padded batches
+        storage = torch.empty(batch, length * heads * (head_dim + pad[1]) + pad[2] + offset, dtype=dtype)
+        x = storage[:, offset:offset + length * heads * (head_dim + pad[1])].view(
+            batch, length, heads, head_dim + pad[1])[..., :head_dim]
+    else:  # every head reads the same storage: head stride 0
+        storage = torch.empty(batch, length, 1, head_dim + offset, dtype=dtype)
+        x = storage[..., offset:].expand(batch, length, heads, head_dim)
+    storage.fill_(float("nan"))  # padding and offsets: a kernel that reads them returns NaN
+    values = torch.randn(batch, length, heads, head_dim, generator=generator) * scale
+    if layout == 3:  # one head's values, seen by every head
+        storage[..., offset:].copy_(values[:, :, :1].to(dtype))
+    else:
+        x.copy_(values.to(dtype))
+    return x
+
+
+def fuzz_case(seed: int, dtype: torch.dtype):
+    """One random call: shapes, window (0, odd, wider than the text), global slots (none to many), strides and
+    offsets, masks from empty to full, magnitudes over five decades. Returns (arguments, window, a description)."""
+    g = torch.Generator().manual_seed(seed)
+
+    def pick(*choices):
+        return choices[int(torch.randint(0, len(choices), (), generator=g))]
+
+    def integer(low, high):  # inclusive
+        return int(torch.randint(low, high + 1, (), generator=g))
+
+    batch, heads = integer(1, 3), integer(1, 4)
+    length = pick(integer(1, 9), integer(10, 80), integer(81, 400))
+    head_dim = pick(*band_kernel.BUILDS[dtype].head_sizes)
+    window = pick(0, integer(1, 8), integer(1, length + 40), integer(length, 3 * length + 100))
+    n_global = pick(0, integer(1, 4), integer(5, 70))
+    q_scale, v_scale = (10 ** (torch.rand((), generator=g).item() * 4 - 2) for _ in range(2))
+    q, k = (strided_heads(g, batch, length, heads, head_dim, dtype, q_scale ** 0.5) for _ in range(2))
+    v = strided_heads(g, batch, length, heads, head_dim, dtype, v_scale)
+    globals_ = [torch.randn(batch, heads, n_global, head_dim, generator=g) * scale
+                for scale in (q_scale ** 0.5, v_scale)]
+    if pick(True, False):  # as the fast attention gathers them: (B, G, H, d) transposed, not contiguous
+        globals_ = [x.transpose(1, 2).contiguous().transpose(1, 2) for x in globals_]
+    k_global, v_global = (x.to(dtype) for x in globals_)
+    density = pick(0.0, 0.3, 0.9, 1.0)
+    key_ok = torch.rand(batch, length, generator=g) < density
+    slot_used = torch.rand(batch, n_global, generator=g) < pick(0.0, 0.5, 1.0)
+    description = (f"seed {seed}: B={batch} L={length} H={heads} d={head_dim} w={window} G={n_global} "
+                   f"strides {q.stride()}/{k.stride()}/{v.stride()} offsets "
+                   f"{[x.storage_offset() for x in (q, k, v)]} density {density} |q|~{q_scale:.3g} |v|~{v_scale:.3g}")
+    return (q, k, v, k_global, v_global, key_ok, slot_used), window, description
+
+
+def fuzz_error(dtype: torch.dtype, seed: int) -> tuple[float, float, str]:
+    """The kernel's largest error against the dense reference in fp64 on one fuzz case, the case's allowed error
+    (relative to max|v| over local and global values, see FUZZ_ROUNDING), and the case."""
+    case, window, description = fuzz_case(seed, dtype)
+    out = band_kernel.band_attention(*case, window)
+    reference = dense_reference(*case, window, precision=torch.float64)
+    assert out.shape == reference.shape and out.dtype == dtype and out.is_contiguous()
+    if not out.numel():
+        return 0.0, 0.0, description
+    scores, values = dense_scores(*case, window, precision=torch.float64)
+    allowed_scores = scores[scores.isfinite()]
+    max_score = allowed_scores.abs().max().item() if allowed_scores.numel() else 0.0
+    v_max = values.abs().max().item()
+    allowed = v_max * (FUZZ_ROUNDING[dtype] + FUZZ_SCORE_ROUNDING * (1.0 + max_score))
+    return (out.double() - reference).abs().max().item(), allowed, description
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", BOTH)
+def test_differential_fuzz_against_dense_attention(dtype):
+    """FUZZ_CASES random calls per kernel through the operator, each against every query over every key in fp32
+    masked to its band; the error allowed is relative to the values' largest magnitude."""
+    failures = []
+    for seed in range(FUZZ_CASES):
+        error, allowed, description = fuzz_error(dtype, seed)
+        if not error <= allowed:  # NaN fails too
+            failures.append(f"{description}: error {error:.3g} > {allowed:.3g}")
+    assert not failures, f"{len(failures)} of {FUZZ_CASES} cases:\n" + "\n".join(failures[:10])
 
 
 def band_sdpa_calls(model, x) -> int:
