@@ -14,11 +14,15 @@ import gradio as gr
 
 import ui_format
 from longqa.gpu_plan import DEFAULT_HOST_GB, LongQAError, MachinePlan, plan_request
+from longqa.models import DEFAULT_MODEL
 from strategies.gpu_catalog import GPU_MODELS
 
 OTHER_GPU = "Other: by its memory"
 NO_GPU = "No GPU (CPU only)"
+OWN_BATCH = "each profile's own"
+BATCHES = [OWN_BATCH, 1, 2, 4, 8, 16, 32, 64]
 DEFAULT_GPU = "T4"
+PLAN_COLUMN_WIDTHS = ["160px", "90px", "100px", "100px", "420px", "280px"]  # scrolls sideways on a phone
 MAX_WINDOW_TOKENS = 4096  # the registry models' limit; the plan checks each model's own
 NOTE = ("Every number here is **predicted** by the memory planner from the model's config, not measured. The GPU "
         "predictions rest on activation formulas fitted on CPU for the eager paths and on stated constants for the "
@@ -55,36 +59,57 @@ def checked_plan(allowed_models: list[str], model: str, **arguments) -> MachineP
 
 
 def whole(value) -> int | None:
-    """A Number field's value as the plan takes it: empty stays None, a whole float becomes an int."""
-    if value is None or value == "":
+    """A field's value as the plan takes it: empty or "each profile's own" stays None, a whole number (a typed
+    "8", a slider's 4096.0) becomes an int; anything else goes to the plan as it is, which says why it is wrong."""
+    if value is None or value in ("", OWN_BATCH):
         return None
-    return int(value) if float(value) == int(value) else value
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return value
+    return int(number) if number == int(number) else value
+
+
+def show_machine_fields(gpu: str) -> dict:
+    """The memory and compute capability fields for a GPU given by memory; the GPU count for any GPU."""
+    return {"gpu_memory": gr.update(visible=gpu == OTHER_GPU), "capability": gr.update(visible=gpu == OTHER_GPU),
+            "gpus": gr.update(visible=gpu != NO_GPU)}
 
 
 def build_plan_panel(allowed_models: list[str], default_model: str) -> dict:
-    """Lays out the panel and wires its button and the `/plan` endpoint; returns its components by name."""
+    """Lays out the panel and wires its button and the `/plan` endpoint; returns its components by name. It
+    starts on the registry's default model where the page offers it (the one worth planning a GPU for), else on
+    `default_model`."""
+    default_model = DEFAULT_MODEL if DEFAULT_MODEL in allowed_models else default_model
     with gr.Accordion("Plan for another machine (predicted memory)", open=False, elem_id="plan-panel"):
         gr.Markdown(NOTE)
         with gr.Row():
             gpu = gr.Dropdown(gpu_choices(), value=DEFAULT_GPU, label="GPU", scale=2)
-            gpu_memory = gr.Number(None, label="GPU memory (GB), for Other", minimum=0)
-            capability = gr.Textbox(label="Compute capability, for Other", placeholder="e.g. 8.6 (empty: no bf16)")
+            gpu_memory = gr.Number(16, label="GPU memory (GB)", minimum=0, visible=False)
+            capability = gr.Textbox(label="Compute capability", placeholder="e.g. 8.6 (empty: no bf16)",
+                                    visible=False)
             gpus = gr.Slider(1, 8, value=1, step=1, label="GPUs")
         with gr.Row():
             model = gr.Dropdown(allowed_models, value=default_model, label="Model", scale=2)
             tokens = gr.Slider(1, MAX_WINDOW_TOKENS, value=MAX_WINDOW_TOKENS, step=1, label="Tokens per window")
-            batch = gr.Number(None, label="Batch (windows per forward)", precision=0,
-                              info="empty: each profile's own")
+            batch = gr.Dropdown(BATCHES, value=OWN_BATCH, label="Batch (windows per forward)",
+                                allow_custom_value=True)
             host = gr.Number(DEFAULT_HOST_GB, label="Host RAM (GB)", minimum=0)
             cpu_bf16 = gr.Checkbox(False, label="Host CPU has native bf16")
         plan_btn = gr.Button("Plan", variant="primary")
-        with gr.Row():
-            ours = gr.Markdown(elem_id="plan-ours")
-            article = gr.Markdown(elem_id="plan-article")
+        with gr.Row():  # side by side where there is room, one above the other on a phone
+            with gr.Column(min_width=320):
+                ours = gr.Markdown(elem_id="plan-ours")
+            with gr.Column(min_width=320):
+                article = gr.Markdown(elem_id="plan-article")
         table = gr.Dataframe(headers=ui_format.PLAN_HEADERS, label="Every profile on that machine (predicted)",
-                             interactive=False, wrap=True)
+                             interactive=False, wrap=True, column_widths=PLAN_COLUMN_WIDTHS)
         with gr.Accordion("Plan (JSON: what /plan and `python -m longqa plan --json` return)", open=False):
             plan_json = gr.JSON(label="Plan (JSON)")
+
+    components = {"gpu": gpu, "gpu_memory": gpu_memory, "capability": capability, "gpus": gpus, "model": model,
+                  "tokens": tokens, "batch": batch, "host": host, "cpu_bf16": cpu_bf16, "plan": plan_btn,
+                  "ours": ours, "article": article, "table": table, "json": plan_json}
 
     def show_plan(model_ref, gpu_name, gpu_memory_gb, compute_capability, gpu_count, window_tokens, batch_size,
                   host_gb, host_bf16):
@@ -105,9 +130,9 @@ def build_plan_panel(allowed_models: list[str], default_model: str) -> dict:
                             tokens=tokens, batch=batch, cpu_memory_gb=cpu_memory_gb, cpu_bf16=cpu_bf16,
                             compute_capability=compute_capability).to_json()
 
+    gpu.change(lambda name: {components[key]: update for key, update in show_machine_fields(name).items()},
+               inputs=gpu, outputs=[gpu_memory, capability, gpus], queue=False, api_visibility="private")
     plan_btn.click(show_plan, inputs=[model, gpu, gpu_memory, capability, gpus, tokens, batch, host, cpu_bf16],
                    outputs=[ours, article, table, plan_json], api_visibility="private")
     gr.api(plan, api_name="plan")
-    return {"gpu": gpu, "gpu_memory": gpu_memory, "capability": capability, "gpus": gpus, "model": model,
-            "tokens": tokens, "batch": batch, "host": host, "cpu_bf16": cpu_bf16, "plan": plan_btn, "ours": ours,
-            "article": article, "table": table, "json": plan_json}
+    return components

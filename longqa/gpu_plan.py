@@ -238,7 +238,7 @@ def plan_machine(model_ref: str, machine: Machine, *, tokens: int | None = None,
     article = check_article(config, hardware, tokens=tokens)
     if next(plan for plan in plans if plan.name == chosen).fits:
         reason = (f"the fastest profile predicted to fit every device with a {FIT_MARGIN:.0%} margin, by the rule "
-                  "`auto` loads with (strategies/auto.py)")
+                  "auto loads with (strategies/auto.py)")
         return MachinePlan(model_ref, machine, tokens, batch, chosen, reason, plans, article)
     smallest = min((plan for plan in plans if plan.peak_bytes), key=lambda plan: plan.peak_bytes, default=None)
     reason = "nothing fits: " + (f"the smallest predicted need is {smallest.name}'s ({smallest.why})" if smallest

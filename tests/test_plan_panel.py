@@ -55,7 +55,7 @@ def test_the_plan_endpoint_refuses_bad_input_clearly(panel, arguments, message):
 def test_the_button_fills_ours_the_article_the_table_and_the_json(panel):
     demo, components, _ = panel
     show = handler(demo, "show_plan")
-    shown = show(LARGE, "RTX 3090", None, "", 1, 4096, None, 16, False)
+    shown = show(LARGE, "RTX 3090", 16, "", 1, 4096.0, plan_panel.OWN_BATCH, 16, False)
     by_name = {name: shown[component] for name, component in components.items() if component in shown}
     assert by_name["ours"].startswith("### Ours: `datacenter` (predicted")
     assert "### The article: fp16, gradient checkpointing and batch 8" in by_name["article"]
@@ -63,10 +63,10 @@ def test_the_button_fills_ours_the_article_the_table_and_the_json(panel):
     rows = by_name["table"]
     assert [row[0] for row in rows][:3] == ["multi-gpu", "datacenter (recommended)", "rtx-3090-24gb"]
     assert by_name["json"] == plan_request(LARGE, gpu="RTX 3090", tokens=4096, cpu_memory_gb=16).to_json()
-    other = show(LARGE, plan_panel.OTHER_GPU, 6, "7.5", 2, 1024, 4, 32, True)
+    other = show(LARGE, plan_panel.OTHER_GPU, 6, "7.5", 2, 1024, "4", 32, True)
     assert "2× 6 GB GPU" in other[components["ours"]] and "host 32 GB" in other[components["ours"]]
     with pytest.raises(gr.Error, match="not offered"):
-        show("/etc", "T4", None, "", 1, 4096, None, 16, False)
+        show("/etc", "T4", 16, "", 1, 4096, plan_panel.OWN_BATCH, 16, False)
 
 
 def test_the_panels_fields_become_the_plans_arguments():
@@ -75,7 +75,14 @@ def test_the_panels_fields_become_the_plans_arguments():
     assert args(plan_panel.OTHER_GPU, 6, "", 1, 16) == {"gpu_memory_gb": 6, "compute_capability": None, "gpus": 1,
                                                          "cpu_memory_gb": 16}
     assert args(plan_panel.NO_GPU, 6, "8.6", 3, 12) == {"cpu_memory_gb": 12}
-    assert plan_panel.whole(None) is None and plan_panel.whole(4.0) == 4 and plan_panel.whole(2.5) == 2.5
+    assert plan_panel.whole(None) is None and plan_panel.whole(plan_panel.OWN_BATCH) is None
+    assert plan_panel.whole(4096.0) == 4096 and plan_panel.whole("8") == 8 and plan_panel.whole(2.5) == 2.5
+    with pytest.raises(gr.Error, match="Batch .* got eight"):  # a typed batch that is no number
+        plan_panel.checked_plan(OFFERED, LARGE, gpu="T4", batch=plan_panel.whole("eight"))
+    shown = {key: update["visible"] for key, update in plan_panel.show_machine_fields(plan_panel.OTHER_GPU).items()}
+    assert shown == {"gpu_memory": True, "capability": True, "gpus": True}
+    assert plan_panel.show_machine_fields("T4")["gpu_memory"]["visible"] is False
+    assert plan_panel.show_machine_fields(plan_panel.NO_GPU)["gpus"]["visible"] is False
 
 
 def test_every_number_in_the_table_is_labelled_predicted():
