@@ -286,7 +286,7 @@ def plan_rows(plan) -> list[list]:
 
 def plan_recommendation(plan) -> str:
     """Markdown: our recommendation for the planned machine, labelled predicted."""
-    machine = escape_markdown(plan.machine.to_json()["description"])
+    machine = escape_markdown(plan.machine.description)
     if plan.recommended is None:
         return f"### Ours: nothing fits (predicted)\n{escape_markdown(plan.recommendation_reason)}\n\n{machine}"
     chosen = plan.profile(plan.recommended)

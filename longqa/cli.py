@@ -107,7 +107,7 @@ def plan_lines(plan: MachinePlan) -> list[str]:
     """The plan as text: the machine, one line per profile and device with what its need is made of, the
     recommendation and the article's advice."""
     gb = lambda value: f"{value / 1e9:.2f}"  # noqa: E731
-    lines = [f"Predicted memory of {plan.model} on {plan.machine.to_json()['description']}",
+    lines = [f"Predicted memory of {plan.model} on {plan.machine.description}",
              "(predicted by the memory planner from the config, not measured; GPU predictions are not yet checked "
              "on a GPU: docs/gpu-planning.md)", ""]
     for row in plan.profiles:

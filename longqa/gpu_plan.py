@@ -38,6 +38,10 @@ class Machine:
     gpu_count: int
     host_memory_assumed: bool  # the host's RAM was not given: DEFAULT_HOST_GB
 
+    @property
+    def description(self) -> str:
+        return describe_hardware(self)
+
     def to_json(self) -> dict:
         first = self.hardware.gpus[0] if self.hardware.gpus else None
         capability = first.compute_capability if first else None
@@ -47,7 +51,7 @@ class Machine:
             "compute_capability": f"{capability[0]}.{capability[1]}" if capability else None,
             "bf16": first.supports_bf16 if first else None, "fp16": bool(first),
             "host_memory_bytes": self.hardware.host_memory_bytes, "host_memory_assumed": self.host_memory_assumed,
-            "cpu_bf16": self.hardware.cpu_bf16, "description": describe_hardware(self),
+            "cpu_bf16": self.hardware.cpu_bf16, "description": self.description,
         }
 
 
