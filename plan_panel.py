@@ -90,7 +90,7 @@ def build_plan_panel(allowed_models: list[str], default_model: str) -> dict:
                                     visible=False)
             gpus = gr.Slider(1, 8, value=1, step=1, label="GPUs")
         with gr.Row():
-            model = gr.Dropdown(allowed_models, value=default_model, label="Model", scale=2)
+            model = gr.Dropdown(allowed_models, value=default_model, label="Model to plan for", scale=2)
             tokens = gr.Slider(1, MAX_WINDOW_TOKENS, value=MAX_WINDOW_TOKENS, step=1, label="Tokens per window")
             batch = gr.Dropdown(BATCHES, value=OWN_BATCH, label="Batch (windows per forward)",
                                 allow_custom_value=True)
