@@ -127,8 +127,8 @@ def describe_machine(*, gpu: str | None = None, gpu_memory_gb: float | None = No
     if model is None and gpu_memory_gb is None and cpu_memory_gb is None:
         raise InputError("Describe the machine: a GPU by name (--gpu T4) or by memory (--gpu-memory 16), or a "
                          "CPU-only machine by its RAM (--cpu-memory 16).")
-    if model is None and gpu_memory_gb is None and capability is not None:
-        raise InputError("A compute capability describes a GPU: give the GPU's memory too.")
+    if model is None and gpu_memory_gb is None and (capability is not None or gpus != 1):
+        raise InputError("A compute capability or a number of GPUs describes GPUs: name the GPU or give its memory.")
     assumed = cpu_memory_gb is None
     hardware = planned_hardware(model, gpu_memory_gb=gpu_memory_gb, compute_capability=capability, gpus=gpus,
                                 host_memory_gb=DEFAULT_HOST_GB if assumed else cpu_memory_gb, cpu_bf16=cpu_bf16)

@@ -3,7 +3,8 @@ and a batch before anything is loaded. Reads configs and profiles; never loads w
 
 Weights are counted exactly from the architecture (dtype, quantization bits, device map); activations come from a
 formula over Longformer's attention and feed-forward buffers with coefficients fitted to measured live-tensor
-peaks; the runtime (the process itself, the CUDA context) is measured where it runs, or a stated constant.
+peaks; the runtime (the process itself, the CUDA context) is measured where it runs, or a stated constant. The
+hardware is an argument: this machine's as detected, or one described to plan for (`strategies.gpu_catalog`).
 """
 
 from __future__ import annotations

@@ -220,6 +220,7 @@ def test_the_largest_batch_that_fits_is_the_boundary():
     ({"gpu_memory_gb": 16, "compute_capability": "eight"}, "MAJOR.MINOR"),
     ({"gpu": "T4", "compute_capability": "8.6"}, "not both"),
     ({}, "Describe the machine"),
+    ({"cpu_memory_gb": 16, "gpus": 2}, "name the GPU or give its memory"),
 ])
 def test_bad_input_gets_a_clear_error(kwargs, message):
     with pytest.raises(InputError, match=message):
