@@ -147,7 +147,8 @@ def describe_hardware(machine: Machine) -> str:
     capability = first.compute_capability
     known = (f"compute {capability[0]}.{capability[1]}: fp16, {'bf16' if first.supports_bf16 else 'no bf16'}"
              if capability else "compute capability not given: fp16, bf16 not assumed")
-    return f"{len(hardware.gpus)}× {machine.gpu} ({first.total_bytes / GB:g} GB, {known}); {host}"
+    size = "" if machine.gpu.endswith(" GB GPU") else f"{first.total_bytes / GB:g} GB, "  # by memory: named by it
+    return f"{len(hardware.gpus)}× {machine.gpu} ({size}{known}); {host}"
 
 
 # ------------------------------------------------------------------------------------------------ the model
