@@ -36,6 +36,7 @@ from gradio.context import LocalContext
 from gradio.exceptions import InvalidPathError
 
 import ui_format
+from plan_panel import build_plan_panel
 from longqa.arguments import positive_int
 from longqa.serving import policy
 from longqa.serving.lane import MAX_ACTIVE, MAX_QUEUED_WINDOWS, ModelLane
@@ -773,6 +774,7 @@ def build_blocks(ctx: AppContext, queue_size: int = DEFAULT_QUEUE_SIZE) -> gr.Bl
         question = build_question_panel(ctx)
         build_answer_panel(ctx, question, seen)
         build_training_panel(ctx)
+        build_plan_panel(ctx.models, ctx.selection["model"])
         build_reference_panel(ctx)
     demo.queue(default_concurrency_limit=1, max_size=queue_size)
     return demo

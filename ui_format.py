@@ -256,3 +256,51 @@ def training_summary(readout, window_tokens: int) -> str:
             f"checkpointing {verb} {format_bytes(abs(saved))} ({readout.saved_fraction:.0%} of the step's peak) "
             f"and takes {readout.time_ratio:.2f}× the time. It saves nothing at inference: activations are only "
             "kept, and so only recomputed, when a backward pass follows.")
+
+
+# ------------------------------------------------------------------------------------------------ plan for a machine
+PLAN_HEADERS = ["profile", "fits (predicted)", "window × batch", "predicted peak", "per device (predicted)", "why"]
+PLAN_PART_LABELS = {"weights": "weights", "activations": "activations", "offload_stream": "offloaded layer",
+                    "allocator_slack": "allocator slack", "cuda_context": "CUDA context", "process": "process",
+                    "overhead": "allocator/scratch"}
+
+
+def plan_device_text(device) -> str:
+    """"cuda:0 5.4 GB of 16 GB: weights 0.9 GB + activations 3.5 GB + ..." from a plan's device (fields read)."""
+    total = f" of {format_bytes(device.total_bytes)}" if device.total_bytes else ""
+    parts = " + ".join(f"{PLAN_PART_LABELS.get(name, name)} {format_bytes(value)}"
+                       for name, value in device.parts_bytes.items() if value)
+    return f"{device.device} {format_bytes(device.need_bytes)}{total}: {parts}"
+
+
+def plan_rows(plan) -> list[list]:
+    """One row per profile of a machine plan (`longqa.gpu_plan.MachinePlan`, fields read)."""
+    rows = []
+    for profile in plan.profiles:
+        name = profile.name + (" (recommended)" if profile.name == plan.recommended else "")
+        setting = f"{profile.tokens:,} × {profile.batch}" if profile.tokens else MISSING
+        rows.append([name, "yes" if profile.fits else "no", setting, format_bytes(profile.peak_bytes),
+                     "; ".join(plan_device_text(device) for device in profile.devices) or MISSING, profile.why])
+    return rows
+
+
+def plan_recommendation(plan) -> str:
+    """Markdown: our recommendation for the planned machine, labelled predicted."""
+    machine = escape_markdown(plan.machine.description)
+    if plan.recommended is None:
+        return f"### Ours: nothing fits (predicted)\n{escape_markdown(plan.recommendation_reason)}\n\n{machine}"
+    chosen = plan.profile(plan.recommended)
+    return (f"### Ours: `{chosen.name}` (predicted {format_bytes(chosen.peak_bytes)} at its largest device)\n"
+            f"{escape_markdown(', '.join(chosen.strategies))}; {chosen.tokens:,} tokens × batch {chosen.batch}: "
+            f"{escape_markdown(plan.recommendation_reason)}.\n\nMachine: {machine}")
+
+
+def plan_article(plan) -> str:
+    """Markdown: the article's advice for the planned GPU and where the planner's predictions disagree."""
+    article = plan.article
+    if article is None:
+        return "### The article\nIt gives no advice for a machine without a GPU."
+    corrections = "\n".join(f"- {escape_markdown(line)}" for line in article.corrections)
+    return (f"### The article: {escape_markdown(article.advice)}\n"
+            f"Its answer for {escape_markdown(article.cards)} (our profile `{article.profile}`). Where the "
+            f"predictions say it is wrong or says too little:\n{corrections}")

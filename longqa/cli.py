@@ -1,4 +1,4 @@
-"""Command line: `python -m longqa ask|profiles|bench`.
+"""Command line: `python -m longqa ask|profiles|plan|bench`.
 
 Parses arguments, calls the session and the profiles, prints. Errors become one line on stderr and a non-zero
 exit code, never a traceback.
@@ -17,11 +17,13 @@ from transformers.utils import logging as hf_logging
 from longqa.bench import reading_sweep
 from longqa.bench import runner as bench_module
 from longqa.arguments import positive_int
+from longqa.gpu_plan import MachinePlan, plan_request
 from longqa.models import DEFAULT_MODEL, model_config
 from longqa.session import DEFAULT_READING, READING_MODES, Session, read_documents
 from longqa_core.engine import validate_request
 from longqa_core.errors import LongQAError
 from strategies.auto import resolve_auto
+from strategies.gpu_catalog import GPU_MODELS
 from strategies.hardware import detect_hardware
 from strategies.memory_planner import plan_profile
 from strategies.profiles import PROFILES, describe_profiles
@@ -57,10 +59,71 @@ def build_parser() -> argparse.ArgumentParser:
     profiles.add_argument("--model", default=DEFAULT_MODEL,
                           help="model whose memory to predict per profile (its config only; default: the default model)")
 
+    plan = commands.add_parser("plan", help="predict each profile's memory on a GPU or CPU you do not have")
+    add_plan_arguments(plan)
+
     bench = commands.add_parser("bench", help="measure memory and latency of every profile")
     bench_module.add_arguments(bench)
     reading_sweep.add_arguments(bench)
     return parser
+
+
+def add_plan_arguments(plan: argparse.ArgumentParser) -> None:
+    plan.add_argument("--model", default=DEFAULT_MODEL,
+                      help="registry model (offline), local folder or Hub id (when the Hub can be reached); its config "
+                           "only")
+    gpu = plan.add_mutually_exclusive_group()
+    gpu.add_argument("--gpu", metavar="NAME", help=f"a GPU by name: {', '.join(GPU_MODELS)}")
+    gpu.add_argument("--gpu-memory", type=float, metavar="GB", help="any other GPU, by its memory in GB")
+    plan.add_argument("--compute-capability", metavar="X.Y",
+                      help="with --gpu-memory: the card's compute capability (8.0+ has bf16; not given: no bf16)")
+    plan.add_argument("--gpus", type=int, default=1, metavar="N", help="how many such GPUs (default 1)")
+    plan.add_argument("--cpu-memory", type=float, metavar="GB",
+                      help="the host's RAM in GB; alone, a CPU-only machine (default with a GPU: 16, assumed)")
+    plan.add_argument("--cpu-bf16", action="store_true",
+                      help="the host CPU has native bf16 (AVX512-BF16 or AMX); default: without, as an AVX2 CPU")
+    plan.add_argument("--tokens", type=int, metavar="N", help="tokens per window (default: the model's 4,096)")
+    plan.add_argument("--batch", type=int, metavar="N", help="windows per forward (default: each profile's own)")
+    plan.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def run_plan(args) -> int:
+    plan = plan_request(args.model, gpu=args.gpu, gpu_memory_gb=args.gpu_memory,
+                        compute_capability=args.compute_capability, gpus=args.gpus, cpu_memory_gb=args.cpu_memory,
+                        cpu_bf16=args.cpu_bf16, tokens=args.tokens, batch=args.batch)
+    if args.json:
+        print(json.dumps(plan.to_json(), indent=2))
+    else:
+        print("\n".join(plan_lines(plan)))
+    return 0
+
+
+PART_LABELS = {"weights": "weights", "activations": "activations", "offload_stream": "offloaded layer",
+               "allocator_slack": "allocator slack", "cuda_context": "CUDA context", "process": "process",
+               "overhead": "allocator/scratch"}
+
+
+def plan_lines(plan: MachinePlan) -> list[str]:
+    """The plan as text: the machine, one line per profile and device with what its need is made of, the
+    recommendation and the article's advice."""
+    gb = lambda value: f"{value / 1e9:.2f}"  # noqa: E731
+    lines = [f"Predicted memory of {plan.model} on {plan.machine.description}",
+             "(predicted by the memory planner from the config, not measured; GPU predictions are not yet checked "
+             "on a GPU: docs/gpu-planning.md)", ""]
+    for row in plan.profiles:
+        setting = f"{row.tokens:,} tokens, batch {row.batch}" if row.tokens else ""
+        lines.append(f"{row.name:<22} {'fits' if row.fits else 'no':<5} {setting:<24} {row.why}")
+        for device in row.devices:
+            parts = " + ".join(f"{PART_LABELS.get(name, name)} {gb(value)}" for name, value in
+                               device.parts_bytes.items() if value)
+            total = f" of {device.total_bytes / 1e9:g}" if device.total_bytes else ""
+            lines.append(f"{'':<29}{device.device}: {gb(device.need_bytes)} GB{total} = {parts}")
+    lines += ["", f"Recommended: {plan.recommended or 'none'} ({plan.recommendation_reason})"]
+    if plan.article:
+        lines.append(f"The article's advice for {plan.article.cards}: {plan.article.advice} "
+                     f"(profile {plan.article.profile}). Where the predictions disagree:")
+        lines += [f"  - {line}" for line in plan.article.corrections]
+    return lines
 
 
 def run_ask(args) -> int:
@@ -135,6 +198,8 @@ def main(argv: list[str] | None = None) -> int:
             return run_ask(args)
         if args.command == "profiles":
             return run_profiles(args)
+        if args.command == "plan":
+            return run_plan(args)
         if args.reading:
             return reading_sweep.run(args)
         return bench_module.run(args)

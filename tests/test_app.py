@@ -417,7 +417,7 @@ def test_the_auto_label_names_what_the_loader_picks_for_the_model(tiny_model_dir
 def test_named_endpoints_and_queue_bounds(ctx):
     demo = app.build_blocks(ctx, queue_size=7)
     by_name = {fn.api_name: fn for fn in demo.fns.values() if fn.api_visibility == "public"}
-    assert set(by_name) == {"ask", "load_profile", "training_step"}
+    assert set(by_name) == {"ask", "load_profile", "training_step", "plan"}  # plan: plan_panel.py
     # requests read side by side, then take turns on the model in the lane, as reloads do
     assert by_name["ask"].concurrency_id == by_name["training_step"].concurrency_id == app.REQUEST_CONCURRENCY
     assert by_name["load_profile"].concurrency_id == app.MODEL_CONCURRENCY
