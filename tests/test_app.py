@@ -378,6 +378,7 @@ def test_preview_shows_characters_tokens_and_windows_before_asking(ctx, long_doc
     assert app.preview_documents(ctx, None, "  ", "").empty
 
 
+@pytest.mark.slow
 def test_training_step_accordion_shows_both_peaks_and_times(ctx):
     out = app.run_training_step(ctx, 256)
     table, summary = out["table"], out["summary"]
@@ -550,6 +551,7 @@ def test_examples_point_at_bundled_samples_with_the_stated_facts():
         assert f"The {attribute} of {entity} is {example['answer']}." in text
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not any(DEMO_MODEL_DIR.glob("*.safetensors")), reason="the demo model has no weights yet")
 def test_examples_are_answered_by_the_bundled_demo_model():
     ctx = app.make_context(Session(), models=["demo"], default_model="demo", default_profile="baseline-fp32")

@@ -266,6 +266,7 @@ def test_uploads_are_read_from_gradios_upload_folder_and_deleted_with_its_cache(
     assert list(workdir.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_a_profile_switch_waits_for_the_answer_in_flight(tiny_model_dir):
     ctx, demo, url = serve_slow(tiny_model_dir)
     try:
@@ -281,6 +282,7 @@ def test_a_profile_switch_waits_for_the_answer_in_flight(tiny_model_dir):
         demo.close()
 
 
+@pytest.mark.slow
 def test_the_queue_is_bounded_and_refuses_the_overflow_clearly(tiny_model_dir):
     ctx, demo, url = serve_slow(tiny_model_dir, queue_size=2)
     outcomes: list[str] = []
@@ -309,6 +311,7 @@ def test_the_queue_is_bounded_and_refuses_the_overflow_clearly(tiny_model_dir):
         demo.close()
 
 
+@pytest.mark.slow
 def test_a_cancelled_request_leaves_the_model_usable(tiny_model_dir):
     ctx, demo, url = serve_slow(tiny_model_dir)
     try:
@@ -332,6 +335,7 @@ def test_a_cancelled_request_leaves_the_model_usable(tiny_model_dir):
         demo.close()
 
 
+@pytest.mark.slow
 def test_a_client_that_disconnects_mid_answer_leaves_the_model_usable(tiny_model_dir):
     ctx, demo, url = serve_slow(tiny_model_dir)
     client_code = (

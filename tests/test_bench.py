@@ -45,6 +45,7 @@ def rows_of(results, kind, **match):
     return [r for r in results["rows"] if r["kind"] == kind and all(r.get(k) == v for k, v in match.items())]
 
 
+@pytest.mark.slow
 def test_bench_writes_every_row_with_every_field(bench_run):
     code, out, results = bench_run
     assert code == 0
@@ -60,6 +61,7 @@ def test_bench_writes_every_row_with_every_field(bench_run):
     assert machine["gpus"] == []
 
 
+@pytest.mark.slow
 def test_bench_numbers_make_sense(bench_run):
     _, _, results = bench_run
     for row in results["rows"]:
@@ -77,6 +79,7 @@ def test_bench_numbers_make_sense(bench_run):
     assert cpu["flagged"] == (cpu["same_top_answer_pct"] < 95)
 
 
+@pytest.mark.slow
 def test_baseline_agrees_with_itself(bench_run):
     _, out, results = bench_run
     baseline = rows_of(results, "inference", profile="baseline-fp32")[0]
@@ -86,6 +89,7 @@ def test_baseline_agrees_with_itself(bench_run):
     assert (out / f"baseline-logits-{TOKENS}t-b1.npz").exists()
 
 
+@pytest.mark.slow
 def test_checkpointing_lowers_the_training_step_peak(bench_run):
     _, _, results = bench_run
     without, with_ = rows_of(results, "training")
@@ -94,6 +98,7 @@ def test_checkpointing_lowers_the_training_step_peak(bench_run):
     assert with_["memory_x_baseline"] < 1.0 and without["memory_x_baseline"] == 1.0
 
 
+@pytest.mark.slow
 def test_bench_writes_markdown_and_chart(bench_run):
     _, out, _ = bench_run
     markdown = (out / "results.md").read_text()

@@ -26,6 +26,7 @@ def run_cli(capsys, *argv):
     return code, out, err
 
 
+@pytest.mark.slow
 def test_ask_json_has_answers_and_readouts(capsys, tiny_model_dir, long_file):
     code, out, err = run_cli(capsys, "ask", "--model", str(tiny_model_dir), "--profile", "baseline-fp32",
                              "--question", "What is the river of Tarnholm?", str(long_file), "--max-seq-len", "256",
@@ -40,6 +41,7 @@ def test_ask_json_has_answers_and_readouts(capsys, tiny_model_dir, long_file):
         assert item["document"] == "long.txt"
 
 
+@pytest.mark.slow
 def test_ask_prints_answers(capsys, tiny_model_dir, long_file):
     code, out, err = run_cli(capsys, "ask", "--model", str(tiny_model_dir), "--profile", "cpu", "-q",
                              "What is the river?", str(long_file), "--max-seq-len", "512")
@@ -77,6 +79,7 @@ def test_profiles_json_lists_every_profile(capsys):
     assert all(row["reason"] for row in rows.values() if not row["available"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, data", [("nope.pdf", None), ("bad.pdf", b"%PDF-1.4 this is not really a pdf")],
                          ids=["missing", "corrupt pdf"])
 def test_no_traceback_from_a_real_process(tmp_path, name, data):
@@ -99,6 +102,7 @@ def test_profiles_json_predicts_peak_memory_per_available_profile(capsys):
     assert rows["datacenter"]["predicted_peak_bytes"] is None  # not available without a GPU
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("profile", ["baseline-fp32", "cpu"])
 def test_a_real_run_prints_only_our_own_notes_on_stderr(tmp_path, profile):
     """No library chatter (transformers' padding notice, deprecation warnings, progress bars) on stderr."""

@@ -32,6 +32,7 @@ def test_bundled_files_are_small_safetensors():
     assert sum(files.values()) <= 30 * 1024 * 1024
 
 
+@pytest.mark.slow
 def test_answers_a_fact_that_straddles_a_window_boundary(demo):
     model, tokenizer = demo
     writer = demo_task.FactWriter(4242, "test")
@@ -56,6 +57,7 @@ def test_answers_a_fact_that_straddles_a_window_boundary(demo):
     assert best.start_char == text.index(target.sentence) + len(target.sentence) - len(target.value) - 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [11, 12, 13, 14])
 def test_answers_held_out_documents(demo, seed):
     model, tokenizer = demo

@@ -70,6 +70,7 @@ def test_long_questions_are_cut_with_a_notice(tiny_tokenizer):
     assert truncate_question(tiny_tokenizer, "Short?", 16) == ("Short?", None)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_top_answers_match_the_reference_pipeline(tiny_model, tiny_tokenizer, seed):
     text = prose(seed, 3000)
@@ -96,6 +97,7 @@ def awkward_prose(seed: int, n_chars: int) -> str:
     return ". ".join(sentences)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", range(6))
 def test_word_aligned_answers_match_the_reference_pipeline(tiny_model, tiny_tokenizer, seed):
     """Small windows, so that words are cut by window edges; the tiny tokenizer splits most words in pieces."""
@@ -109,6 +111,7 @@ def test_word_aligned_answers_match_the_reference_pipeline(tiny_model, tiny_toke
             [(r["answer"], r["start"], r["end"]) for r in ref]
 
 
+@pytest.mark.slow
 def test_no_answer_is_empty_blank_punctuation_or_part_of_a_word(tiny_model, tiny_tokenizer):
     """A random model's top 30 answers are spans of every kind; each one is made a whole-word answer or dropped."""
     text = awkward_prose(11, 2500)
@@ -121,6 +124,7 @@ def test_no_answer_is_empty_blank_punctuation_or_part_of_a_word(tiny_model, tiny
         assert not cuts_a_word(text, item.start_char, item.end_char), item.text
 
 
+@pytest.mark.slow
 def test_null_answer_matches_the_reference_pipeline(tiny_model, tiny_tokenizer):
     text = prose(5, 1500)
     ours = answer(ModelRunner(tiny_model), tiny_tokenizer, [Document("doc", text)], "Who?",
@@ -130,6 +134,7 @@ def test_null_answer_matches_the_reference_pipeline(tiny_model, tiny_tokenizer):
     assert [a.text for a in ours.answers] == [r["answer"] for r in ref]
 
 
+@pytest.mark.slow
 def test_answers_point_into_the_right_document(tiny_model, tiny_tokenizer):
     documents = [Document("one.txt", prose(7, 1500)), Document("two.md", prose(8, 2500)),
                  Document("three.txt", prose(9, 800))]
@@ -167,6 +172,7 @@ class FlakyRunner:
         return self.inner(batch)
 
 
+@pytest.mark.slow
 def test_out_of_memory_halves_the_batch_and_keeps_finished_windows(tiny_model, tiny_tokenizer):
     documents = [Document("doc", prose(3, 8000))]
     settings = EngineSettings(max_seq_len=128, doc_stride=32, batch_size=8, adaptive_batching=True)
@@ -446,6 +452,7 @@ def test_without_a_measured_throughput_the_first_batch_measures_it(tiny_model, t
     assert state.tokens_per_s is not None and state.tokens_per_s < 2 * 128 / 0.2
 
 
+@pytest.mark.slow
 def test_a_run_records_the_models_throughput(tiny_model, tiny_tokenizer):
     state = BatchState(4)
     result = answer(ModelRunner(tiny_model), tiny_tokenizer, [Document("doc", prose(3, 4000))], "What is it?",
@@ -455,6 +462,7 @@ def test_a_run_records_the_models_throughput(tiny_model, tiny_tokenizer):
     assert 0 < state.forward_s <= result.latency_s["forward"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("as_event", [True, False], ids=["threading.Event", "callable"])
 def test_should_stop_cancels_between_batches_and_the_model_stays_usable(tiny_model, tiny_tokenizer, as_event):
     documents = [Document("doc", prose(3, 4000))]
@@ -485,6 +493,7 @@ def test_a_stop_before_any_batch_runs_no_model_work(tiny_tokenizer):
                EngineSettings(max_seq_len=128, doc_stride=32), should_stop=lambda: True)
 
 
+@pytest.mark.slow
 def test_progress_reports_windows_done_left_and_time_left(tiny_model, tiny_tokenizer):
     reports: list[WindowProgress] = []
     pairs: list[tuple[int, int]] = []
@@ -503,6 +512,7 @@ def test_progress_reports_windows_done_left_and_time_left(tiny_model, tiny_token
     assert [r.elapsed_s for r in reports] == sorted(r.elapsed_s for r in reports)
 
 
+@pytest.mark.slow
 def test_run_windows_reports_no_eta_before_any_throughput_is_known(tiny_model, tiny_tokenizer):
     settings = EngineSettings(max_seq_len=128, doc_stride=32, batch_size=2).resolved(tiny_tokenizer)
     windows, _ = make_windows(tiny_tokenizer, "Why?", [Document("doc", prose(3, 3000))], settings)

@@ -368,6 +368,7 @@ def test_code_shipped_with_a_checkpoint_never_runs(tmp_path):
     assert not marker.exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, layer_type", [("bnb_4bit", "Linear4bit"), ("bnb_8bit", "Linear8bitLt")])
 def test_bitsandbytes_on_a_cpu_only_machine_really_quantizes(name, layer_type):
     """The custom profile's bitsandbytes strategies are applied on CPU (bitsandbytes 0.50's CPU kernels), not just

@@ -11,6 +11,7 @@ from longqa_core.documents import Document
 from longqa_core.errors import InputError, ModelLoadError, ProfileError
 
 
+@pytest.mark.slow
 def test_load_ask_and_the_readout_has_every_field(tiny_model_dir):
     session = Session()
     readout = session.load(str(tiny_model_dir), "baseline-fp32")
@@ -27,6 +28,7 @@ def test_load_ask_and_the_readout_has_every_field(tiny_model_dir):
     assert data["windows"] > 1 and len(data["answers"]) == 3
 
 
+@pytest.mark.slow
 def test_the_readout_sets_the_planners_prediction_beside_the_measured_peak(tiny_model_dir):
     session = Session()
     session.load(str(tiny_model_dir), "baseline-fp32")
