@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from longqa.serving import policy
@@ -48,11 +50,16 @@ def test_the_stop_check_is_released_when_the_request_fails():
     assert policy.stop_check(key) is None and not lane.is_busy()
 
 
-def test_gpu_seconds_grow_with_the_text_and_shrink_with_the_measured_speed():
-    small, large = policy.answer_gpu_seconds(3_000, None), policy.answer_gpu_seconds(300_000, None)
+def planned(windows: int, max_seq_len: int = 4096):
+    """A plan as far as the GPU duration reads it: its expected windows and its window length."""
+    return SimpleNamespace(expected_windows=windows, settings=SimpleNamespace(max_seq_len=max_seq_len))
+
+
+def test_gpu_seconds_grow_with_the_planned_windows_and_shrink_with_the_measured_speed():
+    small, large = policy.answer_gpu_seconds(planned(1), None), policy.answer_gpu_seconds(planned(20), None)
     assert policy.GPU_DURATION_BASE_S < small < large
-    assert large == pytest.approx(policy.GPU_DURATION_BASE_S + 100_000 / policy.ASSUMED_TOKENS_PER_S)
-    assert policy.answer_gpu_seconds(300_000, 10 * policy.ASSUMED_TOKENS_PER_S) < large
-    assert policy.answer_gpu_seconds(10**9, None) == policy.GPU_DURATION_MAX_S
+    assert large == pytest.approx(policy.GPU_DURATION_BASE_S + 20 * 4096 / policy.ASSUMED_TOKENS_PER_S)
+    assert policy.answer_gpu_seconds(planned(20), 0.5) == pytest.approx(policy.GPU_DURATION_BASE_S + 10)
+    assert policy.answer_gpu_seconds(planned(10**6), None) == policy.GPU_DURATION_MAX_S
     assert policy.training_gpu_seconds(512, None) == pytest.approx(
         policy.GPU_DURATION_BASE_S + policy.TRAINING_STEP_WINDOWS * 512 / policy.ASSUMED_TOKENS_PER_S)
