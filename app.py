@@ -106,8 +106,18 @@ class AppContext:
 
     def window_s(self) -> float | None:
         """Seconds a window takes on the loaded model (its one throughput estimate), or None before any ran."""
+        measured = self.measured()
+        return measured.window_s if measured is not None else None
+
+    def tokens_per_s(self) -> float | None:
+        """Window tokens a second on the loaded model (the same estimate), or None before any ran."""
+        measured = self.measured()
+        return measured.tokens_per_s if measured is not None else None
+
+    def measured(self):
+        """The loaded model's record of its forward passes (`BatchState`), or None without a model."""
         loaded = self.session.loaded
-        return loaded.batch_state.window_s if loaded is not None and loaded.batch_state is not None else None
+        return loaded.batch_state if loaded is not None else None
 
 
 # The contexts GPU functions reach by key. ZeroGPU pickles a GPU function's arguments to a forked worker, so those
@@ -421,8 +431,8 @@ def count_or_default(value, what: str, default: int) -> int:
 
 def answer_duration(context_key: str, plan, extract_s: float = 0.0, progress=None, stop_key=None) -> float:
     """Seconds of GPU to ask ZeroGPU for (`policy.answer_gpu_seconds`): the windows the plan expects to read (what
-    the ranking picked, or every window) at the loaded model's measured seconds a window."""
-    return policy.answer_gpu_seconds(plan, CONTEXTS[context_key].window_s())
+    the ranking picked, or every window) at the loaded model's measured throughput."""
+    return policy.answer_gpu_seconds(plan, CONTEXTS[context_key].tokens_per_s())
 
 
 @gpu_function(duration=answer_duration)
@@ -534,9 +544,7 @@ def refresh_gpu_gauge():
 def training_duration(context_key: str, window_tokens: int) -> float:
     """Two forward+backward steps of one window (`policy.training_gpu_seconds`) at the loaded model's measured
     throughput."""
-    loaded = CONTEXTS[context_key].session.loaded
-    tokens_per_s = loaded.batch_state.tokens_per_s if loaded is not None and loaded.batch_state else None
-    return policy.training_gpu_seconds(window_tokens, tokens_per_s)
+    return policy.training_gpu_seconds(window_tokens, CONTEXTS[context_key].tokens_per_s())
 
 
 @gpu_function(duration=training_duration)

@@ -144,19 +144,6 @@ def queue_text(queue) -> str:
             "when it arrived")
 
 
-def full_read_s(result) -> float | None:
-    """A guided read's prediction of the full read's time: reading the files once, and its own seconds per window
-    read (tokenizing, forward, decoding) times every window (None when nothing was skipped or nothing was timed)."""
-    reading, latency = result.reading, result.latency_s
-    if reading is None or reading.windows_read <= 0 or reading.windows_total <= reading.windows_read \
-            or not latency.get("forward"):
-        return None
-    # Reading the files is paid once whatever is read; tokenizing, the forward passes and decoding grow with the
-    # windows.
-    per_window = sum(latency.get(stage, 0.0) for stage in ("tokenize", "forward", "decode")) / reading.windows_read
-    return latency.get("extract", 0.0) + per_window * reading.windows_total
-
-
 def reading_summary(readout) -> str:
     """E.g. "read 6 of 51 windows (guided) in 21 s; a full read would take about 3 min"."""
     result = readout.result
@@ -166,9 +153,8 @@ def reading_summary(readout) -> str:
     about = "about " if reading.windows_total_estimated else ""
     text = (f"read {reading.windows_read:,} of {about}{reading.windows_total:,} windows ({reading.mode}) "
             f"in {format_seconds(result.latency_s.get('total'))}")
-    predicted = full_read_s(result)
-    if predicted is not None:
-        text += f"; a full read would take about {format_seconds(predicted)}"
+    if readout.full_read_s is not None:
+        text += f"; a full read would take about {format_seconds(readout.full_read_s)}"
     return text
 
 

@@ -44,6 +44,7 @@ class Readout:
     queue: QueueReadout | None = None  # a shared deployment's lane
     replica: str | None = None  # Ray Serve: the replica that answered
     generation: int | None = None  # Ray Serve: the deployment it belongs to
+    full_read_s: float | None = None  # a guided read's prediction of reading every window (`predict_full_read_s`)
 
     def to_json(self) -> dict:
         out = self.result.to_json()
@@ -54,3 +55,16 @@ class Readout:
         if self.queue is not None:
             out["queue"] = asdict(self.queue)
         return out
+
+
+def predict_full_read_s(result: QAResult, window_s: float | None) -> float | None:
+    """A guided read's prediction of the full read's time: reading the files once, its own seconds per window for
+    tokenizing and decoding, and every window's forward pass at the model's measured seconds a window (None when
+    nothing was skipped or nothing was measured)."""
+    reading, latency = result.reading, result.latency_s
+    if reading is None or reading.windows_read <= 0 or reading.windows_total <= reading.windows_read or not window_s:
+        return None
+    # Reading the files is paid once whatever is read; tokenizing, the forward passes and decoding grow with the
+    # windows.
+    per_window = sum(latency.get(stage, 0.0) for stage in ("tokenize", "decode")) / reading.windows_read + window_s
+    return latency.get("extract", 0.0) + per_window * reading.windows_total

@@ -21,7 +21,7 @@ from typing import Callable
 from longqa import loader
 from longqa.backend import Gate, Progress
 from longqa.models import KNOWN_MODELS, model_config, resolve_model
-from longqa.readout import MemoryPrediction, Readout
+from longqa.readout import MemoryPrediction, Readout, predict_full_read_s
 from longqa_core.answering import QAResult, answer_plan
 from longqa_core.batching import WindowProgress, collate
 from longqa_core.documents import (DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_PAGES, DEFAULT_MAX_READ_S, Document, from_text,
@@ -337,10 +337,13 @@ class Session:
         return self.hardware or detect_hardware()
 
     def readout(self, result: QAResult, loaded=None) -> Readout:
-        """A result with the model and profile that answered and the memory planner's prediction beside it."""
+        """A result with the model and profile that answered, the memory planner's prediction beside it, and a guided
+        read's prediction of the full read at the model's measured seconds a window."""
         loaded = loaded or self.loaded
-        return Readout(result, loaded.model_ref if loaded else None, loaded.profile.name if loaded else None,
-                       memory_prediction(loaded, result))
+        if loaded is None:
+            return Readout(result, None, None)
+        return Readout(result, loaded.model_ref, loaded.profile.name, memory_prediction(loaded, result),
+                       full_read_s=predict_full_read_s(result, loaded.batch_state.window_s))
 
 
 NO_MODEL = "No model is loaded."

@@ -65,6 +65,12 @@ class RequestPlan:
     def windows(self) -> int:
         return sum(d.windows for d in self.stats)
 
+    @property
+    def expected_window_tokens(self) -> int:
+        """The tokens of the windows it is expected to read: counted for a full read, a whole window each for a
+        guided one (what a forward-time prediction multiplies)."""
+        return self.window_tokens if self.mode == "full" else self.expected_windows * self.settings.max_seq_len
+
     def with_budget(self, max_request_s: float | None) -> "RequestPlan":
         """The same plan with another time budget (ZeroGPU grants a request only the seconds it asked for)."""
         return replace(self, settings=replace(self.settings, max_request_s=max_request_s))

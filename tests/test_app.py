@@ -475,12 +475,12 @@ def test_gpu_duration_grows_with_the_request(ctx):
     short = ctx.session.plan([Document("a.txt", "word " * 1_000)], "q?", "full")
     long = ctx.session.plan([Document("b.txt", "word " * 200_000)], "q?", "full")
     assert app.answer_duration(ctx.key, short) < app.answer_duration(ctx.key, long)
-    assert app.answer_duration(ctx.key, dataclasses.replace(long, expected_windows=10**6)) == policy.GPU_DURATION_MAX_S
+    assert app.answer_duration(ctx.key, dataclasses.replace(long, window_tokens=10**9)) == policy.GPU_DURATION_MAX_S
     before = app.answer_duration(ctx.key, long)
-    ctx.session.loaded.batch_state.record_forward(10**6, 1.0, windows=10**4)  # a faster model asks for less
+    ctx.session.loaded.batch_state.record_forward(10**8, 1.0, windows=10**4)  # a faster model asks for less
     assert app.answer_duration(ctx.key, long) < before
     assert app.answer_duration(ctx.key, long) == pytest.approx(
-        policy.GPU_DURATION_BASE_S + long.expected_windows * ctx.window_s())
+        policy.GPU_DURATION_BASE_S + long.window_tokens / ctx.tokens_per_s())
 
 
 def test_gpu_duration_follows_what_the_ranking_will_read(ctx):
@@ -603,10 +603,14 @@ def test_importing_the_app_loads_no_model():
 
 
 def test_main_loads_then_serves_with_the_command_line_limits(tiny_model_dir, monkeypatch, capsys):
-    served = {}
+    served, built = {}, []
     monkeypatch.setattr(app, "serve", lambda demo, **kwargs: served.update(kwargs, demo=demo))
+    for name in ("make_context", "build_blocks"):  # `python app.py` builds one context and one page
+        real = getattr(app, name)
+        monkeypatch.setattr(app, name, lambda *a, _real=real, _name=name, **k: built.append(_name) or _real(*a, **k))
     assert app.main(["--model", str(tiny_model_dir), "--profile", "cpu", "--port", "7999", "--max-file-mb", "2",
                      "--queue-size", "5"]) == 0
+    assert built == ["make_context", "build_blocks"]
     assert served["port"] == 7999 and served["max_file_mb"] == 2.0 and served["share"] is False
     assert served["demo"]._queue.max_size == 5
     assert f"Loaded {tiny_model_dir} (cpu)" in capsys.readouterr().out

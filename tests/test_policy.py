@@ -8,6 +8,7 @@ import pytest
 
 from longqa.serving import policy
 from longqa.serving.lane import ModelLane
+from longqa_core.plan import RequestPlan
 
 
 class Clock:
@@ -50,16 +51,21 @@ def test_the_stop_check_is_released_when_the_request_fails():
     assert policy.stop_check(key) is None and not lane.is_busy()
 
 
-def planned(windows: int, max_seq_len: int = 4096):
-    """A plan as far as the GPU duration reads it: its expected windows and its window length."""
-    return SimpleNamespace(expected_windows=windows, settings=SimpleNamespace(max_seq_len=max_seq_len))
+def planned(window_tokens: int, mode: str = "full", windows: int = 0, max_seq_len: int = 4096):
+    """A plan as far as the GPU duration reads it (`RequestPlan.expected_window_tokens`)."""
+    plan = SimpleNamespace(mode=mode, window_tokens=window_tokens, expected_windows=windows,
+                           settings=SimpleNamespace(max_seq_len=max_seq_len))
+    plan.expected_window_tokens = RequestPlan.expected_window_tokens.fget(plan)
+    return plan
 
 
 def test_gpu_seconds_grow_with_the_planned_windows_and_shrink_with_the_measured_speed():
-    small, large = policy.answer_gpu_seconds(planned(1), None), policy.answer_gpu_seconds(planned(20), None)
+    small, large = policy.answer_gpu_seconds(planned(3_000), None), policy.answer_gpu_seconds(planned(100_000), None)
     assert policy.GPU_DURATION_BASE_S < small < large
-    assert large == pytest.approx(policy.GPU_DURATION_BASE_S + 20 * 4096 / policy.ASSUMED_TOKENS_PER_S)
-    assert policy.answer_gpu_seconds(planned(20), 0.5) == pytest.approx(policy.GPU_DURATION_BASE_S + 10)
-    assert policy.answer_gpu_seconds(planned(10**6), None) == policy.GPU_DURATION_MAX_S
+    assert large == pytest.approx(policy.GPU_DURATION_BASE_S + 100_000 / policy.ASSUMED_TOKENS_PER_S)
+    assert policy.answer_gpu_seconds(planned(100_000), 10 * policy.ASSUMED_TOKENS_PER_S) < large
+    guided = policy.answer_gpu_seconds(planned(0, "guided", windows=3), 4096.0)
+    assert guided == pytest.approx(policy.GPU_DURATION_BASE_S + 3)  # a whole window each, 1 s a window here
+    assert policy.answer_gpu_seconds(planned(10**9), None) == policy.GPU_DURATION_MAX_S
     assert policy.training_gpu_seconds(512, None) == pytest.approx(
         policy.GPU_DURATION_BASE_S + policy.TRAINING_STEP_WINDOWS * 512 / policy.ASSUMED_TOKENS_PER_S)

@@ -8,7 +8,7 @@ import pytest
 
 import ui_format
 from longqa.loader import LoadReadout
-from longqa.readout import MemoryPrediction, QueueReadout, Readout
+from longqa.readout import MemoryPrediction, QueueReadout, Readout, predict_full_read_s
 from longqa_core.answering import QAResult, ReadingReadout
 from longqa_core.spans import Answer
 from longqa_core.telemetry import DeviceMemory, MemoryReadout
@@ -144,16 +144,24 @@ def test_run_rows_show_the_prediction_beside_the_measured_peak():
     assert dict(ui_format.run_rows(readout))["memory: predicted vs measured"] == ui_format.MISSING
 
 
-def test_reading_summary_says_what_was_read_and_predicts_the_full_read():
+def test_reading_summary_says_what_was_read_and_the_full_reads_prediction():
     readout = readout_of({"extract": 0.5, "tokenize": 0.5, "rank": 0.2, "forward": 12.0, "decode": 0.1, "total": 13.3},
-                         ReadingReadout("guided", "auto", 6, 51, True, "ranked", []))
+                         ReadingReadout("guided", "auto", 6, 51, True, "ranked", []), full_read_s=110.0)
     text = ui_format.reading_summary(readout)
     assert text.startswith("read 6 of about 51 windows (guided) in 13.30 s")
-    assert ui_format.full_read_s(readout.result) == pytest.approx(0.5 + (0.5 + 12.0 + 0.1) / 6 * 51)
-    assert "a full read would take about" in text
+    assert text.endswith("; a full read would take about 110.00 s")
     full = readout_of({"forward": 3.0, "total": 3.5}, ReadingReadout("full", "full", 4, 4, False, "asked", []))
-    assert ui_format.full_read_s(full.result) is None and "would take" not in ui_format.reading_summary(full)
+    assert "would take" not in ui_format.reading_summary(full)
     assert ui_format.reading_summary(readout_of()) == ui_format.MISSING
+
+
+def test_the_full_read_is_predicted_at_the_models_measured_seconds_a_window():
+    guided = readout_of({"extract": 0.5, "tokenize": 0.5, "forward": 12.0, "decode": 0.1, "total": 13.3},
+                        ReadingReadout("guided", "auto", 6, 51, True, "ranked", [])).result
+    assert predict_full_read_s(guided, 2.0) == pytest.approx(0.5 + ((0.5 + 0.1) / 6 + 2.0) * 51)
+    assert predict_full_read_s(guided, None) is None
+    full = readout_of({"forward": 3.0}, ReadingReadout("full", "full", 4, 4, False, "asked", [])).result
+    assert predict_full_read_s(full, 2.0) is None
 
 
 def test_document_rows_say_about_when_a_guided_read_estimated_them():

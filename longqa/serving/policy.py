@@ -19,7 +19,7 @@ from longqa.serving.lane import GatedRunner, ModelLane, Ticket
 UNREAD_MESSAGES_LIMIT = 16
 UNREAD_STALL_S = 30.0
 # ZeroGPU attaches a GPU for the duration a function asks for: a fixed start-up allowance plus the request's
-# predicted forward time (its planned windows at the loaded model's measured seconds a window).
+# predicted forward time (the tokens of its planned windows at the loaded model's measured throughput).
 GPU_DURATION_BASE_S = 20.0
 GPU_DURATION_MAX_S = 300.0
 ASSUMED_TOKENS_PER_S = 2_000.0  # until the loaded model has measured its own
@@ -117,11 +117,10 @@ def gpu_seconds(work_s: float) -> float:
     return min(GPU_DURATION_MAX_S, GPU_DURATION_BASE_S + work_s)
 
 
-def answer_gpu_seconds(plan, window_s: float | None) -> float:
+def answer_gpu_seconds(plan, tokens_per_s: float | None) -> float:
     """Seconds of GPU for a planned answer (`longqa_core.plan.RequestPlan`): the windows it expects to read at the
-    loaded model's measured seconds a window (an assumed speed before any was measured)."""
-    per_window = window_s or plan.settings.max_seq_len / ASSUMED_TOKENS_PER_S
-    return gpu_seconds(plan.expected_windows * per_window)
+    loaded model's measured throughput (an assumed one before any was measured)."""
+    return gpu_seconds(plan.expected_window_tokens / (tokens_per_s or ASSUMED_TOKENS_PER_S))
 
 
 def training_gpu_seconds(window_tokens: int, tokens_per_s: float | None) -> float:
