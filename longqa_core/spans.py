@@ -6,7 +6,8 @@ than `max_answer_len` dropped, the best `2 * top_k + 10`, each widened to whole 
 null answer. Deliberate differences, so that an answer is never empty or a broken piece: words cut by a window's
 edge are completed, numbers are never cut at their separators, stray punctuation is trimmed from the ends, and a
 span that is empty, white space or punctuation once trimmed is never an answer: the window's next span takes its
-place. Pure numpy and text; knows nothing of models or tokenizers.
+place. `decode_answers` does this over a request's windows and their logits. Pure numpy and text; knows nothing of
+models or tokenizers.
 """
 
 from __future__ import annotations
@@ -15,6 +16,10 @@ import re
 from dataclasses import dataclass
 
 import numpy as np
+
+from longqa_core.documents import Document
+from longqa_core.limits import EngineSettings
+from longqa_core.windows import Window
 
 
 @dataclass(frozen=True)
@@ -207,3 +212,31 @@ def merge_candidates(found: list[Candidate], top_k: int, null_score: float | Non
         answers.append(Candidate("", null_score, -1, 0, 0))
     answers.sort(key=lambda c: c.score, reverse=True)
     return answers[:top_k]
+
+
+@dataclass
+class Answer:
+    """One answer of a request: its text, score, and where it stands (document None: no answer)."""
+
+    text: str
+    score: float
+    document: str | None
+    document_index: int
+    start_char: int
+    end_char: int
+
+
+def decode_answers(windows: list[Window], logits, documents: list[Document],
+                   settings: EngineSettings) -> list[Answer]:
+    """Every window's word-aligned candidates, merged across windows; never an empty or punctuation answer."""
+    found: list[Candidate] = []
+    null_score = 1_000_000.0
+    for window, (start, end) in zip(windows, logits):
+        candidates, window_null = window_candidates(start, end, window.context, window.offsets,
+                                                    documents[window.document_index].text, window.document_index,
+                                                    settings.top_k, settings.max_answer_len)
+        null_score = min(null_score, window_null)
+        found.extend(candidates)
+    merged = merge_candidates(found, settings.top_k, null_score if settings.handle_impossible_answer else None)
+    return [Answer(c.text, c.score, documents[c.document_index].name if c.document_index >= 0 else None,
+                   c.document_index, c.start_char, c.end_char) for c in merged]

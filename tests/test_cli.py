@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -140,3 +141,31 @@ def test_ask_reads_guided_and_full_with_the_same_answer(capsys, tmp_path):
     with pytest.raises(SystemExit) as refused:  # argparse names the choices
         main(["ask", "--model", "demo", "--reading", "skim", "-q", "q", str(path)])
     assert refused.value.code == 2 and "choose from 'auto', 'full', 'guided'" in capsys.readouterr().err
+
+
+# What `python -m longqa ask --model demo --question "What is the frequency of Chiomklian Oustklaeth?"
+# longqa/samples/harbour_records.txt --json` printed before the engine was split and readouts were typed (issue 37):
+# the API's shape is a promise, so the same keys, and the same values but for timings and memory.
+BEFORE = json.loads((Path(__file__).parent / "data" / "cli_answer_before_issue37.json").read_text())
+MEASURED = {"latency_s", "memory", "tokens_per_s", "memory_prediction"}  # timings and memory: values may differ
+
+
+def key_tree(value):
+    """The nested keys of a JSON value (a list by its first item's keys)."""
+    if isinstance(value, dict):
+        return {key: key_tree(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [key_tree(value[0])] if value else []
+    return None
+
+
+def test_a_cli_answer_keeps_its_json_keys_and_values_but_for_timings_and_memory(capsys):
+    sample = Path(__file__).resolve().parents[1] / "longqa" / "samples" / "harbour_records.txt"
+    code, out, err = run_cli(capsys, "ask", "--model", "demo", "--question",
+                             "What is the frequency of Chiomklian Oustklaeth?", str(sample), "--json")
+    assert code == 0, err
+    now = json.loads(out)
+    assert key_tree(now) == key_tree(BEFORE)
+    assert {key: value for key, value in now.items() if key not in MEASURED} == \
+        {key: value for key, value in BEFORE.items() if key not in MEASURED}
+    assert now["memory_prediction"]["device"] == BEFORE["memory_prediction"]["device"] == "cpu"
