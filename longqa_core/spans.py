@@ -215,9 +215,10 @@ def window_candidates(start_logits: np.ndarray, end_logits: np.ndarray, context:
     """One window's answers, best first, and its null score.
 
     The best `spans_per_window(top_k)` spans that are answers, each aligned to words in `text` (the window's
-    document; `offsets` are its tokens' character spans). Spans that can hold no letter or digit are never looked
-    at (`answer_reach`); a span that is still no answer once aligned is skipped and the next one taken, so a
-    window whose best span trims to nothing still offers its real candidates.
+    document; `offsets` are its tokens' character spans). A span that is no answer once aligned is skipped and the
+    next one taken, so a window whose best span trims to nothing still offers its real candidates; at the first
+    such span, the window's spans that can hold no letter or digit however they widen are left out
+    (`answer_reach`), so a window of emoji or punctuation is not looked at span by span.
 
     `should_stop`, if given, is called with no arguments before any work and about every millisecond of it
     (every `_SPANS_PER_STOP_CHECK` spans aligned); when it returns True, decoding ends with `Cancelled` and
@@ -229,8 +230,8 @@ def window_candidates(start_logits: np.ndarray, end_logits: np.ndarray, context:
             raise Cancelled("The request was cancelled while its answers were being decoded.")
 
     check_stop()
-    reach = answer_reach(text, offsets, context)
     wanted = spans_per_window(top_k)
+    reach = None  # worked out at the first span that is no answer: most windows of prose never need it
     kept: list[Candidate] = []
     seen, asked = 0, wanted
     while True:
@@ -244,9 +245,14 @@ def window_candidates(start_logits: np.ndarray, end_logits: np.ndarray, context:
                 kept.append(Candidate(text[start_char:end_char], span.score, document_index, start_char, end_char))
                 if len(kept) == wanted:
                     return kept, null_score
-        if len(spans) < asked:  # every span of the window was looked at
-            return kept, null_score
-        seen, asked = len(spans), asked * 4
+            elif reach is None:  # start again without the spans that cannot be answers
+                reach = answer_reach(text, offsets, context)
+                kept, seen, asked = [], 0, wanted
+                break
+        else:
+            if len(spans) < asked:  # every span of the window was looked at
+                return kept, null_score
+            seen, asked = len(spans), asked * 4
 
 
 def merge_candidates(found: list[Candidate], top_k: int, null_score: float | None = None) -> list[Candidate]:
