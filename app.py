@@ -461,16 +461,18 @@ def answer_on_gpu(context_key: str, plan, extract_s: float = 0.0, progress=None,
                                should_stop=policy.stop_check(stop_key), on_window_progress=on_window_progress)
 
 
-def ask(ctx: AppContext, files, pasted_text, question, top_k, reading, history, seen=None,
+def ask(ctx: AppContext, files, pasted_text, question, top_k, reading, no_answer_below, history, seen=None,
         request: gr.Request = None, progress=gr.Progress()) -> dict:
     """Answer the question over the documents: every readout by name, the full JSON readout as "readout".
 
     Reading the documents and planning the request (every limit checked, the ranking run, the windows to read
     estimated) happen once, first, outside the model lane and the GPU function: a bad or slow upload costs only its
     own visitor's time, and no GPU time; the lane admits, and the GPU function asks for time, by that plan.
-    `reading` is "auto", "full" or "guided" (empty: auto)."""
+    `reading` is "auto", "full" or "guided" (empty: auto); `no_answer_below` a score in (0, 1) under which the answer
+    is "not found" (empty: the model's own rule)."""
     with user_errors("Answering"):
         top_k = count_or_default(top_k, "Top-k", DEFAULT_TOP_K)
+        no_answer_below = None if no_answer_below in (None, "") else no_answer_below  # checked with the settings
         reading = reading_or_default(reading)
         progress(0.0, desc="Reading the documents")
         documents, extract_s = read_request(files or [], pasted_text, question, max_bytes=ctx.max_file_bytes,
@@ -478,7 +480,7 @@ def ask(ctx: AppContext, files, pasted_text, question, top_k, reading, history, 
         ensure_loaded(ctx, progress)
         progress(0.0, desc="Ranking the windows" if reading != "full" else "Planning the read")
         plan = ctx.session.plan(documents, question, reading, top_k=top_k, max_total_tokens=ctx.max_total_tokens,
-                                max_request_s=ctx.max_request_s)
+                                max_request_s=ctx.max_request_s, no_answer_below=no_answer_below)
         with request_turn(ctx, request, progress, windows=plan.expected_windows) as (stop_key, ticket):
             changed = changed_since(ctx, seen)
             progress(0.0, desc="Reading windows")
@@ -500,7 +502,7 @@ def ask(ctx: AppContext, files, pasted_text, question, top_k, reading, history, 
     return {
         "documents": pd.DataFrame(ui_format.document_rows(result.documents, estimated),
                                   columns=ui_format.DOCUMENT_HEADERS),
-        "answer": ui_format.best_answer(result.answers),
+        "answer": ui_format.best_answer(result),
         "answers": pd.DataFrame(ui_format.answer_rows(result.answers), columns=ui_format.ANSWER_HEADERS),
         "evidence": passage,
         "latency": pd.DataFrame(ui_format.latency_rows(result.latency_s, result.tokens_per_s),
@@ -516,10 +518,10 @@ def ask(ctx: AppContext, files, pasted_text, question, top_k, reading, history, 
     }
 
 
-def ask_in_full(ctx: AppContext, files, pasted_text, question, top_k, history, seen=None,
+def ask_in_full(ctx: AppContext, files, pasted_text, question, top_k, no_answer_below, history, seen=None,
                 request: gr.Request = None, progress=gr.Progress()) -> dict:
     """The same question read in full ("Read the whole document"): every window, whatever the ranking says."""
-    return ask(ctx, files, pasted_text, question, top_k, "full", history, seen, request, progress)
+    return ask(ctx, files, pasted_text, question, top_k, "full", no_answer_below, history, seen, request, progress)
 
 
 def reading_or_default(value) -> str:
@@ -674,6 +676,9 @@ def build_question_panel(ctx: AppContext) -> dict[str, Block]:
             reading = gr.Radio(list(READING_MODES), value=DEFAULT_READING, label="Reading",
                                info="auto: guided past a few windows; guided: read where the question's words "
                                     "point, more while the answer is weak; full: every window")
+            no_answer_below = gr.Number(None, label="Not-found threshold (optional)", minimum=0, maximum=1,
+                                        info="say 'not found' when the best answer scores under this (between 0 "
+                                             "and 1); empty: the model's own rule, where it has one")
             with gr.Row():
                 ask_btn = gr.Button("Ask", variant="primary")
                 full_btn = gr.Button("Read the whole document")
@@ -686,7 +691,7 @@ def build_question_panel(ctx: AppContext) -> dict[str, Block]:
         trigger(bind(preview_documents, ctx), inputs=[files, pasted, question], outputs=doc_table,
                 api_visibility="private")
     return {"files": files, "pasted": pasted, "question": question, "top_k": top_k, "reading": reading,
-            "ask": ask_btn, "full": full_btn, "stop": stop_btn, "documents": doc_table}
+            "no_answer_below": no_answer_below, "ask": ask_btn, "full": full_btn, "stop": stop_btn, "documents": doc_table}
 
 
 def build_answer_panel(ctx: AppContext, question: dict[str, Block], seen: gr.State) -> None:
@@ -710,9 +715,9 @@ def build_answer_panel(ctx: AppContext, question: dict[str, Block], seen: gr.Sta
     timer.tick(refresh_gpu_gauge, outputs=gauge, concurrency_limit=None, show_progress="hidden",
                api_visibility="private")
     inputs = [question["files"], question["pasted"], question["question"], question["top_k"], question["reading"],
-              history["history"], seen]
-    in_full = [question["files"], question["pasted"], question["question"], question["top_k"], history["history"],
-               seen]
+              question["no_answer_below"], history["history"], seen]
+    in_full = [question["files"], question["pasted"], question["question"], question["top_k"],
+               question["no_answer_below"], history["history"], seen]
     outputs = {"documents": question["documents"], "answer": answer_box, "answers": answers_table,
                "evidence": evidence_box, "latency": latency_table, "memory": memory_table, "run": run_table,
                **history, "seen": seen,

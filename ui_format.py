@@ -19,7 +19,7 @@ _WORDS = re.compile(r"\s*\S+\s*|\s+")  # a word with the white space around it
 STAGES = ("extract", "tokenize", "rank", "forward", "decode", "total")
 
 DOCUMENT_HEADERS = ["document", "characters", "tokens", "windows"]
-ANSWER_HEADERS = ["rank", "answer", "score", "document", "position (characters)"]
+ANSWER_HEADERS = ["rank", "answer", "score", "confidence", "document", "position (characters)"]
 LATENCY_HEADERS = ["stage", "time"]
 MEMORY_HEADERS = ["device", "peak (GPU allocated, host RSS)", "now (GPU reserved, host RSS)", "NVML used",
                   "NVML total"]
@@ -75,14 +75,28 @@ def answer_rows(answers: list) -> list[list]:
             where, document = MISSING, "(no answer)"
         else:
             where, document = f"{answer.start_char:,}–{answer.end_char:,}", answer.document
-        rows.append([rank, answer.text, f"{answer.score:.4g}", document, where])
+        rows.append([rank, answer.text, f"{answer.score:.4g}", answer.confidence or MISSING, document, where])
     return rows
 
 
-def best_answer(answers: list) -> str:
-    if not answers or answers[0].document is None:
+def best_answer(result) -> str:
+    """What the answer box shows: the best answer; where the documents do not hold one, the verdict and the best
+    span for the curious; where the model's confidence means nothing calibrated, the answer saying so."""
+    verdict = result.verdict
+    best = result.answers[0] if result.answers and result.answers[0].document is not None else None
+    if best is None:
         return "(no answer found in the documents)"
-    return answers[0].text
+    if verdict is not None and verdict.found is False:
+        return f"{verdict.message}. (Best span, low confidence: {best.text!r}, score {best.score:.2g}.)"
+    if verdict is not None and verdict.found is None:
+        return f"{best.text}   ({verdict.message})"
+    return best.text
+
+
+def verdict_text(result) -> str:
+    """The verdict and the rule that gave it, for the run table."""
+    verdict = result.verdict
+    return MISSING if verdict is None else f"{verdict.message}: {verdict.basis}"
 
 
 def evidence(text: str, start: int, end: int, context_chars: int = EVIDENCE_CONTEXT_CHARS) -> list[tuple]:
@@ -128,6 +142,7 @@ def run_rows(readout) -> list[list]:
         ["windows", result.windows],
         ["reading", reading_summary(readout)],
         ["why", result.reading.reason if result.reading else MISSING],
+        ["found", verdict_text(result)],
         ["batch size used", result.batch_size],
         ["out-of-memory back-offs", result.backoffs],
         ["memory: predicted vs measured", prediction_text(readout.memory_prediction)],

@@ -146,7 +146,7 @@ def load_model(model_ref: str, profile: Profile | str, *, hardware: Hardware | N
         context_factory = functools.partial(stacked_contexts, tuple(strategies))
         runner = next((r for r in (s.make_runner(model, context_factory) for s in strategies) if r is not None),
                       None) or ModelRunner(model, context_factory)
-        settings = replace(engine_settings(profile, strategies), handle_impossible_answer=source.handles_null_answer)
+        settings = replace(engine_settings(profile, strategies), no_answer=source.no_answer_rule)
         # transformers' loading leaves reference cycles that keep the memory-mapped checkpoint alive: without a
         # collection here int8 quantization's model kept the fp32 file pages it no longer reads resident
         gc.collect()

@@ -11,13 +11,13 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Callable
 
-from longqa_core import reading, telemetry
+from longqa_core import no_answer, reading, telemetry
 from longqa_core.batching import BatchState, ForwardSample, Runner, WindowProgress, release_memory, run_windows
 from longqa_core.documents import Document
 from longqa_core.errors import LongQAError
-from longqa_core.limits import EngineSettings, StopCheck, check_tokens
+from longqa_core.limits import EngineSettings, StopCheck, check_tokens, no_answer_rule, stop_check
 from longqa_core.plan import RequestPlan, plan_request
-from longqa_core.spans import Answer, decode_answers
+from longqa_core.spans import Answer, decode
 from longqa_core.telemetry import MemoryReadout
 from longqa_core.windows import DocumentStats, make_windows, window_span
 
@@ -68,6 +68,11 @@ class QAResult:
     window_tokens: int = 0  # the longest window, in tokens (what the memory planner needs)
     reading: ReadingReadout | None = None
     forward: ForwardSample = field(default_factory=ForwardSample)  # what the passes measured; not in the JSON
+    verdict: no_answer.Verdict | None = None  # whether the documents hold the answer, and by which rule
+
+    @property
+    def found(self) -> bool | None:
+        return self.verdict.found if self.verdict is not None else None
 
     @property
     def tokens_per_s(self) -> float | None:
@@ -82,7 +87,8 @@ class QAResult:
                 "latency_s": dict(self.latency_s), "memory": self.memory.to_json(), "notices": list(self.notices),
                 "window_tokens": self.window_tokens,
                 "reading": self.reading.to_json() if self.reading is not None else {},
-                "tokens_per_s": self.tokens_per_s}
+                "tokens_per_s": self.tokens_per_s, "found": self.found,
+                "no_answer": self.verdict.to_json() if self.verdict is not None else None}
 
 
 def answer(runner: Runner, tokenizer, documents: list[Document], question: str, settings: EngineSettings, *,
@@ -128,7 +134,8 @@ def answer_plan(runner: Runner, tokenizer, plan: RequestPlan, *, batch_state: Ba
                 read = _read_guided(runner, tokenizer, plan, batch_state, measurement, should_stop,
                                     on_window_progress)
             with measurement.stage("decode"):
-                answers = decode_answers(read.windows, read.logits, plan.documents, settings)
+                decoded = decode(read.windows, read.logits, plan.documents, settings, stop_check(should_stop))
+            answers, verdict = judge_answers(decoded, settings, read.readout.mode == "full")
     except LongQAError as exc:
         # The traceback keeps every frame it passed through, and with them the windows and logits: drop them.
         read = None
@@ -139,7 +146,19 @@ def answer_plan(runner: Runner, tokenizer, plan: RequestPlan, *, batch_state: Ba
     return QAResult(plan.question, answers, read.stats, len(read.windows), read.tokens, read.batch_size,
                     batch_state.backoffs - backoffs_before, measurement.latency_s, measurement.memory, read.notices,
                     window_tokens=max(len(w.input_ids) for w in read.windows), reading=read.readout,
-                    forward=ForwardSample(read.forward_tokens, read.forward_windows, read.forward_s))
+                    forward=ForwardSample(read.forward_tokens, read.forward_windows, read.forward_s),
+                    verdict=verdict)
+
+
+def judge_answers(decoded, settings: EngineSettings, read_whole: bool) -> tuple[list[Answer], no_answer.Verdict]:
+    """The answers with their confidence in words, and the verdict on the best one under the request's rule (the
+    model's, or the threshold the request gave)."""
+    rule = no_answer_rule(settings)
+    best = decoded.answers[0].score if decoded.answers else None
+    verdict = no_answer.judge(rule, best, decoded.null_score, read_whole)
+    for answer in decoded.answers:
+        answer.confidence = no_answer.confidence(rule, answer.score, decoded.null_score)
+    return decoded.answers, verdict
 
 
 @dataclass

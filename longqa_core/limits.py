@@ -13,6 +13,7 @@ from typing import Callable, Union
 
 from longqa_core.documents import Document, clean_text
 from longqa_core.errors import InputError, RequestTooLongError
+from longqa_core.no_answer import UNCALIBRATED, NoAnswerRule, check_threshold, effective_rule
 
 DEFAULT_MAX_TOTAL_TOKENS = 2_000_000
 # How many characters a request may have per token of its limit. Byte-level BPE averages about four characters a
@@ -52,7 +53,8 @@ class EngineSettings:
     top_k: int = 1
     batch_size: int = 1
     adaptive_batching: bool = False  # halve the batch on out-of-memory (the dynamic batching strategy)
-    handle_impossible_answer: bool = False
+    no_answer: NoAnswerRule = NoAnswerRule(UNCALIBRATED)  # the model's "not found" rule (the model registry's)
+    no_answer_below: float | None = None  # a request's own threshold, which replaces the model's rule
     max_total_tokens: int = DEFAULT_MAX_TOTAL_TOKENS
     max_request_s: float | None = None  # refuse a request predicted to take longer (None: no limit)
 
@@ -66,6 +68,10 @@ class EngineSettings:
                  if (value := getattr(self, name)) is not None}
         if any(type(getattr(self, name)) is not int for name in whole):
             return replace(self, **whole).resolved(tokenizer)
+        if self.no_answer_below is not None:
+            below = check_threshold(self.no_answer_below)
+            if below != self.no_answer_below:  # "0.001" from a form or an API: its number
+                return replace(self, no_answer_below=below).resolved(tokenizer)
         if self.max_request_s is not None and not self.max_request_s > 0:
             raise InputError(f"max_request_s must be a positive number of seconds, got {self.max_request_s!r}.")
         limit = int(getattr(tokenizer, "model_max_length", 4096) or 4096)
@@ -88,6 +94,11 @@ class EngineSettings:
 
 _WHOLE_NUMBER_FIELDS = ("max_seq_len", "doc_stride", "max_question_len", "max_answer_len", "top_k", "batch_size",
                         "max_total_tokens")
+
+
+def no_answer_rule(settings: EngineSettings) -> NoAnswerRule:
+    """The rule a request with these settings is judged by."""
+    return effective_rule(settings.no_answer, settings.no_answer_below)
 
 
 def whole_number(name: str, value) -> int:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from longqa_core.errors import InputError
+
 NULL_SCORE = "null-score"  # SQuAD 2.0 checkpoints: the best span must beat the lowest "<s>" score of the windows read
 THRESHOLD = "threshold"  # a best-span score measured on held-out data, under which nothing is found
 UNCALIBRATED = "uncalibrated"  # no rule: `found` is None and nothing is claimed
@@ -33,19 +35,25 @@ class NoAnswerRule:
 
 
 def check_threshold(value) -> float:
-    """`value` as a score threshold strictly between 0 and 1, or ValueError saying so."""
+    """`value` (a number or a numeric string) as a score threshold strictly between 0 and 1, or InputError saying
+    so."""
     try:
         threshold = float(value)
     except (TypeError, ValueError):
-        raise ValueError(f"The no-answer threshold must be a number between 0 and 1 (exclusive), not {value!r}.")
+        raise InputError(f"The no-answer threshold must be a number between 0 and 1 (exclusive), not {value!r}.")
     if not 0.0 < threshold < 1.0:
-        raise ValueError(f"The no-answer threshold must be between 0 and 1 (exclusive), not {value!r}.")
+        raise InputError(f"The no-answer threshold must be between 0 and 1 (exclusive), not {value!r}.")
     return threshold
 
 
 def user_rule(threshold) -> NoAnswerRule:
     """The rule a user opts in to with `--no-answer-below SCORE` (or the page's and the API's field)."""
     return NoAnswerRule(THRESHOLD, check_threshold(threshold), "given by the user")
+
+
+def effective_rule(model_rule: NoAnswerRule, below: float | None) -> NoAnswerRule:
+    """The rule a request is judged by: the user's threshold when given (`below`), else the model's."""
+    return model_rule if below is None else user_rule(below)
 
 
 def is_found(rule: NoAnswerRule, best_score: float | None, min_null_score: float | None) -> bool | None:
@@ -73,3 +81,48 @@ def confidence(rule: NoAnswerRule, score: float, min_null_score: float | None = 
     if not passes:
         return "low"
     return "high" if score >= HIGH_CONFIDENCE else "medium"
+
+
+# What the readouts say, written once.
+NOT_FOUND = "Not found in the documents"
+NOT_FOUND_IN_PART = "Not found in the part read"
+NOT_CALIBRATED = "confidence not calibrated for this model"
+
+
+@dataclass
+class Verdict:
+    """Whether the documents hold the answer, by which rule, and over what: `read_whole` is False when a time budget
+    ended a guided read before every window was read, so "not found" covers only the part read."""
+
+    found: bool | None
+    rule: NoAnswerRule
+    null_score: float | None  # the lowest "<s>" score of the windows read (SQuAD 2.0 checkpoints compare with it)
+    read_whole: bool
+
+    @property
+    def message(self) -> str:
+        """The verdict in words: "Found", a not-found message, or that nothing is claimed."""
+        if self.found is None:
+            return f"No verdict: {NOT_CALIBRATED}"
+        if self.found:
+            return "Found"
+        return NOT_FOUND if self.read_whole else NOT_FOUND_IN_PART
+
+    @property
+    def basis(self) -> str:
+        """The rule that gave the verdict, in words."""
+        rule = self.rule
+        if rule.kind == THRESHOLD:
+            return f"best score {'at or above' if self.found else 'under'} {rule.threshold:g} ({rule.source})"
+        if rule.kind == NULL_SCORE:
+            return "the best span against the lowest null score of the windows read (a SQuAD 2.0 checkpoint)"
+        return "no rule for this model; a not-found threshold opts in"
+
+    def to_json(self) -> dict:
+        return {"verdict": self.message, "rule": self.rule.kind, "threshold": self.rule.threshold,
+                "source": self.rule.source, "null_score": self.null_score, "read_whole": self.read_whole}
+
+
+def judge(rule: NoAnswerRule, best_score: float | None, null_score: float | None, read_whole: bool) -> Verdict:
+    """The verdict on a request's best answer under `rule`."""
+    return Verdict(is_found(rule, best_score, null_score), rule, null_score, read_whole)

@@ -19,11 +19,13 @@ from typing import Callable
 import bm25s
 import numpy as np
 
+from longqa_core import no_answer
 from longqa_core.batching import BatchState, Runner, WindowProgress, run_windows
 from longqa_core.documents import Document
 from longqa_core.errors import InputError
-from longqa_core.limits import EngineSettings, StopCheck, check_predicted_time, passes_time_limit
-from longqa_core.spans import decode_answers
+from longqa_core.limits import (EngineSettings, StopCheck, check_predicted_time, no_answer_rule, passes_time_limit,
+                                stop_check)
+from longqa_core.spans import decode
 from longqa_core.windows import Window, span_windows, window_span
 
 try:  # optional: stems make "budgets" match "budget"; without it bm25s matches whole words only
@@ -382,8 +384,11 @@ def read_rounds(runner: Runner, tokenizer, plan, batch_state: BatchState, measur
         read.logits.extend(new_logits)
         read.read_rows.extend(window_span(w) for w in new)
         with measurement.stage("decode"):
-            best = decode_answers(read.windows, read.logits, documents, replace(settings, top_k=1))
-        read.best_score = best[0].score if best and best[0].document_index >= 0 else None
+            decoded = decode(read.windows, read.logits, documents, replace(settings, top_k=1),
+                             stop_check(should_stop))
+        read.best_score = decoded.answers[0].score if decoded.answers else None
+        if no_answer.is_found(no_answer_rule(settings), read.best_score, decoded.null_score) is False:
+            read.best_score = None  # what the request's rule calls "not found" is as weak as no answer: read on
         if rounds.should_stop_after(round_index, read.best_score):
             break
     return read

@@ -281,7 +281,8 @@ def merge_candidates(found: list[Candidate], top_k: int, null_score: float | Non
 
 @dataclass
 class Answer:
-    """One answer of a request: its text, score, and where it stands (document None: no answer)."""
+    """One answer of a request: its text, score, where it stands, and its confidence in words ("high", "medium",
+    "low": `longqa_core.no_answer.confidence`, set once the request's verdict is known)."""
 
     text: str
     score: float
@@ -289,19 +290,36 @@ class Answer:
     document_index: int
     start_char: int
     end_char: int
+    confidence: str | None = None
+
+
+@dataclass
+class Decoded:
+    """A request's answers, best first, and the lowest "<s>" (null) score of the windows read (None: no window)."""
+
+    answers: list[Answer]
+    null_score: float | None
+
+
+def decode(windows: list[Window], logits, documents: list[Document], settings: EngineSettings,
+           should_stop: Callable[[], bool] | None = None) -> Decoded:
+    """Every window's word-aligned candidates, merged across windows; never an empty or punctuation answer.
+    `should_stop` ends decoding with Cancelled (see `window_candidates`)."""
+    found: list[Candidate] = []
+    null_score = None
+    for window, (start, end) in zip(windows, logits):
+        candidates, window_null = window_candidates(start, end, window.context, window.offsets,
+                                                    documents[window.document_index].text, window.document_index,
+                                                    settings.top_k, settings.max_answer_len,
+                                                    should_stop=should_stop)
+        null_score = window_null if null_score is None else min(null_score, window_null)
+        found.extend(candidates)
+    merged = merge_candidates(found, settings.top_k)
+    return Decoded([Answer(c.text, c.score, documents[c.document_index].name, c.document_index, c.start_char,
+                           c.end_char) for c in merged], null_score)
 
 
 def decode_answers(windows: list[Window], logits, documents: list[Document],
                    settings: EngineSettings) -> list[Answer]:
-    """Every window's word-aligned candidates, merged across windows; never an empty or punctuation answer."""
-    found: list[Candidate] = []
-    null_score = 1_000_000.0
-    for window, (start, end) in zip(windows, logits):
-        candidates, window_null = window_candidates(start, end, window.context, window.offsets,
-                                                    documents[window.document_index].text, window.document_index,
-                                                    settings.top_k, settings.max_answer_len)
-        null_score = min(null_score, window_null)
-        found.extend(candidates)
-    merged = merge_candidates(found, settings.top_k, null_score if settings.handle_impossible_answer else None)
-    return [Answer(c.text, c.score, documents[c.document_index].name if c.document_index >= 0 else None,
-                   c.document_index, c.start_char, c.end_char) for c in merged]
+    """`decode`'s answers alone."""
+    return decode(windows, logits, documents, settings).answers

@@ -12,7 +12,7 @@ import torch
 from longqa.demo_model import eval_task
 from longqa.models import DEMO_MODEL_DIR
 from longqa.session import read_documents
-from longqa_core import answering, batching, limits, reading
+from longqa_core import answering, batching, limits, no_answer, reading
 from longqa_core.documents import Document
 from longqa_core.errors import DocumentError, InputError
 from longqa_core.plan import CACHED_INDEXES, plan_request
@@ -345,3 +345,48 @@ def test_one_cjk_file_among_english_ones_does_not_stop_the_ranking():
     index = index_of(english + ["预算是十二元。" * 500])
     plan = reading.plan_reading("guided", index, reading.rank(index, "What is the budget of Quarrowby?"), "q", 99)
     assert index.unsplit_share < reading.UNSPLIT_SHARE and plan.mode == "guided"
+
+
+# --- "not found" (issue 38): a question the documents do not answer is read whole before it is said not found ---
+
+class PeakRunner(FlatRunner):
+    """A middling answer at the same place of every window: not weak for guided reading (its score passes
+    WEAK_ANSWER_SCORE), but under a strict threshold."""
+
+    def __call__(self, batch):
+        start, end = super().__call__(batch)
+        start[:, 40] = end[:, 40] = 4.0
+        return start, end
+
+
+def test_an_answer_the_rule_calls_not_found_is_read_whole_first_and_then_said_not_found(tiny_tokenizer):
+    text = long_text("The budget of Quarrowby is 12 crowns.", 0.6, n_chars=60_000)
+    question = "What is the budget of Quarrowby?"
+    relaxed = answering.answer(PeakRunner(), tiny_tokenizer, [Document("d.txt", text)], question, FLAT_SETTINGS,
+                               reading_mode="guided")
+    assert relaxed.reading.mode == "guided" and relaxed.found is None  # strong enough to stop; no rule
+    strict = dataclasses.replace(FLAT_SETTINGS, no_answer_below=0.5)
+    result = answering.answer(PeakRunner(), tiny_tokenizer, [Document("d.txt", text)], question, strict,
+                              reading_mode="guided")
+    assert result.answers[0].score < 0.5
+    assert result.reading.mode == "full" and result.windows > relaxed.windows  # read whole before saying so
+    assert result.found is False and result.verdict.read_whole
+    assert result.verdict.message == no_answer.NOT_FOUND
+    assert all(a.confidence == "low" for a in result.answers)
+
+
+def test_when_the_time_budget_ends_first_it_says_not_found_in_the_part_read(tiny_tokenizer):
+    class SlowFlatRunner(FlatRunner):
+        def __call__(self, batch):
+            time.sleep(0.05)
+            return super().__call__(batch)
+
+    text = long_text("The budget of Quarrowby is 12 crowns.", 0.6, n_chars=60_000)
+    settings = dataclasses.replace(FLAT_SETTINGS, max_request_s=1.0,
+                                   no_answer=no_answer.NoAnswerRule(no_answer.THRESHOLD, 1e-3, "test"))
+    result = answering.answer(SlowFlatRunner(), tiny_tokenizer, [Document("d.txt", text)],
+                              "What is the budget of Quarrowby?", settings, reading_mode="guided")
+    assert result.reading.mode == "guided" and result.windows < result.reading.windows_total
+    assert result.found is False and not result.verdict.read_whole
+    assert result.verdict.message == no_answer.NOT_FOUND_IN_PART
+    assert result.to_json()["no_answer"]["read_whole"] is False

@@ -9,6 +9,7 @@ import pytest
 import ui_format
 from longqa.loader import LoadReadout
 from longqa.readout import MemoryPrediction, QueueReadout, Readout, predict_full_read_s
+from longqa_core import no_answer
 from longqa_core.answering import QAResult, ReadingReadout
 from longqa_core.spans import Answer
 from longqa_core.telemetry import DeviceMemory, MemoryReadout
@@ -63,12 +64,27 @@ def test_evidence_at_document_edges_has_no_ellipsis():
 
 
 def test_answer_rows_and_best_answer():
-    answers = [Answer("teal", 0.91234, "a.txt", 0, 1200, 1204), Answer("", 0.05, None, -1, 0, 0)]
+    answers = [Answer("teal", 0.91234, "a.txt", 0, 1200, 1204, "high"), Answer("", 0.05, None, -1, 0, 0)]
     rows = ui_format.answer_rows(answers)
-    assert rows[0] == [1, "teal", "0.9123", "a.txt", "1,200–1,204"]
-    assert rows[1][3] == "(no answer)" and rows[1][4] == "—"
-    assert ui_format.best_answer(answers) == "teal"
-    assert ui_format.best_answer(answers[1:]).startswith("(no answer")
+    assert rows[0] == [1, "teal", "0.9123", "high", "a.txt", "1,200–1,204"]
+    assert rows[1][4] == "(no answer)" and rows[1][5] == "—"
+    found = no_answer.judge(no_answer.NoAnswerRule(no_answer.THRESHOLD, 1e-5, "measured"), 0.91234, 0.01, True)
+    assert ui_format.best_answer(SimpleNamespace(answers=answers, verdict=found)) == "teal"
+    assert ui_format.best_answer(SimpleNamespace(answers=answers[1:], verdict=found)).startswith("(no answer")
+
+
+def test_a_question_the_documents_do_not_answer_shows_not_found_and_the_best_span_as_low_confidence():
+    answers = [Answer("teal", 3e-11, "a.txt", 0, 1200, 1204, "low")]
+    rule = no_answer.NoAnswerRule(no_answer.THRESHOLD, 1e-5, "measured")
+    result = SimpleNamespace(answers=answers, verdict=no_answer.judge(rule, 3e-11, 0.99, True))
+    shown = ui_format.best_answer(result)
+    assert shown.startswith(no_answer.NOT_FOUND) and "teal" in shown and "low confidence" in shown
+    assert ui_format.verdict_text(result).startswith(no_answer.NOT_FOUND)
+    part = SimpleNamespace(answers=answers, verdict=no_answer.judge(rule, 3e-11, 0.99, False))
+    assert ui_format.best_answer(part).startswith(no_answer.NOT_FOUND_IN_PART)
+    free = no_answer.NoAnswerRule(no_answer.UNCALIBRATED)
+    loose = SimpleNamespace(answers=answers, verdict=no_answer.judge(free, 3e-11, 0.99, True))
+    assert ui_format.best_answer(loose).startswith("teal") and no_answer.NOT_CALIBRATED in ui_format.best_answer(loose)
 
 
 def test_latency_and_memory_rows_cover_every_stage_and_device():
