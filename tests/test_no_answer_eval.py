@@ -55,3 +55,26 @@ def test_items_are_the_same_for_the_same_seed():
 def test_an_unknown_kind_is_refused():
     with pytest.raises(ValueError, match="unknown kind"):
         no_answer_eval.generated_item("nonsense", 1)
+
+
+@pytest.mark.slow
+def test_the_demo_models_rule_keeps_right_answers_and_says_not_found_on_other_seeds():
+    """A CI-sized run of scripts/evaluate_no_answer.py's measurement, on seeds the threshold was not chosen on, with
+    the registry's rule applied by the engine itself."""
+    from longqa.loader import load_model
+    from longqa_core.answering import answer
+    from longqa_core.documents import Document
+
+    loaded = load_model("demo", "baseline-fp32")
+    items = no_answer_eval.make_items(6, 2027, NOTES[:12])
+    records = []
+    for item in items:
+        result = answer(loaded.runner, loaded.tokenizer, [Document(item.name, item.text)], item.question,
+                        loaded.settings, batch_state=loaded.batch_state, reading_mode="auto")
+        best = result.answers[0] if result.answers else None
+        records.append((item, result.found, best is not None and best.text == item.answer))
+    right = [found for item, found, is_right in records if is_right]
+    plainly_absent = [found for item, found, _ in records if item.kind in ("absent_entity", "general")]
+    assert len(right) >= 10 and sum(right) / len(right) >= 0.9
+    assert sum(found is False for found in plainly_absent) / len(plainly_absent) >= 0.9
+    assert all(found is not None for _, found, _ in records)  # the demo model has a rule
