@@ -472,7 +472,7 @@ def ask(ctx: AppContext, files, pasted_text, question, top_k, reading, no_answer
     is "not found" (empty: the model's own rule)."""
     with user_errors("Answering"):
         top_k = count_or_default(top_k, "Top-k", DEFAULT_TOP_K)
-        no_answer_below = None if no_answer_below in (None, "") else no_answer_below  # checked with the settings
+        no_answer_below = None if str(no_answer_below or "").strip() == "" else no_answer_below  # the settings check it
         reading = reading_or_default(reading)
         progress(0.0, desc="Reading the documents")
         documents, extract_s = read_request(files or [], pasted_text, question, max_bytes=ctx.max_file_bytes,
@@ -676,9 +676,9 @@ def build_question_panel(ctx: AppContext) -> dict[str, Block]:
             reading = gr.Radio(list(READING_MODES), value=DEFAULT_READING, label="Reading",
                                info="auto: guided past a few windows; guided: read where the question's words "
                                     "point, more while the answer is weak; full: every window")
-            no_answer_below = gr.Number(None, label="Not-found threshold (optional)", minimum=0, maximum=1,
-                                        info="say 'not found' when the best answer scores under this (between 0 "
-                                             "and 1); empty: the model's own rule, where it has one")
+            no_answer_below = gr.Textbox(label="Not-found threshold (optional)", placeholder="e.g. 0.001",
+                                         info="say 'not found' when the best answer scores under this (between 0 "
+                                              "and 1); empty: the model's own rule, where it has one")
             with gr.Row():
                 ask_btn = gr.Button("Ask", variant="primary")
                 full_btn = gr.Button("Read the whole document")
