@@ -19,9 +19,10 @@ from longqa.bench import runner as bench_module
 from longqa.arguments import positive_int
 from longqa.gpu_plan import MachinePlan, plan_request
 from longqa.models import DEFAULT_MODEL, model_config
-from longqa.session import DEFAULT_READING, READING_MODES, Session, read_documents
-from longqa_core.engine import validate_request
+from longqa.session import Session, read_documents
 from longqa_core.errors import LongQAError
+from longqa_core.limits import validate_request
+from longqa_core.reading import DEFAULT_READING, READING_MODES
 from strategies.auto import resolve_auto
 from strategies.gpu_catalog import GPU_MODELS
 from strategies.hardware import detect_hardware
@@ -52,6 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="full: read every window; guided: read the windows the question's words point to, more "
                           "while the answer is weak; auto (default): guided past a few windows, full where ranking "
                           "cannot serve")
+    ask.add_argument("--no-answer-below", type=float, metavar="SCORE",
+                     help="say 'not found' when the best answer scores under SCORE (between 0 and 1); replaces the "
+                          "model's own rule (the demo model's measured threshold, a SQuAD 2.0 model's null score)")
     ask.add_argument("--json", action="store_true", help="print one JSON object with answers and readouts")
 
     profiles = commands.add_parser("profiles", help="list hardware profiles and whether they can run here")
@@ -130,25 +134,31 @@ def run_ask(args) -> int:
     documents, extract_s = read_documents(args.files, max_bytes=int(args.max_file_mb * 1024 * 1024))
     validate_request(documents, args.question)  # refuse bad input before any model work
     session = Session()
-    readout = session.load(args.model, args.profile, fallback_to_demo=(args.model == DEFAULT_MODEL))
-    if readout.fallback_reason:
-        print(f"note: {readout.fallback_reason}", file=sys.stderr)
-    result = session.ask(documents, args.question, extract_s=extract_s, max_seq_len=args.max_seq_len,
-                         doc_stride=args.doc_stride, max_answer_len=args.max_answer_len, top_k=args.top_k,
-                         reading=args.reading)
+    loaded = session.load(args.model, args.profile, fallback_to_demo=(args.model == DEFAULT_MODEL))
+    if loaded.fallback_reason:
+        print(f"note: {loaded.fallback_reason}", file=sys.stderr)
+    plan = session.plan(documents, args.question, args.reading, max_seq_len=args.max_seq_len,
+                        doc_stride=args.doc_stride, max_answer_len=args.max_answer_len, top_k=args.top_k,
+                        no_answer_below=args.no_answer_below)
+    readout = session.ask(plan, extract_s=extract_s)
     if args.json:
-        print(json.dumps(session.readout(result)))
+        print(json.dumps(readout.to_json()))
         return 0
+    result, reading = readout.result, readout.result.reading
     for notice in result.notices:
         print(f"note: {notice}", file=sys.stderr)
+    verdict = result.verdict
+    if result.found is False:
+        print(f"{verdict.message}. The best span, for the curious:")
     for rank, answer in enumerate(result.answers, 1):
         where = f"{answer.document} chars {answer.start_char}-{answer.end_char}" if answer.document else "no answer"
-        print(f"{rank}. {answer.text!r}  score {answer.score:.4f}  ({where})")
-    reading = result.reading
+        print(f"{rank}. {answer.text!r}  score {answer.score:.4g}, {answer.confidence} confidence  ({where})")
+    if result.found is None:
+        print(f"note: {verdict.message}; --no-answer-below SCORE gives a threshold", file=sys.stderr)
     print(f"{result.windows} windows, {result.tokens} tokens, batch {result.batch_size}, "
-          f"{result.latency_s['total']:.2f} s, model {session.model_ref}, profile {session.profile_name}; "
-          f"read {reading['windows_read']} of {'about ' if reading['windows_total_estimated'] else ''}"
-          f"{reading['windows_total']} windows, {reading['mode']}: {reading['reason']}", file=sys.stderr)
+          f"{result.latency_s['total']:.2f} s, model {readout.model}, profile {readout.profile}; "
+          f"read {reading.windows_read} of {'about ' if reading.windows_total_estimated else ''}"
+          f"{reading.windows_total} windows, {reading.mode}: {reading.reason}", file=sys.stderr)
     return 0
 
 

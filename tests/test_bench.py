@@ -12,7 +12,9 @@ import pytest
 from longqa.bench import runner as bench
 from longqa.bench.worker import WorkerSpec, agreement_inputs, compare_outputs, count_tokens, memory_fields
 from longqa.cli import main
-from longqa_core.engine import EngineSettings, make_windows
+from longqa_core.limits import EngineSettings
+from longqa_core.telemetry import MemoryReadout
+from longqa_core.windows import make_windows
 from longqa_core.errors import InputError, ProfileError
 from strategies.hardware import Gpu, Hardware
 
@@ -187,15 +189,15 @@ def test_agreement_refuses_logits_of_other_inputs():
 
 # ------------------------------------------------------------------------------------------------ memory
 def test_gpu_rows_report_torch_peak_allocated_and_nvml():
-    readings = [{"peak_allocated_bytes": 5 * 10**9, "nvml_used_bytes": 7 * 10**9},
-                {"peak_allocated_bytes": 6 * 10**9, "nvml_used_bytes": 6 * 10**9}]
+    readings = [MemoryReadout(peak_allocated_bytes=5 * 10**9, nvml_used_bytes=7 * 10**9),
+                MemoryReadout(peak_allocated_bytes=6 * 10**9, nvml_used_bytes=6 * 10**9)]
     fields = memory_fields(["cuda:0"], readings, run_peak_rss=2 * 10**9, process_peak_rss=3 * 10**9)
     assert fields["peak_bytes"] == 6 * 10**9 and fields["peak_source"] == "torch peak allocated"
     assert fields["nvml_used_bytes"] == 7 * 10**9 and fields["process_peak_rss_bytes"] == 3 * 10**9
 
 
 def test_cpu_rows_report_the_process_peak_rss():
-    readings = [{"peak_allocated_bytes": None, "nvml_used_bytes": None}]
+    readings = [MemoryReadout()]
     fields = memory_fields(["cpu"], readings, run_peak_rss=2 * 10**9, process_peak_rss=3 * 10**9)
     assert fields["peak_bytes"] == 2 * 10**9 and fields["peak_source"] == "peak RSS while answering"
     assert fields["process_peak_rss_bytes"] == 3 * 10**9

@@ -10,7 +10,10 @@ import pytest
 from longqa.demo_model import demo_task
 from longqa.models import DEMO_MODEL_DIR
 from longqa_core.documents import Document
-from longqa_core.engine import EngineSettings, ModelRunner, answer, make_windows
+from longqa_core.answering import answer
+from longqa_core.batching import ModelRunner
+from longqa_core.limits import EngineSettings
+from longqa_core.windows import make_windows
 from longqa_core.spans import is_answer_text
 from tests.reference_qa import cuts_a_word
 

@@ -15,7 +15,8 @@ from transformers import BertConfig, BertModel, LongformerModel
 
 from longqa import loader, models
 from longqa.loader import LoadedModel, load_model
-from longqa_core.engine import BatchState, EngineSettings, ModelRunner
+from longqa_core.batching import BatchState, ModelRunner
+from longqa_core.limits import EngineSettings
 from longqa_core.errors import ModelLoadError, ProfileError
 from strategies import band_kernel
 from strategies.base import from_pretrained_kwargs
@@ -375,7 +376,7 @@ def test_bitsandbytes_on_a_cpu_only_machine_really_quantizes(name, layer_type):
     listed in the readout: every encoder Linear is quantized, qa_outputs stays float, and the model still answers."""
     from longqa.models import DEMO_MODEL_DIR
     from longqa_core.documents import read_document
-    from longqa_core.engine import answer
+    from longqa_core.answering import answer
 
     example = json.loads((DEMO_MODEL_DIR.parent / "samples" / "examples.json").read_text())[0]
     loaded = load_model("demo", custom_profile([name]), hardware=CPU_PLAIN)
