@@ -190,6 +190,8 @@ class Page(gr.Blocks):
             raise gr.Error(UNUPLOADED_FILE, print_exception=False) from None
 
     def validate_inputs(self, block_fn, inputs) -> None:
+        if len(inputs) == len(block_fn.inputs) - 1 and getattr(block_fn.inputs[-1], "elem_id", None) == LATER_INPUT:
+            inputs.append("")  # a call made before the not-found threshold was added: the model's own rule
         try:
             super().validate_inputs(block_fn, inputs)
         except ValueError:  # gradio's message lists the components' reprs: say what is wrong, not how it is built
@@ -198,6 +200,7 @@ class Page(gr.Blocks):
                            print_exception=False) from None
 
 
+LATER_INPUT = "no-answer-below"  # an input added after the API was promised; calls without it get its default
 UNUPLOADED_FILE = ("A file named in this request was never uploaded to this server, so it cannot be read: upload the "
                    "file with the request (gradio_client: pass handle_file(path), not the path itself).")
 
@@ -462,7 +465,7 @@ def answer_on_gpu(context_key: str, plan, extract_s: float = 0.0, progress=None,
                                should_stop=policy.stop_check(stop_key), on_window_progress=on_window_progress)
 
 
-def ask(ctx: AppContext, files, pasted_text, question, top_k, reading, no_answer_below, history, seen=None,
+def ask(ctx: AppContext, files, pasted_text, question, top_k, reading, history, seen=None, no_answer_below="",
         request: gr.Request = None, progress=gr.Progress()) -> dict:
     """Answer the question over the documents: every readout by name, the full JSON readout as "readout".
 
@@ -519,10 +522,10 @@ def ask(ctx: AppContext, files, pasted_text, question, top_k, reading, no_answer
     }
 
 
-def ask_in_full(ctx: AppContext, files, pasted_text, question, top_k, no_answer_below, history, seen=None,
+def ask_in_full(ctx: AppContext, files, pasted_text, question, top_k, history, seen=None, no_answer_below="",
                 request: gr.Request = None, progress=gr.Progress()) -> dict:
     """The same question read in full ("Read the whole document"): every window, whatever the ranking says."""
-    return ask(ctx, files, pasted_text, question, top_k, "full", no_answer_below, history, seen, request, progress)
+    return ask(ctx, files, pasted_text, question, top_k, "full", history, seen, no_answer_below, request, progress)
 
 
 def reading_or_default(value) -> str:
@@ -677,7 +680,8 @@ def build_question_panel(ctx: AppContext) -> dict[str, Block]:
             reading = gr.Radio(list(READING_MODES), value=DEFAULT_READING, label="Reading",
                                info="auto: guided past a few windows; guided: read where the question's words "
                                     "point, more while the answer is weak; full: every window")
-            no_answer_below = gr.Textbox(label="Not-found threshold (optional)", placeholder="e.g. 0.001",
+            no_answer_below = gr.Textbox("", label="Not-found threshold (optional)", placeholder="e.g. 0.001",
+                                         elem_id=LATER_INPUT,
                                          info="say 'not found' when the best answer scores under this (between 0 "
                                               "and 1); empty: the model's own rule, where it has one")
             with gr.Row():
@@ -715,10 +719,11 @@ def build_answer_panel(ctx: AppContext, question: dict[str, Block], seen: gr.Sta
 
     timer.tick(refresh_gpu_gauge, outputs=gauge, concurrency_limit=None, show_progress="hidden",
                api_visibility="private")
+    # The not-found threshold comes last: a call made before it was added sends one value less (Page pads it).
     inputs = [question["files"], question["pasted"], question["question"], question["top_k"], question["reading"],
-              question["no_answer_below"], history["history"], seen]
-    in_full = [question["files"], question["pasted"], question["question"], question["top_k"],
-               question["no_answer_below"], history["history"], seen]
+              history["history"], seen, question["no_answer_below"]]
+    in_full = [question["files"], question["pasted"], question["question"], question["top_k"], history["history"],
+               seen, question["no_answer_below"]]
     outputs = {"documents": question["documents"], "answer": answer_box, "answers": answers_table,
                "evidence": evidence_box, "latency": latency_table, "memory": memory_table, "run": run_table,
                **history, "seen": seen,

@@ -81,16 +81,14 @@ def answer_rows(answers: list) -> list[list]:
 
 def best_answer(result) -> str:
     """What the answer box shows: the best answer; where the documents do not hold one, the verdict and the best
-    span for the curious; where the model's confidence means nothing calibrated, the answer saying so."""
+    span for the curious."""
     verdict = result.verdict
     best = result.answers[0] if result.answers and result.answers[0].document is not None else None
     if best is None:
         return "(no answer found in the documents)"
     if verdict is not None and verdict.found is False:
         return f"{verdict.message}. (Best span, low confidence: {best.text!r}, score {best.score:.2g}.)"
-    if verdict is not None and verdict.found is None:
-        return f"{best.text}   ({verdict.message})"
-    return best.text
+    return best.text  # without a rule, the run table and the JSON say the confidence is not calibrated
 
 
 def verdict_text(result) -> str:

@@ -23,8 +23,8 @@ from strategies.profiles import profile_choices, select_strategies
 
 READOUT_KEYS = {"question", "answers", "documents", "windows", "tokens", "batch_size", "backoffs", "latency_s",
                 "memory", "notices", "tokens_per_s", "model", "profile", "window_tokens",
-                "memory_prediction", "reading", "queue"}
-ANSWER_KEYS = {"text", "score", "document", "document_index", "start_char", "end_char"}
+                "memory_prediction", "reading", "queue", "found", "no_answer"}  # the last two: issue 38
+ANSWER_KEYS = {"text", "score", "document", "document_index", "start_char", "end_char", "confidence"}
 MEMORY_KEYS = {"peak_allocated_bytes", "reserved_bytes", "nvml_used_bytes", "nvml_total_bytes", "host_rss_bytes",
                "host_peak_rss_bytes", "devices"}
 LATENCY_KEYS = {"total", "extract", "tokenize", "forward", "decode"}
@@ -48,8 +48,9 @@ def broken_model_dir(tmp_path):
 
 
 def ask(ctx, files=(), pasted="", question="What is the colour of Zorbin?", top_k=3, history=None, seen=None,
-        reading="auto") -> dict:
-    return app.ask(ctx, [str(f) for f in files], pasted, question, top_k, reading, history or [], seen)
+        reading="auto", no_answer_below="") -> dict:
+    return app.ask(ctx, [str(f) for f in files], pasted, question, top_k, reading, history or [], seen,
+                   no_answer_below)
 
 
 def component(demo, label: str):
