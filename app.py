@@ -67,11 +67,11 @@ REQUEST_WORKERS = 32  # threads that read and then wait in the lane, which order
 SPACE_MAX_REQUEST_S = 120.0
 SPACE_VISITOR_HEADER = "X-Forwarded-For"
 DEFAULT_QUEUE_SIZE = 64
-PICK_MODEL = "Pick a model or profile above."
 DEFAULT_MAX_FILE_MB = 50.0
 DEFAULT_TOP_K = 3
 DEFAULT_TRAINING_WINDOW = 512
 GPU_REFRESH_S = 2.0
+PICK_MODEL = "Pick a model or profile above."  # after a message saying why no model is loaded
 CSS = """
 #best-answer textarea { font-size: 1.8rem !important; font-weight: 600; line-height: 1.3; }
 #banner { border: 2px solid #f59e0b; border-radius: 8px; padding: 0.25rem 1rem; background: #fffbeb; }

@@ -159,8 +159,8 @@ def test_answers_point_into_the_right_document(tiny_model, tiny_tokenizer):
     assert result.windows == sum(s.windows for s in result.documents)
     assert result.tokens == sum(s.tokens for s in result.documents)
     assert result.latency_s["total"] >= result.latency_s["forward"] > 0
-    assert result.memory["host_peak_rss_bytes"] >= result.memory["host_rss_bytes"] * 0.5 > 0
-    assert result.memory["peak_allocated_bytes"] is None  # no CUDA here
+    assert result.memory.host_peak_rss_bytes >= result.memory.host_rss_bytes * 0.5 > 0
+    assert result.memory.peak_allocated_bytes is None  # no CUDA here
 
 
 class FlakyRunner:

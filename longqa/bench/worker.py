@@ -19,7 +19,12 @@ import torch
 
 from longqa.demo_model.demo_task import FactWriter, make_example
 from longqa.loader import load_model
-from longqa_core import answering, batching, limits, spans, telemetry, windows
+from longqa_core import telemetry
+from longqa_core.answering import answer
+from longqa_core.batching import BatchState, collate, run_windows
+from longqa_core.limits import EngineSettings
+from longqa_core.spans import decode_answers
+from longqa_core.windows import make_windows
 from longqa_core.documents import Document, clean_text
 from longqa_core.errors import InputError, ProfileError
 from strategies.gradient_checkpointing import training_step_readout
@@ -126,26 +131,26 @@ def window_batch(tokenizer, tokens: int, batch: int = 1) -> dict[str, torch.Tens
     """Model inputs of `batch` copies of one window of at most `tokens` tokens: the first agreement input's question
     and document as the engine windows them, for timing bare forward passes."""
     check = agreement_inputs(tokenizer, tokens, 1)[0]
-    settings = limits.EngineSettings(max_seq_len=tokens).resolved(tokenizer)
-    windows, _ = windows.make_windows(tokenizer, check.question, [check.document], settings)
-    return batching.collate([windows[0]] * batch, tokenizer.pad_token_id)  # (B, L) each
+    settings = EngineSettings(max_seq_len=tokens).resolved(tokenizer)
+    windows, _ = make_windows(tokenizer, check.question, [check.document], settings)
+    return collate([windows[0]] * batch, tokenizer.pad_token_id)  # (B, L) each
 
 
 # ------------------------------------------------------------------------------------------------ agreement
-def check_outputs(runner, tokenizer, inputs: list[CheckInput], settings: limits.EngineSettings,
-                  batch_state: batching.BatchState) -> list[dict]:
+def check_outputs(runner, tokenizer, inputs: list[CheckInput], settings: EngineSettings,
+                  batch_state: BatchState) -> list[dict]:
     """Per check: its input ids, start/end logits over all its windows, and the top answer's character span."""
     all_windows, owners = [], []
     for index, check in enumerate(inputs):
-        windows, _ = windows.make_windows(tokenizer, check.question, [check.document], settings)
+        windows, _ = make_windows(tokenizer, check.question, [check.document], settings)
         all_windows += windows
         owners += [index] * len(windows)
-    logits, _ = batching.run_windows(runner, all_windows, tokenizer.pad_token_id, settings, batch_state)
+    logits, _, _ = run_windows(runner, all_windows, tokenizer.pad_token_id, settings, batch_state)
     outputs = []
     for index, check in enumerate(inputs):
         mine = [i for i, owner in enumerate(owners) if owner == index]
         windows = [all_windows[i] for i in mine]
-        answers = spans.decode_answers(windows, [logits[i] for i in mine], [check.document], settings)
+        answers = decode_answers(windows, [logits[i] for i in mine], [check.document], settings)
         top = answers[0] if answers else None
         outputs.append({
             "ids": np.concatenate([np.asarray(w.input_ids, dtype=np.int64) for w in windows]),
@@ -258,7 +263,7 @@ def run_inference(spec: WorkerSpec) -> list[dict]:
         measurements.append(warmup.memory)
         documents = [check.document for check in inputs[: spec.batch]]
         for _ in range(spec.repeat):
-            result = answering.answer(runner, tokenizer, documents, inputs[0].question, settings,
+            result = answer(runner, tokenizer, documents, inputs[0].question, settings,
                                       batch_state=loaded.batch_state)
             measurements.append(result.memory)
             times_s.append(result.latency_s["total"])
@@ -266,7 +271,7 @@ def run_inference(spec: WorkerSpec) -> list[dict]:
     if spec.baseline:
         save_logits(spec.logits_path, outputs)
     reference = load_logits(spec.logits_path) if spec.logits_path.exists() else []
-    first_windows, _ = windows.make_windows(tokenizer, inputs[0].question, [inputs[0].document], settings)
+    first_windows, _ = make_windows(tokenizer, inputs[0].question, [inputs[0].document], settings)
     process_peak = max(loaded.readout.host_peak_rss_bytes or 0, run_peak.peak_rss_bytes or 0)
     row = _base_row(spec, loaded, runner.devices)
     row.update({
@@ -289,8 +294,8 @@ def run_training(spec: WorkerSpec) -> list[dict]:
     settings = dataclasses.replace(loaded.settings, batch_size=spec.batch).resolved(tokenizer)
     tokens = min(spec.tokens, settings.max_seq_len)
     inputs = agreement_inputs(tokenizer, tokens, spec.batch)
-    windows = [windows.make_windows(tokenizer, c.question, [c.document], settings)[0][0] for c in inputs]
-    batch = batching.collate(windows, tokenizer.pad_token_id)  # (B, L) each
+    windows = [make_windows(tokenizer, c.question, [c.document], settings)[0][0] for c in inputs]
+    batch = collate(windows, tokenizer.pad_token_id)  # (B, L) each
     with telemetry.HostPeak() as run_peak:
         readouts = [training_step_readout(model, batch, warmup=(index == 0)) for index in range(spec.repeat)]
     devices = loaded.runner.devices
