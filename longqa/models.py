@@ -12,7 +12,7 @@ from pathlib import Path
 from transformers import AutoConfig, LongformerConfig
 
 from longqa_core.errors import ModelLoadError
-from longqa_core.no_answer import NULL_SCORE, THRESHOLD, UNCALIBRATED, NoAnswerRule
+from longqa_core.no_answer import NO_RULE, NULL_SCORE, THRESHOLD, NoAnswerRule
 
 DEMO_MODEL_DIR = Path(__file__).resolve().parent / "demo_model"
 DEFAULT_MODEL = "allenai/longformer-large-4096-finetuned-triviaqa"
@@ -54,7 +54,7 @@ class ModelSource:
     @property
     def no_answer_rule(self) -> NoAnswerRule:
         """How this model says "not found" (NO_ANSWER_RULES), or no rule at all."""
-        return NO_ANSWER_RULES.get(self.ref, NoAnswerRule(UNCALIBRATED, source="not calibrated for this model"))
+        return NO_ANSWER_RULES.get(self.ref, NO_RULE)
 
 
 def resolve_model(ref: str) -> ModelSource:

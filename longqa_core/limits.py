@@ -13,7 +13,7 @@ from typing import Callable, Union
 
 from longqa_core.documents import Document, clean_text
 from longqa_core.errors import InputError, RequestTooLongError
-from longqa_core.no_answer import UNCALIBRATED, NoAnswerRule, check_threshold, effective_rule
+from longqa_core.no_answer import NO_RULE, NoAnswerRule, check_threshold, effective_rule
 
 DEFAULT_MAX_TOTAL_TOKENS = 2_000_000
 # How many characters a request may have per token of its limit. Byte-level BPE averages about four characters a
@@ -53,7 +53,7 @@ class EngineSettings:
     top_k: int = 1
     batch_size: int = 1
     adaptive_batching: bool = False  # halve the batch on out-of-memory (the dynamic batching strategy)
-    no_answer: NoAnswerRule = NoAnswerRule(UNCALIBRATED)  # the model's "not found" rule (the model registry's)
+    no_answer: NoAnswerRule = NO_RULE  # the model's "not found" rule (the model registry's)
     no_answer_below: float | None = None  # a request's own threshold, which replaces the model's rule
     max_total_tokens: int = DEFAULT_MAX_TOTAL_TOKENS
     max_request_s: float | None = None  # refuse a request predicted to take longer (None: no limit)

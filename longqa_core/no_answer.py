@@ -34,6 +34,9 @@ class NoAnswerRule:
             check_threshold(self.threshold)
 
 
+NO_RULE = NoAnswerRule(UNCALIBRATED, source="not calibrated for this model")  # what a model outside the registry has
+
+
 def check_threshold(value) -> float:
     """`value` (a number or a numeric string) as a score threshold strictly between 0 and 1, or InputError saying
     so."""
