@@ -1,11 +1,12 @@
 """The web page: long-document question answering with a hardware-profile switch and memory/latency readouts.
 
-UI only: handlers reach the model through the session facade (`longqa.session`: reading a request, preview,
-answer, training step, load, whether a profile runs here), format with `ui_format`, and turn domain errors into
-`gr.Error` (the only place that happens). The page is one small builder per panel, each wiring its own events;
-handlers return their values by name and the wiring hands them to gradio keyed by component. `demo` is built at
-import without loading a model; the model loads before serving under `python app.py`, else on the first page
-visit or request.
+UI only: handlers reach the model through one backend (`longqa.backend.Backend`: the embedded `Session` or Ray
+Serve's `RaySession`) that plans a request, answers the plan, takes a training step, loads, and says whether a
+profile runs here; they format the typed readouts with `ui_format`, and turn domain errors into `gr.Error` (the only
+place that happens). The page is one small builder per panel, each wiring its own events; handlers return their
+values by name and the wiring hands them to gradio keyed by component. Imported, it builds `demo` without loading a
+model (the model loads on the first page visit or request; under ZeroGPU at import); `python app.py` builds its one
+context and page from the command line and loads the model before serving.
 """
 
 from __future__ import annotations
@@ -36,19 +37,27 @@ from gradio.context import LocalContext
 from gradio.exceptions import InvalidPathError
 
 import ui_format
+from plan_panel import build_plan_panel
 from longqa.arguments import positive_int
+from longqa.backend import Backend
+from longqa.models import DEFAULT_MODEL, KNOWN_MODELS
+from longqa.readout import Readout
 from longqa.serving import policy
 from longqa.serving.lane import MAX_ACTIVE, MAX_QUEUED_WINDOWS, ModelLane
-from longqa.models import DEFAULT_MODEL, KNOWN_MODELS
 from longqa.serving.ray_replicas import DEFAULT_BATCH_REQUESTS, RaySession
-from longqa.session import (DEFAULT_MAX_TOTAL_TOKENS, DEFAULT_READING, READING_MODES, SAMPLES_DIR, SUPPORTED_EXTENSIONS,
-                            InputError, LongQAError, ModelLoadError, ProfileError, Session, gpu_snapshot, read_request,
-                            sample_examples, whole_number)
+from longqa.session import NO_MODEL, SAMPLES_DIR, Session, read_request, sample_examples
+from longqa_core.documents import SUPPORTED_EXTENSIONS
+from longqa_core.errors import InputError, LongQAError, ModelLoadError, ProfileError
+from longqa_core.limits import DEFAULT_MAX_TOTAL_TOKENS, whole_number
+from longqa_core.reading import DEFAULT_READING, READING_MODES
+from longqa_core.telemetry import gpu_snapshot
 from strategies.hardware import Hardware, detect_hardware
 from strategies.profiles import PROFILES, Profile, describe_profiles, get_profile, profile_choices
 from strategies.registry import strategy_cards
 
 ZERO_GPU = os.environ.get("SPACES_ZERO_GPU", "").lower() in ("1", "t", "true")  # as the `spaces` package reads it
+# GPU functions then run in a forked worker: what their forward passes measured comes back in the readout.
+RUNS_IN_WORKER = ZERO_GPU and spaces is not None
 
 MODEL_CONCURRENCY = "model"  # model reloads, one at a time
 # Requests (answers, training steps) run their reading and checks side by side, then take turns on the model in
@@ -62,6 +71,7 @@ DEFAULT_MAX_FILE_MB = 50.0
 DEFAULT_TOP_K = 3
 DEFAULT_TRAINING_WINDOW = 512
 GPU_REFRESH_S = 2.0
+PICK_MODEL = "Pick a model or profile above."  # after a message saying why no model is loaded
 CSS = """
 #best-answer textarea { font-size: 1.8rem !important; font-weight: 600; line-height: 1.3; }
 #banner { border: 2px solid #f59e0b; border-radius: 8px; padding: 0.25rem 1rem; background: #fffbeb; }
@@ -70,21 +80,45 @@ CSS = """
 
 @dataclass
 class AppContext:
-    """What every handler needs: the shared session, this machine, and the limits set on the command line."""
+    """What every handler needs: the shared backend, this machine, and the limits set on the command line."""
 
-    session: Session
+    session: Backend
     hardware: Hardware
     models: list[str]  # the only models the page may load: the registry plus the command line's --model
     max_file_bytes: int
     max_total_tokens: int
-    selection: dict = field(default_factory=dict)  # what the dropdowns show: profile, model (loaded), strategies
+    start: dict = field(default_factory=dict)  # what to load first: profile, model, strategies
     load_error: str | None = None
     lock_profile: bool = False  # a shared deployment: the profile and model cannot be changed from the page or API
     max_request_s: float | None = None  # refuse requests predicted to take longer (None: no limit)
     lane: ModelLane = field(default_factory=ModelLane)  # requests take turns on the model between batches
     visitor_header: str | None = None  # the proxy's header naming the visitor's address (None: a direct connection)
-    tokens_per_s: float | None = None  # measured by this deployment's last answer (readouts carry it)
     key: str = field(default_factory=lambda: uuid.uuid4().hex)  # how GPU functions find this context
+
+    @property
+    def selection(self) -> dict:
+        """What the dropdowns show: what the loaded model was asked for (with the model that did load: the demo
+        model after a fallback), or before any load, what the page starts with."""
+        requested = self.session.requested
+        if not requested:
+            return self.start
+        return {"profile": requested[1], "model": self.session.model_ref,
+                "strategies": list(requested[2]) if len(requested) > 2 else []}
+
+    def window_s(self) -> float | None:
+        """Seconds a window takes on the loaded model (its one throughput estimate), or None before any ran."""
+        measured = self.measured()
+        return measured.window_s if measured is not None else None
+
+    def tokens_per_s(self) -> float | None:
+        """Window tokens a second on the loaded model (the same estimate), or None before any ran."""
+        measured = self.measured()
+        return measured.tokens_per_s if measured is not None else None
+
+    def measured(self):
+        """The loaded model's record of its forward passes (`BatchState`), or None without a model."""
+        loaded = self.session.loaded
+        return loaded.batch_state if loaded is not None else None
 
 
 # The contexts GPU functions reach by key. ZeroGPU pickles a GPU function's arguments to a forked worker, so those
@@ -99,7 +133,7 @@ def gpu_function(duration):
     return spaces.GPU(duration=duration)
 
 
-def make_context(session: Session | None = None, *, models=None, default_model: str = DEFAULT_MODEL,
+def make_context(session: Backend | None = None, *, models=None, default_model: str = DEFAULT_MODEL,
                  default_profile: str = "auto", max_file_mb: float = DEFAULT_MAX_FILE_MB,
                  max_total_tokens: int = DEFAULT_MAX_TOTAL_TOKENS,
                  hardware: Hardware | None = None, lock_profile: bool = False, max_request_s: float | None = None,
@@ -114,12 +148,12 @@ def make_context(session: Session | None = None, *, models=None, default_model: 
     session.hardware = hardware  # profiles resolve for the machine the page describes, in the page and the loader
     ctx = AppContext(session=session, hardware=hardware, models=allowed,
                      max_file_bytes=int(max_file_mb * 1024 * 1024), max_total_tokens=max_total_tokens,
-                     selection={"profile": default_profile, "model": default_model, "strategies": []},
+                     start={"profile": default_profile, "model": default_model, "strategies": []},
                      lock_profile=lock_profile, max_request_s=max_request_s or None,
-                     lane=ModelLane(max_waiting=queue_size, capacity=session.capacity,
-                                    max_active=max(MAX_ACTIVE, session.capacity),
-                                    max_queued_windows=max_queued_windows or None),
                      visitor_header=visitor_header or None)
+    ctx.lane = ModelLane(max_waiting=queue_size, capacity=session.capacity,
+                         max_active=max(MAX_ACTIVE, session.capacity), max_queued_windows=max_queued_windows or None,
+                         window_s=ctx.window_s)
     CONTEXTS[ctx.key] = ctx
     return ctx
 
@@ -156,6 +190,8 @@ class Page(gr.Blocks):
             raise gr.Error(UNUPLOADED_FILE, print_exception=False) from None
 
     def validate_inputs(self, block_fn, inputs) -> None:
+        if len(inputs) == len(block_fn.inputs) - 1 and getattr(block_fn.inputs[-1], "elem_id", None) == LATER_INPUT:
+            inputs.append("")  # a call made before the not-found threshold was added: the model's own rule
         try:
             super().validate_inputs(block_fn, inputs)
         except ValueError:  # gradio's message lists the components' reprs: say what is wrong, not how it is built
@@ -164,6 +200,7 @@ class Page(gr.Blocks):
                            print_exception=False) from None
 
 
+LATER_INPUT = "no-answer-below"  # an input added after the API was promised; calls without it get its default
 UNUPLOADED_FILE = ("A file named in this request was never uploaded to this server, so it cannot be read: upload the "
                    "file with the request (gradio_client: pass handle_file(path), not the path itself).")
 
@@ -198,10 +235,10 @@ def load_selection(ctx: AppContext, profile_name: str, model_ref: str, strategie
         check_model_allowed(ctx, model_ref)
         profile = ctx.session.runnable_profile(profile_name, strategies)
         ctx.session.load(model_ref, profile, on_progress=on_progress, fallback_to_demo=model_ref == DEFAULT_MODEL,
-                         force=profile.name == "custom")
+                         force=profile.name == "custom",
+                         strategies=tuple(strategies or ()) if profile.name == "custom" else ())
     except LongQAError as exc:
         raise type(exc)(f"{exc} {current_model(ctx)}") from exc
-    ctx.selection = {"profile": profile_name, "model": ctx.session.model_ref, "strategies": list(strategies or [])}
     ctx.load_error = None
 
 
@@ -213,8 +250,7 @@ def ensure_loaded(ctx: AppContext, progress=None) -> None:
         if ctx.session.loaded is not None:
             return
         try:
-            load_selection(ctx, ctx.selection["profile"], ctx.selection["model"], ctx.selection["strategies"],
-                           progress)
+            load_selection(ctx, ctx.start["profile"], ctx.start["model"], ctx.start["strategies"], progress)
         except LongQAError as exc:
             ctx.load_error = str(exc)
             raise
@@ -224,7 +260,7 @@ def banner(ctx: AppContext) -> dict:
     """The warning over the page: running on the demo model instead of the chosen one, or nothing loaded."""
     loaded = ctx.session.loaded
     if loaded is None and ctx.load_error:
-        text = f"**No model is loaded.** {ui_format.escape_markdown(ctx.load_error)} Pick a model or profile above."
+        text = f"**{NO_MODEL}** {ui_format.escape_markdown(ctx.load_error)} {PICK_MODEL}"
     elif loaded is not None and loaded.readout.fallback_reason:
         wanted = ctx.session.requested[0] if ctx.session.requested else DEFAULT_MODEL
         text = (f"**Running on the bundled demo model**, not {ui_format.escape_markdown(wanted)}. "
@@ -239,9 +275,9 @@ def banner(ctx: AppContext) -> dict:
 def load_outputs(ctx: AppContext) -> dict:
     """The banner and the load readout (table and JSON) for the model loaded now."""
     loaded = ctx.session.loaded
-    readout = loaded.readout.to_dict() if loaded is not None else {}
-    table = pd.DataFrame([dict(ui_format.load_rows(readout))] if readout else [], columns=ui_format.LOAD_HEADERS)
-    return {"banner": banner(ctx), "load_table": table, "load_json": readout}
+    rows = [dict(ui_format.load_rows(loaded.readout))] if loaded is not None else []
+    return {"banner": banner(ctx), "load_table": pd.DataFrame(rows, columns=ui_format.LOAD_HEADERS),
+            "load_json": loaded.readout.to_dict() if loaded is not None else {}}
 
 
 def auto_profile(ctx: AppContext) -> Profile | None:
@@ -315,9 +351,9 @@ def preview_documents(ctx: AppContext, files, pasted_text, question) -> pd.DataF
         if ctx.session.loaded is None:
             rows = [[d.name, d.n_chars, None, None] for d in documents]
         else:
-            plan = ctx.session.preview(documents, (question or "").strip() or "?",
-                                       max_total_tokens=ctx.max_total_tokens)
-            rows = ui_format.document_rows([vars(s) for s in plan.documents])
+            plan = ctx.session.plan(documents, (question or "").strip() or "?", "full",
+                                    max_total_tokens=ctx.max_total_tokens)
+            rows = ui_format.document_rows(plan.stats)
     return pd.DataFrame(rows, columns=ui_format.DOCUMENT_HEADERS)
 
 
@@ -347,11 +383,7 @@ def abandonment_check() -> Callable[[], bool]:
 def model_turn(ctx: AppContext, request: gr.Request | None, progress=None, *, exclusive: bool = False):
     """This request's turn on the model (`policy.model_turn`), with the wait shown as progress; yields the key of
     its abandonment check."""
-    def on_wait(ahead: int) -> None:
-        if progress is not None:
-            progress(0.0, desc=f"Waiting for the model: {ahead} request{'s' if ahead != 1 else ''} ahead")
-
-    with policy.model_turn(ctx.lane, visitor_keys(ctx, request), abandonment_check(), on_wait,
+    with policy.model_turn(ctx.lane, visitor_keys(ctx, request), abandonment_check(), waiting_shown(progress),
                            exclusive=exclusive) as stop_key:
         yield stop_key
 
@@ -361,13 +393,17 @@ def request_turn(ctx: AppContext, request: gr.Request | None, progress=None, *, 
     """This answer's place in the lane (`policy.request_turn`: turns on the model between batches), with the wait
     shown as progress; yields the key of its stop check and runner wrapper, and its ticket. Under ZeroGPU the read
     runs in a forked worker that cannot take turns with this process's lane: it holds one turn throughout."""
+    with policy.request_turn(ctx.lane, visitor_keys(ctx, request), abandonment_check(), waiting_shown(progress),
+                             windows=windows, whole=ZERO_GPU) as (key, ticket):
+        yield key, ticket
+
+
+def waiting_shown(progress) -> Callable[[int], None]:
+    """The lane's `on_wait`: how many requests are ahead, shown as progress (when there is a progress bar)."""
     def on_wait(ahead: int) -> None:
         if progress is not None:
             progress(0.0, desc=f"Waiting for the model: {ahead} request{'s' if ahead != 1 else ''} ahead")
-
-    with policy.request_turn(ctx.lane, visitor_keys(ctx, request), abandonment_check(), on_wait,
-                             windows=windows, whole=ZERO_GPU) as (key, ticket):
-        yield key, ticket
+    return on_wait
 
 
 def visitor_keys(ctx: AppContext, request: gr.Request | None) -> tuple[str, ...]:
@@ -397,29 +433,19 @@ def count_or_default(value, what: str, default: int) -> int:
     return default if value is None or value == "" else whole_number(what, value)
 
 
-def deployment_tokens_per_s(context_key: str) -> float | None:
-    """The tokens per second this deployment's last answer ran at (None before any has run)."""
-    ctx = CONTEXTS.get(context_key)
-    return ctx.tokens_per_s if ctx is not None else None
-
-
-def answer_duration(context_key: str, documents, question, top_k, extract_s, reading=DEFAULT_READING,
-                    read_chars=None, progress=None, stop_key=None) -> float:
-    """Seconds of GPU to ask ZeroGPU for: grows with the text the request will read (what the ranking picked, or
-    every document) at the deployment's measured speed."""
-    if read_chars is None:
-        read_chars = sum(document.n_chars for document in documents)
-    return policy.answer_gpu_seconds(read_chars, deployment_tokens_per_s(context_key))
+def answer_duration(context_key: str, plan, extract_s: float = 0.0, progress=None, stop_key=None) -> float:
+    """Seconds of GPU to ask ZeroGPU for (`policy.answer_gpu_seconds`): the windows the plan expects to read (what
+    the ranking picked, or every window) at the loaded model's measured throughput."""
+    return policy.answer_gpu_seconds(plan, CONTEXTS[context_key].tokens_per_s())
 
 
 @gpu_function(duration=answer_duration)
-def answer_on_gpu(context_key: str, documents: list, question: str, top_k: int, extract_s: float,
-                  reading: str = DEFAULT_READING, read_chars: int | None = None, progress=None,
-                  stop_key: str | None = None) -> dict:
-    """The model work of one request, and nothing else: its arguments and its readout pickle (ZeroGPU runs it in
-    a forked worker), and it reaches the loaded model through the module's contexts. Ends between batches when
-    the request is abandoned; refuses up front what would run past the context's `max_request_s` (on ZeroGPU, also
-    past the GPU time it asked for: a guided read whose answer stays weak then keeps what it read)."""
+def answer_on_gpu(context_key: str, plan, extract_s: float = 0.0, progress=None,
+                  stop_key: str | None = None) -> Readout:
+    """The model work of one planned request, and nothing else: its arguments and its readout pickle (ZeroGPU runs
+    it in a forked worker), and it reaches the loaded model through the module's contexts. Ends between batches
+    when the request is abandoned; under ZeroGPU the plan's time budget is no more than the GPU time it asked for
+    (a guided read whose answer stays weak then keeps what it read)."""
     ctx = CONTEXTS[context_key]
     on_window_progress = None
     if progress is not None:
@@ -428,83 +454,78 @@ def answer_on_gpu(context_key: str, documents: list, question: str, top_k: int, 
             progress((state.windows_done, state.windows_total),
                      desc=f"{state.windows_done:,} windows done, {state.windows_left:,} to go{left}",
                      unit="windows")
-    max_request_s = ctx.max_request_s
     if spaces is not None:  # ZeroGPU ends the function at the duration it asked for: read no further than that
-        granted_s = answer_duration(context_key, documents, question, top_k, extract_s, reading, read_chars)
-        max_request_s = min(max_request_s or granted_s, max(1.0, granted_s - policy.GPU_DURATION_BASE_S))
+        granted_s = answer_duration(context_key, plan)
+        budget_s = plan.settings.max_request_s or granted_s
+        plan = plan.with_budget(min(budget_s, max(1.0, granted_s - policy.GPU_DURATION_BASE_S)))
     with user_errors("Answering"):  # inside: ZeroGPU passes only gr.Error through from its worker
         if ctx.session.loaded is None:
-            raise ModelLoadError("No model is loaded: pick a model or profile above.")
-        return ctx.session.ask_readout(documents, question, extract_s=extract_s, top_k=top_k,
-                                       max_total_tokens=ctx.max_total_tokens, max_request_s=max_request_s,
-                                       should_stop=policy.stop_check(stop_key), on_window_progress=on_window_progress,
-                                       reading=reading, gate=policy.gate(stop_key))
+            raise ModelLoadError(f"{NO_MODEL} {PICK_MODEL}")
+        return ctx.session.ask(plan, extract_s=extract_s, gate=policy.gate(stop_key),
+                               should_stop=policy.stop_check(stop_key), on_window_progress=on_window_progress)
 
 
-def ask(ctx: AppContext, files, pasted_text, question, top_k, reading, history, seen=None,
+def ask(ctx: AppContext, files, pasted_text, question, top_k, reading, history, seen=None, no_answer_below="",
         request: gr.Request = None, progress=gr.Progress()) -> dict:
     """Answer the question over the documents: every readout by name, the full JSON readout as "readout".
 
-    Reading and checking the documents happen first, outside the model lane and the GPU function: a bad or slow
-    upload costs only its own visitor's time, and no GPU time. `reading` is "auto", "full" or "guided" (empty:
-    auto); the ranking runs before the GPU function, which asks for the time of the windows it will read."""
+    Reading the documents and planning the request (every limit checked, the ranking run, the windows to read
+    estimated) happen once, first, outside the model lane and the GPU function: a bad or slow upload costs only its
+    own visitor's time, and no GPU time; the lane admits, and the GPU function asks for time, by that plan.
+    `reading` is "auto", "full" or "guided" (empty: auto); `no_answer_below` a score in (0, 1) under which the answer
+    is "not found" (empty: the model's own rule)."""
     with user_errors("Answering"):
         top_k = count_or_default(top_k, "Top-k", DEFAULT_TOP_K)
+        no_answer_below = None if str(no_answer_below or "").strip() == "" else no_answer_below  # the settings check it
         reading = reading_or_default(reading)
         progress(0.0, desc="Reading the documents")
         documents, extract_s = read_request(files or [], pasted_text, question, max_bytes=ctx.max_file_bytes,
                                             max_total_tokens=ctx.max_total_tokens)
         ensure_loaded(ctx, progress)
         progress(0.0, desc="Ranking the windows" if reading != "full" else "Planning the read")
-        plan = ctx.session.reading_plan(documents, question, reading, max_total_tokens=ctx.max_total_tokens)
-        with request_turn(ctx, request, progress, windows=plan["expected_windows"]) as (stop_key, ticket):
+        plan = ctx.session.plan(documents, question, reading, top_k=top_k, max_total_tokens=ctx.max_total_tokens,
+                                max_request_s=ctx.max_request_s, no_answer_below=no_answer_below)
+        with request_turn(ctx, request, progress, windows=plan.expected_windows) as (stop_key, ticket):
             changed = changed_since(ctx, seen)
             progress(0.0, desc="Reading windows")
-            readout = answer_on_gpu(ctx.key, documents, question, top_k, extract_s, reading, plan["expected_chars"],
-                                    progress, stop_key)
-    readout["queue"] = ticket.queue_readout()
-    ctx.tokens_per_s = readout.get("tokens_per_s") or ctx.tokens_per_s
-    ctx.lane.window_s = window_seconds(readout) or ctx.lane.window_s
+            readout = answer_on_gpu(ctx.key, plan, extract_s, progress, stop_key)
+    if RUNS_IN_WORKER:
+        ctx.session.learn(readout)
+    readout.queue = ticket.queue_readout()
+    result = readout.result
     if changed:
-        readout["notices"] = [changed, *readout.get("notices", [])]
-    for notice in readout.get("notices", []):
+        result.notices.insert(0, changed)
+    for notice in result.notices:
         gr.Warning(escape(notice))
     history = [*(history or []), ui_format.history_entry(readout, len(history or []) + 1)]
     plotted = ui_format.history_frame(history)  # the plots' data: one bar per run
-    best = readout["answers"][0] if readout["answers"] else None
-    passage = (ui_format.evidence(documents[best["document_index"]].text, best["start_char"], best["end_char"])
-               if best is not None and best["document_index"] >= 0 else [])
+    best = result.answers[0] if result.answers else None
+    passage = (ui_format.evidence(documents[best.document_index].text, best.start_char, best.end_char)
+               if best is not None and best.document_index >= 0 else [])
+    estimated = result.reading is not None and result.reading.windows_total_estimated
     return {
-        "documents": pd.DataFrame(ui_format.document_rows(readout["documents"], readout["reading"].get(
-            "windows_total_estimated", False)), columns=ui_format.DOCUMENT_HEADERS),
-        "answer": ui_format.best_answer(readout["answers"]),
-        "answers": pd.DataFrame(ui_format.answer_rows(readout["answers"]), columns=ui_format.ANSWER_HEADERS),
+        "documents": pd.DataFrame(ui_format.document_rows(result.documents, estimated),
+                                  columns=ui_format.DOCUMENT_HEADERS),
+        "answer": ui_format.best_answer(result),
+        "answers": pd.DataFrame(ui_format.answer_rows(result.answers), columns=ui_format.ANSWER_HEADERS),
         "evidence": passage,
-        "latency": pd.DataFrame(ui_format.latency_rows(readout["latency_s"], readout["tokens_per_s"]),
+        "latency": pd.DataFrame(ui_format.latency_rows(result.latency_s, result.tokens_per_s),
                                 columns=ui_format.LATENCY_HEADERS),
-        "memory": pd.DataFrame(ui_format.memory_rows(readout["memory"]), columns=ui_format.MEMORY_HEADERS),
+        "memory": pd.DataFrame(ui_format.memory_rows(result.memory), columns=ui_format.MEMORY_HEADERS),
         "run": pd.DataFrame(ui_format.run_rows(readout), columns=ui_format.RUN_HEADERS),
         "history": history,
         "history_table": pd.DataFrame(ui_format.history_rows(history), columns=ui_format.HISTORY_HEADERS),
         "memory_plot": plot_update(plotted),
         "latency_plot": plot_update(plotted),
         "seen": seen_now(ctx),
-        "readout": readout,
+        "readout": readout.to_json(),
     }
 
 
-def window_seconds(readout: dict) -> float | None:
-    """Forward seconds a window took in this answer (what the lane's retry estimates use), or None."""
-    forward, windows = (readout.get("latency_s") or {}).get("forward"), readout.get("windows")
-    if not forward or not windows:
-        return None
-    return max(0.0, forward - (readout.get("queue") or {}).get("waited_s", 0.0)) / windows or None
-
-
-def ask_in_full(ctx: AppContext, files, pasted_text, question, top_k, history, seen=None,
+def ask_in_full(ctx: AppContext, files, pasted_text, question, top_k, history, seen=None, no_answer_below="",
                 request: gr.Request = None, progress=gr.Progress()) -> dict:
     """The same question read in full ("Read the whole document"): every window, whatever the ranking says."""
-    return ask(ctx, files, pasted_text, question, top_k, "full", history, seen, request, progress)
+    return ask(ctx, files, pasted_text, question, top_k, "full", history, seen, no_answer_below, request, progress)
 
 
 def reading_or_default(value) -> str:
@@ -527,8 +548,9 @@ def refresh_gpu_gauge():
 
 
 def training_duration(context_key: str, window_tokens: int) -> float:
-    """Two forward+backward steps of one window (`policy.training_gpu_seconds`)."""
-    return policy.training_gpu_seconds(window_tokens, deployment_tokens_per_s(context_key))
+    """Two forward+backward steps of one window (`policy.training_gpu_seconds`) at the loaded model's measured
+    throughput."""
+    return policy.training_gpu_seconds(window_tokens, CONTEXTS[context_key].tokens_per_s())
 
 
 @gpu_function(duration=training_duration)
@@ -538,7 +560,7 @@ def training_step_on_gpu(context_key: str, window_tokens: int):
     ctx = CONTEXTS[context_key]
     with user_errors("The training step"):
         if ctx.session.loaded is None:
-            raise ModelLoadError("No model is loaded: pick a model or profile above.")
+            raise ModelLoadError(f"{NO_MODEL} {PICK_MODEL}")
         return ctx.session.training_step(window_tokens)
 
 
@@ -658,6 +680,10 @@ def build_question_panel(ctx: AppContext) -> dict[str, Block]:
             reading = gr.Radio(list(READING_MODES), value=DEFAULT_READING, label="Reading",
                                info="auto: guided past a few windows; guided: read where the question's words "
                                     "point, more while the answer is weak; full: every window")
+            no_answer_below = gr.Textbox("", label="Not-found threshold (optional)", placeholder="e.g. 0.001",
+                                         elem_id=LATER_INPUT,
+                                         info="say 'not found' when the best answer scores under this (between 0 "
+                                              "and 1); empty: the model's own rule, where it has one")
             with gr.Row():
                 ask_btn = gr.Button("Ask", variant="primary")
                 full_btn = gr.Button("Read the whole document")
@@ -670,7 +696,7 @@ def build_question_panel(ctx: AppContext) -> dict[str, Block]:
         trigger(bind(preview_documents, ctx), inputs=[files, pasted, question], outputs=doc_table,
                 api_visibility="private")
     return {"files": files, "pasted": pasted, "question": question, "top_k": top_k, "reading": reading,
-            "ask": ask_btn, "full": full_btn, "stop": stop_btn, "documents": doc_table}
+            "no_answer_below": no_answer_below, "ask": ask_btn, "full": full_btn, "stop": stop_btn, "documents": doc_table}
 
 
 def build_answer_panel(ctx: AppContext, question: dict[str, Block], seen: gr.State) -> None:
@@ -693,10 +719,11 @@ def build_answer_panel(ctx: AppContext, question: dict[str, Block], seen: gr.Sta
 
     timer.tick(refresh_gpu_gauge, outputs=gauge, concurrency_limit=None, show_progress="hidden",
                api_visibility="private")
+    # The not-found threshold comes last: a call made before it was added sends one value less (Page pads it).
     inputs = [question["files"], question["pasted"], question["question"], question["top_k"], question["reading"],
-              history["history"], seen]
+              history["history"], seen, question["no_answer_below"]]
     in_full = [question["files"], question["pasted"], question["question"], question["top_k"], history["history"],
-               seen]
+               seen, question["no_answer_below"]]
     outputs = {"documents": question["documents"], "answer": answer_box, "answers": answers_table,
                "evidence": evidence_box, "latency": latency_table, "memory": memory_table, "run": run_table,
                **history, "seen": seen,
@@ -773,6 +800,7 @@ def build_blocks(ctx: AppContext, queue_size: int = DEFAULT_QUEUE_SIZE) -> gr.Bl
         question = build_question_panel(ctx)
         build_answer_panel(ctx, question, seen)
         build_training_panel(ctx)
+        build_plan_panel(ctx.models, ctx.selection["model"])
         build_reference_panel(ctx)
     demo.queue(default_concurrency_limit=1, max_size=queue_size)
     return demo
@@ -873,7 +901,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def make_session(args) -> Session:
+def make_session(args) -> Backend:
     """The embedded session, or one whose model lives in Ray Serve replicas (`--engine ray`)."""
     if args.engine == "ray":
         return RaySession(replicas=args.replicas, address=args.ray_address, batch_requests=args.ray_batch,
@@ -882,6 +910,8 @@ def make_session(args) -> Session:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """`python app.py`: one backend, one context and one page, from the command line; the model loads before
+    serving."""
     args = build_parser().parse_args(argv)
     try:
         session = make_session(args)
@@ -891,23 +921,33 @@ def main(argv: list[str] | None = None) -> int:
     # A stop signal ends the process through `finally`, so replicas and a Ray instance of ours are stopped too.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
-        return serve_page(args, session)
+        ctx = context_from(args, session)
+        if not load_before_serving(ctx, args):
+            return 2
+        serve(build_blocks(ctx, args.queue_size), host=args.host, port=args.port, share=args.share, max_file_mb=args.max_file_mb)
+        return 0
     finally:
         session.close()
 
 
-def serve_page(args, session: Session) -> int:
-    ctx = make_context(session, default_model=args.model, default_profile=args.profile,
-                       max_file_mb=args.max_file_mb, max_total_tokens=args.max_tokens,
-                       lock_profile=args.lock_profile or ZERO_GPU, max_request_s=args.max_request_s,
-                       queue_size=args.queue_size,
-                       visitor_header=None if str(args.visitor_header).lower() == "none" else args.visitor_header,
-                       max_queued_windows=args.max_queued_windows)
+def context_from(args, session: Backend) -> AppContext:
+    """The page's context as the command line sets it (always locked under ZeroGPU)."""
+    return make_context(session, default_model=args.model, default_profile=args.profile,
+                        max_file_mb=args.max_file_mb, max_total_tokens=args.max_tokens,
+                        lock_profile=args.lock_profile or ZERO_GPU, max_request_s=args.max_request_s,
+                        queue_size=args.queue_size,
+                        visitor_header=None if str(args.visitor_header).lower() == "none" else args.visitor_header,
+                        max_queued_windows=args.max_queued_windows)
+
+
+def load_before_serving(ctx: AppContext, args) -> bool:
+    """Load the starting model, saying so on the console; False (after saying why) when the profile cannot run
+    here. A model that fails to load leaves the page to start without one."""
     try:
         ctx.session.runnable_profile(args.profile)
     except ProfileError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return False
     print(f"Loading {args.model} with profile {args.profile} ({ctx.hardware.describe()}) ...", flush=True)
     try:
         ensure_loaded(ctx)
@@ -918,18 +958,16 @@ def serve_page(args, session: Session) -> int:
               flush=True)
     except LongQAError as exc:
         print(f"warning: no model loaded: {exc} The page still starts; pick a model there.", flush=True)
-    serve(build_blocks(ctx, args.queue_size), host=args.host, port=args.port, share=args.share,
-          max_file_mb=args.max_file_mb)
-    return 0
+    return True
 
 
+if __name__ == "__main__":
+    sys.exit(main())
+# Imported (a Space's `demo`, gradio's reload mode, the tests): one context and page with the defaults.
 context = make_context(lock_profile=ZERO_GPU, visitor_header=default_visitor_header())
 demo = build_blocks(context)
-if ZERO_GPU and __name__ != "__main__":
+if ZERO_GPU:
     # ZeroGPU forks its GPU workers from this process: the model must be loaded (onto the patched CUDA) before,
     # at import, with the profile fixed. `python app.py` does the same in main() before serving.
     with contextlib.suppress(LongQAError):  # the banner says why; the page still starts
         ensure_loaded(context)
-
-if __name__ == "__main__":
-    sys.exit(main())

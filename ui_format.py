@@ -1,7 +1,9 @@
-"""Formatting for the web page: readout dicts (bytes, seconds) into the rows, labels and frames the UI shows.
+"""Formatting for the web page: typed readouts (`longqa.readout.Readout` and its parts, the loader's `LoadReadout`;
+bytes and seconds) into the rows, labels and frames the UI shows.
 
-Pure functions of plain data. It knows nothing of gradio, models or sessions, and never renders document text
-as HTML: text goes into cells and highlighted spans, which the page shows as text.
+Pure functions that read the readouts' fields. It imports nothing of ours, knows nothing of gradio, models or
+sessions, and never renders document text as HTML: text goes into cells and highlighted spans, which the page
+shows as text.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ _WORDS = re.compile(r"\s*\S+\s*|\s+")  # a word with the white space around it
 STAGES = ("extract", "tokenize", "rank", "forward", "decode", "total")
 
 DOCUMENT_HEADERS = ["document", "characters", "tokens", "windows"]
-ANSWER_HEADERS = ["rank", "answer", "score", "document", "position (characters)"]
+ANSWER_HEADERS = ["rank", "answer", "score", "confidence", "document", "position (characters)"]
 LATENCY_HEADERS = ["stage", "time"]
 MEMORY_HEADERS = ["device", "peak (GPU allocated, host RSS)", "now (GPU reserved, host RSS)", "NVML used",
                   "NVML total"]
@@ -58,28 +60,41 @@ def format_rate(tokens_per_s: float | None) -> str:
     return MISSING if tokens_per_s is None else f"{tokens_per_s:,.0f} tokens/s"
 
 
-def document_rows(documents: list[dict], estimated: bool = False) -> list[list]:
-    """One row per document; `estimated` counts (a guided read tokenizes only what it reads) say "about"."""
+def document_rows(documents: list, estimated: bool = False) -> list[list]:
+    """One row per document (`DocumentStats`); `estimated` counts (a guided read tokenizes only what it reads) say
+    "about"."""
     if estimated:
-        return [[d["name"], d["chars"], f"about {d['tokens']:,}", f"about {d['windows']:,}"] for d in documents]
-    return [[d["name"], d["chars"], d["tokens"], d["windows"]] for d in documents]
+        return [[d.name, d.chars, f"about {d.tokens:,}", f"about {d.windows:,}"] for d in documents]
+    return [[d.name, d.chars, d.tokens, d.windows] for d in documents]
 
 
-def answer_rows(answers: list[dict]) -> list[list]:
+def answer_rows(answers: list) -> list[list]:
     rows = []
     for rank, answer in enumerate(answers, 1):
-        if answer["document"] is None:
+        if answer.document is None:
             where, document = MISSING, "(no answer)"
         else:
-            where, document = f"{answer['start_char']:,}–{answer['end_char']:,}", answer["document"]
-        rows.append([rank, answer["text"], f"{answer['score']:.4g}", document, where])
+            where, document = f"{answer.start_char:,}–{answer.end_char:,}", answer.document
+        rows.append([rank, answer.text, f"{answer.score:.4g}", answer.confidence or MISSING, document, where])
     return rows
 
 
-def best_answer(answers: list[dict]) -> str:
-    if not answers or answers[0]["document"] is None:
+def best_answer(result) -> str:
+    """What the answer box shows: the best answer; where the documents do not hold one, the verdict and the best
+    span for the curious."""
+    verdict = result.verdict
+    best = result.answers[0] if result.answers and result.answers[0].document is not None else None
+    if best is None:
         return "(no answer found in the documents)"
-    return answers[0]["text"]
+    if verdict is not None and verdict.found is False:
+        return f"{verdict.message}. (Best span, low confidence: {best.text!r}, score {best.score:.2g}.)"
+    return best.text  # without a rule, the run table and the JSON say the confidence is not calibrated
+
+
+def verdict_text(result) -> str:
+    """The verdict and the rule that gave it, for the run table."""
+    verdict = result.verdict
+    return MISSING if verdict is None else f"{verdict.message}: {verdict.basis}"
 
 
 def evidence(text: str, start: int, end: int, context_chars: int = EVIDENCE_CONTEXT_CHARS) -> list[tuple]:
@@ -105,84 +120,70 @@ def latency_rows(latency_s: dict, tokens_per_s: float | None) -> list[list]:
     return rows
 
 
-def memory_rows(memory: dict) -> list[list]:
+def memory_rows(memory) -> list[list]:
     """One row per GPU (peak allocated, reserved, NVML used/total), then the host (peak RSS, RSS now)."""
-    rows = [[f"cuda:{d['index']} {d['name']}", format_bytes(d["peak_allocated_bytes"]),
-             format_bytes(d["reserved_bytes"]), format_bytes(d["nvml_used_bytes"]), format_bytes(d["nvml_total_bytes"])]
-            for d in memory.get("devices", [])]
+    rows = [[f"cuda:{d.index} {d.name}", format_bytes(d.peak_allocated_bytes), format_bytes(d.reserved_bytes),
+             format_bytes(d.nvml_used_bytes), format_bytes(d.nvml_total_bytes)] for d in memory.devices]
     if not rows:
         rows.append(["GPU", "no GPU used", MISSING, MISSING, MISSING])
-    rows.append(["host", format_bytes(memory.get("host_peak_rss_bytes")), format_bytes(memory.get("host_rss_bytes")),
-                 MISSING, MISSING])
+    rows.append(["host", format_bytes(memory.host_peak_rss_bytes), format_bytes(memory.host_rss_bytes), MISSING,
+                 MISSING])
     return rows
 
 
-def run_rows(readout: dict) -> list[list]:
+def run_rows(readout) -> list[list]:
+    result = readout.result
     return [
-        ["model", readout.get("model") or MISSING],
-        ["profile", readout.get("profile") or MISSING],
-        ["tokens", f"{readout['tokens']:,}"],
-        ["windows", readout["windows"]],
+        ["model", readout.model or MISSING],
+        ["profile", readout.profile or MISSING],
+        ["tokens", f"{result.tokens:,}"],
+        ["windows", result.windows],
         ["reading", reading_summary(readout)],
-        ["why", (readout.get("reading") or {}).get("reason") or MISSING],
-        ["batch size used", readout["batch_size"]],
-        ["out-of-memory back-offs", readout["backoffs"]],
-        ["memory: predicted vs measured", prediction_text(readout.get("memory_prediction"))],
-        ["notices", " ".join(readout.get("notices") or []) or "none"],
-        *([["queue", queue_text(readout["queue"])]] if readout.get("queue") else []),  # a shared deployment
-        *([["replica", readout["replica"]]] if readout.get("replica") else []),  # served by Ray Serve replicas
+        ["why", result.reading.reason if result.reading else MISSING],
+        ["found", verdict_text(result)],
+        ["batch size used", result.batch_size],
+        ["out-of-memory back-offs", result.backoffs],
+        ["memory: predicted vs measured", prediction_text(readout.memory_prediction)],
+        ["notices", " ".join(result.notices) or "none"],
+        *([["queue", queue_text(readout.queue)]] if readout.queue else []),  # a shared deployment
+        *([["replica", readout.replica]] if readout.replica else []),  # served by Ray Serve replicas
     ]
 
 
-def queue_text(queue: dict) -> str:
+def queue_text(queue) -> str:
     """How long a request waited for the model, and behind how many: "waited 1.2 s, 3 ahead when it arrived"."""
-    ahead = queue.get("ahead_at_start") or 0
-    return (f"waited {format_seconds(queue.get('waited_s'))}, {ahead} request{'s' if ahead != 1 else ''} ahead "
+    ahead = queue.ahead_at_start
+    return (f"waited {format_seconds(queue.waited_s)}, {ahead} request{'s' if ahead != 1 else ''} ahead "
             "when it arrived")
 
 
-def full_read_s(readout: dict) -> float | None:
-    """A guided read's prediction of the full read's time: reading the files once, and its own seconds per window
-    read (tokenizing, forward, decoding) times every window (None when nothing was skipped or nothing was timed)."""
-    reading = readout.get("reading") or {}
-    read, total = reading.get("windows_read") or 0, reading.get("windows_total") or 0
-    latency = readout.get("latency_s") or {}
-    if read <= 0 or total <= read or not latency.get("forward"):
-        return None
-    # Reading the files is paid once whatever is read; tokenizing, the forward passes and decoding grow with the
-    # windows.
-    per_window = sum(latency.get(stage) or 0.0 for stage in ("tokenize", "forward", "decode")) / read
-    return (latency.get("extract") or 0.0) + per_window * total
-
-
-def reading_summary(readout: dict) -> str:
+def reading_summary(readout) -> str:
     """E.g. "read 6 of 51 windows (guided) in 21 s; a full read would take about 3 min"."""
-    reading = readout.get("reading") or {}
-    if not reading:
+    result = readout.result
+    reading = result.reading
+    if reading is None:
         return MISSING
-    about = "about " if reading.get("windows_total_estimated") else ""
-    text = (f"read {reading['windows_read']:,} of {about}{reading['windows_total']:,} windows ({reading['mode']}) "
-            f"in {format_seconds(readout['latency_s'].get('total'))}")
-    predicted = full_read_s(readout)
-    if predicted is not None:
-        text += f"; a full read would take about {format_seconds(predicted)}"
+    about = "about " if reading.windows_total_estimated else ""
+    text = (f"read {reading.windows_read:,} of {about}{reading.windows_total:,} windows ({reading.mode}) "
+            f"in {format_seconds(result.latency_s.get('total'))}")
+    if readout.full_read_s is not None:
+        text += f"; a full read would take about {format_seconds(readout.full_read_s)}"
     return text
 
 
-def prediction_text(prediction: dict | None) -> str:
+def prediction_text(prediction) -> str:
     """'predicted 1.2 GB, measured 1.3 GB (-8 %), peak RSS on cpu': the planner's forecast against the run."""
-    if not prediction or prediction.get("predicted_peak_bytes") is None:
+    if prediction is None:
         return MISSING
-    measured = prediction.get("measured_peak_bytes")
-    error = prediction.get("error_pct")
-    error_part = f" ({error:+.0f} %)" if error is not None else ""
-    return (f"predicted {format_bytes(prediction['predicted_peak_bytes'])}, measured {format_bytes(measured)}"
-            f"{error_part}, {prediction.get('measured_as', 'peak')} on {prediction.get('device', MISSING)}")
+    error_part = f" ({prediction.error_pct:+.0f} %)" if prediction.error_pct is not None else ""
+    return (f"predicted {format_bytes(prediction.predicted_peak_bytes)}, measured "
+            f"{format_bytes(prediction.measured_peak_bytes)}{error_part}, {prediction.measured_as} on "
+            f"{prediction.device}")
 
 
-def load_rows(readout: dict) -> list[list]:
-    per_device = readout.get("weight_bytes_per_device") or {}
-    device_map = readout.get("device_map")
+def load_rows(readout) -> list[list]:
+    """The load readout (the loader's `LoadReadout`) as one row of LOAD_HEADERS."""
+    device_map = readout.device_map
     if device_map:
         by_device: dict[str, int] = {}
         for device in device_map.values():
@@ -190,29 +191,30 @@ def load_rows(readout: dict) -> list[list]:
         placement = ", ".join(f"{device}: {n} module(s)" for device, n in by_device.items())
     else:
         placement = "whole model on one device"
+    per_device = readout.weight_bytes_per_device
     return [
-        ["model", readout.get("model_ref") or MISSING],
-        ["profile", readout.get("profile") or MISSING],
-        ["strategies", ", ".join(readout.get("strategies") or []) or "none"],
-        ["weights dtype", readout.get("dtype") or MISSING],
-        ["load time", format_seconds(readout.get("load_time_s"))],
+        ["model", readout.model_ref or MISSING],
+        ["profile", readout.profile or MISSING],
+        ["strategies", ", ".join(readout.strategies) or "none"],
+        ["weights dtype", readout.dtype or MISSING],
+        ["load time", format_seconds(readout.load_time_s)],
         ["weights per device", ", ".join(f"{d}: {format_bytes(b)}" for d, b in per_device.items()) or MISSING],
         ["device map", placement],
-        ["host RAM peak while loading", format_bytes(readout.get("host_peak_rss_bytes"))],
-        ["fallback", readout.get("fallback_reason") or "none"],
-        ["notes", "; ".join(readout.get("notes") or []) or "none"],
+        ["host RAM peak while loading", format_bytes(readout.host_peak_rss_bytes)],
+        ["fallback", readout.fallback_reason or "none"],
+        ["notes", "; ".join(readout.notes) or "none"],
     ]
 
 
-def history_entry(readout: dict, run: int) -> dict:
-    """What the run history keeps of one /ask readout (bytes and seconds)."""
-    memory = readout["memory"]
-    return {"run": run, "profile": readout.get("profile"), "model": readout.get("model"),
-            "reading": (readout.get("reading") or {}).get("mode"),
-            "tokens": readout["tokens"], "windows": readout["windows"],
-            "peak_allocated_bytes": memory.get("peak_allocated_bytes"),
-            "host_peak_rss_bytes": memory.get("host_peak_rss_bytes"),
-            "latency_s": readout["latency_s"]["total"], "tokens_per_s": readout.get("tokens_per_s")}
+def history_entry(readout, run: int) -> dict:
+    """What the run history (the page's state) keeps of one answer's readout (bytes and seconds)."""
+    result = readout.result
+    return {"run": run, "profile": readout.profile, "model": readout.model,
+            "reading": result.reading.mode if result.reading else None,
+            "tokens": result.tokens, "windows": result.windows,
+            "peak_allocated_bytes": result.memory.peak_allocated_bytes,
+            "host_peak_rss_bytes": result.memory.host_peak_rss_bytes,
+            "latency_s": result.latency_s["total"], "tokens_per_s": result.tokens_per_s}
 
 
 def history_rows(history: list[dict]) -> list[list]:
@@ -256,3 +258,51 @@ def training_summary(readout, window_tokens: int) -> str:
             f"checkpointing {verb} {format_bytes(abs(saved))} ({readout.saved_fraction:.0%} of the step's peak) "
             f"and takes {readout.time_ratio:.2f}× the time. It saves nothing at inference: activations are only "
             "kept, and so only recomputed, when a backward pass follows.")
+
+
+# ------------------------------------------------------------------------------------------------ plan for a machine
+PLAN_HEADERS = ["profile", "fits (predicted)", "window × batch", "predicted peak", "per device (predicted)", "why"]
+PLAN_PART_LABELS = {"weights": "weights", "activations": "activations", "offload_stream": "offloaded layer",
+                    "allocator_slack": "allocator slack", "cuda_context": "CUDA context", "process": "process",
+                    "overhead": "allocator/scratch"}
+
+
+def plan_device_text(device) -> str:
+    """"cuda:0 5.4 GB of 16 GB: weights 0.9 GB + activations 3.5 GB + ..." from a plan's device (fields read)."""
+    total = f" of {format_bytes(device.total_bytes)}" if device.total_bytes else ""
+    parts = " + ".join(f"{PLAN_PART_LABELS.get(name, name)} {format_bytes(value)}"
+                       for name, value in device.parts_bytes.items() if value)
+    return f"{device.device} {format_bytes(device.need_bytes)}{total}: {parts}"
+
+
+def plan_rows(plan) -> list[list]:
+    """One row per profile of a machine plan (`longqa.gpu_plan.MachinePlan`, fields read)."""
+    rows = []
+    for profile in plan.profiles:
+        name = profile.name + (" (recommended)" if profile.name == plan.recommended else "")
+        setting = f"{profile.tokens:,} × {profile.batch}" if profile.tokens else MISSING
+        rows.append([name, "yes" if profile.fits else "no", setting, format_bytes(profile.peak_bytes),
+                     "; ".join(plan_device_text(device) for device in profile.devices) or MISSING, profile.why])
+    return rows
+
+
+def plan_recommendation(plan) -> str:
+    """Markdown: our recommendation for the planned machine, labelled predicted."""
+    machine = escape_markdown(plan.machine.description)
+    if plan.recommended is None:
+        return f"### Ours: nothing fits (predicted)\n{escape_markdown(plan.recommendation_reason)}\n\n{machine}"
+    chosen = plan.profile(plan.recommended)
+    return (f"### Ours: `{chosen.name}` (predicted {format_bytes(chosen.peak_bytes)} at its largest device)\n"
+            f"{escape_markdown(', '.join(chosen.strategies))}; {chosen.tokens:,} tokens × batch {chosen.batch}: "
+            f"{escape_markdown(plan.recommendation_reason)}.\n\nMachine: {machine}")
+
+
+def plan_article(plan) -> str:
+    """Markdown: the article's advice for the planned GPU and where the planner's predictions disagree."""
+    article = plan.article
+    if article is None:
+        return "### The article\nIt gives no advice for a machine without a GPU."
+    corrections = "\n".join(f"- {escape_markdown(line)}" for line in article.corrections)
+    return (f"### The article: {escape_markdown(article.advice)}\n"
+            f"Its answer for {escape_markdown(article.cards)} (our profile `{article.profile}`). Where the "
+            f"predictions say it is wrong or says too little:\n{corrections}")

@@ -1,4 +1,4 @@
-"""Command line: `python -m longqa ask|profiles|bench`.
+"""Command line: `python -m longqa ask|profiles|plan|bench`.
 
 Parses arguments, calls the session and the profiles, prints. Errors become one line on stderr and a non-zero
 exit code, never a traceback.
@@ -17,11 +17,14 @@ from transformers.utils import logging as hf_logging
 from longqa.bench import reading_sweep
 from longqa.bench import runner as bench_module
 from longqa.arguments import positive_int
+from longqa.gpu_plan import MachinePlan, plan_request
 from longqa.models import DEFAULT_MODEL, model_config
-from longqa.session import DEFAULT_READING, READING_MODES, Session, read_documents
-from longqa_core.engine import validate_request
+from longqa.session import Session, read_documents
 from longqa_core.errors import LongQAError
+from longqa_core.limits import validate_request
+from longqa_core.reading import DEFAULT_READING, READING_MODES
 from strategies.auto import resolve_auto
+from strategies.gpu_catalog import GPU_MODELS
 from strategies.hardware import detect_hardware
 from strategies.memory_planner import plan_profile
 from strategies.profiles import PROFILES, describe_profiles
@@ -50,6 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="full: read every window; guided: read the windows the question's words point to, more "
                           "while the answer is weak; auto (default): guided past a few windows, full where ranking "
                           "cannot serve")
+    ask.add_argument("--no-answer-below", type=float, metavar="SCORE",
+                     help="say 'not found' when the best answer scores under SCORE (between 0 and 1); replaces the "
+                          "model's own rule (the demo model's measured threshold, a SQuAD 2.0 model's null score)")
     ask.add_argument("--json", action="store_true", help="print one JSON object with answers and readouts")
 
     profiles = commands.add_parser("profiles", help="list hardware profiles and whether they can run here")
@@ -57,35 +63,102 @@ def build_parser() -> argparse.ArgumentParser:
     profiles.add_argument("--model", default=DEFAULT_MODEL,
                           help="model whose memory to predict per profile (its config only; default: the default model)")
 
+    plan = commands.add_parser("plan", help="predict each profile's memory on a GPU or CPU you do not have")
+    add_plan_arguments(plan)
+
     bench = commands.add_parser("bench", help="measure memory and latency of every profile")
     bench_module.add_arguments(bench)
     reading_sweep.add_arguments(bench)
     return parser
 
 
+def add_plan_arguments(plan: argparse.ArgumentParser) -> None:
+    plan.add_argument("--model", default=DEFAULT_MODEL,
+                      help="registry model (offline), local folder or Hub id (when the Hub can be reached); its config "
+                           "only")
+    gpu = plan.add_mutually_exclusive_group()
+    gpu.add_argument("--gpu", metavar="NAME", help=f"a GPU by name: {', '.join(GPU_MODELS)}")
+    gpu.add_argument("--gpu-memory", type=float, metavar="GB", help="any other GPU, by its memory in GB")
+    plan.add_argument("--compute-capability", metavar="X.Y",
+                      help="with --gpu-memory: the card's compute capability (8.0+ has bf16; not given: no bf16)")
+    plan.add_argument("--gpus", type=int, default=1, metavar="N", help="how many such GPUs (default 1)")
+    plan.add_argument("--cpu-memory", type=float, metavar="GB",
+                      help="the host's RAM in GB; alone, a CPU-only machine (default with a GPU: 16, assumed)")
+    plan.add_argument("--cpu-bf16", action="store_true",
+                      help="the host CPU has native bf16 (AVX512-BF16 or AMX); default: without, as an AVX2 CPU")
+    plan.add_argument("--tokens", type=int, metavar="N", help="tokens per window (default: the model's 4,096)")
+    plan.add_argument("--batch", type=int, metavar="N", help="windows per forward (default: each profile's own)")
+    plan.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def run_plan(args) -> int:
+    plan = plan_request(args.model, gpu=args.gpu, gpu_memory_gb=args.gpu_memory,
+                        compute_capability=args.compute_capability, gpus=args.gpus, cpu_memory_gb=args.cpu_memory,
+                        cpu_bf16=args.cpu_bf16, tokens=args.tokens, batch=args.batch)
+    if args.json:
+        print(json.dumps(plan.to_json(), indent=2))
+    else:
+        print("\n".join(plan_lines(plan)))
+    return 0
+
+
+PART_LABELS = {"weights": "weights", "activations": "activations", "offload_stream": "offloaded layer",
+               "allocator_slack": "allocator slack", "cuda_context": "CUDA context", "process": "process",
+               "overhead": "allocator/scratch"}
+
+
+def plan_lines(plan: MachinePlan) -> list[str]:
+    """The plan as text: the machine, one line per profile and device with what its need is made of, the
+    recommendation and the article's advice."""
+    gb = lambda value: f"{value / 1e9:.2f}"  # noqa: E731
+    lines = [f"Predicted memory of {plan.model} on {plan.machine.description}",
+             "(predicted by the memory planner from the config, not measured; GPU predictions are not yet checked "
+             "on a GPU: docs/gpu-planning.md)", ""]
+    for row in plan.profiles:
+        setting = f"{row.tokens:,} tokens, batch {row.batch}" if row.tokens else ""
+        lines.append(f"{row.name:<22} {'fits' if row.fits else 'no':<5} {setting:<24} {row.why}")
+        for device in row.devices:
+            parts = " + ".join(f"{PART_LABELS.get(name, name)} {gb(value)}" for name, value in
+                               device.parts_bytes.items() if value)
+            total = f" of {device.total_bytes / 1e9:g}" if device.total_bytes else ""
+            lines.append(f"{'':<29}{device.device}: {gb(device.need_bytes)} GB{total} = {parts}")
+    lines += ["", f"Recommended: {plan.recommended or 'none'} ({plan.recommendation_reason})"]
+    if plan.article:
+        lines.append(f"The article's advice for {plan.article.cards}: {plan.article.advice} "
+                     f"(profile {plan.article.profile}). Where the predictions disagree:")
+        lines += [f"  - {line}" for line in plan.article.corrections]
+    return lines
+
+
 def run_ask(args) -> int:
     documents, extract_s = read_documents(args.files, max_bytes=int(args.max_file_mb * 1024 * 1024))
     validate_request(documents, args.question)  # refuse bad input before any model work
     session = Session()
-    readout = session.load(args.model, args.profile, fallback_to_demo=(args.model == DEFAULT_MODEL))
-    if readout.fallback_reason:
-        print(f"note: {readout.fallback_reason}", file=sys.stderr)
-    result = session.ask(documents, args.question, extract_s=extract_s, max_seq_len=args.max_seq_len,
-                         doc_stride=args.doc_stride, max_answer_len=args.max_answer_len, top_k=args.top_k,
-                         reading=args.reading)
+    loaded = session.load(args.model, args.profile, fallback_to_demo=(args.model == DEFAULT_MODEL))
+    if loaded.fallback_reason:
+        print(f"note: {loaded.fallback_reason}", file=sys.stderr)
+    plan = session.plan(documents, args.question, args.reading, max_seq_len=args.max_seq_len,
+                        doc_stride=args.doc_stride, max_answer_len=args.max_answer_len, top_k=args.top_k,
+                        no_answer_below=args.no_answer_below)
+    readout = session.ask(plan, extract_s=extract_s)
     if args.json:
-        print(json.dumps(session.readout(result)))
+        print(json.dumps(readout.to_json()))
         return 0
+    result, reading = readout.result, readout.result.reading
     for notice in result.notices:
         print(f"note: {notice}", file=sys.stderr)
+    verdict = result.verdict
+    if result.found is False:
+        print(f"{verdict.message}. The best span, for the curious:")
     for rank, answer in enumerate(result.answers, 1):
         where = f"{answer.document} chars {answer.start_char}-{answer.end_char}" if answer.document else "no answer"
-        print(f"{rank}. {answer.text!r}  score {answer.score:.4f}  ({where})")
-    reading = result.reading
+        print(f"{rank}. {answer.text!r}  score {answer.score:.4g}, {answer.confidence} confidence  ({where})")
+    if result.found is None:
+        print(f"note: {verdict.message}; --no-answer-below SCORE gives a threshold", file=sys.stderr)
     print(f"{result.windows} windows, {result.tokens} tokens, batch {result.batch_size}, "
-          f"{result.latency_s['total']:.2f} s, model {session.model_ref}, profile {session.profile_name}; "
-          f"read {reading['windows_read']} of {'about ' if reading['windows_total_estimated'] else ''}"
-          f"{reading['windows_total']} windows, {reading['mode']}: {reading['reason']}", file=sys.stderr)
+          f"{result.latency_s['total']:.2f} s, model {readout.model}, profile {readout.profile}; "
+          f"read {reading.windows_read} of {'about ' if reading.windows_total_estimated else ''}"
+          f"{reading.windows_total} windows, {reading.mode}: {reading.reason}", file=sys.stderr)
     return 0
 
 
@@ -135,6 +208,8 @@ def main(argv: list[str] | None = None) -> int:
             return run_ask(args)
         if args.command == "profiles":
             return run_profiles(args)
+        if args.command == "plan":
+            return run_plan(args)
         if args.reading:
             return reading_sweep.run(args)
         return bench_module.run(args)

@@ -21,9 +21,10 @@ from transformers import AutoConfig, AutoTokenizer, LongformerForQuestionAnsweri
 from longqa import models
 from longqa.models import ModelSource, architecture_config, resolve_model
 from longqa_core.cache import cache_dir
-from longqa_core.engine import BatchState, EngineSettings, ModelRunner
+from longqa_core.batching import BatchState, ModelRunner
+from longqa_core.limits import EngineSettings
 from longqa_core.errors import ModelLoadError
-from longqa_core.telemetry import HostPeak
+from longqa_core.telemetry import HostPeak, timed
 from strategies.auto import resolve_profile
 from strategies.base import Strategy, from_pretrained_kwargs
 from strategies.device_map import device_name, mapped_device
@@ -75,6 +76,10 @@ class LoadedModel:
     runner: Callable | None
     readout: LoadReadout
     hardware: Hardware | None = None  # what the profile was resolved for (the memory planner predicts for it)
+    # Set by the session that loaded it: what was asked for (the model, the profile's name, custom strategies) and
+    # which load of that session this is. With the fields above, the one record of what is loaded.
+    requested: tuple = ()
+    generation: int = 0
 
     def unload(self) -> None:
         """Drop every reference this object holds to the model, collect, and return cached CUDA memory."""
@@ -106,14 +111,14 @@ def load_model(model_ref: str, profile: Profile | str, *, hardware: Hardware | N
     fallback_reason = None
     step_time_s: dict[str, float] = {}
     try:
-        with _timed(step_time_s, "download"):
+        with timed(step_time_s, "download"):
             folder, tokenizer_folder = _fetch(source, progress)
     except _FetchError as exc:
         if not fallback_to_demo:
             raise ModelLoadError(str(exc)) from None
         fallback_reason = f"{exc} Using the bundled demo model instead."
         source = resolve_model("demo")
-        with _timed(step_time_s, "download"):
+        with timed(step_time_s, "download"):
             folder, tokenizer_folder = _fetch(source, progress)
 
     config = _read_config(folder, source.ref)
@@ -124,7 +129,7 @@ def load_model(model_ref: str, profile: Profile | str, *, hardware: Hardware | N
     names = list(select_strategies(profile, hardware))
     tokenizer = _read_tokenizer(tokenizer_folder, source.ref)
     device = device_for(profile, hardware)
-    with _timed(step_time_s, "load"):
+    with timed(step_time_s, "load"):
         _report(progress, "load", 0.0, f"Loading {source.ref} ({profile.name})")
         for strategy in strategies:
             folder = strategy.prepare_checkpoint(folder)
@@ -133,7 +138,7 @@ def load_model(model_ref: str, profile: Profile | str, *, hardware: Hardware | N
             model = _from_pretrained(folder, kwargs, source.ref, profile.name)
         _report(progress, "load", 1.0, f"Loaded {source.ref}")
 
-    with _timed(step_time_s, "strategies"):
+    with timed(step_time_s, "strategies"):
         for index, strategy in enumerate(strategies):
             _report(progress, "strategies", index / max(len(strategies), 1), f"Applying {strategy.name}")
             model = strategy.transform(model)
@@ -141,7 +146,7 @@ def load_model(model_ref: str, profile: Profile | str, *, hardware: Hardware | N
         context_factory = functools.partial(stacked_contexts, tuple(strategies))
         runner = next((r for r in (s.make_runner(model, context_factory) for s in strategies) if r is not None),
                       None) or ModelRunner(model, context_factory)
-        settings = replace(engine_settings(profile, strategies), handle_impossible_answer=source.handles_null_answer)
+        settings = replace(engine_settings(profile, strategies), no_answer=source.no_answer_rule)
         # transformers' loading leaves reference cycles that keep the memory-mapped checkpoint alive: without a
         # collection here int8 quantization's model kept the fp32 file pages it no longer reads resident
         gc.collect()
@@ -158,15 +163,6 @@ def load_model(model_ref: str, profile: Profile | str, *, hardware: Hardware | N
     return LoadedModel(model=model, tokenizer=tokenizer, profile=profile, model_ref=source.ref, source=source,
                        settings=settings, batch_state=BatchState(size=settings.batch_size), runner=runner,
                        readout=readout, hardware=hardware)
-
-
-@contextlib.contextmanager
-def _timed(times: dict[str, float], step: str):
-    began = time.perf_counter()
-    try:
-        yield
-    finally:
-        times[step] = times.get(step, 0.0) + time.perf_counter() - began
 
 
 def _report(progress: Progress, step: str, within: float, message: str) -> None:

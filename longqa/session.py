@@ -1,7 +1,8 @@
-"""One serving session: the model that is loaded now, how to switch it, and how a request reaches the engine.
+"""The embedded backend (`longqa.backend.Backend`): the model loaded in this process, how to switch it, how a request
+is planned before its turn and answered after, and reading a request's documents. Shared by the CLI and the web app
+so both behave the same.
 
-Shared by the CLI and the web app so both behave the same. It holds state (the loaded model) but does no
-formatting and knows nothing of gradio.
+It holds state (the loaded model) but does no formatting and knows nothing of gradio.
 """
 
 from __future__ import annotations
@@ -18,29 +19,30 @@ from pathlib import Path
 from typing import Callable
 
 from longqa import loader
+from longqa.backend import Gate, Progress
 from longqa.models import KNOWN_MODELS, model_config, resolve_model
-# The page's one door to the core is this module: the core's limits, checks, readouts and errors it shows
-# (SUPPORTED_EXTENSIONS, DEFAULT_MAX_TOTAL_TOKENS, whole_number, gpu_snapshot, the errors) it takes from here.
-from longqa_core import engine
-from longqa_core.documents import (DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_PAGES, DEFAULT_MAX_READ_S,  # noqa: F401
-                                   SUPPORTED_EXTENSIONS, Document, from_text, read_document)
-from longqa_core.engine import DEFAULT_MAX_TOTAL_TOKENS, whole_number  # noqa: F401
-from longqa_core.errors import (CharLimitError, DocumentError, InputError, LongQAError, ModelLoadError,
-                                 ProfileError)
-from longqa_core.reading import DEFAULT_READING, READING_MODES  # noqa: F401
-from longqa_core.telemetry import gpu_snapshot  # noqa: F401
+from longqa.readout import MemoryPrediction, Readout, predict_full_read_s
+from longqa_core.answering import QAResult, answer_plan
+from longqa_core.batching import WindowProgress, collate
+from longqa_core.documents import (DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_PAGES, DEFAULT_MAX_READ_S, Document, from_text,
+                                   read_document)
+from longqa_core.errors import CharLimitError, DocumentError, InputError, LongQAError, ModelLoadError, ProfileError
+from longqa_core.limits import (DEFAULT_MAX_TOTAL_TOKENS, NO_DOCUMENT, EngineSettings, StopCheck, max_chars_for,
+                                validate_request)
+from longqa_core.plan import RequestPlan, plan_request
+from longqa_core.reading import DEFAULT_READING
+from longqa_core.windows import make_windows
 from strategies.auto import resolve_auto
 from strategies.gradient_checkpointing import TrainingStepReadout, training_step_readout
 from strategies.hardware import Hardware, detect_hardware
 from strategies.memory_planner import error_pct, plan_profile
 from strategies.profiles import Profile, check_runnable, custom_profile, get_profile
 
-Progress = Callable[[float, str], None]
 SAMPLES_DIR = Path(__file__).resolve().parent / "samples"  # written by scripts/make_samples.py
 
 
 def read_documents(files: list, pasted_text: str | None = None, max_bytes: int = DEFAULT_MAX_FILE_BYTES, *,
-                   max_chars: int | None = engine.max_chars_for(engine.DEFAULT_MAX_TOTAL_TOKENS),
+                   max_chars: int | None = max_chars_for(DEFAULT_MAX_TOTAL_TOKENS),
                    max_pages: int = DEFAULT_MAX_PAGES,
                    max_read_s: float | None = DEFAULT_MAX_READ_S) -> tuple[list[Document], float]:
     """Documents from file paths (or `(name, bytes)` pairs) and pasted text, and the seconds it took.
@@ -78,7 +80,7 @@ def read_documents(files: list, pasted_text: str | None = None, max_bytes: int =
     if pasted_text and pasted_text.strip():
         add(lambda left: from_text(pasted_text, max_bytes=max_bytes, max_chars=left))
     if not documents:
-        raise InputError("No document given: upload a file or paste some text.")
+        raise InputError(NO_DOCUMENT)
     return documents, time.perf_counter() - began
 
 
@@ -88,9 +90,9 @@ def read_request(files: list, pasted_text: str | None, question: str | None, *, 
     them), and the seconds it took; InputError when `question` is given and nothing is left of it. Needs no model,
     so a page can read and check a request before its turn on the model."""
     documents, extract_s = read_documents(files, pasted_text, max_bytes,
-                                          max_chars=engine.max_chars_for(max_total_tokens))
+                                          max_chars=max_chars_for(max_total_tokens))
     if question is not None:
-        engine.validate_request(documents, question)
+        validate_request(documents, question)
     return documents, extract_s
 
 
@@ -105,32 +107,29 @@ def training_batch(tokenizer, window_tokens: int) -> dict:
     example = max(sample_examples(), key=lambda e: (SAMPLES_DIR / e["file"]).stat().st_size)
     document = read_document(SAMPLES_DIR / example["file"])
     # doc_stride 0: only the first window is used, and short windows (128) leave no room for the default stride
-    settings = engine.EngineSettings(max_seq_len=window_tokens, doc_stride=0).resolved(tokenizer)
-    windows, _ = engine.make_windows(tokenizer, example["question"], [document], settings)
-    return engine.collate(windows[:1], tokenizer.pad_token_id)
+    settings = EngineSettings(max_seq_len=window_tokens, doc_stride=0).resolved(tokenizer)
+    windows, _ = make_windows(tokenizer, example["question"], [document], settings)
+    return collate(windows[:1], tokenizer.pad_token_id)
 
 
 class Session:
-    """The currently loaded model (one at a time) and the requests made against it.
+    """The model loaded in this process (one at a time) and the requests made against it.
 
     Loads and answers never overlap: a load waits for the answers in progress, and answers wait for the load.
-    Answers run side by side (a shared deployment orders their batches through `gate`). A failed switch brings back
-    the model that was in use before.
+    Answers run side by side (a shared deployment orders their batches through a `Gate`). A failed switch brings
+    back the model that was in use before.
     """
 
     def __init__(self, load_model: Callable | None = None, hardware=None):
         self._load_model = load_model or loader.load_model
         self.hardware = hardware  # what profiles resolve for; None: detected at each load
-        self.loaded = None
-        self.requested: tuple[str, str] | None = None
-        self.generation = 0  # counts successful loads, so a visitor can tell that someone else switched
+        self.loaded = None  # the one record of what is loaded (loader.LoadedModel)
+        self.loads = 0  # counts successful loads, so a visitor can tell that someone else switched
         self.lock = threading.RLock()
         self._asks_done = threading.Condition(self.lock)
         self._asks_in_progress = 0
         self._spare_tokenizers: dict[int, list] = {}  # tokenizer copies for requests, by id of the loaded model
-        self._preview_lock = threading.Lock()
-        self._preview_tokenizer = None  # (the loaded model it was copied for, its own copy of the tokenizer)
-        self.index_cache: dict = {}  # the last upload's ranking index: its next question pays only the query
+        self.index_cache: dict = {}  # the last uploads' ranking indexes: a next question pays only the query
         # A forked child (ZeroGPU's GPU worker) must not inherit a lock held by a thread that did not come along.
         os.register_at_fork(after_in_child=partial(_renew_lock, weakref.ref(self)))
 
@@ -142,36 +141,51 @@ class Session:
     def profile_name(self) -> str | None:
         return self.loaded.profile.name if self.loaded is not None else None
 
+    @property
+    def requested(self) -> tuple | None:
+        """What the loaded model was asked for: (model, profile name), and the ticked strategies of `custom`."""
+        return self.loaded.requested if self.loaded is not None else None
+
+    @property
+    def generation(self) -> int:
+        return self.loaded.generation if self.loaded is not None else self.loads
+
+    @property
+    def capacity(self) -> int:
+        """How many requests this session answers side by side: one, on the one model it holds."""
+        return 1
+
     def load(self, model_ref: str, profile, *, on_progress: Progress | None = None, fallback_to_demo: bool = False,
-             force: bool = False):
+             force: bool = False, strategies=()):
         """Switch to (model, profile), freeing the old model first; on failure restore the old one and raise."""
         with self.lock:
             self._wait_for_asks()
             previous = None
-            requested = (model_ref, getattr(profile, "name", profile))
+            requested = (model_ref, getattr(profile, "name", profile), *([tuple(strategies)] if strategies else []))
             if self.loaded is not None:
                 # `auto` resolves to a concrete profile: compare what was asked for, not what it became.
-                if not force and requested == self.requested:
+                if not force and requested == self.loaded.requested:
                     return self.loaded.readout
-                previous = (self.loaded.model_ref, self.loaded.profile, self.requested)
+                previous = self.loaded
                 self.unload()
             try:
-                self.loaded = self._load_model(model_ref, profile, on_progress=on_progress,
-                                               fallback_to_demo=fallback_to_demo, **self._hardware_kwargs())
+                loaded = self._load_model(model_ref, profile, on_progress=on_progress,
+                                          fallback_to_demo=fallback_to_demo, **self._hardware_kwargs())
             except LongQAError:
                 self._restore(previous)
                 raise
             except Exception as exc:  # anything unexpected from a checkpoint is still a failed load
                 self._restore(previous)
                 raise ModelLoadError(f"Could not load {model_ref!r}: {exc}") from exc
-            self.requested = requested
-            self.generation += 1
-            return self.loaded.readout
+            self.loads += 1
+            loaded.requested, loaded.generation = requested, self.loads
+            self.loaded = loaded
+            return loaded.readout
 
     def _restore(self, previous) -> None:
         if previous is not None:
-            self.loaded = self._load_model(previous[0], previous[1], **self._hardware_kwargs())
-            self.requested = previous[2]
+            self.loaded = self._load_model(previous.model_ref, previous.profile, **self._hardware_kwargs())
+            self.loaded.requested, self.loaded.generation = previous.requested, previous.generation
 
     def _hardware_kwargs(self) -> dict:
         return {"hardware": self.hardware} if self.hardware is not None else {}
@@ -182,120 +196,103 @@ class Session:
             self._spare_tokenizers.clear()
             if self.loaded is not None:
                 loaded, self.loaded = self.loaded, None
-                self.requested = None
                 loaded.unload()
 
-    def ask(self, documents: list[Document], question: str, *, extract_s: float = 0.0,
-            on_progress: Callable[[int, int], None] | None = None, should_stop: engine.StopCheck | None = None,
-            on_window_progress: Callable[[engine.WindowProgress], None] | None = None,
-            reading: str = DEFAULT_READING, gate: Callable | None = None, **overrides) -> engine.QAResult:
-        """Answer over documents with the loaded model; `overrides` replace engine settings (top_k,
-        max_total_tokens, max_request_s, ...). `should_stop`, `on_window_progress` and the `reading` mode
-        ("auto", "full", "guided") go to `engine.answer`. `gate` wraps the model's runner (a shared deployment's
-        turn per batch). Requests run side by side, each tokenizing on its own copy of the tokenizer; a load or a
-        training step waits for the requests in progress, and requests wait for it."""
-        loaded, tokenizer = self._begin_ask()
+    def plan(self, documents: list[Document], question: str, reading: str = DEFAULT_READING, *,
+             should_stop: StopCheck | None = None, **overrides) -> RequestPlan:
+        """Read and plan a request once, before its turn on the model and without its lock: every limit checked,
+        the reading ranked (`longqa_core.plan.plan_request`), the time predicted from the loaded model's measured
+        throughput. `overrides` replace engine settings (top_k, max_total_tokens, max_request_s, ...)."""
+        loaded = self._loaded()
+        tokenizer = self._borrow_tokenizer(loaded)
         try:
-            settings = with_overrides(loaded.settings, overrides)
-            runner = gate(loaded.runner) if gate is not None else loaded.runner
-            return engine.answer(runner, tokenizer, documents, question, settings,
-                                 batch_state=loaded.batch_state, on_progress=on_progress, extract_s=extract_s,
-                                 should_stop=should_stop, on_window_progress=on_window_progress,
-                                 reading_mode=reading, index_cache=self.index_cache)
+            plan = plan_request(tokenizer, documents, question, with_overrides(loaded.settings, overrides), reading,
+                                batch_state=loaded.batch_state, index_cache=self.index_cache,
+                                should_stop=should_stop)
         finally:
-            self._end_ask(loaded, tokenizer)
+            self._return_tokenizer(loaded, tokenizer)
+        plan.generation, plan.overrides = loaded.generation, {k: v for k, v in overrides.items() if v is not None}
+        return plan
+
+    def ask(self, plan: RequestPlan, *, extract_s: float = 0.0, gate: Gate | None = None,
+            should_stop: StopCheck | None = None,
+            on_window_progress: Callable[[WindowProgress], None] | None = None) -> Readout:
+        """Answer a plan with the loaded model (a plan made for a model since replaced is made again for this one):
+        `gate` gives the request its turn per batch on a shared model, `should_stop` ends it between batches,
+        `on_window_progress` hears after each batch. Requests run side by side, each tokenizing on its own copy of
+        the tokenizer; a load or a training step waits for the requests in progress, and requests wait for it."""
+        loaded = self._begin_ask()
+        tokenizer = self._borrow_tokenizer(loaded)
+        try:
+            plan = self.current(plan, loaded)
+            runner = gate.runner(loaded.runner) if gate is not None else loaded.runner
+            result = answer_plan(runner, tokenizer, plan, batch_state=loaded.batch_state, extract_s=extract_s,
+                                 should_stop=should_stop, on_window_progress=on_window_progress)
+        finally:
+            self._return_tokenizer(loaded, tokenizer)
+            self._end_ask()
+        return self.readout(result, loaded)
+
+    def current(self, plan: RequestPlan, loaded) -> RequestPlan:
+        """`plan`, or where another visitor switched the model since it was made, the same request planned for the
+        model loaded now (its windows and limits are that model's)."""
+        if plan.generation == loaded.generation:
+            return plan
+        tokenizer = self._borrow_tokenizer(loaded)
+        try:
+            replanned = plan_request(tokenizer, plan.documents, plan.question,
+                                     with_overrides(loaded.settings, plan.overrides), plan.requested,
+                                     batch_state=loaded.batch_state, index_cache=self.index_cache)
+        finally:
+            self._return_tokenizer(loaded, tokenizer)
+        replanned.generation, replanned.overrides = loaded.generation, plan.overrides
+        return replanned
+
+    def learn(self, readout: Readout) -> None:
+        """A readout answered in another process (a ZeroGPU worker) teaches the loaded model's throughput estimate
+        what its forward passes measured (answers here record it as they run)."""
+        if self.loaded is not None:
+            self.loaded.batch_state.record(readout.result.forward)
+
+    def _loaded(self):
+        loaded = self.loaded
+        if loaded is None:
+            raise ModelLoadError(NO_MODEL)
+        return loaded
 
     def _begin_ask(self):
-        """The loaded model and a tokenizer copy of its own for one request (a fast tokenizer must not serve two
-        threads at once), counted in progress so that loads wait for it."""
+        """The loaded model, counted in progress so that loads wait for it."""
         with self.lock:
-            if self.loaded is None:
-                raise ModelLoadError("No model is loaded.")
-            loaded = self.loaded
+            loaded = self._loaded()
             self._asks_in_progress += 1
+            return loaded
+
+    def _end_ask(self) -> None:
+        with self.lock:
+            self._asks_in_progress -= 1
+            self._asks_done.notify_all()
+
+    def _borrow_tokenizer(self, loaded):
+        """A copy of `loaded`'s tokenizer for one request or plan alone: a fast tokenizer must not serve two threads
+        at once (and counting changes its truncation)."""
+        with self.lock:
             spare = self._spare_tokenizers.get(id(loaded))
             tokenizer = spare.pop() if spare else None
-        if tokenizer is None:
-            tokenizer = copy.deepcopy(loaded.tokenizer)
-        return loaded, tokenizer
+        return tokenizer if tokenizer is not None else copy.deepcopy(loaded.tokenizer)
 
-    def _end_ask(self, loaded, tokenizer) -> None:
+    def _return_tokenizer(self, loaded, tokenizer) -> None:
         with self.lock:
             if loaded is self.loaded:
                 self._spare_tokenizers.setdefault(id(loaded), []).append(tokenizer)
-            self._asks_in_progress -= 1
-            self._asks_done.notify_all()
 
     def _wait_for_asks(self) -> None:
         """Under the lock: until no request is in progress (new ones wait for the lock)."""
         while self._asks_in_progress:
             self._asks_done.wait()
 
-    def ask_readout(self, documents: list[Document], question: str, **kwargs) -> dict:
-        """`ask`, then the result's full readout (`readout`): what the page and its API return."""
-        return self.readout(self.ask(documents, question, **kwargs))
-
-    @property
-    def capacity(self) -> int:
-        """How many requests this session answers side by side: one, on the one model it holds."""
-        return 1
-
     def close(self) -> None:
         """Free what the session holds (the model); a session that runs elsewhere also stops that there."""
         self.unload()
-
-    def preview(self, documents: list[Document], question: str, **overrides) -> engine.RequestPlan:
-        """What a request would cost (tokens and windows per document, predicted seconds) and whether it passes
-        every limit, without the model or its lock: counted on this session's own copy of the tokenizer (a fast
-        tokenizer must not serve two threads at once)."""
-        loaded = self.loaded
-        if loaded is None:
-            raise ModelLoadError("No model is loaded.")
-        with self._preview_lock:
-            settings = with_overrides(loaded.settings, overrides)
-            return engine.plan_request(self._preview_copy(loaded), documents, question, settings,
-                                       batch_state=loaded.batch_state)
-
-    def _preview_copy(self, loaded):
-        """This session's own copy of `loaded`'s tokenizer for previews and plans (a fast tokenizer must not serve
-        two threads at once); call with `_preview_lock` held."""
-        if self._preview_tokenizer is None or self._preview_tokenizer[0] is not loaded:
-            self._preview_tokenizer = (loaded, copy.deepcopy(loaded.tokenizer))
-        return self._preview_tokenizer[1]
-
-    def reading_plan(self, documents: list[Document], question: str, reading: str = DEFAULT_READING,
-                     **overrides) -> dict:
-        """How a request would be read, before its turn on the model: the mode (after auto), why, the characters
-        it is expected to read (the ranking's first rounds; all of them for a full read) and about how many windows
-        that is (`expected_windows`, from a sample of the text's characters per token). Ranks on this session's own
-        tokenizer copy, outside the model's lock, and leaves the index in the cache for the answer to reuse."""
-        loaded = self.loaded
-        if loaded is None:
-            raise ModelLoadError("No model is loaded.")
-        n_chars = sum(d.n_chars for d in documents)
-        with self._preview_lock:
-            tokenizer = self._preview_copy(loaded)
-            settings = with_overrides(loaded.settings, overrides).resolved(tokenizer)
-            per_token = [engine.chars_per_token(tokenizer, d.text) if d.text else 1.0 for d in documents]
-            room = settings.max_seq_len - settings.max_question_len - tokenizer.num_special_tokens_to_add(pair=True)
-
-            def windows_for(n: int, ratio: float) -> int:
-                return engine.count_windows(int(n / ratio), max(room, settings.doc_stride + 1), settings.doc_stride)
-
-            every_window = sum(windows_for(d.n_chars, r) for d, r in zip(documents, per_token))
-            if reading == "full":
-                return {"mode": "full", "reason": "the full read was asked for", "expected_chars": n_chars,
-                        "expected_windows": every_window}
-            guide = engine.plan_guided(tokenizer, documents, question, settings, reading,
-                                       index_cache=self.index_cache)
-            plan = guide.plan
-            if plan.mode == "full":
-                return {"mode": "full", "reason": plan.reason, "expected_chars": n_chars,
-                        "expected_windows": every_window}
-            spans = guide.expected_spans(documents)
-            chars = sum(end - start for _, start, end in spans)
-            return {"mode": "guided", "reason": plan.reason, "expected_chars": chars,
-                    "expected_windows": max(len(spans), windows_for(chars, min(per_token)))}
 
     def training_step(self, window_tokens: int) -> tuple[TrainingStepReadout, int]:
         """One forward+backward step of the loaded model, without and then with gradient checkpointing, on the
@@ -303,9 +300,7 @@ class Session:
         when the model as its profile loaded it cannot take a training step."""
         with self.lock:
             self._wait_for_asks()
-            loaded = self.loaded
-            if loaded is None:
-                raise ModelLoadError("No model is loaded.")
+            loaded = self._loaded()
             batch = training_batch(loaded.tokenizer, window_tokens)
             try:
                 with loader.training_context(loaded) as model:
@@ -329,7 +324,7 @@ class Session:
         loaded under `auto`, else the rule applied to its config read without fetching anything (registry,
         bundled, local and random-weight models). None for another Hub model: only its load fetches the config."""
         loaded = self.loaded
-        if loaded is not None and loaded.model_ref == model_ref and self.requested and self.requested[1] == "auto":
+        if loaded is not None and loaded.model_ref == model_ref and loaded.requested[1:2] == ("auto",):
             return loaded.profile
         try:
             if resolve_model(model_ref).kind == "hub" and model_ref not in KNOWN_MODELS:
@@ -341,33 +336,39 @@ class Session:
     def _machine(self) -> Hardware:
         return self.hardware or detect_hardware()
 
-    def readout(self, result: engine.QAResult) -> dict:
-        """The full JSON readout of a result (the same fields as `python -m longqa ask --json`)."""
-        return result.to_dict(model=self.model_ref, profile=self.profile_name,
-                              memory_prediction=self.memory_prediction(result))
-
-    def memory_prediction(self, result: engine.QAResult) -> dict | None:
-        """What the memory planner predicts for this request from the model's config, the profile, the window
-        length and the batch alone (as it would before loading), beside the peak that was measured: torch's peak
-        allocated bytes on the GPU that answered, or the process's peak RSS on CPU. None without a model."""
-        loaded = self.loaded
-        config = getattr(loaded.model, "config", None) if loaded is not None else None
-        if config is None:
-            return None
-        try:
-            plan = plan_profile(config, loaded.profile, loaded.hardware or detect_hardware(),
-                                tokens=result.window_tokens or None, batch=max(1, min(result.batch_size,
-                                                                                       result.windows)),
-                                runtime_bytes=loaded.readout.host_rss_before_bytes)
-        except (LongQAError, KeyError, AttributeError, TypeError):  # a config the planner cannot read
-            return None
-        measured = measured_peak(result.memory, plan.device)
-        return {"device": plan.device, "predicted_peak_bytes": plan.peak_bytes, "measured_peak_bytes": measured,
-                "error_pct": error_pct(plan.peak_bytes, measured),
-                "measured_as": "peak RSS" if plan.device == "cpu" else "torch peak allocated"}
+    def readout(self, result: QAResult, loaded=None) -> Readout:
+        """A result with the model and profile that answered, the memory planner's prediction beside it, and a guided
+        read's prediction of the full read at the model's measured seconds a window."""
+        loaded = loaded or self.loaded
+        if loaded is None:
+            return Readout(result, None, None)
+        return Readout(result, loaded.model_ref, loaded.profile.name, memory_prediction(loaded, result),
+                       full_read_s=predict_full_read_s(result, loaded.batch_state.window_s))
 
 
-def with_overrides(settings: engine.EngineSettings, overrides: dict) -> engine.EngineSettings:
+NO_MODEL = "No model is loaded."
+
+
+def memory_prediction(loaded, result: QAResult) -> MemoryPrediction | None:
+    """What the memory planner predicts for this request from the model's config, the profile, the window length
+    and the batch alone (as it would before loading), beside the peak that was measured: torch's peak allocated
+    bytes on the GPU that answered, or the process's peak RSS on CPU. None without a model."""
+    config = getattr(loaded.model, "config", None) if loaded is not None else None
+    if config is None:
+        return None
+    try:
+        plan = plan_profile(config, loaded.profile, loaded.hardware or detect_hardware(),
+                            tokens=result.window_tokens or None,
+                            batch=max(1, min(result.batch_size, result.windows)),
+                            runtime_bytes=loaded.readout.host_rss_before_bytes)
+    except (LongQAError, KeyError, AttributeError, TypeError):  # a config the planner cannot read
+        return None
+    measured = result.memory.peak_on(plan.device)
+    return MemoryPrediction(plan.device, plan.peak_bytes, measured, error_pct(plan.peak_bytes, measured),
+                            "peak RSS" if plan.device == "cpu" else "torch peak allocated")
+
+
+def with_overrides(settings: EngineSettings, overrides: dict) -> EngineSettings:
     """A request's engine settings: the loaded model's, with each override that was given (not None)."""
     return replace(settings, **{k: v for k, v in overrides.items() if v is not None})
 
@@ -378,12 +379,3 @@ def _renew_lock(session_ref) -> None:
         session.lock = threading.RLock()
         session._asks_done = threading.Condition(session.lock)
         session._asks_in_progress = 0
-        session._preview_lock = threading.Lock()
-
-
-def measured_peak(memory: dict, device: str) -> int | None:
-    """The request's measured peak on `device` ("cpu" or "cuda:N"), the quantity the planner predicts."""
-    if device == "cpu":
-        return memory.get("host_peak_rss_bytes")
-    index = int(device.split(":")[1])
-    return next((d["peak_allocated_bytes"] for d in memory.get("devices", []) if d.get("index") == index), None)

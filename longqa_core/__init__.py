@@ -1,3 +1,25 @@
-"""The engine core: reading documents, cutting windows, running a model over them, decoding answer spans,
-measuring memory and time, and the errors all of these raise. It knows nothing of strategies, profiles, loading
-or the page: a model, a tokenizer and settings are handed to it."""
+"""The engine core: reading documents, planning a request, cutting windows, running a model over them, decoding
+answer spans, measuring memory and time, and the errors all of these raise. It knows nothing of strategies,
+profiles, loading or the page: a model, a tokenizer and settings are handed to it. Imports only the libraries.
+
+One request goes documents -> plan -> answering (windows, batching, reading, spans) -> QAResult. The modules, and
+the public names of each:
+
+- `documents`: reading files and pasted text into `Document`s under their limits (`read_document`, `from_text`).
+- `limits`: `EngineSettings` (windows, batch, limits, the time budget) and the checks made before any model work
+  (`validate_request`, `check_chars`, `check_tokens`, `check_predicted_time`, `max_chars_for`, `whole_number`).
+- `plan`: `plan_request` reads and plans a request once into a picklable `RequestPlan` (question as cut, sizes,
+  the reading, the expected windows) that the lane, ZeroGPU, the preview and the engine all read.
+- `windows`: the model's inputs (`make_windows`, `Window`, `DocumentStats`) and token counts (`count_tokens`,
+  `count_windows`, `chars_per_token`).
+- `batching`: `run_windows` (batches, stop checks, out-of-memory back-off), `ModelRunner`, `collate`,
+  `stack_batches`/`split_rows` for shared passes, and `BatchState`: a loaded model's batch size and its one
+  throughput estimate (`window_s`, `tokens_per_s`).
+- `reading`: question-guided reading: the BM25 ranking, its `ReadingPlan` (mode, reason code and text, rounds) and
+  `read_rounds`, the loop that reads those rounds.
+- `spans`: answer spans from logits (`decode_answers`, `Answer`).
+- `answering`: `answer_plan` answers a plan into a `QAResult` (with `ReadingReadout`); `answer` plans and answers.
+- `telemetry`: `measure` (latency by stage, `MemoryReadout`), `HostPeak`, `gpu_snapshot`, the NVML wrapper.
+- `errors`: the domain errors (`InputError`, `RequestTooLongError`, `Cancelled`, `OutOfMemoryError`, ...).
+- `cache`: the project's one cache folder.
+"""

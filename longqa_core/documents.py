@@ -2,7 +2,7 @@
 
 It decides encodings and extracts text within size, character, page and time limits; it does not split, tokenize or
 render anything: answer offsets point into `Document.text`, and Markdown or HTML inside a text file stays literal
-text (the UI escapes it). How many characters a request may have is the engine's rule (`engine.max_chars_for`).
+text (the UI escapes it). How many characters a request may have is the limits' rule (`limits.max_chars_for`).
 """
 
 from __future__ import annotations

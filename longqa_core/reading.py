@@ -1,10 +1,10 @@
 """Question-guided reading: which stretches of the documents a question needs, ranked with BM25 (`bm25s`) over short
-passages of the documents' own text, and the rounds in which to read them (the likely windows first, more when the
-ranking cannot decide or the answer read so far is weak).
+passages of the documents' own text, the rounds in which to read them (the likely windows first, more when the
+ranking cannot decide or the answer read so far is weak), and the loop that reads those rounds (`read_rounds`).
 
-It ranks and plans; it runs no model and tokenizes nothing for the model: `longqa_core.engine` reads what it picks.
 The index is built from characters alone and does not depend on the question, so a second question on the same
-documents pays only the query. docs/reading-eval.json and the README say how the numbers below were chosen.
+documents pays only the query. It does not plan a request (`longqa_core.plan`) nor assemble its answer
+(`longqa_core.answering`). docs/reading-eval.json and the README say how the numbers below were chosen.
 """
 
 from __future__ import annotations
@@ -13,13 +13,20 @@ import hashlib
 import re
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Callable
 
 import bm25s
 import numpy as np
 
+from longqa_core import no_answer
+from longqa_core.batching import BatchState, Runner, WindowProgress, run_windows
 from longqa_core.documents import Document
 from longqa_core.errors import InputError
+from longqa_core.limits import (EngineSettings, StopCheck, check_predicted_time, no_answer_rule, passes_time_limit,
+                                stop_check)
+from longqa_core.spans import decode
+from longqa_core.windows import Window, span_windows, window_span
 
 try:  # optional: stems make "budgets" match "budget"; without it bm25s matches whole words only
     import Stemmer
@@ -119,9 +126,11 @@ class ReadingPlan:
     full (`is_weak`), so guided reading never ends on less than the full read would find."""
 
     mode: str
-    reason: str
+    code: str  # why, for programs: one of REASONS
+    reason: str  # why, for people
     rounds: list[list[int]] = field(default_factory=list)
     decisive: bool = False  # the first round's windows stand clear of the rest
+    basis: str = ""  # a guided read: what the ranking was made on ("ranked 12 stretches of text ... on budget")
     weak_answer_score: float = WEAK_ANSWER_SCORE  # a model whose scores mean something else sets its own
 
     def is_weak(self, best_score: float | None) -> bool:
@@ -136,6 +145,17 @@ class ReadingPlan:
         if self.is_weak(best_score):
             return False
         return round_index >= 1 or self.decisive
+
+
+# Why a request is read as it is: a code for programs, the text in the readout's `reading.reason`.
+FULL_ASKED = "the full read was asked for"
+REASONS = ("asked_full", "few_windows", "unsplit_script", "few_regions", "no_content_words", "no_match", "flat",
+           "ranked", "weak_after_guided")
+
+
+def full_read(reason: str, code: str = "asked_full") -> ReadingPlan:
+    """The plan of reading every window, and why."""
+    return ReadingPlan("full", code, reason)
 
 
 def check_mode(mode) -> str:
@@ -244,25 +264,26 @@ def plan_reading(mode: str, index: DocumentIndex | None, ranking: Ranking | None
     the full read where ranking cannot serve; auto also reads short documents whole."""
     check_mode(mode)
     if mode == "full":
-        return ReadingPlan("full", "the full read was asked for")
+        return full_read(FULL_ASKED)
     if mode == "auto" and estimated_windows <= AUTO_MIN_WINDOWS:
-        return ReadingPlan("full", f"the documents fit in about {estimated_windows} windows: read whole "
-                                   f"(auto reads guided past {AUTO_MIN_WINDOWS})")
+        return full_read(f"the documents fit in about {estimated_windows} windows: read whole "
+                         f"(auto reads guided past {AUTO_MIN_WINDOWS})", "few_windows")
     if _UNSPLIT_SCRIPT.search(question) or (index is not None and index.unsplit_share > UNSPLIT_SHARE):
-        return ReadingPlan("full", "the text is in a script written without spaces between words (such as Chinese "
-                                   "or Japanese), which the ranking cannot split into words: read whole")
+        return full_read("the text is in a script written without spaces between words (such as Chinese or "
+                         "Japanese), which the ranking cannot split into words: read whole", "unsplit_script")
     assert index is not None and ranking is not None
     if index.n_regions <= FIRST_ROUND_WINDOWS:
-        return ReadingPlan("full", f"the documents fit in {index.n_regions} stretch"
-                                   f"{'es' if index.n_regions != 1 else ''} of about a window: read whole")
+        return full_read(f"the documents fit in {index.n_regions} stretch{'es' if index.n_regions != 1 else ''} "
+                         f"of about a window: read whole", "few_regions")
     if not ranking.terms:
-        return ReadingPlan("full", "the question has no content word to rank by (only common words): read whole")
+        return full_read("the question has no content word to rank by (only common words): read whole",
+                         "no_content_words")
     if not ranking.matched:
-        return ReadingPlan("full", "none of the question's content words occur in the documents: read whole")
+        return full_read("none of the question's content words occur in the documents: read whole", "no_match")
     tied = ranking.tied()
     if len(tied) > FLAT_SHARE * index.n_regions:
-        return ReadingPlan("full", f"the question's words score alike in {len(tied)} of {index.n_regions} stretches "
-                                   f"of text: too flat to pick from, read whole")
+        return full_read(f"the question's words score alike in {len(tied)} of {index.n_regions} stretches of text: "
+                         f"too flat to pick from, read whole", "flat")
     first = ranking.matching()[:FIRST_ROUND_WINDOWS]  # never a stretch where none of the words occur
     rounds = [first]
     ties = [r for r in tied if r not in first]
@@ -271,6 +292,118 @@ def plan_reading(mode: str, index: DocumentIndex | None, ranking: Ranking | None
     decisive = len(tied) <= FIRST_ROUND_WINDOWS
     why = ("the best stand clear of the rest" if decisive
            else f"{len(tied)} score alike, all read before stopping")
-    return ReadingPlan("guided", f"ranked {index.n_regions} stretches of text (each read as about one window) on "
-                                 f"{', '.join(ranking.matched)}: {why}; the whole document is read if the answer "
-                                 f"stays weak", rounds, decisive)
+    basis = (f"ranked {index.n_regions} stretches of text (each read as about one window) on "
+             f"{', '.join(ranking.matched)}")
+    return ReadingPlan("guided", "ranked", f"{basis}: {why}; the whole document is read if the answer stays weak",
+                       rounds, decisive, basis)
+
+
+def weak_after_guided(plan: ReadingPlan, windows_read: int) -> ReadingPlan:
+    """The plan a guided read falls back to when its answer stays weak: every window, saying why."""
+    return full_read(f"guided reading found no strong answer in {windows_read} window"
+                     f"{'s' if windows_read != 1 else ''} ({plan.basis}): read whole", "weak_after_guided")
+
+
+def expected_regions(plan: ReadingPlan, regions: list[Region]) -> list[Region]:
+    """What a guided read is expected to read before it stops on a strong answer: the first round, and the ties
+    too where the ranking was not decisive."""
+    rounds = plan.rounds
+    expected = rounds[0] + (rounds[1] if len(rounds) > 1 and not plan.decisive else [])
+    return [regions[r] for r in expected]
+
+
+def read_spans(regions: list[Region], documents: list[Document]) -> list[tuple[int, int, int]]:
+    """(document index, start, end) to read for `regions`: each with its margins, neighbours merged."""
+    spans: list[list[int]] = []
+    for region in sorted(regions, key=lambda r: (r.document_index, r.start_char)):
+        start = max(0, region.start_char - REGION_MARGIN_CHARS)
+        end = min(len(documents[region.document_index].text), region.end_char + REGION_MARGIN_CHARS)
+        if spans and spans[-1][0] == region.document_index and start <= spans[-1][2]:
+            spans[-1][2] = max(spans[-1][2], end)
+        else:
+            spans.append([region.document_index, start, end])
+    return [tuple(span) for span in spans]
+
+
+# Reading the rounds ------------------------------------------------------------------------------------------
+@dataclass
+class GuidedRead:
+    """What a guided read found: the windows read with their logits, where each read, the batch size used, the
+    notices, the best answer's score, and whether the time budget cut the rounds short."""
+
+    windows: list[Window] = field(default_factory=list)
+    logits: list = field(default_factory=list)
+    read_rows: list[dict] = field(default_factory=list)
+    batch_size: int = 1
+    notices: list[str] = field(default_factory=list)
+    best_score: float | None = None
+    cut_short: bool = False
+    forward_tokens: int = 0
+    forward_windows: int = 0
+    forward_s: float = 0.0
+
+
+def read_rounds(runner: Runner, tokenizer, plan, batch_state: BatchState, measurement, *,
+                should_stop: StopCheck | None = None,
+                on_window_progress: Callable[[WindowProgress], None] | None = None) -> GuidedRead:
+    """Read a guided plan's rounds (`longqa_core.plan.RequestPlan`) in order, deciding after each whether the
+    answer so far is enough; a later round that would pass the time budget is not read."""
+    settings, documents, rounds = plan.settings, plan.documents, plan.reading
+    read = GuidedRead(batch_size=batch_state.size if settings.adaptive_batching else settings.batch_size)
+    windows_total = plan.windows
+    for round_index, round_regions in enumerate(rounds.rounds):
+        with measurement.stage("tokenize"):
+            new = span_windows(tokenizer, plan.question, documents,
+                               read_spans([plan.regions[r] for r in round_regions], documents), settings,
+                               should_stop)
+        new_tokens = sum(len(w.input_ids) for w in new)
+        rate = batch_state.tokens_per_s
+        predicted = new_tokens / rate if rate else None
+        forward_after = None if predicted is None else measurement.latency_s.get("forward", 0.0) + predicted
+        if round_index > 0 and passes_time_limit(forward_after, settings.max_request_s):
+            read.notices.append(f"Read {len(read.windows):,} windows; reading {len(new):,} more would pass the limit "
+                                f"of {settings.max_request_s:g} s a request, so the answer comes from those read.")
+            read.cut_short = True
+            break
+        if round_index == 0:
+            check_predicted_time(predicted, settings, len(new), new_tokens, rate)
+        done_before = len(read.windows)
+
+        def round_progress(state: WindowProgress, done_before=done_before, n_new=len(new)) -> None:
+            if on_window_progress is not None:
+                on_window_progress(replace(state, windows_done=done_before + state.windows_done,
+                                           windows_total=max(windows_total, done_before + n_new)))
+        with measurement.stage("forward"):
+            new_logits, read.batch_size, sample = run_windows(runner, new, tokenizer.pad_token_id, settings,
+                                                              batch_state, should_stop=should_stop,
+                                                              on_window_progress=round_progress)
+        read.forward_tokens += sample.tokens
+        read.forward_windows += sample.windows
+        read.forward_s += sample.seconds
+        read.windows.extend(new)
+        read.logits.extend(new_logits)
+        read.read_rows.extend(window_span(w) for w in new)
+        with measurement.stage("decode"):
+            decoded = decode(read.windows, read.logits, documents, replace(settings, top_k=1),
+                             stop_check(should_stop))
+        read.best_score = decoded.answers[0].score if decoded.answers else None
+        if no_answer.is_found(no_answer_rule(settings), read.best_score, decoded.null_score) is False:
+            read.best_score = None  # what the request's rule calls "not found" is as weak as no answer: read on
+        if rounds.should_stop_after(round_index, read.best_score):
+            break
+    return read
+
+
+def full_read_passes_limit(settings: EngineSettings, batch_state: BatchState, forward_s: float,
+                           windows_total: int) -> str | None:
+    """The notice to give when reading every window now would pass `settings.max_request_s` at the measured rate
+    (counting the `forward_s` already spent), else None."""
+    rate = batch_state.tokens_per_s
+    if settings.max_request_s is None or not rate:
+        return None
+    predicted = forward_s + windows_total * settings.max_seq_len / rate
+    if predicted <= settings.max_request_s:
+        return None
+    return (f"The answer is weak, and reading all {windows_total:,} windows would take about {predicted:,.0f} s, "
+            f"over the limit of {settings.max_request_s:g} s a request: the answer comes from the windows the "
+            f"ranking picked.")

@@ -6,15 +6,24 @@ than `max_answer_len` dropped, the best `2 * top_k + 10`, each widened to whole 
 null answer. Deliberate differences, so that an answer is never empty or a broken piece: words cut by a window's
 edge are completed, numbers are never cut at their separators, stray punctuation is trimmed from the ends, and a
 span that is empty, white space or punctuation once trimmed is never an answer: the window's next span takes its
-place. Pure numpy and text; knows nothing of models or tokenizers.
+place. Spans that cannot hold a letter or digit however they widen (emoji, punctuation, white space) are never
+enumerated, so decoding costs in proportion to the text that can be an answer. `decode_answers` does this over a
+request's windows and their logits. Pure numpy and text; knows nothing of
+models or tokenizers.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
+
+from longqa_core.documents import Document
+from longqa_core.errors import Cancelled
+from longqa_core.limits import EngineSettings
+from longqa_core.windows import Window
 
 
 @dataclass(frozen=True)
@@ -32,11 +41,13 @@ def window_probabilities(logits: np.ndarray, candidates: np.ndarray) -> np.ndarr
 
 
 def best_spans(start_logits: np.ndarray, end_logits: np.ndarray, context: np.ndarray, cls_index: int | None,
-               top_k: int, max_answer_len: int) -> tuple[list[Span], float]:
+               top_k: int, max_answer_len: int,
+               reach: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[list[Span], float]:
     """Top-k spans of one window and its null score p_start(<s>) × p_end(<s>).
 
     `context` (L,) marks the tokens an answer may use; `<s>` at `cls_index` joins the softmax (so a model can
-    say "not in this window") but never starts or ends a span.
+    say "not in this window") but never starts or ends a span. With `reach` (from `answer_reach`), spans that
+    cannot hold a letter or digit are left out; the probabilities of the others do not change.
     """
     candidates = context.copy()
     if cls_index is not None:
@@ -53,7 +64,10 @@ def best_spans(start_logits: np.ndarray, end_logits: np.ndarray, context: np.nda
     ends = np.arange(length)[:, None] + np.arange(width)[None, :]  # (L, W)
     inside = ends < length
     band = p_start[:, None] * np.where(inside, p_end[np.minimum(ends, length - 1)], 0.0)  # (L, W)
-    valid = inside & context[:, None] & context[np.minimum(ends, length - 1)]
+    valid = inside & context[:, None] & context[np.minimum(ends, length - 1)]  # (L, W)
+    if reach is not None:
+        before_first, through_last = reach
+        valid &= through_last[np.minimum(ends, length - 1)] > before_first[:, None]
     band = np.where(valid, band, -1.0)
 
     flat = band.ravel()
@@ -164,29 +178,85 @@ def is_answer_text(text: str) -> bool:
     return any(ch.isalnum() for ch in text)
 
 
+def answer_reach(text: str, offsets: list[tuple[int, int]], context: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per token (L,), letters and digits counted in `text` before the first character a span starting at the
+    token can widen back to, and up to the last one a span ending at it can widen forward to: the span from token
+    s to token e can be an answer only if `through_last[e] > before_first[s]`.
+
+    Generous by construction, never exact: `align_to_words` widens within the run of non-white-space characters
+    around a token and at most MAX_WORD_CHARS + 1 characters away, and trimming never removes a letter or digit,
+    so a span this rules out would have been rejected after aligning. Reads only the window's stretch of `text`.
+    """
+    positions = np.asarray(offsets, dtype=np.int64).reshape(-1, 2)  # (L, 2)
+    if not context.any():
+        return np.zeros(len(positions), dtype=np.int64), np.zeros(len(positions), dtype=np.int64)
+    lo = max(0, int(positions[context, 0].min()) - MAX_WORD_CHARS - 1)
+    hi = min(len(text), int(positions[context, 1].max()) + MAX_WORD_CHARS + 1)
+    stretch = text[lo:hi]
+    n = len(stretch)
+    alnum = np.fromiter(map(str.isalnum, stretch), dtype=bool, count=n)  # (n,)
+    space = np.fromiter(map(str.isspace, stretch), dtype=bool, count=n)  # (n,)
+    counts = np.concatenate(([0], np.cumsum(alnum)))  # (n + 1,) letters and digits in stretch[:i]
+    index = np.arange(n + 1)
+    # the last white space before i, and the first at or after i (the stretch's ends if none)
+    space_before = np.maximum.accumulate(np.concatenate(([0], np.where(space, index[:-1], 0))))  # (n + 1,)
+    space_from = np.minimum.accumulate(np.where(np.append(space, True), index, n)[::-1])[::-1]  # (n + 1,)
+    first = np.clip(positions[:, 0] - lo, 0, n)  # (L,)
+    last = np.clip(positions[:, 1] - lo, 0, n)  # (L,)
+    widest_start = np.maximum(space_before[first], first - MAX_WORD_CHARS - 1).clip(0)
+    widest_end = np.minimum(space_from[last], last + MAX_WORD_CHARS).clip(max=n)
+    return counts[widest_start], counts[widest_end]
+
+
+# Spans aligned between two looks at `should_stop`: about a millisecond of work.
+_SPANS_PER_STOP_CHECK = 128
+
+
 def window_candidates(start_logits: np.ndarray, end_logits: np.ndarray, context: np.ndarray,
                       offsets: list[tuple[int, int]], text: str, document_index: int, top_k: int,
-                      max_answer_len: int, cls_index: int | None = 0) -> tuple[list[Candidate], float]:
+                      max_answer_len: int, cls_index: int | None = 0,
+                      should_stop: Callable[[], bool] | None = None) -> tuple[list[Candidate], float]:
     """One window's answers, best first, and its null score.
 
     The best `spans_per_window(top_k)` spans that are answers, each aligned to words in `text` (the window's
-    document; `offsets` are its tokens' character spans). A span that is no answer once aligned is skipped and
-    the next one taken, so a window whose best span trims to nothing still offers its real candidates.
+    document; `offsets` are its tokens' character spans). A span that is no answer once aligned is skipped and the
+    next one taken, so a window whose best span trims to nothing still offers its real candidates; at the first
+    such span, the window's spans that can hold no letter or digit however they widen are left out
+    (`answer_reach`), so a window of emoji or punctuation is not looked at span by span.
+
+    `should_stop`, if given, is called with no arguments before any work and about every millisecond of it
+    (every `_SPANS_PER_STOP_CHECK` spans aligned); when it returns True, decoding ends with `Cancelled` and
+    nothing is returned. It should be cheap (a threading.Event's `is_set`, a clock compared with a deadline), and
+    may say True for a request over its time budget as well as for one whose visitor pressed Stop.
     """
+    def check_stop():
+        if should_stop is not None and should_stop():
+            raise Cancelled("The request was cancelled while its answers were being decoded.")
+
+    check_stop()
     wanted = spans_per_window(top_k)
+    reach = None  # worked out at the first span that is no answer: most windows of prose never need it
     kept: list[Candidate] = []
     seen, asked = 0, wanted
     while True:
-        spans, null_score = best_spans(start_logits, end_logits, context, cls_index, asked, max_answer_len)
-        for span in spans[seen:]:
+        check_stop()
+        spans, null_score = best_spans(start_logits, end_logits, context, cls_index, asked, max_answer_len, reach)
+        for number, span in enumerate(spans[seen:], start=1):
+            if number % _SPANS_PER_STOP_CHECK == 0:
+                check_stop()
             start_char, end_char = align_to_words(text, offsets[span.start_token], offsets[span.end_token])
             if is_answer_text(text[start_char:end_char]):
                 kept.append(Candidate(text[start_char:end_char], span.score, document_index, start_char, end_char))
                 if len(kept) == wanted:
                     return kept, null_score
-        if len(spans) < asked:  # every span of the window was looked at
-            return kept, null_score
-        seen, asked = len(spans), asked * 4
+            elif reach is None:  # start again without the spans that cannot be answers
+                reach = answer_reach(text, offsets, context)
+                kept, seen, asked = [], 0, wanted
+                break
+        else:
+            if len(spans) < asked:  # every span of the window was looked at
+                return kept, null_score
+            seen, asked = len(spans), asked * 4
 
 
 def merge_candidates(found: list[Candidate], top_k: int, null_score: float | None = None) -> list[Candidate]:
@@ -207,3 +277,49 @@ def merge_candidates(found: list[Candidate], top_k: int, null_score: float | Non
         answers.append(Candidate("", null_score, -1, 0, 0))
     answers.sort(key=lambda c: c.score, reverse=True)
     return answers[:top_k]
+
+
+@dataclass
+class Answer:
+    """One answer of a request: its text, score, where it stands, and its confidence in words ("high", "medium",
+    "low": `longqa_core.no_answer.confidence`, set once the request's verdict is known)."""
+
+    text: str
+    score: float
+    document: str | None
+    document_index: int
+    start_char: int
+    end_char: int
+    confidence: str | None = None
+
+
+@dataclass
+class Decoded:
+    """A request's answers, best first, and the lowest "<s>" (null) score of the windows read (None: no window)."""
+
+    answers: list[Answer]
+    null_score: float | None
+
+
+def decode(windows: list[Window], logits, documents: list[Document], settings: EngineSettings,
+           should_stop: Callable[[], bool] | None = None) -> Decoded:
+    """Every window's word-aligned candidates, merged across windows; never an empty or punctuation answer.
+    `should_stop` ends decoding with Cancelled (see `window_candidates`)."""
+    found: list[Candidate] = []
+    null_score = None
+    for window, (start, end) in zip(windows, logits):
+        candidates, window_null = window_candidates(start, end, window.context, window.offsets,
+                                                    documents[window.document_index].text, window.document_index,
+                                                    settings.top_k, settings.max_answer_len,
+                                                    should_stop=should_stop)
+        null_score = window_null if null_score is None else min(null_score, window_null)
+        found.extend(candidates)
+    merged = merge_candidates(found, settings.top_k)
+    return Decoded([Answer(c.text, c.score, documents[c.document_index].name, c.document_index, c.start_char,
+                           c.end_char) for c in merged], null_score)
+
+
+def decode_answers(windows: list[Window], logits, documents: list[Document],
+                   settings: EngineSettings) -> list[Answer]:
+    """`decode`'s answers alone."""
+    return decode(windows, logits, documents, settings).answers

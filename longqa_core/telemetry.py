@@ -341,38 +341,77 @@ class HostPeak:
 
 
 @dataclass
+class DeviceMemory:
+    """One GPU's memory during a request: torch's peak allocated and reserved bytes, NVML's used and total."""
+
+    index: int
+    name: str
+    peak_allocated_bytes: int
+    reserved_bytes: int
+    nvml_used_bytes: int | None
+    nvml_total_bytes: int | None
+
+
+@dataclass
+class MemoryReadout:
+    """A request's memory: the GPUs' figures summed (None without a GPU), the host's RSS now and at its peak, and
+    each GPU's own row."""
+
+    peak_allocated_bytes: int | None = None
+    reserved_bytes: int | None = None
+    nvml_used_bytes: int | None = None
+    nvml_total_bytes: int | None = None
+    host_rss_bytes: int | None = None
+    host_peak_rss_bytes: int | None = None
+    devices: list[DeviceMemory] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {**{name: getattr(self, name) for name in _SUMMED}, "host_rss_bytes": self.host_rss_bytes,
+                "host_peak_rss_bytes": self.host_peak_rss_bytes, "devices": [vars(d).copy() for d in self.devices]}
+
+    def peak_on(self, device: str) -> int | None:
+        """The peak on `device` ("cpu": the host's peak RSS; "cuda:N": that GPU's peak allocated bytes)."""
+        if device == "cpu":
+            return self.host_peak_rss_bytes
+        index = int(device.split(":")[1])
+        return next((d.peak_allocated_bytes for d in self.devices if d.index == index), None)
+
+
+_SUMMED = ("peak_allocated_bytes", "reserved_bytes", "nvml_used_bytes", "nvml_total_bytes")
+
+
+@dataclass
 class Measurement:
     """Latency per stage (seconds) and memory (bytes) of one request; filled in when the block exits."""
 
     latency_s: dict[str, float] = field(default_factory=lambda: {stage: 0.0 for stage in ("total", *STAGES)})
-    memory: dict = field(default_factory=dict)
+    memory: MemoryReadout = field(default_factory=MemoryReadout)
 
-    @contextmanager
     def stage(self, name: str):
-        began = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.latency_s[name] = self.latency_s.get(name, 0.0) + time.perf_counter() - began
+        return timed(self.latency_s, name)
 
 
-def _device_memory(indices: list[int]) -> list[dict]:
+@contextmanager
+def timed(latency_s: dict[str, float], name: str):
+    """Add the seconds the block takes to `latency_s[name]`."""
+    began = time.perf_counter()
+    try:
+        yield
+    finally:
+        latency_s[name] = latency_s.get(name, 0.0) + time.perf_counter() - began
+
+
+def _device_memory(indices: list[int]) -> list[DeviceMemory]:
     rows = []
     for index in indices:
         used, total = device_memory(index)
-        rows.append({
-            "index": index,
-            "name": torch.cuda.get_device_name(index),
-            "peak_allocated_bytes": int(torch.cuda.max_memory_allocated(index)),
-            "reserved_bytes": int(torch.cuda.memory_reserved(index)),
-            "nvml_used_bytes": used,
-            "nvml_total_bytes": total,
-        })
+        rows.append(DeviceMemory(index, torch.cuda.get_device_name(index), int(torch.cuda.max_memory_allocated(index)),
+                                 int(torch.cuda.memory_reserved(index)), used, total))
     return rows
 
 
-def _sum_or_none(rows: list[dict], key: str) -> int | None:
-    values = [row[key] for row in rows if row[key] is not None]
+def _sum_or_none(rows: list[DeviceMemory], key: str) -> int | None:
+    values = [getattr(row, key) for row in rows if getattr(row, key) is not None]
     return sum(values) if values else None
 
 
@@ -392,12 +431,6 @@ def measure(devices=()):
                 torch.cuda.synchronize(index)
             measurement.latency_s["total"] = time.perf_counter() - began
     rows = _device_memory(indices)
-    measurement.memory = {
-        "peak_allocated_bytes": _sum_or_none(rows, "peak_allocated_bytes"),
-        "reserved_bytes": _sum_or_none(rows, "reserved_bytes"),
-        "nvml_used_bytes": _sum_or_none(rows, "nvml_used_bytes"),
-        "nvml_total_bytes": _sum_or_none(rows, "nvml_total_bytes"),
-        "host_rss_bytes": current_rss_bytes(),
-        "host_peak_rss_bytes": host.peak_rss_bytes,
-        "devices": rows,
-    }
+    measurement.memory = MemoryReadout(**{name: _sum_or_none(rows, name) for name in _SUMMED},
+                                       host_rss_bytes=current_rss_bytes(), host_peak_rss_bytes=host.peak_rss_bytes,
+                                       devices=rows)

@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from longqa.arguments import positive_int, positive_int_list  # noqa: E402
 from longqa.bench.worker import window_batch  # noqa: E402
 from longqa.loader import load_model  # noqa: E402
-from longqa_core import engine  # noqa: E402
+from longqa_core import batching  # noqa: E402
 from strategies.fast_attention import swap_attention  # noqa: E402
 from strategies.hardware import Hardware  # noqa: E402
 from strategies.int8_dynamic import Int8Dynamic  # noqa: E402
@@ -54,7 +54,7 @@ def variants(fp32: nn.Module) -> dict[str, nn.Module]:
 
 def time_forward(model: nn.Module, batch: dict) -> float:
     began = time.perf_counter()
-    engine.ModelRunner(model)(batch)
+    batching.ModelRunner(model)(batch)
     return time.perf_counter() - began
 
 

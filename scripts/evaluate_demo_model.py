@@ -33,7 +33,7 @@ from longqa.bench.floor import hardware_for  # noqa: E402
 from longqa.demo_model import demo_task, eval_task  # noqa: E402
 from longqa.loader import load_model  # noqa: E402
 from longqa_core.documents import Document  # noqa: E402
-from longqa_core.engine import answer  # noqa: E402
+from longqa_core.answering import answer# noqa: E402
 
 HELD_OUT_SEED_BASE = 1_000_000_000  # training draws random 48-bit seeds and only ever the other filler split
 INDEPENDENT_SEED_BASE = 5_000_000

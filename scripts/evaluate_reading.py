@@ -29,7 +29,8 @@ sys.path.insert(0, str(ROOT))
 from longqa.demo_model import long_eval  # noqa: E402
 from longqa.loader import load_model  # noqa: E402
 from longqa_core.documents import Document  # noqa: E402
-from longqa_core.engine import answer, count_tokens  # noqa: E402
+from longqa_core.answering import answer# noqa: E402
+from longqa_core.windows import count_tokens# noqa: E402
 from scripts.evaluate_demo_model import HANDWRITTEN  # noqa: E402
 
 MODES = ("full", "guided")
@@ -57,10 +58,10 @@ def is_exact(result, item) -> bool:
     return bool(result.answers) and result.answers[0].text == item.answer
 
 
-def is_gold_read(reading: dict, item) -> bool:
+def is_gold_read(reading, item) -> bool:
     """Whether one window read holds the whole gold fact sentence (the only document is index 0)."""
-    return any(window["document_index"] == 0 and window["start_char"] <= item.fact_start
-               and item.fact_end <= window["end_char"] for window in reading["read"])
+    return any(window.document_index == 0 and window.start_char <= item.fact_start
+               and item.fact_end <= window.end_char for window in reading.read)
 
 
 def run_item(loaded, item, settings, mode: str) -> dict:
@@ -71,8 +72,8 @@ def run_item(loaded, item, settings, mode: str) -> dict:
     seconds = time.perf_counter() - began
     reading = result.reading
     return {"answer": result.answers[0].text if result.answers else None, "exact": is_exact(result, item),
-            "gold_read": is_gold_read(reading, item), "mode": reading["mode"], "reason": reading.get("reason"),
-            "windows_read": reading["windows_read"], "windows_total": reading["windows_total"],
+            "gold_read": is_gold_read(reading, item), "mode": reading.mode, "reason": reading.reason,
+            "windows_read": reading.windows_read, "windows_total": reading.windows_total,
             "tokens": result.tokens, "seconds": seconds}
 
 

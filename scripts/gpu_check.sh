@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The GPU check in one command: the CUDA-gated tests, then the strategy bench on Longformer-large at 4,096 tokens,
-# batch 1 and 8, for every profile and stack one GPU can run, with the planner's prediction beside every row.
+# batch 1 and 8, for every profile and stack one GPU can run, with the planner's prediction beside every row (its
+# peak beside torch's peak allocated bytes, its need with the CUDA context and the allocator's slack beside NVML's
+# used bytes), and `python -m longqa plan` for this GPU and the same model into plan.json.
 # Made for one H200 with no internet: it installs only the wheels scripts/fetch_gpu_wheels.sh put in .whl/, and
 # ends within GPU_CHECK_BUDGET_S (default 470 s): a bench cut short keeps and reports the rows it measured.
 #
@@ -46,7 +48,7 @@ cd "$ROOT" || exit 2
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 PYTHONUNBUFFERED=1
 BUDGET_S=${GPU_CHECK_BUDGET_S:-470}
 TEST_BUDGET_S=${TEST_BUDGET_S:-150}
-RESERVE_S=40  # for the rescore and the summary after the bench
+RESERVE_S=55  # for the rescore, the plan command and the summary after the bench
 BATCHES=1,8
 # fp32 reference; fast vs eager attention in fp32 and in bf16; fp16; the registry's one-GPU profiles; bnb 4-bit;
 # offload. multi-gpu (replicas) and model_split need two GPUs: their tests use fakes.
@@ -149,9 +151,12 @@ for r in rows:
         print(f"  {r['kind']:9} {r['profile']:48} b{r['batch']}: ERROR {r['error']}")
         continue
     label = r["profile"] + (" + checkpointing" if r.get("checkpointing") else "")
-    error = r.get("prediction_error_pct")
+    error, need_error = r.get("prediction_error_pct"), r.get("need_error_pct")
+    need = "" if r.get("predicted_need_bytes") is None else (
+        f", NVML used {gb(r.get('nvml_used_bytes'))} GB, planned need {gb(r['predicted_need_bytes'])} GB "
+        f"({'–' if need_error is None else f'{need_error:+.0f} %'})")
     print(f"  {r['kind']:9} {label:48} b{r['batch']}: peak {gb(r.get('peak_bytes'))} GB, predicted "
-          f"{gb(r.get('predicted_peak_bytes'))} GB ({'–' if error is None else f'{error:+.0f} %'}), "
+          f"{gb(r.get('predicted_peak_bytes'))} GB ({'–' if error is None else f'{error:+.0f} %'}){need}, "
           f"{r['latency_s_median'] * 1000:8.1f} ms")
 for s in results.get("skipped", []):
     print(f"  skipped {s['profile']}: {s['reason']}")
@@ -206,6 +211,20 @@ EOF
     if [ $bench_rc -ge 124 ] && [ -f "$OUT/results.json" ]; then
         echo "the bench ran out of time: reporting the rows it measured"
         "$PYTHON" -m longqa bench --rescore --out "$OUT"
+    fi
+
+    step "the plan command for this GPU (predictions made without it, beside the rows above)"
+    local gpu_args=(--gpu H200)  # --dry: the card the check is made for
+    if [ "$MODE" = gpu ]; then
+        read -r -a gpu_args < <("$PYTHON" -c "import torch; p = torch.cuda.get_device_properties(0); print(
+            f'--gpu-memory {p.total_memory / 1e9:.1f} --compute-capability {p.major}.{p.minor}')")
+    fi
+    if "$PYTHON" -m longqa plan --model "$MODEL" "${gpu_args[@]}" --tokens "$TOKENS" --batch 8 --json \
+            >"$OUT/plan.json"; then
+        echo "python -m longqa plan ${gpu_args[*]}: recommends $("$PYTHON" -c \
+            "import json, sys; print(json.load(open(sys.argv[1]))['recommended'])" "$OUT/plan.json"), in $OUT/plan.json"
+    else
+        echo "the plan command failed"
     fi
 
     step "summary"

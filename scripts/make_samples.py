@@ -101,7 +101,7 @@ def demo_model_answers(sessions, path: Path, question: str) -> list[str]:
     documents, _ = read_documents([str(path)])
     answers = []
     for session in sessions:
-        result = session.ask(documents, question)
+        result = session.ask(session.plan(documents, question)).result
         answers.append(result.answers[0].text if result.answers else "")
     return answers
 

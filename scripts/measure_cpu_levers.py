@@ -30,7 +30,7 @@ from longqa.bench.floor import best_time_s, hardware_for, kind_name, measure_flo
 from longqa.bench.runner import cpu_flags, cpu_model  # noqa: E402
 from longqa.bench.worker import window_batch  # noqa: E402
 from longqa.loader import load_model  # noqa: E402
-from longqa_core import engine, telemetry  # noqa: E402
+from longqa_core import batching, telemetry  # noqa: E402
 from strategies import band_kernel  # noqa: E402
 from strategies.fast_attention import BandPlanCache, SlidingWindowSelfAttention  # noqa: E402
 from strategies.hardware import detect_hardware  # noqa: E402
@@ -239,7 +239,7 @@ def main(argv: list[str]) -> int:
                 settings=(SDPA_BAND, attention_setting("query_block_divisor", 4))),
         Variant(f"{now}, batch of 2 windows (per window)", packed.model, two, windows=2),
         Variant(f"{now}, batch of 4 windows (per window)", packed.model, four, windows=4),
-        Variant(f"{now}, glibc heap trimmed after every forward", packed.model, one, each=engine.release_memory),
+        Variant(f"{now}, glibc heap trimmed after every forward", packed.model, one, each=batching.release_memory),
         Variant(f"{now}, {4 * cores} threads on {cores} CPUs", packed.model, one, settings=(threads(4 * cores),)),
     ]
     if args.quick:

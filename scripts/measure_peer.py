@@ -57,7 +57,7 @@ def main(argv: list[str]) -> int:
     from longqa.bench.worker import agreement_inputs
     from longqa.loader import _fetch, load_model
     from longqa.models import resolve_model
-    from longqa_core import engine
+    from longqa_core import answering
     from longqa_core.documents import Document
 
     loaded = load_model("arch:base", "cpu")
@@ -74,8 +74,8 @@ def main(argv: list[str]) -> int:
     times = []
     for _ in range(args.repeat + 1):
         began = time.perf_counter()
-        result = engine.answer(loaded.runner, loaded.tokenizer, [Document("check", check.document.text)],
-                               check.question, settings, batch_state=loaded.batch_state)
+        result = answering.answer(loaded.runner, loaded.tokenizer, [Document("check", check.document.text)],
+                                  check.question, settings, batch_state=loaded.batch_state)
         times.append(time.perf_counter() - began)
     ours = {"profile": "cpu", "strategies": loaded.readout.strategies, "threads": torch.get_num_threads(),
             "best_s": min(times[1:]), "times_s": times, "windows": result.windows, "tokens": result.tokens,

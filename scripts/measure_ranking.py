@@ -20,7 +20,7 @@ from transformers import AutoTokenizer  # noqa: E402
 
 from longqa.demo_model import long_eval  # noqa: E402
 from longqa.models import DEMO_MODEL_DIR  # noqa: E402
-from longqa_core import engine, reading  # noqa: E402
+from longqa_core import limits, plan, reading  # noqa: E402
 from longqa_core.documents import Document  # noqa: E402
 from scripts.evaluate_reading import load_notes  # noqa: E402
 
@@ -31,7 +31,7 @@ def place(item, tokenizer, settings) -> dict:
     """Where the stretch holding the item's fact ranks for its question."""
     documents = [Document(item.name, item.text)]
     cache: dict = {}
-    guide = engine.plan_guided(tokenizer, documents, item.question, settings, "guided", index_cache=cache)
+    guide = plan.plan_request(tokenizer, documents, item.question, settings, "guided", index_cache=cache)
     index = next(iter(cache.values()))  # the index the plan was made from
     ranking = reading.rank(index, item.question)
     holding = next(i for i, r in enumerate(index.regions) if r.start_char <= item.fact_start < r.end_char)
@@ -39,8 +39,8 @@ def place(item, tokenizer, settings) -> dict:
     best = ranking.best
     return {"category": item.category, "stretches": index.n_regions, "rank": order.index(holding) + 1,
             "share_of_best": float(ranking.scores[holding] / best) if best > 0 else None,
-            "tied": len(ranking.tied()), "plan": guide.plan.mode,
-            "in_first_two_rounds": holding in [r for rnd in guide.plan.rounds for r in rnd]}
+            "tied": len(ranking.tied()), "plan": guide.mode,
+            "in_first_two_rounds": holding in [r for rnd in guide.reading.rounds for r in rnd]}
 
 
 def summarize(rows: list[dict]) -> dict:
@@ -62,7 +62,7 @@ def main() -> None:
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     tokenizer = AutoTokenizer.from_pretrained(DEMO_MODEL_DIR)
-    settings = engine.EngineSettings().resolved(tokenizer)
+    settings = limits.EngineSettings().resolved(tokenizer)
     notes = load_notes()
     rows = []
     for category in CATEGORIES:

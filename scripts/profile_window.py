@@ -31,7 +31,8 @@ from longqa.bench.runner import cpu_flags, cpu_model  # noqa: E402
 from longqa.bench.worker import agreement_inputs  # noqa: E402
 from longqa.loader import load_model  # noqa: E402
 from longqa.models import model_config  # noqa: E402
-from longqa_core import engine  # noqa: E402
+from longqa_core.answering import answer  # noqa: E402
+from longqa_core.windows import make_windows  # noqa: E402
 from strategies.fast_attention import SlidingWindowSelfAttention  # noqa: E402
 from strategies.hardware import Hardware, detect_hardware  # noqa: E402
 
@@ -163,7 +164,7 @@ def profile_window(model_ref: str, hardware: Hardware, tokens: int, repeat: int)
     settings = loaded.settings.resolved(tokenizer)
 
     def ask():
-        return engine.answer(loaded.runner, tokenizer, [check.document], check.question, settings)
+        return answer(loaded.runner, tokenizer, [check.document], check.question, settings)
 
     ask()  # warm-up
     runs = [ask().latency_s for _ in range(repeat)]
@@ -174,7 +175,7 @@ def profile_window(model_ref: str, hardware: Hardware, tokens: int, repeat: int)
     return {
         "strategies": list(loaded.readout.strategies), "dtype": loaded.readout.dtype,
         "precision": row_precision(loaded.readout.strategies, loaded.readout.dtype),
-        "window_tokens": len(engine.make_windows(tokenizer, check.question, [check.document], settings)[0][0]
+        "window_tokens": len(make_windows(tokenizer, check.question, [check.document], settings)[0][0]
                              .input_ids),
         "runs": repeat,
         "tokenize_s": statistics.median(r["tokenize"] for r in runs),

@@ -14,7 +14,7 @@ from typing import Callable, ClassVar
 
 import torch
 
-from longqa_core.engine import EngineSettings
+from longqa_core.limits import EngineSettings
 from strategies.hardware import CPU_ONLY, Hardware
 
 # A strategy's phase fixes the order in which strategies compose: what a later phase reads, an earlier phase has

@@ -30,6 +30,10 @@ class Hardware:
     gpus: tuple[Gpu, ...] = ()
     cuda_available: bool = False
     cpu_bf16: bool = False
+    # The host's RAM where it is part of the description (a machine planned for, `strategies.gpu_catalog`): fits
+    # are checked against it and offload budgets drawn from it. None for the machine at hand, whose free RAM is
+    # read where it is needed.
+    host_memory_bytes: int | None = None
 
     @property
     def usable_gpus(self) -> tuple[Gpu, ...]:

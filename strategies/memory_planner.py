@@ -3,7 +3,8 @@ and a batch before anything is loaded. Reads configs and profiles; never loads w
 
 Weights are counted exactly from the architecture (dtype, quantization bits, device map); activations come from a
 formula over Longformer's attention and feed-forward buffers with coefficients fitted to measured live-tensor
-peaks; the runtime (the process itself, the CUDA context) is measured where it runs, or a stated constant.
+peaks; the runtime (the process itself, the CUDA context) is measured where it runs, or a stated constant. The
+hardware is an argument: this machine's as detected, or one described to plan for (`strategies.gpu_catalog`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,10 @@ FIT_MARGIN = 0.10  # a prediction "fits" a device when it stays under 90 % of th
 CUDA_CONTEXT_BYTES = 600 * 10**6  # CUDA context + cuBLAS workspace outside torch's allocator (not yet measured
 #                                   on our GPUs; torch 2.x typically shows 0.4-0.6 GB in NVML before any tensor)
 CUDA_ALLOCATOR_SLACK = 0.10  # reserved over allocated in torch's caching allocator, for the "fits" decision
+# A fresh process's memory before it loads a model (python, torch, transformers and this package imported), for a
+# CPU plan of another machine: the bench workers' `runtime_rss_bytes` in docs/bench-cpu-calibration (0.433 GB,
+# 16 rows within 1.3 MB; AMD EPYC with avx512_bf16, kind A). The page's own process also holds gradio.
+CPU_PROCESS_BYTES = 433 * 10**6
 DTYPE_BYTES = {torch.float32: 4, torch.float16: 2, torch.bfloat16: 2}
 
 # Activation peak of one forward pass, bytes = sum(coefficient * feature), features per padded window of L tokens
@@ -131,6 +136,27 @@ def module_parameters(shape: ModelShape) -> dict[str, dict[str, int]]:
     return modules
 
 
+def child_parameters(shape: ModelShape, module: str) -> dict[str, dict[str, int]]:
+    """Parameter counts of a module's children, as `module_parameters` splits them, for a device map that splits a
+    module (accelerate splits a layer that straddles a budget at its children); {} for a module not split here."""
+    d, f = shape.hidden, shape.ffn
+    leaf = module.rsplit(".", 1)[-1]
+    if module == "longformer.embeddings":
+        return {"word_embeddings": {"linear": 0, "other": shape.vocab * d},
+                "position_embeddings": {"linear": 0, "other": shape.positions * d},
+                "token_type_embeddings": {"linear": 0, "other": shape.type_vocab * d},
+                "LayerNorm": {"linear": 0, "other": 2 * d}}
+    if module.startswith("longformer.encoder.layer.") and leaf.isdigit():
+        return {"attention": {"linear": 7 * d * d, "other": 9 * d}, "intermediate": {"linear": d * f, "other": f},
+                "output": {"linear": f * d, "other": 3 * d}}
+    if leaf == "attention":
+        return {"self": {"linear": 6 * d * d, "other": 6 * d}, "output": {"linear": d * d, "other": 3 * d}}
+    if leaf == "output":
+        inner = d if module.endswith("attention.output") else f
+        return {"dense": {"linear": inner * d, "other": d}, "LayerNorm": {"linear": 0, "other": 2 * d}}
+    return {}
+
+
 def parameter_count(shape: ModelShape) -> int:
     return sum(part for parts in module_parameters(shape).values() for part in parts.values())
 
@@ -172,10 +198,21 @@ def predicted_weight_bytes_per_device(shape: ModelShape, precision: Precision, d
     """Weight bytes each device ("cpu", "cuda:0", ..., "disk") will hold under `device_map` (None: all on one),
     counted from the architecture; the loader's readout measures the same on the loaded model."""
     totals: dict[str, int] = {}
-    for module, parts in module_parameters(shape).items():
+
+    def place(module: str, parts: dict[str, int]) -> None:
         device = mapped_device(module, device_map) if device_map else default_device
+        if device is None:  # the map splits this module: place its children
+            children = child_parameters(shape, module)
+            if not children:
+                raise ValueError(f"The device map places no part of {module!r}.")
+            for child, child_parts in children.items():
+                place(f"{module}.{child}", child_parts)
+            return
         size = parts["linear"] * precision.linear_bytes + parts["other"] * precision.other_bytes
         totals[device] = totals.get(device, 0) + int(size)
+
+    for module, parts in module_parameters(shape).items():
+        place(module, parts)
     return totals
 
 
@@ -250,20 +287,36 @@ class MemoryPlan:
     peak_bytes: int
     overhead_bytes: int = 0  # CPU: resident memory beyond live tensors (see cpu_overhead_bytes)
     device_need_bytes: dict[str, int] = field(default_factory=dict)  # what each device must have free
+    # What each device's need is made of, in bytes: {device: {part: bytes}}, parts summing to its need. GPU:
+    # weights, activations, offload_stream (an offloaded layer copied in per forward), allocator_slack,
+    # cuda_context; CPU: process (before loading), weights, activations, overhead; a host holding offloaded
+    # weights: weights.
+    device_parts: dict[str, dict[str, int]] = field(default_factory=dict)
 
     @property
     def predicted_weight_bytes(self) -> int:
         return sum(self.predicted_weight_bytes_per_device.values())
 
     def fits(self, hardware: Hardware, margin: float = FIT_MARGIN, host_bytes: int | None = None) -> bool:
-        """Whether every device's need stays under (1 - margin) of its memory."""
-        totals = {f"cuda:{gpu.index}": gpu.total_bytes for gpu in hardware.usable_gpus}
-        if host_bytes is not None:
-            totals["cpu"] = host_bytes
-        for device, need in self.device_need_bytes.items():
-            if device in totals and need > (1 - margin) * totals[device]:
-                return False
-        return True
+        """Whether every device's need stays under (1 - margin) of its memory (the host's when `host_bytes` or
+        the hardware's `host_memory_bytes` says it; unchecked otherwise)."""
+        return not self.devices_over(hardware, margin, host_bytes)
+
+    def devices_over(self, hardware: Hardware, margin: float = FIT_MARGIN,
+                     host_bytes: int | None = None) -> dict[str, tuple[int, int]]:
+        """{device: (need, total)} for each device whose need passes (1 - margin) of its memory."""
+        totals = device_totals(hardware, host_bytes)
+        return {device: (need, totals[device]) for device, need in self.device_need_bytes.items()
+                if device in totals and need > (1 - margin) * totals[device]}
+
+
+def device_totals(hardware: Hardware, host_bytes: int | None = None) -> dict[str, int]:
+    """Each device's memory by the planner's device names; "cpu" only where the host's size is known."""
+    totals = {f"cuda:{gpu.index}": gpu.total_bytes for gpu in hardware.usable_gpus}
+    host_bytes = hardware.host_memory_bytes if host_bytes is None else host_bytes
+    if host_bytes is not None:
+        totals["cpu"] = host_bytes
+    return totals
 
 
 def windows_needed(document_tokens: int, window_tokens: int, doc_stride: int, question_tokens: int = 20) -> int:
@@ -308,21 +361,31 @@ def plan_profile(config, profile, hardware: Hardware, *, tokens: int | None = No
         gpu_devices = [d for d in weights if d.startswith("cuda")] or [main]
         offloaded = any(d in ("cpu", "disk") for d in weights)
         largest_layer = max(weights.values()) // max(shape.layers, 1) if offloaded else 0  # moved in per forward
-        need = {d: int((weights.get(d, 0) + activations + largest_layer) * (1 + CUDA_ALLOCATOR_SLACK)) + runtime
-                for d in gpu_devices}
+        parts = {d: gpu_parts(weights.get(d, 0), activations, largest_layer) for d in gpu_devices}
         if "cpu" in weights:
-            need["cpu"] = weights["cpu"]
+            parts["cpu"] = {"weights": weights["cpu"]}
         peak = weights.get(main, 0) + activations + largest_layer
         overhead = 0
     else:
         runtime = current_rss_bytes() if runtime_bytes is None else runtime_bytes
         overhead = cpu_overhead_bytes(precision.kind, attention, activations)
+        parts = {"cpu": {"process": int(runtime), "weights": sum(weights.values()), "activations": activations,
+                         "overhead": overhead}}
         peak = runtime + sum(weights.values()) + activations + overhead
-        need = {"cpu": peak}
+    need = {d: sum(device_parts.values()) for d, device_parts in parts.items()}
     return MemoryPlan(profile=profile.name, device=main, strategies=names, precision=precision.kind,
                       attention=attention, tokens=tokens, batch=batch, predicted_weight_bytes_per_device=weights,
                       activation_bytes=activations, runtime_bytes=runtime, peak_bytes=peak, overhead_bytes=overhead,
-                      device_need_bytes=need)
+                      device_need_bytes=need, device_parts=parts)
+
+
+def gpu_parts(weights: int, activations: int, offload_stream: int) -> dict[str, int]:
+    """One GPU's need: its weights, one forward's activations and an offloaded layer in transit, the caching
+    allocator's slack over them, and the CUDA context outside the allocator."""
+    allocated = weights + activations + offload_stream
+    return {"weights": weights, "activations": activations, "offload_stream": offload_stream,
+            "allocator_slack": int(allocated * (1 + CUDA_ALLOCATOR_SLACK)) - allocated,
+            "cuda_context": CUDA_CONTEXT_BYTES}
 
 
 def error_pct(predicted: int | None, measured: int | None) -> float | None:

@@ -45,7 +45,9 @@ class Offload(Strategy):
     def budgets(self) -> dict:
         if self.max_memory is not None:
             return dict(self.max_memory)
-        return {**gpu_budgets(self.hardware), "cpu": int(psutil.virtual_memory().available * HOST_RAM_SHARE)}
+        host = self.hardware.host_memory_bytes  # a planned machine's RAM, else what is free on this one
+        host = psutil.virtual_memory().available if host is None else host
+        return {**gpu_budgets(self.hardware), "cpu": int(host * HOST_RAM_SHARE)}
 
     def adjust_load_kwargs(self, kwargs: dict) -> dict:
         quantization = kwargs.get("quantization_config")

@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
-from longqa_core.engine import ModelRunner
+from longqa_core.batching import ModelRunner
 from strategies.base import RUNTIME, Strategy
 from strategies.hardware import Hardware
 

@@ -23,7 +23,7 @@ from tests.tiny import CountingRunner
 
 READOUT_KEYS = {"question", "answers", "documents", "windows", "tokens", "batch_size", "backoffs", "latency_s",
                 "memory", "notices", "tokens_per_s", "model", "profile", "window_tokens",
-                "memory_prediction", "reading", "queue"}
+                "memory_prediction", "reading", "queue", "found", "no_answer"}  # the last two: issue 38
 ASK_RETURNS = ("documents", "answer", "answers", "evidence", "latency", "memory", "run", "history_table",
                "memory_plot", "latency_plot", "readout")  # the per-browser history (gr.State) is not returned
 
@@ -99,7 +99,7 @@ def test_ask_a_long_upload_returns_the_answer_and_every_readout_field(client, se
     assert memory["host_rss_bytes"] > 0 and memory["host_peak_rss_bytes"] > 0
     assert len(readout["answers"]) == 3
     for answer in readout["answers"]:
-        assert set(answer) == {"text", "score", "document", "document_index", "start_char", "end_char"}
+        assert set(answer) == {"text", "score", "document", "document_index", "start_char", "end_char", "confidence"}
         assert example.text[answer["start_char"]:answer["end_char"]] == answer["text"]
         assert answer["document"] == path.name and 0 <= answer["score"] <= 1
 
@@ -111,6 +111,18 @@ def test_ask_a_long_upload_returns_the_answer_and_every_readout_field(client, se
     assert [row[0] for row in out["latency"]["data"]][-2:] == ["total", "throughput"]
     run_label, profile = out["memory_plot"]["value"]["data"][-1][:2]
     assert profile == "cpu" and run_label.split()[1:2] == ["cpu"]
+
+
+def test_ask_takes_a_not_found_threshold_and_refuses_one_outside_zero_one(client):
+    """The tiny model has no rule of its own (found is null); a threshold given on /ask makes the verdict."""
+    pasted, question = "The colour of Zorbin is teal. " * 20, "What is the colour of Zorbin?"
+    plain = client.predict([], pasted, question, 3, api_name="/ask")[-1]
+    assert plain["found"] is None and plain["no_answer"]["rule"] == "uncalibrated"
+    strict = client.predict([], pasted, question, 3, "auto", "0.999", api_name="/ask")[-1]
+    assert strict["found"] is False and strict["no_answer"]["source"] == "given by the user"
+    assert strict["answers"] and all(a["confidence"] == "low" for a in strict["answers"])
+    with pytest.raises(Exception, match="between 0 and 1"):
+        client.predict([], pasted, question, 3, "auto", "1.5", api_name="/ask")
 
 
 def test_switch_profile_then_ask_uses_it(client, server, tiny_model_dir):
@@ -266,6 +278,7 @@ def test_uploads_are_read_from_gradios_upload_folder_and_deleted_with_its_cache(
     assert list(workdir.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_a_profile_switch_waits_for_the_answer_in_flight(tiny_model_dir):
     ctx, demo, url = serve_slow(tiny_model_dir)
     try:
@@ -281,6 +294,7 @@ def test_a_profile_switch_waits_for_the_answer_in_flight(tiny_model_dir):
         demo.close()
 
 
+@pytest.mark.slow
 def test_the_queue_is_bounded_and_refuses_the_overflow_clearly(tiny_model_dir):
     ctx, demo, url = serve_slow(tiny_model_dir, queue_size=2)
     outcomes: list[str] = []
@@ -309,6 +323,7 @@ def test_the_queue_is_bounded_and_refuses_the_overflow_clearly(tiny_model_dir):
         demo.close()
 
 
+@pytest.mark.slow
 def test_a_cancelled_request_leaves_the_model_usable(tiny_model_dir):
     ctx, demo, url = serve_slow(tiny_model_dir)
     try:
@@ -332,6 +347,7 @@ def test_a_cancelled_request_leaves_the_model_usable(tiny_model_dir):
         demo.close()
 
 
+@pytest.mark.slow
 def test_a_client_that_disconnects_mid_answer_leaves_the_model_usable(tiny_model_dir):
     ctx, demo, url = serve_slow(tiny_model_dir)
     client_code = (

@@ -12,7 +12,9 @@ import pytest
 from longqa.bench import runner as bench
 from longqa.bench.worker import WorkerSpec, agreement_inputs, compare_outputs, count_tokens, memory_fields
 from longqa.cli import main
-from longqa_core.engine import EngineSettings, make_windows
+from longqa_core.limits import EngineSettings
+from longqa_core.telemetry import MemoryReadout
+from longqa_core.windows import make_windows
 from longqa_core.errors import InputError, ProfileError
 from strategies.hardware import Gpu, Hardware
 
@@ -45,6 +47,7 @@ def rows_of(results, kind, **match):
     return [r for r in results["rows"] if r["kind"] == kind and all(r.get(k) == v for k, v in match.items())]
 
 
+@pytest.mark.slow
 def test_bench_writes_every_row_with_every_field(bench_run):
     code, out, results = bench_run
     assert code == 0
@@ -60,6 +63,7 @@ def test_bench_writes_every_row_with_every_field(bench_run):
     assert machine["gpus"] == []
 
 
+@pytest.mark.slow
 def test_bench_numbers_make_sense(bench_run):
     _, _, results = bench_run
     for row in results["rows"]:
@@ -77,6 +81,7 @@ def test_bench_numbers_make_sense(bench_run):
     assert cpu["flagged"] == (cpu["same_top_answer_pct"] < 95)
 
 
+@pytest.mark.slow
 def test_baseline_agrees_with_itself(bench_run):
     _, out, results = bench_run
     baseline = rows_of(results, "inference", profile="baseline-fp32")[0]
@@ -86,6 +91,7 @@ def test_baseline_agrees_with_itself(bench_run):
     assert (out / f"baseline-logits-{TOKENS}t-b1.npz").exists()
 
 
+@pytest.mark.slow
 def test_checkpointing_lowers_the_training_step_peak(bench_run):
     _, _, results = bench_run
     without, with_ = rows_of(results, "training")
@@ -94,6 +100,7 @@ def test_checkpointing_lowers_the_training_step_peak(bench_run):
     assert with_["memory_x_baseline"] < 1.0 and without["memory_x_baseline"] == 1.0
 
 
+@pytest.mark.slow
 def test_bench_writes_markdown_and_chart(bench_run):
     _, out, _ = bench_run
     markdown = (out / "results.md").read_text()
@@ -182,15 +189,15 @@ def test_agreement_refuses_logits_of_other_inputs():
 
 # ------------------------------------------------------------------------------------------------ memory
 def test_gpu_rows_report_torch_peak_allocated_and_nvml():
-    readings = [{"peak_allocated_bytes": 5 * 10**9, "nvml_used_bytes": 7 * 10**9},
-                {"peak_allocated_bytes": 6 * 10**9, "nvml_used_bytes": 6 * 10**9}]
+    readings = [MemoryReadout(peak_allocated_bytes=5 * 10**9, nvml_used_bytes=7 * 10**9),
+                MemoryReadout(peak_allocated_bytes=6 * 10**9, nvml_used_bytes=6 * 10**9)]
     fields = memory_fields(["cuda:0"], readings, run_peak_rss=2 * 10**9, process_peak_rss=3 * 10**9)
     assert fields["peak_bytes"] == 6 * 10**9 and fields["peak_source"] == "torch peak allocated"
     assert fields["nvml_used_bytes"] == 7 * 10**9 and fields["process_peak_rss_bytes"] == 3 * 10**9
 
 
 def test_cpu_rows_report_the_process_peak_rss():
-    readings = [{"peak_allocated_bytes": None, "nvml_used_bytes": None}]
+    readings = [MemoryReadout()]
     fields = memory_fields(["cpu"], readings, run_peak_rss=2 * 10**9, process_peak_rss=3 * 10**9)
     assert fields["peak_bytes"] == 2 * 10**9 and fields["peak_source"] == "peak RSS while answering"
     assert fields["process_peak_rss_bytes"] == 3 * 10**9

@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -26,6 +27,7 @@ def run_cli(capsys, *argv):
     return code, out, err
 
 
+@pytest.mark.slow
 def test_ask_json_has_answers_and_readouts(capsys, tiny_model_dir, long_file):
     code, out, err = run_cli(capsys, "ask", "--model", str(tiny_model_dir), "--profile", "baseline-fp32",
                              "--question", "What is the river of Tarnholm?", str(long_file), "--max-seq-len", "256",
@@ -40,6 +42,7 @@ def test_ask_json_has_answers_and_readouts(capsys, tiny_model_dir, long_file):
         assert item["document"] == "long.txt"
 
 
+@pytest.mark.slow
 def test_ask_prints_answers(capsys, tiny_model_dir, long_file):
     code, out, err = run_cli(capsys, "ask", "--model", str(tiny_model_dir), "--profile", "cpu", "-q",
                              "What is the river?", str(long_file), "--max-seq-len", "512")
@@ -77,6 +80,7 @@ def test_profiles_json_lists_every_profile(capsys):
     assert all(row["reason"] for row in rows.values() if not row["available"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, data", [("nope.pdf", None), ("bad.pdf", b"%PDF-1.4 this is not really a pdf")],
                          ids=["missing", "corrupt pdf"])
 def test_no_traceback_from_a_real_process(tmp_path, name, data):
@@ -99,6 +103,7 @@ def test_profiles_json_predicts_peak_memory_per_available_profile(capsys):
     assert rows["datacenter"]["predicted_peak_bytes"] is None  # not available without a GPU
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("profile", ["baseline-fp32", "cpu"])
 def test_a_real_run_prints_only_our_own_notes_on_stderr(tmp_path, profile):
     """No library chatter (transformers' padding notice, deprecation warnings, progress bars) on stderr."""
@@ -136,3 +141,82 @@ def test_ask_reads_guided_and_full_with_the_same_answer(capsys, tmp_path):
     with pytest.raises(SystemExit) as refused:  # argparse names the choices
         main(["ask", "--model", "demo", "--reading", "skim", "-q", "q", str(path)])
     assert refused.value.code == 2 and "choose from 'auto', 'full', 'guided'" in capsys.readouterr().err
+
+
+# What `python -m longqa ask --model demo --question "What is the frequency of Chiomklian Oustklaeth?"
+# longqa/samples/harbour_records.txt --json` printed before the engine was split and readouts were typed (issue 37):
+# the API's shape is a promise, so the same keys, and the same values but for timings and memory.
+BEFORE = json.loads((Path(__file__).parent / "data" / "cli_answer_before_issue37.json").read_text())
+MEASURED = {"latency_s", "memory", "tokens_per_s", "memory_prediction"}  # timings and memory: values may differ
+ADDED = {"found", "no_answer"}  # issue 38 adds the verdict, and each answer's "confidence"
+
+
+def without_additions(answer_json: dict) -> dict:
+    """An answer's JSON without what issue 38 added, which BEFORE cannot have."""
+    out = {key: value for key, value in answer_json.items() if key not in ADDED}
+    out["answers"] = [{k: v for k, v in a.items() if k != "confidence"} for a in answer_json["answers"]]
+    return out
+
+
+def key_tree(value):
+    """The nested keys of a JSON value (a list by its first item's keys)."""
+    if isinstance(value, dict):
+        return {key: key_tree(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [key_tree(value[0])] if value else []
+    return None
+
+
+def test_a_cli_answer_keeps_its_json_keys_and_values_but_for_timings_and_memory(capsys):
+    sample = Path(__file__).resolve().parents[1] / "longqa" / "samples" / "harbour_records.txt"
+    code, out, err = run_cli(capsys, "ask", "--model", "demo", "--question",
+                             "What is the frequency of Chiomklian Oustklaeth?", str(sample), "--json")
+    assert code == 0, err
+    now = json.loads(out)
+    assert now["found"] is True and now["answers"][0]["confidence"] == "high"
+    assert now["no_answer"]["rule"] == "threshold" and now["no_answer"]["verdict"] == "Found"
+    now = without_additions(now)
+    assert key_tree(now) == key_tree(BEFORE)
+    # the span scores come out of bf16 kernels that differ by CPU kind (AMX rounds the softmax's numerators, the
+    # fused residual adds round once): equal to bf16's precision, everything else exactly
+    scores = [answer.pop("score") for answer in now["answers"]]
+    before = json.loads(json.dumps(BEFORE))
+    assert scores == pytest.approx([answer.pop("score") for answer in before["answers"]], rel=2 ** -8)
+    assert {key: value for key, value in now.items() if key not in MEASURED} == \
+        {key: value for key, value in before.items() if key not in MEASURED}
+    assert now["memory_prediction"]["device"] == BEFORE["memory_prediction"]["device"] == "cpu"
+
+
+SAMPLES = Path(__file__).resolve().parents[1] / "longqa" / "samples"
+
+
+def test_a_question_no_document_answers_is_said_not_found_with_the_best_span_for_the_curious(capsys):
+    files = [str(SAMPLES / "harbour_records.txt"), str(SAMPLES / "expedition_notes.md")]
+    code, out, err = run_cli(capsys, "ask", "--model", "demo", "-q", "What is the capital of France?", *files)
+    assert code == 0, err
+    first, best = out.splitlines()[:2]
+    assert first.startswith("Not found in the documents")
+    assert best.startswith("1. ") and "low confidence" in best
+    code, out, err = run_cli(capsys, "ask", "--model", "demo", "-q", "What is the capital of France?", *files,
+                             "--json")
+    answer = json.loads(out)
+    assert answer["found"] is False and answer["no_answer"]["verdict"] == "Not found in the documents"
+    assert answer["no_answer"]["read_whole"] is True
+    assert answer["answers"] and all(a["confidence"] == "low" for a in answer["answers"])
+
+
+def test_a_threshold_of_the_users_replaces_the_models_rule(capsys):
+    sample = str(SAMPLES / "harbour_records.txt")
+    question = "What is the frequency of Chiomklian Oustklaeth?"
+    strict = json.loads(run_cli(capsys, "ask", "--model", "demo", "-q", question, sample, "--json",
+                                "--no-answer-below", "0.999")[1])
+    assert strict["found"] is False and strict["no_answer"]["source"] == "given by the user"
+    assert strict["answers"][0]["text"] == "30"  # the best span stays, marked low
+    assert strict["answers"][0]["confidence"] == "low"
+
+
+@pytest.mark.parametrize("bad", ["0", "1", "-0.5", "7"])
+def test_a_threshold_outside_zero_one_is_a_clear_error(capsys, bad):
+    code, out, err = run_cli(capsys, "ask", "--model", "demo", "-q", "What is it?",
+                             str(SAMPLES / "harbour_records.txt"), "--no-answer-below", bad)
+    assert code == 2 and "between 0 and 1" in err and out == ""

@@ -10,7 +10,10 @@ import pytest
 from longqa.demo_model import demo_task
 from longqa.models import DEMO_MODEL_DIR
 from longqa_core.documents import Document
-from longqa_core.engine import EngineSettings, ModelRunner, answer, make_windows
+from longqa_core.answering import answer
+from longqa_core.batching import ModelRunner
+from longqa_core.limits import EngineSettings
+from longqa_core.windows import make_windows
 from longqa_core.spans import is_answer_text
 from tests.reference_qa import cuts_a_word
 
@@ -32,6 +35,7 @@ def test_bundled_files_are_small_safetensors():
     assert sum(files.values()) <= 30 * 1024 * 1024
 
 
+@pytest.mark.slow
 def test_answers_a_fact_that_straddles_a_window_boundary(demo):
     model, tokenizer = demo
     writer = demo_task.FactWriter(4242, "test")
@@ -56,6 +60,7 @@ def test_answers_a_fact_that_straddles_a_window_boundary(demo):
     assert best.start_char == text.index(target.sentence) + len(target.sentence) - len(target.value) - 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [11, 12, 13, 14])
 def test_answers_held_out_documents(demo, seed):
     model, tokenizer = demo

@@ -77,6 +77,7 @@ def test_global_tokens_anywhere_and_rows_without_any():
     assert gap < 1e-4
 
 
+@pytest.mark.slow
 def test_top_answers_identical_on_the_base_architecture():
     eager, fast = pair(architecture_config("arch:base"))
     x = inputs(3, 1000, 50265, questions=(12, 20, 7))
@@ -89,6 +90,7 @@ def test_top_answers_identical_on_the_base_architecture():
     assert torch.equal(masked(a.end_logits).argmax(-1), masked(b.end_logits).argmax(-1))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_half_precision_stays_within_eagers_own_rounding(dtype):
     eager, fast = pair(TINY)

@@ -125,4 +125,23 @@ def test_dry_mode_runs_every_step_on_cpu(tmp_path):
         assert row["peak_bytes"] > 0 and row["latency_s_median"] > 0, row["profile"]
         assert row["predicted_peak_bytes"] > 0 and row["prediction_error_pct"] is not None, row["profile"]
     assert all((out / name).stat().st_size > 0 for name in ("results.md", "results.png", "workers.log"))
+    plan = json.loads((out / "plan.json").read_text())
+    assert plan["model"] == "demo" and plan["hardware"]["gpu"] == "H200" and plan["recommended"] == "datacenter"
+    assert "python -m longqa plan --gpu H200: recommends datacenter" in log
     assert (gpu_results.stat().st_mtime if gpu_results.exists() else None) == before
+
+
+def test_gpu_rows_set_the_planned_need_beside_nvmls_used_bytes():
+    """On a GPU the planner's need (peak, allocator slack, CUDA context: what `plan` reports) is compared with NVML's
+    used bytes, which checks the two constants the first time a GPU runs the check; off the GPU there is none."""
+    gpu_row = {"kind": "inference", "model": "arch:large", "profile": "t4-16gb", "tokens": 4096, "batch": 8,
+               "peak_bytes": 5e9, "nvml_used_bytes": 7e9}
+    cpu_row = {"kind": "inference", "model": "arch:base", "profile": "cpu", "tokens": 1024, "batch": 1,
+               "peak_bytes": 1e9, "runtime_rss_bytes": 4e8, "nvml_used_bytes": None}
+    bench_report.add_predictions([gpu_row, cpu_row], H200)
+    plan = bench_report.inference_plan(gpu_row, H200)
+    assert gpu_row["predicted_need_bytes"] == plan.device_need_bytes["cuda:0"] > gpu_row["predicted_peak_bytes"]
+    assert gpu_row["predicted_need_bytes"] - plan.device_parts["cuda:0"]["cuda_context"] == pytest.approx(
+        1.1 * gpu_row["predicted_peak_bytes"], abs=2)
+    assert gpu_row["need_error_pct"] == pytest.approx(100 * (gpu_row["predicted_need_bytes"] - 7e9) / 7e9)
+    assert cpu_row["predicted_need_bytes"] is None and cpu_row["need_error_pct"] is None

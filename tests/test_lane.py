@@ -205,7 +205,7 @@ def test_a_small_request_waits_about_one_batch_per_other_request_not_for_their_r
     threads[-1].join(10)
     small_s, queue = done["small"]
     assert small_s < 0.6, f"the small request took {small_s:.2f} s behind three 2-second reads"
-    assert queue["ahead_at_start"] == 3 and queue["waited_s"] < 0.5
+    assert queue.ahead_at_start == 3 and queue.waited_s < 0.5
     first = runner.ran.index("small")
     assert runner.ran[first:first + 8].count("small") == 2  # its two batches came within a few turns
     for thread in threads:
@@ -230,8 +230,7 @@ def test_large_requests_past_max_active_wait_without_windows_while_small_ones_go
 
 
 def test_queued_work_over_the_bound_refuses_large_requests_with_a_retry_estimate_but_never_small_ones():
-    lane, runner, done = ModelLane(max_queued_windows=100, max_active=1), SleepyRunner(0.01), {}
-    lane.window_s = 0.5
+    lane, runner, done = ModelLane(max_queued_windows=100, max_active=1, window_s=lambda: 0.5), SleepyRunner(0.01), {}
     threads = [read(lane, runner, "big0", 80, done)]
     wait_for(lambda: len(runner.ran) >= 1)
     with pytest.raises(LaneBusyError, match=r"about [78]\d windows of other visitors' work queued.*try again in about"):

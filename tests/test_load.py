@@ -27,6 +27,7 @@ def demo_url():
     demo.close()
 
 
+@pytest.mark.slow
 def test_twenty_concurrent_calls_all_complete_with_correct_answers(demo_url):
     results = run_load(demo_url, n_calls=20, timeout_s=300)
     summary = summarize(results)

@@ -15,7 +15,8 @@ from transformers import BertConfig, BertModel, LongformerModel
 
 from longqa import loader, models
 from longqa.loader import LoadedModel, load_model
-from longqa_core.engine import BatchState, EngineSettings, ModelRunner
+from longqa_core.batching import BatchState, ModelRunner
+from longqa_core.limits import EngineSettings
 from longqa_core.errors import ModelLoadError, ProfileError
 from strategies import band_kernel
 from strategies.base import from_pretrained_kwargs
@@ -368,13 +369,14 @@ def test_code_shipped_with_a_checkpoint_never_runs(tmp_path):
     assert not marker.exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, layer_type", [("bnb_4bit", "Linear4bit"), ("bnb_8bit", "Linear8bitLt")])
 def test_bitsandbytes_on_a_cpu_only_machine_really_quantizes(name, layer_type):
     """The custom profile's bitsandbytes strategies are applied on CPU (bitsandbytes 0.50's CPU kernels), not just
     listed in the readout: every encoder Linear is quantized, qa_outputs stays float, and the model still answers."""
     from longqa.models import DEMO_MODEL_DIR
     from longqa_core.documents import read_document
-    from longqa_core.engine import answer
+    from longqa_core.answering import answer
 
     example = json.loads((DEMO_MODEL_DIR.parent / "samples" / "examples.json").read_text())[0]
     loaded = load_model("demo", custom_profile([name]), hardware=CPU_PLAIN)

@@ -113,6 +113,7 @@ def test_unpacked_gives_plain_trainable_layers_and_packs_them_again():
     assert set(packed.state_dict()) == set(plain.state_dict())
 
 
+@pytest.mark.slow
 def test_the_training_step_runs_on_a_prepacked_profile():
     from longqa.session import Session
 

@@ -17,9 +17,10 @@ from gradio_client import Client
 
 import app
 from longqa.demo_model import eval_task
+from longqa.backend import Backend
 from longqa.serving.load_check import requests_for, run_alone, run_concurrent, run_load, summarize
 from longqa.serving.ray_replicas import RaySession, check_room, deployment_failure, replica_resources
-from longqa_core import engine
+from longqa_core import batching
 from longqa_core.documents import Document
 from longqa_core.errors import ModelLoadError
 from strategies.hardware import Gpu, detect_hardware
@@ -35,6 +36,7 @@ def served():
     session = RaySession(replicas=2, hardware=PAGE_HARDWARE)
     try:
         ctx = app.make_context(session, models=["demo"], default_model="demo", default_profile="cpu")
+        assert isinstance(session, Backend)
         app.ensure_loaded(ctx)
         demo = app.build_blocks(ctx)
         _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", quiet=True)
@@ -68,13 +70,14 @@ def test_the_page_sees_the_windows_a_replica_reads_and_the_reading_mode_reaches_
     item = eval_task.make_document(21, 20_000)
     documents = [Document("report.txt", item.text)]
     seen = []
-    readout = session.ask_readout(documents, item.question, reading="full", on_window_progress=seen.append)
+    readout = session.ask(session.plan(documents, item.question, "full"), on_window_progress=seen.append).to_json()
     assert readout["reading"]["mode"] == "full" and readout["windows"] >= 4
     assert seen, "no progress reached the page"
     assert all(s.windows_total == readout["windows"] and 0 <= s.windows_done <= s.windows_total for s in seen)
     assert [s.windows_done for s in seen] == sorted(s.windows_done for s in seen)
-    guided = session.ask_readout(documents, item.question, reading="guided")
-    assert guided["reading"]["requested"] == "guided"
+    guided = session.ask(session.plan(documents, item.question, "guided"))
+    assert guided.result.reading.requested == "guided" and guided.replica
+    assert session.loaded.batch_state.window_s > 0  # the page's record learned the replicas' forward time
 
 
 @pytest.mark.slow
@@ -143,12 +146,12 @@ def test_windows_of_several_requests_share_a_forward_pass_and_each_gets_its_own_
                 "global_attention_mask": torch.tensor([[1, 1, 0, 0]])},
                {"input_ids": torch.tensor([[0, 7, 2], [0, 8, 2]]), "attention_mask": torch.ones(2, 3, dtype=torch.long),
                 "global_attention_mask": torch.tensor([[1, 0, 0], [1, 0, 0]])}]
-    merged, rows = engine.stack_batches(batches, pad_token_id=1)
+    merged, rows = batching.stack_batches(batches, pad_token_id=1)
     assert rows == [1, 2] and merged["input_ids"].shape == (3, 4)
     assert merged["input_ids"][1].tolist() == [0, 7, 2, 1] and merged["attention_mask"][1].tolist() == [1, 1, 1, 0]
     assert merged["global_attention_mask"][2].tolist() == [1, 0, 0, 0]
     start = torch.arange(12.0).reshape(3, 4)
-    parts = engine.split_rows(start, -start, rows)
+    parts = batching.split_rows(start, -start, rows)
     assert [p[0].shape for p in parts] == [(1, 4), (2, 4)] and parts[1][0][1].tolist() == [8.0, 9.0, 10.0, 11.0]
 
 
@@ -158,7 +161,7 @@ def test_merged_forward_passes_give_each_request_the_logits_it_gets_alone(tiny_m
 
     model = LongformerForQuestionAnswering.from_pretrained(tiny_model_dir).eval()
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
-    runner = engine.ModelRunner(model)
+    runner = batching.ModelRunner(model)
     short = tokenizer(["Who?"], ["Ann went home."], return_tensors="pt")
     long = tokenizer(["What?"], ["A much longer context that takes many more tokens than the other one."],
                      return_tensors="pt")
@@ -169,8 +172,8 @@ def test_merged_forward_passes_give_each_request_the_logits_it_gets_alone(tiny_m
         batch["global_attention_mask"][:, 0] = 1
         batches.append(batch)
     alone = [runner(b) for b in batches]
-    merged, rows = engine.stack_batches(batches, tokenizer.pad_token_id)
-    together = engine.split_rows(*runner(merged), rows)
+    merged, rows = batching.stack_batches(batches, tokenizer.pad_token_id)
+    together = batching.split_rows(*runner(merged), rows)
     for (s_alone, e_alone), (s_together, e_together), batch in zip(alone, together, batches):
         n = batch["input_ids"].shape[1]
         torch.testing.assert_close(s_together[:, :n], s_alone[:, :n], atol=1e-4, rtol=1e-4)

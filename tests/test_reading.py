@@ -12,9 +12,10 @@ import torch
 from longqa.demo_model import eval_task
 from longqa.models import DEMO_MODEL_DIR
 from longqa.session import read_documents
-from longqa_core import engine, reading
+from longqa_core import answering, batching, limits, no_answer, reading
 from longqa_core.documents import Document
 from longqa_core.errors import DocumentError, InputError
+from longqa_core.plan import CACHED_INDEXES, plan_request
 
 FILLER = ("The committee met again in the spring and talked at length about the weather, the roads and the price of "
           "bread, and nobody could agree on anything at all. ")
@@ -121,7 +122,7 @@ def test_read_spans_add_margins_and_merge_neighbours():
     regions = [reading.Region(0, 10_000, 20_000), reading.Region(0, 20_000, 30_000), reading.Region(0, 60_000, 70_000),
                reading.Region(1, 0, 10_000)]
     margin = reading.REGION_MARGIN_CHARS
-    assert engine.read_spans(regions, documents) == [(0, 10_000 - margin, 30_000 + margin),
+    assert reading.read_spans(regions, documents) == [(0, 10_000 - margin, 30_000 + margin),
                                                     (0, 60_000 - margin, 70_000 + margin), (1, 0, 10_000)]
 
 
@@ -133,10 +134,10 @@ def demo():
 
     tokenizer = AutoTokenizer.from_pretrained(DEMO_MODEL_DIR)
     model = LongformerForQuestionAnswering.from_pretrained(DEMO_MODEL_DIR).eval()
-    return engine.ModelRunner(model), tokenizer
+    return batching.ModelRunner(model), tokenizer
 
 
-SMALL_WINDOWS = engine.EngineSettings(max_seq_len=2048)  # many cheap windows: the reading logic, not the model, is tested
+SMALL_WINDOWS = limits.EngineSettings(max_seq_len=2048)  # many cheap windows: the reading logic, not the model, is tested
 
 
 @pytest.mark.slow
@@ -146,19 +147,19 @@ def test_guided_reads_few_windows_and_answers_as_the_full_read(demo):
     # there guided reading rightly reads everything, tested below).
     item = eval_task.make_document(4, 30_000)
     documents = [Document("report.txt", item.text)]
-    full = engine.answer(runner, tokenizer, documents, item.question, SMALL_WINDOWS, reading_mode="full")
+    full = answering.answer(runner, tokenizer, documents, item.question, SMALL_WINDOWS, reading_mode="full")
     cache: dict = {}
-    guided = engine.answer(runner, tokenizer, documents, item.question, SMALL_WINDOWS, reading_mode="guided",
-                           index_cache=cache)
-    assert full.reading["mode"] == "full" and full.reading["windows_read"] == full.windows == \
-        full.reading["windows_total"]
-    assert guided.reading["mode"] == "guided" and guided.reading["windows_total_estimated"]
-    assert guided.reading["windows_read"] == guided.windows <= full.windows / 4
+    guided = answering.answer(runner, tokenizer, documents, item.question, SMALL_WINDOWS, reading_mode="guided",
+                              index_cache=cache)
+    assert full.reading.mode == "full" and full.reading.windows_read == full.windows == \
+        full.reading.windows_total
+    assert guided.reading.mode == "guided" and guided.reading.windows_total_estimated
+    assert guided.reading.windows_read == guided.windows <= full.windows / 4
     assert [(a.text, a.start_char) for a in guided.answers[:1]] == [(a.text, a.start_char) for a in full.answers[:1]]
-    assert any(r["start_char"] <= item.answer_start and item.answer_end <= r["end_char"]
-               for r in guided.reading["read"])
+    assert any(r.start_char <= item.answer_start and item.answer_end <= r.end_char
+               for r in guided.reading.read)
     assert "rank" in guided.latency_s and "rank" not in full.latency_s
-    assert abs(guided.reading["windows_total"] - full.windows) <= max(2, full.windows // 5)  # the estimate
+    assert abs(guided.reading.windows_total - full.windows) <= max(2, full.windows // 5)  # the estimate
 
 
 @pytest.mark.slow
@@ -166,10 +167,10 @@ def test_a_weak_answer_after_the_ranked_windows_reads_the_whole_document(demo):
     runner, tokenizer = demo
     item = eval_task.make_document(3, 30_000)
     documents = [Document("report.txt", item.text)]
-    guided = engine.answer(runner, tokenizer, documents, item.question, SMALL_WINDOWS, reading_mode="guided")
-    full = engine.answer(runner, tokenizer, documents, item.question, SMALL_WINDOWS, reading_mode="full")
-    assert guided.reading["mode"] == "full" and "no strong answer" in guided.reading["reason"]
-    assert guided.windows == full.windows and not guided.reading["windows_total_estimated"]
+    guided = answering.answer(runner, tokenizer, documents, item.question, SMALL_WINDOWS, reading_mode="guided")
+    full = answering.answer(runner, tokenizer, documents, item.question, SMALL_WINDOWS, reading_mode="full")
+    assert guided.reading.mode == "full" and "no strong answer" in guided.reading.reason
+    assert guided.windows == full.windows and not guided.reading.windows_total_estimated
     assert [(a.text, a.score, a.start_char) for a in guided.answers] == \
         [(a.text, a.score, a.start_char) for a in full.answers]
 
@@ -183,13 +184,16 @@ def test_a_second_question_on_the_same_documents_pays_only_the_query(demo, monke
     built = []
     real_build = reading.build_index
     monkeypatch.setattr(reading, "build_index", lambda *a, **k: built.append(1) or real_build(*a, **k))
-    engine.answer(runner, tokenizer, documents, item.question, SMALL_WINDOWS, reading_mode="guided", index_cache=cache)
-    engine.answer(runner, tokenizer, documents, "What is the colour of nothing?", SMALL_WINDOWS,
-                  reading_mode="guided", index_cache=cache)
+    answering.answer(runner, tokenizer, documents, item.question, SMALL_WINDOWS, reading_mode="guided",
+                     index_cache=cache)
+    answering.answer(runner, tokenizer, documents, "What is the colour of nothing?", SMALL_WINDOWS,
+                     reading_mode="guided", index_cache=cache)
     assert built == [1]
     other = [Document("other.txt", item.text + " More.")]
-    engine.answer(runner, tokenizer, other, item.question, SMALL_WINDOWS, reading_mode="guided", index_cache=cache)
-    engine.answer(runner, tokenizer, documents, item.question, SMALL_WINDOWS, reading_mode="guided", index_cache=cache)
+    answering.answer(runner, tokenizer, other, item.question, SMALL_WINDOWS, reading_mode="guided",
+                     index_cache=cache)
+    answering.answer(runner, tokenizer, documents, item.question, SMALL_WINDOWS, reading_mode="guided",
+                     index_cache=cache)
     assert built == [1, 1] and len(cache) == 2  # another upload: a new index beside the first, still cached
 
 
@@ -198,13 +202,13 @@ def test_full_reading_is_the_unguided_engine(demo):
     runner, tokenizer = demo
     item = eval_task.make_document(4, 3_000)
     documents = [Document("report.txt", item.text)]
-    plain = engine.answer(runner, tokenizer, documents, item.question, SMALL_WINDOWS)
-    full = engine.answer(runner, tokenizer, documents, item.question, SMALL_WINDOWS, reading_mode="full")
+    plain = answering.answer(runner, tokenizer, documents, item.question, SMALL_WINDOWS)
+    full = answering.answer(runner, tokenizer, documents, item.question, SMALL_WINDOWS, reading_mode="full")
     assert [(a.text, a.score, a.start_char) for a in plain.answers] == \
         [(a.text, a.score, a.start_char) for a in full.answers]
     assert plain.windows == full.windows and plain.tokens == full.tokens
     with pytest.raises(InputError, match="reading mode"):
-        engine.answer(runner, tokenizer, documents, item.question, SMALL_WINDOWS, reading_mode="skim")
+        answering.answer(runner, tokenizer, documents, item.question, SMALL_WINDOWS, reading_mode="skim")
 
 
 @pytest.mark.slow
@@ -218,11 +222,11 @@ def test_full_reading_is_the_unguided_engine(demo):
 def test_bad_input_gives_a_reason_and_an_answer_never_a_crash(demo, question, text):
     runner, tokenizer = demo
     text = text or eval_task.make_document(6, 6_000).text
-    result = engine.answer(runner, tokenizer, [Document("d.txt", text)], question, SMALL_WINDOWS,
-                           reading_mode="guided")
-    assert result.reading["mode"] == "full" and result.reading["reason"]
+    result = answering.answer(runner, tokenizer, [Document("d.txt", text)], question, SMALL_WINDOWS,
+                              reading_mode="guided")
+    assert result.reading.mode == "full" and result.reading.reason
     assert result.answers and result.answers[0].text.strip()
-    assert result.reading["windows_read"] == result.windows
+    assert result.reading.windows_read == result.windows
 
 
 @pytest.mark.slow
@@ -230,9 +234,9 @@ def test_many_documents_are_ranked_together_and_answers_point_into_the_right_one
     runner, tokenizer = demo
     items = [eval_task.make_document(seed, 8_000) for seed in (11, 12, 13)]
     documents = [Document(f"d{i}.txt", it.text) for i, it in enumerate(items)]
-    result = engine.answer(runner, tokenizer, documents, items[1].question, SMALL_WINDOWS, reading_mode="guided")
-    assert result.reading["mode"] == "guided"
-    assert {r["document_index"] for r in result.reading["read"]} >= {1}
+    result = answering.answer(runner, tokenizer, documents, items[1].question, SMALL_WINDOWS, reading_mode="guided")
+    assert result.reading.mode == "guided"
+    assert {r.document_index for r in result.reading.read} >= {1}
     best = result.answers[0]
     assert best.document_index == 1 and documents[1].text[best.start_char:best.end_char] == best.text
 
@@ -264,23 +268,23 @@ class FlatRunner:
         return torch.zeros(batch["input_ids"].shape), torch.zeros(batch["input_ids"].shape)  # (B, L) each
 
 
-FLAT_SETTINGS = engine.EngineSettings(max_seq_len=512)
+FLAT_SETTINGS = limits.EngineSettings(max_seq_len=512)
 
 
 def weak_request(tiny_tokenizer, question="What is the budget of Quarrowby?", **settings):
     text = long_text("The budget of Quarrowby is 12 crowns.", 0.6, n_chars=60_000)
     runner = FlatRunner()
-    result = engine.answer(runner, tiny_tokenizer, [Document("d.txt", text)], question,
-                           dataclasses.replace(FLAT_SETTINGS, **settings), reading_mode="guided")
+    result = answering.answer(runner, tiny_tokenizer, [Document("d.txt", text)], question,
+                              dataclasses.replace(FLAT_SETTINGS, **settings), reading_mode="guided")
     return result, runner
 
 
 def test_a_weak_answer_reads_the_whole_document_in_the_full_reads_windows(tiny_tokenizer):
     result, runner = weak_request(tiny_tokenizer)
-    full = engine.answer(FlatRunner(), tiny_tokenizer, [Document("d.txt", long_text(
+    full = answering.answer(FlatRunner(), tiny_tokenizer, [Document("d.txt", long_text(
         "The budget of Quarrowby is 12 crowns.", 0.6, n_chars=60_000))], "What is the budget of Quarrowby?",
         FLAT_SETTINGS, reading_mode="full")
-    assert result.reading["mode"] == "full" and "no strong answer" in result.reading["reason"]
+    assert result.reading.mode == "full" and "no strong answer" in result.reading.reason
     assert result.windows == full.windows and runner.windows > full.windows  # the guided rounds, then all
 
 
@@ -288,7 +292,7 @@ def test_a_question_that_was_cut_still_reads_on_when_the_answer_is_weak(tiny_tok
     long_question = "What is the budget of Quarrowby? " + "please " * 200
     result, _ = weak_request(tiny_tokenizer, question=long_question)
     assert any("was cut" in notice for notice in result.notices)
-    assert result.reading["mode"] == "full" and "no strong answer" in result.reading["reason"]
+    assert result.reading.mode == "full" and "no strong answer" in result.reading.reason
 
 
 def test_a_weak_answer_keeps_the_guided_read_when_reading_everything_would_pass_the_time_limit(tiny_tokenizer):
@@ -298,22 +302,22 @@ def test_a_weak_answer_keeps_the_guided_read_when_reading_everything_would_pass_
             return super().__call__(batch)
 
     text = long_text("The budget of Quarrowby is 12 crowns.", 0.6, n_chars=60_000)
-    result = engine.answer(SlowFlatRunner(), tiny_tokenizer, [Document("d.txt", text)],
-                           "What is the budget of Quarrowby?", dataclasses.replace(FLAT_SETTINGS, max_request_s=1.0),
-                           reading_mode="guided")
-    assert result.reading["windows_total"] * 0.05 > 1.0
-    assert result.reading["mode"] == "guided" and result.windows < result.reading["windows_total"]
+    result = answering.answer(SlowFlatRunner(), tiny_tokenizer, [Document("d.txt", text)],
+                              "What is the budget of Quarrowby?", dataclasses.replace(FLAT_SETTINGS, max_request_s=1.0),
+                              reading_mode="guided")
+    assert result.reading.windows_total * 0.05 > 1.0
+    assert result.reading.mode == "guided" and result.windows < result.reading.windows_total
     assert any("over the limit of 1 s" in notice for notice in result.notices)
     assert result.answers
 
 
 def test_the_largest_overlap_the_settings_allow_is_refused_like_the_full_read_not_a_crash(tiny_tokenizer):
     text = long_text("The budget of Quarrowby is 12 crowns.", 0.6, n_chars=60_000)
-    settings = engine.EngineSettings(max_seq_len=128, max_question_len=8, doc_stride=116).resolved(tiny_tokenizer)
+    settings = limits.EngineSettings(max_seq_len=128, max_question_len=8, doc_stride=116).resolved(tiny_tokenizer)
     for mode in ("full", "auto"):
         with pytest.raises(InputError, match="not more than the overlap"):
-            engine.answer(FlatRunner(), tiny_tokenizer, [Document("d.txt", text)], "What is the budget of it?",
-                          settings, reading_mode=mode)
+            answering.answer(FlatRunner(), tiny_tokenizer, [Document("d.txt", text)], "What is the budget of it?",
+                             settings, reading_mode=mode)
 
 
 def test_the_first_round_never_reads_a_stretch_without_the_questions_words():
@@ -328,12 +332,12 @@ def test_the_index_cache_keeps_the_last_few_uploads(tiny_tokenizer):
     cache: dict = {}
     texts = [long_text(f"The budget of Quarrowby{i} is 12 crowns.", 0.5, n_chars=40_000) for i in range(5)]
     for text in texts:
-        engine.plan_guided(tiny_tokenizer, [Document("d.txt", text)], "What is the budget?", FLAT_SETTINGS, "guided",
-                           index_cache=cache)
-    assert len(cache) == engine._CACHED_INDEXES
-    engine.plan_guided(tiny_tokenizer, [Document("d.txt", texts[2])], "What is the budget?", FLAT_SETTINGS, "guided",
-                       index_cache=cache)
-    assert len(cache) == engine._CACHED_INDEXES  # a hit: nothing built, nothing let go
+        plan_request(tiny_tokenizer, [Document("d.txt", text)], "What is the budget?", FLAT_SETTINGS, "guided",
+                     index_cache=cache)
+    assert len(cache) == CACHED_INDEXES
+    plan_request(tiny_tokenizer, [Document("d.txt", texts[2])], "What is the budget?", FLAT_SETTINGS, "guided",
+                 index_cache=cache)
+    assert len(cache) == CACHED_INDEXES  # a hit: nothing built, nothing let go
 
 
 def test_one_cjk_file_among_english_ones_does_not_stop_the_ranking():
@@ -341,3 +345,48 @@ def test_one_cjk_file_among_english_ones_does_not_stop_the_ranking():
     index = index_of(english + ["预算是十二元。" * 500])
     plan = reading.plan_reading("guided", index, reading.rank(index, "What is the budget of Quarrowby?"), "q", 99)
     assert index.unsplit_share < reading.UNSPLIT_SHARE and plan.mode == "guided"
+
+
+# --- "not found" (issue 38): a question the documents do not answer is read whole before it is said not found ---
+
+class PeakRunner(FlatRunner):
+    """A middling answer at the same place of every window: not weak for guided reading (its score passes
+    WEAK_ANSWER_SCORE), but under a strict threshold."""
+
+    def __call__(self, batch):
+        start, end = super().__call__(batch)
+        start[:, 40] = end[:, 40] = 4.0
+        return start, end
+
+
+def test_an_answer_the_rule_calls_not_found_is_read_whole_first_and_then_said_not_found(tiny_tokenizer):
+    text = long_text("The budget of Quarrowby is 12 crowns.", 0.6, n_chars=60_000)
+    question = "What is the budget of Quarrowby?"
+    relaxed = answering.answer(PeakRunner(), tiny_tokenizer, [Document("d.txt", text)], question, FLAT_SETTINGS,
+                               reading_mode="guided")
+    assert relaxed.reading.mode == "guided" and relaxed.found is None  # strong enough to stop; no rule
+    strict = dataclasses.replace(FLAT_SETTINGS, no_answer_below=0.5)
+    result = answering.answer(PeakRunner(), tiny_tokenizer, [Document("d.txt", text)], question, strict,
+                              reading_mode="guided")
+    assert result.answers[0].score < 0.5
+    assert result.reading.mode == "full" and result.windows > relaxed.windows  # read whole before saying so
+    assert result.found is False and result.verdict.read_whole
+    assert result.verdict.message == no_answer.NOT_FOUND
+    assert all(a.confidence == "low" for a in result.answers)
+
+
+def test_when_the_time_budget_ends_first_it_says_not_found_in_the_part_read(tiny_tokenizer):
+    class SlowFlatRunner(FlatRunner):
+        def __call__(self, batch):
+            time.sleep(0.05)
+            return super().__call__(batch)
+
+    text = long_text("The budget of Quarrowby is 12 crowns.", 0.6, n_chars=60_000)
+    settings = dataclasses.replace(FLAT_SETTINGS, max_request_s=1.0,
+                                   no_answer=no_answer.NoAnswerRule(no_answer.THRESHOLD, 1e-3, "test"))
+    result = answering.answer(SlowFlatRunner(), tiny_tokenizer, [Document("d.txt", text)],
+                              "What is the budget of Quarrowby?", settings, reading_mode="guided")
+    assert result.reading.mode == "guided" and result.windows < result.reading.windows_total
+    assert result.found is False and not result.verdict.read_whole
+    assert result.verdict.message == no_answer.NOT_FOUND_IN_PART
+    assert result.to_json()["no_answer"]["read_whole"] is False

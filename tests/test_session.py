@@ -6,18 +6,20 @@ import weakref
 
 import pytest
 
-from longqa.session import Session, measured_peak, read_documents
+from longqa.backend import Backend
+from longqa.session import Session, read_documents
 from longqa_core.documents import Document
 from longqa_core.errors import InputError, ModelLoadError, ProfileError
 
 
+@pytest.mark.slow
 def test_load_ask_and_the_readout_has_every_field(tiny_model_dir):
     session = Session()
     readout = session.load(str(tiny_model_dir), "baseline-fp32")
     assert readout.load_time_s > 0 and readout.weight_bytes > 0
-    result = session.ask([Document("d", "The harbor of Velka is 42. " * 300)], "What is the harbor of Velka?",
-                         max_seq_len=256, doc_stride=64, top_k=3)
-    data = session.readout(result)
+    plan = session.plan([Document("d", "The harbor of Velka is 42. " * 300)], "What is the harbor of Velka?",
+                        max_seq_len=256, doc_stride=64, top_k=3)
+    data = session.ask(plan).to_json()
     for key in ("answers", "model", "profile", "windows", "tokens", "batch_size", "latency_s", "memory"):
         assert key in data
     assert data["model"] == str(tiny_model_dir) and data["profile"] == "baseline-fp32"
@@ -27,11 +29,12 @@ def test_load_ask_and_the_readout_has_every_field(tiny_model_dir):
     assert data["windows"] > 1 and len(data["answers"]) == 3
 
 
+@pytest.mark.slow
 def test_the_readout_sets_the_planners_prediction_beside_the_measured_peak(tiny_model_dir):
     session = Session()
     session.load(str(tiny_model_dir), "baseline-fp32")
     document = [Document("d", "The harbor of Velka is 42. " * 300)]
-    short, long = (session.readout(session.ask(document, "What is the harbor of Velka?", max_seq_len=n))
+    short, long = (session.ask(session.plan(document, "What is the harbor of Velka?", max_seq_len=n)).to_json()
                    for n in (256, 1024))
     for data in (short, long):
         prediction = data["memory_prediction"]
@@ -41,11 +44,36 @@ def test_the_readout_sets_the_planners_prediction_beside_the_measured_peak(tiny_
     assert long["memory_prediction"]["predicted_peak_bytes"] > short["memory_prediction"]["predicted_peak_bytes"]
 
 
-def test_the_measured_peak_on_a_gpu_is_that_gpus_peak_allocated():
-    memory = {"host_peak_rss_bytes": 9, "devices": [{"index": 0, "peak_allocated_bytes": 5},
-                                                    {"index": 1, "peak_allocated_bytes": 7}]}
-    assert measured_peak(memory, "cuda:1") == 7 and measured_peak(memory, "cpu") == 9
-    assert measured_peak({"devices": []}, "cuda:0") is None
+def test_the_embedded_session_is_a_backend_and_answers_the_plan_it_made(tiny_model_dir):
+    session = Session()
+    assert isinstance(session, Backend)
+    session.load(str(tiny_model_dir), "cpu")
+    plan = session.plan([Document("d", "The harbor of Velka is 42. " * 300)], "What is the harbor of Velka?", "full",
+                        max_seq_len=256, doc_stride=64)
+    assert plan.generation == session.generation and plan.expected_windows == plan.windows > 1
+    readout = session.ask(plan)
+    assert readout.result.windows == plan.windows and readout.result.documents == plan.stats
+    assert readout.result.forward.windows == plan.windows and readout.result.forward.seconds > 0
+    assert session.loaded.batch_state.window_s > 0  # the loaded model's one throughput estimate learned it
+
+
+def test_a_plan_made_before_another_load_is_made_again_for_the_model_loaded_now(tiny_model_dir):
+    session = Session()
+    session.load(str(tiny_model_dir), "baseline-fp32")
+    plan = session.plan([Document("d", "Some words here. " * 400)], "Which words?", "full", max_seq_len=256)
+    session.load(str(tiny_model_dir), "cpu")
+    readout = session.ask(plan)
+    assert readout.profile == "cpu" and readout.result.windows == session.plan(
+        plan.documents, "Which words?", "full", max_seq_len=256).windows
+
+
+def test_a_readout_from_another_process_teaches_the_throughput_estimate(tiny_model_dir):
+    session = Session()
+    session.load(str(tiny_model_dir), "cpu")
+    readout = session.ask(session.plan([Document("d", "Some words here. " * 50)], "Which words?"))
+    before = session.loaded.batch_state.forward_windows
+    session.learn(readout)
+    assert session.loaded.batch_state.forward_windows == before / 2 + readout.result.forward.windows
 
 
 def test_same_request_does_not_reload_but_auto_stays_auto(tiny_model_dir):
@@ -77,8 +105,8 @@ def test_a_failed_load_keeps_the_previous_model_in_use(tiny_model_dir, tmp_path)
     with pytest.raises(ModelLoadError):
         session.load(str(broken), "baseline-fp32")
     assert session.model_ref == str(tiny_model_dir) and session.profile_name == "baseline-fp32"
-    result = session.ask([Document("d", "Some words here. " * 50)], "Which words?")
-    assert result.answers
+    readout = session.ask(session.plan([Document("d", "Some words here. " * 50)], "Which words?"))
+    assert readout.result.answers and readout.model == str(tiny_model_dir)
 
 
 def test_a_profile_that_cannot_run_here_is_explained_and_nothing_changes(tiny_model_dir):

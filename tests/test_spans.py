@@ -4,7 +4,9 @@ to words, and never empty, blank or punctuation."""
 import numpy as np
 import pytest
 
-from longqa_core.spans import (Candidate, align_to_words, best_spans, is_answer_text, merge_candidates,
+from longqa_core import spans as spans_module
+from longqa_core.errors import Cancelled
+from longqa_core.spans import (Candidate, align_to_words, answer_reach, best_spans, is_answer_text, merge_candidates,
                                spans_per_window, window_candidates)
 from tests.reference_qa import get_indices, project_span, select_starts_ends
 
@@ -266,3 +268,106 @@ def test_words_are_the_tokenizers_own_words(tiny_tokenizer):
                                                  ("—", False), ("“”", False), ("7", True), ("a.", True), ("½", True)])
 def test_what_counts_as_an_answer(text, is_answer):
     assert is_answer_text(text) is is_answer
+
+
+EMOJI = ["😀", "🎉", "🧪", " ", "...", " —", "\n\n"]
+
+
+def count_alignments(monkeypatch) -> list[int]:
+    calls = []
+    real = spans_module.align_to_words
+
+    def counting(*args):
+        calls.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(spans_module, "align_to_words", counting)
+    return calls
+
+
+def test_a_window_of_emoji_and_punctuation_aligns_no_span(monkeypatch):
+    text, offsets, context = layout(EMOJI * 300)
+    rng = np.random.default_rng(4)
+    calls = count_alignments(monkeypatch)
+    found, null = window_candidates(rng.normal(size=len(offsets)), rng.normal(size=len(offsets)), context, offsets,
+                                    text, 0, top_k=3, max_answer_len=15)
+    assert found == [] and len(calls) == 1  # before: each of its ~30,000 spans was aligned, then rejected
+    assert 0 < null < 1
+
+
+def test_one_word_among_emoji_is_still_found_after_few_alignments(monkeypatch):
+    pieces = EMOJI * 100 + [" Fredville"] + EMOJI * 100
+    text, offsets, context = layout(pieces)
+    word = QUESTION_TOKENS + len(EMOJI) * 100
+    emoji_peaks = {QUESTION_TOKENS + i: 10.0 for i in range(len(pieces)) if i != len(EMOJI) * 100}
+    start = peaked(len(offsets), {**emoji_peaks, word: 1.0})
+    end = peaked(len(offsets), {**emoji_peaks, word: 1.0})
+    calls = count_alignments(monkeypatch)
+    found, _ = window_candidates(start, end, context, offsets, text, 0, top_k=1, max_answer_len=1)
+    assert [c.text for c in found] == ["Fredville"]
+    # the best span, then the word and the three emoji written against it ("Fredville😀🎉🧪"), of 1,400 tokens
+    assert len(calls) <= 5
+
+
+def allowing_every_span(text, offsets, context):
+    return np.zeros(len(offsets), dtype=np.int64), np.ones(len(offsets), dtype=np.int64)
+
+
+MIXED_TEXT = WORDS_TEXT + " 😀🎉🧪 ... 😀🎉🧪 -- x 😀🎉" + "😀…" * 110 + "z" + "—" * 210 + " 7 ¡¿ 🧪🧪"
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_leaving_out_hopeless_spans_changes_no_answer(tiny_tokenizer, monkeypatch, seed):
+    """The same candidates, scores and places as aligning every span and rejecting those without a letter or digit
+    (what decoding did before `answer_reach`), on real tokens of prose, emoji and long runs without white space."""
+    encoding = tiny_tokenizer(MIXED_TEXT, add_special_tokens=False, return_offsets_mapping=True)
+    offsets = [(0, 0)] * QUESTION_TOKENS + list(encoding["offset_mapping"]) + [(0, 0)]
+    context = np.zeros(len(offsets), dtype=bool)
+    context[QUESTION_TOKENS:-1] = True
+    rng = np.random.default_rng(seed)
+    no_word = np.array([not is_answer_text(MIXED_TEXT[a:b]) for a, b in offsets]) & context
+    start = rng.normal(scale=4, size=len(offsets)) + 6 * no_word  # the model favours emoji and punctuation
+    end = rng.normal(scale=4, size=len(offsets)) + 6 * no_word
+    reaches = []
+    monkeypatch.setattr(spans_module, "answer_reach", lambda *args: reaches.append(1) or answer_reach(*args))
+    ours = window_candidates(start, end, context, offsets, MIXED_TEXT, 0, top_k=5, max_answer_len=15)
+    assert reaches == [1]
+    monkeypatch.setattr(spans_module, "answer_reach", allowing_every_span)
+    assert ours == window_candidates(start, end, context, offsets, MIXED_TEXT, 0, top_k=5, max_answer_len=15)
+
+
+def test_reach_never_rules_out_a_span_that_aligns_to_an_answer(tiny_tokenizer):
+    encoding = tiny_tokenizer(MIXED_TEXT, add_special_tokens=False, return_offsets_mapping=True)
+    offsets = list(encoding["offset_mapping"])
+    before_first, through_last = answer_reach(MIXED_TEXT, offsets, np.ones(len(offsets), dtype=bool))
+    ruled_out = 0
+    for s in range(len(offsets)):
+        for e in range(s, min(len(offsets), s + 6)):  # widening depends on the end tokens, not the length
+            start, end = align_to_words(MIXED_TEXT, offsets[s], offsets[e])
+            if through_last[e] <= before_first[s]:
+                ruled_out += 1
+                assert not is_answer_text(MIXED_TEXT[start:end]), (s, e, MIXED_TEXT[start:end])
+    assert ruled_out > 500  # the emoji and punctuation runs are left out
+
+
+def test_should_stop_ends_decoding_with_cancelled():
+    text, offsets, context = layout(FREEDONIA * 40)
+    rng = np.random.default_rng(5)
+    start, end = rng.normal(size=len(offsets)), rng.normal(size=len(offsets))
+    with pytest.raises(Cancelled):
+        window_candidates(start, end, context, offsets, text, 0, top_k=1, max_answer_len=15,
+                          should_stop=lambda: True)
+    asked = []
+
+    def stop_on_third_look():
+        asked.append(1)
+        return len(asked) >= 3
+
+    with pytest.raises(Cancelled):  # looked at while spans are aligned, not only before
+        window_candidates(start, end, context, offsets, text, 0, top_k=200, max_answer_len=15,
+                          should_stop=stop_on_third_look)
+    assert len(asked) == 3
+    never = window_candidates(start, end, context, offsets, text, 0, top_k=200, max_answer_len=15,
+                              should_stop=lambda: False)
+    assert never == window_candidates(start, end, context, offsets, text, 0, top_k=200, max_answer_len=15)
+    assert len(never[0]) == spans_per_window(200)

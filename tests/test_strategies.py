@@ -17,7 +17,8 @@ from torch import nn
 from transformers import AutoTokenizer, LongformerForQuestionAnswering
 
 from longqa.models import architecture_config
-from longqa_core.engine import EngineSettings, ModelRunner
+from longqa_core.batching import ModelRunner
+from longqa_core.limits import EngineSettings
 from longqa_core.errors import ProfileError
 from strategies import band_kernel
 from strategies.autocast import Autocast

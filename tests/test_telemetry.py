@@ -214,18 +214,19 @@ def test_measure_reads_the_card_the_request_ran_on(monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda index: "NVIDIA H100 80GB HBM3")
     with telemetry.measure(["cuda:0"]) as measurement:
         pass
-    memory = measurement.memory
+    memory = measurement.memory.to_json()
     assert memory["devices"] == [{"index": 0, "name": "NVIDIA H100 80GB HBM3", "peak_allocated_bytes": 7 * 10**8,
                                   "reserved_bytes": 9 * 10**8, "nvml_used_bytes": 2 * GiB,
                                   "nvml_total_bytes": 80 * GiB}]
     assert memory["nvml_used_bytes"] == 2 * GiB and memory["peak_allocated_bytes"] == 7 * 10**8
+    assert measurement.memory.peak_on("cuda:0") == 7 * 10**8 and measurement.memory.peak_on("cuda:1") is None
 
 
 def test_measure_on_cpu_has_no_device_rows(monkeypatch):
     simulate(monkeypatch, [], cuda=False)
     with telemetry.measure(["cpu"]) as measurement:
         sum(range(1000))
-    memory = measurement.memory
+    memory = measurement.memory.to_json()
     assert memory["devices"] == [] and memory["nvml_used_bytes"] is None and memory["peak_allocated_bytes"] is None
     assert memory["host_peak_rss_bytes"] >= memory["host_rss_bytes"] * 0.5 > 0
     assert measurement.latency_s["total"] > 0
@@ -271,7 +272,7 @@ def test_host_peak_sees_a_spike_before_a_nested_block_resets_the_mark():
     assert outer.peak_rss_bytes - outer.baseline_rss_bytes > 250 * MB
     assert inner.peak_rss_bytes - inner.baseline_rss_bytes < 100 * MB
     # against the resident memory the request started from (the spike's pages may or may not have gone back)
-    assert measurement.memory["host_peak_rss_bytes"] - inner.baseline_rss_bytes < 100 * MB
+    assert measurement.memory.host_peak_rss_bytes - inner.baseline_rss_bytes < 100 * MB
 
 
 def test_host_peak_samples_rss_where_the_mark_cannot_be_reset(monkeypatch, tmp_path):
@@ -321,9 +322,9 @@ def test_on_a_gpu_nvml_and_cuda_describe_the_same_device():
 def test_on_a_gpu_measure_reports_this_device():
     with telemetry.measure(["cuda:0"]) as measurement:
         block = torch.ones(256 * 1024**2, dtype=torch.uint8, device="cuda:0")
-    [row] = measurement.memory["devices"]
-    assert row["peak_allocated_bytes"] >= block.numel() and row["nvml_used_bytes"] >= row["peak_allocated_bytes"]
-    assert row["nvml_total_bytes"] > row["nvml_used_bytes"]
+    [row] = measurement.memory.devices
+    assert row.peak_allocated_bytes >= block.numel() and row.nvml_used_bytes >= row.peak_allocated_bytes
+    assert row.nvml_total_bytes > row.nvml_used_bytes
 
 
 @requires_cuda

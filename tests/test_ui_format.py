@@ -1,4 +1,4 @@
-"""The page's formatting: units, tables, evidence spans, history frames and the GPU gauge, from plain readouts."""
+"""The page's formatting: units, tables, evidence spans, history frames and the GPU gauge, from typed readouts."""
 
 from __future__ import annotations
 
@@ -7,6 +7,20 @@ from types import SimpleNamespace
 import pytest
 
 import ui_format
+from longqa.loader import LoadReadout
+from longqa.readout import MemoryPrediction, QueueReadout, Readout, predict_full_read_s
+from longqa_core import no_answer
+from longqa_core.answering import QAResult, ReadingReadout
+from longqa_core.spans import Answer
+from longqa_core.telemetry import DeviceMemory, MemoryReadout
+from longqa_core.windows import DocumentStats
+
+
+def readout_of(latency_s=None, reading=None, prediction=None, **fields) -> Readout:
+    """A readout as the session builds it, with only what a test sets."""
+    result = QAResult("q?", [], [], fields.pop("windows", 2), fields.pop("tokens", 5000), 2, 0, latency_s or {},
+                      MemoryReadout(), reading=reading)
+    return Readout(result, "demo", "cpu", prediction, **fields)
 
 
 @pytest.mark.parametrize("n_bytes, text", [(None, "—"), (0, "0 B"), (999, "999 B"), (4_100, "4.1 kB"),
@@ -50,14 +64,27 @@ def test_evidence_at_document_edges_has_no_ellipsis():
 
 
 def test_answer_rows_and_best_answer():
-    answers = [{"text": "teal", "score": 0.91234, "document": "a.txt", "document_index": 0, "start_char": 1200,
-                "end_char": 1204},
-               {"text": "", "score": 0.05, "document": None, "document_index": -1, "start_char": 0, "end_char": 0}]
+    answers = [Answer("teal", 0.91234, "a.txt", 0, 1200, 1204, "high"), Answer("", 0.05, None, -1, 0, 0)]
     rows = ui_format.answer_rows(answers)
-    assert rows[0] == [1, "teal", "0.9123", "a.txt", "1,200–1,204"]
-    assert rows[1][3] == "(no answer)" and rows[1][4] == "—"
-    assert ui_format.best_answer(answers) == "teal"
-    assert ui_format.best_answer(answers[1:]).startswith("(no answer")
+    assert rows[0] == [1, "teal", "0.9123", "high", "a.txt", "1,200–1,204"]
+    assert rows[1][4] == "(no answer)" and rows[1][5] == "—"
+    found = no_answer.judge(no_answer.NoAnswerRule(no_answer.THRESHOLD, 1e-5, "measured"), 0.91234, 0.01, True)
+    assert ui_format.best_answer(SimpleNamespace(answers=answers, verdict=found)) == "teal"
+    assert ui_format.best_answer(SimpleNamespace(answers=answers[1:], verdict=found)).startswith("(no answer")
+
+
+def test_a_question_the_documents_do_not_answer_shows_not_found_and_the_best_span_as_low_confidence():
+    answers = [Answer("teal", 3e-11, "a.txt", 0, 1200, 1204, "low")]
+    rule = no_answer.NoAnswerRule(no_answer.THRESHOLD, 1e-5, "measured")
+    result = SimpleNamespace(answers=answers, verdict=no_answer.judge(rule, 3e-11, 0.99, True))
+    shown = ui_format.best_answer(result)
+    assert shown.startswith(no_answer.NOT_FOUND) and "teal" in shown and "low confidence" in shown
+    assert ui_format.verdict_text(result).startswith(no_answer.NOT_FOUND)
+    part = SimpleNamespace(answers=answers, verdict=no_answer.judge(rule, 3e-11, 0.99, False))
+    assert ui_format.best_answer(part).startswith(no_answer.NOT_FOUND_IN_PART)
+    free = no_answer.NoAnswerRule(no_answer.UNCALIBRATED)
+    loose = SimpleNamespace(answers=answers, verdict=no_answer.judge(free, 3e-11, 0.99, True))
+    assert ui_format.best_answer(loose) == "teal" and no_answer.NOT_CALIBRATED in ui_format.verdict_text(loose)
 
 
 def test_latency_and_memory_rows_cover_every_stage_and_device():
@@ -66,13 +93,12 @@ def test_latency_and_memory_rows_cover_every_stage_and_device():
     assert [r[0] for r in rows] == ["extract", "tokenize", "rank", "forward", "decode", "total", "throughput"]
     assert rows[3][1] == "2.40 s" and rows[-1][1] == "4,096 tokens/s"
     assert rows[2][1] == ui_format.MISSING  # no ranking in a full read
-    memory = {"host_rss_bytes": 2e9, "host_peak_rss_bytes": 3e9, "devices": [
-        {"index": 0, "name": "T4", "peak_allocated_bytes": 1e9, "reserved_bytes": 2e9, "nvml_used_bytes": 3e9,
-         "nvml_total_bytes": 16e9}]}
+    memory = MemoryReadout(host_rss_bytes=2e9, host_peak_rss_bytes=3e9,
+                           devices=[DeviceMemory(0, "T4", 1e9, 2e9, 3e9, 16e9)])
     rows = ui_format.memory_rows(memory)
     assert rows[0] == ["cuda:0 T4", "1.0 GB", "2.0 GB", "3.0 GB", "16.0 GB"]
     assert rows[1][:3] == ["host", "3.0 GB", "2.0 GB"]
-    assert ui_format.memory_rows({"devices": []})[0][1] == "no GPU used"
+    assert ui_format.memory_rows(MemoryReadout())[0][1] == "no GPU used"
 
 
 def test_history_frame_uses_gpu_peak_else_host_peak():
@@ -101,10 +127,10 @@ def test_gpu_gauge_fractions_and_missing_nvml():
 
 
 def test_load_rows_summarise_the_device_map():
-    readout = {"model_ref": "demo", "profile": "consumer-gpu", "strategies": ["half_precision", "offload"],
-               "dtype": "float16", "load_time_s": 3.2, "weight_bytes_per_device": {"cuda:0": 6e8, "cpu": 2e8},
-               "device_map": {"a": "cuda:0", "b": "cuda:0", "c": "cpu"}, "host_peak_rss_bytes": 1.5e9,
-               "fallback_reason": None, "notes": ["band kernel off: no C compiler"]}
+    readout = LoadReadout(model_ref="demo", profile="consumer-gpu", strategies=["half_precision", "offload"],
+                          dtype="float16", load_time_s=3.2, weight_bytes_per_device={"cuda:0": 6e8, "cpu": 2e8},
+                          device_map={"a": "cuda:0", "b": "cuda:0", "c": "cpu"}, host_peak_rss_bytes=1.5e9,
+                          fallback_reason=None, notes=["band kernel off: no C compiler"])
     rows = dict(ui_format.load_rows(readout))
     assert list(rows) == ui_format.LOAD_HEADERS
     assert rows["notes"] == "band kernel off: no C compiler"
@@ -124,31 +150,37 @@ def test_training_summary_states_the_saving_and_that_inference_saves_nothing():
 
 
 def test_run_rows_show_the_prediction_beside_the_measured_peak():
-    readout = {"model": "demo", "profile": "cpu", "tokens": 5000, "windows": 2, "batch_size": 2, "backoffs": 0,
-               "memory_prediction": {"device": "cpu", "predicted_peak_bytes": 1.2e9, "measured_peak_bytes": 1.3e9,
-                                     "error_pct": -7.7, "measured_as": "peak RSS"}}
+    readout = readout_of(prediction=MemoryPrediction("cpu", 1.2e9, 1.3e9, -7.7, "peak RSS"),
+                         queue=QueueReadout(1.2, 3), replica="ab12cd34:77")
     rows = dict(ui_format.run_rows(readout))
     assert rows["memory: predicted vs measured"] == "predicted 1.2 GB, measured 1.3 GB (-8 %), peak RSS on cpu"
-    readout["memory_prediction"] = None
+    assert rows["queue"] == "waited 1.20 s, 3 requests ahead when it arrived" and rows["replica"] == "ab12cd34:77"
+    assert rows["tokens"] == "5,000" and rows["why"] == ui_format.MISSING
+    readout.memory_prediction = None
     assert dict(ui_format.run_rows(readout))["memory: predicted vs measured"] == ui_format.MISSING
 
 
-def test_reading_summary_says_what_was_read_and_predicts_the_full_read():
-    readout = {"latency_s": {"extract": 0.5, "tokenize": 0.5, "rank": 0.2, "forward": 12.0, "decode": 0.1,
-                             "total": 13.3},
-               "reading": {"mode": "guided", "windows_read": 6, "windows_total": 51, "windows_total_estimated": True,
-                           "reason": "ranked", "read": []}}
+def test_reading_summary_says_what_was_read_and_the_full_reads_prediction():
+    readout = readout_of({"extract": 0.5, "tokenize": 0.5, "rank": 0.2, "forward": 12.0, "decode": 0.1, "total": 13.3},
+                         ReadingReadout("guided", "auto", 6, 51, True, "ranked", []), full_read_s=110.0)
     text = ui_format.reading_summary(readout)
     assert text.startswith("read 6 of about 51 windows (guided) in 13.30 s")
-    assert ui_format.full_read_s(readout) == pytest.approx(0.5 + (0.5 + 12.0 + 0.1) / 6 * 51)
-    assert "a full read would take about" in text
-    full = {"latency_s": {"forward": 3.0, "total": 3.5},
-            "reading": {"mode": "full", "windows_read": 4, "windows_total": 4, "windows_total_estimated": False}}
-    assert ui_format.full_read_s(full) is None and "would take" not in ui_format.reading_summary(full)
-    assert ui_format.reading_summary({"latency_s": {}}) == ui_format.MISSING
+    assert text.endswith("; a full read would take about 110.00 s")
+    full = readout_of({"forward": 3.0, "total": 3.5}, ReadingReadout("full", "full", 4, 4, False, "asked", []))
+    assert "would take" not in ui_format.reading_summary(full)
+    assert ui_format.reading_summary(readout_of()) == ui_format.MISSING
+
+
+def test_the_full_read_is_predicted_at_the_models_measured_seconds_a_window():
+    guided = readout_of({"extract": 0.5, "tokenize": 0.5, "forward": 12.0, "decode": 0.1, "total": 13.3},
+                        ReadingReadout("guided", "auto", 6, 51, True, "ranked", [])).result
+    assert predict_full_read_s(guided, 2.0) == pytest.approx(0.5 + ((0.5 + 0.1) / 6 + 2.0) * 51)
+    assert predict_full_read_s(guided, None) is None
+    full = readout_of({"forward": 3.0}, ReadingReadout("full", "full", 4, 4, False, "asked", [])).result
+    assert predict_full_read_s(full, 2.0) is None
 
 
 def test_document_rows_say_about_when_a_guided_read_estimated_them():
-    documents = [{"name": "a.txt", "chars": 600_000, "tokens": 190_000, "windows": 48}]
+    documents = [DocumentStats("a.txt", 600_000, 190_000, 48)]
     assert ui_format.document_rows(documents) == [["a.txt", 600_000, 190_000, 48]]
     assert ui_format.document_rows(documents, estimated=True) == [["a.txt", 600_000, "about 190,000", "about 48"]]

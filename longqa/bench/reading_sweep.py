@@ -27,7 +27,7 @@ from longqa.bench.runner import PROJECT_ROOT, machine_info, prepare_model, worke
 from longqa.demo_model import eval_task
 from longqa.loader import load_model
 from longqa.session import read_documents
-from longqa_core import engine
+from longqa_core import answering
 from longqa_core.documents import Document
 from longqa_core.errors import InputError
 from longqa_core.reading import READING_MODES
@@ -66,22 +66,22 @@ def measure(spec: SweepSpec) -> dict:
     """Load the model, read the file, answer once to warm up on a short text, then answer the document."""
     loaded = load_model(spec.model, spec.profile)
     warm = eval_task.make_document(1, 400)
-    engine.answer(loaded.runner, loaded.tokenizer, [Document("warm.txt", warm.text)], warm.question,
-                  loaded.settings, batch_state=loaded.batch_state)
+    answering.answer(loaded.runner, loaded.tokenizer, [Document("warm.txt", warm.text)], warm.question,
+                     loaded.settings, batch_state=loaded.batch_state)
     documents, extract_s = read_documents([spec.path])
-    result = engine.answer(loaded.runner, loaded.tokenizer, documents, spec.question, loaded.settings,
-                           batch_state=loaded.batch_state, extract_s=extract_s, reading_mode=spec.mode,
-                           index_cache={}, weak_answer_score=spec.weak_answer_score)
+    result = answering.answer(loaded.runner, loaded.tokenizer, documents, spec.question, loaded.settings,
+                              batch_state=loaded.batch_state, extract_s=extract_s, reading_mode=spec.mode,
+                              index_cache={}, weak_answer_score=spec.weak_answer_score)
     best = result.answers[0] if result.answers else None
-    read = result.reading["read"]
+    read = result.reading.read
     return {
-        "mode": spec.mode, "resolved_mode": result.reading["mode"], "doc_tokens": spec.doc_tokens,
-        "chars": documents[0].n_chars, "tokens_read": result.tokens, "windows_read": result.reading["windows_read"],
-        "windows_total": result.reading["windows_total"],
-        "windows_total_estimated": result.reading["windows_total_estimated"], "reason": result.reading["reason"],
-        "latency_s": result.latency_s, "host_peak_rss_bytes": result.memory.get("host_peak_rss_bytes"),
+        "mode": spec.mode, "resolved_mode": result.reading.mode, "doc_tokens": spec.doc_tokens,
+        "chars": documents[0].n_chars, "tokens_read": result.tokens, "windows_read": result.reading.windows_read,
+        "windows_total": result.reading.windows_total,
+        "windows_total_estimated": result.reading.windows_total_estimated, "reason": result.reading.reason,
+        "latency_s": result.latency_s, "host_peak_rss_bytes": result.memory.host_peak_rss_bytes,
         "answer": best.text if best else None, "answer_start": best.start_char if best else None,
-        "fact_read": any(r["start_char"] <= spec.answer_start < r["end_char"] for r in read),
+        "fact_read": any(r.start_char <= spec.answer_start < r.end_char for r in read),
         "predicted": False,
     }
 

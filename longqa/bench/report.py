@@ -112,13 +112,26 @@ def inference_plan(row: dict, hardware) -> planner.MemoryPlan:
                                 runtime_bytes=row.get("runtime_rss_bytes"))
 
 
+def predicted_gpu_need(row: dict, hardware) -> int | None:
+    """What the planner says a GPU row needs on its first GPU: the peak plus the allocator's slack and the CUDA
+    context (what `python -m longqa plan` reports per device), to set beside NVML's used bytes; None off the GPU."""
+    if row.get("kind") == "training":
+        return None
+    plan = inference_plan(row, hardware)
+    return plan.device_need_bytes.get(plan.device) if plan.device.startswith("cuda") else None
+
+
 def add_predictions(rows: list[dict], hardware) -> None:
-    """`predicted_peak_bytes` and the signed `prediction_error_pct` against the measured peak, per row."""
+    """`predicted_peak_bytes` and the signed `prediction_error_pct` against the measured peak, per row; on a GPU
+    also `predicted_need_bytes` and `need_error_pct` against NVML's used bytes, which check the planner's
+    constants for the CUDA context and the allocator's slack."""
     for row in rows:
         if row.get("error"):
             continue
         row["predicted_peak_bytes"] = predicted_peak(row, hardware)
         row["prediction_error_pct"] = planner.error_pct(row["predicted_peak_bytes"], row.get("peak_bytes"))
+        row["predicted_need_bytes"] = predicted_gpu_need(row, hardware)
+        row["need_error_pct"] = planner.error_pct(row["predicted_need_bytes"], row.get("nvml_used_bytes"))
 
 
 def write_results(out_dir: Path, results: dict) -> None:

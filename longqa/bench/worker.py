@@ -19,7 +19,12 @@ import torch
 
 from longqa.demo_model.demo_task import FactWriter, make_example
 from longqa.loader import load_model
-from longqa_core import engine, telemetry
+from longqa_core import telemetry
+from longqa_core.answering import answer
+from longqa_core.batching import BatchState, collate, run_windows
+from longqa_core.limits import EngineSettings
+from longqa_core.spans import decode_answers
+from longqa_core.windows import make_windows
 from longqa_core.documents import Document, clean_text
 from longqa_core.errors import InputError, ProfileError
 from strategies.gradient_checkpointing import training_step_readout
@@ -126,26 +131,26 @@ def window_batch(tokenizer, tokens: int, batch: int = 1) -> dict[str, torch.Tens
     """Model inputs of `batch` copies of one window of at most `tokens` tokens: the first agreement input's question
     and document as the engine windows them, for timing bare forward passes."""
     check = agreement_inputs(tokenizer, tokens, 1)[0]
-    settings = engine.EngineSettings(max_seq_len=tokens).resolved(tokenizer)
-    windows, _ = engine.make_windows(tokenizer, check.question, [check.document], settings)
-    return engine.collate([windows[0]] * batch, tokenizer.pad_token_id)  # (B, L) each
+    settings = EngineSettings(max_seq_len=tokens).resolved(tokenizer)
+    windows, _ = make_windows(tokenizer, check.question, [check.document], settings)
+    return collate([windows[0]] * batch, tokenizer.pad_token_id)  # (B, L) each
 
 
 # ------------------------------------------------------------------------------------------------ agreement
-def check_outputs(runner, tokenizer, inputs: list[CheckInput], settings: engine.EngineSettings,
-                  batch_state: engine.BatchState) -> list[dict]:
+def check_outputs(runner, tokenizer, inputs: list[CheckInput], settings: EngineSettings,
+                  batch_state: BatchState) -> list[dict]:
     """Per check: its input ids, start/end logits over all its windows, and the top answer's character span."""
     all_windows, owners = [], []
     for index, check in enumerate(inputs):
-        windows, _ = engine.make_windows(tokenizer, check.question, [check.document], settings)
+        windows, _ = make_windows(tokenizer, check.question, [check.document], settings)
         all_windows += windows
         owners += [index] * len(windows)
-    logits, _ = engine.run_windows(runner, all_windows, tokenizer.pad_token_id, settings, batch_state)
+    logits, _, _ = run_windows(runner, all_windows, tokenizer.pad_token_id, settings, batch_state)
     outputs = []
     for index, check in enumerate(inputs):
         mine = [i for i, owner in enumerate(owners) if owner == index]
         windows = [all_windows[i] for i in mine]
-        answers = engine.decode_answers(windows, [logits[i] for i in mine], [check.document], settings)
+        answers = decode_answers(windows, [logits[i] for i in mine], [check.document], settings)
         top = answers[0] if answers else None
         outputs.append({
             "ids": np.concatenate([np.asarray(w.input_ids, dtype=np.int64) for w in windows]),
@@ -198,11 +203,12 @@ def is_cuda_row(devices) -> bool:
     return any(torch.device(device).type == "cuda" for device in devices)
 
 
-def memory_fields(devices, measurements: list[dict], run_peak_rss: int | None, process_peak_rss: int) -> dict:
+def memory_fields(devices, measurements: list[telemetry.MemoryReadout], run_peak_rss: int | None,
+                  process_peak_rss: int) -> dict:
     """Peak memory of a row while it answers (loading has its own readout): torch's peak allocated bytes on GPU,
     the process's peak RSS on CPU, both with the weights resident."""
     def largest(key):
-        values = [m.get(key) for m in measurements if m.get(key) is not None]
+        values = [getattr(m, key) for m in measurements if getattr(m, key) is not None]
         return max(values) if values else None
 
     peak_allocated = largest("peak_allocated_bytes")
@@ -257,15 +263,15 @@ def run_inference(spec: WorkerSpec) -> list[dict]:
         measurements.append(warmup.memory)
         documents = [check.document for check in inputs[: spec.batch]]
         for _ in range(spec.repeat):
-            result = engine.answer(runner, tokenizer, documents, inputs[0].question, settings,
-                                   batch_state=loaded.batch_state)
+            result = answer(runner, tokenizer, documents, inputs[0].question, settings,
+                                      batch_state=loaded.batch_state)
             measurements.append(result.memory)
             times_s.append(result.latency_s["total"])
             forward_s.append(result.latency_s["forward"])
     if spec.baseline:
         save_logits(spec.logits_path, outputs)
     reference = load_logits(spec.logits_path) if spec.logits_path.exists() else []
-    first_windows, _ = engine.make_windows(tokenizer, inputs[0].question, [inputs[0].document], settings)
+    first_windows, _ = make_windows(tokenizer, inputs[0].question, [inputs[0].document], settings)
     process_peak = max(loaded.readout.host_peak_rss_bytes or 0, run_peak.peak_rss_bytes or 0)
     row = _base_row(spec, loaded, runner.devices)
     row.update({
@@ -288,8 +294,8 @@ def run_training(spec: WorkerSpec) -> list[dict]:
     settings = dataclasses.replace(loaded.settings, batch_size=spec.batch).resolved(tokenizer)
     tokens = min(spec.tokens, settings.max_seq_len)
     inputs = agreement_inputs(tokenizer, tokens, spec.batch)
-    windows = [engine.make_windows(tokenizer, c.question, [c.document], settings)[0][0] for c in inputs]
-    batch = engine.collate(windows, tokenizer.pad_token_id)  # (B, L) each
+    windows = [make_windows(tokenizer, c.question, [c.document], settings)[0][0] for c in inputs]
+    batch = collate(windows, tokenizer.pad_token_id)  # (B, L) each
     with telemetry.HostPeak() as run_peak:
         readouts = [training_step_readout(model, batch, warmup=(index == 0)) for index in range(spec.repeat)]
     devices = loaded.runner.devices

@@ -198,7 +198,7 @@ def make_example(seed: int, n_chars: int, split: str = "test", n_distractors: tu
     return writer.document(n_chars, target, others)
 
 
-# --- The broad task (issue 15): what the next demo model trains on ---------------------------------------------
+# --- The broad task (issue 15): what the bundled demo model trains on ------------------------------------------
 # The classic generator above stays as it is (the bundled samples, the bench and the tests use it). The broad one adds
 # names, attributes, values and prose of many more shapes. None of its lists shares a word with the evaluation-only
 # generator, longqa/eval_task.py (tests/test_eval_task.py checks), apart from month names and shape markers ("St.").

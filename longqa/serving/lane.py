@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
+from longqa.readout import QueueReadout
 from longqa_core.errors import Cancelled, InputError
 
 WAIT_POLL_S = 0.25  # how often a waiting request checks whether it was abandoned
@@ -48,9 +49,9 @@ class Ticket:
     def remaining(self) -> int:
         return max(0, self.windows - self.done)
 
-    def queue_readout(self) -> dict:
+    def queue_readout(self) -> QueueReadout:
         """What the readout says about this request's wait: seconds waited and how many were ahead."""
-        return {"waited_s": self.waited_s, "ahead_at_start": self.ahead_at_start}
+        return QueueReadout(self.waited_s, self.ahead_at_start)
 
 
 class ModelLane:
@@ -62,7 +63,8 @@ class ModelLane:
 
     def __init__(self, max_waiting: int = 64, per_visitor: int = 3, capacity: int = 1, *,
                  max_active: int = MAX_ACTIVE, small_windows: int = SMALL_WINDOWS,
-                 max_queued_windows: int | None = MAX_QUEUED_WINDOWS, order: str = "round_robin"):
+                 max_queued_windows: int | None = MAX_QUEUED_WINDOWS, order: str = "round_robin",
+                 window_s: Callable[[], float | None] = lambda: None):
         if order not in ORDERS:
             raise ValueError(f"order must be one of {', '.join(ORDERS)}, got {order!r}")
         self.max_waiting = max_waiting
@@ -72,7 +74,7 @@ class ModelLane:
         self.small_windows = small_windows
         self.max_queued_windows = max_queued_windows
         self.order = order
-        self.window_s: float | None = None  # seconds a window takes here, for retry estimates (set by the caller)
+        self.window_s = window_s  # seconds a window takes on the model now (its owner measures it), for retry hints
         self._condition = threading.Condition()
         self._tickets: list[Ticket] = []  # in arrival order
         self._turns = itertools.count(1)
@@ -86,10 +88,6 @@ class ModelLane:
     def is_busy(self) -> bool:
         with self._condition:
             return any(t.holding for t in self._tickets)
-
-    def queued_windows(self) -> int:
-        with self._condition:
-            return self._queued_windows()
 
     def is_small(self, ticket: Ticket) -> bool:
         return not ticket.exclusive and 0 < ticket.windows <= self.small_windows
@@ -249,7 +247,7 @@ class ModelLane:
             raise LaneBusyError(
                 f"The model has about {queued:,} windows of other visitors' work queued, and this request would add "
                 f"about {ticket.windows:,} (the bound is {self.max_queued_windows:,}). Please try again "
-                f"{retry_hint(queued + ticket.windows - self.max_queued_windows, self.window_s)}, or ask about a "
+                f"{retry_hint(queued + ticket.windows - self.max_queued_windows, self.window_s())}, or ask about a "
                 "shorter text (a request of a few windows is always taken).")
 
 

@@ -12,18 +12,17 @@ import time
 import uuid
 from typing import Callable, Iterator
 
-from longqa.serving.lane import GatedRunner, ModelLane
+from longqa.serving.lane import GatedRunner, ModelLane, Ticket
 
 # A stream that has held more than this many unread messages (progress comes about once a batch) for this long has
 # no reader: the caller has gone. A slow but present reader drains it now and then.
 UNREAD_MESSAGES_LIMIT = 16
 UNREAD_STALL_S = 30.0
 # ZeroGPU attaches a GPU for the duration a function asks for: a fixed start-up allowance plus the request's
-# predicted forward time. Characters per token is a conservative guess for English (about 4 with BPE).
+# predicted forward time (the tokens of its planned windows at the loaded model's measured throughput).
 GPU_DURATION_BASE_S = 20.0
 GPU_DURATION_MAX_S = 300.0
-ASSUMED_TOKENS_PER_S = 2_000.0  # until this deployment has measured its own
-CHARS_PER_TOKEN = 3.0
+ASSUMED_TOKENS_PER_S = 2_000.0  # until the loaded model has measured its own
 TRAINING_STEP_WINDOWS = 6  # two forward+backward steps cost about six forward passes of the window
 
 
@@ -48,18 +47,32 @@ class UnreadStall:
 # pickles a GPU function's arguments to a forked worker, so the request carries the key, never the check: a
 # forked worker sees a frozen copy and never stops early, which is safe.
 STOP_CHECKS: dict[str, Callable[[], bool]] = {}
-# How a request in progress takes its batch turns, by the same key: a wrapper for the model's runner. Never used in a
-# forked worker (ZeroGPU takes whole-request turns, `model_turn`), where a copied lane would wait on a frozen copy.
-GATES: dict[str, Callable] = {}
+# How a request in progress takes its turns, by the same key (a `longqa.backend.Gate`). Never used in a forked worker
+# (ZeroGPU takes whole-request turns), where a copied lane would wait on a frozen copy.
+GATES: dict[str, "LaneGate"] = {}
+
+
+class LaneGate:
+    """A request's turns on the model in the lane (`longqa.backend.Gate`): a turn per batch, or one for a whole read
+    that runs elsewhere (Ray Serve replicas)."""
+
+    def __init__(self, lane: ModelLane, ticket: Ticket, should_stop: Callable[[], bool] | None = None):
+        self.lane, self.ticket, self.should_stop = lane, ticket, should_stop
+
+    def runner(self, runner) -> GatedRunner:
+        return GatedRunner(self.lane, self.ticket, runner, self.should_stop)
+
+    def whole(self):
+        return self.lane.batch(self.ticket, should_stop=self.should_stop)
 
 
 @contextlib.contextmanager
-def model_turn(lane: ModelLane, visitor: str | None, should_stop: Callable[[], bool],
+def model_turn(lane: ModelLane, visitors: tuple[str, ...] | str | None, should_stop: Callable[[], bool],
                on_wait: Callable[[int], None] | None = None, *, exclusive: bool = False) -> Iterator[str]:
     """This request's turn on the model, waiting in line, and the key under which its stop check is found while it
     runs. Answers share the model up to the lane's capacity; a reload or a training step (`exclusive`) holds it
     alone."""
-    with lane.turn(visitor, should_stop=should_stop, on_wait=on_wait, exclusive=exclusive):
+    with lane.turn(visitors, should_stop=should_stop, on_wait=on_wait, exclusive=exclusive):
         stop_key = uuid.uuid4().hex
         STOP_CHECKS[stop_key] = should_stop
         try:
@@ -75,13 +88,13 @@ def request_turn(lane: ModelLane, visitors, should_stop: Callable[[], bool],
     """This request's place in the lane, from the door to its last batch: it waits (without tokenized windows)
     until it may be in progress, then takes a turn on the model per batch of windows (`whole`: one turn for the
     whole body, for a read that runs where the lane cannot reach, a forked ZeroGPU worker). Yields the key under
-    which its stop check and its runner wrapper (`gate`) are found, and its ticket (for the readout's `queue`)."""
+    which its stop check and its gate (`gate`) are found, and its ticket (for the readout's `queue`)."""
     with lane.request(visitors, windows=windows, should_stop=should_stop, on_wait=on_wait) as ticket:
         with lane.batch(ticket, should_stop=should_stop, on_wait=on_wait) if whole else contextlib.nullcontext():
             key = uuid.uuid4().hex
             STOP_CHECKS[key] = should_stop
             if not whole:
-                GATES[key] = lambda runner: GatedRunner(lane, ticket, runner, should_stop)
+                GATES[key] = LaneGate(lane, ticket, should_stop)
             try:
                 yield key, ticket
             finally:
@@ -89,8 +102,8 @@ def request_turn(lane: ModelLane, visitors, should_stop: Callable[[], bool],
                 GATES.pop(key, None)
 
 
-def gate(key: str | None) -> Callable | None:
-    """The runner wrapper registered under `key` (None: a direct call, a whole-request turn, or a forked worker)."""
+def gate(key: str | None) -> LaneGate | None:
+    """The gate registered under `key` (None: a direct call, a whole-request turn, or a forked worker)."""
     return GATES.get(key) if key is not None else None
 
 
@@ -99,17 +112,17 @@ def stop_check(stop_key: str | None) -> Callable[[], bool] | None:
     return STOP_CHECKS.get(stop_key) if stop_key is not None else None
 
 
-def gpu_seconds_for_tokens(tokens: float, tokens_per_s: float | None) -> float:
-    """Seconds of GPU to ask ZeroGPU for to read `tokens`: the start-up allowance plus their predicted forward
-    time at the deployment's measured speed (an assumed one before any has run), capped."""
-    return min(GPU_DURATION_MAX_S, GPU_DURATION_BASE_S + tokens / (tokens_per_s or ASSUMED_TOKENS_PER_S))
+def gpu_seconds(work_s: float) -> float:
+    """Seconds of GPU to ask ZeroGPU for: the start-up allowance plus `work_s` of predicted forward time, capped."""
+    return min(GPU_DURATION_MAX_S, GPU_DURATION_BASE_S + work_s)
 
 
-def answer_gpu_seconds(n_chars: int, tokens_per_s: float | None) -> float:
-    """Seconds of GPU for an answer over `n_chars` characters of text to read."""
-    return gpu_seconds_for_tokens(n_chars / CHARS_PER_TOKEN, tokens_per_s)
+def answer_gpu_seconds(plan, tokens_per_s: float | None) -> float:
+    """Seconds of GPU for a planned answer (`longqa_core.plan.RequestPlan`): the windows it expects to read at the
+    loaded model's measured throughput (an assumed one before any was measured)."""
+    return gpu_seconds(plan.expected_window_tokens / (tokens_per_s or ASSUMED_TOKENS_PER_S))
 
 
 def training_gpu_seconds(window_tokens: int, tokens_per_s: float | None) -> float:
     """Seconds of GPU for the training-step readout on one window of `window_tokens`."""
-    return gpu_seconds_for_tokens(TRAINING_STEP_WINDOWS * window_tokens, tokens_per_s)
+    return gpu_seconds(TRAINING_STEP_WINDOWS * window_tokens / (tokens_per_s or ASSUMED_TOKENS_PER_S))

@@ -1,6 +1,7 @@
 """Answering on Ray Serve replicas (`python app.py --engine ray`): the model lives in the replicas of one Ray Serve
 deployment, each loading it with the selected profile on its own resources (one GPU each where the cluster has GPUs,
-CPU threads otherwise), and the page talks to them through `RaySession`, a `Session` like the embedded one.
+CPU threads otherwise), and the page talks to them through `RaySession`, a `longqa.backend.Backend` like the embedded
+`Session`: requests are planned on the page's side and answered, plan in hand, by one replica.
 
 Composition layer. Ray Serve does the serving work: placement, restarts, routing, and the batching of windows from
 concurrent requests into shared forward passes (`serve.batch`). This module only says what a replica does and how
@@ -11,6 +12,7 @@ copies in one process) stays the one-machine option.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import dataclasses
 import math
@@ -26,8 +28,13 @@ from typing import Callable
 
 import torch
 
-from longqa.session import DEFAULT_READING, Session, with_overrides
-from longqa_core import engine
+from longqa.backend import Gate
+from longqa.readout import Readout
+from longqa.session import NO_MODEL, Session
+from longqa_core.answering import answer_plan
+from longqa_core.batching import BatchState, WindowProgress, is_out_of_memory, split_rows, stack_batches
+from longqa_core.limits import EngineSettings
+from longqa_core.plan import RequestPlan
 from longqa_core.errors import Cancelled, InputError, LongQAError, ModelLoadError
 from strategies.hardware import Hardware, detect_hardware
 from strategies.profiles import Profile
@@ -72,11 +79,13 @@ class RemoteModel:
 
     model_ref: str
     profile: Profile
-    settings: engine.EngineSettings
+    settings: EngineSettings
     tokenizer: object
     readout: object  # the loader's LoadReadout, as one replica measured it
     hardware: Hardware | None
-    batch_state: engine.BatchState | None = None
+    batch_state: BatchState | None = None  # the replicas' forward time, learned from their answers
+    requested: tuple = ()
+    generation: int = 0
     model = None  # no weights on this side
 
     def unload(self) -> None:
@@ -126,12 +135,13 @@ class AnswerReplica:
                 "tokenizer": loaded.tokenizer, "readout": loaded.readout, "hardware": loaded.hardware,
                 "replica": self.replica, "generation": self.generation}
 
-    async def ask(self, request: dict) -> dict:
-        """The readout of one request (the embedded session's fields, plus `replica` and `generation`)."""
+    async def ask(self, plan: RequestPlan, extract_s: float = 0.0, progress: tuple | None = None) -> Readout:
+        """The readout of one planned request (the embedded session's, plus `replica` and `generation`); progress
+        goes to the board named in `progress` (board name, request key)."""
         loop = asyncio.get_running_loop()
         stop = threading.Event()
         try:
-            return await loop.run_in_executor(self._requests, self._answer, request, loop, stop)
+            return await loop.run_in_executor(self._requests, self._answer, plan, extract_s, progress, loop, stop)
         except asyncio.CancelledError:  # the caller cancelled: end the engine between batches
             stop.set()
             raise
@@ -140,24 +150,19 @@ class AnswerReplica:
         return await asyncio.get_running_loop().run_in_executor(self._forward, self.session.training_step,
                                                                 window_tokens)
 
-    def _answer(self, request: dict, loop, stop: threading.Event) -> dict:
+    def _answer(self, plan: RequestPlan, extract_s: float, progress, loop, stop: threading.Event) -> Readout:
         loaded = self.session.loaded
-        settings = with_overrides(loaded.settings, request["overrides"])
         runner = SharedRunner(lambda batch: asyncio.run_coroutine_threadsafe(self._forward_many(batch),
                                                                              loop).result(),
                               loaded.runner.devices)
         tokenizer = self._borrow_tokenizer()
         try:
-            result = engine.answer(runner, tokenizer, request["documents"], request["question"], settings,
-                                   batch_state=loaded.batch_state, extract_s=request.get("extract_s", 0.0),
-                                   should_stop=stop, reading_mode=request.get("reading", DEFAULT_READING),
-                                   index_cache=self.session.index_cache,
-                                   on_window_progress=posting_progress(request.get("progress")))
+            result = answer_plan(runner, tokenizer, plan, batch_state=loaded.batch_state, extract_s=extract_s,
+                                 should_stop=stop, on_window_progress=posting_progress(progress))
         finally:
             self._tokenizers.put(tokenizer)
         readout = self.session.readout(result)
-        readout["replica"] = self.replica
-        readout["generation"] = self.generation
+        readout.replica, readout.generation = self.replica, self.generation
         return readout
 
     def _borrow_tokenizer(self):
@@ -170,17 +175,17 @@ class AnswerReplica:
         """One forward pass over the batches of every request that arrived together."""
         loaded = self.session.loaded
         loop = asyncio.get_running_loop()
-        merged, rows = engine.stack_batches(batches, loaded.tokenizer.pad_token_id)
+        merged, rows = stack_batches(batches, loaded.tokenizer.pad_token_id)
         try:
             start, end = await loop.run_in_executor(self._forward, loaded.runner, merged)  # (sum of B, L) each
         except Exception as exc:
-            if len(batches) == 1 or not engine.is_out_of_memory(exc):
+            if len(batches) == 1 or not is_out_of_memory(exc):
                 raise
             del exc
             # Together they did not fit: each alone, each caller getting its own result or its own error (its
             # engine then halves its batch or says out of memory, as without batching).
             return [await self._forward_alone(loop, batch) for batch in batches]
-        return engine.split_rows(start, end, rows)
+        return split_rows(start, end, rows)
 
     async def _forward_alone(self, loop, batch: dict):
         try:
@@ -263,45 +268,42 @@ class RaySession(Session):
         if on_progress is not None:
             on_progress(1.0, f"{self.replicas} replica(s) ready")
         return RemoteModel(info["model_ref"], info["profile"], info["settings"], info["tokenizer"], info["readout"],
-                           info["hardware"], engine.BatchState(info["settings"].batch_size))
+                           info["hardware"], BatchState(info["settings"].batch_size))
 
-    def ask(self, documents, question, **kwargs):
-        raise NotImplementedError("the replicas answer: use ask_readout")
+    def ask(self, plan: RequestPlan, *, extract_s: float = 0.0, gate: Gate | None = None, should_stop=None,
+            on_window_progress=None) -> Readout:
+        """The readout of a planned request answered by one replica (with its `replica` id). A replica that dies
+        with the request is replaced by Ray Serve, and the request is sent again; ReplicaLostError after RETRIES.
 
-    def ask_readout(self, documents, question: str, *, extract_s: float = 0.0, should_stop=None,
-                    on_window_progress=None, on_progress=None, reading: str = DEFAULT_READING, gate=None,
-                    **overrides) -> dict:
-        """The readout of a request answered by one replica (with its `replica` id). A replica that dies with the
-        request is replaced by Ray Serve, and the request is sent again; ReplicaLostError after RETRIES.
-
-        `gate` (the page's turn per batch) is not used: in a replica, every request in progress puts its next batch
-        into the shared forward pass (`serve.batch`), so a large request gets one batch per pass like every other,
-        up to `--ray-batch` requests a replica; the page's lane bounds how many are in progress and the work
-        queued."""
+        `gate` gives the request one turn for its whole read (`Gate.whole`): in a replica, every request in progress
+        puts its next batch into the shared forward pass (`serve.batch`), up to `--ray-batch` requests a replica, so
+        the page's lane counts a request in the replicas as one turn of its `capacity`."""
         if self.loaded is None or self.handle is None:
-            raise ModelLoadError("No model is loaded.")
-        request = {"documents": documents, "question": question, "extract_s": extract_s, "overrides": overrides,
-                   "reading": reading}
-        on_poll = None
+            raise ModelLoadError(NO_MODEL)
+        plan = self.current(plan, self.loaded)
+        progress = on_poll = None
         if on_window_progress is not None:
-            key = uuid.uuid4().hex
-            request["progress"] = (self.board_name(), key)
+            progress = (self.board_name(), uuid.uuid4().hex)
             board = self._board
 
             def on_poll() -> None:
-                state = board.read.remote(key)
+                state = board.read.remote(progress[1])
                 ray, _, _ = ray_modules()
                 try:
                     posted = ray.get(state, timeout=POLL_S)
                 except Exception:  # noqa: BLE001 - progress is a courtesy: a slow or lost read shows none
                     return
                 if posted is not None:
-                    on_window_progress(engine.WindowProgress(**posted))
+                    on_window_progress(WindowProgress(**posted))
         try:
-            return self._call(lambda: self.handle.ask.remote(request), should_stop, on_poll)
+            with gate.whole() if gate is not None else contextlib.nullcontext():
+                readout = self._call(lambda: self.handle.ask.remote(plan, extract_s, progress), should_stop,
+                                     on_poll)
         finally:
-            if on_poll is not None:
-                self._board.drop.remote(request["progress"][1])
+            if progress is not None:
+                self._board.drop.remote(progress[1])
+        self.learn(readout)
+        return readout
 
     def board_name(self) -> str:
         """The progress board of this session: one Ray actor, started with the first deployment."""
@@ -313,7 +315,7 @@ class RaySession(Session):
 
     def training_step(self, window_tokens: int):
         if self.loaded is None or self.handle is None:
-            raise ModelLoadError("No model is loaded.")
+            raise ModelLoadError(NO_MODEL)
         return self._call(lambda: self.handle.training_step.remote(window_tokens), None)
 
     def _call(self, send, should_stop, on_poll=None):
@@ -417,7 +419,7 @@ def wait_for(response, should_stop, on_poll=None):
                 on_poll()
 
 
-def posting_progress(target) -> Callable[[engine.WindowProgress], None] | None:
+def posting_progress(target) -> Callable[[WindowProgress], None] | None:
     """On a replica: the engine's progress callback that posts each state to the requester's board, or None when
     the requester shows no progress. `target` is (board name, request key)."""
     if target is None:

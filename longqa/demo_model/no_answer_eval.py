@@ -1,0 +1,127 @@
+"""Questions the documents answer and questions they do not, for measuring a "not found" rule (issue 38).
+
+Five kinds, each over documents of the independent evaluation generator (`eval_task`, `long_eval`: never used for
+training) or over the hand-written notes, and general-knowledge questions written here by hand:
+- `answerable`: the template question of a fact the document states;
+- `paraphrased`: the same fact asked in other words (`long_eval.PARAPHRASES`);
+- `absent_entity`: the asked attribute of an entity the document never names;
+- `other_entity`: an attribute the document states only for other entities (the asked entity's own fact removed,
+  its other attributes and mentions kept);
+- `general`: general knowledge ("What is the capital of France?") over a document about other things.
+It writes text and knows the answers; it loads no model and reads no file (the notes are passed in).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+
+from longqa.demo_model import eval_task, long_eval
+from longqa.demo_model.fact import Fact
+
+KINDS = ("answerable", "paraphrased", "absent_entity", "other_entity", "general")
+ANSWERABLE_KINDS = ("answerable", "paraphrased")
+DOCUMENT_CHARS = (600, 40_000)  # drawn log-uniformly: one to about four windows of 4,096 tokens
+_KIND_SALT = {kind: i + 1 for i, kind in enumerate(KINDS)}
+
+GENERAL_QUESTIONS = (
+    "What is the capital of France?",
+    "Who wrote Hamlet?",
+    "What is the boiling point of water?",
+    "How many legs does a spider have?",
+    "Who painted the Mona Lisa?",
+    "What is the largest planet in the solar system?",
+    "What is the chemical symbol for gold?",
+    "When did the Second World War end?",
+    "What is the speed of light?",
+    "Who is the CEO of Acme?",
+    "What is the tallest mountain on Earth?",
+    "Which ocean is the largest?",
+    "What currency is used in Japan?",
+    "Who discovered penicillin?",
+    "What is the square root of 144?",
+    "What language is spoken in Brazil?",
+    "What is the population of Tokyo?",
+    "Who was the first person to walk on the Moon?",
+    "Which planet is known as the red planet?",
+    "What is the main ingredient of guacamole?",
+)
+
+
+@dataclass(frozen=True)
+class NoAnswerItem:
+    """One question over one document; `answer` and `answer_start` are None where the document does not hold it."""
+
+    kind: str
+    source: str  # "generated" or "handwritten"
+    name: str
+    text: str
+    question: str
+    answer: str | None = None
+    answer_start: int | None = None
+
+    @property
+    def is_answerable(self) -> bool:
+        return self.answer is not None
+
+
+def _chars(rng: random.Random) -> int:
+    lo, hi = DOCUMENT_CHARS
+    return int(math.exp(rng.uniform(math.log(lo), math.log(hi))))
+
+
+def absent_entity(rng: random.Random, text: str) -> str:
+    """An entity of the evaluation generator's shapes that `text` never names."""
+    while True:
+        entity = eval_task.make_entity(rng)
+        if entity.lower() not in text.lower():
+            return entity
+
+
+def generated_item(kind: str, seed: int) -> NoAnswerItem:
+    """One item of `kind` over a document of `long_eval`'s literal category (the fact among distractors that share
+    its attribute or its entity, the entity named a dozen times more)."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown kind {kind!r}; expected one of {', '.join(KINDS)}")
+    rng = random.Random(seed * 10 + _KIND_SALT[kind])
+    item = long_eval.fact_document(seed, _chars(rng), paraphrased=kind == "paraphrased")
+    name = f"{kind} seed {seed}"
+    attribute, entity = item.detail["attribute"], item.detail["entity"]
+    if kind in ANSWERABLE_KINDS:
+        return NoAnswerItem(kind, "generated", name, item.text, item.question, item.answer, item.answer_start)
+    if kind == "other_entity":  # the asked fact cut out; the same attribute of other entities stays
+        text = (item.text[:item.fact_start] + item.text[item.fact_end:]).replace("  ", " ")
+        return NoAnswerItem(kind, "generated", name, text, Fact(attribute, entity, "").question)
+    if kind == "absent_entity":
+        return NoAnswerItem(kind, "generated", name, item.text,
+                            Fact(attribute, absent_entity(rng, item.text), "").question)
+    return NoAnswerItem(kind, "generated", name, item.text, rng.choice(GENERAL_QUESTIONS))
+
+
+def _note_entity(question: str) -> str:
+    """The entity of a hand-written note's template question ("What is the X of Y?" -> "Y")."""
+    return question.rstrip("?").split(" of ", 1)[1]
+
+
+def note_items(notes: list[dict], seed: int) -> list[NoAnswerItem]:
+    """Each hand-written note asked three ways: its own question, its attribute of an entity it never names, and a
+    general-knowledge question."""
+    rng = random.Random(f"notes {seed}")
+    items = []
+    for note in notes:
+        text, question = note["text"], note["question"]
+        items.append(NoAnswerItem("answerable", "handwritten", note["id"], text, question, note["answer"],
+                                  note["answer_start"]))
+        entity = _note_entity(question)
+        items.append(NoAnswerItem("absent_entity", "handwritten", f"{note['id']} absent", text,
+                                  question.replace(entity, absent_entity(rng, text))))
+        items.append(NoAnswerItem("general", "handwritten", f"{note['id']} general", text,
+                                  rng.choice(GENERAL_QUESTIONS)))
+    return items
+
+
+def make_items(n: int, seed: int, notes: list[dict] | None = None) -> list[NoAnswerItem]:
+    """`n` generated items of each kind, then the hand-written notes' items (when given)."""
+    items = [generated_item(kind, seed * 100_000 + i) for kind in KINDS for i in range(n)]
+    return items + (note_items(notes, seed) if notes else [])

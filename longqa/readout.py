@@ -1,0 +1,70 @@
+"""What one answer reports, end to end, as typed parts: the engine's result (answers, latency by stage, memory, what
+was read), the model and profile that answered, the memory planner's prediction beside the measured peak, and where
+a deployment adds them, the wait in the lane and the Ray replica. Each part is built by the layer that knows it.
+
+`Readout.to_json` is the one place it becomes JSON: the CLI's --json, the web API's last output and the page's JSON
+panel, in the shape those have always had. It measures and formats nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from longqa_core.answering import QAResult
+
+
+@dataclass
+class MemoryPrediction:
+    """The memory planner's peak for a request (from the model's config, the profile, the window and the batch, as
+    it would predict before loading) beside the peak measured on the same device."""
+
+    device: str  # "cpu" or "cuda:N"
+    predicted_peak_bytes: int
+    measured_peak_bytes: int | None
+    error_pct: float | None
+    measured_as: str  # "peak RSS" on CPU, "torch peak allocated" on a GPU
+
+
+@dataclass
+class QueueReadout:
+    """How long a request waited for the model in a shared deployment, and how many were ahead when it came."""
+
+    waited_s: float
+    ahead_at_start: int
+
+
+@dataclass
+class Readout:
+    """One answer as the page, the API and the CLI report it."""
+
+    result: QAResult
+    model: str | None
+    profile: str | None
+    memory_prediction: MemoryPrediction | None = None
+    queue: QueueReadout | None = None  # a shared deployment's lane
+    replica: str | None = None  # Ray Serve: the replica that answered
+    generation: int | None = None  # Ray Serve: the deployment it belongs to
+    full_read_s: float | None = None  # a guided read's prediction of reading every window (`predict_full_read_s`)
+
+    def to_json(self) -> dict:
+        out = self.result.to_json()
+        out.update(model=self.model, profile=self.profile,
+                   memory_prediction=asdict(self.memory_prediction) if self.memory_prediction else None)
+        if self.replica is not None:
+            out.update(replica=self.replica, generation=self.generation)
+        if self.queue is not None:
+            out["queue"] = asdict(self.queue)
+        return out
+
+
+def predict_full_read_s(result: QAResult, window_s: float | None) -> float | None:
+    """A guided read's prediction of the full read's time: reading the files once, its own seconds per window for
+    tokenizing and decoding, and every window's forward pass at the model's measured seconds a window (None when
+    nothing was skipped or nothing was measured)."""
+    reading, latency = result.reading, result.latency_s
+    if reading is None or reading.windows_read <= 0 or reading.windows_total <= reading.windows_read or not window_s:
+        return None
+    # Reading the files is paid once whatever is read; tokenizing, the forward passes and decoding grow with the
+    # windows.
+    per_window = sum(latency.get(stage, 0.0) for stage in ("tokenize", "decode")) / reading.windows_read + window_s
+    return latency.get("extract", 0.0) + per_window * reading.windows_total

@@ -1,0 +1,226 @@
+"""Answering a planned request: the plan's windows (every one, or the ranked rounds) through the model, the spans
+decoded, and one result with what the run measured (latency by stage, memory, what was read).
+
+It answers a plan (`longqa_core.plan`) and never plans again; it receives a ready runner and tokenizer and never
+loads a model (longqa.loader does). Its readouts stay in bytes and seconds: only the UI formats them.
+"""
+
+from __future__ import annotations
+
+import traceback
+from dataclasses import dataclass, field
+from typing import Callable
+
+from longqa_core import no_answer, reading, telemetry
+from longqa_core.batching import BatchState, ForwardSample, Runner, WindowProgress, release_memory, run_windows
+from longqa_core.documents import Document
+from longqa_core.errors import LongQAError
+from longqa_core.limits import EngineSettings, StopCheck, check_tokens, no_answer_rule, stop_check
+from longqa_core.plan import RequestPlan, plan_request
+from longqa_core.spans import Answer, decode
+from longqa_core.telemetry import MemoryReadout
+from longqa_core.windows import DocumentStats, make_windows, window_span
+
+
+@dataclass
+class ReadSpan:
+    """The stretch of its document one window read."""
+
+    document_index: int
+    start_char: int
+    end_char: int
+
+
+@dataclass
+class ReadingReadout:
+    """What was read: the mode used (after auto), what was asked, why, and each window read."""
+
+    mode: str
+    requested: str
+    windows_read: int
+    windows_total: int
+    windows_total_estimated: bool  # a guided read estimates the windows it did not read
+    reason: str
+    read: list[ReadSpan]
+    code: str = field(default="asked_full", repr=False)  # why, for programs (`reading.REASONS`); not in the JSON
+
+    def to_json(self) -> dict:
+        return {"mode": self.mode, "requested": self.requested, "windows_read": self.windows_read,
+                "windows_total": self.windows_total, "windows_total_estimated": self.windows_total_estimated,
+                "reason": self.reason, "read": [vars(span).copy() for span in self.read]}
+
+
+@dataclass
+class QAResult:
+    """What one answer reports: the answers, the documents' sizes, the work done, latency by stage (seconds),
+    memory (bytes), notices and what was read."""
+
+    question: str
+    answers: list[Answer]
+    documents: list[DocumentStats]
+    windows: int
+    tokens: int
+    batch_size: int
+    backoffs: int
+    latency_s: dict[str, float]  # by stage: total, extract, tokenize, (rank,) forward, decode
+    memory: MemoryReadout
+    notices: list[str] = field(default_factory=list)
+    window_tokens: int = 0  # the longest window, in tokens (what the memory planner needs)
+    reading: ReadingReadout | None = None
+    forward: ForwardSample = field(default_factory=ForwardSample)  # what the passes measured; not in the JSON
+    verdict: no_answer.Verdict | None = None  # whether the documents hold the answer, and by which rule
+
+    @property
+    def found(self) -> bool | None:
+        return self.verdict.found if self.verdict is not None else None
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        total = self.latency_s.get("total") or 0.0
+        return self.tokens / total if total > 0 else None
+
+    def to_json(self) -> dict:
+        """The JSON of the answer itself, in the order the CLI's --json and the web API have always had."""
+        return {"question": self.question, "answers": [vars(a).copy() for a in self.answers],
+                "documents": [vars(d).copy() for d in self.documents], "windows": self.windows,
+                "tokens": self.tokens, "batch_size": self.batch_size, "backoffs": self.backoffs,
+                "latency_s": dict(self.latency_s), "memory": self.memory.to_json(), "notices": list(self.notices),
+                "window_tokens": self.window_tokens,
+                "reading": self.reading.to_json() if self.reading is not None else {},
+                "tokens_per_s": self.tokens_per_s, "found": self.found,
+                "no_answer": self.verdict.to_json() if self.verdict is not None else None}
+
+
+def answer(runner: Runner, tokenizer, documents: list[Document], question: str, settings: EngineSettings, *,
+           batch_state: BatchState | None = None, extract_s: float = 0.0, should_stop: StopCheck | None = None,
+           on_window_progress: Callable[[WindowProgress], None] | None = None, reading_mode: str = "full",
+           index_cache: dict | None = None, weak_answer_score: float | None = None) -> QAResult:
+    """Plan the request (`plan_request`) and answer it (`answer_plan`): for callers with no lane between the two
+    (the CLI, the bench, tests). `reading_mode` "full" reads every window; "guided" reads the windows the ranking
+    picks, round by round while the answer is weak, falling back to the full read where ranking cannot serve;
+    "auto" is guided past a few windows. A refused request hands its memory back before raising."""
+    batch_state = batch_state or BatchState(settings.batch_size)
+    try:
+        plan = plan_request(tokenizer, documents, question, settings, reading_mode, batch_state=batch_state,
+                            index_cache=index_cache, should_stop=should_stop, weak_answer_score=weak_answer_score)
+    except LongQAError:
+        release_memory()
+        raise
+    return answer_plan(runner, tokenizer, plan, batch_state=batch_state, extract_s=extract_s,
+                       should_stop=should_stop, on_window_progress=on_window_progress)
+
+
+def answer_plan(runner: Runner, tokenizer, plan: RequestPlan, *, batch_state: BatchState | None = None,
+                extract_s: float = 0.0, should_stop: StopCheck | None = None,
+                on_window_progress: Callable[[WindowProgress], None] | None = None) -> QAResult:
+    """Answer a planned request; the result carries its latency (planning and `extract_s` included) and memory
+    readouts, and in `reading` what was read. `should_stop` (a callable or a threading.Event) ends the request
+    between batches with Cancelled; progress goes to `on_window_progress(WindowProgress)`. A refused or cancelled
+    request hands its memory back before raising."""
+    settings = plan.settings
+    batch_state = batch_state or BatchState(settings.batch_size)
+    backoffs_before = batch_state.backoffs
+    read = None
+    try:
+        plan.check_time()  # the budget may have narrowed since planning (ZeroGPU grants what it was asked for)
+        with telemetry.measure(runner.devices) as measurement:
+            measurement.latency_s["extract"] = extract_s
+            for stage, seconds in plan.latency_s.items():
+                measurement.latency_s[stage] = measurement.latency_s.get(stage, 0.0) + seconds
+            if plan.mode == "full":
+                read = _read_full(runner, tokenizer, plan, batch_state, measurement, should_stop,
+                                  on_window_progress)
+            else:
+                read = _read_guided(runner, tokenizer, plan, batch_state, measurement, should_stop,
+                                    on_window_progress)
+            with measurement.stage("decode"):
+                decoded = decode(read.windows, read.logits, plan.documents, settings, stop_check(should_stop))
+            answers, verdict = judge_answers(decoded, settings, read.readout.mode == "full")
+    except LongQAError as exc:
+        # The traceback keeps every frame it passed through, and with them the windows and logits: drop them.
+        read = None
+        traceback.clear_frames(exc.__traceback__)
+        release_memory()
+        raise
+    measurement.latency_s["total"] += extract_s + sum(plan.latency_s.values())
+    return QAResult(plan.question, answers, read.stats, len(read.windows), read.tokens, read.batch_size,
+                    batch_state.backoffs - backoffs_before, measurement.latency_s, measurement.memory, read.notices,
+                    window_tokens=max(len(w.input_ids) for w in read.windows), reading=read.readout,
+                    forward=ForwardSample(read.forward_tokens, read.forward_windows, read.forward_s),
+                    verdict=verdict)
+
+
+def judge_answers(decoded, settings: EngineSettings, read_whole: bool) -> tuple[list[Answer], no_answer.Verdict]:
+    """The answers with their confidence in words, and the verdict on the best one under the request's rule (the
+    model's, or the threshold the request gave)."""
+    rule = no_answer_rule(settings)
+    best = decoded.answers[0].score if decoded.answers else None
+    verdict = no_answer.judge(rule, best, decoded.null_score, read_whole)
+    for answer in decoded.answers:
+        answer.confidence = no_answer.confidence(rule, answer.score, decoded.null_score)
+    return decoded.answers, verdict
+
+
+@dataclass
+class _Read:
+    """A read's windows and logits, and what the result says of it."""
+
+    windows: list
+    logits: list
+    stats: list[DocumentStats]
+    tokens: int
+    batch_size: int
+    notices: list[str]
+    readout: ReadingReadout
+    forward_tokens: int = 0
+    forward_windows: int = 0
+    forward_s: float = 0.0
+
+
+def _read_full(runner, tokenizer, plan: RequestPlan, batch_state, measurement, should_stop, on_window_progress,
+               notices: list[str] | None = None, reading_plan: reading.ReadingPlan | None = None) -> _Read:
+    """Every window of every document, in the plan's settings."""
+    settings = plan.settings
+    with measurement.stage("tokenize"):
+        windows, stats = make_windows(tokenizer, plan.question, plan.documents, settings, should_stop=should_stop)
+        tokens = sum(s.tokens for s in stats)
+        check_tokens(tokens, settings.max_total_tokens)
+    with measurement.stage("forward"):
+        logits, used_size, sample = run_windows(runner, windows, tokenizer.pad_token_id, settings, batch_state,
+                                                should_stop=should_stop, on_window_progress=on_window_progress)
+    why = reading_plan or plan.reading
+    readout = ReadingReadout("full", plan.requested, len(windows), len(windows), False, why.reason,
+                             [ReadSpan(**window_span(w)) for w in windows], why.code)
+    return _Read(windows, logits, stats, tokens, used_size, notices if notices is not None else list(plan.notices),
+                 readout, sample.tokens, sample.windows, sample.seconds)
+
+
+def _read_guided(runner, tokenizer, plan: RequestPlan, batch_state, measurement, should_stop,
+                 on_window_progress) -> _Read:
+    """The plan's rounds (`reading.read_rounds`); still weak after every window the ranking could point to, the
+    full read in its own windows, so that guided reading never ends on less than the full read would find (the same
+    text cut into other windows can score its answers differently) -- unless that would pass the time budget, where
+    the answer read so far is kept and says so."""
+    guided = reading.read_rounds(runner, tokenizer, plan, batch_state, measurement, should_stop=should_stop,
+                                 on_window_progress=on_window_progress)
+    notices = plan.notices + guided.notices
+    if plan.reading.is_weak(guided.best_score) and not guided.cut_short:
+        spent_s = measurement.latency_s.get("forward", 0.0)
+        too_long = reading.full_read_passes_limit(plan.settings, batch_state, spent_s, plan.windows)
+        if too_long:
+            notices.append(too_long)
+        else:
+            windows_read = len(guided.windows)
+            forward = ForwardSample(guided.forward_tokens, guided.forward_windows, guided.forward_s)
+            guided = None  # its windows and logits go before the full read's arrive
+            full = _read_full(runner, tokenizer, plan, batch_state, measurement, should_stop, on_window_progress,
+                              list(plan.notices), reading.weak_after_guided(plan.reading, windows_read))
+            full.forward_tokens += forward.tokens
+            full.forward_windows += forward.windows
+            full.forward_s += forward.seconds
+            return full
+    readout = ReadingReadout("guided", plan.requested, len(guided.windows), plan.windows, True, plan.reading.reason,
+                             [ReadSpan(**row) for row in guided.read_rows], plan.reading.code)
+    return _Read(guided.windows, guided.logits, plan.stats, sum(int(w.context.sum()) for w in guided.windows),
+                 guided.batch_size, notices, readout, guided.forward_tokens, guided.forward_windows,
+                 guided.forward_s)

@@ -1,0 +1,182 @@
+"""A request's limits and the engine's settings, checked before any model work: the settings resolved for a
+tokenizer, the question cleaned and cut, the characters and the time a request may take.
+
+It runs no model and tokenizes nothing but the question; `longqa_core.plan` applies these checks to a request.
+"""
+
+from __future__ import annotations
+
+import numbers
+import threading
+from dataclasses import dataclass, replace
+from typing import Callable, Union
+
+from longqa_core.documents import Document, clean_text
+from longqa_core.errors import InputError, RequestTooLongError
+from longqa_core.no_answer import NO_RULE, NoAnswerRule, check_threshold, effective_rule
+
+DEFAULT_MAX_TOTAL_TOKENS = 2_000_000
+# How many characters a request may have per token of its limit. Byte-level BPE averages about four characters a
+# token on English prose and one or fewer on CJK text or combining marks; more than eight a token takes degenerate
+# text (long runs of one character). So text over 8 x the token limit is refused without tokenizing it, and the
+# readers stop extracting there (`max_chars_for`).
+CHARS_PER_TOKEN_BOUND = 8
+FIT_PROFILES_HINT = ("consumer-gpu (bitsandbytes quantization + CPU offload) or cpu; "
+                     "or lower --max-seq-len")
+EMPTY_QUESTION = "The question is empty: type a question about the documents."
+NO_DOCUMENT = "No document given: upload a file or paste some text."
+
+StopCheck = Union[Callable[[], bool], threading.Event]
+
+
+def max_chars_for(max_total_tokens: int) -> int:
+    """The characters a request may have under a token limit: where readers stop extracting, and what the engine
+    refuses before tokenizing (16,000,000 for the default 2,000,000 tokens)."""
+    return CHARS_PER_TOKEN_BOUND * max_total_tokens
+
+
+def stop_check(should_stop: StopCheck | None) -> Callable[[], bool]:
+    """`should_stop` as a plain callable (an Event's `is_set`; never stops when None)."""
+    if should_stop is None:
+        return lambda: False
+    if isinstance(should_stop, threading.Event):
+        return should_stop.is_set
+    return should_stop
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    max_seq_len: int | None = None  # None: the tokenizer's limit (4,096 for the real checkpoints)
+    doc_stride: int | None = None  # overlap of consecutive windows in tokens; None: min(max_seq_len // 2, 128)
+    max_question_len: int = 64
+    max_answer_len: int = 15
+    top_k: int = 1
+    batch_size: int = 1
+    adaptive_batching: bool = False  # halve the batch on out-of-memory (the dynamic batching strategy)
+    no_answer: NoAnswerRule = NO_RULE  # the model's "not found" rule (the model registry's)
+    no_answer_below: float | None = None  # a request's own threshold, which replaces the model's rule
+    max_total_tokens: int = DEFAULT_MAX_TOTAL_TOKENS
+    max_request_s: float | None = None  # refuse a request predicted to take longer (None: no limit)
+
+    def resolved(self, tokenizer) -> "EngineSettings":
+        """Fill in the window length and stride for this tokenizer, and check they make sense.
+
+        Counts must be whole numbers: 3.0 (what a UI slider sends) is taken as 3, but 2.7 is an InputError rather
+        than silently cut to 2.
+        """
+        whole = {name: whole_number(name, value) for name in _WHOLE_NUMBER_FIELDS
+                 if (value := getattr(self, name)) is not None}
+        if any(type(getattr(self, name)) is not int for name in whole):
+            return replace(self, **whole).resolved(tokenizer)
+        if self.no_answer_below is not None:
+            below = check_threshold(self.no_answer_below)
+            if below != self.no_answer_below:  # "0.001" from a form or an API: its number
+                return replace(self, no_answer_below=below).resolved(tokenizer)
+        if self.max_request_s is not None and not self.max_request_s > 0:
+            raise InputError(f"max_request_s must be a positive number of seconds, got {self.max_request_s!r}.")
+        limit = int(getattr(tokenizer, "model_max_length", 4096) or 4096)
+        limit = min(limit, 4096) if limit > 10**8 else limit  # tokenizers without a limit report a huge number
+        max_seq_len = self.max_seq_len or limit
+        if max_seq_len > limit:
+            raise InputError(f"max_seq_len {max_seq_len} is over this model's limit of {limit} tokens.")
+        doc_stride = self.doc_stride if self.doc_stride is not None else min(max_seq_len // 2, 128)
+        if self.batch_size < 1 or self.top_k < 1 or self.max_answer_len < 1:
+            raise InputError("batch_size, top_k and max_answer_len must each be at least 1.")
+        if self.max_question_len < 1:
+            raise InputError("max_question_len must be at least 1.")
+        if max_seq_len < self.max_question_len + 8:
+            raise InputError(f"max_seq_len {max_seq_len} leaves no room for the document after the question.")
+        if not 0 <= doc_stride < max_seq_len - self.max_question_len - 3:
+            raise InputError(f"doc_stride {doc_stride} must be smaller than the room for the document in a "
+                             f"{max_seq_len}-token window.")
+        return replace(self, max_seq_len=max_seq_len, doc_stride=doc_stride)
+
+
+_WHOLE_NUMBER_FIELDS = ("max_seq_len", "doc_stride", "max_question_len", "max_answer_len", "top_k", "batch_size",
+                        "max_total_tokens")
+
+
+def no_answer_rule(settings: EngineSettings) -> NoAnswerRule:
+    """The rule a request with these settings is judged by."""
+    return effective_rule(settings.no_answer, settings.no_answer_below)
+
+
+def whole_number(name: str, value) -> int:
+    """A count given as a number (3 or 3.0): InputError for anything else (2.7, "3", True), never truncated."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not float(value).is_integer():
+        raise InputError(f"{name} must be a whole number, got {value!r}.")
+    return int(value)
+
+
+def validate_request(documents: list[Document], question: str) -> str:
+    """The question cleaned like document text (no control or zero-width characters, white space collapsed);
+    InputError when nothing is left of it or there is no document."""
+    question = " ".join(clean_text(question or "").split())
+    if not question:
+        raise InputError(EMPTY_QUESTION)
+    if not documents:
+        raise InputError(NO_DOCUMENT)
+    return question
+
+
+def truncate_question(tokenizer, question: str, max_question_len: int) -> tuple[str, str | None]:
+    """Cut the question to `max_question_len` tokens; returns the text and a notice when it was cut.
+
+    Only the question's head is tokenized when it is far longer than that (a pasted book is not a question).
+    """
+    head_chars = 4 * CHARS_PER_TOKEN_BOUND * max_question_len
+    head = question[:head_chars]
+    encoding = tokenizer(head, add_special_tokens=False, return_offsets_mapping=True)
+    if len(encoding["input_ids"]) <= max_question_len and len(head) == len(question):
+        return question, None
+    cut = encoding["offset_mapping"][min(max_question_len, len(encoding["input_ids"])) - 1][1]
+    length = (f"{len(encoding['input_ids'])} tokens long" if len(head) == len(question)
+              else f"{len(question):,} characters long")
+    notice = f"The question was {length} and was cut to its first {max_question_len} tokens."
+    return question[:cut], notice
+
+
+def document_room(tokenizer, settings: EngineSettings, question_tokens: int) -> int:
+    """Tokens of document in each window after a question of `question_tokens`; InputError when that is not more
+    than the overlap (no window would move forward)."""
+    room = settings.max_seq_len - question_tokens - tokenizer.num_special_tokens_to_add(pair=True)
+    if room <= settings.doc_stride:
+        raise InputError(f"The question leaves {room} tokens for the document in each {settings.max_seq_len}-token "
+                         f"window, not more than the overlap of {settings.doc_stride}: shorten the question or "
+                         f"lower doc_stride.")
+    return room
+
+
+def check_chars(documents: list[Document], max_total_tokens: int) -> None:
+    """InputError when the documents have more characters than `max_total_tokens` can hold at any tokenization,
+    refused without tokenizing."""
+    n_chars = sum(len(d.text) for d in documents)
+    max_chars = max_chars_for(max_total_tokens)
+    if n_chars > max_chars:
+        raise InputError(f"The documents have {n_chars:,} characters: over the limit of "
+                         f"{max_total_tokens:,} tokens even at {CHARS_PER_TOKEN_BOUND} characters a token "
+                         f"({max_chars:,} characters).")
+
+
+def check_tokens(tokens: int, max_total_tokens: int) -> None:
+    """InputError when the documents, tokenized, have more tokens than `max_total_tokens`."""
+    if tokens > max_total_tokens:
+        raise InputError(f"The documents have {tokens:,} tokens, over the limit of {max_total_tokens:,}.")
+
+
+def check_predicted_time(predicted_s: float | None, settings: EngineSettings, windows: int, window_tokens: int,
+                         tokens_per_s: float | None, *, after: str = "") -> None:
+    """RequestTooLongError when `predicted_s` is over `settings.max_request_s` (no limit or no prediction: fine)."""
+    if not passes_time_limit(predicted_s, settings.max_request_s):
+        return
+    raise RequestTooLongError(
+        f"This request would take about {predicted_s:,.0f} s{after} ({windows:,} windows, {window_tokens:,} tokens, "
+        f"at the {tokens_per_s:,.0f} tokens/s this model runs at here), over the limit of "
+        f"{settings.max_request_s:g} s a request. Ask about fewer or shorter documents.",
+        predicted_s=predicted_s, max_request_s=settings.max_request_s, windows=windows,
+        window_tokens=window_tokens, tokens_per_s=tokens_per_s)
+
+
+def passes_time_limit(predicted_s: float | None, max_request_s: float | None) -> bool:
+    """Whether `predicted_s` is known and over `max_request_s` (no limit or no prediction: it does not pass it)."""
+    return max_request_s is not None and predicted_s is not None and predicted_s > max_request_s

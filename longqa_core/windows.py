@@ -1,0 +1,199 @@
+"""Windows: the model's inputs cut from the documents (question first, overlapping by the stride), with each
+token's offsets into its document, and the token counts that say how many windows a text takes, counted without
+offsets or estimated from a sample of its characters.
+
+It tokenizes and cuts; it runs no model and checks no limit (`longqa_core.limits` and `longqa_core.plan` do).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import NamedTuple
+
+import numpy as np
+
+from longqa_core.documents import Document
+from longqa_core.errors import Cancelled
+from longqa_core.limits import EngineSettings, StopCheck, stop_check
+
+@dataclass
+class Window:
+    """One model input: `<s> question </s></s> context-slice </s>` with offsets into its document."""
+
+    document_index: int
+    input_ids: list[int]
+    offsets: list[tuple[int, int]]
+    context: np.ndarray  # (L,) bool: tokens of the document
+    n_global: int  # `<s>` and the question tokens: the positions with global attention
+
+
+@dataclass
+class DocumentStats:
+    name: str
+    chars: int
+    tokens: int
+    windows: int
+
+
+
+def trim_offset(text: str, start: int, end: int) -> tuple[int, int]:
+    """The token's character span without surrounding white space.
+
+    The tokenizer leaves the leading space on the first context token of an overflowing window; trimmed, the
+    same token has the same span in every window and answers never start with a space.
+    """
+    while start < end and text[start].isspace():
+        start += 1
+    while end > start and text[end - 1].isspace():
+        end -= 1
+    return start, end
+
+
+def make_windows(tokenizer, question: str, documents: list[Document], settings: EngineSettings, *,
+                 should_stop: StopCheck | None = None) -> tuple[list[Window], list[DocumentStats]]:
+    """Windows of every document, question first, overlapping by `doc_stride` tokens (the pipeline's meaning).
+
+    Tokenizes each document whole, with offsets: check the request with `plan_request` first.
+    """
+    windows: list[Window] = []
+    stats: list[DocumentStats] = []
+    stop = stop_check(should_stop)
+    for index, document in enumerate(documents):
+        if stop():
+            raise Cancelled("The request was cancelled while its windows were being built.")
+        encoded = tokenizer(question, document.text, truncation="only_second", max_length=settings.max_seq_len,
+                            stride=settings.doc_stride, return_overflowing_tokens=True,
+                            return_offsets_mapping=True)
+        n_windows = len(encoded["input_ids"])
+        covered = 0
+        for w in range(n_windows):
+            sequence_ids = encoded.sequence_ids(w)
+            context = np.array([s == 1 for s in sequence_ids], dtype=bool)  # (L,)
+            first_sep = sequence_ids.index(None, 1)  # the `</s>` after the question
+            # Question tokens' offsets point into the question, not the document: only context ones are trimmed.
+            offsets = [trim_offset(document.text, start, end) if in_context else (start, end)
+                       for (start, end), in_context in zip(encoded["offset_mapping"][w], context)]
+            windows.append(Window(index, encoded["input_ids"][w], offsets, context, first_sep))
+            covered += int(context.sum())
+        tokens = covered - settings.doc_stride * (n_windows - 1)
+        stats.append(DocumentStats(document.name, len(document.text), max(tokens, 0), n_windows))
+    return windows, stats
+
+
+# Counting tokens before building windows: a count needs no offsets, and it stops at the limit, so a text that
+# tokenizes to about one token a character is refused after the limit's worth of tokens, not after all of them.
+
+_COUNT_CHUNK_CHARS = 1 << 16  # tokenized at a time when counting (at most about 130,000 tokens held at once)
+_CUT_SEARCH_CHARS = 1024  # how far back from a chunk's end to look for a space to cut at
+
+
+class TokenCount(NamedTuple):
+    tokens: int  # exact unless `hard_cuts`; over the limit asked for when `stopped`
+    chars: int  # characters counted (all of them unless `stopped`)
+    hard_cuts: int  # chunks cut inside a word: each may shift the count by a token or two
+    stopped: bool  # counting stopped once past the limit
+
+
+def count_tokens(tokenizer, text: str, limit: int | None = None, *, should_stop: StopCheck | None = None,
+                 chunk_chars: int = _COUNT_CHUNK_CHARS) -> TokenCount:
+    """The tokens of `text` alone (no special tokens), counted a chunk at a time without offsets; stops as soon as
+    the count is surely over `limit`.
+
+    Chunks end at a single space between two non-space characters: byte-level BPE (Longformer's) never joins
+    tokens across such a space, so there the sum of the chunks' counts is the whole text's count. Only a stretch of
+    `chunk_chars` characters without such a space is cut inside a word (`hard_cuts`).
+    """
+    backend = counting_backend(tokenizer)
+    stop = stop_check(should_stop)
+    tokens = hard_cuts = start = 0
+    while start < len(text):
+        if stop():
+            raise Cancelled("The request was cancelled while its documents were being tokenized.")
+        end, is_hard = _chunk_end(text, start, chunk_chars)
+        hard_cuts += is_hard
+        chunk = text[start:end]
+        tokens += len(backend.encode_batch_fast([chunk], add_special_tokens=False)[0]) if backend is not None \
+            else len(tokenizer(chunk, add_special_tokens=False)["input_ids"])
+        start = end
+        if limit is not None and tokens - 2 * hard_cuts > limit:
+            return TokenCount(tokens, start, hard_cuts, start < len(text))
+    return TokenCount(tokens, start, hard_cuts, False)
+
+
+def _chunk_end(text: str, start: int, chunk_chars: int) -> tuple[int, bool]:
+    """Where the chunk from `start` ends, and whether that cut is inside a word."""
+    end = start + chunk_chars
+    if end >= len(text):
+        return len(text), False
+    lowest = max(start + 1, end - _CUT_SEARCH_CHARS)
+    for cut in range(end, lowest, -1):  # the chunk ends before the space, the next one starts with it
+        if text[cut] == " " and not text[cut - 1].isspace() and cut + 1 < len(text) and not text[cut + 1].isspace():
+            return cut, False
+    return end, True
+
+
+def counting_backend(tokenizer):
+    """The Rust tokenizer, made ready to encode without truncation or padding (what transformers' own call does
+    first), when it can count without building offsets; None otherwise."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None or not hasattr(backend, "encode_batch_fast"):
+        return None
+    if backend.truncation is not None:
+        backend.no_truncation()
+    if backend.padding is not None:
+        backend.no_padding()
+    return backend
+
+
+
+
+def count_windows(n_tokens: int, room: int, doc_stride: int) -> int:
+    """How many windows a document of `n_tokens` takes with `room` tokens for it in each (the tokenizer's
+    overflow: each window starts `room - doc_stride` tokens after the one before)."""
+    if n_tokens <= room:
+        return 1
+    return 1 + -(-(n_tokens - room) // (room - doc_stride))
+
+
+# Characters per token are measured on a few samples of each document instead of tokenizing it whole: the 2M-token
+# document a full read tokenizes in about 14 s is cut and ranked on its characters, and only what is read is
+# tokenized for the model.
+_SAMPLE_CHARS = 4_000
+_SAMPLES = 5
+
+
+def chars_per_token(tokenizer, text: str) -> float:
+    """Characters per token of `text`, measured on a few evenly spread samples (all of a short text)."""
+    if len(text) <= _SAMPLES * _SAMPLE_CHARS:
+        samples = [text]
+    else:
+        step = (len(text) - _SAMPLE_CHARS) // (_SAMPLES - 1)
+        samples = [text[i * step: i * step + _SAMPLE_CHARS] for i in range(_SAMPLES)]
+    backend = counting_backend(tokenizer)
+    counts = [len(backend.encode_batch_fast([t], add_special_tokens=False)[0]) if backend is not None
+              else len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in samples]
+    return max(1.0, sum(len(t) for t in samples) / max(1, sum(counts)))
+
+
+
+def window_span(window: Window) -> dict:
+    """The stretch of its document a window read: from its first context token's start to its last one's end."""
+    spans = [window.offsets[i] for i in np.flatnonzero(window.context)]
+    start, end = (spans[0][0], spans[-1][1]) if spans else (0, 0)
+    return {"document_index": window.document_index, "start_char": int(start), "end_char": int(end)}
+
+
+
+def span_windows(tokenizer, question: str, documents: list[Document], spans, settings: EngineSettings,
+                 should_stop: StopCheck | None = None) -> list[Window]:
+    """The windows of the given stretches of the documents, with offsets into the whole documents."""
+    windows: list[Window] = []
+    for document_index, start, end in spans:
+        piece = Document(documents[document_index].name, documents[document_index].text[start:end])
+        piece_windows, _ = make_windows(tokenizer, question, [piece], settings, should_stop=should_stop)
+        for window in piece_windows:
+            offsets = [(a + start, b + start) if in_context else (a, b)
+                       for (a, b), in_context in zip(window.offsets, window.context)]
+            windows.append(replace(window, document_index=document_index, offsets=offsets))
+    return windows
+
