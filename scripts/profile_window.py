@@ -25,8 +25,8 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from longqa.bench.floor import (Shapes, hardware_for, kind_name, measure_floor, row_precision,  # noqa: E402
-                                window_flops)
+from longqa.bench.floor import (Shapes, hardware_for, kind_name, linear_shapes, measure_floor,  # noqa: E402
+                                row_precision, window_flops)
 from longqa.bench.runner import cpu_flags, cpu_model  # noqa: E402
 from longqa.bench.worker import agreement_inputs  # noqa: E402
 from longqa.loader import load_model  # noqa: E402
@@ -128,6 +128,34 @@ def annotate_attention(model: torch.nn.Module) -> None:
             module.register_forward_hook(leave, with_kwargs=True)
 
 
+LINEAR_OPERATORS = ("mkldnn::_linear_pointwise", "aten::addmm", "aten::linear", "quantized::linear_dynamic")
+
+
+def linear_by_shape(events) -> dict[str, dict]:
+    """Self CPU seconds, calls and FLOPs of the Linear layers' operators per rows x (in, out) features ("4096x768->
+    3840"), from the profiler's recorded input shapes: (rows, in) or (B, rows, in) inputs, (out, in) weights."""
+    shapes: dict[str, dict] = {}
+    for event in events:
+        if event.name not in LINEAR_OPERATORS or len(event.input_shapes) < 2 or event.self_cpu_time_total <= 0:
+            continue
+        x, weight = event.input_shapes[0], event.input_shapes[1]
+        if event.name == "aten::addmm":  # (bias, x, weight transposed)
+            x, weight = event.input_shapes[1], event.input_shapes[2][::-1]
+        elif len(weight) != 2 and len(event.input_shapes) > 2:  # the fused residual add: (x, residual, weight, ...)
+            weight = event.input_shapes[2]
+        if len(x) < 2 or len(weight) != 2:
+            continue
+        rows, in_features, out_features = 1, x[-1], weight[0]
+        for size in x[:-1]:
+            rows *= size
+        entry = shapes.setdefault(f"{rows}x{in_features}->{out_features}",
+                                  {"self_s": 0.0, "calls": 0, "flops": 0.0})
+        entry["self_s"] += event.self_cpu_time_total / 1e6
+        entry["calls"] += 1
+        entry["flops"] += 2.0 * rows * in_features * out_features
+    return shapes
+
+
 def profile_window(model_ref: str, hardware: Hardware, tokens: int, repeat: int) -> dict:
     loaded = load_model(model_ref, "cpu", hardware=hardware)
     tokenizer = loaded.tokenizer
@@ -158,6 +186,7 @@ def profile_window(model_ref: str, hardware: Hardware, tokens: int, repeat: int)
         "operators_self_s": operators_s,
         "outside_operators_s": max(profiled["forward"] - operators_s, 0.0),
         "groups": groups,
+        "linear_by_shape": linear_by_shape(profiler.events()),
     }
 
 
@@ -167,6 +196,7 @@ def format_markdown(result: dict) -> str:
     floor_s = floor["precisions"][precision]["floor_s"]
     profiled = breakdown["profiled_forward_s"]
     flops = result["window_flops"]
+    second_s = flops["total"] / floor["precisions"][precision]["linear_flops_per_s"]
     lines = [f"# One `cpu` window, where the time goes ({machine['kind']})", "",
              f"`{result['command']}`", "",
              f"CPU: {machine['cpu_model']}, {machine['bf16_flags']} CPUs with avx512_bf16 "
@@ -176,14 +206,17 @@ def format_markdown(result: dict) -> str:
              f"{result['model']}, one window of {breakdown['window_tokens']:,} tokens, `cpu` profile as it resolves for this "
              f"kind: {', '.join(breakdown['strategies'])} ({breakdown['dtype']}), so its floor is the {precision} "
              f"floor.", "",
-             "| | seconds | × floor |", "|---|---|---|",
+             "| | seconds | × floor | × floor, band at the Linear rate |", "|---|---|---|---|",
              f"| floor ({precision}, measured: {flops['total'] / 1e12:.3f} TFLOP at "
              f"{floor['precisions'][precision]['linear_flops_per_s'] / 1e9:.0f} GFLOP/s linear, "
-             f"{floor['precisions'][precision]['band_flops_per_s'] / 1e9:.0f} band) | {floor_s:.2f} | 1.00 |"]
+             f"{floor['precisions'][precision]['band_flops_per_s'] / 1e9:.0f} band) | {floor_s:.2f} | 1.00 | "
+             f"{floor_s / second_s:.2f} |",
+             f"| floor with the band's needed products at the Linear layers' rate | {second_s:.2f} | "
+             f"{second_s / floor_s:.2f} | 1.00 |"]
     for label, key in (("tokenizing", "tokenize_s"), ("forward", "forward_s"), ("decoding", "decode_s"),
                        ("whole request", "total_s")):
         lines.append(f"| {label} (median of {breakdown['runs']}) | {breakdown[key]:.3f} | "
-                     f"{breakdown[key] / floor_s:.2f} |")
+                     f"{breakdown[key] / floor_s:.2f} | {breakdown[key] / second_s:.2f} |")
     lines += ["", f"The forward under the profiler took {profiled:.2f} s (the profiler's own cost included). "
               "Self CPU time of its operators, grouped:", "",
               "| group | s | share of the profiled forward | heaviest operators (s) |", "|---|---|---|---|"]
@@ -200,6 +233,26 @@ def format_markdown(result: dict) -> str:
         lines.append(f"The Linear layers ran at {flops['linear'] / matmul / 1e9:.0f} GFLOP/s "
                      f"({flops['linear'] / 1e12:.3f} TFLOP in {matmul:.2f} s) against "
                      f"{floor['precisions'][precision]['linear_flops_per_s'] / 1e9:.0f} measured on their shapes.")
+    by_shape = breakdown.get("linear_by_shape") or {}
+    shape_times = floor["shape_times_s"].get(precision, {})
+    if by_shape:
+        lines += ["", "The Linear layers by shape, in the window (self CPU time under the profiler) against the same "
+                  "shapes timed alone for the floor:", "",
+                  "| layer (rows × in → out) | calls | s in the window | GFLOP/s in the window | GFLOP/s alone | "
+                  "share |",
+                  "|---|---|---|---|---|---|"]
+        alone = {f"{result['tokens']}x{in_features}->{out_features}": (name, 2.0 * result["tokens"] * in_features * out_features
+                                                    / shape_times[name])
+                 for name, in_features, out_features, _ in linear_shapes(Shapes.from_config(model_config(
+                     result["model"]))) if name in shape_times}
+        for key, entry in sorted(by_shape.items(), key=lambda item: -item[1]["self_s"]):
+            name, rate = alone.get(key, (key, None))
+            in_window = entry["flops"] / entry["self_s"]
+            lines.append(f"| {name} ({key.replace('x', ' × ', 1).replace('->', ' → ')}) | {entry['calls']} | "
+                         f"{entry['self_s']:.3f} | "
+                         f"{in_window / 1e9:,.0f} | {f'{rate / 1e9:,.0f}' if rate else '–'} | "
+                         f"{f'{in_window / rate:.0%}' if rate else '–'} |")
+        lines.append("")
     if kernel:
         lines.append(f"The band kernel did the band's {flops['band'] / 1e12:.3f} TFLOP (2w+1 keys per query) in "
                      f"{kernel:.2f} s: {flops['band'] / kernel / 1e9:.0f} GFLOP/s of needed work, against "
@@ -235,7 +288,8 @@ def main(argv: list[str] | None = None) -> int:
         f" {flag} {value}" for flag, value in (("--model", args.model), ("--out", args.out),
                                                ("--cpu-kind", args.cpu_kind))
         if value != parser.get_default(flag.lstrip("-").replace("-", "_")))
-    result = {"command": command, "model": args.model, "machine": machine, "floor": floor.to_dict(),
+    result = {"command": command, "model": args.model, "tokens": args.tokens, "machine": machine,
+              "floor": floor.to_dict(),
               "window_flops": {"linear": flops.linear, "band": flops.band, "total": flops.total},
               "breakdown": breakdown}
     out = Path(args.out)

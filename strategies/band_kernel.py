@@ -1,5 +1,5 @@
-"""The fast attention's hand-written band kernels (`band_attention.c`: bf16 on AVX-512 BF16; `band_attention_fp32.c`:
-fp32 on AVX2 and FMA): built with the system C compiler into the project's cache folder, loaded with ctypes, called
+"""The fast attention's hand-written band kernels (`band_attention_amx.c`: bf16 on AMX tiles; `band_attention.c`: bf16
+on AVX-512 BF16; `band_attention_fp32.c`: fp32 on AVX2 and FMA): built with the system C compiler into the project's cache folder, loaded with ctypes, called
 through one torch operator, `torch.ops.longqa.band_attention` (a custom op with a fake implementation, so
 torch.compile traces it). Not a strategy (the fast attention chooses them) and not a general attention: inference
 only, no dropout.
@@ -10,10 +10,15 @@ The door: every kernel takes one `longqa_band_args` struct and returns a `longqa
 as a .c file that includes band_attention.h and exports `int <entry>(const longqa_band_args *)`, plus one
 `KernelBuild` row in BUILDS (its flags, the CPU flags it needs, its head sizes); a field added to the struct goes at
 its end, in the header and in `BandArgs` both (tests/test_band_kernel.py compares them).
+
+Which kernel computes a dtype: the first of its variants (`variants`: AMX, then AVX-512 BF16 for bf16) that this CPU
+has the instructions for, that builds, loads and (AMX) is granted the tile state by Linux; the reasons the faster
+ones were passed over are the loaded kernel's `notes`, which the load readout shows.
 """
 
 from __future__ import annotations
 
+import copy
 import ctypes
 import enum
 import functools
@@ -43,18 +48,27 @@ class KernelBuild:
     cpu_flags: frozenset[str]
     entry: str
     head_sizes: tuple[int, ...]  # the head sizes (dimensions per head) it takes
+    name: str = ""  # what it runs on, for readouts: "AMX", "AVX-512 BF16", "AVX2"
+    key: str = ""  # the LONGQA_BAND_KERNEL value that asks for this variant only
+    prepare: str | None = None  # a C function to call once after loading: 0, or the errno of a refusal
 
 
 COMMON_FLAGS = ("-O3", "-fno-strict-aliasing", "-fopenmp", "-fPIC", "-shared")  # rows are read as 32-bit pairs
 BUILD_TIMEOUT_S = 300
-BUILDS = {
-    torch.bfloat16: KernelBuild(torch.bfloat16, Path(__file__).with_name("band_attention.c"),
-                                ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx512bf16", "-mfma"),
-                                frozenset({"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16"}),
-                                "longqa_band_attention_bf16", (16, 32, 64, 128)),
+AVX512_BF16_FLAGS = ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx512bf16", "-mfma")
+AVX512_BF16_CPU = frozenset({"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16"})
+BUILDS = {  # the kernel each dtype falls back to: the one with the fewest CPU requirements
+    torch.bfloat16: KernelBuild(torch.bfloat16, Path(__file__).with_name("band_attention.c"), AVX512_BF16_FLAGS,
+                                AVX512_BF16_CPU, "longqa_band_attention_bf16", (16, 32, 64, 128),
+                                "AVX-512 BF16", "avx512"),
     torch.float32: KernelBuild(torch.float32, Path(__file__).with_name("band_attention_fp32.c"), ("-mavx2", "-mfma"),
-                               frozenset({"avx2", "fma"}), "longqa_band_attention_fp32", tuple(range(8, 129, 8))),
+                               frozenset({"avx2", "fma"}), "longqa_band_attention_fp32", tuple(range(8, 129, 8)),
+                               "AVX2", "avx2"),
 }
+AMX_BUILD = KernelBuild(torch.bfloat16, Path(__file__).with_name("band_attention_amx.c"),
+                        AVX512_BF16_FLAGS + ("-mamx-tile", "-mamx-bf16"), AVX512_BF16_CPU | {"amx_tile", "amx_bf16"},
+                        "longqa_band_attention_amx_bf16", (16, 32, 64, 128), "AMX", "amx", "longqa_amx_request")
+PREFERRED = {torch.bfloat16: (AMX_BUILD,)}  # tried in this order before BUILDS' kernel: faster where they run
 DTYPES = tuple(BUILDS)
 HEADER = Path(__file__).with_name("band_attention.h")  # the arguments and status codes every kernel includes
 DISABLE_VARIABLE = "LONGQA_BAND_KERNEL"
@@ -82,14 +96,32 @@ def is_disabled() -> bool:
     return os.environ.get(DISABLE_VARIABLE, "1").strip().lower() in ("0", "false", "no", "off")
 
 
+def variants(dtype: torch.dtype) -> tuple[KernelBuild, ...]:
+    """The kernels that compute `dtype`, fastest first (AMX, then AVX-512 BF16 for bf16)."""
+    return PREFERRED.get(dtype, ()) + ((BUILDS[dtype],) if dtype in BUILDS else ())
+
+
+def requested_variant() -> str | None:
+    """The variant LONGQA_BAND_KERNEL asks for by its key (amx, avx512, avx2), or None (the fastest that runs)."""
+    value = os.environ.get(DISABLE_VARIABLE, "").strip().lower()
+    keys = {spec.key for dtype in BUILDS for spec in variants(dtype)}
+    return value if value in keys else None
+
+
 def is_head_supported(dtype: torch.dtype, head_dim: int) -> bool:
     """Whether a kernel computes `dtype` with heads of `head_dim` dimensions."""
     return dtype in BUILDS and head_dim in BUILDS[dtype].head_sizes
 
 
-def built_path(dtype: torch.dtype, compiler: str | None = None, folder: Path | None = None) -> Path:
-    """Where the library for `dtype` built from this source with these flags and compiler is (or will be) kept."""
-    spec = BUILDS[dtype]
+def spec_of(kernel: torch.dtype | KernelBuild) -> KernelBuild:
+    """A variant itself, or the fallback kernel of a dtype (BUILDS)."""
+    return kernel if isinstance(kernel, KernelBuild) else BUILDS[kernel]
+
+
+def built_path(dtype: torch.dtype | KernelBuild, compiler: str | None = None, folder: Path | None = None) -> Path:
+    """Where the library for `dtype` (or the variant) built from this source with these flags and compiler is (or
+    will be) kept."""
+    spec = spec_of(dtype)
     command = " ".join((compiler or compiler_name(),) + COMMON_FLAGS + spec.flags)
     key = spec.source.read_bytes() + HEADER.read_bytes() + command.encode()
     return (folder or kernel_folder()) / f"{spec.source.stem}-{hashlib.sha256(key).hexdigest()[:16]}.so"
@@ -102,9 +134,11 @@ def is_buildable(dtype: torch.dtype) -> bool:
         built_path(dtype).exists() or shutil.which(compiler_name()) is not None)
 
 
-def build(dtype: torch.dtype = torch.bfloat16, compiler: str | None = None, folder: Path | None = None) -> Path:
-    """The compiled library for `dtype`, built now unless the cache holds one for this source and these flags."""
-    spec = BUILDS[dtype]
+def build(dtype: torch.dtype | KernelBuild = torch.bfloat16, compiler: str | None = None,
+          folder: Path | None = None) -> Path:
+    """The compiled library for `dtype` (its fallback kernel, BUILDS) or for a variant, built now unless the cache
+    holds one for this source and these flags."""
+    spec = spec_of(dtype)
     compiler = compiler or compiler_name()
     target = built_path(dtype, compiler, folder)
     if target.exists():
@@ -214,12 +248,30 @@ def is_row_aligned(x: torch.Tensor) -> bool:
 class BandKernel:
     """The loaded library's entry point, with argument checking in Python (the C side checks only sizes)."""
 
-    def __init__(self, spec: KernelBuild, path: Path):
-        library = ctypes.CDLL(str(path))
-        self._call = getattr(library, spec.entry)
+    def __init__(self, spec: KernelBuild, path: Path, notes: tuple[str, ...] = ()):
+        self._library = ctypes.CDLL(str(path))
+        self._call = getattr(self._library, spec.entry)
         self._call.restype = ctypes.c_int
         self._call.argtypes = [ctypes.POINTER(BandArgs)]
-        self.dtype, self.path = spec.dtype, path
+        self.dtype, self.path, self.spec = spec.dtype, path, spec
+        self.notes = notes  # why faster variants were passed over
+
+    def prepare(self) -> None:
+        """Run the variant's one-time setup (AMX: ask Linux for the tile state); KernelUnavailable if refused."""
+        if self.spec.prepare is None:
+            return
+        setup = getattr(self._library, self.spec.prepare)
+        setup.restype, setup.argtypes = ctypes.c_int, []
+        error = setup()
+        if error:
+            raise KernelUnavailable(f"Linux refused the AMX tile state (arch_prctl ARCH_REQ_XCOMP_PERM): "
+                                    f"{os.strerror(error) if error > 0 else 'unknown error'}")
+
+    def with_notes(self, notes: tuple[str, ...]) -> "BandKernel":
+        """The same loaded kernel with these notes."""
+        noted = copy.copy(self)
+        noted.notes = notes
+        return noted
 
     @torch.compiler.disable  # a foreign call: compiled callers take the custom op `band_attention` instead
     def __call__(self, q, k, v, k_global, v_global, key_ok, slot_used, window: int) -> torch.Tensor:
@@ -272,24 +324,58 @@ def _band_attention_shape(q, k, v, k_global, v_global, key_ok, slot_used, window
     return q.new_empty(q.shape)
 
 
+def skip_reason(spec: KernelBuild) -> KernelUnavailable | None:
+    """Why the variant cannot run here before building anything: LONGQA_BAND_KERNEL asks for another, or the CPU
+    lacks its instructions; None when it may."""
+    requested = requested_variant()
+    if requested is not None and requested != spec.key:
+        return KernelUnavailable(f"{DISABLE_VARIABLE}={requested} asks for another kernel")
+    missing = spec.cpu_flags - cpu_flags()
+    if missing:
+        return KernelUnavailable(f"the CPU lacks {', '.join(sorted(missing))}")
+    return None
+
+
+def open_kernel(spec: KernelBuild) -> BandKernel:
+    """The variant built (or found built), loaded and prepared; KernelUnavailable or OSError when it cannot be."""
+    kernel = BandKernel(spec, build(spec))
+    kernel.prepare()
+    return kernel
+
+
 @functools.cache
-def load(dtype: torch.dtype = torch.bfloat16) -> BandKernel | KernelUnavailable:
-    """The kernel for `dtype`, built on first use; or why it cannot run here (logged once). Cached per process."""
+def open_variant(spec: KernelBuild) -> BandKernel | KernelUnavailable:
+    """`open_kernel`, once per process and variant: a failed build is not retried."""
     try:
-        if dtype not in BUILDS:
-            raise KernelUnavailable(f"no band kernel computes {dtype}")
-        if is_disabled():
-            raise KernelUnavailable(f"disabled by {DISABLE_VARIABLE}={os.environ[DISABLE_VARIABLE]}")
-        missing = BUILDS[dtype].cpu_flags - cpu_flags()
-        if missing:
-            raise KernelUnavailable(f"the CPU lacks {', '.join(sorted(missing))}")
-        return BandKernel(BUILDS[dtype], build(dtype))
+        return open_kernel(spec)
     except KernelUnavailable as reason:
-        log.info("%s band kernel not used, fast attention keeps SDPA: %s", dtype, reason)
         return reason
     except OSError as error:  # a library that would not load
-        log.warning("%s band kernel not used, fast attention keeps SDPA: %s", dtype, error)
+        log.warning("%s band kernel would not load: %s", spec.name, error)
         return KernelUnavailable(str(error))
+
+
+@functools.cache
+def load(dtype: torch.dtype = torch.bfloat16) -> BandKernel | KernelUnavailable:
+    """The fastest kernel for `dtype` that runs here (`variants`), built on first use, with the reasons the faster
+    ones did not in its `notes`; or why none can run (logged once). Cached per process."""
+    if dtype not in BUILDS:
+        return KernelUnavailable(f"no band kernel computes {dtype}")
+    if is_disabled():
+        reason = KernelUnavailable(f"disabled by {DISABLE_VARIABLE}={os.environ[DISABLE_VARIABLE]}")
+        log.info("%s band kernel not used, fast attention keeps SDPA: %s", dtype, reason)
+        return reason
+    passed_over = []
+    for spec in variants(dtype):
+        loaded = skip_reason(spec) or open_variant(spec)
+        if isinstance(loaded, BandKernel):
+            return loaded.with_notes(tuple(f"{name} kernel not used: {why}" for name, why in passed_over))
+        passed_over.append((spec.name, loaded))
+    # the fallback's reason first: it is why SDPA runs
+    reason = KernelUnavailable("; ".join([str(passed_over[-1][1])]
+                                         + [f"{name} kernel not used: {why}" for name, why in passed_over[:-1]]))
+    log.info("%s band kernel not used, fast attention keeps SDPA: %s", dtype, reason)
+    return reason
 
 
 def kernel(dtype: torch.dtype = torch.bfloat16) -> BandKernel | None:
@@ -302,5 +388,6 @@ def status(dtype: torch.dtype = torch.bfloat16) -> str:
     """One line for readouts and results: whether the band kernel for `dtype` runs here, and if not why."""
     loaded = load(dtype)
     name = str(dtype).removeprefix("torch.")
-    return (f"{name} band kernel: {loaded.path.name}" if isinstance(loaded, BandKernel)
-            else f"{name} band kernel off: {loaded}")
+    if not isinstance(loaded, BandKernel):
+        return f"{name} band kernel off: {loaded}"
+    return "; ".join([f"{name} band kernel: {loaded.path.name} ({loaded.spec.name})", *loaded.notes])

@@ -39,7 +39,8 @@ DTYPE_BYTES = {torch.float32: 4, torch.float16: 2, torch.bfloat16: 2}
 #   B·L·H·(w+1)·s   attention-score buffers in the compute dtype (chunked scores, padded/diagonalized copies)
 #   B·L·D·s         hidden-state sized buffers (q, k, v, residuals, layer outputs)
 #   B·L·F·s         feed-forward buffers
-#   B·L²·s          the (B, 1, L, L) extended attention mask transformers 5 builds once per forward
+#   B·L²·s          the (B, 1, L, L) extended attention mask transformers 5 builds once per forward (eager only:
+#                   the fast attention has it build the one row Longformer keeps)
 #   B·L²            its boolean intermediates
 #   [B>1]·B·L·H·(w+1)·s   copies eager makes only for batched inputs (a transposed view stops being contiguous)
 # The coefficients, the training factors and the CPU resident-memory overhead are fitted by
@@ -241,7 +242,9 @@ def layer_and_mask_bytes(shape: ModelShape, *, tokens: int, batch: int, compute_
     layer = mask = 0.0
     for name, coefficient, feature in zip(FEATURE_NAMES, ACTIVATION_COEFFICIENTS[attention], features):
         if name in MASK_FEATURES:
-            mask += coefficient * feature
+            # The fast attention has transformers build only the mask row it keeps (B·L, not B·L²:
+            # fast_attention.first_row_bidirectional_mask); its coefficients were fitted with the full mask.
+            mask += coefficient * feature if attention == "eager" else 0.0
         else:
             layer += coefficient * feature
     return layer, mask

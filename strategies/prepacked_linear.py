@@ -1,7 +1,8 @@
 """Prepacked Linear layers for CPU inference: every float `nn.Linear` of the model keeps its weight in oneDNN's
-blocked layout, packed once at load time, and runs through oneDNN's fused linear (bias, and the feed-forward's GELU,
-inside the same kernel). Same arithmetic: the same outputs bit for bit on the model's shapes in fp32 and bf16, except
-that a fused GELU rounds a bf16 result once instead of twice.
+blocked layout, packed once at load time, and runs through oneDNN's fused linear (bias, the feed-forward's GELU and the
+residual adds after the attention output and the feed-forward, inside the same kernel). Same arithmetic: the same
+outputs bit for bit on the model's shapes in fp32, and in bf16 except that a fused GELU or residual add rounds a bf16
+result once instead of twice.
 
 Not a quantization (the dtype stays what precision chose) and not a compiler: `torch.compile` with freezing packs
 weights the same way but costs tens of seconds per shape (README, "The compute floor").
@@ -10,6 +11,7 @@ weights the same way but costs tens of seconds per shape (README, "The compute f
 from __future__ import annotations
 
 import contextlib
+import types
 
 import torch
 from torch import nn
@@ -71,6 +73,12 @@ class PackedLinear(nn.Module):
                                                       self.gelu_algorithm)
         return torch.ops.mkldnn._linear_pointwise(x, self.packed_weight, self.bias, "none", [], "")
 
+    def add_to(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        """`self(x) + residual` in one oneDNN call (the add in the kernel's epilogue, one rounding in bf16)."""
+        if torch.is_grad_enabled() and (x.requires_grad or residual.requires_grad or self.training):
+            raise RuntimeError("prepacked_linear is for inference: oneDNN's fused linear has no backward.")
+        return torch.ops.mkldnn._linear_pointwise.binary(x, residual, self.packed_weight, self.bias, "add")
+
     def _save_to_state_dict(self, destination, prefix, keep_vars):
         destination[prefix + "weight"] = self.weight
         if self.bias is not None:
@@ -106,6 +114,28 @@ def pack_feed_forward(model: nn.Module) -> int:
     return fused
 
 
+RESIDUAL_OUTPUTS = ("LongformerSelfOutput", "LongformerOutput")  # LayerNorm(dropout(dense(h)) + input)
+
+
+def residual_output_forward(self, hidden_states: torch.Tensor, input_tensor: torch.Tensor) -> torch.Tensor:
+    """A Longformer output block's forward with the residual add inside the packed dense layer's kernel; the
+    class's own forward where the layer is not packed (unpacked for training) or dropout is active."""
+    if isinstance(self.dense, PackedLinear) and not self.training:
+        return self.LayerNorm(self.dense.add_to(hidden_states, input_tensor))
+    return type(self).forward(self, hidden_states, input_tensor)
+
+
+def fuse_residual_adds(model: nn.Module) -> int:
+    """Give each Longformer output block (attention output, feed-forward out) the fused residual add; returns how
+    many. The block keeps its class, children and state dict: only its instance's forward is set."""
+    fused = 0
+    for module in model.modules():
+        if type(module).__name__ in RESIDUAL_OUTPUTS and "forward" not in vars(module):
+            module.forward = types.MethodType(residual_output_forward, module)
+            fused += 1
+    return fused
+
+
 def pack_linears(model: nn.Module) -> int:
     """Swap every packable nn.Linear under `model` for a PackedLinear, in place; returns how many. The fast
     attention's five token projections are packed as its one fused projection (its own `pack_projections`)."""
@@ -120,6 +150,7 @@ def pack_linears(model: nn.Module) -> int:
             if can_pack(child):
                 setattr(module, name, PackedLinear.from_linear(child))
                 packed += 1
+    fuse_residual_adds(model)
     return packed
 
 
@@ -173,7 +204,8 @@ class PrepackedLinear(Strategy):
     """Pack every float Linear weight once for oneDNN and run the fused linear (bias and GELU in the kernel).
 
     Saves: time: the Linear layers are most of a window's arithmetic, and eager `F.linear` re-lays the weight
-        out and adds the bias in a separate pass on every call (measured in docs/cpu-floor).
+        out and adds the bias in a separate pass on every call, the residual adds and the GELU in passes of their
+        own (measured in docs/cpu-floor).
     Costs: packing at load time (well under a second for Longformer-base); no backward: a training step unpacks
         the layers for its duration and packs them again after; the layers run on CPU only. Memory unchanged: the
         packed weight replaces the plain one.

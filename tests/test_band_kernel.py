@@ -1,8 +1,10 @@
-"""The hand-written band kernels (bf16, fp32): against a dense masked attention, inside the model, and their build
-and fallbacks.
+"""The hand-written band kernels (bf16 on AMX and on AVX-512 BF16, fp32): against a dense masked attention and each
+other, inside the model, and their build, selection and fallbacks.
 
-Tests that run a kernel need a C compiler and a CPU with its instructions (bf16: AVX-512 BF16; fp32: AVX2 and FMA);
-elsewhere they are skipped with the reason `band_kernel.load()` gives, and the tests that check the fallback run.
+Tests that run a kernel need a C compiler and a CPU with its instructions (bf16: AMX, AVX-512 BF16; fp32: AVX2 and
+FMA); elsewhere they are skipped with the reason the loader gives, and the tests that check the fallback run. Which
+variant is chosen, and the reasons for passing over the others, is tested on every machine with injected CPU flags
+and kernels.
 """
 
 from __future__ import annotations
@@ -26,6 +28,17 @@ BOTH = [pytest.param(dtype, marks=pytest.mark.skipif(band_kernel.kernel(dtype) i
                                                      reason=band_kernel.status(dtype)))
         for dtype in (torch.bfloat16, torch.float32)]
 TOLERANCE = {torch.bfloat16: 0.02, torch.float32: 1e-5}  # bf16: probabilities and outputs rounded to 2^-8
+
+
+def variant(spec: band_kernel.KernelBuild) -> band_kernel.BandKernel | band_kernel.KernelUnavailable:
+    """One variant, built and loaded, whatever the loader would choose; or why it cannot run here."""
+    return band_kernel.skip_reason(spec) or band_kernel.open_variant(spec)
+
+
+VARIANTS = [pytest.param(spec, id=f"{spec.key}",
+                         marks=pytest.mark.skipif(not isinstance(variant(spec), band_kernel.BandKernel),
+                                                  reason=f"{spec.name}: {variant(spec)}"))
+            for spec in (band_kernel.AMX_BUILD, band_kernel.BUILDS[torch.bfloat16], band_kernel.BUILDS[torch.float32])]
 
 
 def dense_scores(q, k, v, k_global, v_global, key_ok, slot_used, w, precision=torch.float32):
@@ -60,16 +73,17 @@ def random_case(batch, length, heads, head_dim, n_global, seed=0, dtype=torch.bf
     return q, k, v, k_global, v_global, key_ok, slot_used
 
 
-@pytest.mark.parametrize("dtype", BOTH)
+@pytest.mark.parametrize("spec", VARIANTS)
 @pytest.mark.parametrize("batch, length, heads, head_dim, w, n_global", [
     (1, 64, 2, 64, 8, 1), (2, 96, 3, 64, 5, 3), (1, 128, 2, 32, 16, 2), (2, 80, 2, 128, 20, 40),
     (1, 512, 4, 64, 64, 7), (3, 70, 2, 16, 3, 1), (1, 40, 1, 64, 100, 2), (1, 2048, 2, 64, 256, 5),
-    (2, 5, 2, 64, 3, 0)])
-def test_matches_dense_masked_attention(dtype, batch, length, heads, head_dim, w, n_global):
+    (2, 5, 2, 64, 3, 0), (1, 300, 2, 64, 17, 33), (2, 1000, 3, 128, 300, 2)])
+def test_matches_dense_masked_attention(spec, batch, length, heads, head_dim, w, n_global):
     """Odd windows, windows wider than the text, many global slots, none, unused slots, non-keys, strided inputs,
-    a text shorter than one group of query rows."""
+    a text shorter than one group of query rows, a length no group size divides."""
+    dtype = spec.dtype
     case = random_case(batch, length, heads, head_dim, n_global, dtype=dtype)
-    out = band_kernel.kernel(dtype)(*case, w)
+    out = variant(spec)(*case, w)
     reference = dense_reference(*case, w)
     assert out.shape == reference.shape and out.dtype == dtype
     assert (out.float() - reference).abs().max().item() < TOLERANCE[dtype]
@@ -82,17 +96,17 @@ def test_fp32_takes_any_head_size_that_is_a_multiple_of_8(dtype, head_dim):
     assert (band_kernel.kernel(dtype)(*case, 7) - dense_reference(*case, 7)).abs().max().item() < 1e-5
 
 
-@pytest.mark.parametrize("dtype", BOTH)
-def test_a_row_with_no_allowed_key_gets_zeros(dtype):
-    q, k, v, k_global, v_global, key_ok, slot_used = random_case(1, 64, 2, 64, 2, dtype=dtype)
+@pytest.mark.parametrize("spec", VARIANTS)
+def test_a_row_with_no_allowed_key_gets_zeros(spec):
+    q, k, v, k_global, v_global, key_ok, slot_used = random_case(1, 64, 2, 64, 2, dtype=spec.dtype)
     key_ok[:] = False
     slot_used[:] = False
     slot_used[0, 0] = True
     key_ok[0, 40] = True  # only rows 36..44 see a local key; every row sees global slot 0
-    out = band_kernel.kernel(dtype)(q, k, v, k_global, v_global, key_ok, slot_used, 4)
+    out = variant(spec)(q, k, v, k_global, v_global, key_ok, slot_used, 4)
     assert torch.isfinite(out.float()).all()
     slot_used[0, 0] = False
-    out = band_kernel.kernel(dtype)(q, k, v, k_global, v_global, key_ok, slot_used, 4).float()
+    out = variant(spec)(q, k, v, k_global, v_global, key_ok, slot_used, 4).float()
     assert out[0, :36].abs().max() == 0 and out[0, 45:].abs().max() == 0 and out[0, 40].abs().max() > 0
 
 
@@ -257,11 +271,11 @@ def raw_args(case, **changes) -> tuple[band_kernel.BandArgs, torch.Tensor]:
     return band_kernel.BandArgs(**{**fields, **changes}), out
 
 
-@pytest.mark.parametrize("dtype", BOTH)
-def test_the_c_side_refuses_sizes_out_of_its_range(dtype):
+@pytest.mark.parametrize("spec", VARIANTS)
+def test_the_c_side_refuses_sizes_out_of_its_range(spec):
     """Behind the Python checks, the C door itself answers BAD_ARGUMENTS, writing nothing, rather than crash."""
-    kernel = band_kernel.kernel(dtype)
-    case = random_case(1, 64, 2, 64, 2, dtype=dtype)
+    kernel = variant(spec)
+    case = random_case(1, 64, 2, 64, 2, dtype=spec.dtype)
     args, out = raw_args(case)
     assert kernel._call(ctypes.byref(args)) == band_kernel.Status.OK and out.abs().max() > 0
     for changes in ({"window": -1}, {"window": 2 ** 63 - 1}, {"window": 2 ** 30}, {"length": -5},
@@ -417,15 +431,24 @@ def fuzz_error(dtype: torch.dtype, seed: int) -> tuple[float, float, str]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("dtype", BOTH)
-def test_differential_fuzz_against_dense_attention(dtype):
-    """FUZZ_CASES random calls per kernel through the operator, each against every query over every key in fp32
-    masked to its band; the error allowed is relative to the values' largest magnitude."""
+@pytest.mark.parametrize("spec", VARIANTS)
+def test_differential_fuzz_against_dense_attention(spec, monkeypatch):
+    """FUZZ_CASES random calls per kernel variant (AMX, AVX-512 BF16, fp32) through the operator, each against every
+    query over every key in fp32 masked to its band; the error allowed is relative to the values' largest
+    magnitude."""
+    dtype = spec.dtype
+    monkeypatch.setenv(band_kernel.DISABLE_VARIABLE, spec.key)  # the operator loads this variant only
+    band_kernel.load.cache_clear()
     failures = []
-    for seed in range(FUZZ_CASES):
-        error, allowed, description = fuzz_error(dtype, seed)
-        if not error <= allowed:  # NaN fails too
-            failures.append(f"{description}: error {error:.3g} > {allowed:.3g}")
+    try:
+        assert band_kernel.kernel(dtype).spec is spec
+        for seed in range(FUZZ_CASES):
+            error, allowed, description = fuzz_error(dtype, seed)
+            if not error <= allowed:  # NaN fails too
+                failures.append(f"{description}: error {error:.3g} > {allowed:.3g}")
+    finally:
+        monkeypatch.undo()
+        band_kernel.load.cache_clear()
     assert not failures, f"{len(failures)} of {FUZZ_CASES} cases:\n" + "\n".join(failures[:10])
 
 
@@ -560,3 +583,99 @@ def test_the_load_readout_says_whether_the_band_kernel_runs(dtype):
     assert strategy.load_notes() == (band_kernel.status(dtype),)
     running = band_kernel.kernel(dtype) is not None
     assert band_kernel.status(dtype).startswith(f"{name} band kernel: " if running else f"{name} band kernel off: ")
+
+
+AMX, AVX512 = band_kernel.AMX_BUILD, band_kernel.BUILDS[torch.bfloat16]
+AMX_CPU = AVX512.cpu_flags | {"amx_tile", "amx_bf16", "amx_int8"}
+
+
+@pytest.mark.skipif(not all(isinstance(variant(spec), band_kernel.BandKernel) for spec in (AMX, AVX512)),
+                    reason=f"AMX: {variant(AMX)}; AVX-512 BF16: {variant(AVX512)}")
+def test_amx_and_avx512_kernels_agree_at_the_models_shape():
+    """Base-model heads and window (d 64, w 256) over 1,024 tokens: the two bf16 kernels differ by bf16 rounding
+    only (AMX rounds the softmax's numerators, AVX-512 the probabilities), both within it of the dense result."""
+    case = random_case(1, 1024, 3, 64, 9, seed=3)
+    reference = dense_reference(*case, 256)
+    amx, avx512 = (variant(spec)(*case, 256).float() for spec in (AMX, AVX512))
+    scale = reference.abs().max().item()
+    assert (amx - reference).abs().max().item() < 2 ** -7 * scale
+    assert (amx - avx512).abs().max().item() < 2 ** -6 * scale
+
+
+def fake_kernel(spec: band_kernel.KernelBuild) -> band_kernel.BandKernel:
+    """A BandKernel for `spec` without a library behind it: the selection tests never call it."""
+    kernel = object.__new__(band_kernel.BandKernel)
+    kernel.dtype, kernel.path, kernel.spec, kernel.notes = spec.dtype, band_kernel.Path(f"{spec.key}.so"), spec, ()
+    return kernel
+
+
+@pytest.fixture
+def selection(monkeypatch):
+    """Injected CPU flags and per-variant outcomes (a kernel, or a KernelUnavailable) for `band_kernel.load`."""
+    outcomes = {}
+
+    def choose(flags, **by_key):
+        monkeypatch.setattr(band_kernel, "cpu_flags", lambda: frozenset(flags))
+        outcomes.clear()
+        outcomes.update(by_key)
+        band_kernel.load.cache_clear()
+        return band_kernel.load(torch.bfloat16)
+
+    monkeypatch.setattr(band_kernel, "open_variant",
+                        lambda spec: outcomes.get(spec.key) or fake_kernel(spec))
+    monkeypatch.delenv(band_kernel.DISABLE_VARIABLE, raising=False)
+    yield choose
+    band_kernel.load.cache_clear()
+
+
+def test_amx_is_chosen_where_the_cpu_has_it(selection):
+    loaded = selection(AMX_CPU)
+    assert loaded.spec is AMX and loaded.notes == ()
+    assert band_kernel.status(torch.bfloat16) == "bfloat16 band kernel: amx.so (AMX)"
+
+
+def test_without_amx_the_avx512_kernel_runs_and_the_readout_says_why(selection):
+    loaded = selection(AVX512.cpu_flags)
+    assert loaded.spec is AVX512
+    assert loaded.notes == ("AMX kernel not used: the CPU lacks amx_bf16, amx_tile",)
+    assert band_kernel.status(torch.bfloat16) == ("bfloat16 band kernel: avx512.so (AVX-512 BF16); "
+                                                  "AMX kernel not used: the CPU lacks amx_bf16, amx_tile")
+
+
+@pytest.mark.parametrize("why", ["Linux refused the AMX tile state (arch_prctl ARCH_REQ_XCOMP_PERM): "
+                                 "Operation not permitted",
+                                 "cc failed to build band_attention_amx.c: unrecognized option '-mamx-tile'"])
+def test_amx_refused_or_unbuildable_falls_back_to_avx512(selection, why):
+    loaded = selection(AMX_CPU, amx=band_kernel.KernelUnavailable(why))
+    assert loaded.spec is AVX512 and loaded.notes == (f"AMX kernel not used: {why}",)
+    assert why in band_kernel.status(torch.bfloat16)
+
+
+def test_the_environment_can_ask_for_the_avx512_kernel(selection, monkeypatch):
+    monkeypatch.setenv(band_kernel.DISABLE_VARIABLE, "avx512")
+    loaded = selection(AMX_CPU)
+    assert loaded.spec is AVX512
+    assert loaded.notes == ("AMX kernel not used: LONGQA_BAND_KERNEL=avx512 asks for another kernel",)
+
+
+def test_the_environment_turns_every_variant_off(selection, monkeypatch):
+    monkeypatch.setenv(band_kernel.DISABLE_VARIABLE, "off")
+    assert str(selection(AMX_CPU)) == "disabled by LONGQA_BAND_KERNEL=off"
+
+
+def test_when_no_variant_runs_the_fallbacks_reason_comes_first(selection):
+    loaded = selection(AMX_CPU, amx=band_kernel.KernelUnavailable("refused"),
+                       avx512=band_kernel.KernelUnavailable("no C compiler ('cc' not found; set CC to another)"))
+    assert isinstance(loaded, band_kernel.KernelUnavailable)
+    assert band_kernel.status(torch.bfloat16) == ("bfloat16 band kernel off: no C compiler ('cc' not found; set CC "
+                                                  "to another); AMX kernel not used: refused")
+
+
+@pytest.mark.skipif(not AMX.cpu_flags <= band_kernel.cpu_flags(),
+                    reason=f"the CPU lacks {', '.join(sorted(AMX.cpu_flags - band_kernel.cpu_flags()))}")
+def test_on_an_amx_cpu_the_loader_runs_the_amx_kernel():
+    """Here for real: built, granted the tile state by Linux (a second request is granted too), loaded first."""
+    loaded = band_kernel.load(torch.bfloat16)
+    assert isinstance(loaded, band_kernel.BandKernel), loaded
+    assert loaded.spec is AMX and loaded.notes == ()
+    loaded.prepare()

@@ -128,6 +128,10 @@ def test_x_floor_divides_the_best_time_per_window_by_the_floor_of_the_rows_preci
     assert rows[2]["floor_precision"] == "int8" and rows[2]["x_floor"] == pytest.approx(7.0 / int8_floor)
     assert rows[3]["floor_s"] == pytest.approx(fp32_floor / 4)  # a quarter of the window: a quarter of the floor
     assert rows[4]["x_floor"] is None and rows[4]["floor_precision"] is None
+    # the second floor: the band's needed products at the Linear layers' rate
+    assert rows[1]["floor_band_at_linear_rate_s"] == pytest.approx(flops.total / 200e9)
+    assert rows[1]["x_floor_band_at_linear_rate"] == pytest.approx(6.0 / (flops.total / 200e9))
+    assert rows[2]["x_floor_band_at_linear_rate"] == pytest.approx(7.0 / (flops.total / 250e9))
     bench_report.add_floor_ratios(rows, {"error": "floor exited with code 1"})
     assert rows[0]["x_floor"] is None and rows[0]["window_s"] == 20.0
 
@@ -148,6 +152,9 @@ def test_markdown_names_the_cpu_kind_and_shows_the_floor_column():
     table = [line for line in markdown.splitlines() if line.startswith("| ") and "GFLOP/s" not in line
              and not line.startswith(("| fp32", "| int8", "| bf16"))]
     assert len({len(re.findall(r"(?<!\\)\|", line)) for line in table}) == 1
+    assert f"{rows[1]['x_floor']:.2f}× int8 ({rows[1]['floor_s']:.2f} s); " \
+           f"{rows[1]['x_floor_band_at_linear_rate']:.2f}× ({rows[1]['floor_band_at_linear_rate_s']:.2f} s)" in cpu_line
     assert bench_report.summary_lines(results)[1] == (
         f"cpu 4,096 tokens, batch 1: 7.00 s a window, floor {rows[1]['floor_s']:.2f} s (int8), "
-        f"{rows[1]['x_floor']:.2f}× floor")
+        f"{rows[1]['x_floor']:.2f}× floor; band at the Linear rate {rows[1]['floor_band_at_linear_rate_s']:.2f} s, "
+        f"{rows[1]['x_floor_band_at_linear_rate']:.2f}×")

@@ -177,8 +177,13 @@ def test_a_cli_answer_keeps_its_json_keys_and_values_but_for_timings_and_memory(
     assert now["no_answer"]["rule"] == "threshold" and now["no_answer"]["verdict"] == "Found"
     now = without_additions(now)
     assert key_tree(now) == key_tree(BEFORE)
+    # the span scores come out of bf16 kernels that differ by CPU kind (AMX rounds the softmax's numerators, the
+    # fused residual adds round once): equal to bf16's precision, everything else exactly
+    scores = [answer.pop("score") for answer in now["answers"]]
+    before = json.loads(json.dumps(BEFORE))
+    assert scores == pytest.approx([answer.pop("score") for answer in before["answers"]], rel=2 ** -8)
     assert {key: value for key, value in now.items() if key not in MEASURED} == \
-        {key: value for key, value in BEFORE.items() if key not in MEASURED}
+        {key: value for key, value in before.items() if key not in MEASURED}
     assert now["memory_prediction"]["device"] == BEFORE["memory_prediction"]["device"] == "cpu"
 
 

@@ -202,3 +202,48 @@ def test_the_plan_is_dropped_when_the_forward_ends():
     with torch.no_grad():
         fast(**inputs(2, 300, TINY.vocab_size))
     assert plans._plan is None and plans._masks is None
+
+
+@pytest.mark.parametrize("implementation", ["eager", "sdpa"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_first_row_mask_is_the_row_longformer_keeps(implementation, dtype):
+    """transformers' Longformer builds a (B, 1, L, L) padding mask and keeps row 0; the fast attention has it build
+    only that row: the same values, L times less work."""
+    from transformers.masking_utils import create_bidirectional_mask
+
+    from strategies.fast_attention import first_row_bidirectional_mask
+
+    config = copy.deepcopy(TINY)
+    config._attn_implementation = implementation
+    embeds = torch.randn(3, 50, TINY.hidden_size, dtype=dtype)
+    padding = torch.ones(3, 50, dtype=torch.long)
+    padding[1, 40:] = 0
+    padding[2, 7:] = 0
+    full = create_bidirectional_mask(config, embeds, padding, allow_is_bidirectional_skip=False)
+    first_row = first_row_bidirectional_mask(config, embeds, padding, allow_is_bidirectional_skip=False)
+    assert full.shape == (3, 1, 50, 50) and first_row.shape == (3, 1, 1, 50)
+    assert torch.equal(first_row[:, 0, 0, :], full[:, 0, 0, :])
+    assert not torch.equal(first_row[1, 0, 0, :], first_row[0, 0, 0, :])  # the padding is in it
+
+
+def test_the_first_row_mask_holds_only_while_a_swapped_model_runs(monkeypatch):
+    """A plain Longformer in the same process keeps transformers' own mask: the first-row one is set by a swapped
+    model's forward and put back after it, also when that forward raises."""
+    from transformers.masking_utils import create_bidirectional_mask
+    from transformers.models.longformer import modeling_longformer
+
+    from strategies.fast_attention import first_row_bidirectional_mask
+
+    eager, fast = pair(TINY)
+    seen = []
+    layer = fast.longformer.encoder.layer[0]
+    monkeypatch.setattr(layer, "forward", lambda *args, _forward=layer.forward, **kwargs: (
+        seen.append(modeling_longformer.create_bidirectional_mask), _forward(*args, **kwargs))[1])
+    x = inputs(1, 200, TINY.vocab_size)
+    with torch.inference_mode():
+        fast(**x)
+        assert seen == [first_row_bidirectional_mask]
+        assert modeling_longformer.create_bidirectional_mask is create_bidirectional_mask
+        with pytest.raises(RuntimeError):  # float token ids: the embedding refuses them inside the forward
+            fast(**{**x, "input_ids": x["input_ids"].float()})
+        assert modeling_longformer.create_bidirectional_mask is create_bidirectional_mask

@@ -52,6 +52,7 @@ def test_floor_per_precision_skips_bf16_where_it_is_not_native(hardware, expecte
     fp32 = floor.precisions["fp32"]
     assert fp32.linear_flops_per_s == pytest.approx(100e9) and fp32.band_flops_per_s == pytest.approx(25e9)
     assert fp32.floor_s == pytest.approx(flops.linear / 100e9 + flops.band / 25e9)
+    assert fp32.floor_band_at_linear_rate_s == pytest.approx(flops.total / 100e9)
     int8 = floor.precisions["int8"]  # int8 Linear layers, the band in fp32 as the int8 profile runs it
     assert int8.floor_s == pytest.approx(flops.linear / 250e9 + flops.band / 25e9)
 
@@ -62,6 +63,9 @@ def test_a_recorded_floor_scales_with_the_window_length():
     full, quarter = floor_for_tokens(recorded, "fp32", BASE, 4096), floor_for_tokens(recorded, "fp32", BASE, 1024)
     assert full == pytest.approx(recorded["precisions"]["fp32"]["floor_s"]) and quarter == pytest.approx(full / 4)
     assert floor_for_tokens(recorded, "bf16", BASE, 4096) is None  # not measured on that machine
+    linear_rate = recorded["precisions"]["fp32"]["linear_flops_per_s"]
+    assert floor_for_tokens(recorded, "fp32", BASE, 4096, band_at_linear_rate=True) == pytest.approx(
+        window_flops(BASE, 4096).total / linear_rate)
 
 
 def test_a_row_is_compared_with_the_precision_its_products_run_in():
@@ -77,3 +81,12 @@ def test_measured_throughputs_are_positive():
     assert floor_module.time_linear("int8", 256, 64, 128, repeat=1) > 0
     seconds, flops = floor_module.time_band("fp32", tiny, 256, repeat=1)
     assert seconds > 0 and flops == 2 * 2 * (256 // 32 * 4) * 32 * 96 * 16
+
+
+def test_the_cpu_kind_names_amx_where_the_cpu_has_it():
+    from longqa.bench.floor import kind_name
+
+    amx = frozenset({"avx512_bf16", "amx_bf16", "amx_tile"})
+    assert kind_name(Hardware(cpu_bf16=True), amx) == "amx-bf16"
+    assert kind_name(Hardware(cpu_bf16=True), amx - {"amx_bf16"}) == "avx512-bf16"
+    assert kind_name(Hardware(cpu_bf16=False), amx) == "avx2"  # bf16 not native (or simulated off): the AVX2 stack

@@ -125,3 +125,25 @@ def test_the_training_step_runs_on_a_prepacked_profile():
         assert any(isinstance(m, PackedLinear) for m in session.loaded.model.modules())  # packed again after
     finally:
         session.unload()
+
+
+def test_the_residual_adds_run_inside_the_packed_layers(monkeypatch):
+    """Each attention-output and feed-forward-out block adds its residual in the packed layer's kernel: the plain
+    add never runs on those blocks' outputs; unpacked (for training) they take their class's forward again."""
+    from strategies import prepacked_linear
+
+    plain, packed = models()
+    blocks = [m for m in packed.modules() if type(m).__name__ in prepacked_linear.RESIDUAL_OUTPUTS]
+    assert len(blocks) == 2 * TINY.num_hidden_layers and all("forward" in vars(m) for m in blocks)
+    calls = []
+    add_to = PackedLinear.add_to
+    monkeypatch.setattr(PackedLinear, "add_to", lambda self, x, residual: calls.append(1) or add_to(self, x, residual))
+    x = inputs(2, 300, TINY.vocab_size)
+    with torch.inference_mode():
+        assert max_logit_gap(plain(**x), packed(**x), x["attention_mask"]) < 1e-4
+    assert len(calls) == 2 * TINY.num_hidden_layers
+    with unpacked(packed):
+        calls.clear()
+        with torch.inference_mode():
+            assert max_logit_gap(plain(**x), packed(**x), x["attention_mask"]) < 1e-4
+        assert calls == []

@@ -43,3 +43,24 @@ def test_operators_count_to_their_nearest_named_caller():
     assert groups["copies (outside the attention)"]["self_s"] == 0.1 and groups["LayerNorm"]["self_s"] == 0.7
     assert groups["other"]["operators_s"] == {"aten::unknown_op": 0.01}
     assert list(groups)[0] == profile_window.BOOKKEEPING  # heaviest first
+
+
+@dataclass
+class ShapedEvent:
+    name: str
+    input_shapes: list
+    self_cpu_time_total: float  # microseconds
+
+
+def test_linear_layers_are_summed_per_rows_and_shape():
+    events = [ShapedEvent("mkldnn::_linear_pointwise", [[1, 4096, 768], [3840, 768], [3840]], 2e4),
+              ShapedEvent("mkldnn::_linear_pointwise", [[1, 4096, 768], [3840, 768], [3840]], 3e4),
+              ShapedEvent("mkldnn::_linear_pointwise", [[1, 24, 768], [768, 768], [768]], 1e3),  # global queries
+              ShapedEvent("aten::addmm", [[768], [4096, 768], [768, 768]], 4e4),  # bias, x, weight transposed
+              ShapedEvent("mkldnn::_linear_pointwise", [[1, 4096, 3072], [1, 4096, 768], [768, 3072], [768]], 5e4),
+              # the fused residual add: (x, residual, weight, bias)
+              ShapedEvent("aten::add", [[1, 4096, 768], [1, 4096, 768]], 9e4)]
+    shapes = profile_window.linear_by_shape(events)
+    assert set(shapes) == {"4096x768->3840", "24x768->768", "4096x768->768", "4096x3072->768"}
+    assert shapes["4096x768->3840"] == {"self_s": 0.05, "calls": 2, "flops": 2 * 2.0 * 4096 * 768 * 3840}
+    assert shapes["4096x768->768"]["flops"] == 2.0 * 4096 * 768 * 768

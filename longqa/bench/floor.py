@@ -20,7 +20,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from longqa.models import model_config
-from strategies.hardware import Hardware, detect_hardware
+from strategies.hardware import Hardware, cpu_flags, detect_hardware
 
 PRECISIONS = ("fp32", "bf16", "int8")  # int8: torch.ao dynamic-quantized Linear layers, fp32 attention band
 FLOOR_TOKENS = 4096  # the window the shapes are timed at: the model's full window
@@ -94,6 +94,7 @@ class PrecisionFloor:
     linear_flops_per_s: float
     band_flops_per_s: float
     floor_s: float
+    floor_band_at_linear_rate_s: float | None = None  # the band's needed products at the Linear layers' rate
 
 
 @dataclass(frozen=True)
@@ -121,13 +122,19 @@ def floor_seconds(flops: WindowFlops, linear_flops_per_s: float, band_flops_per_
     return flops.linear / linear_flops_per_s + flops.band / band_flops_per_s
 
 
-def floor_for_tokens(floor: dict, precision: str, shapes: Shapes, tokens: int) -> float | None:
+def floor_for_tokens(floor: dict, precision: str, shapes: Shapes, tokens: int,
+                     band_at_linear_rate: bool = False) -> float | None:
     """The floor of a window of `tokens` tokens in `precision`, from a recorded floor's throughputs (a results.json's
-    `floor`); None when that precision was not measured."""
+    `floor`); None when that precision was not measured. With `band_at_linear_rate`, the second floor: the band's
+    needed products (2w+1 keys per query) counted at the Linear layers' rate, as a kernel that multiplies the band
+    as fast as the CPU multiplies the model's matrices would (on AMX CPUs far below the first floor, whose band rate
+    is PyTorch's bare batched products of SDPA-shaped blocks)."""
     measured = (floor.get("precisions") or {}).get(precision)
     if not measured:
         return None
-    return floor_seconds(window_flops(shapes, tokens), measured["linear_flops_per_s"], measured["band_flops_per_s"])
+    linear_rate = measured["linear_flops_per_s"]
+    band_rate = linear_rate if band_at_linear_rate else measured["band_flops_per_s"]
+    return floor_seconds(window_flops(shapes, tokens), linear_rate, band_rate)
 
 
 def hardware_for(kind: str) -> Hardware:
@@ -139,9 +146,12 @@ def hardware_for(kind: str) -> Hardware:
     return replace(detected, cpu_bf16=kind == "avx512-bf16")
 
 
-def kind_name(hardware: Hardware) -> str:
-    """The CPU kind a floor and a breakdown are filed under: "avx512-bf16" with native bf16, else "avx2"."""
-    return "avx512-bf16" if hardware.cpu_bf16 else "avx2"
+def kind_name(hardware: Hardware, flags: frozenset[str] | None = None) -> str:
+    """The CPU kind a floor and a breakdown are filed under: "amx-bf16" with native bf16 and AMX tiles (`flags`,
+    default this CPU's), "avx512-bf16" with native bf16 only, else "avx2"."""
+    if not hardware.cpu_bf16:
+        return "avx2"
+    return "amx-bf16" if "amx_bf16" in (cpu_flags() if flags is None else flags) else "avx512-bf16"
 
 
 def native_precisions(hardware: Hardware) -> tuple[list[str], dict[str, str]]:
@@ -238,7 +248,8 @@ def measure_floor(model_ref: str = "arch:base", *, tokens: int = FLOOR_TOKENS, r
             times["band products (one layer)"] = band_s
             linear_rate, band_rate = timed_linear_flops / linear_s, band_flops / band_s
             precisions[precision] = PrecisionFloor(precision, linear_rate, band_rate,
-                                                   floor_seconds(flops, linear_rate, band_rate))
+                                                   floor_seconds(flops, linear_rate, band_rate),
+                                                   floor_seconds(flops, linear_rate, linear_rate))
             shape_times[precision] = times
     return Floor(model=model_ref, tokens=tokens, threads=torch.get_num_threads(), linear_flops=flops.linear,
                  band_flops=flops.band, precisions=precisions, skipped=skipped, cpu_bf16=hardware.cpu_bf16,

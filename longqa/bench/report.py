@@ -72,7 +72,9 @@ def window_s(row: dict) -> float | None:
 
 def add_floor_ratios(rows: list[dict], floor: dict | None) -> None:
     """Per CPU inference row: `window_s`, the precision its matrix products run in, the floor of one of its windows
-    in that precision (`floor_s`, from the measured throughputs at the row's window length) and `x_floor`."""
+    in that precision (`floor_s`, from the measured throughputs at the row's window length) and `x_floor`; and the
+    second floor, the band counted at the Linear layers' rate (`floor_band_at_linear_rate_s`,
+    `x_floor_band_at_linear_rate`)."""
     usable = floor if floor and not floor.get("error") else None
     for row in rows:
         if row.get("kind") != "inference" or row.get("error"):
@@ -80,11 +82,15 @@ def add_floor_ratios(rows: list[dict], floor: dict | None) -> None:
         row["window_s"] = window_s(row)
         precision = row_precision(row.get("strategies"), row.get("dtype")) if is_cpu_row(row) else None
         tokens = row.get("window_tokens") or min(row["tokens"], MAX_WINDOW_TOKENS)
-        floor_s = None
+        floor_s = second_s = None
         if usable and precision:
-            floor_s = floor_for_tokens(usable, precision, Shapes.from_config(model_config(row["model"])), tokens)
+            shapes = Shapes.from_config(model_config(row["model"]))
+            floor_s = floor_for_tokens(usable, precision, shapes, tokens)
+            second_s = floor_for_tokens(usable, precision, shapes, tokens, band_at_linear_rate=True)
         row["floor_precision"], row["floor_s"] = precision, floor_s
         row["x_floor"] = ratio(row["window_s"], floor_s)
+        row["floor_band_at_linear_rate_s"] = second_s
+        row["x_floor_band_at_linear_rate"] = ratio(row["window_s"], second_s)
 
 
 def predicted_peak(row: dict, hardware) -> int | None:
@@ -170,7 +176,10 @@ def prediction_cell(row: dict) -> str:
 def floor_cell(row: dict) -> str:
     if row.get("x_floor") is None:
         return "–"
-    return f"{row['x_floor']:.2f}× {row['floor_precision']} ({row['floor_s']:.2f} s)"
+    cell = f"{row['x_floor']:.2f}× {row['floor_precision']} ({row['floor_s']:.2f} s)"
+    if row.get("x_floor_band_at_linear_rate") is not None:
+        cell += f"; {row['x_floor_band_at_linear_rate']:.2f}× ({row['floor_band_at_linear_rate_s']:.2f} s)"
+    return cell
 
 
 def latency_cell(row: dict) -> str:
@@ -194,7 +203,7 @@ INFERENCE_COLUMNS = [
     ("latency ms median (min–max)", latency_cell),
     ("time × baseline", lambda r: times(r.get("latency_x_baseline"))),
     ("best s per window", lambda r: f"{r['window_s']:.2f}" if r.get("window_s") is not None else "–"),
-    ("× floor (precision, floor s)", floor_cell),
+    ("× floor (precision, floor s; band at the Linear rate)", floor_cell),
     ("tokens/s", lambda r: f"{r['tokens_per_s']:,.0f}" if r.get("tokens_per_s") else "–"),
     ("same top answer", agreement_cell),
     (r"max \|Δ logit\|", delta_cell),  # pipes escaped: a bare | splits the cell
@@ -231,7 +240,9 @@ INFERENCE_LEGEND = (
     "fastest of its timings) over the floor of one such window in the "
     "precision the row's matrix products run in (fp32; bf16 for bf16 weights; int8 for int8 dynamic Linear layers, "
     "whose attention stays fp32): the window's FLOPs at the throughput this CPU measured on the model's own shapes "
-    "(section \"The floor\").")
+    "(section \"The floor\"). After the semicolon, the second floor: the band's needed products counted at the "
+    "Linear layers' rate, as fast as this CPU multiplies the model's matrices (lower than the first where the "
+    "band's bare batched products are slow, as on AMX CPUs).")
 
 TRAINING_LEGEND = (
     "Peak: the weights plus the bytes the step itself allocates (gradients and the activations kept for backward), "
@@ -279,11 +290,14 @@ def format_floor(floor: dict, machine: dict) -> str:
              "band of 2w+1 keys per query). Throughput: best of several timed calls after a warm-up, on the model's "
              "own shapes (the Linear layers at their sizes; the band as PyTorch's batched products of blocks of "
              "w queries against 3w keys).", "",
-             "| precision | linear layers GFLOP/s | band GFLOP/s | floor per window s |", "|---|---|---|---|"]
+             "| precision | linear layers GFLOP/s | band GFLOP/s | floor per window s | floor, band at the linear "
+             "rate, s |", "|---|---|---|---|---|"]
+    flops = floor["linear_flops"] + floor["band_flops"]
     for name, measured in floor["precisions"].items():
         lines.append(f"| {name} | {measured['linear_flops_per_s'] / 1e9:,.0f} | "
-                     f"{measured['band_flops_per_s'] / 1e9:,.0f} | {measured['floor_s']:.2f} |")
-    lines += [f"| {name} | not measured: {reason} | | |" for name, reason in (floor.get("skipped") or {}).items()]
+                     f"{measured['band_flops_per_s'] / 1e9:,.0f} | {measured['floor_s']:.2f} | "
+                     f"{flops / measured['linear_flops_per_s']:.2f} |")
+    lines += [f"| {name} | not measured: {reason} | | | |" for name, reason in (floor.get("skipped") or {}).items()]
     return "\n".join(lines) + "\n"
 
 
@@ -295,6 +309,9 @@ def summary_lines(results: dict) -> list[str]:
             continue
         floor = (f"floor {row['floor_s']:.2f} s ({row['floor_precision']}), {row['x_floor']:.2f}× floor"
                  if row.get("x_floor") is not None else "no floor")
+        if row.get("x_floor_band_at_linear_rate") is not None:
+            floor += (f"; band at the Linear rate {row['floor_band_at_linear_rate_s']:.2f} s, "
+                      f"{row['x_floor_band_at_linear_rate']:.2f}×")
         lines.append(f"{row['profile']} {row['tokens']:,} tokens, batch {row['batch']}: "
                      f"{row['window_s']:.2f} s a window, {floor}")
     return lines

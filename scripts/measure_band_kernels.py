@@ -1,0 +1,130 @@
+"""The bf16 band kernels side by side in one process (AMX and AVX-512 BF16, those that run here): one layer's band of
+a base-model window (4,096 tokens, 12 heads of 64, w = 256, a question of 24 global tokens), interleaved over rounds,
+the best time of each, its GFLOP/s of needed work (2w+1 keys per query) and the ratio:
+
+    python scripts/measure_band_kernels.py [--out docs/cpu-floor] [--rounds 8] [--threads N]
+
+Writes band-kernels-<kind>.json and .md. Process CPU time is recorded beside wall time: on a loaded machine it is the
+steadier of the two (a single thread's CPU seconds are its own work).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from longqa.bench.floor import kind_name  # noqa: E402
+from longqa.bench.runner import cpu_model  # noqa: E402
+from strategies import band_kernel  # noqa: E402
+from strategies.hardware import detect_hardware  # noqa: E402
+
+SHAPE = {"batch": 1, "length": 4096, "heads": 12, "head_dim": 64, "window": 256, "n_global": 24}
+
+
+def band_case(batch, length, heads, head_dim, window, n_global, seed=0):
+    """q, k, v as the fused projection hands them (views of one (B, L, 5D) tensor), global keys and values, masks."""
+    generator = torch.Generator().manual_seed(seed)
+    fused = torch.randn(batch, length, 5 * heads * head_dim, generator=generator).to(torch.bfloat16)
+    q, k, v, _, _ = (x.view(batch, length, heads, head_dim) for x in fused.split(heads * head_dim, -1))
+    k_global, v_global = (torch.randn(batch, heads, n_global, head_dim, generator=generator).to(torch.bfloat16)
+                          for _ in range(2))
+    key_ok = torch.ones(batch, length, dtype=torch.bool)
+    key_ok[:, :n_global] = False  # the question's tokens are the global ones
+    slot_used = torch.ones(batch, n_global, dtype=torch.bool)
+    return q, k, v, k_global, v_global, key_ok, slot_used, window
+
+
+def needed_flops(batch, length, heads, head_dim, window, n_global) -> float:
+    """Both products over each query's 2w+1 band keys (the floor's count; global keys left out as there)."""
+    return 2.0 * 2 * batch * length * heads * head_dim * (2 * window + 1)
+
+
+def measure(rounds: int) -> dict:
+    kernels, skipped = {}, {}
+    for spec in band_kernel.variants(torch.bfloat16):
+        loaded = band_kernel.skip_reason(spec) or band_kernel.open_variant(spec)
+        if isinstance(loaded, band_kernel.BandKernel):
+            kernels[spec.name] = loaded
+        else:
+            skipped[spec.name] = str(loaded)
+    case = band_case(**SHAPE)
+    wall = {name: float("inf") for name in kernels}
+    cpu = dict(wall)
+    outputs = {name: kernel(*case) for name, kernel in kernels.items()}  # warm-up, and the outputs compared
+    for _ in range(rounds):
+        for name, kernel in kernels.items():
+            began_wall, began_cpu = time.perf_counter(), time.process_time()
+            kernel(*case)
+            wall[name] = min(wall[name], time.perf_counter() - began_wall)
+            cpu[name] = min(cpu[name], time.process_time() - began_cpu)
+    flops = needed_flops(**SHAPE)
+    names = list(kernels)
+    gap = ((outputs[names[0]].float() - outputs[names[1]].float()).abs().max().item() if len(names) > 1 else None)
+    return {"shape": SHAPE, "needed_flops": flops, "rounds": rounds, "threads": torch.get_num_threads(),
+            "kernels": {name: {"best_wall_s": wall[name], "best_cpu_s": cpu[name],
+                               "gflops_per_s": flops / wall[name] / 1e9,
+                               "file": kernels[name].path.name} for name in names},
+            "skipped": skipped, "max_abs_difference": gap}
+
+
+def format_markdown(result: dict) -> str:
+    machine = result["machine"]
+    lines = [f"# The bf16 band kernels side by side ({machine['kind']})", "", f"`{result['command']}`", "",
+             f"CPU: {machine['cpu_model']} ({machine['kind']}); {result['threads']} threads; load average "
+             f"{machine['load_average_before'][0]:.1f} before, {machine['load_average_after'][0]:.1f} after"
+             f"{' (loaded machine: ratios hold better than absolute times)' if machine['loaded'] else ''}; "
+             f"torch {machine['torch']}.", "",
+             f"One layer's band of a base-model window: {result['shape']}; "
+             f"{result['needed_flops'] / 1e9:.1f} GFLOP of needed work (2w+1 keys per query, both products). "
+             f"Best of {result['rounds']} interleaved rounds.", "",
+             "| kernel | best wall s | GFLOP/s of needed work | best CPU s (all threads) | × the slowest |",
+             "|---|---|---|---|---|"]
+    slowest = max(k["best_wall_s"] for k in result["kernels"].values())
+    for name, k in result["kernels"].items():
+        lines.append(f"| {name} (`{k['file']}`) | {k['best_wall_s']:.4f} | {k['gflops_per_s']:.0f} | "
+                     f"{k['best_cpu_s']:.4f} | {slowest / k['best_wall_s']:.2f} |")
+    lines += [f"| {name} | not run: {why} | | | |" for name, why in result["skipped"].items()]
+    if result["max_abs_difference"] is not None:
+        lines += ["", f"Largest difference between the two outputs: {result['max_abs_difference']:.4f} "
+                  "(values of unit scale; bf16 rounding: the AMX kernel rounds the softmax's numerators, the "
+                  "AVX-512 kernel the probabilities)."]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", default="docs/cpu-floor")
+    parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--threads", type=int, default=None, help="default: torch's")
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    before = list(os.getloadavg())
+    result = measure(args.rounds)
+    after = list(os.getloadavg())
+    hardware = detect_hardware()
+    cores = os.cpu_count() or 1
+    result["machine"] = {"cpu_model": cpu_model(), "kind": kind_name(hardware), "torch": torch.__version__,
+                         "load_average_before": before, "load_average_after": after,
+                         "loaded": max(before[0], after[0]) > 0.5 * cores}
+    result["command"] = "python scripts/measure_band_kernels.py" + (
+        f" --threads {args.threads}" if args.threads else "") + (
+        f" --rounds {args.rounds}" if args.rounds != 8 else "")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = f"band-kernels-{kind_name(hardware)}" + (f"-{args.threads}-thread" if args.threads else "")
+    (out / f"{stem}.json").write_text(json.dumps(result, indent=2))
+    (out / f"{stem}.md").write_text(format_markdown(result))
+    print(format_markdown(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
