@@ -80,14 +80,14 @@ def answer_rows(answers: list) -> list[list]:
 
 
 def best_answer(result) -> str:
-    """What the answer box shows: the best answer; where the documents do not hold one, the verdict and the best
-    span for the curious."""
+    """What the answer box shows: the best answer, or, where the documents do not hold one, the verdict alone (no
+    span in large type: the top answers table keeps them, marked low confidence)."""
     verdict = result.verdict
     best = result.answers[0] if result.answers and result.answers[0].document is not None else None
     if best is None:
         return "(no answer found in the documents)"
     if verdict is not None and verdict.found is False:
-        return f"{verdict.message}. (Best span, low confidence: {best.text!r}, score {best.score:.2g}.)"
+        return f"{verdict.message}."  # the spans stay in the top answers, marked low confidence
     return best.text  # without a rule, the run table and the JSON say the confidence is not calibrated
 
 
