@@ -50,4 +50,3 @@ class ReadLimits:
     def time_error(self, name: str, progress: str) -> DocumentError:
         return DocumentError(f"'{name}': reading stopped after {self.elapsed_s():.1f} s ({progress}), over the "
                              f"time limit of {self.max_read_s:g} s for reading documents.")
-

@@ -15,6 +15,7 @@ from longqa_core.document_limits import ReadLimits
 from longqa_core.errors import DocumentError
 from longqa_core.text_files import clean_text, decode_non_binary
 
+
 def read_html_file(data: bytes, name: str, limits: ReadLimits) -> str:
     """The page's title, then its visible text: block elements on their own lines, paragraphs and headings
     followed by a blank line, whitespace collapsed as a browser does outside `<pre>`."""
@@ -83,4 +84,3 @@ def _declared_charset(data: bytes) -> str | None:
     """The charset label of a `<meta charset>` or `<meta http-equiv="Content-Type" content="...; charset=">`."""
     match = _META_CHARSET.search(data[:_CHARSET_PRESCAN_BYTES])
     return match.group(1).decode("ascii") if match else None
-

@@ -17,6 +17,7 @@ from longqa_core.document_limits import ReadLimits
 from longqa_core.errors import CharLimitError, DocumentError
 from longqa_core.text_files import clean_text
 
+
 @contextlib.contextmanager
 def _quiet_pypdf():
     """pypdf logs each repair it attempts on a damaged file ("EOF marker not found"): our DocumentError already
@@ -128,4 +129,3 @@ def _decrypt_with_empty_password(reader: PdfReader, name: str) -> bool:
         ) from None
     except Exception:  # a damaged encryption dictionary: as good as a password we do not have
         return False
-

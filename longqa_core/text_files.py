@@ -43,10 +43,8 @@ _CONTROL_AND_ZERO_WIDTH = re.compile(
 )
 
 
-
 class UnknownEncodingError(ValueError):
     """`decode_text` found no text encoding that fits the bytes with confidence."""
-
 
 
 def clean_text(text: str) -> str:
@@ -209,8 +207,8 @@ def _is_binary_text(text: str) -> bool:
     return n_non_printable / len(text) > _BINARY_CONTROL_SHARE
 
 
-
 def decode_non_binary(data: bytes, name: str, declared_encoding: str | None = None) -> str:
+    """`decode_text`'s text, or a DocumentError a user can act on for a binary file or an encoding nothing fits."""
     try:
         text = decode_text(data, declared_encoding)
     except UnknownEncodingError:
@@ -225,10 +223,9 @@ def decode_non_binary(data: bytes, name: str, declared_encoding: str | None = No
     return text
 
 
-
 def read_text_file(data: bytes, name: str, limits: ReadLimits) -> str:
+    """A .txt or .md file's decoded, cleaned text, within the character limit."""
     # No character can take less than a byte, so the character cap can be passed only by more bytes than that.
     text = clean_text(decode_non_binary(data, name))
     limits.check_chars(name, len(text))
     return text
-
