@@ -23,7 +23,8 @@ the public names of each:
   `read_rounds`, the loop that reads those rounds.
 - `spans`: answer spans from logits (`decode_answers`, `Answer`).
 - `answering`: `answer_plan` answers a plan into a `QAResult` (with `ReadingReadout`); `answer` plans and answers.
-- `telemetry`: `measure` (latency by stage, `MemoryReadout`), `HostPeak`, `gpu_snapshot`, the NVML wrapper.
+- `telemetry`: `measure` (latency by stage, `MemoryReadout`), `HostPeak`, `timed`, `current_rss_bytes`.
+- `gpu_devices`: the NVML wrapper (`nvml`, `nvml_handle`, `device_memory`, `gpu_snapshot`, `cuda_device_indices`).
 - `errors`: the domain errors (`InputError`, `RequestTooLongError`, `Cancelled`, `OutOfMemoryError`, ...).
 - `cache`: the project's one cache folder.
 """
