@@ -48,9 +48,9 @@ from longqa.serving.ray_replicas import DEFAULT_BATCH_REQUESTS, RaySession
 from longqa.session import NO_MODEL, SAMPLES_DIR, Session, read_request, sample_examples
 from longqa_core.documents import SUPPORTED_EXTENSIONS
 from longqa_core.errors import InputError, LongQAError, ModelLoadError, ProfileError
+from longqa_core.gpu_devices import gpu_snapshot
 from longqa_core.limits import DEFAULT_MAX_TOTAL_TOKENS, whole_number
 from longqa_core.reading import DEFAULT_READING, READING_MODES
-from longqa_core.telemetry import gpu_snapshot
 from strategies.hardware import Hardware, detect_hardware
 from strategies.profiles import PROFILES, Profile, describe_profiles, get_profile, profile_choices
 from strategies.registry import strategy_cards

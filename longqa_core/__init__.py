@@ -5,7 +5,11 @@ profiles, loading or the page: a model, a tokenizer and settings are handed to i
 One request goes documents -> plan -> answering (windows, batching, reading, spans) -> QAResult. The modules, and
 the public names of each:
 
-- `documents`: reading files and pasted text into `Document`s under their limits (`read_document`, `from_text`).
+- `documents`: reading files and pasted text into `Document`s (`read_document`, `from_text`, `SUPPORTED_EXTENSIONS`,
+  `DEFAULT_MAX_FILE_BYTES`), the size and extension checks and the reader for each kind; the readers:
+  `text_files` (`decode_text`, `UnknownEncodingError`, `clean_text`, the cleaning every reader's text goes through),
+  `pdf_files` (`read_pdf_file`) and `html_files` (`read_html_file`), all within one document's `ReadLimits`
+  (`document_limits`: `DEFAULT_MAX_PAGES`, `DEFAULT_MAX_READ_S`).
 - `limits`: `EngineSettings` (windows, batch, limits, the time budget) and the checks made before any model work
   (`validate_request`, `check_chars`, `check_tokens`, `check_predicted_time`, `max_chars_for`, `whole_number`).
 - `plan`: `plan_request` reads and plans a request once into a picklable `RequestPlan` (question as cut, sizes,
@@ -19,7 +23,8 @@ the public names of each:
   `read_rounds`, the loop that reads those rounds.
 - `spans`: answer spans from logits (`decode_answers`, `Answer`).
 - `answering`: `answer_plan` answers a plan into a `QAResult` (with `ReadingReadout`); `answer` plans and answers.
-- `telemetry`: `measure` (latency by stage, `MemoryReadout`), `HostPeak`, `gpu_snapshot`, the NVML wrapper.
+- `telemetry`: `measure` (latency by stage, `MemoryReadout`), `HostPeak`, `timed`, `current_rss_bytes`.
+- `gpu_devices`: the NVML wrapper (`nvml`, `nvml_handle`, `device_memory`, `gpu_snapshot`, `cuda_device_indices`).
 - `errors`: the domain errors (`InputError`, `RequestTooLongError`, `Cancelled`, `OutOfMemoryError`, ...).
 - `cache`: the project's one cache folder.
 """

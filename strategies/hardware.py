@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from longqa_core import telemetry
+from longqa_core import gpu_devices
 
 
 @dataclass(frozen=True)
@@ -57,11 +57,11 @@ CPU_ONLY = Hardware()
 def gpus_from_nvml() -> tuple[Gpu, ...] | None:
     """The GPUs this process can see, as the NVIDIA driver reports them (CUDA_VISIBLE_DEVICES and MIG slices
     respected, by the core's one NVML wrapper); None when NVML is missing or no driver answers."""
-    if telemetry.nvml() is None:
+    if gpu_devices.nvml() is None:
         return None
     return tuple(Gpu(index=row["index"], name=row["name"], total_bytes=row["nvml_total_bytes"],
                      compute_capability=row["compute_capability"])
-                 for row in telemetry.gpu_snapshot() if row["nvml_total_bytes"] is not None)
+                 for row in gpu_devices.gpu_snapshot() if row["nvml_total_bytes"] is not None)
 
 
 def gpus_from_torch() -> tuple[Gpu, ...]:

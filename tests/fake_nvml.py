@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import torch
 
-from longqa_core import telemetry
+from longqa_core import gpu_devices
 
 MiB = 1024**2
 GiB = 1024**3
@@ -123,7 +123,7 @@ def simulate(monkeypatch, gpus, *, visible: str | None = None, cuda: bool = True
     """NVML answering for `gpus`, CUDA_VISIBLE_DEVICES set to `visible` (None: unset), torch with or without CUDA
     but not yet initialised (so only NVML is asked). `nvml=False`: the package is missing."""
     fake = FakeNvml(gpus, fail_init=fail_init)
-    monkeypatch.setattr(telemetry, "pynvml", fake if nvml else None)
+    monkeypatch.setattr(gpu_devices, "pynvml", fake if nvml else None)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
     if visible is None:

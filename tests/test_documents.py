@@ -15,10 +15,11 @@ from pypdf import PdfReader, PdfWriter
 from pypdf.errors import DependencyError
 from pypdf.generic import DictionaryObject, NameObject, StreamObject
 
-from longqa_core import documents
-from longqa_core.documents import (DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_READ_S, SUPPORTED_EXTENSIONS, Document,
-                                   UnknownEncodingError, clean_text, decode_text, from_text, read_document)
+from longqa_core import html_files
+from longqa_core.document_limits import DEFAULT_MAX_READ_S
+from longqa_core.documents import DEFAULT_MAX_FILE_BYTES, SUPPORTED_EXTENSIONS, Document, from_text, read_document
 from longqa_core.errors import DocumentError, InputError
+from longqa_core.text_files import UnknownEncodingError, clean_text, decode_text
 from tests.hostile import misnested_formatting_html, write_pdf
 
 
@@ -696,7 +697,7 @@ def test_other_threads_run_while_a_page_is_parsed():
 
 
 def test_html_that_needs_more_than_the_memory_limit_is_refused(monkeypatch):
-    monkeypatch.setattr(documents, "_HTML_MAX_MEMORY_BYTES", 256 * 2**20)
+    monkeypatch.setattr(html_files, "_HTML_MAX_MEMORY_BYTES", 256 * 2**20)
     page = b"<p><b><i><u><s>x</p>" * 250_000  # 5 MB that lexbor needs about 0.9 GB for
     message, seconds = timed_read_error(page, name="dense.html")
     assert message == ("'dense.html' could not be read: its HTML needs more than the 0.25 GB of memory that reading "
@@ -705,10 +706,10 @@ def test_html_that_needs_more_than_the_memory_limit_is_refused(monkeypatch):
 
 
 def test_an_html_reader_that_crashes_is_a_document_error_and_one_that_cannot_start_is_ours(monkeypatch):
-    monkeypatch.setattr(documents, "_HTML_WORKER", "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)")
+    monkeypatch.setattr(html_files, "_HTML_WORKER", "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)")
     assert read_error(b"<p>x</p>", name="crash.html") == (
         f"'crash.html' could not be read: the HTML reader stopped on it (signal {signal.SIGSEGV.value}).")
-    monkeypatch.setattr(documents, "_HTML_WORKER", "import no_such_html_library")
+    monkeypatch.setattr(html_files, "_HTML_WORKER", "import no_such_html_library")
     with pytest.raises(RuntimeError, match="(?s)the HTML reader failed: .*No module named 'no_such_html_library'"):
         read_document(b"<p>x</p>", name="broken.html")
 

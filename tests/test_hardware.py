@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from longqa_core import telemetry
+from longqa_core import gpu_devices
 from strategies import hardware
 from strategies.hardware import Gpu, Hardware, detect_hardware
 from tests import fake_nvml
@@ -44,7 +44,7 @@ def test_no_driver_means_no_gpus(monkeypatch):
 
 
 def test_missing_pynvml_falls_back_to_torch(monkeypatch):
-    monkeypatch.setattr(telemetry, "pynvml", None)  # nvidia-ml-py not installed
+    monkeypatch.setattr(gpu_devices, "pynvml", None)  # nvidia-ml-py not installed
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)

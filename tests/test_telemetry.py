@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from longqa_core import telemetry
+from longqa_core import gpu_devices, telemetry
 from tests.fake_nvml import GiB, gpu, mig_slice, simulate, start_cuda
 from tests.tiny import requires_cuda
 
@@ -52,17 +52,17 @@ def names(snapshot):
 @pytest.mark.parametrize("nvml, fail_init", [(False, False), (True, True)])
 def test_without_nvml_or_a_driver_everything_is_none(monkeypatch, nvml, fail_init):
     simulate(monkeypatch, three_cards(), nvml=nvml, fail_init=fail_init, cuda=False)
-    assert telemetry.nvml() is None
-    assert telemetry.gpu_snapshot() == []
-    assert telemetry.nvml_handle(0) is None
-    assert telemetry.device_memory(0) == (None, None)
+    assert gpu_devices.nvml() is None
+    assert gpu_devices.gpu_snapshot() == []
+    assert gpu_devices.nvml_handle(0) is None
+    assert gpu_devices.device_memory(0) == (None, None)
 
 
 def test_nvml_is_initialised_once(monkeypatch):
     fake = simulate(monkeypatch, three_cards())
     for _ in range(3):
-        telemetry.gpu_snapshot()
-        telemetry.device_memory(1)
+        gpu_devices.gpu_snapshot()
+        gpu_devices.device_memory(1)
     assert fake.inits == 1
 
 
@@ -74,16 +74,16 @@ def test_a_failing_driver_call_gives_none_not_an_exception(monkeypatch):
 
     monkeypatch.setattr(fake, "nvmlDeviceGetMemoryInfo", broken)
     monkeypatch.setattr(fake, "nvmlDeviceGetName", broken)
-    snapshot = telemetry.gpu_snapshot()
+    snapshot = gpu_devices.gpu_snapshot()
     assert [row["nvml_used_bytes"] for row in snapshot] == [None, None, None]
     assert [row["name"] for row in snapshot] == ["GPU 0", "GPU 1", "GPU 2"]
-    assert telemetry.device_memory(0) == (None, None)
+    assert gpu_devices.device_memory(0) == (None, None)
 
 
 # ------------------------------------------------------------------------------------------ CUDA_VISIBLE_DEVICES
 def test_every_gpu_when_cuda_visible_devices_is_unset(monkeypatch):
     simulate(monkeypatch, three_cards())
-    snapshot = telemetry.gpu_snapshot()
+    snapshot = gpu_devices.gpu_snapshot()
     assert names(snapshot) == [(0, "NVIDIA A100-SXM4-40GB"), (1, "NVIDIA H100 80GB HBM3"), (2, "Tesla T4")]
     assert snapshot[2] == {"index": 2, "name": "Tesla T4", "nvml_used_bytes": 3 * GiB, "nvml_total_bytes": 15 * GiB,
                            "compute_capability": (7, 5)}
@@ -91,15 +91,15 @@ def test_every_gpu_when_cuda_visible_devices_is_unset(monkeypatch):
 
 def test_cuda_visible_devices_1_reads_the_second_card_as_cuda_0(monkeypatch):
     simulate(monkeypatch, three_cards(), visible="1")
-    assert names(telemetry.gpu_snapshot()) == [(0, "NVIDIA H100 80GB HBM3")]
-    assert telemetry.device_memory(0) == (2 * GiB, 80 * GiB)  # the H100's, not the A100's at NVML index 0
-    assert telemetry.device_memory(1) == (None, None)  # cuda:1 does not exist for this process
+    assert names(gpu_devices.gpu_snapshot()) == [(0, "NVIDIA H100 80GB HBM3")]
+    assert gpu_devices.device_memory(0) == (2 * GiB, 80 * GiB)  # the H100's, not the A100's at NVML index 0
+    assert gpu_devices.device_memory(1) == (None, None)  # cuda:1 does not exist for this process
 
 
 def test_cuda_visible_devices_order_is_cudas_order(monkeypatch):
     simulate(monkeypatch, three_cards(), visible="2,0")
-    assert names(telemetry.gpu_snapshot()) == [(0, "Tesla T4"), (1, "NVIDIA A100-SXM4-40GB")]
-    assert telemetry.device_memory(1) == (1 * GiB, 40 * GiB)
+    assert names(gpu_devices.gpu_snapshot()) == [(0, "Tesla T4"), (1, "NVIDIA A100-SXM4-40GB")]
+    assert gpu_devices.device_memory(1) == (1 * GiB, 40 * GiB)
 
 
 @pytest.mark.parametrize("visible, expected", [
@@ -111,35 +111,35 @@ def test_cuda_visible_devices_order_is_cudas_order(monkeypatch):
 ])
 def test_cuda_visible_devices_edge_cases(monkeypatch, visible, expected):
     simulate(monkeypatch, three_cards(), visible=visible)
-    assert [row["name"] for row in telemetry.gpu_snapshot()] == expected
+    assert [row["name"] for row in gpu_devices.gpu_snapshot()] == expected
 
 
 def test_gpu_uuids_and_unambiguous_prefixes_name_the_cards(monkeypatch):
     simulate(monkeypatch, three_cards(), visible=f"{UUID_C},GPU-bbbb")
-    assert names(telemetry.gpu_snapshot()) == [(0, "Tesla T4"), (1, "NVIDIA H100 80GB HBM3")]
-    assert telemetry.device_memory(1) == (2 * GiB, 80 * GiB)
+    assert names(gpu_devices.gpu_snapshot()) == [(0, "Tesla T4"), (1, "NVIDIA H100 80GB HBM3")]
+    assert gpu_devices.device_memory(1) == (2 * GiB, 80 * GiB)
 
 
 def test_an_ambiguous_or_unknown_uuid_ends_the_list(monkeypatch):
     simulate(monkeypatch, three_cards(), visible=f"{UUID_B},GPU-,{UUID_A}")  # "GPU-" matches all three
-    assert names(telemetry.gpu_snapshot()) == [(0, "NVIDIA H100 80GB HBM3")]
+    assert names(gpu_devices.gpu_snapshot()) == [(0, "NVIDIA H100 80GB HBM3")]
     simulate(monkeypatch, three_cards(), visible="GPU-deadbeef")
-    assert telemetry.gpu_snapshot() == []
+    assert gpu_devices.gpu_snapshot() == []
 
 
 # ------------------------------------------------------------------------------------------ MIG
 def test_a_mig_uuid_reads_that_slice(monkeypatch):
     simulate(monkeypatch, [mig_card()], visible=MIG_2)
-    [row] = telemetry.gpu_snapshot()
+    [row] = gpu_devices.gpu_snapshot()
     assert row["name"] == "NVIDIA A100-SXM4-80GB MIG 3g.40gb"
     assert (row["nvml_used_bytes"], row["nvml_total_bytes"]) == (5 * GiB, 40 * GiB)  # the slice, not the 80 GB card
     assert row["compute_capability"] == (8, 0)  # the slice does not say; its GPU does
-    assert telemetry.device_memory(0) == (5 * GiB, 40 * GiB)
+    assert gpu_devices.device_memory(0) == (5 * GiB, 40 * GiB)
 
 
 def test_a_gpu_in_mig_mode_stands_for_its_slices(monkeypatch):
     simulate(monkeypatch, [mig_card(), three_cards()[2]])
-    assert names(telemetry.gpu_snapshot()) == [(0, "NVIDIA A100-SXM4-80GB MIG 1g.10gb"),
+    assert names(gpu_devices.gpu_snapshot()) == [(0, "NVIDIA A100-SXM4-80GB MIG 1g.10gb"),
                                                (1, "NVIDIA A100-SXM4-80GB MIG 3g.40gb"), (2, "Tesla T4")]
 
 
@@ -154,8 +154,8 @@ def test_once_cuda_is_up_its_uuids_decide_which_card_each_index_is(monkeypatch):
     cards = three_cards()
     simulate(monkeypatch, cards)
     start_cuda(monkeypatch, cuda_view(cards[1], cards[0], cards[2]))  # CUDA orders fastest first: the H100 first
-    assert telemetry.device_memory(0) == (2 * GiB, 80 * GiB)
-    assert names(telemetry.gpu_snapshot()) == [(0, "NVIDIA H100 80GB HBM3"), (1, "NVIDIA A100-SXM4-40GB"),
+    assert gpu_devices.device_memory(0) == (2 * GiB, 80 * GiB)
+    assert names(gpu_devices.gpu_snapshot()) == [(0, "NVIDIA H100 80GB HBM3"), (1, "NVIDIA A100-SXM4-40GB"),
                                                (2, "Tesla T4")]
 
 
@@ -163,15 +163,15 @@ def test_uuid_mapping_also_with_integer_cuda_visible_devices(monkeypatch):
     cards = three_cards()
     simulate(monkeypatch, cards, visible="2")
     start_cuda(monkeypatch, cuda_view(cards[2]))
-    assert telemetry.device_memory(0) == (3 * GiB, 15 * GiB)
-    assert names(telemetry.gpu_snapshot()) == [(0, "Tesla T4")]
+    assert gpu_devices.device_memory(0) == (3 * GiB, 15 * GiB)
+    assert names(gpu_devices.gpu_snapshot()) == [(0, "Tesla T4")]
 
 
 def test_a_mig_slice_named_by_uuid_is_not_mistaken_for_its_gpu(monkeypatch):
     card = mig_card()
     simulate(monkeypatch, [card], visible=MIG_1)
     start_cuda(monkeypatch, cuda_view(card))  # even if CUDA reported the parent's UUID, the slice is read
-    assert telemetry.device_memory(0) == (1 * GiB, 10 * GiB)
+    assert gpu_devices.device_memory(0) == (1 * GiB, 10 * GiB)
 
 
 def test_a_slice_nvml_may_not_read_falls_back_to_cudas_own_count(monkeypatch):
@@ -179,14 +179,14 @@ def test_a_slice_nvml_may_not_read_falls_back_to_cudas_own_count(monkeypatch):
     simulate(monkeypatch, [card], visible=MIG_2)
     start_cuda(monkeypatch, [{"uuid": MIG_2, "name": "MIG 3g.40gb", "major": 8, "minor": 0,
                               "total_memory": 40 * GiB, "free_bytes": 36 * GiB}])
-    assert telemetry.device_memory(0) == (4 * GiB, 40 * GiB)  # cudaMemGetInfo: total - free
+    assert gpu_devices.device_memory(0) == (4 * GiB, 40 * GiB)  # cudaMemGetInfo: total - free
 
 
 def test_without_nvml_cuda_still_fills_the_gauge(monkeypatch):
     cards = three_cards()
     simulate(monkeypatch, cards, nvml=False)
     start_cuda(monkeypatch, cuda_view(cards[2], free_bytes=11 * GiB))
-    assert telemetry.gpu_snapshot() == [{"index": 0, "name": "Tesla T4", "nvml_used_bytes": 4 * GiB,
+    assert gpu_devices.gpu_snapshot() == [{"index": 0, "name": "Tesla T4", "nvml_used_bytes": 4 * GiB,
                                          "nvml_total_bytes": 15 * GiB, "compute_capability": (9, 0)}]
 
 
@@ -198,8 +198,8 @@ def test_before_cuda_is_up_nothing_asks_cuda(monkeypatch):
 
     for name in ("get_device_properties", "mem_get_info", "device_count", "get_device_name"):
         monkeypatch.setattr(torch.cuda, name, refuse)
-    assert telemetry.gpu_snapshot()[0]["nvml_total_bytes"] == 80 * GiB
-    assert telemetry.device_memory(0) == (2 * GiB, 80 * GiB)
+    assert gpu_devices.gpu_snapshot()[0]["nvml_total_bytes"] == 80 * GiB
+    assert gpu_devices.device_memory(0) == (2 * GiB, 80 * GiB)
 
 
 # ------------------------------------------------------------------------------------------ measure()
@@ -287,13 +287,13 @@ def test_host_peak_samples_rss_where_the_mark_cannot_be_reset(monkeypatch, tmp_p
 # ------------------------------------------------------------------------------------------ on a real GPU
 def bare(uuid: str) -> str:
     """A UUID without its GPU-/MIG- prefix (torch prints none, NVML always one)."""
-    return uuid[4:].lower() if uuid.startswith(telemetry.UUID_PREFIXES) else uuid.lower()
+    return uuid[4:].lower() if uuid.startswith(gpu_devices.UUID_PREFIXES) else uuid.lower()
 
 
 def _snapshot_in_a_process(visible: str) -> list[dict]:
     """gpu_snapshot() in a fresh process with CUDA_VISIBLE_DEVICES=`visible`, and what torch sees there."""
-    code = ("import json, torch; from longqa_core import telemetry; "
-            "print(json.dumps({'snapshot': telemetry.gpu_snapshot(), 'torch': torch.cuda.device_count()}))")
+    code = ("import json, torch; from longqa_core import gpu_devices; "
+            "print(json.dumps({'snapshot': gpu_devices.gpu_snapshot(), 'torch': torch.cuda.device_count()}))")
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": visible}
     out = subprocess.run([sys.executable, "-c", code], env=env, cwd=PROJECT_ROOT, capture_output=True, text=True,
                          check=True, timeout=120)
@@ -304,17 +304,17 @@ def _snapshot_in_a_process(visible: str) -> list[dict]:
 def test_on_a_gpu_nvml_and_cuda_describe_the_same_device():
     torch.cuda.init()
     index = 0
-    handle = telemetry.nvml_handle(index)
+    handle = gpu_devices.nvml_handle(index)
     assert handle is not None, "NVML answers on a GPU machine (nvidia-ml-py installed, driver present)"
-    assert bare(telemetry._uuid(telemetry.nvml(), handle)) == bare(str(torch.cuda.get_device_properties(index).uuid))
-    used_before, total = telemetry.device_memory(index)
+    assert bare(gpu_devices._uuid(gpu_devices.nvml(), handle)) == bare(str(torch.cuda.get_device_properties(index).uuid))
+    used_before, total = gpu_devices.device_memory(index)
     free, cuda_total = torch.cuda.mem_get_info(index)
     assert abs(total - cuda_total) <= 0.05 * total
     block = torch.empty(2 * GiB, dtype=torch.uint8, device=f"cuda:{index}")
-    used_after, _ = telemetry.device_memory(index)
+    used_after, _ = gpu_devices.device_memory(index)
     assert used_after - used_before >= 1.9 * GiB
     del block
-    snapshot = telemetry.gpu_snapshot()
+    snapshot = gpu_devices.gpu_snapshot()
     assert len(snapshot) == torch.cuda.device_count() and snapshot[0]["nvml_total_bytes"] == total
 
 
@@ -330,9 +330,9 @@ def test_on_a_gpu_measure_reports_this_device():
 @requires_cuda
 def test_on_a_gpu_cuda_visible_devices_as_uuid_and_as_a_missing_index():
     torch.cuda.init()
-    uuid = telemetry._uuid(telemetry.nvml(), telemetry.nvml_handle(0))
+    uuid = gpu_devices._uuid(gpu_devices.nvml(), gpu_devices.nvml_handle(0))
     by_uuid = _snapshot_in_a_process(uuid)
     assert by_uuid["torch"] == 1 and len(by_uuid["snapshot"]) == 1
-    assert by_uuid["snapshot"][0]["name"] == telemetry.gpu_snapshot()[0]["name"]
-    beyond = _snapshot_in_a_process(str(telemetry.nvml().nvmlDeviceGetCount()))  # an index naming no GPU
+    assert by_uuid["snapshot"][0]["name"] == gpu_devices.gpu_snapshot()[0]["name"]
+    beyond = _snapshot_in_a_process(str(gpu_devices.nvml().nvmlDeviceGetCount()))  # an index naming no GPU
     assert beyond == {"snapshot": [], "torch": 0}
