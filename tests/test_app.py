@@ -6,6 +6,7 @@ import dataclasses
 import inspect
 import json
 import threading
+import time
 
 import gradio as gr
 import pytest
@@ -352,20 +353,24 @@ def test_page_load_without_a_loadable_model_shows_why_and_keeps_the_page(broken_
 
 
 def test_a_preview_does_not_wait_for_the_model(ctx, long_document):
+    """An answer is in flight (held after its first batch, the model's turn taken); a preview still comes at once."""
     path, example = long_document
     held, release = threading.Event(), threading.Event()
+    documents = [Document("long.txt", path.read_text())]
 
-    def answer_in_flight():
-        with ctx.session.lock:
-            held.set()
-            release.wait(60)
+    def hold(state):
+        held.set()
+        release.wait(30)
 
-    thread = threading.Thread(target=answer_in_flight)
+    plan = ctx.session.plan(documents, example.question, "full")
+    thread = threading.Thread(target=lambda: ctx.session.ask(plan, on_window_progress=hold))
     thread.start()
     try:
-        assert held.wait(10)
+        assert held.wait(30)
+        began = time.monotonic()
         preview = app.preview_documents(ctx, [str(path)], "", example.question)
-        assert preview.values.tolist()[0][2] > 4096 and not release.is_set()
+        assert time.monotonic() - began < 10 and not release.is_set()
+        assert preview.values.tolist()[0][2] > 4096
     finally:
         release.set()
         thread.join()
