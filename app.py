@@ -200,6 +200,24 @@ class Page(gr.Blocks):
                            print_exception=False) from None
 
 
+class CountSlider(gr.Slider):
+    """A slider whose API value may also be None (the handler's default) or a numeric string (its number), as the
+    API's documentation says; anything else is a clear error, not gradio's bare exception."""
+
+    def get_block_name(self) -> str:
+        return "slider"  # the page draws it with gradio's own slider
+
+    def preprocess(self, payload):
+        if payload is None:
+            return None
+        if isinstance(payload, str):
+            try:
+                payload = float(payload.strip())
+            except ValueError:
+                raise gr.Error(f"{self.label} must be a number, got {payload!r}.", print_exception=False) from None
+        return super().preprocess(payload)
+
+
 LATER_INPUT = "no-answer-below"  # an input added after the API was promised; calls without it get its default
 UNUPLOADED_FILE = ("A file named in this request was never uploaded to this server, so it cannot be read: upload the "
                    "file with the request (gradio_client: pass handle_file(path), not the path itself).")
@@ -429,8 +447,15 @@ def first_hop(header: str | None) -> str | None:
 
 
 def count_or_default(value, what: str, default: int) -> int:
-    """A count from the page or the API (an empty field: `default`), refused unless whole, before any work."""
-    return default if value is None or value == "" else whole_number(what, value)
+    """A count from the page or the API (None or an empty field: `default`; a numeric string: its number), refused
+    unless whole, before any work."""
+    if isinstance(value, str):
+        value = value.strip()
+        try:
+            value = float(value) if value else None
+        except ValueError:
+            raise InputError(f"{what} must be a whole number, got {value!r}.") from None
+    return default if value is None else whole_number(what, value)
 
 
 def answer_duration(context_key: str, plan, extract_s: float = 0.0, progress=None, stop_key=None) -> float:
@@ -676,7 +701,7 @@ def build_question_panel(ctx: AppContext) -> dict[str, Block]:
             pasted = gr.Textbox(label="Or paste text", lines=6, placeholder="Paste a document here")
         with gr.Column():
             question = gr.Textbox(label="Question", placeholder="What is the frequency of Chiomklian Oustklaeth?")
-            top_k = gr.Slider(1, 10, value=DEFAULT_TOP_K, step=1, label="Top-k answers")
+            top_k = CountSlider(1, 10, value=DEFAULT_TOP_K, step=1, label="Top-k answers")
             reading = gr.Radio(list(READING_MODES), value=DEFAULT_READING, label="Reading",
                                info="auto: guided past a few windows; guided: read where the question's words "
                                     "point, more while the answer is weak; full: every window")

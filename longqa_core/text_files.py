@@ -47,12 +47,15 @@ class UnknownEncodingError(ValueError):
     """`decode_text` found no text encoding that fits the bytes with confidence."""
 
 
+_LONE_SURROGATES = re.compile(r"[\ud800-\udfff]")  # half a UTF-16 pair: no text encoding can hold one
+
+
 def clean_text(text: str) -> str:
     """Normalise line breaks to "\\n"; drop control characters (except tab), zero-width characters and
-    bidirectional overrides and isolates."""
+    bidirectional overrides and isolates; replace lone surrogates (which no tokenizer can encode) with U+FFFD."""
     # Vertical tab, form feed and NEL separate lines (form feeds end pages in license texts): removing them
     # would glue two words together, so they become line breaks like CR does.
-    text = _LINE_BREAKS.sub("\n", text)
+    text = _LINE_BREAKS.sub("\n", _LONE_SURROGATES.sub("\ufffd", text))
     return _CONTROL_AND_ZERO_WIDTH.sub("", text)
 
 

@@ -125,6 +125,26 @@ def test_ask_takes_a_not_found_threshold_and_refuses_one_outside_zero_one(client
         client.predict([], pasted, question, 3, "auto", "1.5", api_name="/ask")
 
 
+@pytest.mark.parametrize("top_k, expected", [(None, app.DEFAULT_TOP_K), ("2", 2), (" 3 ", 3), (2.0, 2)])
+def test_top_k_none_means_the_default_and_a_numeric_string_its_number(client, top_k, expected):
+    readout = client.predict([], "The colour of Zorbin is teal. " * 20, "What is the colour of Zorbin?", top_k,
+                             api_name="/ask")[-1]
+    assert len(readout["answers"]) == expected
+
+
+def test_a_lone_surrogate_in_the_question_or_the_text_is_replaced_not_a_crash(server):
+    """gradio_client cannot even send one (Python will not encode it); a raw JSON call can, as "\\ud800"."""
+    ctx, url = server
+    body = ('{"data": [[], "The colour of Zorbin is teal.\\ud800 ", "What is the colour\\udfff of Zorbin?", 3, '
+            '"auto", null, null]}')
+    request = urllib.request.Request(f"{url}gradio_api/call/ask", data=body.encode(),
+                                     headers={"Content-Type": "application/json"})
+    event_id = json.loads(urllib.request.urlopen(request, timeout=30).read())["event_id"]
+    stream = urllib.request.urlopen(f"{url}gradio_api/call/ask/{event_id}", timeout=60).read().decode()
+    assert "event: complete" in stream and "teal" in stream, stream
+    assert "unexpectedly" not in stream
+
+
 def test_switch_profile_then_ask_uses_it(client, server, tiny_model_dir):
     ctx, _ = server
     *_, readout = client.predict("baseline-fp32", str(tiny_model_dir), api_name="/load_profile")

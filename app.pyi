@@ -1,0 +1,1004 @@
+"""The web page: long-document question answering with a hardware-profile switch and memory/latency readouts.
+
+UI only: handlers reach the model through one backend (`longqa.backend.Backend`: the embedded `Session` or Ray
+Serve's `RaySession`) that plans a request, answers the plan, takes a training step, loads, and says whether a
+profile runs here; they format the typed readouts with `ui_format`, and turn domain errors into `gr.Error` (the only
+place that happens). The page is one small builder per panel, each wiring its own events; handlers return their
+values by name and the wiring hands them to gradio keyed by component. Imported, it builds `demo` without loading a
+model (the model loads on the first page visit or request; under ZeroGPU at import); `python app.py` builds its one
+context and page from the command line and loads the model before serving.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import html
+import inspect
+import os
+import signal
+import sys
+import traceback
+import uuid
+from dataclasses import dataclass, field
+from typing import Callable
+
+import gradio as gr
+
+try:  # Hugging Face Spaces ship `spaces`; imported before torch so that ZeroGPU can patch CUDA first
+    import spaces
+except ImportError:
+    spaces = None
+
+import pandas as pd
+from gradio.blocks import Block
+from gradio.context import LocalContext
+from gradio.exceptions import InvalidPathError
+
+import ui_format
+from plan_panel import build_plan_panel
+from longqa.arguments import positive_int
+from longqa.backend import Backend
+from longqa.models import DEFAULT_MODEL, KNOWN_MODELS
+from longqa.readout import Readout
+from longqa.serving import policy
+from longqa.serving.lane import MAX_ACTIVE, MAX_QUEUED_WINDOWS, ModelLane
+from longqa.serving.ray_replicas import DEFAULT_BATCH_REQUESTS, RaySession
+from longqa.session import NO_MODEL, SAMPLES_DIR, Session, read_request, sample_examples
+from longqa_core.documents import SUPPORTED_EXTENSIONS
+from longqa_core.errors import InputError, LongQAError, ModelLoadError, ProfileError
+from longqa_core.gpu_devices import gpu_snapshot
+from longqa_core.limits import DEFAULT_MAX_TOTAL_TOKENS, whole_number
+from longqa_core.reading import DEFAULT_READING, READING_MODES
+from strategies.hardware import Hardware, detect_hardware
+from strategies.profiles import PROFILES, Profile, describe_profiles, get_profile, profile_choices
+from strategies.registry import strategy_cards
+
+ZERO_GPU = os.environ.get("SPACES_ZERO_GPU", "").lower() in ("1", "t", "true")  # as the `spaces` package reads it
+# GPU functions then run in a forked worker: what their forward passes measured comes back in the readout.
+RUNS_IN_WORKER = ZERO_GPU and spaces is not None
+
+MODEL_CONCURRENCY = "model"  # model reloads, one at a time
+# Requests (answers, training steps) run their reading and checks side by side, then take turns on the model in
+# the context's lane: a slow upload delays only its own visitor, and a reload waits for the answer in flight.
+REQUEST_CONCURRENCY = "requests"
+REQUEST_WORKERS = 32  # threads that read and then wait in the lane, which orders their turns on the model
+SPACE_MAX_REQUEST_S = 120.0
+SPACE_VISITOR_HEADER = "X-Forwarded-For"
+DEFAULT_QUEUE_SIZE = 64
+DEFAULT_MAX_FILE_MB = 50.0
+DEFAULT_TOP_K = 3
+DEFAULT_TRAINING_WINDOW = 512
+GPU_REFRESH_S = 2.0
+PICK_MODEL = "Pick a model or profile above."  # after a message saying why no model is loaded
+CSS = """
+#best-answer textarea { font-size: 1.8rem !important; font-weight: 600; line-height: 1.3; }
+#banner { border: 2px solid #f59e0b; border-radius: 8px; padding: 0.25rem 1rem; background: #fffbeb; }
+"""
+
+
+@dataclass
+class AppContext:
+    """What every handler needs: the shared backend, this machine, and the limits set on the command line."""
+
+    session: Backend
+    hardware: Hardware
+    models: list[str]  # the only models the page may load: the registry plus the command line's --model
+    max_file_bytes: int
+    max_total_tokens: int
+    start: dict = field(default_factory=dict)  # what to load first: profile, model, strategies
+    load_error: str | None = None
+    lock_profile: bool = False  # a shared deployment: the profile and model cannot be changed from the page or API
+    max_request_s: float | None = None  # refuse requests predicted to take longer (None: no limit)
+    lane: ModelLane = field(default_factory=ModelLane)  # requests take turns on the model between batches
+    visitor_header: str | None = None  # the proxy's header naming the visitor's address (None: a direct connection)
+    key: str = field(default_factory=lambda: uuid.uuid4().hex)  # how GPU functions find this context
+
+    @property
+    def selection(self) -> dict:
+        """What the dropdowns show: what the loaded model was asked for (with the model that did load: the demo
+        model after a fallback), or before any load, what the page starts with."""
+        requested = self.session.requested
+        if not requested:
+            return self.start
+        return {"profile": requested[1], "model": self.session.model_ref,
+                "strategies": list(requested[2]) if len(requested) > 2 else []}
+
+    def window_s(self) -> float | None:
+        """Seconds a window takes on the loaded model (its one throughput estimate), or None before any ran."""
+        measured = self.measured()
+        return measured.window_s if measured is not None else None
+
+    def tokens_per_s(self) -> float | None:
+        """Window tokens a second on the loaded model (the same estimate), or None before any ran."""
+        measured = self.measured()
+        return measured.tokens_per_s if measured is not None else None
+
+    def measured(self):
+        """The loaded model's record of its forward passes (`BatchState`), or None without a model."""
+        loaded = self.session.loaded
+        return loaded.batch_state if loaded is not None else None
+
+
+# The contexts GPU functions reach by key. ZeroGPU pickles a GPU function's arguments to a forked worker, so those
+# arguments are the request's own inputs and the key; the worker inherits this module state, model included.
+CONTEXTS: dict[str, AppContext] = {}
+
+
+def gpu_function(duration):
+    """`@spaces.GPU(duration=...)` where the `spaces` package is installed (a no-op outside ZeroGPU), else nothing."""
+    if spaces is None:
+        return lambda fn: fn
+    return spaces.GPU(duration=duration)
+
+
+def make_context(session: Backend | None = None, *, models=None, default_model: str = DEFAULT_MODEL,
+                 default_profile: str = "auto", max_file_mb: float = DEFAULT_MAX_FILE_MB,
+                 max_total_tokens: int = DEFAULT_MAX_TOTAL_TOKENS,
+                 hardware: Hardware | None = None, lock_profile: bool = False, max_request_s: float | None = None,
+                 queue_size: int = DEFAULT_QUEUE_SIZE, visitor_header: str | None = None,
+                 max_queued_windows: int | None = MAX_QUEUED_WINDOWS) -> AppContext:
+    get_profile(default_profile)
+    allowed = list(dict.fromkeys([*(models if models is not None else KNOWN_MODELS), default_model]))
+    if DEFAULT_MODEL in allowed and "demo" not in allowed:
+        allowed.append("demo")  # the default falls back to the demo model offline: the dropdown must show it
+    session = session or Session()
+    hardware = hardware or session.hardware or detect_hardware()
+    session.hardware = hardware  # profiles resolve for the machine the page describes, in the page and the loader
+    ctx = AppContext(session=session, hardware=hardware, models=allowed,
+                     max_file_bytes=int(max_file_mb * 1024 * 1024), max_total_tokens=max_total_tokens,
+                     start={"profile": default_profile, "model": default_model, "strategies": []},
+                     lock_profile=lock_profile, max_request_s=max_request_s or None,
+                     visitor_header=visitor_header or None)
+    ctx.lane = ModelLane(max_waiting=queue_size, capacity=session.capacity,
+                         max_active=max(MAX_ACTIVE, session.capacity), max_queued_windows=max_queued_windows or None,
+                         window_s=ctx.window_s)
+    CONTEXTS[ctx.key] = ctx
+    return ctx
+
+
+@contextlib.contextmanager
+def user_errors(action: str):
+    """Domain errors become `gr.Error` with their message; anything else a clear one. The app keeps serving."""
+    try:
+        yield
+    except gr.Error:
+        raise
+    except LongQAError as exc:
+        raise gr.Error(escape(str(exc)), print_exception=False) from exc
+    except Exception as exc:
+        traceback.print_exc()
+        raise gr.Error(escape(f"{action} failed unexpectedly ({type(exc).__name__}: {exc}). "
+                              "The app is still running: try again."), print_exception=False) from exc
+
+
+def escape(message: str) -> str:
+    """Toasts render HTML: file names and document text in messages must stay text."""
+    return html.escape(message, quote=False)
+
+
+class Page(gr.Blocks):
+    """gradio's Blocks, telling a caller why a file argument was refused: a crafted call naming a server path that
+    was never uploaded is refused by gradio before any handler runs, and with `show_error=False` (which keeps the
+    server's paths out of messages) its reply carried no message at all."""
+
+    async def preprocess_data(self, *args, **kwargs):
+        try:
+            return await super().preprocess_data(*args, **kwargs)
+        except InvalidPathError:
+            raise gr.Error(UNUPLOADED_FILE, print_exception=False) from None
+
+    def validate_inputs(self, block_fn, inputs) -> None:
+        if len(inputs) == len(block_fn.inputs) - 1 and getattr(block_fn.inputs[-1], "elem_id", None) == LATER_INPUT:
+            inputs.append("")  # a call made before the not-found threshold was added: the model's own rule
+        try:
+            super().validate_inputs(block_fn, inputs)
+        except ValueError:  # gradio's message lists the components' reprs: say what is wrong, not how it is built
+            raise gr.Error(f"This call sent {len(inputs)} values; {block_fn.api_name or 'this event'} takes "
+                           f"{len(block_fn.inputs)} (gradio_client fills the page's own state values itself).",
+                           print_exception=False) from None
+
+from gradio.events import Dependency
+
+class CountSlider(gr.Slider):
+    """A slider whose API value may also be None (the handler's default) or a numeric string (its number), as the
+    API's documentation says; anything else is a clear error, not gradio's bare exception."""
+
+    def get_block_name(self) -> str:
+        return "slider"  # the page draws it with gradio's own slider
+
+    def preprocess(self, payload):
+        if payload is None:
+            return None
+        if isinstance(payload, str):
+            try:
+                payload = float(payload.strip())
+            except ValueError:
+                raise gr.Error(f"{self.label} must be a number, got {payload!r}.", print_exception=False) from None
+        return super().preprocess(payload)
+    from typing import Callable, Literal, Sequence, Any, TYPE_CHECKING
+    from gradio.blocks import Block
+    if TYPE_CHECKING:
+        from gradio.components import Timer
+        from gradio.components.base import Component
+
+
+LATER_INPUT = "no-answer-below"  # an input added after the API was promised; calls without it get its default
+UNUPLOADED_FILE = ("A file named in this request was never uploaded to this server, so it cannot be read: upload the "
+                   "file with the request (gradio_client: pass handle_file(path), not the path itself).")
+
+
+# ------------------------------------------------------------------------------------------------ loading
+def check_model_allowed(ctx: AppContext, model_ref: str) -> None:
+    if model_ref not in ctx.models:
+        raise ModelLoadError(f"This page can only load the listed models ({', '.join(ctx.models)}); "
+                             f"{str(model_ref)[:200]!r} is not one of them.")
+
+
+def current_model(ctx: AppContext) -> str:
+    session = ctx.session
+    if session.loaded is None:
+        return "No model is loaded now."
+    return f"Still using {loaded_now(ctx)}."
+
+
+def loaded_now(ctx: AppContext) -> str:
+    """The model loaded now, in words: "demo with profile cpu" (or that none is)."""
+    session = ctx.session
+    if session.loaded is None:
+        return "no model loaded yet"
+    return f"{session.model_ref} with profile {session.profile_name}"
+
+
+def load_selection(ctx: AppContext, profile_name: str, model_ref: str, strategies=(), progress=None) -> None:
+    """Load (model, profile) into the session; on failure the previous model stays and the error says so. The
+    selection then names the model that did load: the bundled demo model when the default could not be fetched."""
+    on_progress = (lambda fraction, message: progress(fraction, desc=message)) if progress else None
+    try:
+        check_model_allowed(ctx, model_ref)
+        profile = ctx.session.runnable_profile(profile_name, strategies)
+        ctx.session.load(model_ref, profile, on_progress=on_progress, fallback_to_demo=model_ref == DEFAULT_MODEL,
+                         force=profile.name == "custom",
+                         strategies=tuple(strategies or ()) if profile.name == "custom" else ())
+    except LongQAError as exc:
+        raise type(exc)(f"{exc} {current_model(ctx)}") from exc
+    ctx.load_error = None
+
+
+def ensure_loaded(ctx: AppContext, progress=None) -> None:
+    """Load the selected model if none is loaded yet (the first visit or request after start)."""
+    if ctx.session.loaded is not None:
+        return
+    with ctx.session.lock:
+        if ctx.session.loaded is not None:
+            return
+        try:
+            load_selection(ctx, ctx.start["profile"], ctx.start["model"], ctx.start["strategies"], progress)
+        except LongQAError as exc:
+            ctx.load_error = str(exc)
+            raise
+
+
+def banner(ctx: AppContext) -> dict:
+    """The warning over the page: running on the demo model instead of the chosen one, or nothing loaded."""
+    loaded = ctx.session.loaded
+    if loaded is None and ctx.load_error:
+        text = f"**{NO_MODEL}** {ui_format.escape_markdown(ctx.load_error)} {PICK_MODEL}"
+    elif loaded is not None and loaded.readout.fallback_reason:
+        wanted = ctx.session.requested[0] if ctx.session.requested else DEFAULT_MODEL
+        text = (f"**Running on the bundled demo model**, not {ui_format.escape_markdown(wanted)}. "
+                f"{ui_format.escape_markdown(loaded.readout.fallback_reason)} The demo model is tiny: it answers "
+                "questions like *What is the frequency of …?* about sentences *The frequency of … is ….*, "
+                "as in the examples below.")
+    else:
+        return gr.update(value="", visible=False)
+    return gr.update(value=text, visible=True)
+
+
+def load_outputs(ctx: AppContext) -> dict:
+    """The banner and the load readout (table and JSON) for the model loaded now."""
+    loaded = ctx.session.loaded
+    rows = [dict(ui_format.load_rows(loaded.readout))] if loaded is not None else []
+    return {"banner": banner(ctx), "load_table": pd.DataFrame(rows, columns=ui_format.LOAD_HEADERS),
+            "load_json": loaded.readout.to_dict() if loaded is not None else {}}
+
+
+def auto_profile(ctx: AppContext) -> Profile | None:
+    """What `auto` stands for with the model shown, by the loader's own rule (see `Session.auto_profile`)."""
+    return ctx.session.auto_profile(ctx.selection["model"])
+
+
+def shown_selection(ctx: AppContext) -> dict:
+    """The dropdowns as they must read now: the profile chosen, with `auto` naming what it picked for the model;
+    the model loaded (the demo model after a fallback); the strategies ticked."""
+    selection = ctx.selection
+    return {"profile": gr.update(choices=profile_choices(ctx.hardware, auto_profile(ctx)), value=selection["profile"]),
+            "model": gr.update(value=selection["model"]), "strategies": gr.update(value=selection["strategies"])}
+
+
+# ------------------------------------------------------------------------------------------------ handlers
+def on_page_load(ctx: AppContext, progress=gr.Progress()) -> dict:
+    """A new visitor: load the model if none is yet, and show what is selected and loaded now."""
+    try:
+        ensure_loaded(ctx, progress)
+    except LongQAError:
+        pass  # the banner shows why; the page stays usable to pick another model
+    return {**shown_selection(ctx), "seen": seen_now(ctx), **load_outputs(ctx)}
+
+
+def load_profile(ctx: AppContext, profile_name: str, model_ref: str, strategies=None, seen=None,
+                 request: gr.Request = None, progress=gr.Progress()) -> dict:
+    """Reload with another profile or model, in turn with the answers; a failed load keeps the previous model.
+    Refused when locked."""
+    with user_errors("Loading"):
+        if ctx.lock_profile:
+            raise ProfileError(f"This deployment fixes the model and profile: it runs {loaded_now(ctx)}, and "
+                               "they cannot be changed from the page or the API.")
+        with model_turn(ctx, request, progress, exclusive=True):
+            load_selection(ctx, profile_name, model_ref, strategies or [], progress)
+    return {"seen": seen_now(ctx), **load_outputs(ctx)}
+
+
+def show_loaded(ctx: AppContext) -> dict:
+    """After a load, done or refused: the dropdowns and the readouts show what is loaded now."""
+    return {**shown_selection(ctx), **load_outputs(ctx)}
+
+
+def seen_now(ctx: AppContext) -> dict:
+    """What a visitor has seen loaded (kept per browser tab): the session's load generation and its names."""
+    return {"generation": ctx.session.generation, "model": ctx.session.model_ref,
+            "profile": ctx.session.profile_name}
+
+
+def changed_since(ctx: AppContext, seen) -> str | None:
+    """A notice when another visitor switched the model or profile since this visitor's last answer or load."""
+    if not seen or seen.get("generation") in (None, ctx.session.generation):
+        return None
+    return (f"The model or profile was changed by another visitor since your last answer: now {ctx.session.model_ref} "
+            f"with profile {ctx.session.profile_name} (was {seen.get('model')} with {seen.get('profile')}).")
+
+
+def show_custom_controls(profile_name: str) -> dict:
+    custom = profile_name == "custom"
+    return {"strategies": gr.update(visible=custom), "apply": gr.update(visible=custom)}
+
+
+def preview_documents(ctx: AppContext, files, pasted_text, question) -> pd.DataFrame:
+    """Characters, tokens and windows of each document before asking (windows depend on the question's length),
+    with every limit checked; counted without the model, so a preview never waits for an answer in flight."""
+    if not files and not (pasted_text or "").strip():
+        return pd.DataFrame([], columns=ui_format.DOCUMENT_HEADERS)
+    with user_errors("Reading the documents"):
+        documents, _ = read_request(files or [], pasted_text, None, max_bytes=ctx.max_file_bytes,
+                                    max_total_tokens=ctx.max_total_tokens)
+        if ctx.session.loaded is None:
+            rows = [[d.name, d.n_chars, None, None] for d in documents]
+        else:
+            plan = ctx.session.plan(documents, (question or "").strip() or "?", "full",
+                                    max_total_tokens=ctx.max_total_tokens)
+            rows = ui_format.document_rows(plan.stats)
+    return pd.DataFrame(rows, columns=ui_format.DOCUMENT_HEADERS)
+
+
+def abandonment_check() -> Callable[[], bool]:
+    """Whether the gradio event running this handler was abandoned: Stop pressed (gradio cancels the event), the
+    tab closed or the client vanished (gradio marks it dead), or nobody reads its stream (`policy.UnreadStall`: a
+    queue call that was posted and never listened to leaves its progress messages piling up; a listening client
+    reads them, if late). A direct call, outside gradio's queue, never is."""
+    blocks, event_id = LocalContext.blocks.get(None), LocalContext.event_id.get(None)
+    queue = getattr(blocks, "_queue", None)
+    if queue is None or event_id is None:
+        return lambda: False
+    stall = policy.UnreadStall()
+
+    def is_abandoned() -> bool:
+        for job in list(queue.active_jobs):
+            for event in job or ():
+                if event._id == event_id:
+                    unread = queue.pending_messages_per_session.get(event.session_hash)
+                    return not event.alive or stall.is_unread(None if unread is None else unread.qsize())
+        return True  # no longer among the running events: cancelled, or its client is gone
+
+    return is_abandoned
+
+
+@contextlib.contextmanager
+def model_turn(ctx: AppContext, request: gr.Request | None, progress=None, *, exclusive: bool = False):
+    """This request's turn on the model (`policy.model_turn`), with the wait shown as progress; yields the key of
+    its abandonment check."""
+    with policy.model_turn(ctx.lane, visitor_keys(ctx, request), abandonment_check(), waiting_shown(progress),
+                           exclusive=exclusive) as stop_key:
+        yield stop_key
+
+
+@contextlib.contextmanager
+def request_turn(ctx: AppContext, request: gr.Request | None, progress=None, *, windows: int = 0):
+    """This answer's place in the lane (`policy.request_turn`: turns on the model between batches), with the wait
+    shown as progress; yields the key of its stop check and runner wrapper, and its ticket. Under ZeroGPU the read
+    runs in a forked worker that cannot take turns with this process's lane: it holds one turn throughout."""
+    with policy.request_turn(ctx.lane, visitor_keys(ctx, request), abandonment_check(), waiting_shown(progress),
+                             windows=windows, whole=ZERO_GPU) as (key, ticket):
+        yield key, ticket
+
+
+def waiting_shown(progress) -> Callable[[int], None]:
+    """The lane's `on_wait`: how many requests are ahead, shown as progress (when there is a progress bar)."""
+    def on_wait(ahead: int) -> None:
+        if progress is not None:
+            progress(0.0, desc=f"Waiting for the model: {ahead} request{'s' if ahead != 1 else ''} ahead")
+    return on_wait
+
+
+def visitor_keys(ctx: AppContext, request: gr.Request | None) -> tuple[str, ...]:
+    """Every key a visitor's requests count under: its gradio session, and where the deployment names a proxy
+    header for the visitor (on a Space, by default), the address in its first hop, so that a fresh client per
+    request gets no more than one visitor's share. On a direct connection the address is never a key: many
+    visitors may share one (an office, a school, a test on loopback)."""
+    keys = []
+    session_hash = getattr(request, "session_hash", None)
+    if session_hash:
+        keys.append(f"session:{session_hash}")
+    if ctx.visitor_header and request is not None:
+        address = first_hop(request.headers.get(ctx.visitor_header))
+        if address:
+            keys.append(f"address:{address}")
+    return tuple(keys)
+
+
+def first_hop(header: str | None) -> str | None:
+    """The first address of a forwarding header (`X-Forwarded-For: client, proxy1, proxy2`), or None."""
+    first = (header or "").split(",")[0].strip()
+    return first[:100] or None
+
+
+def count_or_default(value, what: str, default: int) -> int:
+    """A count from the page or the API (None or an empty field: `default`; a numeric string: its number), refused
+    unless whole, before any work."""
+    if isinstance(value, str):
+        value = value.strip()
+        try:
+            value = float(value) if value else None
+        except ValueError:
+            raise InputError(f"{what} must be a whole number, got {value!r}.") from None
+    return default if value is None else whole_number(what, value)
+
+
+def answer_duration(context_key: str, plan, extract_s: float = 0.0, progress=None, stop_key=None) -> float:
+    """Seconds of GPU to ask ZeroGPU for (`policy.answer_gpu_seconds`): the windows the plan expects to read (what
+    the ranking picked, or every window) at the loaded model's measured throughput."""
+    return policy.answer_gpu_seconds(plan, CONTEXTS[context_key].tokens_per_s())
+
+
+@gpu_function(duration=answer_duration)
+def answer_on_gpu(context_key: str, plan, extract_s: float = 0.0, progress=None,
+                  stop_key: str | None = None) -> Readout:
+    """The model work of one planned request, and nothing else: its arguments and its readout pickle (ZeroGPU runs
+    it in a forked worker), and it reaches the loaded model through the module's contexts. Ends between batches
+    when the request is abandoned; under ZeroGPU the plan's time budget is no more than the GPU time it asked for
+    (a guided read whose answer stays weak then keeps what it read)."""
+    ctx = CONTEXTS[context_key]
+    on_window_progress = None
+    if progress is not None:
+        def on_window_progress(state):
+            left = f", about {ui_format.format_seconds(state.eta_s)} left" if state.eta_s is not None else ""
+            progress((state.windows_done, state.windows_total),
+                     desc=f"{state.windows_done:,} windows done, {state.windows_left:,} to go{left}",
+                     unit="windows")
+    if spaces is not None:  # ZeroGPU ends the function at the duration it asked for: read no further than that
+        granted_s = answer_duration(context_key, plan)
+        budget_s = plan.settings.max_request_s or granted_s
+        plan = plan.with_budget(min(budget_s, max(1.0, granted_s - policy.GPU_DURATION_BASE_S)))
+    with user_errors("Answering"):  # inside: ZeroGPU passes only gr.Error through from its worker
+        if ctx.session.loaded is None:
+            raise ModelLoadError(f"{NO_MODEL} {PICK_MODEL}")
+        return ctx.session.ask(plan, extract_s=extract_s, gate=policy.gate(stop_key),
+                               should_stop=policy.stop_check(stop_key), on_window_progress=on_window_progress)
+
+
+def ask(ctx: AppContext, files, pasted_text, question, top_k, reading, history, seen=None, no_answer_below="",
+        request: gr.Request = None, progress=gr.Progress()) -> dict:
+    """Answer the question over the documents: every readout by name, the full JSON readout as "readout".
+
+    Reading the documents and planning the request (every limit checked, the ranking run, the windows to read
+    estimated) happen once, first, outside the model lane and the GPU function: a bad or slow upload costs only its
+    own visitor's time, and no GPU time; the lane admits, and the GPU function asks for time, by that plan.
+    `reading` is "auto", "full" or "guided" (empty: auto); `no_answer_below` a score in (0, 1) under which the answer
+    is "not found" (empty: the model's own rule)."""
+    with user_errors("Answering"):
+        top_k = count_or_default(top_k, "Top-k", DEFAULT_TOP_K)
+        no_answer_below = None if str(no_answer_below or "").strip() == "" else no_answer_below  # the settings check it
+        reading = reading_or_default(reading)
+        progress(0.0, desc="Reading the documents")
+        documents, extract_s = read_request(files or [], pasted_text, question, max_bytes=ctx.max_file_bytes,
+                                            max_total_tokens=ctx.max_total_tokens)
+        ensure_loaded(ctx, progress)
+        progress(0.0, desc="Ranking the windows" if reading != "full" else "Planning the read")
+        plan = ctx.session.plan(documents, question, reading, top_k=top_k, max_total_tokens=ctx.max_total_tokens,
+                                max_request_s=ctx.max_request_s, no_answer_below=no_answer_below)
+        with request_turn(ctx, request, progress, windows=plan.expected_windows) as (stop_key, ticket):
+            changed = changed_since(ctx, seen)
+            progress(0.0, desc="Reading windows")
+            readout = answer_on_gpu(ctx.key, plan, extract_s, progress, stop_key)
+    if RUNS_IN_WORKER:
+        ctx.session.learn(readout)
+    readout.queue = ticket.queue_readout()
+    result = readout.result
+    if changed:
+        result.notices.insert(0, changed)
+    for notice in result.notices:
+        gr.Warning(escape(notice))
+    history = [*(history or []), ui_format.history_entry(readout, len(history or []) + 1)]
+    plotted = ui_format.history_frame(history)  # the plots' data: one bar per run
+    best = result.answers[0] if result.answers else None
+    passage = (ui_format.evidence(documents[best.document_index].text, best.start_char, best.end_char)
+               if best is not None and best.document_index >= 0 else [])
+    estimated = result.reading is not None and result.reading.windows_total_estimated
+    return {
+        "documents": pd.DataFrame(ui_format.document_rows(result.documents, estimated),
+                                  columns=ui_format.DOCUMENT_HEADERS),
+        "answer": ui_format.best_answer(result),
+        "answers": pd.DataFrame(ui_format.answer_rows(result.answers), columns=ui_format.ANSWER_HEADERS),
+        "evidence": passage,
+        "latency": pd.DataFrame(ui_format.latency_rows(result.latency_s, result.tokens_per_s),
+                                columns=ui_format.LATENCY_HEADERS),
+        "memory": pd.DataFrame(ui_format.memory_rows(result.memory), columns=ui_format.MEMORY_HEADERS),
+        "run": pd.DataFrame(ui_format.run_rows(readout), columns=ui_format.RUN_HEADERS),
+        "history": history,
+        "history_table": pd.DataFrame(ui_format.history_rows(history), columns=ui_format.HISTORY_HEADERS),
+        "memory_plot": plot_update(plotted),
+        "latency_plot": plot_update(plotted),
+        "seen": seen_now(ctx),
+        "readout": readout.to_json(),
+    }
+
+
+def ask_in_full(ctx: AppContext, files, pasted_text, question, top_k, history, seen=None, no_answer_below="",
+                request: gr.Request = None, progress=gr.Progress()) -> dict:
+    """The same question read in full ("Read the whole document"): every window, whatever the ranking says."""
+    return ask(ctx, files, pasted_text, question, top_k, "full", history, seen, no_answer_below, request, progress)
+
+
+def reading_or_default(value) -> str:
+    """A reading mode from the page or the API (empty: the default), refused unless it is one of the modes."""
+    if value is None or value == "":
+        return DEFAULT_READING
+    if value not in READING_MODES:
+        raise InputError(f"Reading must be one of {', '.join(READING_MODES)}, got {value!r}.")
+    return value
+
+
+def plot_update(frame: pd.DataFrame) -> dict:
+    """A bar plot's new data and no other property (see build_history_panel); one update per plot, as gradio
+    processes an update in place."""
+    return gr.update(value=frame)
+
+
+def refresh_gpu_gauge():
+    return ui_format.gpu_gauge(gpu_snapshot())
+
+
+def training_duration(context_key: str, window_tokens: int) -> float:
+    """Two forward+backward steps of one window (`policy.training_gpu_seconds`) at the loaded model's measured
+    throughput."""
+    return policy.training_gpu_seconds(window_tokens, CONTEXTS[context_key].tokens_per_s())
+
+
+@gpu_function(duration=training_duration)
+def training_step_on_gpu(context_key: str, window_tokens: int):
+    """One forward+backward step with and without gradient checkpointing on the loaded model (picklable in and
+    out, like `answer_on_gpu`): the readout and the window's length in tokens."""
+    ctx = CONTEXTS[context_key]
+    with user_errors("The training step"):
+        if ctx.session.loaded is None:
+            raise ModelLoadError(f"{NO_MODEL} {PICK_MODEL}")
+        return ctx.session.training_step(window_tokens)
+
+
+def run_training_step(ctx: AppContext, window_tokens, request: gr.Request = None, progress=gr.Progress()) -> dict:
+    """The training-step readout: both peaks and times, and what checkpointing saved."""
+    with user_errors("The training step"):
+        window_tokens = count_or_default(window_tokens, "The window", DEFAULT_TRAINING_WINDOW)
+        with model_turn(ctx, request, progress, exclusive=True):
+            ensure_loaded(ctx, progress)
+            progress(0.1, desc="Forward+backward without, then with checkpointing")
+            readout, window = training_step_on_gpu(ctx.key, window_tokens)
+    return {"table": pd.DataFrame(ui_format.training_rows(readout), columns=ui_format.TRAINING_HEADERS),
+            "summary": ui_format.training_summary(readout, window)}
+
+
+# ------------------------------------------------------------------------------------------------ page
+def example_rows(per_file: int = 2) -> list[list]:
+    rows, seen = [], {}
+    for example in sample_examples():
+        seen[example["file"]] = seen.get(example["file"], 0) + 1
+        if seen[example["file"]] <= per_file:
+            rows.append([[str(SAMPLES_DIR / example["file"])], "", example["question"], DEFAULT_TOP_K])
+    return rows
+
+
+def model_choices(ctx: AppContext) -> list[tuple[str, str]]:
+    return [(f"{ref}: {KNOWN_MODELS.get(ref, 'given with --model')}", ref) for ref in ctx.models]
+
+
+def profiles_frame(hardware: Hardware, auto: Profile | None = None) -> pd.DataFrame:
+    rows = [[row["name"], row["targets"], ", ".join(row["strategies_here"] or row["strategies"]) or "none",
+             row["batch_size"], row["device"], "yes" if row["available"] else f"no: {row['reason']}"]
+            for row in describe_profiles(hardware, auto)]
+    return pd.DataFrame(rows, columns=["profile", "targets", "strategies", "batch size", "device", "runs here"])
+
+
+def strategies_frame() -> pd.DataFrame:
+    """The registry's cards as they come (name, order of composition, saves, costs, requires), one row each."""
+    cards = strategy_cards()
+    columns = [key for key in (cards[0] if cards else {}) if key != "description"]
+    return pd.DataFrame([[card.get(key) for key in columns] for card in cards], columns=columns)
+
+
+def bind(handler: Callable, ctx: AppContext) -> Callable:
+    """`handler` with its context bound, keeping the signature and type hints gradio reads to pass gr.Request and
+    gr.Progress (a functools.partial hides the hints)."""
+    @functools.wraps(handler)
+    def bound(*args, **kwargs):
+        return handler(ctx, *args, **kwargs)
+
+    signature = inspect.signature(handler)
+    bound.__signature__ = signature.replace(parameters=list(signature.parameters.values())[1:])
+    return bound
+
+
+def keyed(handler: Callable, outputs: dict[str, Block]) -> Callable:
+    """`handler`, whose values come by name, answering gradio with {component: value} (same signature and hints)."""
+    @functools.wraps(handler)
+    def by_component(*args, **kwargs):
+        return {outputs[name]: value for name, value in handler(*args, **kwargs).items()}
+
+    return by_component
+
+
+def listen(trigger, handler: Callable, *, outputs: dict[str, Block], **event):
+    """Wire `handler` (values by name) to `trigger`: the order of `outputs` is the event's, written once."""
+    return trigger(keyed(handler, outputs), outputs=list(outputs.values()), **event)
+
+
+def build_model_panel(ctx: AppContext, demo: gr.Blocks, seen: gr.State) -> None:
+    """The notice, the profile and model pickers, and the load readout; loads on a visit and on each pick."""
+    banner_box = gr.Markdown(visible=False, elem_id="banner", label="Notice")
+    with gr.Row():
+        locked = " Fixed on this deployment." if ctx.lock_profile else ""
+        profile_dd = gr.Dropdown(profile_choices(ctx.hardware, auto_profile(ctx)), value=ctx.selection["profile"],
+                                 label="Hardware profile", info=f"Detected: {ctx.hardware.describe()}.{locked}",
+                                 interactive=not ctx.lock_profile, scale=2)
+        model_dd = gr.Dropdown(model_choices(ctx), value=ctx.selection["model"], label="Model",
+                               interactive=not ctx.lock_profile, scale=2)
+    with gr.Row():
+        strategies_cb = gr.CheckboxGroup(
+            [(f"{card['name']}: {card['description']}", card["name"]) for card in strategy_cards()],
+            label="Custom strategies", visible=False, scale=4)
+        apply_btn = gr.Button("Load custom profile", visible=False, scale=1)
+    load_table = gr.Dataframe(headers=ui_format.LOAD_HEADERS, label="Load readout", interactive=False)
+    with gr.Accordion("Load readout (JSON)", open=False):
+        load_json = gr.JSON(label="Load readout (JSON)")
+
+    readouts = {"banner": banner_box, "load_table": load_table, "load_json": load_json}
+    selection = {"profile": profile_dd, "model": model_dd, "strategies": strategies_cb}
+    listen(demo.load, bind(on_page_load, ctx), outputs={**selection, "seen": seen, **readouts},
+           concurrency_limit=None, api_visibility="private", show_progress_on=[load_table])
+    listen(profile_dd.change, show_custom_controls, inputs=profile_dd,
+           outputs={"strategies": strategies_cb, "apply": apply_btn}, queue=False, api_visibility="private")
+    # `select`, not `input`: a dropdown fires `input` twice per pick in gradio 6.31 (two loads, two errors).
+    for trigger, api_name in ((profile_dd.select, "load_profile"), (model_dd.select, None), (apply_btn.click, None)):
+        loading = listen(trigger, bind(load_profile, ctx), inputs=[profile_dd, model_dd, strategies_cb, seen],
+                         outputs={"seen": seen, **readouts}, concurrency_id=MODEL_CONCURRENCY, api_name=api_name,
+                         show_progress_on=[load_table], api_visibility="public" if api_name else "private")
+        # done or refused, the dropdowns then show what is loaded: the demo model after a fallback, the previous
+        # choice after a refusal, and what `auto` picked (`then` alone would not run after a refusal)
+        for outcome in (loading.success, loading.failure):
+            listen(outcome, bind(show_loaded, ctx), outputs={**selection, **readouts}, api_visibility="private")
+
+
+def build_question_panel(ctx: AppContext) -> dict[str, Block]:
+    """Documents, question and top-k, the Ask and Stop buttons, and the documents' preview (updated as they
+    change). The answer panel wires Ask and Stop."""
+    with gr.Row():
+        with gr.Column():
+            files = gr.File(file_count="multiple", file_types=list(SUPPORTED_EXTENSIONS), type="filepath",
+                            label="Documents", elem_id="documents")
+            pasted = gr.Textbox(label="Or paste text", lines=6, placeholder="Paste a document here")
+        with gr.Column():
+            question = gr.Textbox(label="Question", placeholder="What is the frequency of Chiomklian Oustklaeth?")
+            top_k = CountSlider(1, 10, value=DEFAULT_TOP_K, step=1, label="Top-k answers")
+            reading = gr.Radio(list(READING_MODES), value=DEFAULT_READING, label="Reading",
+                               info="auto: guided past a few windows; guided: read where the question's words "
+                                    "point, more while the answer is weak; full: every window")
+            no_answer_below = gr.Textbox("", label="Not-found threshold (optional)", placeholder="e.g. 0.001",
+                                         elem_id=LATER_INPUT,
+                                         info="say 'not found' when the best answer scores under this (between 0 "
+                                              "and 1); empty: the model's own rule, where it has one")
+            with gr.Row():
+                ask_btn = gr.Button("Ask", variant="primary")
+                full_btn = gr.Button("Read the whole document")
+                stop_btn = gr.Button("Stop")
+            doc_table = gr.Dataframe(headers=ui_format.DOCUMENT_HEADERS, label="Documents read", interactive=False)
+    gr.Examples(example_rows(), inputs=[files, pasted, question, top_k],
+                label="Examples: bundled sample documents the demo model can answer offline")
+
+    for trigger in (files.change, pasted.blur):
+        trigger(bind(preview_documents, ctx), inputs=[files, pasted, question], outputs=doc_table,
+                api_visibility="private")
+    return {"files": files, "pasted": pasted, "question": question, "top_k": top_k, "reading": reading,
+            "no_answer_below": no_answer_below, "ask": ask_btn, "full": full_btn, "stop": stop_btn, "documents": doc_table}
+
+
+def build_answer_panel(ctx: AppContext, question: dict[str, Block], seen: gr.State) -> None:
+    """The best answer, the top answers with their evidence, latency, memory and run readouts, the live GPU gauge,
+    the run history, and the full readout: all that one answer updates, so Ask and Stop are wired here."""
+    has_gpu = bool(ctx.hardware.usable_gpus)
+    answer_box = gr.Textbox(label="Answer", interactive=False, elem_id="best-answer")
+    with gr.Row():
+        answers_table = gr.Dataframe(headers=ui_format.ANSWER_HEADERS, label="Top answers", interactive=False)
+        evidence_box = gr.HighlightedText(label="Evidence", elem_id="evidence", color_map={"answer": "yellow"},
+                                          show_legend=False, show_inline_category=False)
+    with gr.Row():
+        latency_table = gr.Dataframe(headers=ui_format.LATENCY_HEADERS, label="Latency by stage", interactive=False)
+        run_table = gr.Dataframe(headers=ui_format.RUN_HEADERS, label="Run", interactive=False)
+    memory_table = gr.Dataframe(headers=ui_format.MEMORY_HEADERS, label="Memory", interactive=False)
+    gauge = gr.Label(label="Live GPU memory (NVML)", visible=has_gpu)
+    timer = gr.Timer(GPU_REFRESH_S, active=has_gpu)
+    history = build_history_panel()
+    readout_json = gr.JSON(label="Full readout (JSON)", elem_id="readout")
+
+    timer.tick(refresh_gpu_gauge, outputs=gauge, concurrency_limit=None, show_progress="hidden",
+               api_visibility="private")
+    # The not-found threshold comes last: a call made before it was added sends one value less (Page pads it).
+    inputs = [question["files"], question["pasted"], question["question"], question["top_k"], question["reading"],
+              history["history"], seen, question["no_answer_below"]]
+    in_full = [question["files"], question["pasted"], question["question"], question["top_k"], history["history"],
+               seen, question["no_answer_below"]]
+    outputs = {"documents": question["documents"], "answer": answer_box, "answers": answers_table,
+               "evidence": evidence_box, "latency": latency_table, "memory": memory_table, "run": run_table,
+               **history, "seen": seen,
+               "readout": readout_json}  # last: API clients take the readout as `*_, readout = predict(...)`
+    # Every event of the requests group names the same limit: gradio lowers a group to its smallest one.
+    request = dict(concurrency_id=REQUEST_CONCURRENCY, concurrency_limit=request_workers(ctx),
+                   show_progress_on=[answer_box])
+    asking = listen(question["ask"].click, bind(ask, ctx), inputs=inputs, outputs=outputs, api_name="ask",
+                    **request)
+    submitting = listen(question["question"].submit, bind(ask, ctx), inputs=inputs, outputs=outputs,
+                        api_visibility="private", **request)
+    reading_all = listen(question["full"].click, bind(ask_in_full, ctx), inputs=in_full, outputs=outputs,
+                         api_visibility="private", **request)
+    question["stop"].click(None, cancels=[asking, submitting, reading_all])
+
+
+def build_history_panel() -> dict[str, Block]:
+    """This page's runs: a table and two bar plots with one bar per row of the table (the answer panel fills them)."""
+    history = gr.State([])
+    history_table = gr.Dataframe(headers=ui_format.HISTORY_HEADERS, label="Run history (this page)",
+                                 interactive=False)
+    # What gradio 6.31 draws right (tests/test_app_browser.py counts the bars drawn in Chromium):
+    # - An update carries the plot's data only. An update that also changes a plot property (y_lim, sort, ...)
+    #   rebuilds the chart from the data the plot held before the update, while the new data goes to the chart
+    #   being replaced: the bars lagged one answer behind the table. So the y axis is fixed from zero here (left
+    #   alone, it starts at the smallest bar and hides it).
+    # - No data until the first answer: a chart first drawn from an empty frame keeps that frame's layout after
+    #   data arrives, its axis titles and labels cut; with none, the first answer draws it whole.
+    # - No color= by profile: no bars are drawn once a new colour category arrives in an update.
+    with gr.Row(elem_id="plots"):
+        memory_plot = gr.BarPlot(None, x="run", y=ui_format.PLOT_MEMORY, y_lim=[0, None], label="Peak memory by run",
+                                 y_title="peak memory (MB, GPU else host RSS)")
+        latency_plot = gr.BarPlot(None, x="run", y=ui_format.PLOT_LATENCY, y_lim=[0, None], label="Latency by run")
+    return {"history": history, "history_table": history_table, "memory_plot": memory_plot,
+            "latency_plot": latency_plot}
+
+
+def build_training_panel(ctx: AppContext) -> None:
+    """One training step with and without gradient checkpointing: where that strategy saves memory."""
+    with gr.Accordion("Training-step memory: gradient checkpointing", open=False):
+        gr.Markdown("One forward+backward step on a window of a bundled sample, with and without gradient "
+                    "checkpointing. This is where that strategy saves memory; at inference it saves nothing.")
+        window_slider = gr.Slider(128, 4096, value=DEFAULT_TRAINING_WINDOW, step=64, label="Window (tokens)")
+        train_btn = gr.Button("Run one training step")
+        training_table = gr.Dataframe(headers=ui_format.TRAINING_HEADERS, label="Training step", interactive=False)
+        training_text = gr.Markdown()
+    listen(train_btn.click, bind(run_training_step, ctx), inputs=window_slider,
+           outputs={"table": training_table, "summary": training_text}, concurrency_id=REQUEST_CONCURRENCY,
+           concurrency_limit=request_workers(ctx), api_name="training_step")
+
+
+def request_workers(ctx: AppContext) -> int:
+    """Requests read and checked side by side: at least as many as the model lane lets answer at once."""
+    return max(REQUEST_WORKERS, ctx.lane.capacity)
+
+
+def build_reference_panel(ctx: AppContext) -> None:
+    """What each profile and strategy is, and which profiles run on this machine."""
+    with gr.Accordion("Profiles and strategies", open=False):
+        gr.Dataframe(profiles_frame(ctx.hardware, auto_profile(ctx)), label="Profiles on this machine",
+                     interactive=False)
+        gr.Dataframe(strategies_frame(), label="Strategies", interactive=False, wrap=True)
+
+
+def build_blocks(ctx: AppContext, queue_size: int = DEFAULT_QUEUE_SIZE) -> gr.Blocks:
+    ctx.lane.max_waiting = queue_size  # the page's queue bound is the model lane's
+    with Page(title="Long-document QA with Longformer", analytics_enabled=False,
+              delete_cache=(3600, 3600)) as demo:
+        gr.Markdown("# Long-document question answering with Longformer\n"
+                    "Upload documents or paste text, ask a question, and see what each hardware profile's memory "
+                    "strategies cost and save.")
+        seen = gr.State({})  # what this tab has seen loaded, to tell it when another visitor switched
+        build_model_panel(ctx, demo, seen)
+        question = build_question_panel(ctx)
+        build_answer_panel(ctx, question, seen)
+        build_training_panel(ctx)
+        build_plan_panel(ctx.models, ctx.selection["model"])
+        build_reference_panel(ctx)
+    demo.queue(default_concurrency_limit=1, max_size=queue_size)
+    return demo
+
+
+# ------------------------------------------------------------------------------------------------ serving
+def serve(demo: gr.Blocks, *, host: str = "127.0.0.1", port: int = 7860, share: bool = False,
+          max_file_mb: float = DEFAULT_MAX_FILE_MB, block: bool = True) -> tuple[str, str | None]:
+    """Launch; a share link that cannot be made (offline) leaves the app serving locally. Returns both URLs."""
+    if share:
+        print("note: --share makes a PUBLIC link: anyone who has it can use this app on this machine.", flush=True)
+    # show_error=False: our own errors are gr.Error and always reach the visitor; what gradio raises before a
+    # handler runs (a crafted call naming a server path) would otherwise echo the server's absolute paths.
+    launch = dict(server_name=host, server_port=port, max_file_size=int(max_file_mb * 1024 * 1024), css=CSS,
+                  prevent_thread_lock=True, show_error=False)
+    try:
+        _, local_url, share_url = demo.launch(share=share, **launch)
+    except Exception as exc:  # gradio catches tunnel failures itself; this covers any it lets through
+        if not share:
+            raise
+        print(f"warning: --share failed ({type(exc).__name__}: {exc}); serving locally only.", flush=True)
+        demo.close()
+        _, local_url, share_url = demo.launch(share=False, **launch)
+    if share and not share_url:
+        print(f"warning: --share: the public link could not be created (offline?); serving locally only at "
+              f"{local_url}", flush=True)
+    elif share_url:
+        print(f"Public link (anyone who has it can use this app): {share_url}", flush=True)
+    if block:
+        demo.block_thread()
+    return local_url, share_url
+
+
+def default_max_request_s() -> float:
+    """A shared Space bounds each request's time so that one visitor cannot hold the model for minutes; a laptop
+    runs whatever its owner asks."""
+    return SPACE_MAX_REQUEST_S if os.environ.get("SPACE_ID") else 0.0
+
+
+def default_visitor_header() -> str | None:
+    """On a Space, the proxy names the visitor in X-Forwarded-For; a direct connection has no such header."""
+    return SPACE_VISITOR_HEADER if os.environ.get("SPACE_ID") else None
+
+
+def default_lock_profile() -> bool:
+    """Locked on a Space (Spaces set SPACE_ID), where any visitor could otherwise reload the model for all."""
+    setting = os.environ.get("LONGQA_LOCK_PROFILE", "").strip().lower()
+    if setting:
+        return setting in ("1", "true", "yes", "on")
+    return bool(os.environ.get("SPACE_ID"))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description="Serve the long-document QA page.")
+    parser.add_argument("--model", default=DEFAULT_MODEL,
+                        help="model to start with; also the only model besides the registry the page may load "
+                             "(the default falls back to the bundled demo model when it cannot be fetched)")
+    parser.add_argument("--profile", default="auto", choices=list(PROFILES), help="hardware profile to start with")
+    # Spaces set GRADIO_SERVER_NAME=0.0.0.0: an explicit server_name would override it and hide the app.
+    parser.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"))
+    parser.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", "7860")))
+    parser.add_argument("--share", action="store_true", help="also serve through a PUBLIC Gradio share link")
+    parser.add_argument("--max-file-mb", type=float, default=DEFAULT_MAX_FILE_MB, help="upload size limit per file")
+    parser.add_argument("--max-tokens", type=positive_int, default=DEFAULT_MAX_TOTAL_TOKENS,
+                        help="refuse requests whose documents have more tokens than this")
+    parser.add_argument("--queue-size", type=positive_int, default=DEFAULT_QUEUE_SIZE,
+                        help="requests that may wait; more are refused with 'queue is full'")
+    parser.add_argument("--max-request-s", type=float, default=default_max_request_s(),
+                        help="refuse a request predicted (from this deployment's measured tokens per second) to take "
+                             "longer than this many seconds; 0: no limit (default: "
+                             f"{SPACE_MAX_REQUEST_S:.0f} in a Hugging Face Space, no limit elsewhere)")
+    parser.add_argument("--lock-profile", action=argparse.BooleanOptionalAction, default=default_lock_profile(),
+                        help="shared deployments: the model and profile stay as started; the page and the API "
+                             "cannot change them (default: on in a Hugging Face Space, off elsewhere; "
+                             "LONGQA_LOCK_PROFILE=1/0 overrides; always on under ZeroGPU)")
+    parser.add_argument("--visitor-header", default=default_visitor_header(),
+                        help="behind a proxy: the header naming the visitor's address (its first hop), so that "
+                             "per-visitor limits count the address as well as the page session (default: "
+                             f"{SPACE_VISITOR_HEADER} in a Hugging Face Space, none elsewhere: on a direct connection "
+                             "many visitors may share one address); 'none' turns it off")
+    parser.add_argument("--max-queued-windows", type=int, default=MAX_QUEUED_WINDOWS,
+                        help="refuse a new request larger than a few batches when the windows queued for the model "
+                             "(its own included) would pass this; 0: no bound")
+    scale = parser.add_argument_group("past one machine (Ray Serve; pip install -r requirements-ray.txt)")
+    scale.add_argument("--engine", choices=["embedded", "ray"], default="embedded",
+                       help="embedded: the model in this process (default); ray: in Ray Serve replicas")
+    scale.add_argument("--ray-address", default=None,
+                       help="a running Ray cluster: 'auto' or HOST:PORT (default: start a local Ray instance and "
+                            "stop it on exit)")
+    scale.add_argument("--replicas", type=positive_int, default=1,
+                       help="Ray Serve replicas, each with its own copy of the model (one GPU each where the cluster "
+                            "has GPUs)")
+    scale.add_argument("--ray-batch", type=positive_int, default=DEFAULT_BATCH_REQUESTS,
+                       help="concurrent requests whose windows may share one forward pass in a replica (1: none)")
+    scale.add_argument("--ray-cpus-per-replica", type=float, default=None,
+                       help="CPUs each replica reserves (default: the cluster's CPUs split between the replicas, or 1 "
+                            "beside each GPU)")
+    return parser
+
+
+def make_session(args) -> Backend:
+    """The embedded session, or one whose model lives in Ray Serve replicas (`--engine ray`)."""
+    if args.engine == "ray":
+        return RaySession(replicas=args.replicas, address=args.ray_address, batch_requests=args.ray_batch,
+                          cpus_per_replica=args.ray_cpus_per_replica)
+    return Session()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python app.py`: one backend, one context and one page, from the command line; the model loads before
+    serving."""
+    args = build_parser().parse_args(argv)
+    try:
+        session = make_session(args)
+    except LongQAError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    # A stop signal ends the process through `finally`, so replicas and a Ray instance of ours are stopped too.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    try:
+        ctx = context_from(args, session)
+        if not load_before_serving(ctx, args):
+            return 2
+        serve(build_blocks(ctx, args.queue_size), host=args.host, port=args.port, share=args.share, max_file_mb=args.max_file_mb)
+        return 0
+    finally:
+        session.close()
+
+
+def context_from(args, session: Backend) -> AppContext:
+    """The page's context as the command line sets it (always locked under ZeroGPU)."""
+    return make_context(session, default_model=args.model, default_profile=args.profile,
+                        max_file_mb=args.max_file_mb, max_total_tokens=args.max_tokens,
+                        lock_profile=args.lock_profile or ZERO_GPU, max_request_s=args.max_request_s,
+                        queue_size=args.queue_size,
+                        visitor_header=None if str(args.visitor_header).lower() == "none" else args.visitor_header,
+                        max_queued_windows=args.max_queued_windows)
+
+
+def load_before_serving(ctx: AppContext, args) -> bool:
+    """Load the starting model, saying so on the console; False (after saying why) when the profile cannot run
+    here. A model that fails to load leaves the page to start without one."""
+    try:
+        ctx.session.runnable_profile(args.profile)
+    except ProfileError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return False
+    print(f"Loading {args.model} with profile {args.profile} ({ctx.hardware.describe()}) ...", flush=True)
+    try:
+        ensure_loaded(ctx)
+        readout = ctx.session.loaded.readout
+        if readout.fallback_reason:
+            print(f"note: {readout.fallback_reason}", flush=True)
+        print(f"Loaded {readout.model_ref} ({readout.profile}) in {ui_format.format_seconds(readout.load_time_s)}.",
+              flush=True)
+    except LongQAError as exc:
+        print(f"warning: no model loaded: {exc} The page still starts; pick a model there.", flush=True)
+    return True
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+# Imported (a Space's `demo`, gradio's reload mode, the tests): one context and page with the defaults.
+context = make_context(lock_profile=ZERO_GPU, visitor_header=default_visitor_header())
+demo = build_blocks(context)
+if ZERO_GPU:
+    # ZeroGPU forks its GPU workers from this process: the model must be loaded (onto the patched CUDA) before,
+    # at import, with the profile fixed. `python app.py` does the same in main() before serving.
+    with contextlib.suppress(LongQAError):  # the banner says why; the page still starts
+        ensure_loaded(context)
