@@ -200,24 +200,6 @@ class Page(gr.Blocks):
                            print_exception=False) from None
 
 
-class CountSlider(gr.Slider):
-    """A slider whose API value may also be None (the handler's default) or a numeric string (its number), as the
-    API's documentation says; anything else is a clear error, not gradio's bare exception."""
-
-    def get_block_name(self) -> str:
-        return "slider"  # the page draws it with gradio's own slider
-
-    def preprocess(self, payload):
-        if payload is None:
-            return None
-        if isinstance(payload, str):
-            try:
-                payload = float(payload.strip())
-            except ValueError:
-                raise gr.Error(f"{self.label} must be a number, got {payload!r}.", print_exception=False) from None
-        return super().preprocess(payload)
-
-
 LATER_INPUT = "no-answer-below"  # an input added after the API was promised; calls without it get its default
 UNUPLOADED_FILE = ("A file named in this request was never uploaded to this server, so it cannot be read: upload the "
                    "file with the request (gradio_client: pass handle_file(path), not the path itself).")
@@ -446,16 +428,41 @@ def first_hop(header: str | None) -> str | None:
     return first[:100] or None
 
 
+def number_or_none(value, what: str):
+    """A number from the page or the API: None or empty text gives None, a numeric string its number; InputError
+    for other text."""
+    if not isinstance(value, str):
+        return value
+    value = value.strip()
+    try:
+        return float(value) if value else None
+    except ValueError:
+        raise InputError(f"{what} must be a whole number, got {value!r}.") from None
+
+
 def count_or_default(value, what: str, default: int) -> int:
     """A count from the page or the API (None or an empty field: `default`; a numeric string: its number), refused
     unless whole, before any work."""
-    if isinstance(value, str):
-        value = value.strip()
-        try:
-            value = float(value) if value else None
-        except ValueError:
-            raise InputError(f"{what} must be a whole number, got {value!r}.") from None
+    value = number_or_none(value, what)
     return default if value is None else whole_number(what, value)
+
+
+def accept_counts_as_text(slider: gr.Slider) -> gr.Slider:
+    """`slider`, whose API value may also be None (the handler's default) or a numeric string (its number), as the
+    API's documentation says, with gradio's own bounds check kept; other text is a clear error, not gradio's bare
+    exception. The instance's preprocess is wrapped rather than the class subclassed: gradio writes a .pyi stub
+    beside every module that defines a component class, at each import."""
+    check = slider.preprocess
+
+    def preprocess(payload):
+        try:
+            value = number_or_none(payload, slider.label)
+        except InputError as exc:
+            raise gr.Error(str(exc), print_exception=False) from None
+        return None if value is None else check(value)
+
+    slider.preprocess = preprocess
+    return slider
 
 
 def answer_duration(context_key: str, plan, extract_s: float = 0.0, progress=None, stop_key=None) -> float:
@@ -701,7 +708,7 @@ def build_question_panel(ctx: AppContext) -> dict[str, Block]:
             pasted = gr.Textbox(label="Or paste text", lines=6, placeholder="Paste a document here")
         with gr.Column():
             question = gr.Textbox(label="Question", placeholder="What is the frequency of Chiomklian Oustklaeth?")
-            top_k = CountSlider(1, 10, value=DEFAULT_TOP_K, step=1, label="Top-k answers")
+            top_k = accept_counts_as_text(gr.Slider(1, 10, value=DEFAULT_TOP_K, step=1, label="Top-k answers"))
             reading = gr.Radio(list(READING_MODES), value=DEFAULT_READING, label="Reading",
                                info="auto: guided past a few windows; guided: read where the question's words "
                                     "point, more while the answer is weak; full: every window")
