@@ -11,8 +11,6 @@ steadier of the two (a single thread's CPU seconds are its own work).
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -20,10 +18,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from longqa.bench.floor import kind_name  # noqa: E402
-from longqa.bench.runner import cpu_model  # noqa: E402
+from longqa.bench.runner import measured_here, write_measurement  # noqa: E402
 from strategies import band_kernel  # noqa: E402
-from strategies.hardware import detect_hardware  # noqa: E402
 
 SHAPE = {"batch": 1, "length": 4096, "heads": 12, "head_dim": 64, "window": 256, "n_global": 24}
 
@@ -106,23 +102,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    before = list(os.getloadavg())
-    result = measure(args.rounds)
-    after = list(os.getloadavg())
-    hardware = detect_hardware()
-    cores = os.cpu_count() or 1
-    result["machine"] = {"cpu_model": cpu_model(), "kind": kind_name(hardware), "torch": torch.__version__,
-                         "load_average_before": before, "load_average_after": after,
-                         "loaded": max(before[0], after[0]) > 0.5 * cores}
+    result = measured_here(lambda: measure(args.rounds))
     result["command"] = "python scripts/measure_band_kernels.py" + (
         f" --threads {args.threads}" if args.threads else "") + (
         f" --rounds {args.rounds}" if args.rounds != 8 else "")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    stem = f"band-kernels-{kind_name(hardware)}" + (f"-{args.threads}-thread" if args.threads else "")
-    (out / f"{stem}.json").write_text(json.dumps(result, indent=2))
-    (out / f"{stem}.md").write_text(format_markdown(result))
-    print(format_markdown(result))
+    stem = f"band-kernels-{result['machine']['kind']}" + (f"-{args.threads}-thread" if args.threads else "")
+    write_measurement(args.out, stem, result, format_markdown(result))
     return 0
 
 

@@ -16,7 +16,6 @@ Writes cpu-seconds-<kind>.json and .md.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -26,8 +25,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from longqa.bench.floor import Shapes, band_products, kind_name, linear_shapes, window_flops  # noqa: E402
-from longqa.bench.runner import cpu_model  # noqa: E402
+from longqa.bench.floor import Shapes, band_products, linear_shapes, window_flops  # noqa: E402
+from longqa.bench.runner import measured_here, write_measurement  # noqa: E402
 from longqa.loader import load_model  # noqa: E402
 from longqa.models import model_config  # noqa: E402
 from strategies import band_kernel  # noqa: E402
@@ -203,20 +202,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="docs/cpu-floor")
     parser.add_argument("--rounds", type=int, default=4)
     args = parser.parse_args(argv)
-    before = list(os.getloadavg())
-    result = measure(args.rounds)
-    after = list(os.getloadavg())
-    kind = kind_name(detect_hardware())
-    result["machine"] = {"cpu_model": cpu_model(), "kind": kind, "torch": torch.__version__,
-                         "load_average_before": before, "load_average_after": after,
-                         "loaded": max(before[0], after[0]) > 0.5 * (os.cpu_count() or 1)}
+    result = measured_here(lambda: measure(args.rounds))
     result["command"] = "python scripts/measure_cpu_seconds.py" + (f" --rounds {args.rounds}"
                                                                    if args.rounds != 4 else "")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"cpu-seconds-{kind}.json").write_text(json.dumps(result, indent=2))
-    (out / f"cpu-seconds-{kind}.md").write_text(format_markdown(result))
-    print(format_markdown(result))
+    write_measurement(args.out, f"cpu-seconds-{result['machine']['kind']}", result, format_markdown(result))
     return 0
 
 

@@ -12,8 +12,6 @@ Writes int8-vs-bf16-<kind>.json and .md: best wall and process CPU seconds per w
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 import time
 import warnings
@@ -22,10 +20,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from longqa.bench.floor import hardware_for, kind_name  # noqa: E402
-from longqa.bench.runner import cpu_model  # noqa: E402
+from longqa.bench.floor import hardware_for  # noqa: E402
+from longqa.bench.runner import measured_here, write_measurement  # noqa: E402
 from longqa.loader import load_model  # noqa: E402
-from strategies.hardware import detect_hardware  # noqa: E402
 
 MODEL = "arch:base"
 TOKENS = 4096
@@ -107,20 +104,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    before = list(os.getloadavg())
-    result = measure(args.rounds)
-    after = list(os.getloadavg())
-    kind = kind_name(detect_hardware())
-    result["machine"] = {"cpu_model": cpu_model(), "kind": kind, "torch": torch.__version__,
-                         "load_average_before": before, "load_average_after": after,
-                         "loaded": max(before[0], after[0]) > 0.5 * (os.cpu_count() or 1)}
+    result = measured_here(lambda: measure(args.rounds))
     result["command"] = "python scripts/measure_int8_vs_bf16.py" + (
         f" --threads {args.threads}" if args.threads else "") + (f" --rounds {args.rounds}" if args.rounds != 3 else "")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"int8-vs-bf16-{kind}.json").write_text(json.dumps(result, indent=2))
-    (out / f"int8-vs-bf16-{kind}.md").write_text(format_markdown(result))
-    print(format_markdown(result))
+    write_measurement(args.out, f"int8-vs-bf16-{result['machine']['kind']}", result, format_markdown(result))
     return 0
 
 

@@ -20,6 +20,7 @@ import sys
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Callable
 
 import accelerate
 import psutil
@@ -28,6 +29,7 @@ import transformers
 from tqdm import tqdm
 
 from longqa.arguments import positive_int, positive_int_list
+from longqa.bench.floor import kind_name
 from longqa.bench.report import (add_baseline_ratios, format_floor, recorded_hardware, summary_lines, write_report,
                                  write_results)
 from longqa.bench.worker import BASELINE, MAX_WINDOW_TOKENS, WorkerSpec, parse_profile
@@ -207,6 +209,27 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def measured_here(measure: Callable[[], dict]) -> dict:
+    """`measure()`'s result with `machine`: what it ran on (the CPU's model and kind, torch) and how busy the machine
+    was (load averages before and after; `loaded` where either passed half the cores), for the CPU-floor scripts."""
+    before = list(os.getloadavg())
+    result = measure()
+    after = list(os.getloadavg())
+    result["machine"] = {"cpu_model": cpu_model(), "kind": kind_name(detect_hardware()), "torch": torch.__version__,
+                         "load_average_before": before, "load_average_after": after,
+                         "loaded": max(before[0], after[0]) > 0.5 * (os.cpu_count() or 1)}
+    return result
+
+
+def write_measurement(out_dir: str | Path, stem: str, result: dict, markdown: str) -> None:
+    """`stem`.json and `stem`.md in `out_dir` (made if missing), and the markdown printed."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{stem}.json").write_text(json.dumps(result, indent=2))
+    (out / f"{stem}.md").write_text(markdown)
+    print(markdown)
 
 
 def cpu_flags() -> list[str]:
