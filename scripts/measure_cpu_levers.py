@@ -16,7 +16,6 @@ levers-<kind>.json and .md. (Threads under a CPU quota, as on a Space: scripts/m
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import sys
@@ -27,7 +26,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from longqa.bench.floor import best_time_s, hardware_for, kind_name, measure_floor, row_precision  # noqa: E402
-from longqa.bench.runner import cpu_flags, cpu_model  # noqa: E402
+from longqa.bench.runner import cpu_flags, cpu_model, write_measurement  # noqa: E402
 from longqa.bench.worker import window_batch  # noqa: E402
 from longqa.loader import load_model  # noqa: E402
 from longqa_core import batching, telemetry  # noqa: E402
@@ -285,11 +284,7 @@ def main(argv: list[str]) -> int:
               "stack": resolved, "band_kernel": band_kernel.status(attention_dtype), "floor_precision": precision,
               "floor_s": floor_s, "floor_band_at_linear_rate_s": second_floor_s, "floor": floor.to_dict(),
               "compile_first_call_s": compile_s, "attention_one_layer_s": alone, "rows": rows}
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"levers-{kind}.json").write_text(json.dumps(result, indent=2))
-    (out / f"levers-{kind}.md").write_text(markdown(result))
-    print(markdown(result))
+    write_measurement(args.out, f"levers-{kind}", result, markdown(result))
     return 0
 
 

@@ -13,7 +13,6 @@ not change the model; `--cpu-kind avx2` profiles the stack a CPU without native 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -27,7 +26,7 @@ from torch.profiler import ProfilerActivity, profile, record_function
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from longqa.bench.floor import (Shapes, hardware_for, kind_name, linear_shapes, measure_floor,  # noqa: E402
                                 row_precision, window_flops)
-from longqa.bench.runner import cpu_flags, cpu_model  # noqa: E402
+from longqa.bench.runner import cpu_flags, cpu_model, write_measurement  # noqa: E402
 from longqa.bench.worker import agreement_inputs  # noqa: E402
 from longqa.loader import load_model  # noqa: E402
 from longqa.models import model_config  # noqa: E402
@@ -292,12 +291,7 @@ def main(argv: list[str] | None = None) -> int:
               "floor": floor.to_dict(),
               "window_flops": {"linear": flops.linear, "band": flops.band, "total": flops.total},
               "breakdown": breakdown}
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    stem = f"window-breakdown-{kind_name(hardware)}"
-    (out / f"{stem}.json").write_text(json.dumps(result, indent=2))
-    (out / f"{stem}.md").write_text(format_markdown(result))
-    print(format_markdown(result))
+    write_measurement(args.out, f"window-breakdown-{kind_name(hardware)}", result, format_markdown(result))
     return 0
 
 
