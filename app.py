@@ -508,7 +508,8 @@ def ask(ctx: AppContext, files, pasted_text, question, top_k, reading, history, 
     is "not found" (empty: the model's own rule)."""
     with user_errors("Answering"):
         top_k = count_or_default(top_k, "Top-k", DEFAULT_TOP_K)
-        no_answer_below = None if str(no_answer_below or "").strip() == "" else no_answer_below  # the settings check it
+        if isinstance(no_answer_below, str) and not no_answer_below.strip():
+            no_answer_below = None  # the empty field: the model's own rule; anything else the settings check
         reading = reading_or_default(reading)
         progress(0.0, desc="Reading the documents")
         documents, extract_s = read_request(files or [], pasted_text, question, max_bytes=ctx.max_file_bytes,

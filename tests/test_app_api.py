@@ -121,8 +121,9 @@ def test_ask_takes_a_not_found_threshold_and_refuses_one_outside_zero_one(client
     strict = client.predict([], pasted, question, 3, "auto", "0.999", api_name="/ask")[-1]
     assert strict["found"] is False and strict["no_answer"]["source"] == "given by the user"
     assert strict["answers"] and all(a["confidence"] == "low" for a in strict["answers"])
-    with pytest.raises(Exception, match="between 0 and 1"):
-        client.predict([], pasted, question, 3, "auto", "1.5", api_name="/ask")
+    for outside in ("1.5", "0", 0):  # 0 is refused too, not taken for the empty field
+        with pytest.raises(Exception, match="between 0 and 1"):
+            client.predict([], pasted, question, 3, "auto", outside, api_name="/ask")
 
 
 @pytest.mark.parametrize("top_k, expected", [(None, app.DEFAULT_TOP_K), ("2", 2), (" 3 ", 3), (2.0, 2)])
