@@ -44,15 +44,18 @@ SAMPLES_DIR = Path(__file__).resolve().parent / "samples"  # written by scripts/
 def read_documents(files: list, pasted_text: str | None = None, max_bytes: int = DEFAULT_MAX_FILE_BYTES, *,
                    max_chars: int | None = max_chars_for(DEFAULT_MAX_TOTAL_TOKENS),
                    max_pages: int = DEFAULT_MAX_PAGES,
-                   max_read_s: float | None = DEFAULT_MAX_READ_S) -> tuple[list[Document], float]:
-    """Documents from file paths (or `(name, bytes)` pairs) and pasted text, and the seconds it took.
+                   max_read_s: float | None = DEFAULT_MAX_READ_S, should_stop: Callable[[], bool] | None = None,
+                   on_wait: Callable[[int], None] | None = None) -> tuple[list[Document], float]:
+    """Documents from file paths (or `(name, bytes)` pairs) and pasted text, and the seconds it took; a reader that
+    waits or runs a child stops when `should_stop` says so and tells `on_wait` how many reads are ahead.
 
     Each file and the pasted text obey `max_bytes`; `max_chars` is one budget for the whole request: each document
     may have what the ones before it left (reading stops at the one that passes it), and all share one
     `max_read_s` budget.
     """
     began = time.perf_counter()
-    limits = dict(max_bytes=max_bytes, max_pages=max_pages, max_read_s=max_read_s, read_began=began)
+    limits = dict(max_bytes=max_bytes, max_pages=max_pages, max_read_s=max_read_s, read_began=began,
+                  should_stop=should_stop, on_wait=on_wait)
     documents = []
 
     def add(read: Callable[[int | None], Document]) -> None:
@@ -85,12 +88,15 @@ def read_documents(files: list, pasted_text: str | None = None, max_bytes: int =
 
 
 def read_request(files: list, pasted_text: str | None, question: str | None, *, max_bytes: int,
-                 max_total_tokens: int) -> tuple[list[Document], float]:
+                 max_total_tokens: int, should_stop: Callable[[], bool] | None = None,
+                 on_wait: Callable[[int], None] | None = None) -> tuple[list[Document], float]:
     """A request's documents read under its limits (characters capped for `max_total_tokens`, as the engine caps
     them), and the seconds it took; InputError when `question` is given and nothing is left of it. Needs no model,
-    so a page can read and check a request before its turn on the model."""
+    so a page can read and check a request before its turn on the model (`should_stop` and `on_wait`: as in
+    `read_documents`)."""
     documents, extract_s = read_documents(files, pasted_text, max_bytes,
-                                          max_chars=max_chars_for(max_total_tokens))
+                                          max_chars=max_chars_for(max_total_tokens), should_stop=should_stop,
+                                          on_wait=on_wait)
     if question is not None:
         validate_request(documents, question)
     return documents, extract_s

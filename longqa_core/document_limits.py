@@ -1,4 +1,5 @@
-"""One document's reading limits: characters, PDF pages and seconds of extraction, and the errors that name them.
+"""One document's reading limits: characters, PDF pages and seconds of extraction, and the errors that name them;
+with the request's stop check (a cancel) and how it hears that it waits (for an HTML reader).
 
 Every reader (`text_files`, `pdf_files`, `html_files`) checks the `ReadLimits` it is handed; `documents` builds one
 per document. It holds no rule about how many characters a request may have (`limits.max_chars_for`), and reads
@@ -8,8 +9,9 @@ nothing itself.
 from __future__ import annotations
 
 import time
+from typing import Callable
 
-from longqa_core.errors import CharLimitError, DocumentError
+from longqa_core.errors import Cancelled, CharLimitError, DocumentError
 
 # A book of 5,000 pages holds far more text than the default token limit lets through (about 3,000 pages of
 # prose); more pages than that is a file built to make extraction slow.
@@ -20,14 +22,25 @@ DEFAULT_MAX_READ_S = 30.0
 
 
 class ReadLimits:
-    """One document's reading limits, the time limit counted from when reading began."""
+    """One document's reading limits, the time limit counted from when reading began. `should_stop` says when the
+    request was abandoned (a reader that waits or runs a child polls it); `on_wait(ahead)` hears how many reads are
+    ahead of this one while it waits for a reader."""
 
     def __init__(self, max_chars: int | None = None, max_pages: int = DEFAULT_MAX_PAGES,
-                 max_read_s: float | None = None, began: float | None = None):
+                 max_read_s: float | None = None, began: float | None = None, *,
+                 should_stop: Callable[[], bool] | None = None, on_wait: Callable[[int], None] | None = None):
         self.max_chars = max_chars
         self.max_pages = max_pages
         self.max_read_s = max_read_s
         self.began = time.perf_counter() if began is None else began
+        self.should_stop = should_stop
+        self.on_wait = on_wait
+
+    def is_stopped(self) -> bool:
+        return self.should_stop is not None and self.should_stop()
+
+    def stopped_error(self, name: str, progress: str) -> Cancelled:
+        return Cancelled(f"The request was stopped while {progress} '{name}'.")
 
     def elapsed_s(self) -> float:
         return time.perf_counter() - self.began

@@ -12,6 +12,7 @@ import os
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from longqa_core.document_limits import DEFAULT_MAX_PAGES, DEFAULT_MAX_READ_S, ReadLimits
 from longqa_core.errors import DocumentError
@@ -44,6 +45,8 @@ def read_document(
     max_pages: int = DEFAULT_MAX_PAGES,
     max_read_s: float | None = DEFAULT_MAX_READ_S,
     read_began: float | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    on_wait: Callable[[int], None] | None = None,
 ) -> Document:
     """Read a path, or raw bytes whose file `name` picks the reader; raise DocumentError on unusable input.
 
@@ -51,9 +54,11 @@ def read_document(
     text (None: no cap; a PDF stops extracting as soon as it passes), `max_pages` pages of a PDF (checked before
     extracting), and `max_read_s` seconds of extraction (None: no limit), counted from `read_began` (a
     `time.perf_counter()` value) when given, so that one request's documents can share one time budget.
+    `should_stop` ends a read that waits for a reader or runs one (Cancelled); `on_wait(ahead)` hears how many
+    reads are ahead of it while it waits.
     Messages name the file, never the folder it is in (a server's paths are nobody's business).
     """
-    limits = ReadLimits(max_chars, max_pages, max_read_s, read_began)
+    limits = ReadLimits(max_chars, max_pages, max_read_s, read_began, should_stop=should_stop, on_wait=on_wait)
     if isinstance(source, (bytes, bytearray, memoryview)):
         if not name:
             raise DocumentError("An uploaded document needs a file name (such as 'notes.txt') to choose a reader.")

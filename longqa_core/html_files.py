@@ -1,5 +1,6 @@
 """HTML pages (.html, .htm): their title and visible text, extracted by resiliparse in a child process that the
-time limit stops and whose memory is capped.
+time limit and a cancel stop, whose memory is capped in proportion to the page, taking turns with the other HTML
+reads of this process (`READERS`: so many children at once, one memory budget for all).
 
 It decodes a page by its `<meta charset>` (through `text_files`) and cleans the text; it does not render HTML,
 keep links or tables, or pick readers by extension (`documents`).
@@ -7,9 +8,14 @@ keep links or tables, or pick readers by extension (`documents`).
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import subprocess
 import sys
+import tempfile
+import threading
+from typing import Iterator
 
 from longqa_core.document_limits import ReadLimits
 from longqa_core.errors import DocumentError
@@ -32,8 +38,17 @@ _BLANK_LINES = re.compile(r"\n{3,}")
 # resiliparse's HTML engine (lexbor) reads in linear time the pages that made the standard library's HTMLParser
 # quadratic, but it holds the interpreter lock, is itself quadratic on misnested formatting tags, and needs about
 # 20 bytes of memory per byte of an ordinary page, 200 of dense markup (docs/html-readers.md). So it runs in a
-# child process: the time limit stops it, its memory is capped, and the server's interpreter waits on a pipe.
-_HTML_MAX_MEMORY_BYTES = 4 * 1024**3  # a 50 MB page of ordinary markup (the file size limit) peaks at 1.1 GB
+# child process: the time limit and a cancel stop it, its memory is capped, and the server's interpreter waits on a
+# pipe. `READERS` bounds how many children run at once and how much memory they may have together.
+MIB = 2**20
+# A child's address space may hold the interpreter and resiliparse (about 21 MB measured) and this many bytes per
+# byte of its page: dense markup (`'<p><b><i><u><s>x</p>'` repeated) measured 190, ordinary pages about 25.
+HTML_BASE_MEMORY_BYTES = 64 * MIB
+HTML_MEMORY_PER_BYTE = 256
+DEFAULT_HTML_READERS = os.cpu_count() or 1  # parse children at once: one per core
+DEFAULT_HTML_MEMORY_BYTES = 1536 * MIB  # all children's caps together (a 50 MB ordinary page peaks at 1.1 GB)
+DEFAULT_HTML_WAITING = 8  # reads that may wait for a child; more are refused (each holds one of the page's workers)
+_POLL_S = 0.1  # how often a read that waits or runs a child checks for a cancel
 _HTML_OUT_OF_MEMORY_EXIT = 3
 _HTML_WORKER = f"""
 import resource, sys
@@ -51,28 +66,149 @@ except (HTMLParserException, MemoryError):  # lexbor reports a failed allocation
 """
 
 
+class HtmlReaders:
+    """The HTML children of this process: at most `readers` at once, whose memory caps add up to no more than
+    `memory_bytes`. Further reads wait their turn in arrival order (at most `max_waiting` of them; more are
+    refused at once), hearing how many are ahead, and leave when their request is cancelled or its time is up."""
+
+    def __init__(self, readers: int = DEFAULT_HTML_READERS, memory_bytes: int = DEFAULT_HTML_MEMORY_BYTES,
+                 max_waiting: int = DEFAULT_HTML_WAITING):
+        self.configure(readers, memory_bytes, max_waiting)
+        self._condition = threading.Condition()
+        self._waiting: list[object] = []  # one token per read waiting, in arrival order
+        self._running = 0
+        self._reserved_bytes = 0
+
+    def configure(self, readers: int | None = None, memory_bytes: int | None = None,
+                  max_waiting: int | None = None) -> None:
+        """Change the bounds (a deployment's settings); reads in progress keep what they have."""
+        if readers is not None:
+            self.readers = max(1, int(readers))
+        if memory_bytes is not None:
+            self.memory_bytes = max(HTML_BASE_MEMORY_BYTES, int(memory_bytes))
+        if max_waiting is not None:
+            self.max_waiting = max(0, int(max_waiting))
+
+    def memory_cap(self, n_bytes: int) -> int:
+        """The address space a child reading `n_bytes` of page may have: in proportion to the page, at most all."""
+        return min(self.memory_bytes, HTML_BASE_MEMORY_BYTES + HTML_MEMORY_PER_BYTE * n_bytes)
+
+    def running(self) -> int:
+        with self._condition:
+            return self._running
+
+    def waiting(self) -> int:
+        with self._condition:
+            return len(self._waiting)
+
+    @contextlib.contextmanager
+    def slot(self, cap_bytes: int, name: str, limits: ReadLimits) -> Iterator[None]:
+        """A turn to run one child that may use `cap_bytes`: DocumentError at once when too many reads wait, then
+        a wait in line (Cancelled when the request is stopped, the time error when its time is up)."""
+        token = object()
+        with self._condition:
+            if len(self._waiting) >= self.max_waiting and not self._may_run(None, cap_bytes):
+                raise DocumentError(f"'{name}' cannot be read now: {self._running} HTML pages are being read and "
+                                    f"{len(self._waiting)} wait, the most this server takes. Please try again in "
+                                    "a minute.")
+            self._waiting.append(token)
+            try:
+                self._wait(token, cap_bytes, name, limits)
+            finally:
+                self._waiting.remove(token)
+                self._condition.notify_all()
+            self._running += 1
+            self._reserved_bytes += cap_bytes
+        try:
+            yield
+        finally:
+            with self._condition:
+                self._running -= 1
+                self._reserved_bytes -= cap_bytes
+                self._condition.notify_all()
+
+    def _may_run(self, token, cap_bytes: int) -> bool:
+        first = not self._waiting or self._waiting[0] is token
+        return (first and self._running < self.readers
+                and self._reserved_bytes + cap_bytes <= self.memory_bytes)
+
+    def _wait(self, token, cap_bytes: int, name: str, limits: ReadLimits) -> None:
+        ahead = None
+        while not self._may_run(token, cap_bytes):
+            if limits.is_stopped():
+                raise limits.stopped_error(name, "waiting to read")
+            if limits.is_over_time():
+                raise limits.time_error(name, "waiting for an HTML reader")
+            now_ahead = self._waiting.index(token) + self._running
+            if limits.on_wait is not None and now_ahead != ahead:
+                limits.on_wait(now_ahead)
+            ahead = now_ahead
+            self._condition.wait(_POLL_S)
+
+
+READERS = HtmlReaders()
+
+
 def _extract_html_text(source: str, name: str, limits: ReadLimits) -> tuple[str, str]:
     """The page's title and its visible text (no script, style, head, template, noscript or form controls),
-    extracted by `_HTML_WORKER` within the time left of `limits`."""
+    extracted by `_HTML_WORKER` within the time left of `limits`, in a turn of `READERS`."""
     if limits.is_over_time():
         raise limits.time_error(name, "after decoding it")
-    command = [sys.executable, "-I", "-S", "-c", _HTML_WORKER, str(_HTML_MAX_MEMORY_BYTES), *sys.path]
-    try:
-        # "replace": a lone surrogate, which none of our decoders produces, would become "?" rather than an error.
-        done = subprocess.run(command, input=source.encode("utf-8", errors="replace"), capture_output=True,
-                              timeout=limits.remaining_s())
-    except subprocess.TimeoutExpired:  # subprocess.run has killed the child
-        raise limits.time_error(name, f"parsing {len(source):,} characters of HTML") from None
-    if done.returncode == _HTML_OUT_OF_MEMORY_EXIT:
-        raise DocumentError(f"'{name}' could not be read: its HTML needs more than the "
-                            f"{_HTML_MAX_MEMORY_BYTES / 2**30:g} GB of memory that reading one document may use.")
-    if done.returncode < 0:
-        raise DocumentError(f"'{name}' could not be read: the HTML reader stopped on it "
-                            f"(signal {-done.returncode}).")
-    if done.returncode:
-        raise RuntimeError(f"the HTML reader failed: {done.stderr.decode('utf-8', errors='replace').strip()}")
-    title, _, body = done.stdout.decode("utf-8").partition("\0")
+    # "replace": a lone surrogate, which none of our decoders produces, would become "?" rather than an error.
+    page = source.encode("utf-8", errors="replace")
+    cap_bytes = READERS.memory_cap(len(page))
+    with READERS.slot(cap_bytes, name, limits):
+        returncode, stdout, stderr = _run_child(page, cap_bytes, len(source), name, limits)
+    if returncode == _HTML_OUT_OF_MEMORY_EXIT:
+        raise DocumentError(f"'{name}' could not be read: its HTML needs more than the {cap_bytes / 2**30:.2g} GB "
+                            f"of memory that reading a page of {len(page) / MIB:.1f} MB may use.")
+    if returncode < 0:
+        raise DocumentError(f"'{name}' could not be read: the HTML reader stopped on it (signal {-returncode}).")
+    if returncode:
+        raise RuntimeError(f"the HTML reader failed: {stderr.decode('utf-8', errors='replace').strip()}")
+    title, _, body = stdout.decode("utf-8").partition("\0")
     return title, body
+
+
+def _run_child(page: bytes, cap_bytes: int, n_chars: int, name: str, limits: ReadLimits) -> tuple[int, bytes, bytes]:
+    """Run `_HTML_WORKER` on `page` under `cap_bytes` of address space; killed at once (and waited for) when the
+    request is stopped or its time is up. Returns its exit code, stdout and stderr."""
+    command = [sys.executable, "-I", "-S", "-c", _HTML_WORKER, str(cap_bytes), *sys.path]
+    # The page goes in as a file: Popen.communicate, called again after a timeout, would not write more of it.
+    with _page_file(page) as stdin:
+        child = subprocess.Popen(command, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        stdout, stderr = _communicate(child, n_chars, name, limits)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.communicate()  # reaps it and closes the pipes
+    return child.returncode, stdout, stderr
+
+
+def _page_file(page: bytes):
+    """An unnamed file holding `page`, at its start: in memory where Linux offers it, else on disk."""
+    if hasattr(os, "memfd_create"):
+        page_file = os.fdopen(os.memfd_create("html-page"), "w+b")
+    else:
+        page_file = tempfile.TemporaryFile()
+    page_file.write(page)
+    page_file.seek(0)
+    return page_file
+
+
+def _communicate(child: subprocess.Popen, n_chars: int, name: str, limits: ReadLimits) -> tuple[bytes, bytes]:
+    """The child's output once it exits, polling for a cancel and the time limit meanwhile."""
+    while True:
+        remaining_s = limits.remaining_s()
+        try:
+            return child.communicate(timeout=_POLL_S if remaining_s is None else min(_POLL_S, remaining_s))
+        except subprocess.TimeoutExpired:  # no output is lost: the next call goes on collecting it
+            pass
+        if limits.is_stopped():
+            raise limits.stopped_error(name, "reading")
+        if limits.is_over_time():
+            raise limits.time_error(name, f"parsing {n_chars:,} characters of HTML")
 
 
 _META_CHARSET = re.compile(rb"""<meta\b[^>]*?\bcharset\s*=\s*["']?\s*([A-Za-z0-9_.:+-]+)""", re.IGNORECASE)

@@ -696,12 +696,12 @@ def test_other_threads_run_while_a_page_is_parsed():
     assert ticks > 30 * seconds  # about 90 a second when nothing holds the lock
 
 
-def test_html_that_needs_more_than_the_memory_limit_is_refused(monkeypatch):
-    monkeypatch.setattr(html_files, "_HTML_MAX_MEMORY_BYTES", 256 * 2**20)
+def test_html_that_needs_more_than_its_memory_cap_is_refused(monkeypatch):
+    monkeypatch.setattr(html_files, "READERS", html_files.HtmlReaders(memory_bytes=256 * 2**20))
     page = b"<p><b><i><u><s>x</p>" * 250_000  # 5 MB that lexbor needs about 0.9 GB for
     message, seconds = timed_read_error(page, name="dense.html")
     assert message == ("'dense.html' could not be read: its HTML needs more than the 0.25 GB of memory that reading "
-                       "one document may use.")
+                       "a page of 4.8 MB may use.")
     assert seconds < 5
 
 
