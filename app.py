@@ -35,6 +35,8 @@ import pandas as pd
 from gradio.blocks import Block
 from gradio.context import LocalContext
 from gradio.exceptions import InvalidPathError
+from pydantic import ValidationError
+from starlette.middleware import Middleware
 
 import ui_format
 from plan_panel import build_plan_panel
@@ -43,12 +45,16 @@ from longqa.backend import Backend
 from longqa.models import DEFAULT_MODEL, KNOWN_MODELS
 from longqa.readout import Readout
 from longqa.serving import policy
+from longqa.serving.door import Door
 from longqa.serving.lane import MAX_ACTIVE, MAX_QUEUED_WINDOWS, ModelLane
+from longqa.serving.uploads import (DEFAULT_KEEP_S, DEFAULT_PER_VISITOR_BYTES, DEFAULT_TOTAL_BYTES, UploadGate,
+                                    UploadStore, sweeping)
 from longqa.serving.ray_replicas import DEFAULT_BATCH_REQUESTS, RaySession
 from longqa.session import NO_MODEL, SAMPLES_DIR, Session, read_request, sample_examples
 from longqa_core.documents import SUPPORTED_EXTENSIONS
-from longqa_core.errors import InputError, LongQAError, ModelLoadError, ProfileError
+from longqa_core.errors import DocumentError, InputError, LongQAError, ModelLoadError, ProfileError
 from longqa_core.gpu_devices import gpu_snapshot
+from longqa_core.html_files import READERS as HTML_READERS
 from longqa_core.limits import DEFAULT_MAX_TOTAL_TOKENS, whole_number
 from longqa_core.reading import DEFAULT_READING, READING_MODES
 from strategies.hardware import Hardware, detect_hardware
@@ -68,6 +74,7 @@ SPACE_MAX_REQUEST_S = 120.0
 SPACE_VISITOR_HEADER = "X-Forwarded-For"
 DEFAULT_QUEUE_SIZE = 64
 DEFAULT_MAX_FILE_MB = 50.0
+MB = 1024 * 1024
 DEFAULT_TOP_K = 3
 DEFAULT_TRAINING_WINDOW = 512
 GPU_REFRESH_S = 2.0
@@ -92,6 +99,8 @@ class AppContext:
     lock_profile: bool = False  # a shared deployment: the profile and model cannot be changed from the page or API
     max_request_s: float | None = None  # refuse requests predicted to take longer (None: no limit)
     lane: ModelLane = field(default_factory=ModelLane)  # requests take turns on the model between batches
+    door: Door = field(default_factory=Door)  # each visitor's requests inside, from before reading to the end
+    uploads: UploadStore = field(default_factory=UploadStore)  # the uploads on disk, bounded and deleted
     visitor_header: str | None = None  # the proxy's header naming the visitor's address (None: a direct connection)
     key: str = field(default_factory=lambda: uuid.uuid4().hex)  # how GPU functions find this context
 
@@ -138,7 +147,8 @@ def make_context(session: Backend | None = None, *, models=None, default_model: 
                  max_total_tokens: int = DEFAULT_MAX_TOTAL_TOKENS,
                  hardware: Hardware | None = None, lock_profile: bool = False, max_request_s: float | None = None,
                  queue_size: int = DEFAULT_QUEUE_SIZE, visitor_header: str | None = None,
-                 max_queued_windows: int | None = MAX_QUEUED_WINDOWS) -> AppContext:
+                 max_queued_windows: int | None = MAX_QUEUED_WINDOWS, uploads: UploadStore | None = None
+                 ) -> AppContext:
     get_profile(default_profile)
     allowed = list(dict.fromkeys([*(models if models is not None else KNOWN_MODELS), default_model]))
     if DEFAULT_MODEL in allowed and "demo" not in allowed:
@@ -150,10 +160,11 @@ def make_context(session: Backend | None = None, *, models=None, default_model: 
                      max_file_bytes=int(max_file_mb * 1024 * 1024), max_total_tokens=max_total_tokens,
                      start={"profile": default_profile, "model": default_model, "strategies": []},
                      lock_profile=lock_profile, max_request_s=max_request_s or None,
-                     visitor_header=visitor_header or None)
+                     visitor_header=visitor_header or None, uploads=uploads or UploadStore())
     ctx.lane = ModelLane(max_waiting=queue_size, capacity=session.capacity,
                          max_active=max(MAX_ACTIVE, session.capacity), max_queued_windows=max_queued_windows or None,
                          window_s=ctx.window_s)
+    ctx.door = Door(per_visitor=ctx.lane.per_visitor)  # reading counts toward the share the lane gives a visitor
     CONTEXTS[ctx.key] = ctx
     return ctx
 
@@ -183,11 +194,24 @@ class Page(gr.Blocks):
     was never uploaded is refused by gradio before any handler runs, and with `show_error=False` (which keeps the
     server's paths out of messages) its reply carried no message at all."""
 
+    uploads: UploadStore | None = None  # the page's uploads on disk (build_blocks sets them)
+    visitor_header: str | None = None
+
+    def launch(self, *args, app_kwargs: dict | None = None, **kwargs):
+        """gradio's launch, with the page's upload route bounded (`UploadGate`) and its uploads swept, however the
+        page is launched (`serve`, tests, a Space)."""
+        if self.uploads is not None:
+            app_kwargs = {**upload_bounds(self), **(app_kwargs or {})}
+        return super().launch(*args, app_kwargs=app_kwargs, **kwargs)
+
     async def preprocess_data(self, *args, **kwargs):
         try:
             return await super().preprocess_data(*args, **kwargs)
         except InvalidPathError:
             raise gr.Error(UNUPLOADED_FILE, print_exception=False) from None
+        except ValidationError as exc:  # with show_error=False, gradio's reply would carry no message at all
+            raise gr.Error(wrong_shape(args[0] if args else kwargs["block_fn"], args[1] if len(args) > 1
+                                       else kwargs["inputs"], exc), print_exception=False) from None
 
     def validate_inputs(self, block_fn, inputs) -> None:
         if len(inputs) == len(block_fn.inputs) - 1 and getattr(block_fn.inputs[-1], "elem_id", None) == LATER_INPUT:
@@ -198,6 +222,55 @@ class Page(gr.Blocks):
             raise gr.Error(f"This call sent {len(inputs)} values; {block_fn.api_name or 'this event'} takes "
                            f"{len(block_fn.inputs)} (gradio_client fills the page's own state values itself).",
                            print_exception=False) from None
+
+
+# What each kind of input must be, by gradio's data model, for a message when a call sends something else.
+EXPECTED_SHAPES = {
+    "ListFiles": "a list of files uploaded with the request, or null for none (gradio_client: [handle_file(path), "
+                 "...]; the raw API: [{\"path\": ..., \"meta\": {\"_type\": \"gradio.FileData\"}}, ...] with paths "
+                 "that /gradio_api/upload returned)",
+    "FileData": "a file uploaded with the request (gradio_client: handle_file(path))",
+}
+
+
+def wrong_shape(block_fn, inputs: list, exc: ValidationError) -> str:
+    """Which input of the call had the wrong shape, what it got, and what it expects."""
+    for component, value in zip(block_fn.inputs, inputs):
+        model = getattr(component, "data_model", None)
+        if model is not None and model.__name__ == exc.title:
+            label = getattr(component, "label", None) or type(component).__name__
+            expected = EXPECTED_SHAPES.get(exc.title, f"a value gradio reads as {exc.title}")
+            return f"'{label}' must be {expected}; this call sent {shape_of(value)}."
+    return f"An input of this call has the wrong shape: {exc.error_count()} problem(s) reading it as {exc.title}."
+
+
+def shape_of(value) -> str:
+    """A value's shape in a few words: 'a dict', 'a list of str'."""
+    if isinstance(value, list):
+        kinds = sorted({type(item).__name__ for item in value})
+        return f"a list of {', '.join(kinds)}" if kinds else "an empty list"
+    if value is None:
+        return "null"
+    name = type(value).__name__
+    return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
+
+
+UPLOAD_ROUTE = "/gradio_api/upload"
+
+
+def upload_bounds(page: Page) -> dict:
+    """The FastAPI arguments that bound `page`'s uploads: the gate in front of gradio's upload route (a visitor is
+    the proxy header's first hop where the deployment names one; on a direct connection only the total counts) and
+    the sweep that deletes old uploads (and tells gradio they are gone)."""
+    header = (page.visitor_header or "").lower()
+
+    def visitor_of(headers: dict) -> str | None:
+        address = first_hop(headers.get(header)) if header else None
+        return f"address:{address}" if address else None
+
+    page.uploads.on_delete = page.upload_file_set.discard
+    return {"middleware": [Middleware(UploadGate, store=page.uploads, route=UPLOAD_ROUTE, visitor_of=visitor_of)],
+            "lifespan": sweeping(page.uploads)}
 
 
 LATER_INPUT = "no-answer-below"  # an input added after the API was promised; calls without it get its default
@@ -340,14 +413,14 @@ def show_custom_controls(profile_name: str) -> dict:
     return {"strategies": gr.update(visible=custom), "apply": gr.update(visible=custom)}
 
 
-def preview_documents(ctx: AppContext, files, pasted_text, question) -> pd.DataFrame:
+def preview_documents(ctx: AppContext, files, pasted_text, question, request: gr.Request = None) -> pd.DataFrame:
     """Characters, tokens and windows of each document before asking (windows depend on the question's length),
-    with every limit checked; counted without the model, so a preview never waits for an answer in flight."""
+    with every limit checked; counted without the model, so a preview never waits for an answer in flight. It
+    counts toward the visitor's requests, as an answer does."""
     if not files and not (pasted_text or "").strip():
         return pd.DataFrame([], columns=ui_format.DOCUMENT_HEADERS)
-    with user_errors("Reading the documents"):
-        documents, _ = read_request(files or [], pasted_text, None, max_bytes=ctx.max_file_bytes,
-                                    max_total_tokens=ctx.max_total_tokens)
+    with user_errors("Reading the documents"), ctx.door.enter(visitor_keys(ctx, request)):
+        documents, _ = read_uploads(ctx, files, pasted_text, None)
         if ctx.session.loaded is None:
             rows = [[d.name, d.n_chars, None, None] for d in documents]
         else:
@@ -355,6 +428,29 @@ def preview_documents(ctx: AppContext, files, pasted_text, question) -> pd.DataF
                                     max_total_tokens=ctx.max_total_tokens)
             rows = ui_format.document_rows(plan.stats)
     return pd.DataFrame(rows, columns=ui_format.DOCUMENT_HEADERS)
+
+
+def read_uploads(ctx: AppContext, files, pasted_text, question, progress=None):
+    """`read_request` for the page: the uploads kept on disk while they are read (a deleted one named as such), a
+    wait for an HTML reader shown as progress, and the read stopped when the request is abandoned."""
+    files = list(files or [])
+    for path in files:
+        if not os.path.exists(path):
+            raise DocumentError(f"'{os.path.basename(path)}' is no longer on this server: uploads are deleted "
+                                f"{ctx.uploads.keep_s / 60:g} minutes after they came (sooner when the server needs "
+                                "the room). Upload it again.")
+    with ctx.uploads.reading(files):
+        return read_request(files, pasted_text, question, max_bytes=ctx.max_file_bytes,
+                            max_total_tokens=ctx.max_total_tokens, should_stop=abandonment_check(),
+                            on_wait=reader_wait_shown(progress))
+
+
+def reader_wait_shown(progress) -> Callable[[int], None]:
+    """The HTML readers' `on_wait`: how many pages are read or wait ahead, shown as progress."""
+    def on_wait(ahead: int) -> None:
+        if progress is not None:
+            progress(0.0, desc=f"Waiting for an HTML reader: {ahead} page{'s' if ahead != 1 else ''} ahead")
+    return on_wait
 
 
 def abandonment_check() -> Callable[[], bool]:
@@ -511,17 +607,17 @@ def ask(ctx: AppContext, files, pasted_text, question, top_k, reading, history, 
         if isinstance(no_answer_below, str) and not no_answer_below.strip():
             no_answer_below = None  # the empty field: the model's own rule; anything else the settings check
         reading = reading_or_default(reading)
-        progress(0.0, desc="Reading the documents")
-        documents, extract_s = read_request(files or [], pasted_text, question, max_bytes=ctx.max_file_bytes,
-                                            max_total_tokens=ctx.max_total_tokens)
-        ensure_loaded(ctx, progress)
-        progress(0.0, desc="Ranking the windows" if reading != "full" else "Planning the read")
-        plan = ctx.session.plan(documents, question, reading, top_k=top_k, max_total_tokens=ctx.max_total_tokens,
-                                max_request_s=ctx.max_request_s, no_answer_below=no_answer_below)
-        with request_turn(ctx, request, progress, windows=plan.expected_windows) as (stop_key, ticket):
-            changed = changed_since(ctx, seen)
-            progress(0.0, desc="Reading windows")
-            readout = answer_on_gpu(ctx.key, plan, extract_s, progress, stop_key)
+        with ctx.door.enter(visitor_keys(ctx, request)):
+            progress(0.0, desc="Reading the documents")
+            documents, extract_s = read_uploads(ctx, files, pasted_text, question, progress)
+            ensure_loaded(ctx, progress)
+            progress(0.0, desc="Ranking the windows" if reading != "full" else "Planning the read")
+            plan = ctx.session.plan(documents, question, reading, top_k=top_k, max_total_tokens=ctx.max_total_tokens,
+                                    max_request_s=ctx.max_request_s, no_answer_below=no_answer_below)
+            with request_turn(ctx, request, progress, windows=plan.expected_windows) as (stop_key, ticket):
+                changed = changed_since(ctx, seen)
+                progress(0.0, desc="Reading windows")
+                readout = answer_on_gpu(ctx.key, plan, extract_s, progress, stop_key)
     if RUNS_IN_WORKER:
         ctx.session.learn(readout)
     readout.queue = ticket.queue_readout()
@@ -824,7 +920,8 @@ def build_reference_panel(ctx: AppContext) -> None:
 def build_blocks(ctx: AppContext, queue_size: int = DEFAULT_QUEUE_SIZE) -> gr.Blocks:
     ctx.lane.max_waiting = queue_size  # the page's queue bound is the model lane's
     with Page(title="Long-document QA with Longformer", analytics_enabled=False,
-              delete_cache=(3600, 3600)) as demo:
+              delete_cache=(3600, 3600)) as demo:  # what gradio itself writes; uploads are swept sooner
+        demo.uploads, demo.visitor_header = ctx.uploads, ctx.visitor_header
         gr.Markdown("# Long-document question answering with Longformer\n"
                     "Upload documents or paste text, ask a question, and see what each hardware profile's memory "
                     "strategies cost and save.")
@@ -917,6 +1014,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-queued-windows", type=int, default=MAX_QUEUED_WINDOWS,
                         help="refuse a new request larger than a few batches when the windows queued for the model "
                              "(its own included) would pass this; 0: no bound")
+    bounds = parser.add_argument_group("uploads and HTML reading (per process)")
+    bounds.add_argument("--uploads-total-mb", type=float, default=DEFAULT_TOTAL_BYTES / MB,
+                        help="uploads this server holds on disk, all visitors together; an upload past it is refused "
+                             "once older unread uploads made what room they could")
+    bounds.add_argument("--uploads-per-visitor-mb", type=float, default=DEFAULT_PER_VISITOR_BYTES / MB,
+                        help="uploads one visitor may hold (counted where --visitor-header names visitors)")
+    bounds.add_argument("--uploads-keep-min", type=float, default=DEFAULT_KEEP_S / 60,
+                        help="minutes an upload is kept (unless it is being read) before it is deleted")
+    bounds.add_argument("--html-readers", type=positive_int, default=HTML_READERS.readers,
+                        help="HTML pages parsed at once, each in its own child process (default: one per core); "
+                             "more wait their turn, their place shown")
+    bounds.add_argument("--html-memory-mb", type=float, default=HTML_READERS.memory_bytes / MB,
+                        help="memory all HTML children may use together; each may use 64 MB + 256 bytes per byte "
+                             "of its page, within this")
     scale = parser.add_argument_group("past one machine (Ray Serve; pip install -r requirements-ray.txt)")
     scale.add_argument("--engine", choices=["embedded", "ray"], default="embedded",
                        help="embedded: the model in this process (default); ray: in Ray Serve replicas")
@@ -964,13 +1075,17 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def context_from(args, session: Backend) -> AppContext:
-    """The page's context as the command line sets it (always locked under ZeroGPU)."""
+    """The page's context as the command line sets it (always locked under ZeroGPU), with the HTML readers'
+    bounds set for this process."""
+    HTML_READERS.configure(readers=args.html_readers, memory_bytes=int(args.html_memory_mb * MB))
+    uploads = UploadStore(total_bytes=int(args.uploads_total_mb * MB),
+                          per_visitor_bytes=int(args.uploads_per_visitor_mb * MB), keep_s=args.uploads_keep_min * 60)
     return make_context(session, default_model=args.model, default_profile=args.profile,
                         max_file_mb=args.max_file_mb, max_total_tokens=args.max_tokens,
                         lock_profile=args.lock_profile or ZERO_GPU, max_request_s=args.max_request_s,
                         queue_size=args.queue_size,
                         visitor_header=None if str(args.visitor_header).lower() == "none" else args.visitor_header,
-                        max_queued_windows=args.max_queued_windows)
+                        max_queued_windows=args.max_queued_windows, uploads=uploads)
 
 
 def load_before_serving(ctx: AppContext, args) -> bool:
