@@ -7,6 +7,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -144,6 +145,55 @@ def test_a_lone_surrogate_in_the_question_or_the_text_is_replaced_not_a_crash(se
     stream = urllib.request.urlopen(f"{url}gradio_api/call/ask/{event_id}", timeout=60).read().decode()
     assert "event: complete" in stream and "teal" in stream, stream
     assert "unexpectedly" not in stream
+
+
+@pytest.mark.parametrize("files, sent", [({"path": "notes.txt"}, "a dict"), (["notes.txt"], "a list of str"),
+                                         ([{"name": "notes.txt"}], "a list of dict"), (5, "an int")])
+def test_files_of_the_wrong_shape_get_a_message_saying_what_was_expected(server, files, sent):
+    """Through a raw JSON call, as gradio_client would refuse some of these itself; before, the reply was
+    `{"error": null}`."""
+    _, url = server
+    body = json.dumps({"data": [files, "", "What is the colour of Zorbin?", 3, "auto", None, None]})
+    request = urllib.request.Request(f"{url}gradio_api/call/ask", data=body.encode(),
+                                     headers={"Content-Type": "application/json"})
+    event_id = json.loads(urllib.request.urlopen(request, timeout=30).read())["event_id"]
+    stream = urllib.request.urlopen(f"{url}gradio_api/call/ask/{event_id}", timeout=60).read().decode()
+    assert "event: error" in stream and '"error": null' not in stream, stream
+    assert "'Documents' must be a list of files uploaded with the request" in stream and "handle_file" in stream
+    assert f"this call sent {sent}." in stream
+
+
+@pytest.mark.slow
+def test_an_upload_past_the_servers_total_is_refused_before_it_is_written_and_uploads_go_when_it_stops(
+        tiny_model_dir, tmp_path):
+    from longqa.serving.uploads import MIB, UploadStore
+    store = UploadStore(total_bytes=MIB, evict_after_s=600)  # the first upload is not old enough to make room
+    ctx = app.make_context(Session(), models=[str(tiny_model_dir)], default_model=str(tiny_model_dir),
+                           default_profile="cpu", uploads=store)
+    app.ensure_loaded(ctx)
+    demo, url = serve(ctx)
+    try:
+        client = Client(url, verbose=False)
+        first = tmp_path / "first.txt"
+        first.write_text("The colour of Zorbin is teal. " * 20_000)  # 0.6 MB
+        assert "teal" in ask(client, [first])["readout"]["answers"][0]["text"]
+        assert store.held_bytes() > 0.5 * MIB
+        [held] = store._uploads
+        second = tmp_path / "second.txt"
+        second.write_text("The colour of Zorbin is blue. " * 20_000)
+        boundary = "b0undary"
+        body = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"files\"; filename=\"second.txt\"\r\n"
+                f"\r\n").encode() + second.read_bytes() + f"\r\n--{boundary}--\r\n".encode()
+        request = urllib.request.Request(f"{url}gradio_api/upload", data=body, headers={
+            "Content-Type": f"multipart/form-data; boundary={boundary}"})
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=30)
+        assert refused.value.code == 413
+        assert "would pass the 1.0 MB it keeps for all visitors" in refused.value.read().decode()
+        assert store.held_bytes() < MIB and Path(held).exists()
+    finally:
+        demo.close()
+    assert not Path(held).exists()  # deleted when the server stopped
 
 
 def test_switch_profile_then_ask_uses_it(client, server, tiny_model_dir):

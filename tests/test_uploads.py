@@ -1,0 +1,97 @@
+"""Uploads on disk (`longqa.serving.uploads`): a visitor's bytes and the total refused at the door, old unread
+uploads making room, none deleted while read, each deleted after its time; and the door's count per visitor
+(`longqa.serving.door`)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from longqa.serving.door import Door
+from longqa.serving.lane import LaneBusyError
+from longqa.serving.uploads import MIB, UploadRefused, UploadStore
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock():
+    return Clock()
+
+
+def upload(store: UploadStore, tmp_path, name: str, n_bytes: int, visitor: str | None = None) -> str:
+    """What the gate does around gradio's route: admit, write, record."""
+    with store.admit(n_bytes, visitor):
+        folder = tmp_path / name.replace(".", "-")
+        folder.mkdir()
+        path = folder / name
+        path.write_bytes(b"x" * n_bytes)
+    store.record([str(path)], visitor)
+    return str(path)
+
+
+def test_a_visitor_past_its_bytes_is_refused_and_others_are_not(tmp_path, clock):
+    store = UploadStore(total_bytes=100 * MIB, per_visitor_bytes=3 * MIB, clock=clock)
+    upload(store, tmp_path, "a.txt", 2 * MIB, "address:1")
+    with pytest.raises(UploadRefused, match=r"would bring your uploads on this server to 4\.0 MB, over the 3\.0 MB "
+                                            r"one visitor may hold\. Uploads are deleted 10 minutes after"):
+        store.admit(2 * MIB, "address:1").__enter__()
+    upload(store, tmp_path, "b.txt", 2 * MIB, "address:2")
+    assert store.held_bytes("address:1") == store.held_bytes("address:2") == 2 * MIB
+
+
+def test_uploads_being_written_count_before_they_are_recorded(tmp_path, clock):
+    store = UploadStore(total_bytes=3 * MIB, clock=clock)
+    with store.admit(2 * MIB):
+        with pytest.raises(UploadRefused, match=r"holds 2\.0 MB of uploads, and this one \(2\.0 MB\) would pass the "
+                                                r"3\.0 MB it keeps for all visitors"):
+            store.admit(2 * MIB).__enter__()
+    assert store.held_bytes() == 0
+
+
+def test_the_total_makes_room_by_deleting_old_unread_uploads_oldest_first(tmp_path, clock):
+    store = UploadStore(total_bytes=5 * MIB, clock=clock)
+    oldest = upload(store, tmp_path, "oldest.txt", 2 * MIB)
+    clock.now += 1
+    read_now = upload(store, tmp_path, "read.txt", 2 * MIB)
+    clock.now += 10
+    with store.reading([read_now]):
+        newest = upload(store, tmp_path, "newest.txt", 2 * MIB)  # the oldest goes; the one being read stays
+        assert not store.is_known(oldest) and store.is_known(read_now) and store.is_known(newest)
+        with pytest.raises(UploadRefused):  # the newest is too young to make room, the other is being read
+            upload(store, tmp_path, "more.txt", 2 * MIB)
+    assert store.held_bytes() == 4 * MIB
+    assert not os.path.exists(oldest) and not os.path.exists(os.path.dirname(oldest))
+
+
+def test_uploads_are_deleted_after_their_time_unless_being_read(tmp_path, clock):
+    deleted = []
+    store = UploadStore(keep_s=600, clock=clock, on_delete=deleted.append)
+    kept, read = upload(store, tmp_path, "kept.txt", 10), upload(store, tmp_path, "read.txt", 10)
+    clock.now += 599
+    assert store.sweep() == 0
+    clock.now += 2
+    with store.reading([read]):
+        assert store.sweep() == 4096  # one file of at least a block
+    assert deleted == [kept] and store.is_known(read)
+    store.sweep()
+    assert deleted == [kept, read] and store.held_bytes() == 0
+
+
+def test_the_door_counts_a_visitors_requests_under_every_key_it_has():
+    door = Door(per_visitor=2)
+    with door.enter(("session:a", "address:1")), door.enter(("session:b", "address:1")):
+        with pytest.raises(LaneBusyError, match="You already have 2 requests being read or answered: wait for them"):
+            door.enter(("session:c", "address:1")).__enter__()
+        with door.enter(("session:c",)):
+            assert door.inside("address:1") == 2 and door.inside("session:c") == 1
+    assert door.inside("address:1") == 0
+    with door.enter(()), door.enter(()), door.enter(()):  # anonymous calls are never counted
+        pass
