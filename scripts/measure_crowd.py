@@ -3,7 +3,9 @@ a normal visitor's wait behind eight fresh clients each reading 5 MB in full, an
 the server's memory idle, at its peak during the crowd and after the crowd is cancelled; what each crowd request got.
 Then the lane's two orders (round robin, shortest first) on a simulated model: a small request's wait behind large
 ones, and the large ones' completion. Writes docs/crowd.json and prints Markdown rows for the README.
-Usage: python scripts/measure_crowd.py [--out docs/crowd.json] [--clients 8] [--mb 5]
+`--only html-uploads`: issue 40's attacks on HTML reading and uploads instead, against `python app.py --model demo`
+started as its own process (memory counted with its children), written to docs/crowd-html-uploads.json.
+Usage: python scripts/measure_crowd.py [--out docs/crowd.json] [--clients 8] [--mb 5] [--only html-uploads]
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import app  # noqa: E402
-from longqa.serving import crowd_check  # noqa: E402
+from longqa.serving import crowd_attacks, crowd_check  # noqa: E402
 from longqa.serving.lane import GatedRunner, ModelLane  # noqa: E402
 from longqa.session import Session  # noqa: E402
 
@@ -96,12 +98,61 @@ def compare_orders(batch_s: float = 0.02, large: int = 4, large_batches: int = 1
     return results
 
 
+def attack_row(out: crowd_attacks.AttackOutcome) -> dict:
+    kinds: dict[str, int] = {}
+    for o in out.crowd:
+        kind = o.split(":")[0]
+        kinds[kind] = kinds.get(kind, 0) + 1
+    refusals = sorted({o[len("refused: "):][:160] for o in out.crowd if o.startswith("refused: ")})
+    return {"visitor_right": out.visitor_right, "visitor_s": round(out.visitor_s, 1) if out.visitor_s else None,
+            "visitor_error": out.visitor_error, "rss_idle_mb": round(out.rss_idle / MB),
+            "rss_peak_above_idle_mb": round((out.rss_peak - out.rss_idle) / MB),
+            "rss_after_above_idle_mb": round((out.rss_after - out.rss_idle) / MB),
+            "children_peak": out.children_peak, "upload_folder_peak_mb": round(out.folder_peak / MB),
+            "crowd": kinds, "refusals": refusals, **out.extra}
+
+
+def html_and_upload_attacks(work: Path, port: int = 7897) -> dict:
+    """Issue 40 items 3 and 5 against a fresh `python app.py --model demo` with default settings: twelve fresh
+    clients with 4 MB of dense HTML each, one client sending 34 slow HTML pages at once, a cancel during a slow
+    HTML read, and four threads posting 50 MB uploads that never ask for 40 s (more than the 2 GB cap)."""
+    dense, slow = [], work / "misnested.html"
+    for i in range(12):
+        dense.append(work / f"dense{i}.html")
+        dense[-1].write_text(crowd_attacks.dense_html(4 * MB) + f"<!-- {i} -->")
+    slow.write_text(crowd_attacks.misnested_html(2 * MB))
+    uploads = work / "gradio-uploads"
+    uploads.mkdir(exist_ok=True)
+    server, url = crowd_attacks.start_server(port, uploads)
+    try:
+        visitor(url)()
+        right, alone, _ = visitor(url)()
+        rows = {
+            "12 fresh clients, 4 MB of dense HTML each": attack_row(
+                crowd_attacks.html_crowd(url, server.pid, dense, visitor(url))),
+            "one client, 34 slow HTML pages at once (2 MB misnested)": attack_row(
+                crowd_attacks.one_client_many_html(url, server.pid, slow, visitor(url))),
+            "a slow HTML read cancelled 2 s in": attack_row(crowd_attacks.cancel_during_html(url, server.pid, slow)),
+            "4 threads posting 50 MB uploads for 40 s, never asking": attack_row(
+                crowd_attacks.upload_flood(url, server.pid, uploads, visitor(url), seconds=40.0,
+                                           visitor_after_s=30.0)),
+        }
+    finally:
+        crowd_attacks.stop_server(server)
+    return {"visitor_alone_s": round(alone, 1), "visitor_alone_right": right, "rows": rows}
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "crowd.json")
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--mb", type=float, default=5.0)
+    parser.add_argument("--only", choices=["html-uploads"], default=None,
+                        help="html-uploads: issue 40's HTML and upload attacks only")
     args = parser.parse_args(argv)
+    if args.only == "html-uploads":
+        return main_html_uploads(args.out if args.out != ROOT / "docs" / "crowd.json"
+                                 else ROOT / "docs" / "crowd-html-uploads.json")
     ctx = app.make_context(Session(), models=["demo"], default_model="demo", default_profile="cpu")
     app.ensure_loaded(ctx)
     demo = app.build_blocks(ctx)
@@ -136,6 +187,26 @@ def main(argv=None) -> int:
         print(f"| {name} | {row['visitor_s']} s | {'yes' if row['visitor_right'] else 'no'} | "
               f"{row['rss_peak_above_idle_mb']:+} MB | {row['rss_after_above_idle_mb']:+} MB | {kinds} |")
     print(json.dumps(result["lane_orders_simulated"], indent=2))
+    return 0
+
+
+def main_html_uploads(out: Path) -> int:
+    work = ROOT / "bench-results" / "crowd-html-uploads"
+    work.mkdir(parents=True, exist_ok=True)
+    load = os.getloadavg()
+    result = {"machine": f"{platform.processor() or platform.machine()}, {psutil.cpu_count()} cores",
+              "cpu_kind": cpu_kind(), "model": "demo", "profile": "cpu",
+              "settings": "defaults, direct connection, server started as `python app.py --model demo`",
+              "load_average_before": [round(x, 2) for x in load], **html_and_upload_attacks(work)}
+    result["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"CPU: {result['cpu_kind']}; load before {load}; visitor alone: {result['visitor_alone_s']} s\n")
+    print("| attack | visitor answered after | right | memory peak above idle (children included) | HTML children "
+          "at once | upload folder peak | crowd outcomes |\n|---|---|---|---|---|---|---|")
+    for name, row in result["rows"].items():
+        print(f"| {name} | {row['visitor_s']} s | {'yes' if row['visitor_right'] else row['visitor_error']} | "
+              f"{row['rss_peak_above_idle_mb']:+} MB | {row['children_peak']} | {row['upload_folder_peak_mb']} MB | "
+              f"{row['crowd']} |")
     return 0
 
 

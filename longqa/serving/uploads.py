@@ -201,6 +201,7 @@ class UploadGate:
             reservation = self.store.admit(int(length), visitor)
             reservation.__enter__()
         except UploadRefused as exc:
+            await _discard_body(receive)  # a client still sending would miss a reply sent before it has finished
             return await _plain_response(send, 413, str(exc))
         answer = {"status": None, "body": []}
 
@@ -225,6 +226,14 @@ def _paths_in(body: bytes) -> list[str]:
     except ValueError:
         return []
     return [p for p in paths if isinstance(p, str)] if isinstance(paths, list) else []
+
+
+async def _discard_body(receive) -> None:
+    """Read the request's body to its end, keeping none of it."""
+    while True:
+        message = await receive()
+        if message["type"] != "http.request" or not message.get("more_body", False):
+            return
 
 
 async def _plain_response(send, status: int, message: str) -> None:

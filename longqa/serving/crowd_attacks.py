@@ -1,0 +1,274 @@
+"""Issue 40's attacks on HTML reading and uploads, against a real server (`python app.py --model demo`) on loopback:
+a crowd of fresh clients each sending dense HTML, one client sending many HTML pages at once, a cancel during a
+slow HTML read, and a flood of uploads that never ask. Each returns numbers: the normal visitor's wait and answer,
+the server's memory with its children, the HTML children seen at once, the upload folder's bytes.
+
+It measures; it formats nothing (scripts/measure_crowd.py writes the JSON and the table, tests/test_crowd_uploads.py
+checks the targets) and bounds every crowd in count and time.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import psutil
+from gradio_client import Client, handle_file
+
+from longqa.serving.crowd_check import MAX_CLIENTS, ask_job, outcome_of
+
+ROOT = Path(__file__).resolve().parents[2]
+MIB = 2**20
+UPLOAD_ROUTE = "gradio_api/upload"
+
+
+def dense_html(n_bytes: int) -> str:
+    """Dense formatting markup: about 190 bytes of parser memory per byte (docs/html-readers.md)."""
+    unit = "<p><b><i><u><s>x</p>"
+    return unit * max(1, n_bytes // len(unit))
+
+
+def misnested_html(n_bytes: int) -> str:
+    """Misnested formatting tags: quadratic for lexbor (2 MB take about 13 s)."""
+    unit = "<b><i>x</b>"
+    return unit * max(1, n_bytes // len(unit))
+
+
+def start_server(port: int, temp_dir: Path, *args: str, timeout_s: float = 180.0) -> tuple[subprocess.Popen, str]:
+    """`python app.py --model demo` on 127.0.0.1:`port`, its uploads in `temp_dir`, once it answers."""
+    env = {**os.environ, "GRADIO_TEMP_DIR": str(temp_dir), "GRADIO_ANALYTICS_ENABLED": "False"}
+    server = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--model", "demo", "--profile", "cpu",
+                               "--port", str(port), *args], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}/"
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise RuntimeError(f"the server exited with {server.returncode}")
+        try:
+            urllib.request.urlopen(url, timeout=2).read()
+            return server, url
+        except (urllib.error.URLError, OSError):
+            time.sleep(0.5)
+    server.kill()
+    raise RuntimeError(f"the server did not answer within {timeout_s:.0f} s")
+
+
+def stop_server(server: subprocess.Popen) -> None:
+    server.terminate()
+    try:
+        server.wait(30)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        server.wait(10)
+
+
+def tree_rss(pid: int) -> int:
+    """Resident bytes of a process and all its children."""
+    process = psutil.Process(pid)
+    total = process.memory_info().rss
+    for child in process.children(recursive=True):
+        try:
+            total += child.memory_info().rss
+        except psutil.NoSuchProcess:
+            pass
+    return total
+
+
+def children(pid: int) -> int:
+    return len(psutil.Process(pid).children(recursive=True))
+
+
+def folder_bytes(folder: Path) -> int:
+    total = 0
+    for root, _, files in os.walk(folder):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_size
+            except OSError:
+                pass
+    return total
+
+
+class Sampler:
+    """Peaks of a server, sampled every `every_s` until `stop()`: its memory with children, its children at once,
+    and the bytes in its upload folder."""
+
+    def __init__(self, pid: int, folder: Path | None = None, every_s: float = 0.1):
+        self.pid, self.folder, self.every_s = pid, folder, every_s
+        self.rss_peak = tree_rss(pid)
+        self.children_peak = 0
+        self.folder_peak = folder_bytes(folder) if folder else 0
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._done.wait(self.every_s):
+            try:
+                self.rss_peak = max(self.rss_peak, tree_rss(self.pid))
+                self.children_peak = max(self.children_peak, children(self.pid))
+            except psutil.NoSuchProcess:
+                return
+            if self.folder:
+                self.folder_peak = max(self.folder_peak, folder_bytes(self.folder))
+
+    def stop(self) -> "Sampler":
+        self._done.set()
+        self._thread.join(10)
+        return self
+
+
+@dataclass
+class AttackOutcome:
+    visitor_right: bool | None = None
+    visitor_s: float | None = None
+    visitor_error: str | None = None
+    rss_idle: int = 0
+    rss_peak: int = 0
+    rss_after: int = 0
+    children_peak: int = 0
+    folder_peak: int = 0
+    crowd: list[str] = field(default_factory=list)
+    extra: dict = field(default_factory=dict)
+
+
+def visit(outcome: AttackOutcome, visitor: Callable[[], tuple[bool, float, dict]]) -> None:
+    try:
+        outcome.visitor_right, outcome.visitor_s, _ = visitor()
+    except Exception as exc:  # noqa: BLE001 - a refused visitor is an outcome
+        outcome.visitor_error = str(exc)[:300]
+
+
+def settle(jobs: list, wait_s: float, settle_s: float) -> list[str]:
+    """Give `jobs` `wait_s` more, cancel what is left; each job's outcome."""
+    time.sleep(wait_s)
+    outcomes = []
+    for job in jobs:
+        if job.done():
+            outcomes.append(outcome_of(job, 1.0))
+        else:
+            job.cancel()
+            outcomes.append(None)
+    deadline = time.monotonic() + settle_s
+    for i, job in enumerate(jobs):
+        if outcomes[i] is None:
+            ended = outcome_of(job, max(1.0, deadline - time.monotonic()))
+            outcomes[i] = "answered" if ended == "answered" else "cancelled"
+    return outcomes
+
+
+def html_crowd(url: str, pid: int, files: list[Path], visitor, *, visitor_after_s: float = 2.0,
+               wait_s: float = 2.0, settle_s: float = 60.0) -> AttackOutcome:
+    """One fresh client per HTML file (at most MAX_CLIENTS), then the visitor; the crowd is cancelled after it."""
+    outcome = AttackOutcome(rss_idle=tree_rss(pid))
+    sampler = Sampler(pid)
+    jobs = [ask_job(url, path, "What is the tide of Harrowgate?", "auto") for path in files[:MAX_CLIENTS]]
+    time.sleep(visitor_after_s)
+    visit(outcome, visitor)
+    outcome.crowd = settle(jobs, wait_s, settle_s)
+    sampler.stop()
+    outcome.rss_peak, outcome.children_peak = sampler.rss_peak, sampler.children_peak
+    time.sleep(2.0)
+    outcome.rss_after = tree_rss(pid)
+    return outcome
+
+
+def one_client_many_html(url: str, pid: int, path: Path, visitor, *, requests: int = 34,
+                         visitor_after_s: float = 2.0, settle_s: float = 60.0) -> AttackOutcome:
+    """One client (one gradio session) submits `requests` slow HTML questions at once, then the visitor asks."""
+    outcome = AttackOutcome(rss_idle=tree_rss(pid))
+    sampler = Sampler(pid)
+    greedy = Client(url, verbose=False)
+    jobs = [greedy.submit([handle_file(str(path))], "", "What is the tide of Harrowgate?", 1, "auto",
+                          api_name="/ask") for _ in range(requests)]
+    time.sleep(visitor_after_s)
+    visit(outcome, visitor)
+    outcome.crowd = settle(jobs, 1.0, settle_s)
+    sampler.stop()
+    outcome.rss_peak, outcome.children_peak = sampler.rss_peak, sampler.children_peak
+    outcome.rss_after = tree_rss(pid)
+    return outcome
+
+
+def cancel_during_html(url: str, pid: int, path: Path, *, cancel_after_s: float = 2.0) -> AttackOutcome:
+    """A slow HTML question, cancelled once its child runs: seconds until the server has no child left."""
+    outcome = AttackOutcome(rss_idle=tree_rss(pid))
+    job = ask_job(url, path, "What is the tide of Harrowgate?", "auto")
+    deadline = time.monotonic() + 30
+    while children(pid) == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    outcome.children_peak = children(pid)
+    time.sleep(cancel_after_s)
+    job.cancel()
+    cancelled = time.monotonic()
+    while children(pid) and time.monotonic() - cancelled < 30:
+        time.sleep(0.02)
+    outcome.extra = {"child_gone_after_cancel_s": round(time.monotonic() - cancelled, 2),
+                     "children_left": children(pid)}
+    ended = outcome_of(job, 5.0)
+    outcome.crowd = ["answered" if ended == "answered" else "cancelled"]  # cancelled by us: the client's own error
+    return outcome
+
+
+def post_upload(url: str, name: str, data: bytes, timeout_s: float = 60.0) -> tuple[int, str]:
+    """POST one file to gradio's upload route, as a client that never asks about it: (status, body)."""
+    boundary = "crowd-attack-boundary"
+    body = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"files\"; filename=\"{name}\"\r\n\r\n".encode()
+            + data + f"\r\n--{boundary}--\r\n".encode())
+    request = urllib.request.Request(url + UPLOAD_ROUTE, data=body,
+                                     headers={"Content-Type": f"multipart/form-data; boundary={boundary}"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as answer:
+            return answer.status, answer.read().decode(errors="replace")
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode(errors="replace")
+    except (urllib.error.URLError, OSError) as exc:  # the connection closed before the reply
+        return 0, f"no reply ({exc})"
+
+
+def upload_flood(url: str, pid: int, folder: Path, visitor, *, uploaders: int = 4, file_mb: float = 50.0,
+                 seconds: float = 20.0, visitor_after_s: float = 8.0) -> AttackOutcome:
+    """`uploaders` threads post distinct `file_mb` files to the upload route for `seconds`, never asking; the
+    visitor asks `visitor_after_s` in. The upload folder's peak bytes, what was accepted and refused."""
+    outcome = AttackOutcome(rss_idle=tree_rss(pid))
+    sampler = Sampler(pid, folder, every_s=0.2)
+    counts = {"accepted": 0, "refused": 0, "accepted_bytes": 0, "refusal": ""}
+    lock = threading.Lock()
+    stop_at = time.monotonic() + seconds
+    payload = os.urandom(int(file_mb * MIB))
+
+    def flood(worker: int) -> None:
+        i = 0
+        while time.monotonic() < stop_at:
+            i += 1
+            data = payload[:-16] + f"{worker:08d}{i:08d}".encode()  # distinct: gradio stores uploads by hash
+            status, body = post_upload(url, f"flood{worker}-{i}.txt", data)
+            with lock:
+                if status == 200:
+                    counts["accepted"] += 1
+                    counts["accepted_bytes"] += len(data)
+                else:
+                    counts["refused"] += 1
+                    counts["refusal"] = f"{status}: {body[:200]}"
+
+    threads = [threading.Thread(target=flood, args=(w,)) for w in range(uploaders)]
+    for thread in threads:
+        thread.start()
+    time.sleep(visitor_after_s)
+    visit(outcome, visitor)
+    for thread in threads:
+        thread.join(seconds + 120)
+    sampler.stop()
+    outcome.rss_peak, outcome.folder_peak = sampler.rss_peak, sampler.folder_peak
+    outcome.rss_after = tree_rss(pid)
+    outcome.extra = counts
+    return outcome
