@@ -47,9 +47,9 @@ from longqa.readout import Readout
 from longqa.serving import policy
 from longqa.serving.door import Door
 from longqa.serving.lane import MAX_ACTIVE, MAX_QUEUED_WINDOWS, ModelLane
+from longqa.serving.ray_replicas import DEFAULT_BATCH_REQUESTS, RaySession
 from longqa.serving.uploads import (DEFAULT_KEEP_S, DEFAULT_PER_VISITOR_BYTES, DEFAULT_TOTAL_BYTES, UploadGate,
                                     UploadStore, sweeping)
-from longqa.serving.ray_replicas import DEFAULT_BATCH_REQUESTS, RaySession
 from longqa.session import NO_MODEL, SAMPLES_DIR, Session, read_request, sample_examples
 from longqa_core.documents import SUPPORTED_EXTENSIONS
 from longqa_core.errors import DocumentError, InputError, LongQAError, ModelLoadError, ProfileError
@@ -1062,8 +1062,10 @@ def main(argv: list[str] | None = None) -> int:
     except LongQAError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    # A stop signal ends the process through `finally`, so replicas and a Ray instance of ours are stopped too.
+    # A stop signal ends the process through `finally`, so replicas and a Ray instance of ours are stopped and the
+    # uploads deleted too.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    ctx = None
     try:
         ctx = context_from(args, session)
         if not load_before_serving(ctx, args):
@@ -1072,6 +1074,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     finally:
         session.close()
+        if ctx is not None:
+            ctx.uploads.delete_all()
 
 
 def context_from(args, session: Backend) -> AppContext:

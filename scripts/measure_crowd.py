@@ -14,6 +14,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import statistics
 import sys
 import threading
@@ -122,7 +123,8 @@ def html_and_upload_attacks(work: Path, port: int = 7897) -> dict:
         dense[-1].write_text(crowd_attacks.dense_html(4 * MB) + f"<!-- {i} -->")
     slow.write_text(crowd_attacks.misnested_html(2 * MB))
     uploads = work / "gradio-uploads"
-    uploads.mkdir(exist_ok=True)
+    shutil.rmtree(uploads, ignore_errors=True)  # the upload folder holds this server's files only
+    uploads.mkdir()
     server, url = crowd_attacks.start_server(port, uploads)
     try:
         visitor(url)()

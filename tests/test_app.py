@@ -163,6 +163,31 @@ def test_bad_input_is_a_clear_error_and_the_next_request_works(ctx, tmp_path, ca
     assert ask(ctx, pasted="The colour of Zorbin is teal.")["readout"]["answers"]
 
 
+def test_an_upload_deleted_after_its_time_is_named_and_asked_for_again(ctx, tmp_path):
+    gone = tmp_path / "abc123" / "notes.txt"  # the path a page still holds after the upload was deleted
+    with pytest.raises(gr.Error, match=r"'notes\.txt' is no longer on this server: uploads are deleted 10 minutes "
+                                       r"after they came .* Upload it again\."):
+        ask(ctx, [gone])
+
+
+def test_a_visitor_past_its_share_is_refused_before_its_documents_are_read(ctx, monkeypatch):
+    request = type("Request", (), {"session_hash": "greedy", "headers": {}})()
+    reads = []
+    monkeypatch.setattr(app, "read_request", lambda *args, **kwargs: reads.append(args))
+    inside = [ctx.door.enter(("session:greedy",)) for _ in range(ctx.door.per_visitor)]
+    for request_inside in inside:  # requests of this visitor being read elsewhere
+        request_inside.__enter__()
+    try:
+        with pytest.raises(gr.Error, match="You already have 3 requests being read or answered"):
+            app.ask(ctx, [], "The colour of Zorbin is teal.", "What is the colour of Zorbin?", 3, "auto", [],
+                    request=request, progress=lambda *a, **k: None)
+        assert reads == []
+    finally:
+        for request_inside in inside:
+            request_inside.__exit__(None, None, None)
+    assert ctx.door.inside("session:greedy") == 0
+
+
 def test_error_messages_show_file_names_as_text_not_html(ctx, tmp_path):
     path = tmp_path / "<img src=x onerror=alert(1)>.xyz"
     path.write_text("hello")

@@ -65,7 +65,7 @@ def start_server(port: int, temp_dir: Path, *args: str, timeout_s: float = 180.0
 def stop_server(server: subprocess.Popen) -> None:
     server.terminate()
     try:
-        server.wait(30)
+        server.wait(60)  # it deletes its uploads on the way out
     except subprocess.TimeoutExpired:
         server.kill()
         server.wait(10)
@@ -202,6 +202,7 @@ def one_client_many_html(url: str, pid: int, path: Path, visitor, *, requests: i
 def cancel_during_html(url: str, pid: int, path: Path, *, cancel_after_s: float = 2.0) -> AttackOutcome:
     """A slow HTML question, cancelled once its child runs: seconds until the server has no child left."""
     outcome = AttackOutcome(rss_idle=tree_rss(pid))
+    sampler = Sampler(pid)
     job = ask_job(url, path, "What is the tide of Harrowgate?", "auto")
     deadline = time.monotonic() + 30
     while children(pid) == 0 and time.monotonic() < deadline:
@@ -214,6 +215,7 @@ def cancel_during_html(url: str, pid: int, path: Path, *, cancel_after_s: float 
         time.sleep(0.02)
     outcome.extra = {"child_gone_after_cancel_s": round(time.monotonic() - cancelled, 2),
                      "children_left": children(pid)}
+    outcome.rss_peak, outcome.rss_after = sampler.stop().rss_peak, tree_rss(pid)
     ended = outcome_of(job, 5.0)
     outcome.crowd = ["answered" if ended == "answered" else "cancelled"]  # cancelled by us: the client's own error
     return outcome
