@@ -108,9 +108,9 @@ class HtmlReaders:
         token = object()
         with self._condition:
             if len(self._waiting) >= self.max_waiting and not self._may_run(None, cap_bytes):
-                raise DocumentError(f"'{name}' cannot be read now: {self._running} HTML pages are being read and "
-                                    f"{len(self._waiting)} wait, the most this server takes. Please try again in "
-                                    "a minute.")
+                pages = f"{self._running} HTML page{' is' if self._running == 1 else 's are'}"
+                raise DocumentError(f"'{name}' cannot be read now: {pages} being read and {len(self._waiting)} "
+                                    "wait, the most this server takes. Please try again in a minute.")
             self._waiting.append(token)
             try:
                 self._wait(token, cap_bytes, name, limits)

@@ -86,7 +86,7 @@ def test_reads_past_the_waiting_bound_are_refused_at_once(readers):
     threads = [read_in_thread(sleeping_page(0.5), f"p{i}.html", outcome) for i in range(3)]
     time.sleep(0.3)
     began = time.monotonic()
-    with pytest.raises(DocumentError, match=r"'late\.html' cannot be read now: 1 HTML pages are being read and 2 "
+    with pytest.raises(DocumentError, match=r"'late\.html' cannot be read now: 1 HTML page is being read and 2 "
                                             r"wait, the most this server takes"):
         read_document(sleeping_page(0.1), name="late.html")
     assert time.monotonic() - began < 0.2
