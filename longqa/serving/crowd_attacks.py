@@ -88,13 +88,18 @@ def children(pid: int) -> int:
 
 
 def folder_bytes(folder: Path) -> int:
-    total = 0
+    """Bytes of the files under `folder`, each file once: gradio renames an upload from a temporary name into its
+    own folder, and a walk during the rename could meet it under both names."""
+    seen, total = set(), 0
     for root, _, files in os.walk(folder):
         for name in files:
             try:
-                total += os.lstat(os.path.join(root, name)).st_size
+                info = os.lstat(os.path.join(root, name))
             except OSError:
-                pass
+                continue
+            if (info.st_dev, info.st_ino) not in seen:
+                seen.add((info.st_dev, info.st_ino))
+                total += info.st_size
     return total
 
 
