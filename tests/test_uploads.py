@@ -4,13 +4,15 @@ uploads making room, none deleted while read, each deleted after its time; and t
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 
 import pytest
 
 from longqa.serving.door import Door
 from longqa.serving.lane import LaneBusyError
-from longqa.serving.uploads import MIB, UploadRefused, UploadStore
+from longqa.serving.uploads import MIB, UploadGate, UploadRefused, UploadStore
 
 
 class Clock:
@@ -95,3 +97,41 @@ def test_the_door_counts_a_visitors_requests_under_every_key_it_has():
     assert door.inside("address:1") == 0
     with door.enter(()), door.enter(()), door.enter(()):  # anonymous calls are never counted
         pass
+
+
+def call_gate(gate: UploadGate, headers: dict, body: bytes = b"x") -> tuple[int, bytes]:
+    """One POST through the gate, as an ASGI server sends it: (status, body of the reply)."""
+    scope = {"type": "http", "method": "POST", "path": "/gradio_api/upload",
+             "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()]}
+    sent = []
+
+    async def receive():
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(message):
+        sent.append(message)
+
+    asyncio.run(gate(scope, receive, send))
+    status = next(m["status"] for m in sent if m["type"] == "http.response.start")
+    return status, b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+
+
+def test_the_gate_refuses_by_content_length_before_the_route_runs_and_records_what_it_wrote(tmp_path, clock):
+    store = UploadStore(total_bytes=100 * MIB, per_visitor_bytes=2 * MIB, clock=clock)
+    written = tmp_path / "h" / "a.txt"
+    routed = []
+
+    async def route(scope, receive, send):  # gradio's upload route: writes the file, answers with its path
+        routed.append(scope["path"])
+        written.parent.mkdir(exist_ok=True)
+        written.write_bytes(b"x" * MIB)
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": json.dumps([str(written)]).encode()})
+
+    gate = UploadGate(route, store, "/gradio_api/upload", visitor_of=lambda headers: headers.get("x-visitor"))
+    assert call_gate(gate, {"X-Visitor": "a"})[0] == 411 and not routed  # no length: no upload
+    assert call_gate(gate, {"Content-Length": str(MIB + 200), "X-Visitor": "a"})[0] == 200
+    assert store.is_known(str(written)) and store.held_bytes("a") == MIB
+    status, message = call_gate(gate, {"Content-Length": str(MIB + 200), "X-Visitor": "a"})
+    assert status == 413 and b"one visitor may hold" in message and len(routed) == 1
+    assert call_gate(gate, {"Content-Length": str(MIB + 200), "X-Visitor": "b"})[0] == 200  # another visitor
