@@ -971,8 +971,10 @@ def build_question_panel(ctx: AppContext) -> dict[str, Block]:
                 download_csv = gr.DownloadButton("History (CSV)", visible=False, size="sm", min_width=140,
                                                  elem_id="download-history")
             doc_table = gr.Dataframe(headers=ui_format.DOCUMENT_HEADERS, label="Documents read", interactive=False,
-                                     wrap=True)
-    examples = gr.Examples(example_rows(), inputs=[files, pasted, question, top_k], label=page_help.EXAMPLES_LABEL,
+                                     wrap=True, column_widths=["43%", "19%", "19%", "19%"])
+    rows = example_rows()
+    examples = gr.Examples(rows, inputs=[files, pasted, question, top_k], label=page_help.EXAMPLES_LABEL,
+                           example_labels=[row[2] for row in rows],  # the questions: a list that fits a phone
                            api_visibility="private")
 
     for trigger in (files.change, pasted.blur):

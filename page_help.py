@@ -26,7 +26,8 @@ MODEL_INFO = ("Hub models download on first use; one not in this machine's cache
 STRATEGIES_INFO = ("Tick the strategies to combine (they load in a fixed order). Those marked 'cannot run here' "
                    "say why; conflicting ones are refused with both names.")
 TOP_K_INFO = "How many answers to list, best first (the Top answers table)."
-EXAMPLES_LABEL = "Examples: bundled sample documents the demo model can answer offline (a click asks)"
+EXAMPLES_LABEL = ("Examples: questions about the bundled sample documents, which the demo model answers offline "
+                  "(a click loads the document and asks)")
 
 # Every term of art a readout, table or control shows, in plain words. Keys are the terms as the page writes them.
 GLOSSARY = {
