@@ -4,9 +4,11 @@ UI only: handlers reach the model through one backend (`longqa.backend.Backend`:
 Serve's `RaySession`) that plans a request, answers the plan, takes a training step, loads, and says whether a
 profile runs here; they format the typed readouts with `ui_format`, and turn domain errors into `gr.Error` (the only
 place that happens). The page is one small builder per panel, each wiring its own events; handlers return their
-values by name and the wiring hands them to gradio keyed by component. Imported, it builds `demo` without loading a
-model (the model loads on the first page visit or request; under ZeroGPU at import); `python app.py` builds its one
-context and page from the command line and loads the model before serving.
+values by name and the wiring hands them to gradio keyed by component. Each way of asking clears the answer area
+first and then says how the answer ended (found or not, an error's message, how far a Stop got), kept per page
+session in the context; the page's words for a first visit are `page_help`'s. Imported, it builds `demo` without
+loading a model (the model loads on the first page visit or request; under ZeroGPU at import); `python app.py`
+builds its one context and page from the command line and loads the model before serving.
 """
 
 from __future__ import annotations
@@ -1098,6 +1100,7 @@ def request_workers(ctx: AppContext) -> int:
 # ui_format's headers).
 ANSWER_COLUMN_WIDTHS = ["7%", "22%", "12%", "13%", "26%", "20%"]
 LOAD_COLUMN_WIDTHS = ["11%", "7%", "14%", "7%", "6%", "9%", "11%", "9%", "10%", "16%"]
+PROFILE_COLUMN_WIDTHS = ["12%", "20%", "28%", "7%", "7%", "26%"]  # profile ... runs here
 STRATEGY_COLUMN_WIDTHS = ["12%", "8%", "27%", "27%", "26%"]  # name, phase, saves, costs, requires: wrapped
 
 
@@ -1105,7 +1108,7 @@ def build_reference_panel(ctx: AppContext) -> None:
     """What each profile and strategy is, and which profiles run on this machine."""
     with gr.Accordion("Profiles and strategies", open=False):
         gr.Dataframe(profiles_frame(ctx.hardware, auto_profile(ctx)), label="Profiles on this machine",
-                     interactive=False, wrap=True)
+                     interactive=False, wrap=True, column_widths=PROFILE_COLUMN_WIDTHS)
         gr.Dataframe(strategies_frame(), label="Strategies", interactive=False, wrap=True,
                      column_widths=STRATEGY_COLUMN_WIDTHS)
 

@@ -15,8 +15,8 @@ import pytest
 import app
 import page_help
 import ui_format
-from longqa.models import DEFAULT_MODEL
-from longqa.session import Session
+from longqa.models import DEFAULT_MODEL, DEMO_MODEL_DIR
+from longqa.session import SAMPLES_DIR, Session
 from longqa_core.errors import Cancelled
 from strategies.hardware import CPU_ONLY
 from strategies.registry import strategy_cards
@@ -155,3 +155,22 @@ def test_every_term_of_art_the_page_shows_is_in_the_glossary():
         assert term in shown or term in page_help.INTRO, f"{term} is not shown: drop it from this list"
         assert term in glossary, f"{term} is shown but not explained"
     assert re.search(r"What is the .* of .*\?", page_help.INTRO) and "profile" in page_help.INTRO
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not any(DEMO_MODEL_DIR.glob("*.safetensors")), reason="the demo model has no weights yet")
+def test_the_demo_model_says_not_found_for_a_name_the_documents_never_mention():
+    ctx = app.make_context(Session(), models=["demo"], default_model="demo", default_profile="cpu")
+    app.ensure_loaded(ctx)
+    example = app.sample_examples()[0]
+    files = [str(SAMPLES_DIR / example["file"])]
+    handler = app.noting_outcome(ctx, app.bind(app.ask, ctx), OUTPUTS)
+    request = visitor("tab-demo")
+    asked_about = {}
+    for question in (example["question"], "What is the frequency of Zebulon Quarrimax?"):
+        out = handler(files, "", question, 1, "auto", [], None, "", request=request, progress=lambda *a, **k: None)
+        asked_about[question] = (out["answer"], app.show_outcome(ctx, out["history"], request=request)["status"])
+    answer, status = asked_about[example["question"]]
+    assert answer == example["answer"] and status.startswith("### Found")
+    answer, status = asked_about["What is the frequency of Zebulon Quarrimax?"]
+    assert status.startswith("### Not found in the documents") and "Not found in the documents" in answer
