@@ -13,6 +13,7 @@ import time
 import pytest
 
 import app
+import page_help
 from longqa.demo_model.demo_task import make_example
 from longqa.session import Session
 from tests.test_app_browser import CHROMIUM, CHROMIUM_ARGS, TIMEOUT_MS, launch, wait_until
@@ -225,3 +226,14 @@ def test_at_400_px_the_panels_stack_and_nothing_runs_off_the_side(browser, serve
     profile = page.get_by_label("Hardware profile", exact=True).bounding_box()
     model = page.get_by_label("Model", exact=True).bounding_box()
     assert model["y"] > profile["y"] + profile["height"] - 1, "the two pickers stack"
+
+
+def test_the_introductions_example_asks_in_one_click(browser, served):
+    page = open_page(browser, served[1])
+    example = app.first_example()
+    assert "profile" in page.locator("#intro").inner_text()
+    page.get_by_role("button", name=page_help.TRY_LABEL.format(question=example["question"]), exact=True).click()
+    wait_for_status(page, "confidence")
+    assert page.get_by_label("Question", exact=True).input_value() == example["question"]
+    assert example["file"] in page.get_by_role("grid", name="Documents read", exact=True).inner_text()
+    assert answer_shown(page)
