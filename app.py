@@ -508,7 +508,8 @@ def noting_outcome(ctx: AppContext, handler: Callable, outputs) -> Callable:
             if key is not None and key in ctx.stops and isinstance(cause, Cancelled):
                 remember(ctx.outcomes, key, Outcome(stopped=(cause.windows_done, cause.windows_total)))
                 return {name: gr.skip() for name in outputs}
-            remember(ctx.outcomes, key, Outcome(message=exc.message))
+            # the toast's message is HTML-escaped (`escape`); the answer area escapes the plain text itself
+            remember(ctx.outcomes, key, Outcome(message=html.unescape(str(exc.message))))
             raise
         finally:
             if key is not None:

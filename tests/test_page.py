@@ -73,6 +73,17 @@ def test_an_error_shows_its_message_in_the_answer_area_and_no_download(ctx):
     assert app.show_outcome(ctx, [], request=request)["status"] is not None  # told once, then left as it is
 
 
+def test_an_error_naming_a_file_shows_its_name_as_text_once_escaped(ctx, tmp_path):
+    request = visitor("tab-markup")
+    empty = tmp_path / "a<b>_notes.txt"
+    empty.write_text("", encoding="utf-8")
+    handler = app.noting_outcome(ctx, app.bind(app.ask, ctx), OUTPUTS)
+    with pytest.raises(gr.Error, match="a&lt;b&gt;_notes"):  # the toast renders HTML: escaped once
+        handler([str(empty)], "", "What?", 1, "auto", [], None, "", request=request, progress=lambda *a, **k: None)
+    status = app.show_outcome(ctx, [], request=request)["status"]
+    assert "a&lt;b&gt;\\_notes" in status and "&amp;" not in status  # Markdown shows the name as typed
+
+
 def test_stop_on_the_page_ends_the_answer_and_says_how_far_it_got(ctx, monkeypatch):
     request = visitor("tab-stop")
 
