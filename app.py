@@ -4,9 +4,11 @@ UI only: handlers reach the model through one backend (`longqa.backend.Backend`:
 Serve's `RaySession`) that plans a request, answers the plan, takes a training step, loads, and says whether a
 profile runs here; they format the typed readouts with `ui_format`, and turn domain errors into `gr.Error` (the only
 place that happens). The page is one small builder per panel, each wiring its own events; handlers return their
-values by name and the wiring hands them to gradio keyed by component. Imported, it builds `demo` without loading a
-model (the model loads on the first page visit or request; under ZeroGPU at import); `python app.py` builds its one
-context and page from the command line and loads the model before serving.
+values by name and the wiring hands them to gradio keyed by component. Each way of asking clears the answer area
+first and then says how the answer ended (found or not, an error's message, how far a Stop got), kept per page
+session in the context; the page's words for a first visit are `page_help`'s. Imported, it builds `demo` without
+loading a model (the model loads on the first page visit or request; under ZeroGPU at import); `python app.py`
+builds its one context and page from the command line and loads the model before serving.
 """
 
 from __future__ import annotations
@@ -16,12 +18,18 @@ import contextlib
 import functools
 import html
 import inspect
+import json
 import os
+import shutil
 import signal
 import sys
+import tempfile
+import time
 import traceback
 import uuid
+from collections import OrderedDict
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable
 
 import gradio as gr
@@ -38,11 +46,12 @@ from gradio.exceptions import InvalidPathError
 from pydantic import ValidationError
 from starlette.middleware import Middleware
 
+import page_help
 import ui_format
 from plan_panel import build_plan_panel
 from longqa.arguments import positive_int
 from longqa.backend import Backend
-from longqa.models import DEFAULT_MODEL, KNOWN_MODELS
+from longqa.models import DEFAULT_MODEL, KNOWN_MODELS, is_offline, needs_download
 from longqa.readout import Readout
 from longqa.serving import policy
 from longqa.serving.door import Door
@@ -52,14 +61,15 @@ from longqa.serving.uploads import (DEFAULT_KEEP_S, DEFAULT_PER_VISITOR_BYTES, D
                                     UploadStore, sweeping)
 from longqa.session import NO_MODEL, SAMPLES_DIR, Session, read_request, sample_examples
 from longqa_core.documents import SUPPORTED_EXTENSIONS
-from longqa_core.errors import DocumentError, InputError, LongQAError, ModelLoadError, ProfileError
+from longqa_core.errors import Cancelled, DocumentError, InputError, LongQAError, ModelLoadError, ProfileError
 from longqa_core.gpu_devices import gpu_snapshot
 from longqa_core.html_files import READERS as HTML_READERS
 from longqa_core.limits import DEFAULT_MAX_TOTAL_TOKENS, whole_number
 from longqa_core.reading import DEFAULT_READING, READING_MODES
 from strategies.hardware import Hardware, detect_hardware
-from strategies.profiles import PROFILES, Profile, describe_profiles, get_profile, profile_choices
-from strategies.registry import strategy_cards
+from strategies.profiles import (PROFILES, Profile, custom_profile, describe_profiles, device_for, get_profile,
+                                 profile_choices)
+from strategies.registry import make_strategy, strategy_cards
 
 ZERO_GPU = os.environ.get("SPACES_ZERO_GPU", "").lower() in ("1", "t", "true")  # as the `spaces` package reads it
 # GPU functions then run in a forked worker: what their forward passes measured comes back in the readout.
@@ -79,9 +89,16 @@ DEFAULT_TOP_K = 3
 DEFAULT_TRAINING_WINDOW = 512
 GPU_REFRESH_S = 2.0
 PICK_MODEL = "Pick a model or profile above."  # after a message saying why no model is loaded
+MAX_VISITOR_NOTES = 256  # visitors whose last outcome or Stop the page keeps (the oldest go first)
+DOWNLOADS_KEEP_S = 3600.0  # a download file is removed after an hour (gradio serves its own copy)
 CSS = """
 #best-answer textarea { font-size: 1.8rem !important; font-weight: 600; line-height: 1.3; }
 #banner { border: 2px solid #f59e0b; border-radius: 8px; padding: 0.25rem 1rem; background: #fffbeb; }
+#answer-status h3 { margin: 0 0 0.2rem 0; }
+#answer-status, #load-status { min-height: 2.5rem; }
+/* a phone: nothing wider than the screen; long words and cells wrap */
+.gradio-container { overflow-wrap: anywhere; }
+@media (max-width: 640px) { .gradio-container { padding-left: 4px !important; padding-right: 4px !important; } }
 """
 
 
@@ -103,6 +120,10 @@ class AppContext:
     uploads: UploadStore = field(default_factory=UploadStore)  # the uploads on disk, bounded and deleted
     visitor_header: str | None = None  # the proxy's header naming the visitor's address (None: a direct connection)
     key: str = field(default_factory=lambda: uuid.uuid4().hex)  # how GPU functions find this context
+    # Per page session (gradio's session hash), bounded: how its last request ended, for the answer area (an error's
+    # message, a Stop, or the readout), and when it last pressed Stop.
+    outcomes: OrderedDict = field(default_factory=OrderedDict)
+    stops: OrderedDict = field(default_factory=OrderedDict)
 
     @property
     def selection(self) -> dict:
@@ -285,6 +306,25 @@ def check_model_allowed(ctx: AppContext, model_ref: str) -> None:
                              f"{str(model_ref)[:200]!r} is not one of them.")
 
 
+def check_model_reachable(model_ref: str) -> None:
+    """A Hub model that is not in the local cache while downloads are off is refused in plain words before the
+    loader tries (the default model still falls back to the demo model there, as the loader decides)."""
+    if model_ref != DEFAULT_MODEL and is_offline() and needs_download(model_ref):
+        raise ModelLoadError(f"Could not fetch {model_ref!r} from the Hugging Face Hub: it is not in this machine's "
+                             "cache, and downloads are off here (HF_HUB_OFFLINE is set). Pick a model not marked "
+                             "'cannot load here', such as the bundled demo model.")
+
+
+def model_note(ref: str) -> str:
+    """What the Model dropdown adds to a model's name: that it cannot load here (offline, not in the cache), or
+    that its first load downloads it; nothing for a model on disk."""
+    if not needs_download(ref):
+        return ""
+    if is_offline():
+        return " (cannot load here: not in the local cache, and downloads are off)"
+    return " (not in the local cache: the first load downloads it from the Hub)"
+
+
 def current_model(ctx: AppContext) -> str:
     session = ctx.session
     if session.loaded is None:
@@ -306,6 +346,7 @@ def load_selection(ctx: AppContext, profile_name: str, model_ref: str, strategie
     on_progress = (lambda fraction, message: progress(fraction, desc=message)) if progress else None
     try:
         check_model_allowed(ctx, model_ref)
+        check_model_reachable(model_ref)
         profile = ctx.session.runnable_profile(profile_name, strategies)
         ctx.session.load(model_ref, profile, on_progress=on_progress, fallback_to_demo=model_ref == DEFAULT_MODEL,
                          force=profile.name == "custom",
@@ -345,6 +386,17 @@ def banner(ctx: AppContext) -> dict:
     return gr.update(value=text, visible=True)
 
 
+def load_status(ctx: AppContext) -> str:
+    """One line over the page: what is loaded now, and how long its load took."""
+    loaded = ctx.session.loaded
+    if loaded is None:
+        return "**No model loaded yet.**"
+    readout = loaded.readout
+    return (f"Loaded **{ui_format.escape_markdown(ctx.session.model_ref)}** with profile "
+            f"**{ui_format.escape_markdown(ctx.session.profile_name)}** in "
+            f"{ui_format.format_seconds(readout.load_time_s)}.")
+
+
 def load_outputs(ctx: AppContext) -> dict:
     """The banner and the load readout (table and JSON) for the model loaded now."""
     loaded = ctx.session.loaded
@@ -373,7 +425,7 @@ def on_page_load(ctx: AppContext, progress=gr.Progress()) -> dict:
         ensure_loaded(ctx, progress)
     except LongQAError:
         pass  # the banner shows why; the page stays usable to pick another model
-    return {**shown_selection(ctx), "seen": seen_now(ctx), **load_outputs(ctx)}
+    return {**shown_selection(ctx), "seen": seen_now(ctx), **load_outputs(ctx), "load_status": load_status(ctx)}
 
 
 def load_profile(ctx: AppContext, profile_name: str, model_ref: str, strategies=None, seen=None,
@@ -389,9 +441,19 @@ def load_profile(ctx: AppContext, profile_name: str, model_ref: str, strategies=
     return {"seen": seen_now(ctx), **load_outputs(ctx)}
 
 
+def start_loading(ctx: AppContext, profile_name: str, model_ref: str) -> dict:
+    """The moment a reload is asked for: say what is loading, and disable asking until it ends (`show_loaded`)."""
+    wanted = model_ref or ctx.selection["model"]
+    return {"load_status": f"**Loading {ui_format.escape_markdown(wanted)} with profile "
+                           f"{ui_format.escape_markdown(profile_name)}…** Ask is disabled until it ends.",
+            "ask": gr.update(interactive=False), "full": gr.update(interactive=False)}
+
+
 def show_loaded(ctx: AppContext) -> dict:
-    """After a load, done or refused: the dropdowns and the readouts show what is loaded now."""
-    return {**shown_selection(ctx), **load_outputs(ctx)}
+    """After a load, done or refused: the dropdowns, the readouts and the line over the page show what is loaded
+    now, and asking is enabled again."""
+    return {**shown_selection(ctx), **load_outputs(ctx), "load_status": load_status(ctx),
+            "ask": gr.update(interactive=True), "full": gr.update(interactive=True)}
 
 
 def seen_now(ctx: AppContext) -> dict:
@@ -487,11 +549,79 @@ def model_turn(ctx: AppContext, request: gr.Request | None, progress=None, *, ex
 @contextlib.contextmanager
 def request_turn(ctx: AppContext, request: gr.Request | None, progress=None, *, windows: int = 0):
     """This answer's place in the lane (`policy.request_turn`: turns on the model between batches), with the wait
-    shown as progress; yields the key of its stop check and runner wrapper, and its ticket. Under ZeroGPU the read
-    runs in a forked worker that cannot take turns with this process's lane: it holds one turn throughout."""
-    with policy.request_turn(ctx.lane, visitor_keys(ctx, request), abandonment_check(), waiting_shown(progress),
-                             windows=windows, whole=ZERO_GPU) as (key, ticket):
+    shown as progress; yields the key of its stop check and runner wrapper, and its ticket. It stops when abandoned
+    or when its page session presses Stop. Under ZeroGPU the read runs in a forked worker that cannot take turns
+    with this process's lane: it holds one turn throughout."""
+    is_abandoned, stop_pressed = abandonment_check(), stop_check(ctx, request)
+    with policy.request_turn(ctx.lane, visitor_keys(ctx, request), lambda: is_abandoned() or stop_pressed(),
+                             waiting_shown(progress), windows=windows, whole=ZERO_GPU) as (key, ticket):
         yield key, ticket
+
+
+def page_session(request: gr.Request | None) -> str | None:
+    """The page session (browser tab) a request comes from: gradio's session hash, or None for a direct call."""
+    return getattr(request, "session_hash", None) or None
+
+
+def remember(notes: OrderedDict, key: str | None, value) -> None:
+    """Keep `value` for page session `key`, forgetting the oldest sessions past MAX_VISITOR_NOTES."""
+    if key is None:
+        return
+    notes[key] = value
+    notes.move_to_end(key)
+    while len(notes) > MAX_VISITOR_NOTES:
+        notes.popitem(last=False)
+
+
+def press_stop(ctx: AppContext, request: gr.Request = None) -> None:
+    """Stop: the answer this page session is running ends before its next batch of windows, and says how far it
+    got (the page's own Stop; an API client cancels its job instead). `noting_outcome` forgets it when the next
+    answer begins."""
+    remember(ctx.stops, page_session(request), time.monotonic())
+
+
+def stop_check(ctx: AppContext, request: gr.Request | None) -> Callable[[], bool]:
+    """Whether this page session pressed Stop during its current answer."""
+    key = page_session(request)
+    return lambda: key is not None and key in ctx.stops
+
+
+def noting_outcome(ctx: AppContext, handler: Callable, outputs) -> Callable:
+    """`handler` (an answer through the page) keeping how it ended for the answer area (`show_outcome`): an error's
+    message, raised on as before; a Stop of this page session, after which every output is left as it was; the
+    handler notes its readout itself. Same signature and hints."""
+    signature = inspect.signature(handler)
+
+    @functools.wraps(handler)
+    def noted(*args, **kwargs):
+        key = page_session(signature.bind_partial(*args, **kwargs).arguments.get("request"))
+        if key is not None:
+            ctx.stops.pop(key, None)  # a Stop pressed before this answer began is not for it
+        try:
+            return handler(*args, **kwargs)
+        except gr.Error as exc:
+            cause = exc.__cause__
+            if key is not None and key in ctx.stops and isinstance(cause, Cancelled):
+                remember(ctx.outcomes, key, Outcome(stopped=(cause.windows_done, cause.windows_total)))
+                return {name: gr.skip() for name in outputs}
+            # the toast's message is HTML-escaped (`escape`); the answer area escapes the plain text itself
+            remember(ctx.outcomes, key, Outcome(message=html.unescape(str(exc.message))))
+            raise
+        finally:
+            if key is not None:
+                ctx.stops.pop(key, None)
+
+    return noted
+
+
+@dataclass
+class Outcome:
+    """How a page session's last request ended, for the answer area: its readout, or the message it ended with
+    (an error's), or how far it got before Stop."""
+
+    readout: Readout | None = None
+    message: str | None = None
+    stopped: tuple[int, int] | None = None  # (windows read, windows planned)
 
 
 def waiting_shown(progress) -> Callable[[int], None]:
@@ -626,6 +756,7 @@ def ask(ctx: AppContext, files, pasted_text, question, top_k, reading, history, 
         result.notices.insert(0, changed)
     for notice in result.notices:
         gr.Warning(escape(notice))
+    remember(ctx.outcomes, page_session(request), Outcome(readout=readout))  # for the page's answer area
     history = [*(history or []), ui_format.history_entry(readout, len(history or []) + 1)]
     plotted = ui_format.history_frame(history)  # the plots' data: one bar per run
     best = result.answers[0] if result.answers else None
@@ -655,6 +786,55 @@ def ask_in_full(ctx: AppContext, files, pasted_text, question, top_k, history, s
                 request: gr.Request = None, progress=gr.Progress()) -> dict:
     """The same question read in full ("Read the whole document"): every window, whatever the ranking says."""
     return ask(ctx, files, pasted_text, question, top_k, "full", history, seen, no_answer_below, request, progress)
+
+
+NO_DOWNLOAD = gr.update(value=None, visible=False)
+CLEARED = {"answer": "", "evidence": None, "readout": None, "download_json": NO_DOWNLOAD, "download_csv": NO_DOWNLOAD}
+CLEARED_TABLES = {"answers": ui_format.ANSWER_HEADERS, "latency": ui_format.LATENCY_HEADERS,
+                  "memory": ui_format.MEMORY_HEADERS, "run": ui_format.RUN_HEADERS}
+
+
+def clear_answer(status: str) -> dict:
+    """What a new question or new documents do to the answer area before anything runs: no previous answer, its
+    evidence, readouts or downloads left showing; `status` says why."""
+    tables = {name: pd.DataFrame([], columns=headers) for name, headers in CLEARED_TABLES.items()}
+    return {"status": status, **CLEARED, **tables}
+
+
+def show_outcome(ctx: AppContext, history, request: gr.Request = None) -> dict:
+    """After an answer through the page: over the answer, whether it was found (or the error's message, or how far
+    a Stop got), and the readout and history to download."""
+    outcome = ctx.outcomes.pop(page_session(request), None)
+    if outcome is None:
+        return {"status": gr.skip(), "download_json": gr.skip(), "download_csv": gr.skip()}
+    if outcome.readout is None:
+        status = (ui_format.stopped_status(*outcome.stopped) if outcome.stopped is not None
+                  else ui_format.failed_status(outcome.message or "The request failed."))
+        return {"status": status, "download_json": NO_DOWNLOAD, "download_csv": NO_DOWNLOAD}
+    folder = download_folder()
+    readout_path = folder / "longqa-readout.json"
+    readout_path.write_text(json.dumps(outcome.readout.to_json(), indent=2, ensure_ascii=False), encoding="utf-8")
+    history_path = folder / "longqa-history.csv"
+    pd.DataFrame(ui_format.history_rows(history or []), columns=ui_format.HISTORY_HEADERS).to_csv(history_path,
+                                                                                                  index=False)
+    return {"status": ui_format.answer_status(outcome.readout.result),
+            "download_json": gr.update(value=str(readout_path), visible=True),
+            "download_csv": gr.update(value=str(history_path), visible=True)}
+
+
+DOWNLOADS_DIR = Path(tempfile.gettempdir()) / "longqa-downloads"
+
+
+def download_folder() -> Path:
+    """A new folder for one answer's downloads (gradio serves its own copy); folders older than DOWNLOADS_KEEP_S
+    go."""
+    DOWNLOADS_DIR.mkdir(parents=True, exist_ok=True)
+    now = time.time()
+    for old in DOWNLOADS_DIR.iterdir():
+        with contextlib.suppress(OSError):
+            if now - old.stat().st_mtime > DOWNLOADS_KEEP_S:
+                shutil.rmtree(old)
+    return Path(tempfile.mkdtemp(dir=DOWNLOADS_DIR))
 
 
 def reading_or_default(value) -> str:
@@ -716,7 +896,9 @@ def example_rows(per_file: int = 2) -> list[list]:
 
 
 def model_choices(ctx: AppContext) -> list[tuple[str, str]]:
-    return [(f"{ref}: {KNOWN_MODELS.get(ref, 'given with --model')}", ref) for ref in ctx.models]
+    """The models the page may load, each with what it is and, where it is not on this machine, whether it can
+    load here (`model_note`)."""
+    return [(f"{ref}: {KNOWN_MODELS.get(ref, 'given with --model')}{model_note(ref)}", ref) for ref in ctx.models]
 
 
 def profiles_frame(hardware: Hardware, auto: Profile | None = None) -> pd.DataFrame:
@@ -759,88 +941,167 @@ def listen(trigger, handler: Callable, *, outputs: dict[str, Block], **event):
     return trigger(keyed(handler, outputs), outputs=list(outputs.values()), **event)
 
 
-def build_model_panel(ctx: AppContext, demo: gr.Blocks, seen: gr.State) -> None:
-    """The notice, the profile and model pickers, and the load readout; loads on a visit and on each pick."""
+def strategy_choices(hardware: Hardware) -> list[tuple[str, str]]:
+    """The custom strategies as the checkbox group shows them: each with what it does, and, where this machine
+    cannot run it (a GPU-only strategy on a CPU, a kernel this torch build lacks), why."""
+    choices = []
+    for card in strategy_cards():
+        device = device_for(custom_profile([card["name"]]), hardware)  # where `custom` would put the model here
+        reason = make_strategy(card["name"], hardware, device).unavailable_reason(hardware)
+        why_not = f" (cannot run here: {reason})" if reason else ""
+        choices.append((f"{card['name']}: {card['description']}{why_not}", card["name"]))
+    return choices
+
+
+def first_example() -> dict:
+    """The bundled example the introduction offers to try: its document and question."""
+    return sample_examples()[0]
+
+
+def fill_first_example() -> dict:
+    """The introduction's example clicked: its bundled document and question in the inputs, pasted text cleared."""
+    example = first_example()
+    return {"files": [str(SAMPLES_DIR / example["file"])], "pasted": "", "question": example["question"]}
+
+
+def build_intro() -> dict[str, Block]:
+    """What the page does, what the demo model answers (with one example to click) and what a profile is; the
+    glossary of every term of art the page shows."""
+    gr.Markdown(f"{page_help.TITLE}\n{page_help.INTRO}", elem_id="intro")
+    with gr.Row():
+        try_btn = gr.Button(page_help.TRY_LABEL.format(question=first_example()["question"]), size="sm",
+                            elem_id="try-example", min_width=300)
+        with gr.Column(min_width=300):
+            with gr.Accordion("Glossary: the terms on this page", open=False, elem_id="glossary"):
+                gr.Markdown(page_help.glossary_markdown())
+    return {"try": try_btn}
+
+
+def build_model_panel(ctx: AppContext) -> dict[str, Block]:
+    """The notice, the profile and model pickers, the line saying what is loaded (or loading), and the custom
+    strategies. The load readout (table and JSON) is made here and placed lower on the page (`render`)."""
     banner_box = gr.Markdown(visible=False, elem_id="banner", label="Notice")
     with gr.Row():
         locked = " Fixed on this deployment." if ctx.lock_profile else ""
         profile_dd = gr.Dropdown(profile_choices(ctx.hardware, auto_profile(ctx)), value=ctx.selection["profile"],
-                                 label="Hardware profile", info=f"Detected: {ctx.hardware.describe()}.{locked}",
-                                 interactive=not ctx.lock_profile, scale=2)
+                                 label="Hardware profile",
+                                 info=f"{page_help.PROFILE_INFO} Detected: {ctx.hardware.describe()}.{locked}",
+                                 interactive=not ctx.lock_profile, scale=2, min_width=300)
         model_dd = gr.Dropdown(model_choices(ctx), value=ctx.selection["model"], label="Model",
-                               interactive=not ctx.lock_profile, scale=2)
+                               info=page_help.MODEL_INFO, interactive=not ctx.lock_profile, scale=2, min_width=300)
+    status = gr.Markdown(load_status(ctx), elem_id="load-status")
     with gr.Row():
-        strategies_cb = gr.CheckboxGroup(
-            [(f"{card['name']}: {card['description']}", card["name"]) for card in strategy_cards()],
-            label="Custom strategies", visible=False, scale=4)
-        apply_btn = gr.Button("Load custom profile", visible=False, scale=1)
-    load_table = gr.Dataframe(headers=ui_format.LOAD_HEADERS, label="Load readout", interactive=False)
-    with gr.Accordion("Load readout (JSON)", open=False):
-        load_json = gr.JSON(label="Load readout (JSON)")
+        strategies_cb = gr.CheckboxGroup(strategy_choices(ctx.hardware), label="Custom strategies",
+                                         info=page_help.STRATEGIES_INFO, visible=False, scale=4, min_width=300)
+        apply_btn = gr.Button("Load custom profile", visible=False, scale=1, min_width=160)
+    load_table = gr.Dataframe(headers=ui_format.LOAD_HEADERS, label="Load readout", interactive=False, wrap=True,
+                              render=False, column_widths=LOAD_COLUMN_WIDTHS)
+    load_json = gr.JSON(label="Load readout (JSON)", render=False)
+    return {"banner": banner_box, "profile": profile_dd, "model": model_dd, "load_status": status,
+            "strategies": strategies_cb, "apply": apply_btn, "load_table": load_table, "load_json": load_json}
 
-    readouts = {"banner": banner_box, "load_table": load_table, "load_json": load_json}
-    selection = {"profile": profile_dd, "model": model_dd, "strategies": strategies_cb}
-    listen(demo.load, bind(on_page_load, ctx), outputs={**selection, "seen": seen, **readouts},
-           concurrency_limit=None, api_visibility="private", show_progress_on=[load_table])
-    listen(profile_dd.change, show_custom_controls, inputs=profile_dd,
-           outputs={"strategies": strategies_cb, "apply": apply_btn}, queue=False, api_visibility="private")
+
+def wire_model_panel(ctx: AppContext, demo: gr.Blocks, seen: gr.State, model: dict[str, Block],
+                     question: dict[str, Block]) -> None:
+    """Load on a visit and on each pick: while a reload runs, the line over the page says what is loading (its
+    progress shows the elapsed time) and Ask is disabled."""
+    readouts = {name: model[name] for name in ("banner", "load_table", "load_json")}
+    selection = {name: model[name] for name in ("profile", "model", "strategies")}
+    after = {**selection, **readouts, "load_status": model["load_status"], "ask": question["ask"],
+             "full": question["full"]}
+    listen(demo.load, bind(on_page_load, ctx),
+           outputs={**selection, "seen": seen, **readouts, "load_status": model["load_status"]},
+           concurrency_limit=None, api_visibility="private", show_progress_on=[model["load_status"]])
+    listen(model["profile"].change, show_custom_controls, inputs=model["profile"],
+           outputs={"strategies": model["strategies"], "apply": model["apply"]}, queue=False,
+           api_visibility="private")
     # `select`, not `input`: a dropdown fires `input` twice per pick in gradio 6.31 (two loads, two errors).
-    for trigger, api_name in ((profile_dd.select, "load_profile"), (model_dd.select, None), (apply_btn.click, None)):
-        loading = listen(trigger, bind(load_profile, ctx), inputs=[profile_dd, model_dd, strategies_cb, seen],
+    for trigger, api_name in ((model["profile"].select, "load_profile"), (model["model"].select, None),
+                              (model["apply"].click, None)):
+        starting = listen(trigger, bind(start_loading, ctx), inputs=[model["profile"], model["model"]],
+                          outputs={"load_status": model["load_status"], "ask": question["ask"],
+                                   "full": question["full"]}, queue=False, api_visibility="private",
+                          show_progress="hidden")
+        loading = listen(starting.then, bind(load_profile, ctx),
+                         inputs=[model["profile"], model["model"], model["strategies"], seen],
                          outputs={"seen": seen, **readouts}, concurrency_id=MODEL_CONCURRENCY, api_name=api_name,
-                         show_progress_on=[load_table], api_visibility="public" if api_name else "private")
+                         show_progress_on=[model["load_status"]], api_visibility="public" if api_name else "private")
         # done or refused, the dropdowns then show what is loaded: the demo model after a fallback, the previous
         # choice after a refusal, and what `auto` picked (`then` alone would not run after a refusal)
         for outcome in (loading.success, loading.failure):
-            listen(outcome, bind(show_loaded, ctx), outputs={**selection, **readouts}, api_visibility="private")
+            listen(outcome, bind(show_loaded, ctx), outputs=after, api_visibility="private")
 
 
 def build_question_panel(ctx: AppContext) -> dict[str, Block]:
-    """Documents, question and top-k, the Ask and Stop buttons, and the documents' preview (updated as they
-    change). The answer panel wires Ask and Stop."""
-    with gr.Row():
-        with gr.Column():
+    """Side by side (one above the other on a phone): the documents, the question, Ask and Stop, and the reading
+    options; and the answer area right beside them, on the first screen: whether the answer was found, the answer
+    with a copy button, its passage with the answer highlighted, the downloads, and the documents' preview
+    (updated as they change). The answer panel wires Ask and Stop."""
+    with gr.Row(elem_id="ask-row"):
+        with gr.Column(min_width=320):
             files = gr.File(file_count="multiple", file_types=list(SUPPORTED_EXTENSIONS), type="filepath",
-                            label="Documents", elem_id="documents")
-            pasted = gr.Textbox(label="Or paste text", lines=6, placeholder="Paste a document here")
-        with gr.Column():
-            question = gr.Textbox(label="Question", placeholder="What is the frequency of Chiomklian Oustklaeth?")
-            top_k = accept_counts_as_text(gr.Slider(1, 10, value=DEFAULT_TOP_K, step=1, label="Top-k answers"))
-            reading = gr.Radio(list(READING_MODES), value=DEFAULT_READING, label="Reading",
-                               info="auto: guided past a few windows; guided: read where the question's words "
-                                    "point, more while the answer is weak; full: every window")
-            no_answer_below = gr.Textbox("", label="Not-found threshold (optional)", placeholder="e.g. 0.001",
-                                         elem_id=LATER_INPUT,
-                                         info="say 'not found' when the best answer scores under this (between 0 "
-                                              "and 1); empty: the model's own rule, where it has one")
+                            label="Documents", elem_id="documents", height=140)
+            pasted = gr.Textbox(label="Or paste text", lines=3, max_lines=8, placeholder="Paste a document here")
+            question = gr.Textbox(label="Question",  # no `info`: it would join the label, which tests select by
+                                  placeholder="What is the frequency of Chiomklian Oustklaeth? (Enter asks)")
             with gr.Row():
-                ask_btn = gr.Button("Ask", variant="primary")
-                full_btn = gr.Button("Read the whole document")
-                stop_btn = gr.Button("Stop")
-            doc_table = gr.Dataframe(headers=ui_format.DOCUMENT_HEADERS, label="Documents read", interactive=False)
-    gr.Examples(example_rows(), inputs=[files, pasted, question, top_k],
-                label="Examples: bundled sample documents the demo model can answer offline")
+                ask_btn = gr.Button("Ask", variant="primary", min_width=90)
+                full_btn = gr.Button("Read the whole document", min_width=90)
+                stop_btn = gr.Button("Stop", variant="stop", min_width=90)
+            with gr.Accordion("Reading options", open=False):
+                top_k = accept_counts_as_text(gr.Slider(1, 10, value=DEFAULT_TOP_K, step=1, label="Top-k answers",
+                                                        info=page_help.TOP_K_INFO))
+                reading = gr.Radio(list(READING_MODES), value=DEFAULT_READING, label="Reading",
+                                   info="auto: guided past a few windows; guided: read where the question's words "
+                                        "point, more while the answer is weak; full: every window")
+                no_answer_below = gr.Textbox("", label="Not-found threshold (optional)", placeholder="e.g. 0.001",
+                                             elem_id=LATER_INPUT,
+                                             info="say 'not found' when the best answer scores under this (between "
+                                                  "0 and 1); empty: the model's own rule, where it has one")
+        with gr.Column(min_width=320):
+            status = gr.Markdown(ui_format.NO_ANSWER_YET, elem_id="answer-status")
+            answer_box = gr.Textbox(label="Answer", interactive=False, elem_id="best-answer", buttons=["copy"])
+            evidence_box = gr.HighlightedText(label="Evidence: the answer in its passage", elem_id="evidence",
+                                              color_map={"answer": "yellow"}, show_legend=False,
+                                              show_inline_category=False)
+            with gr.Row():
+                download_json = gr.DownloadButton("Readout (JSON)", visible=False, size="sm", min_width=140,
+                                                  elem_id="download-readout")
+                download_csv = gr.DownloadButton("History (CSV)", visible=False, size="sm", min_width=140,
+                                                 elem_id="download-history")
+            doc_table = gr.Dataframe(headers=ui_format.DOCUMENT_HEADERS, label="Documents read", interactive=False,
+                                     wrap=True, column_widths=["43%", "19%", "19%", "19%"])
+    rows = example_rows()
+    examples = gr.Examples(rows, inputs=[files, pasted, question, top_k], label=page_help.EXAMPLES_LABEL,
+                           example_labels=[row[2] for row in rows],  # the questions: a list that fits a phone
+                           api_visibility="private")
 
     for trigger in (files.change, pasted.blur):
         trigger(bind(preview_documents, ctx), inputs=[files, pasted, question], outputs=doc_table,
                 api_visibility="private")
     return {"files": files, "pasted": pasted, "question": question, "top_k": top_k, "reading": reading,
-            "no_answer_below": no_answer_below, "ask": ask_btn, "full": full_btn, "stop": stop_btn, "documents": doc_table}
+            "no_answer_below": no_answer_below, "ask": ask_btn, "full": full_btn, "stop": stop_btn,
+            "documents": doc_table, "examples": examples, "status": status, "answer": answer_box,
+            "evidence": evidence_box, "download_json": download_json, "download_csv": download_csv}
 
 
-def build_answer_panel(ctx: AppContext, question: dict[str, Block], seen: gr.State) -> None:
-    """The best answer, the top answers with their evidence, latency, memory and run readouts, the live GPU gauge,
-    the run history, and the full readout: all that one answer updates, so Ask and Stop are wired here."""
+def build_answer_panel(ctx: AppContext, question: dict[str, Block], seen: gr.State,
+                       intro: dict[str, Block]) -> None:
+    """The top answers, latency, memory and run readouts, the live GPU gauge, the run history, and the full readout:
+    all that one answer updates with the answer area, so Ask, Stop, the examples and the introduction's example
+    are wired here. Each way of asking first clears the previous answer, and after it the answer area says how it
+    ended."""
     has_gpu = bool(ctx.hardware.usable_gpus)
-    answer_box = gr.Textbox(label="Answer", interactive=False, elem_id="best-answer")
     with gr.Row():
-        answers_table = gr.Dataframe(headers=ui_format.ANSWER_HEADERS, label="Top answers", interactive=False)
-        evidence_box = gr.HighlightedText(label="Evidence", elem_id="evidence", color_map={"answer": "yellow"},
-                                          show_legend=False, show_inline_category=False)
+        answers_table = gr.Dataframe(headers=ui_format.ANSWER_HEADERS, label="Top answers", interactive=False,
+                                     wrap=True, min_width=320, scale=3, column_widths=ANSWER_COLUMN_WIDTHS)
+        run_table = gr.Dataframe(headers=ui_format.RUN_HEADERS, label="Run", interactive=False, wrap=True,
+                                 min_width=320, scale=2, column_widths=["30%", "70%"])
     with gr.Row():
-        latency_table = gr.Dataframe(headers=ui_format.LATENCY_HEADERS, label="Latency by stage", interactive=False)
-        run_table = gr.Dataframe(headers=ui_format.RUN_HEADERS, label="Run", interactive=False)
-    memory_table = gr.Dataframe(headers=ui_format.MEMORY_HEADERS, label="Memory", interactive=False)
+        latency_table = gr.Dataframe(headers=ui_format.LATENCY_HEADERS, label="Latency by stage", interactive=False,
+                                     wrap=True, min_width=320, scale=2)
+        memory_table = gr.Dataframe(headers=ui_format.MEMORY_HEADERS, label="Memory", interactive=False, wrap=True,
+                                    min_width=320, scale=3, column_widths=["24%", "22%", "22%", "16%", "16%"])
     gauge = gr.Label(label="Live GPU memory (NVML)", visible=has_gpu)
     timer = gr.Timer(GPU_REFRESH_S, active=has_gpu)
     history = build_history_panel()
@@ -853,20 +1114,43 @@ def build_answer_panel(ctx: AppContext, question: dict[str, Block], seen: gr.Sta
               history["history"], seen, question["no_answer_below"]]
     in_full = [question["files"], question["pasted"], question["question"], question["top_k"], history["history"],
                seen, question["no_answer_below"]]
-    outputs = {"documents": question["documents"], "answer": answer_box, "answers": answers_table,
-               "evidence": evidence_box, "latency": latency_table, "memory": memory_table, "run": run_table,
+    outputs = {"documents": question["documents"], "answer": question["answer"], "answers": answers_table,
+               "evidence": question["evidence"], "latency": latency_table, "memory": memory_table, "run": run_table,
                **history, "seen": seen,
                "readout": readout_json}  # last: API clients take the readout as `*_, readout = predict(...)`
+    cleared = {"status": question["status"], "answer": question["answer"], "evidence": question["evidence"],
+               "answers": answers_table, "latency": latency_table, "memory": memory_table, "run": run_table,
+               "readout": readout_json, "download_json": question["download_json"],
+               "download_csv": question["download_csv"]}
+    ended = {name: question[name] for name in ("status", "download_json", "download_csv")}
     # Every event of the requests group names the same limit: gradio lowers a group to its smallest one.
     request = dict(concurrency_id=REQUEST_CONCURRENCY, concurrency_limit=request_workers(ctx),
-                   show_progress_on=[answer_box])
-    asking = listen(question["ask"].click, bind(ask, ctx), inputs=inputs, outputs=outputs, api_name="ask",
-                    **request)
-    submitting = listen(question["question"].submit, bind(ask, ctx), inputs=inputs, outputs=outputs,
-                        api_visibility="private", **request)
-    reading_all = listen(question["full"].click, bind(ask_in_full, ctx), inputs=in_full, outputs=outputs,
-                         api_visibility="private", **request)
-    question["stop"].click(None, cancels=[asking, submitting, reading_all])
+                   show_progress_on=[question["answer"]])
+
+    def asks_after(trigger, handler, handler_inputs, **event):
+        """`trigger` clears the answer area, then asks with `handler`, then says how it ended."""
+        clearing = listen(trigger, lambda: clear_answer(ui_format.ASKING_STATUS), outputs=cleared, queue=False,
+                          show_progress="hidden", api_visibility="private")
+        asking = listen(clearing.then, noting_outcome(ctx, bind(handler, ctx), outputs), inputs=handler_inputs,
+                        outputs=outputs, **request, **event)
+        for outcome in (asking.success, asking.failure):  # `then` alone would not run after an error
+            listen(outcome, bind(show_outcome, ctx), inputs=history["history"], outputs=ended, queue=False,
+                   show_progress="hidden", api_visibility="private")
+
+    asks_after(question["ask"].click, ask, inputs, api_name="ask")
+    asks_after(question["question"].submit, ask, inputs, api_visibility="private")
+    asks_after(question["full"].click, ask_in_full, in_full, api_visibility="private")
+    asks_after(question["examples"].load_input_event.then, ask, inputs, api_visibility="private")
+    filling = listen(intro["try"].click, fill_first_example, outputs={name: question[name] for name in
+                                                                      ("files", "pasted", "question")},
+                     queue=False, api_visibility="private")
+    asks_after(filling.then, ask, inputs, api_visibility="private")
+    question["stop"].click(bind(press_stop, ctx), queue=False, api_visibility="private")
+    # New documents: the answer to the old ones goes (the examples and the introduction set them, and ask, above).
+    for trigger in (question["files"].upload, question["files"].clear, question["files"].delete,
+                    question["pasted"].input):
+        listen(trigger, lambda: clear_answer(ui_format.NEW_DOCUMENTS_STATUS), outputs=cleared, queue=False,
+               show_progress="hidden", api_visibility="private")
 
 
 def build_history_panel() -> dict[str, Block]:
@@ -909,12 +1193,21 @@ def request_workers(ctx: AppContext) -> int:
     return max(REQUEST_WORKERS, ctx.lane.capacity)
 
 
+# Column widths of the wide tables, so that at 1400 px every column shows and long cells wrap (in the order of
+# ui_format's headers).
+ANSWER_COLUMN_WIDTHS = ["7%", "22%", "12%", "13%", "26%", "20%"]
+LOAD_COLUMN_WIDTHS = ["11%", "7%", "14%", "7%", "6%", "9%", "11%", "9%", "10%", "16%"]
+PROFILE_COLUMN_WIDTHS = ["12%", "20%", "28%", "7%", "7%", "26%"]  # profile ... runs here
+STRATEGY_COLUMN_WIDTHS = ["12%", "8%", "27%", "27%", "26%"]  # name, phase, saves, costs, requires: wrapped
+
+
 def build_reference_panel(ctx: AppContext) -> None:
     """What each profile and strategy is, and which profiles run on this machine."""
     with gr.Accordion("Profiles and strategies", open=False):
         gr.Dataframe(profiles_frame(ctx.hardware, auto_profile(ctx)), label="Profiles on this machine",
-                     interactive=False)
-        gr.Dataframe(strategies_frame(), label="Strategies", interactive=False, wrap=True)
+                     interactive=False, wrap=True, column_widths=PROFILE_COLUMN_WIDTHS)
+        gr.Dataframe(strategies_frame(), label="Strategies", interactive=False, wrap=True,
+                     column_widths=STRATEGY_COLUMN_WIDTHS)
 
 
 def build_blocks(ctx: AppContext, queue_size: int = DEFAULT_QUEUE_SIZE) -> gr.Blocks:
@@ -922,13 +1215,16 @@ def build_blocks(ctx: AppContext, queue_size: int = DEFAULT_QUEUE_SIZE) -> gr.Bl
     with Page(title="Long-document QA with Longformer", analytics_enabled=False,
               delete_cache=(3600, 3600)) as demo:  # what gradio itself writes; uploads are swept sooner
         demo.uploads, demo.visitor_header = ctx.uploads, ctx.visitor_header
-        gr.Markdown("# Long-document question answering with Longformer\n"
-                    "Upload documents or paste text, ask a question, and see what each hardware profile's memory "
-                    "strategies cost and save.")
+        intro = build_intro()
         seen = gr.State({})  # what this tab has seen loaded, to tell it when another visitor switched
-        build_model_panel(ctx, demo, seen)
+        model = build_model_panel(ctx)
         question = build_question_panel(ctx)
-        build_answer_panel(ctx, question, seen)
+        wire_model_panel(ctx, demo, seen, model, question)
+        build_answer_panel(ctx, question, seen, intro)
+        with gr.Accordion("Loaded model", open=True):
+            model["load_table"].render()
+            with gr.Accordion("Load readout (JSON)", open=False):
+                model["load_json"].render()
         build_training_panel(ctx)
         build_plan_panel(ctx.models, ctx.selection["model"])
         build_reference_panel(ctx)

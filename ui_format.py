@@ -91,6 +91,44 @@ def best_answer(result) -> str:
     return best.text  # without a rule, the run table and the JSON say the confidence is not calibrated
 
 
+def answer_status(result) -> str:
+    """Markdown over the answer box: whether the documents hold the answer (by the model's rule or the request's
+    threshold), and where the best answer stands; without a rule, its confidence from the score alone."""
+    verdict = result.verdict
+    best = result.answers[0] if result.answers and result.answers[0].document is not None else None
+    if best is None:
+        return "### Not found in the documents\nThe model found no answer span in the text it read."
+    where = (f"In {escape_markdown(best.document)}, characters {best.start_char:,}–{best.end_char:,}; "
+             f"score {best.score:.3g}.")
+    if verdict is not None and verdict.found is False:
+        return (f"### {escape_markdown(verdict.message)}\nRule: {escape_markdown(verdict.basis)}. The spans the "
+                "model liked best are in Top answers, marked low confidence.")
+    if verdict is not None and verdict.found:
+        return f"### Found ({best.confidence or MISSING} confidence)\n{where}"
+    if best.confidence == "low":
+        return (f"### Low confidence\n{where} This model has no not-found rule: the span is unlikely, and may not "
+                "answer the question.")
+    return f"### Answer ({best.confidence or MISSING} confidence, not calibrated for this model)\n{where}"
+
+
+def stopped_status(windows_done: int, windows_total: int) -> str:
+    """Markdown over the answer box after Stop: how far the read got; no answer is shown."""
+    if not windows_total:
+        return "### Stopped before any window was read\nNo answer is shown."
+    return (f"### Stopped after {windows_done:,} of {windows_total:,} windows\nNo answer is shown: the windows "
+            "read so far were not compared for the best span.")
+
+
+def failed_status(message: str) -> str:
+    """Markdown over the answer box after an error: the error's message, and no answer."""
+    return f"### The request failed\n{escape_markdown(message)}"
+
+
+NO_ANSWER_YET = "Ask a question: the answer shows here, highlighted in its passage."
+ASKING_STATUS = "### Asking…\nThe previous answer is cleared; progress shows in the answer box."
+NEW_DOCUMENTS_STATUS = "### New documents\nPress Ask to answer from them."
+
+
 def verdict_text(result) -> str:
     """The verdict and the rule that gave it, for the run table."""
     verdict = result.verdict

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import huggingface_hub.constants
+from huggingface_hub import try_to_load_from_cache
 from transformers import AutoConfig, LongformerConfig
 
 from longqa_core.errors import ModelLoadError
@@ -74,6 +76,23 @@ def resolve_model(ref: str) -> ModelSource:
     if path.suffix or ref.startswith((".", "/", "~")) or ref.count("/") != 1:
         raise ModelLoadError(f"Model {ref!r} is neither a local folder nor a Hub id of the form 'owner/name'.")
     return ModelSource(ref, ref, "hub")
+
+
+def is_offline() -> bool:
+    """Whether downloads from the Hub are off (HF_HUB_OFFLINE, as huggingface_hub read it)."""
+    return bool(huggingface_hub.constants.HF_HUB_OFFLINE)
+
+
+def needs_download(ref: str) -> bool:
+    """Whether `ref` is a Hub model whose files are not in this machine's Hugging Face cache, so that loading it
+    needs the network. Reads the cache on disk only (its config file); never the network."""
+    try:
+        source = resolve_model(ref)
+    except ModelLoadError:
+        return False  # not loadable at all: the load says why
+    if source.kind != "hub":
+        return False
+    return not isinstance(try_to_load_from_cache(source.location, "config.json"), str)
 
 
 def architecture_config(name: str) -> LongformerConfig:

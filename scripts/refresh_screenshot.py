@@ -1,5 +1,6 @@
-"""Refresh docs/screenshot.png: serve the page with the bundled demo model, ask two bundled examples in Debian's
-chromium, and take a full-page screenshot once both plots draw a bar per run.
+"""Refresh the page's screenshots: serve the page with the bundled demo model, ask two bundled examples in Debian's
+chromium (a click on an example asks), and take a full-page screenshot once both plots draw a bar per run, at a
+desktop width (docs/screenshot.png, the README's) and a phone's (docs/screenshot-400px.png).
 
 Run on demand after a change to the page (`python scripts/refresh_screenshot.py`); the tests never write it.
 Needs what the browser test needs: /usr/bin/chromium and the playwright package (never `playwright install`).
@@ -23,7 +24,8 @@ from longqa.session import Session  # noqa: E402
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync"]
-VIEWPORT = {"width": 1280, "height": 900}
+WIDTHS = {1400: "screenshot.png", 400: "screenshot-400px.png"}  # width in CSS pixels -> file in docs/
+HEIGHT = 900
 TIMEOUT_S = 120.0
 
 
@@ -36,23 +38,22 @@ def wait_until(predicate, what: str, timeout_s: float = TIMEOUT_S) -> None:
 
 
 def ask_example(page, example: dict, runs: int) -> None:
-    """Click a bundled example, press Ask, and wait for the answer and for both plots to draw `runs` bars."""
+    """Click a bundled example (which asks it), and wait for the answer and for both plots to draw `runs` bars."""
     page.get_by_text(example["question"], exact=True).first.click()
     documents = page.get_by_role("grid", name="Documents read", exact=True)
     wait_until(lambda: example["file"] in documents.inner_text(), "the example's document")
-    page.get_by_role("button", name="Ask", exact=True).click()
     bars = page.locator("#plots .mark-rect path")
     wait_until(lambda: bars.count() == 2 * runs, f"{runs} bars in each plot")
 
 
-def take_screenshot(url: str, path: Path) -> None:
+def take_screenshot(url: str, path: Path, width: int, first_screen: Path | None = None) -> None:
     from playwright.sync_api import sync_playwright  # deferred: a test-only dependency (requirements-dev.txt)
 
     examples = app.sample_examples()
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         try:
-            page = browser.new_page(viewport=VIEWPORT)
+            page = browser.new_page(viewport={"width": width, "height": HEIGHT})
             page.set_default_timeout(TIMEOUT_S * 1000)
             page.goto(url)
             page.get_by_label("Question", exact=True).wait_for()
@@ -61,6 +62,9 @@ def take_screenshot(url: str, path: Path) -> None:
             for close in page.locator("[data-testid=toast-close]").all():
                 close.click()
             page.mouse.move(0, 0)  # no hover state in the picture
+            page.evaluate("window.scrollTo(0, 0)")
+            if first_screen is not None:
+                page.screenshot(path=str(first_screen))
             page.screenshot(path=str(path), full_page=True)
         finally:
             browser.close()
@@ -68,7 +72,11 @@ def take_screenshot(url: str, path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "screenshot.png")
+    parser.add_argument("--out", type=Path, default=ROOT / "docs", help="folder for the screenshots")
+    parser.add_argument("--width", type=int, choices=list(WIDTHS), action="append",
+                        help="only this width (repeatable; default: every width)")
+    parser.add_argument("--first-screen", action="store_true",
+                        help="also save what the first 900 px show (first-screen-WIDTH.png beside them)")
     parser.add_argument("--profile", default="auto", choices=list(app.PROFILES))
     args = parser.parse_args(argv)
     ctx = app.make_context(Session(), models=["demo"], default_model="demo", default_profile=args.profile)
@@ -76,11 +84,14 @@ def main(argv: list[str] | None = None) -> int:
     demo = app.build_blocks(ctx)
     _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", quiet=True, css=app.CSS)
     try:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        take_screenshot(url, args.out)
+        args.out.mkdir(parents=True, exist_ok=True)
+        for width in args.width or list(WIDTHS):
+            path = args.out / WIDTHS[width]
+            first = args.out / f"first-screen-{width}.png" if args.first_screen else None
+            take_screenshot(url, path, width, first)
+            print(f"wrote {path} ({path.stat().st_size:,} bytes)", file=sys.stderr)
     finally:
         demo.close()
-    print(f"wrote {args.out} ({args.out.stat().st_size:,} bytes)", file=sys.stderr)
     return 0
 
 

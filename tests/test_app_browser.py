@@ -94,10 +94,30 @@ def page(served, browser):
 
 def ask(page, question: str) -> str:
     """Type the question, press Ask, wait for a new readout (its timings always differ), return the answer shown."""
+    def press():
+        page.get_by_label("Question", exact=True).fill(question)
+        page.get_by_role("button", name="Ask", exact=True).click()
+
+    return answered(page, press)
+
+
+def ask_example(page, example: dict) -> str:
+    """Click a bundled example (a click asks it), wait for the readout of its question over its document, return
+    the answer shown."""
+    page.get_by_text(example["question"], exact=True).first.click()
+    tracker = page.locator("#best-answer [data-testid=status-tracker]").first
+    wait_until(lambda: f'"{example["question"]}"' in page.locator("#readout").inner_text()
+               and example["file"] in grid_text(page, "Documents read")
+               and "hide" in (tracker.get_attribute("class") or ""))
+    assert page.get_by_label("Question", exact=True).input_value() == example["question"]
+    return page.locator("#best-answer textarea").input_value()
+
+
+def answered(page, press) -> str:
+    """Ask by `press`, wait for a new readout (its timings always differ), return the answer shown."""
     readout = page.locator("#readout")
     before = readout.inner_text()
-    page.get_by_label("Question", exact=True).fill(question)
-    page.get_by_role("button", name="Ask", exact=True).click()
+    press()
     tracker = page.locator("#best-answer [data-testid=status-tracker]").first  # the ask's progress shows there
     wait_until(lambda: "hide" in (tracker.get_attribute("class") or "") and readout.inner_text() != before
                and "tokens_per_s" in readout.inner_text())
@@ -214,9 +234,7 @@ def test_upload_ask_highlight_readouts_switch_profile_and_plots(page, served, lo
         wait_until(lambda: ctx.session.model_ref == "demo")
         wait_until(lambda: page.get_by_label("Model", exact=True).input_value().startswith("demo:"))
     first = app.sample_examples()[0]
-    page.get_by_text(first["question"], exact=True).first.click()
-    wait_until(lambda: first["file"] in grid_text(page, "Documents read"))
-    answer = ask(page, first["question"])
+    answer = ask_example(page, first)
     assert page.locator("#evidence .highlighted").inner_text().strip() == answer.strip()
     if HAS_DEMO:
         assert "Running on the bundled demo model" not in page.content()
@@ -269,9 +287,7 @@ def test_offline_the_demo_model_stands_in_and_the_page_shows_it(browser, monkeyp
         choose(page, "Model", default)  # asked for again: the demo model still stands in, and the page says so
         wait_until(lambda: model.input_value().startswith("demo:"))
         first = app.sample_examples()[0]
-        page.get_by_text(first["question"], exact=True).first.click()
-        wait_until(lambda: first["file"] in grid_text(page, "Documents read"))
-        answer = ask(page, first["question"])
+        answer = ask_example(page, first)
         assert answer and page.locator("#evidence .highlighted").inner_text().strip() == answer.strip()
         assert_plots_match_history(page, 1)
         assert history_column(page, "model") == ["demo"] and model.input_value().startswith("demo:")

@@ -1,0 +1,187 @@
+"""The page's first-visit handlers as plain functions: the answer area's states (found, not found, low confidence,
+an error, a Stop), clearing before a run, the reload's notice, the pickers' marks for what cannot run here, the
+downloads, and the glossary covering every term of art the page shows."""
+
+from __future__ import annotations
+
+import json
+import re
+from types import SimpleNamespace
+
+import gradio as gr
+import pandas as pd
+import pytest
+
+import app
+import page_help
+import ui_format
+from longqa.models import DEFAULT_MODEL, DEMO_MODEL_DIR
+from longqa.session import SAMPLES_DIR, Session
+from longqa_core.errors import Cancelled
+from strategies.hardware import CPU_ONLY
+from strategies.registry import strategy_cards
+
+
+@pytest.fixture(scope="module")
+def ctx(tiny_model_dir):
+    ctx = app.make_context(Session(), models=[str(tiny_model_dir)], default_model=str(tiny_model_dir),
+                           default_profile="cpu")
+    app.ensure_loaded(ctx)
+    return ctx
+
+
+OUTPUTS = ("documents", "answer", "answers", "evidence", "readout")  # some of the page's outputs, by name
+
+
+def visitor(name: str = "tab-1"):
+    return SimpleNamespace(session_hash=name, headers={})
+
+
+def asked(ctx, request, pasted="The colour of Zorbin is teal.", question="What is the colour of Zorbin?",
+          no_answer_below=""):
+    """The page's Ask as gradio runs it: the handler wrapped to note how it ended, then the answer area after."""
+    handler = app.noting_outcome(ctx, app.bind(app.ask, ctx), OUTPUTS)
+    out = handler([], pasted, question, 1, "auto", [], None, no_answer_below, request=request,
+                  progress=lambda *a, **k: None)
+    return out, app.show_outcome(ctx, out.get("history"), request=request)
+
+
+def test_an_answer_says_whether_it_was_found_and_offers_both_downloads(ctx):
+    out, shown = asked(ctx, visitor())
+    assert out["answer"] and "confidence" in shown["status"]  # the tiny model has no rule: confidence alone
+    readout = json.loads(open(shown["download_json"]["value"], encoding="utf-8").read())
+    assert readout == out["readout"]
+    history = pd.read_csv(shown["download_csv"]["value"])
+    assert list(history.columns) == ui_format.HISTORY_HEADERS and len(history) == 1
+    assert shown["download_json"]["visible"] and shown["download_csv"]["visible"]
+
+
+def test_under_the_threshold_the_answer_area_says_not_found(ctx):
+    out, shown = asked(ctx, visitor(), no_answer_below="0.999")
+    assert shown["status"].startswith("### Not found in the documents")
+    assert "under" in shown["status"] and "Not found" in out["answer"]
+
+
+def test_an_error_shows_its_message_in_the_answer_area_and_no_download(ctx):
+    request = visitor()
+    with pytest.raises(gr.Error) as raised:
+        asked(ctx, request, pasted="")
+    shown = app.show_outcome(ctx, [], request=request)
+    assert shown["status"].startswith("### The request failed")
+    assert ui_format.escape_markdown(raised.value.message)[:40] in shown["status"]
+    assert shown["download_json"]["visible"] is False and shown["download_csv"]["visible"] is False
+    assert app.show_outcome(ctx, [], request=request)["status"] is not None  # told once, then left as it is
+
+
+def test_an_error_naming_a_file_shows_its_name_as_text_once_escaped(ctx, tmp_path):
+    request = visitor("tab-markup")
+    empty = tmp_path / "a<b>_notes.txt"
+    empty.write_text("", encoding="utf-8")
+    handler = app.noting_outcome(ctx, app.bind(app.ask, ctx), OUTPUTS)
+    with pytest.raises(gr.Error, match="a&lt;b&gt;_notes"):  # the toast renders HTML: escaped once
+        handler([str(empty)], "", "What?", 1, "auto", [], None, "", request=request, progress=lambda *a, **k: None)
+    status = app.show_outcome(ctx, [], request=request)["status"]
+    assert "a&lt;b&gt;\\_notes" in status and "&amp;" not in status  # Markdown shows the name as typed
+
+
+def test_stop_on_the_page_ends_the_answer_and_says_how_far_it_got(ctx, monkeypatch):
+    request = visitor("tab-stop")
+
+    def stopped_half_way(*args, **kwargs):
+        app.press_stop(ctx, request)  # pressed while the windows are read
+        assert app.stop_check(ctx, request)()
+        raise gr.Error("cancelled") from Cancelled("cancelled", windows_done=3, windows_total=8)
+
+    monkeypatch.setattr(app, "answer_on_gpu", stopped_half_way)
+    out, shown = asked(ctx, request)
+    assert all(value == gr.skip() for value in out.values()) and set(out) == set(OUTPUTS)
+    assert shown["status"].startswith("### Stopped after 3 of 8 windows")
+    assert not app.stop_check(ctx, request)(), "a Stop lasts for one answer"
+
+
+def test_a_stop_pressed_before_an_answer_does_not_stop_it(ctx):
+    request = visitor("tab-early")
+    app.press_stop(ctx, request)
+    out, shown = asked(ctx, request)
+    assert out["answer"] and "confidence" in shown["status"]
+
+
+def test_visitor_notes_are_bounded():
+    notes = app.OrderedDict()
+    for n in range(app.MAX_VISITOR_NOTES + 5):
+        app.remember(notes, f"tab-{n}", n)
+    assert len(notes) == app.MAX_VISITOR_NOTES and "tab-0" not in notes
+    app.remember(notes, None, 1)
+    assert None not in notes
+
+
+def test_a_new_run_clears_every_answer_output():
+    cleared = app.clear_answer(ui_format.ASKING_STATUS)
+    assert cleared["status"] == ui_format.ASKING_STATUS and cleared["answer"] == ""
+    assert cleared["evidence"] is None and cleared["readout"] is None
+    assert all(cleared[name].empty for name in app.CLEARED_TABLES)
+    assert cleared["download_json"]["visible"] is False
+
+
+def test_a_reload_says_what_is_loading_and_disables_asking_until_it_ends(ctx, tiny_model_dir):
+    starting = app.start_loading(ctx, "baseline-fp32", str(tiny_model_dir))
+    assert starting["load_status"].startswith(f"**Loading {ui_format.escape_markdown(str(tiny_model_dir))} with "
+                                              "profile baseline\\-fp32…**")
+    assert starting["ask"]["interactive"] is False and starting["full"]["interactive"] is False
+    after = app.show_loaded(ctx)
+    assert after["ask"]["interactive"] is True and after["load_status"].startswith("Loaded **")
+
+
+def test_gpu_only_strategies_are_marked_with_why_on_a_cpu_machine():
+    labels = dict((value, label) for label, value in app.strategy_choices(CPU_ONLY))
+    assert set(labels) == {card["name"] for card in strategy_cards()}
+    for name in ("offload", "model_split", "replicas"):
+        assert "cannot run here: needs" in labels[name] and "CUDA GPU" in labels[name]
+    assert "cannot run here" not in labels["dynamic_batching"]
+
+
+def test_hub_models_not_in_the_cache_are_marked_and_refused_in_plain_words_offline(monkeypatch, tmp_path):
+    import huggingface_hub.constants
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))  # an empty cache
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path))
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    hub = "valhalla/longformer-base-4096-finetuned-squadv1"
+    ctx = app.make_context(Session(), models=[hub, "demo"], default_model="demo", default_profile="cpu")
+    labels = dict((value, label) for label, value in app.model_choices(ctx))
+    assert labels[hub].endswith("(cannot load here: not in the local cache, and downloads are off)")
+    assert "cannot load" not in labels["demo"]
+    with pytest.raises(gr.Error, match=r"not in this machine's cache, and downloads are off here"):
+        app.load_profile(ctx, "cpu", hub)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    assert app.model_note(hub) == " (not in the local cache: the first load downloads it from the Hub)"
+    assert app.model_note(DEFAULT_MODEL).startswith(" (not in the local cache")
+
+
+def test_every_term_of_art_the_page_shows_is_in_the_glossary():
+    shown = " ".join([*(card["description"] for card in strategy_cards()), *ui_format.MEMORY_HEADERS,
+                      *ui_format.LOAD_HEADERS, *ui_format.RUN_HEADERS])
+    glossary = " ".join(page_help.GLOSSARY)
+    for term in ("RSS", "NVML", "SDPA", "oneDNN", "NF4", "qa_outputs", "device map", "bf16", "int8"):
+        assert term in shown or term in page_help.INTRO, f"{term} is not shown: drop it from this list"
+        assert term in glossary, f"{term} is shown but not explained"
+    assert re.search(r"What is the .* of .*\?", page_help.INTRO) and "profile" in page_help.INTRO
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not any(DEMO_MODEL_DIR.glob("*.safetensors")), reason="the demo model has no weights yet")
+def test_the_demo_model_says_not_found_for_a_name_the_documents_never_mention():
+    ctx = app.make_context(Session(), models=["demo"], default_model="demo", default_profile="cpu")
+    app.ensure_loaded(ctx)
+    example = app.sample_examples()[0]
+    files = [str(SAMPLES_DIR / example["file"])]
+    handler = app.noting_outcome(ctx, app.bind(app.ask, ctx), OUTPUTS)
+    request = visitor("tab-demo")
+    asked_about = {}
+    for question in (example["question"], "What is the frequency of Zebulon Quarrimax?"):
+        out = handler(files, "", question, 1, "auto", [], None, "", request=request, progress=lambda *a, **k: None)
+        asked_about[question] = (out["answer"], app.show_outcome(ctx, out["history"], request=request)["status"])
+    answer, status = asked_about[example["question"]]
+    assert answer == example["answer"] and status.startswith("### Found")
+    answer, status = asked_about["What is the frequency of Zebulon Quarrimax?"]
+    assert status.startswith("### Not found in the documents") and "Not found in the documents" in answer

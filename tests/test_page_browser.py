@@ -1,0 +1,239 @@
+"""A first visit in Debian's chromium (Playwright): Enter asks, the answer shows on the first screen at 1400x900
+beside Ask with whether it was found, an error or a new document leaves no old answer showing, Stop says how far
+the read got, a reload says what is loading, and at 400 px nothing runs off the side.
+
+Selects components by their labels and element ids (the page's contract), like tests/test_app_browser.py, whose
+browser set-up it shares.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+import app
+import page_help
+from longqa.demo_model.demo_task import make_example
+from longqa.session import Session
+from tests.test_app_browser import CHROMIUM, CHROMIUM_ARGS, TIMEOUT_MS, launch, wait_until
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.slow,
+    pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium "
+                                                     "(apt-get install -y chromium; CI installs it)"),
+]
+
+FIRST_SCREEN = {"width": 1400, "height": 900}
+PHONE = {"width": 400, "height": 860}
+BATCH_DELAY_S = 0.4  # what each batch of windows takes in the Stop test: long enough to press Stop mid-read
+
+
+class SlowBatches(Session):
+    """A session whose every batch of windows takes at least BATCH_DELAY_S, so a read of many windows can be
+    stopped half-way."""
+
+    def ask(self, plan, *, gate=None, **kwargs):
+        return super().ask(plan, gate=SlowGate(gate), **kwargs)
+
+
+class SlowGate:
+    """The request's gate (its turns on the model), each batch slowed down."""
+
+    def __init__(self, gate):
+        self.gate = gate
+
+    def runner(self, runner):
+        return SlowRunner(self.gate.runner(runner) if self.gate is not None else runner)
+
+
+class SlowRunner:
+    """A runner that waits BATCH_DELAY_S before each batch."""
+
+    def __init__(self, runner):
+        self.runner, self.devices = runner, runner.devices
+
+    def __call__(self, batch):
+        time.sleep(BATCH_DELAY_S)
+        return self.runner(batch)
+
+
+@pytest.fixture(scope="module")
+def served(tiny_model_dir):
+    ctx = app.make_context(SlowBatches(), models=[str(tiny_model_dir)], default_model=str(tiny_model_dir),
+                           default_profile="cpu")
+    app.ensure_loaded(ctx)
+    demo, url = launch(ctx)
+    yield ctx, url
+    demo.close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
+        yield browser
+        browser.close()
+
+
+def open_page(browser, url: str, viewport: dict = FIRST_SCREEN):
+    page = browser.new_page(viewport=viewport)
+    page.set_default_timeout(TIMEOUT_MS)
+    page.goto(url)
+    page.get_by_label("Question", exact=True).wait_for()
+    wait_until(lambda: "Loaded" in status_text(page, "#load-status"))
+    return page
+
+
+def status_text(page, selector: str = "#answer-status") -> str:
+    return page.locator(selector).inner_text()
+
+
+def answer_shown(page) -> str:
+    return page.locator("#best-answer textarea").input_value()
+
+
+def wait_for_status(page, words: str) -> str:
+    try:
+        wait_until(lambda: words in status_text(page))
+    except AssertionError:
+        raise AssertionError(f"the answer area says {status_text(page)!r}, not {words!r}") from None
+    return status_text(page)
+
+
+def paste(page, text: str) -> None:
+    box = page.get_by_label("Or paste text", exact=True)
+    box.fill(text)
+    box.blur()
+
+
+def ask_with_enter(page, question: str) -> None:
+    box = page.get_by_label("Question", exact=True)
+    box.fill(question)
+    box.press("Enter")
+
+
+def is_within_first_screen(page, selector: str) -> bool:
+    box = page.locator(selector).bounding_box()
+    return box is not None and box["y"] >= 0 and box["y"] + box["height"] <= FIRST_SCREEN["height"]
+
+
+def test_enter_asks_and_the_answer_shows_found_on_the_first_screen_with_copy_and_downloads(browser, served):
+    page = open_page(browser, served[1])
+    paste(page, "The colour of Zorbin is teal. The colour of Velka is red.")
+    ask_with_enter(page, "What is the colour of Zorbin?")  # no click: Enter asks
+    status = wait_for_status(page, "confidence")  # the tiny model has no rule: its confidence, not calibrated
+    answer = answer_shown(page)
+    assert answer and page.locator("#evidence .highlighted").inner_text().strip() == answer.strip()
+    for shown in ("#answer-status", "#best-answer", "#evidence .highlighted"):
+        assert is_within_first_screen(page, shown), f"{shown} is below the first screen"
+    assert page.evaluate("window.scrollY") == 0
+    assert "pasted" in status or "characters" in status
+    assert page.locator("#best-answer button[aria-label*='opy'], #best-answer button[title*='opy']").count() >= 1
+    for download in ("#download-readout", "#download-history"):
+        assert page.locator(download).is_visible(), f"{download} is not offered after an answer"
+
+
+def test_the_not_found_state_shows_at_the_top_next_to_ask(browser, served):
+    page = open_page(browser, served[1])
+    paste(page, "The colour of Zorbin is teal.")
+    page.get_by_text("Reading options", exact=True).click()
+    threshold = page.locator(f"#{app.LATER_INPUT} textarea")  # its `info` line is part of its label
+    threshold.fill("0.999")  # no span of the tiny model scores that high
+    page.get_by_label("Question", exact=True).fill("What is the colour of Zorbin?")
+    page.evaluate("window.scrollTo(0, 0)")  # as a visitor who set the option and went back up to ask
+    page.get_by_role("button", name="Ask", exact=True).click()
+    status = wait_for_status(page, "Not found in the documents")
+    assert "under 0.999" in status and is_within_first_screen(page, "#answer-status")
+    assert "Not found in the documents" in answer_shown(page)
+
+
+def test_an_error_and_new_documents_leave_no_old_answer(browser, served, tmp_path):
+    page = open_page(browser, served[1])
+    paste(page, "The colour of Zorbin is teal.")
+    ask_with_enter(page, "What is the colour of Zorbin?")
+    wait_for_status(page, "confidence")
+    assert answer_shown(page)
+
+    empty = tmp_path / "empty.txt"
+    empty.write_text("", encoding="utf-8")
+    paste(page, "")
+    page.locator("#documents input[type=file]").set_input_files(str(empty))
+    wait_for_status(page, "New documents")  # the old answer goes as soon as the documents change
+    assert answer_shown(page) == "" and page.locator("#evidence .highlighted").count() == 0
+    page.get_by_role("button", name="Ask", exact=True).click()
+    status = wait_for_status(page, "The request failed")
+    assert "empty.txt" in status, "the error's own message shows in the answer area"
+    assert answer_shown(page) == "" and page.locator("#evidence .highlighted").count() == 0
+    assert not page.locator("#download-readout").is_visible()
+    assert page.locator("#readout").inner_text().count("tokens_per_s") == 0, "no old readout left"
+
+
+def test_stop_says_how_many_windows_were_read_and_shows_no_answer(browser, served, tmp_path):
+    example = make_example(3, 60_000)  # many windows of the tiny model, each batch slowed down
+    path = tmp_path / "long_story.txt"
+    path.write_text(example.text, encoding="utf-8")
+    page = open_page(browser, served[1])
+    page.locator("#documents input[type=file]").set_input_files(str(path))
+    page.get_by_label("Question", exact=True).fill(example.question)
+    page.get_by_role("button", name="Read the whole document", exact=True).click()
+    wait_until(lambda: "windows done" in page.locator("#best-answer").inner_text())
+    time.sleep(2 * BATCH_DELAY_S)
+    page.get_by_role("button", name="Stop", exact=True).click()
+    status = wait_for_status(page, "Stopped after")
+    words = status.split()
+    done, total = int(words[2].replace(",", "")), int(words[4].replace(",", ""))
+    assert 0 < done < total, status
+    assert answer_shown(page) == ""
+    # and the next question is answered as usual
+    paste(page, "The colour of Zorbin is teal.")
+    page.locator("#documents button[aria-label='Clear']").first.click()
+    ask_with_enter(page, "What is the colour of Zorbin?")
+    wait_for_status(page, "confidence")
+
+
+def test_a_reload_says_what_is_loading_then_what_loaded(browser, served):
+    ctx, url = served
+    page = open_page(browser, url)
+    choices = app.profile_choices(ctx.hardware, ctx.session.auto_profile(ctx.session.model_ref))
+    try:
+        page.get_by_label("Hardware profile", exact=True).click()
+        page.get_by_role("option", name=next(label for label, value in choices if value == "baseline-fp32"),
+                         exact=True).click()
+        wait_until(lambda: "Loaded" in status_text(page, "#load-status")
+                   and "baseline-fp32" in status_text(page, "#load-status"))
+        assert page.get_by_role("button", name="Ask", exact=True).is_enabled()
+    finally:
+        app.load_selection(ctx, "cpu", str(served[0].session.model_ref))
+
+
+def test_at_400_px_the_panels_stack_and_nothing_runs_off_the_side(browser, served):
+    page = open_page(browser, served[1], PHONE)
+    paste(page, "The colour of Zorbin is teal. The colour of Velka is red.")
+    ask_with_enter(page, "What is the colour of Zorbin?")
+    wait_for_status(page, "confidence")
+    page.get_by_text("Profiles and strategies", exact=True).click()
+    page.get_by_text("Glossary: the terms on this page", exact=True).click()
+    time.sleep(0.5)
+    width = page.evaluate("document.documentElement.scrollWidth")
+    assert width <= PHONE["width"], f"the page is {width} px wide on a {PHONE['width']} px screen"
+    documents = page.locator("#documents").bounding_box()
+    answer = page.locator("#best-answer").bounding_box()
+    assert answer["y"] > documents["y"] + documents["height"] - 1, "the answer column stacks under the inputs"
+    profile = page.get_by_label("Hardware profile", exact=True).bounding_box()
+    model = page.get_by_label("Model", exact=True).bounding_box()
+    assert model["y"] > profile["y"] + profile["height"] - 1, "the two pickers stack"
+
+
+def test_the_introductions_example_asks_in_one_click(browser, served):
+    page = open_page(browser, served[1])
+    example = app.first_example()
+    assert "profile" in page.locator("#intro").inner_text()
+    page.get_by_role("button", name=page_help.TRY_LABEL.format(question=example["question"]), exact=True).click()
+    wait_for_status(page, "confidence")
+    assert page.get_by_label("Question", exact=True).input_value() == example["question"]
+    assert example["file"] in page.get_by_role("grid", name="Documents read", exact=True).inner_text()
+    assert answer_shown(page)
