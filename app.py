@@ -37,6 +37,7 @@ from gradio.context import LocalContext
 from gradio.exceptions import InvalidPathError
 
 import ui_format
+from compare_panel import PageHooks, build_compare_panel, build_history_panel, recolour_after
 from plan_panel import build_plan_panel
 from longqa.arguments import positive_int
 from longqa.backend import Backend
@@ -732,9 +733,10 @@ def build_question_panel(ctx: AppContext) -> dict[str, Block]:
             "no_answer_below": no_answer_below, "ask": ask_btn, "full": full_btn, "stop": stop_btn, "documents": doc_table}
 
 
-def build_answer_panel(ctx: AppContext, question: dict[str, Block], seen: gr.State) -> None:
+def build_answer_panel(ctx: AppContext, question: dict[str, Block], seen: gr.State) -> dict[str, Block]:
     """The best answer, the top answers with their evidence, latency, memory and run readouts, the live GPU gauge,
-    the run history, and the full readout: all that one answer updates, so Ask and Stop are wired here."""
+    the run history, and the full readout: all that one answer updates, so Ask and Stop are wired here. Returns the
+    history's components (the compare panel adds runs to it)."""
     has_gpu = bool(ctx.hardware.usable_gpus)
     answer_box = gr.Textbox(label="Answer", interactive=False, elem_id="best-answer")
     with gr.Row():
@@ -771,27 +773,16 @@ def build_answer_panel(ctx: AppContext, question: dict[str, Block], seen: gr.Sta
     reading_all = listen(question["full"].click, bind(ask_in_full, ctx), inputs=in_full, outputs=outputs,
                          api_visibility="private", **request)
     question["stop"].click(None, cancels=[asking, submitting, reading_all])
+    recolour_after(history, asking, submitting, reading_all)
+    return history
 
 
-def build_history_panel() -> dict[str, Block]:
-    """This page's runs: a table and two bar plots with one bar per row of the table (the answer panel fills them)."""
-    history = gr.State([])
-    history_table = gr.Dataframe(headers=ui_format.HISTORY_HEADERS, label="Run history (this page)",
-                                 interactive=False)
-    # What gradio 6.31 draws right (tests/test_app_browser.py counts the bars drawn in Chromium):
-    # - An update carries the plot's data only. An update that also changes a plot property (y_lim, sort, ...)
-    #   rebuilds the chart from the data the plot held before the update, while the new data goes to the chart
-    #   being replaced: the bars lagged one answer behind the table. So the y axis is fixed from zero here (left
-    #   alone, it starts at the smallest bar and hides it).
-    # - No data until the first answer: a chart first drawn from an empty frame keeps that frame's layout after
-    #   data arrives, its axis titles and labels cut; with none, the first answer draws it whole.
-    # - No color= by profile: no bars are drawn once a new colour category arrives in an update.
-    with gr.Row(elem_id="plots"):
-        memory_plot = gr.BarPlot(None, x="run", y=ui_format.PLOT_MEMORY, y_lim=[0, None], label="Peak memory by run",
-                                 y_title="peak memory (MB, GPU else host RSS)")
-        latency_plot = gr.BarPlot(None, x="run", y=ui_format.PLOT_LATENCY, y_lim=[0, None], label="Latency by run")
-    return {"history": history, "history_table": history_table, "memory_plot": memory_plot,
-            "latency_plot": latency_plot}
+def page_hooks(ctx: AppContext) -> PageHooks:
+    """What the compare panel borrows from the page: errors, an exclusive turn on the model, the first load."""
+    return PageHooks(errors=user_errors,
+                     model_turn=lambda request, progress: model_turn(ctx, request, progress, exclusive=True),
+                     ensure_loaded=lambda progress: ensure_loaded(ctx, progress),
+                     loaded_now=lambda: loaded_now(ctx), seen_now=lambda: seen_now(ctx))
 
 
 def build_training_panel(ctx: AppContext) -> None:
@@ -831,7 +822,8 @@ def build_blocks(ctx: AppContext, queue_size: int = DEFAULT_QUEUE_SIZE) -> gr.Bl
         seen = gr.State({})  # what this tab has seen loaded, to tell it when another visitor switched
         build_model_panel(ctx, demo, seen)
         question = build_question_panel(ctx)
-        build_answer_panel(ctx, question, seen)
+        history = build_answer_panel(ctx, question, seen)
+        build_compare_panel(ctx, question, history, seen, page_hooks(ctx))
         build_training_panel(ctx)
         build_plan_panel(ctx.models, ctx.selection["model"])
         build_reference_panel(ctx)
