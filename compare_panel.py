@@ -25,7 +25,6 @@ from longqa.serving import policy
 from strategies.profiles import PROFILES, describe_profiles
 from strategies.registry import strategy_cards
 
-PLOT_HEIGHT = 300
 DEFAULT_COMPARED = ("cpu", "baseline-fp32")  # where both run here: the profile for a CPU against the original
 LOCKED = ("This deployment fixes the model and profile ({loaded}): comparing profiles reloads the model for each "
           "one, so it is turned off here. Run the page yourself (`python app.py`) to compare.")
@@ -62,7 +61,8 @@ def build_history_panel() -> dict:
     #   profile it does not know is not drawn. So the data goes first, and an event after it (`recolour_after`)
     #   sets the colours of the profiles in the history, which redraws the chart from the data it now holds when a
     #   new profile arrives (the map changes only then).
-    plot = dict(x="run", color="profile", y_lim=[0, None], x_label_angle=0, height=PLOT_HEIGHT,
+    # Run numbers stand upright: twenty of them fit side by side in a plot on a 400 px phone.
+    plot = dict(x="run", color="profile", y_lim=[0, None], x_label_angle=-90,
                 tooltip=["profile", "strategies", "reading"], color_title="profile")
     with gr.Row(elem_id="plots"):
         memory_plot = gr.BarPlot(None, y=ui_format.PLOT_MEMORY, label="Peak memory by run",

@@ -220,3 +220,30 @@ def test_a_threshold_outside_zero_one_is_a_clear_error(capsys, bad):
     code, out, err = run_cli(capsys, "ask", "--model", "demo", "-q", "What is it?",
                              str(SAMPLES / "harbour_records.txt"), "--no-answer-below", bad)
     assert code == 2 and "between 0 and 1" in err and out == ""
+
+
+@pytest.mark.slow  # two loads of the tiny model and two reads
+def test_compare_prints_a_row_per_profile_and_json_with_ratios(capsys, tiny_model_dir, long_file):
+    argv = ["compare", str(long_file), "--model", str(tiny_model_dir), "--profiles", "baseline-fp32,custom",
+            "--strategies", "int8_dynamic", "-q", "What is the river of Tarnholm?"]
+    code, out, err = run_cli(capsys, *argv, "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    runs = data["runs"]
+    assert [(run["profile"], run["strategies"]) for run in runs] == [("baseline-fp32", []), ("custom", ["int8_dynamic"])]
+    assert runs[0]["ratios"] == {"time": 1.0, "peak": 1.0, "request_peak": 1.0, "windows_per_s": 1.0}
+    assert runs[1]["ratios"]["time"] == pytest.approx(runs[1]["time_s"] / runs[0]["time_s"])
+    assert runs[0]["same_answer"] is True and runs[1]["readout"]["strategies"] == ["int8_dynamic"]
+    assert runs[0]["peak_bytes"] == runs[0]["baseline_bytes"] + runs[0]["request_peak_bytes"]
+    code, out, err = run_cli(capsys, *argv)
+    assert code == 0 and err == ""
+    lines = out.splitlines()
+    assert lines[2].startswith("baseline-fp32") and "(1.00x)" in lines[2]
+    assert lines[3].startswith("custom (int8_dynamic)")
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="t4-16gb may run on a machine with a GPU")
+def test_compare_refuses_a_profile_this_machine_cannot_run_in_one_line(capsys, long_file):
+    code, out, err = run_cli(capsys, "compare", str(long_file), "--model", "demo", "--profiles", "cpu,t4-16gb",
+                             "-q", "What is the river of Tarnholm?")
+    assert code == 2 and out == "" and err.startswith("error: ") and "t4-16gb" in err and len(err.splitlines()) == 1

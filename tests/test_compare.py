@@ -142,3 +142,41 @@ def test_a_measured_request_counts_what_it_allocates_above_its_baseline():
 def test_ratios_are_none_where_a_figure_is_unknown():
     assert ratio(None, 2.0) is None and ratio(1.0, None) is None and ratio(1.0, 0) is None
     assert ratio(3.0, 2.0) == 1.5
+
+
+@pytest.fixture(scope="module")
+def middle_checkpoint(tmp_path_factory):
+    """A random Longformer QA model larger than the tiny one (hidden 256, 4 layers, window 256), so that a request's
+    own memory is tens of MB: what earlier requests leave behind shows."""
+    import torch
+    from transformers import LongformerForQuestionAnswering
+
+    from tests.tiny import build_tokenizer, tiny_config
+
+    out = tmp_path_factory.mktemp("longqa-middle")
+    tokenizer = build_tokenizer(out)
+    torch.manual_seed(0)
+    config = tiny_config(len(tokenizer), hidden=256, layers=4, heads=8, ffn=1024, window=256)
+    LongformerForQuestionAnswering(config).eval().save_pretrained(out)
+    return out
+
+
+@pytest.mark.slow  # eight loads and reads of a small model
+def test_a_request_measures_the_same_after_switching_profiles(middle_checkpoint):
+    """The same request under the same profile, switched back and forth with another: its own peak above the
+    baseline and the process's peak within 5 % from one switch to the next (the process's peak grew by 15-28 %
+    before the heap was handed back: docs/memory-switching.md). A profile's runs before the other profile first ran
+    are left out: the first request of a precision pays one-time initialisation, which stays in the process."""
+    example = make_example(11, 14_000)
+    documents = [from_text(example.text)]
+    session = Session()
+    names = ["cpu", "baseline-fp32", "cpu", "baseline-fp32", "cpu", "baseline-fp32"]
+    compare_profiles(session, str(middle_checkpoint), [ProfileChoice("cpu")], documents, example.question, "full")
+    comparison = compare_profiles(session, str(middle_checkpoint), [ProfileChoice(name) for name in names],
+                                  documents, example.question, "full")
+    for name in ("cpu", "baseline-fp32"):
+        runs = [run for run in comparison.runs if run.choice.name == name][1:]  # once the other one has run
+        peaks = [run.peak_bytes for run in runs]
+        own = [run.request_peak_bytes for run in runs]
+        assert min(own) > 20e6 and max(own) / min(own) < 1.05, f"{name}: own peaks {own}, process peaks {peaks}"
+        assert max(peaks) / min(peaks) < 1.05, f"{name}: process peaks {peaks}, own peaks {own}"
