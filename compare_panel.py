@@ -25,6 +25,10 @@ from longqa.serving import policy
 from strategies.profiles import PROFILES, describe_profiles
 from strategies.registry import strategy_cards
 
+# Wide enough for each header on two lines; the table scrolls sideways where the page is narrower.
+HISTORY_COLUMN_WIDTHS = ["56px", "150px", "110px", "240px", "140px", "140px", "80px", "80px", "80px", "110px",
+                         "100px", "100px", "90px", "120px"]
+COMPARE_COLUMN_WIDTHS = ["170px", "130px", "160px", "160px", "130px", "110px", "200px"]
 DEFAULT_COMPARED = ("cpu", "baseline-fp32")  # where both run here: the profile for a CPU against the original
 LOCKED = ("This deployment fixes the model and profile ({loaded}): comparing profiles reloads the model for each "
           "one, so it is turned off here. Run the page yourself (`python app.py`) to compare.")
@@ -49,7 +53,7 @@ def build_history_panel() -> dict:
     and compare panels fill them)."""
     history = gr.State([])
     history_table = gr.Dataframe(headers=ui_format.HISTORY_HEADERS, label="Run history (this page)",
-                                 interactive=False, wrap=True, max_height=420)
+                                 interactive=False, wrap=True, max_height=420, column_widths=HISTORY_COLUMN_WIDTHS)
     # What gradio 6.31 draws right (tests/test_app_browser.py counts the bars drawn in Chromium):
     # - An update carries the plot's data only. An update that also changes a plot property (y_lim, sort, ...)
     #   rebuilds the chart from the data the plot held before the update, while the new data goes to the chart
@@ -106,7 +110,7 @@ def build_compare_panel(ctx, question: dict, history: dict, seen, hooks: PageHoo
                                       visible="custom" in chosen)
         compare_btn = gr.Button("Compare profiles", interactive=not ctx.lock_profile)
         table = gr.Dataframe(headers=ui_format.COMPARE_HEADERS, label="Profile comparison", interactive=False,
-                             wrap=True, elem_id="compare-table")
+                             wrap=True, elem_id="compare-table", column_widths=COMPARE_COLUMN_WIDTHS)
         summary = gr.Markdown(elem_id="compare-summary")
         with gr.Accordion("Comparison (JSON: what /compare and `python -m longqa compare --json` return)",
                           open=False):

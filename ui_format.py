@@ -303,7 +303,8 @@ def compare_summary(comparison) -> str:
             f"over {escape_markdown(', '.join(comparison.documents))} with {escape_markdown(comparison.model)}. "
             f"Ratios (×) are to the first profile. Peak memory is the process's {measured} at its peak; this "
             f"request's own peak is that peak above the {measured} right before the request (the model loaded), "
-            "which does not depend on what ran before. Windows/s counts forward passes only.")
+            "which depends much less on what ran before than the process's peak; a few MB either way is noise. "
+            "Windows/s counts forward passes only.")
 
 
 def gpu_gauge(snapshot: list[dict]) -> dict[str, float]:

@@ -148,13 +148,16 @@ def test_ask_reads_guided_and_full_with_the_same_answer(capsys, tmp_path):
 # the API's shape is a promise, so the same keys, and the same values but for timings and memory.
 BEFORE = json.loads((Path(__file__).parent / "data" / "cli_answer_before_issue37.json").read_text())
 MEASURED = {"latency_s", "memory", "tokens_per_s", "memory_prediction"}  # timings and memory: values may differ
-ADDED = {"found", "no_answer"}  # issue 38 adds the verdict, and each answer's "confidence"
+ADDED = {"found", "no_answer",  # issue 38 adds the verdict, and each answer's "confidence"
+         "strategies", "request_memory"}  # issue 39: what the profile applied, the request's own memory
+ADDED_MEMORY = {"host_baseline_rss_bytes", "host_request_peak_bytes"}  # issue 39: the baseline and the peak above it
 
 
 def without_additions(answer_json: dict) -> dict:
-    """An answer's JSON without what issue 38 added, which BEFORE cannot have."""
+    """An answer's JSON without what issues 38 and 39 added, which BEFORE cannot have."""
     out = {key: value for key, value in answer_json.items() if key not in ADDED}
     out["answers"] = [{k: v for k, v in a.items() if k != "confidence"} for a in answer_json["answers"]]
+    out["memory"] = {k: v for k, v in answer_json["memory"].items() if k not in ADDED_MEMORY}
     return out
 
 
