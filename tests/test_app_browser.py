@@ -183,7 +183,8 @@ def test_upload_ask_highlight_readouts_switch_profile_and_plots(page, served, lo
     # Markup in a document must show as text: every sentence carries an image with an onerror and a script.
     laced = tmp_path / "laced_report.txt"
     laced.write_text(re.sub(r"\. ", f". {SCRIPT} ", example.text), encoding="utf-8")
-    assert drawn_runs(page) == {plot: [] for plot in PLOTS} and history_runs(page) == []
+    wait_until(lambda: drawn_runs(page) == {plot: [] for plot in PLOTS})  # both drawn, empty (they render last)
+    assert history_runs(page) == []
 
     page.locator("#documents input[type=file]").set_input_files(str(laced))
     wait_until(lambda: "laced_report.txt" in grid_text(page, "Documents read"))
