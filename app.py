@@ -48,6 +48,7 @@ from starlette.middleware import Middleware
 
 import page_help
 import ui_format
+from compare_panel import PageHooks, build_compare_panel, build_history_panel, recolour_after
 from plan_panel import build_plan_panel
 from longqa.arguments import positive_int
 from longqa.backend import Backend
@@ -1086,11 +1087,11 @@ def build_question_panel(ctx: AppContext) -> dict[str, Block]:
 
 
 def build_answer_panel(ctx: AppContext, question: dict[str, Block], seen: gr.State,
-                       intro: dict[str, Block]) -> None:
+                       intro: dict[str, Block]) -> dict[str, Block]:
     """The top answers, latency, memory and run readouts, the live GPU gauge, the run history, and the full readout:
     all that one answer updates with the answer area, so Ask, Stop, the examples and the introduction's example
     are wired here. Each way of asking first clears the previous answer, and after it the answer area says how it
-    ended."""
+    ended. Returns the history's components (the compare panel adds runs to it)."""
     has_gpu = bool(ctx.hardware.usable_gpus)
     with gr.Row():
         answers_table = gr.Dataframe(headers=ui_format.ANSWER_HEADERS, label="Top answers", interactive=False,
@@ -1136,42 +1137,32 @@ def build_answer_panel(ctx: AppContext, question: dict[str, Block], seen: gr.Sta
         for outcome in (asking.success, asking.failure):  # `then` alone would not run after an error
             listen(outcome, bind(show_outcome, ctx), inputs=history["history"], outputs=ended, queue=False,
                    show_progress="hidden", api_visibility="private")
+        return asking
 
-    asks_after(question["ask"].click, ask, inputs, api_name="ask")
-    asks_after(question["question"].submit, ask, inputs, api_visibility="private")
-    asks_after(question["full"].click, ask_in_full, in_full, api_visibility="private")
-    asks_after(question["examples"].load_input_event.then, ask, inputs, api_visibility="private")
+    asked = [asks_after(question["ask"].click, ask, inputs, api_name="ask"),
+             asks_after(question["question"].submit, ask, inputs, api_visibility="private"),
+             asks_after(question["full"].click, ask_in_full, in_full, api_visibility="private"),
+             asks_after(question["examples"].load_input_event.then, ask, inputs, api_visibility="private")]
     filling = listen(intro["try"].click, fill_first_example, outputs={name: question[name] for name in
                                                                       ("files", "pasted", "question")},
                      queue=False, api_visibility="private")
-    asks_after(filling.then, ask, inputs, api_visibility="private")
+    asked.append(asks_after(filling.then, ask, inputs, api_visibility="private"))
+    recolour_after(history, *asked)
     question["stop"].click(bind(press_stop, ctx), queue=False, api_visibility="private")
     # New documents: the answer to the old ones goes (the examples and the introduction set them, and ask, above).
     for trigger in (question["files"].upload, question["files"].clear, question["files"].delete,
                     question["pasted"].input):
         listen(trigger, lambda: clear_answer(ui_format.NEW_DOCUMENTS_STATUS), outputs=cleared, queue=False,
                show_progress="hidden", api_visibility="private")
+    return history
 
 
-def build_history_panel() -> dict[str, Block]:
-    """This page's runs: a table and two bar plots with one bar per row of the table (the answer panel fills them)."""
-    history = gr.State([])
-    history_table = gr.Dataframe(headers=ui_format.HISTORY_HEADERS, label="Run history (this page)",
-                                 interactive=False)
-    # What gradio 6.31 draws right (tests/test_app_browser.py counts the bars drawn in Chromium):
-    # - An update carries the plot's data only. An update that also changes a plot property (y_lim, sort, ...)
-    #   rebuilds the chart from the data the plot held before the update, while the new data goes to the chart
-    #   being replaced: the bars lagged one answer behind the table. So the y axis is fixed from zero here (left
-    #   alone, it starts at the smallest bar and hides it).
-    # - No data until the first answer: a chart first drawn from an empty frame keeps that frame's layout after
-    #   data arrives, its axis titles and labels cut; with none, the first answer draws it whole.
-    # - No color= by profile: no bars are drawn once a new colour category arrives in an update.
-    with gr.Row(elem_id="plots"):
-        memory_plot = gr.BarPlot(None, x="run", y=ui_format.PLOT_MEMORY, y_lim=[0, None], label="Peak memory by run",
-                                 y_title="peak memory (MB, GPU else host RSS)")
-        latency_plot = gr.BarPlot(None, x="run", y=ui_format.PLOT_LATENCY, y_lim=[0, None], label="Latency by run")
-    return {"history": history, "history_table": history_table, "memory_plot": memory_plot,
-            "latency_plot": latency_plot}
+def page_hooks(ctx: AppContext) -> PageHooks:
+    """What the compare panel borrows from the page: errors, an exclusive turn on the model, the first load."""
+    return PageHooks(errors=user_errors,
+                     model_turn=lambda request, progress: model_turn(ctx, request, progress, exclusive=True),
+                     ensure_loaded=lambda progress: ensure_loaded(ctx, progress),
+                     loaded_now=lambda: loaded_now(ctx), seen_now=lambda: seen_now(ctx))
 
 
 def build_training_panel(ctx: AppContext) -> None:
@@ -1220,7 +1211,8 @@ def build_blocks(ctx: AppContext, queue_size: int = DEFAULT_QUEUE_SIZE) -> gr.Bl
         model = build_model_panel(ctx)
         question = build_question_panel(ctx)
         wire_model_panel(ctx, demo, seen, model, question)
-        build_answer_panel(ctx, question, seen, intro)
+        history = build_answer_panel(ctx, question, seen, intro)
+        build_compare_panel(ctx, question, history, seen, page_hooks(ctx))
         with gr.Accordion("Loaded model", open=True):
             model["load_table"].render()
             with gr.Accordion("Load readout (JSON)", open=False):

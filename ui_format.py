@@ -21,13 +21,13 @@ STAGES = ("extract", "tokenize", "rank", "forward", "decode", "total")
 DOCUMENT_HEADERS = ["document", "characters", "tokens", "windows"]
 ANSWER_HEADERS = ["rank", "answer", "score", "confidence", "document", "position (characters)"]
 LATENCY_HEADERS = ["stage", "time"]
-MEMORY_HEADERS = ["device", "peak (GPU allocated, host RSS)", "now (GPU reserved, host RSS)", "NVML used",
-                  "NVML total"]
+MEMORY_HEADERS = ["device", "peak (GPU allocated, host RSS)", "this request's own peak (above the model loaded)",
+                  "now (GPU reserved, host RSS)", "NVML used", "NVML total"]
 RUN_HEADERS = ["readout", "value"]
 LOAD_HEADERS = ["model", "profile", "strategies", "weights dtype", "load time", "weights per device", "device map",
                 "host RAM peak while loading", "fallback", "notes"]  # the keys of `load_rows`: the table is one row
-HISTORY_HEADERS = ["run", "profile", "model", "reading", "tokens", "windows", "peak GPU memory", "host peak RSS",
-                   "latency", "tokens/s"]
+HISTORY_HEADERS = ["run", "profile", "model", "question", "documents", "answer", "reading", "tokens", "windows",
+                   "request's own peak", "peak GPU memory", "host peak RSS", "latency", "tokens/s"]
 TRAINING_HEADERS = ["training step", "peak memory", "time"]
 PLOT_MEMORY = "peak memory (MB)"
 PLOT_LATENCY = "latency (s)"
@@ -159,13 +159,15 @@ def latency_rows(latency_s: dict, tokens_per_s: float | None) -> list[list]:
 
 
 def memory_rows(memory) -> list[list]:
-    """One row per GPU (peak allocated, reserved, NVML used/total), then the host (peak RSS, RSS now)."""
-    rows = [[f"cuda:{d.index} {d.name}", format_bytes(d.peak_allocated_bytes), format_bytes(d.reserved_bytes),
-             format_bytes(d.nvml_used_bytes), format_bytes(d.nvml_total_bytes)] for d in memory.devices]
+    """One row per GPU (peak allocated, the request's own peak above what was allocated before it, reserved, NVML
+    used/total), then the host (peak RSS, the request's own peak above the RSS before it, RSS now)."""
+    rows = [[f"cuda:{d.index} {d.name}", format_bytes(d.peak_allocated_bytes), format_bytes(d.request_peak_bytes),
+             format_bytes(d.reserved_bytes), format_bytes(d.nvml_used_bytes), format_bytes(d.nvml_total_bytes)]
+            for d in memory.devices]
     if not rows:
-        rows.append(["GPU", "no GPU used", MISSING, MISSING, MISSING])
-    rows.append(["host", format_bytes(memory.host_peak_rss_bytes), format_bytes(memory.host_rss_bytes), MISSING,
-                 MISSING])
+        rows.append(["GPU", "no GPU used", MISSING, MISSING, MISSING, MISSING])
+    rows.append(["host", format_bytes(memory.host_peak_rss_bytes), format_bytes(memory.host_request_peak_bytes),
+                 format_bytes(memory.host_rss_bytes), MISSING, MISSING])
     return rows
 
 
@@ -244,33 +246,103 @@ def load_rows(readout) -> list[list]:
     ]
 
 
-def history_entry(readout, run: int) -> dict:
-    """What the run history (the page's state) keeps of one answer's readout (bytes and seconds)."""
+def history_entry(readout, run: int, documents: list[str] | None = None) -> dict:
+    """What the run history (the page's state) keeps of one answer's readout (bytes and seconds): the request (the
+    question, the documents' names), the answer, the profile (`custom`: with the strategies ticked) and the
+    figures."""
     result = readout.result
     return {"run": run, "profile": readout.profile, "model": readout.model,
+            "strategies": list(readout.strategies or []) if readout.profile == "custom" else [],
+            "question": result.question,
+            "documents": list(documents) if documents is not None else [d.name for d in result.documents],
+            "answer": best_answer(result),
             "reading": result.reading.mode if result.reading else None,
             "tokens": result.tokens, "windows": result.windows,
+            "request_peak_bytes": readout.request_memory.request_peak_bytes,
             "peak_allocated_bytes": result.memory.peak_allocated_bytes,
             "host_peak_rss_bytes": result.memory.host_peak_rss_bytes,
             "latency_s": result.latency_s["total"], "tokens_per_s": result.tokens_per_s}
 
 
+def profile_label(entry: dict) -> str:
+    """A history entry's profile: "cpu", or "custom (int8_dynamic, fast_attention)"."""
+    strategies = entry.get("strategies") or []
+    return f"{entry['profile']} ({', '.join(strategies) or 'none'})" if entry["profile"] == "custom" else \
+        str(entry["profile"])
+
+
 def history_rows(history: list[dict]) -> list[list]:
-    return [[h["run"], h["profile"], h["model"], h.get("reading") or MISSING, h["tokens"], h["windows"],
-             format_bytes(h["peak_allocated_bytes"]),
+    return [[h["run"], profile_label(h), h["model"], h.get("question", MISSING), ", ".join(h.get("documents") or [])
+             or MISSING, h.get("answer", MISSING), h.get("reading") or MISSING, h["tokens"], h["windows"],
+             format_bytes(h.get("request_peak_bytes")), format_bytes(h["peak_allocated_bytes"]),
              format_bytes(h["host_peak_rss_bytes"]), format_seconds(h["latency_s"]), format_rate(h["tokens_per_s"])]
             for h in history]
 
 
+PLOT_COLUMNS = ["run", "profile", PLOT_MEMORY, PLOT_LATENCY, "strategies", "reading"]
+
+
 def history_frame(history: list[dict]) -> pd.DataFrame:
-    """Data for the bar plots: one row per run; peak memory is the GPU peak where a GPU ran, else host RSS."""
+    """Data for the bar plots: one row per run, labelled by its number and coloured by its profile; peak memory is
+    the GPU peak where a GPU ran, else host RSS."""
     rows = []
     for h in history:
         peak = h["peak_allocated_bytes"] if h["peak_allocated_bytes"] is not None else h["host_peak_rss_bytes"]
-        mode = f" {h['reading']}" if h.get("reading") else ""
-        rows.append({"run": f"{h['run']:02d} {h['profile']}{mode}", "profile": h["profile"],
-                     PLOT_MEMORY: (peak or 0) / 1e6, PLOT_LATENCY: h["latency_s"]})
-    return pd.DataFrame(rows, columns=["run", "profile", PLOT_MEMORY, PLOT_LATENCY])
+        rows.append({"run": f"{h['run']:02d}", "profile": h["profile"], PLOT_MEMORY: (peak or 0) / 1e6,
+                     PLOT_LATENCY: h["latency_s"], "strategies": ", ".join(h.get("strategies") or []) or MISSING,
+                     "reading": h.get("reading") or MISSING})
+    return pd.DataFrame(rows, columns=PLOT_COLUMNS)
+
+
+PROFILE_COLOURS = ["#2563eb", "#f97316", "#16a34a", "#dc2626", "#9333ea", "#0891b2", "#ca8a04", "#db2777",
+                   "#4b5563", "#65a30d"]
+
+
+def profile_colours(profiles: list[str], history: list[dict]) -> dict[str, str]:
+    """A colour for each profile in the history, fixed by its place in the registry's `profiles` (so a profile keeps
+    its colour from run to run); profiles outside it follow."""
+    seen = list(dict.fromkeys(h["profile"] for h in history))
+    order = [*profiles, *(name for name in seen if name not in profiles)]
+    return {name: PROFILE_COLOURS[order.index(name) % len(PROFILE_COLOURS)] for name in seen}
+
+
+COMPARE_HEADERS = ["profile", "time", "peak memory (process)", "this request's own peak", "windows/s",
+                   "same answer as the first", "answer"]
+
+
+def compare_rows(comparison) -> list[list]:
+    """One row per profile of a comparison (`longqa.compare.Comparison`, fields read), each figure with its ratio to
+    the first profile's: "1.20 s (0.52×)"."""
+    rows = []
+    for run in comparison.runs:
+        ratios = comparison.ratios(run)
+        answered = f" → {run.profile}" if run.profile and run.profile != run.choice.name else ""
+        rows.append([f"{run.choice.label}{answered}",
+                     with_ratio(format_seconds(run.time_s), ratios["time"]),
+                     with_ratio(format_bytes(run.peak_bytes), ratios["peak"]),
+                     with_ratio(format_bytes(run.request_peak_bytes), ratios["request_peak"]),
+                     with_ratio(MISSING if run.windows_per_s is None else f"{run.windows_per_s:.2f}",
+                                ratios["windows_per_s"]),
+                     "yes" if comparison.same_answer(run) else "no", run.answer_text or "(not found)"])
+    return rows
+
+
+def with_ratio(text: str, ratio: float | None) -> str:
+    return text if ratio is None else f"{text} ({ratio:.2f}×)"
+
+
+def compare_summary(comparison) -> str:
+    """Markdown under the table: what was compared, and what the memory columns measure."""
+    first = comparison.first
+    if first is None:
+        return ""
+    measured = first.readout.request_memory.measured_as
+    return (f"{len(comparison.runs)} profiles, each loaded afresh, asked *{escape_markdown(comparison.question)}* "
+            f"over {escape_markdown(', '.join(comparison.documents))} with {escape_markdown(comparison.model)}. "
+            f"Ratios (×) are to the first profile. Peak memory is the process's {measured} at its peak; this "
+            f"request's own peak is that peak above the {measured} right before the request (the model loaded), "
+            "which depends much less on what ran before than the process's peak; a few MB either way is noise. "
+            "Windows/s counts forward passes only.")
 
 
 def gpu_gauge(snapshot: list[dict]) -> dict[str, float]:

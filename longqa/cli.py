@@ -1,4 +1,4 @@
-"""Command line: `python -m longqa ask|profiles|plan|bench`.
+"""Command line: `python -m longqa ask|compare|profiles|plan|bench`.
 
 Parses arguments, calls the session and the profiles, prints. Errors become one line on stderr and a non-zero
 exit code, never a traceback.
@@ -17,6 +17,7 @@ from transformers.utils import logging as hf_logging
 from longqa.bench import reading_sweep
 from longqa.bench import runner as bench_module
 from longqa.arguments import positive_int
+from longqa.compare import Comparison, choices_from, compare_profiles
 from longqa.gpu_plan import MachinePlan, plan_request
 from longqa.models import DEFAULT_MODEL, model_config
 from longqa.session import Session, read_documents
@@ -57,6 +58,22 @@ def build_parser() -> argparse.ArgumentParser:
                      help="say 'not found' when the best answer scores under SCORE (between 0 and 1); replaces the "
                           "model's own rule (the demo model's measured threshold, a SQuAD 2.0 model's null score)")
     ask.add_argument("--json", action="store_true", help="print one JSON object with answers and readouts")
+
+    compare = commands.add_parser("compare", help="ask one question under several profiles in turn, each loaded "
+                                  "afresh, and compare time, memory and answers")
+    compare.add_argument("files", nargs="+", metavar="FILE", help=".txt, .md, .pdf or .html files")
+    compare.add_argument("--question", "-q", required=True)
+    compare.add_argument("--profiles", default="cpu,baseline-fp32",
+                         help="comma-separated profiles, the first the reference for the ratios (default: "
+                              "cpu,baseline-fp32)")
+    compare.add_argument("--strategies", default="", help="for the profile custom: comma-separated strategies")
+    compare.add_argument("--model", default=DEFAULT_MODEL,
+                         help="as for ask; the default falls back to 'demo' when it cannot be fetched")
+    compare.add_argument("--reading", choices=READING_MODES, default="full",
+                         help="as for ask (default: full, so every profile reads the same windows)")
+    compare.add_argument("--top-k", type=positive_int)
+    compare.add_argument("--max-file-mb", type=float, default=50.0)
+    compare.add_argument("--json", action="store_true", help="print one JSON object: each profile's row and readout")
 
     profiles = commands.add_parser("profiles", help="list hardware profiles and whether they can run here")
     profiles.add_argument("--json", action="store_true")
@@ -162,6 +179,37 @@ def run_ask(args) -> int:
     return 0
 
 
+def run_compare(args) -> int:
+    documents, extract_s = read_documents(args.files, max_bytes=int(args.max_file_mb * 1024 * 1024))
+    validate_request(documents, args.question)  # refuse bad input before any model work
+    choices = choices_from(args.profiles.split(","), [s for s in args.strategies.split(",") if s])
+    comparison = compare_profiles(Session(), args.model, choices, documents, args.question, args.reading,
+                                  extract_s=extract_s, fallback_to_demo=args.model == DEFAULT_MODEL, top_k=args.top_k)
+    if args.json:
+        print(json.dumps(comparison.to_json()))
+        return 0
+    print("\n".join(compare_lines(comparison)))
+    return 0
+
+
+def compare_lines(comparison: Comparison) -> list[str]:
+    """The comparison as text: one line per profile, each figure with its ratio to the first profile's."""
+    mb = lambda value: "-" if value is None else f"{value / 1e6:,.1f} MB"  # noqa: E731
+    times = lambda value: "" if value is None else f" ({value:.2f}x)"  # noqa: E731
+    lines = [f"{comparison.question!r} over {', '.join(comparison.documents)} with {comparison.model}; ratios to "
+             f"the first profile; memory: the process's peak, and the request's own peak above the model loaded",
+             f"{'profile':<32} {'time':>16} {'process peak':>22} {'request peak':>20} {'windows/s':>16}  same answer"]
+    for run in comparison.runs:
+        ratios = comparison.ratios(run)
+        rate = "-" if run.windows_per_s is None else f"{run.windows_per_s:.2f}"
+        lines.append(f"{run.choice.label:<32} {f'{run.time_s:.2f} s' + times(ratios['time']):>16} "
+                     f"{mb(run.peak_bytes) + times(ratios['peak']):>22} "
+                     f"{mb(run.request_peak_bytes) + times(ratios['request_peak']):>20} "
+                     f"{rate + times(ratios['windows_per_s']):>16}  "
+                     f"{'yes' if comparison.same_answer(run) else 'no'}: {run.answer_text or '(not found)'!r}")
+    return lines
+
+
 def run_profiles(args) -> int:
     hardware = detect_hardware()
     rows = describe_profiles(hardware)
@@ -206,6 +254,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "ask":
             return run_ask(args)
+        if args.command == "compare":
+            return run_compare(args)
         if args.command == "profiles":
             return run_profiles(args)
         if args.command == "plan":

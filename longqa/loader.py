@@ -21,7 +21,7 @@ from transformers import AutoConfig, AutoTokenizer, LongformerForQuestionAnsweri
 from longqa import models
 from longqa.models import ModelSource, architecture_config, resolve_model
 from longqa_core.cache import cache_dir
-from longqa_core.batching import BatchState, ModelRunner
+from longqa_core.batching import BatchState, ModelRunner, release_memory
 from longqa_core.limits import EngineSettings
 from longqa_core.errors import ModelLoadError
 from longqa_core.telemetry import HostPeak, timed
@@ -82,10 +82,12 @@ class LoadedModel:
     generation: int = 0
 
     def unload(self) -> None:
-        """Drop every reference this object holds to the model, collect, and return cached CUDA memory."""
+        """Drop every reference this object holds to the model, collect, hand the freed heap back to the system
+        (`release_memory`: the next model's baseline then starts from what is in use), and return cached CUDA
+        memory."""
         self.runner = None
         self.model = None
-        gc.collect()
+        release_memory()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
 

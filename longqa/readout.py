@@ -1,6 +1,8 @@
 """What one answer reports, end to end, as typed parts: the engine's result (answers, latency by stage, memory, what
-was read), the model and profile that answered, the memory planner's prediction beside the measured peak, and where
-a deployment adds them, the wait in the lane and the Ray replica. Each part is built by the layer that knows it.
+was read), the model and profile that answered (with the strategies it applied), the request's own memory above the
+loaded model's baseline beside the process's total, the memory planner's prediction beside the measured peak, and
+where a deployment adds them, the wait in the lane and the Ray replica. Each part is built by the layer that knows
+it.
 
 `Readout.to_json` is the one place it becomes JSON: the CLI's --json, the web API's last output and the page's JSON
 panel, in the shape those have always had. It measures and formats nothing.
@@ -11,6 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from longqa_core.answering import QAResult
+from longqa_core.telemetry import MemoryReadout
 
 
 @dataclass
@@ -23,6 +26,30 @@ class MemoryPrediction:
     measured_peak_bytes: int | None
     error_pct: float | None
     measured_as: str  # "peak RSS" on CPU, "torch peak allocated" on a GPU
+
+
+@dataclass
+class RequestMemory:
+    """A request's memory on the device it ran on: the process's total at its peak (what earlier requests and models
+    left behind included), what the device held right before the request (the loaded model's resident baseline),
+    and the request's own peak above that baseline, the figure that does not depend on what ran before."""
+
+    device: str  # "cpu", or "cuda" for the GPUs the request used, summed
+    measured_as: str  # "RSS" on CPU, "torch allocated" on GPUs
+    peak_bytes: int | None
+    baseline_bytes: int | None
+    request_peak_bytes: int | None
+
+    @classmethod
+    def of(cls, memory: MemoryReadout) -> "RequestMemory":
+        """From a request's memory readout: its GPUs' figures summed where it used any, else the host's."""
+        if memory.devices:
+            baselines = [d.baseline_allocated_bytes for d in memory.devices]
+            requests = [d.request_peak_bytes for d in memory.devices]
+            return cls("cuda", "torch allocated", memory.peak_allocated_bytes,
+                       None if None in baselines else sum(baselines), None if None in requests else sum(requests))
+        return cls("cpu", "RSS", memory.host_peak_rss_bytes, memory.host_baseline_rss_bytes,
+                   memory.host_request_peak_bytes)
 
 
 @dataclass
@@ -45,11 +72,18 @@ class Readout:
     replica: str | None = None  # Ray Serve: the replica that answered
     generation: int | None = None  # Ray Serve: the deployment it belongs to
     full_read_s: float | None = None  # a guided read's prediction of reading every window (`predict_full_read_s`)
+    strategies: list[str] | None = None  # what the profile applied on this machine (`custom`: the ticked ones)
+
+    @property
+    def request_memory(self) -> RequestMemory:
+        """The request's own peak above the loaded model's baseline, beside the process's total."""
+        return RequestMemory.of(self.result.memory)
 
     def to_json(self) -> dict:
         out = self.result.to_json()
         out.update(model=self.model, profile=self.profile,
                    memory_prediction=asdict(self.memory_prediction) if self.memory_prediction else None)
+        out.update(strategies=self.strategies, request_memory=asdict(self.request_memory))
         if self.replica is not None:
             out.update(replica=self.replica, generation=self.generation)
         if self.queue is not None:

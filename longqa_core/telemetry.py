@@ -8,6 +8,8 @@ happens in the UI. Missing CUDA or NVML gives `None`, never an error.
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import re
 import threading
 import time
@@ -31,6 +33,24 @@ _peaks_lock = threading.Lock()
 
 def current_rss_bytes() -> int:
     return int(psutil.Process().memory_info().rss)
+
+
+def trim_heap() -> None:
+    """Ask glibc to hand its free heap pages back to the system (`malloc_trim(0)`: every arena, free pages inside
+    the heap too); nothing where the C library is not glibc. A fraction of a millisecond, unlike a garbage
+    collection: cheap enough before every request, so that a request's peak above its baseline counts the memory
+    it touched rather than depending on how much freed heap earlier requests or models left to reuse."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@functools.cache
+def _malloc_trim():
+    try:
+        return ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):  # not glibc (macOS, musl, Windows)
+        return None
 
 
 def _high_water_mark_bytes() -> int | None:
@@ -99,7 +119,8 @@ class HostPeak:
 
 @dataclass
 class DeviceMemory:
-    """One GPU's memory during a request: torch's peak allocated and reserved bytes, NVML's used and total."""
+    """One GPU's memory during a request: torch's peak allocated and reserved bytes, NVML's used and total, and
+    what torch had allocated right before the request (the loaded model's resident baseline)."""
 
     index: int
     name: str
@@ -107,12 +128,22 @@ class DeviceMemory:
     reserved_bytes: int
     nvml_used_bytes: int | None
     nvml_total_bytes: int | None
+    baseline_allocated_bytes: int | None = None
+
+    @property
+    def request_peak_bytes(self) -> int | None:
+        """The request's own peak: allocated bytes above what was allocated before it."""
+        return above(self.peak_allocated_bytes, self.baseline_allocated_bytes)
 
 
 @dataclass
 class MemoryReadout:
-    """A request's memory: the GPUs' figures summed (None without a GPU), the host's RSS now and at its peak, and
-    each GPU's own row."""
+    """A request's memory: the GPUs' figures summed (None without a GPU), the host's RSS now, at its peak and right
+    before the request (the loaded model's resident baseline), and each GPU's own row.
+
+    The process's peak includes whatever the process held before the request (the model, and heap that earlier
+    requests or models left behind); the request's own peak (`request_peak_on`) is the peak above the baseline.
+    """
 
     peak_allocated_bytes: int | None = None
     reserved_bytes: int | None = None
@@ -121,10 +152,19 @@ class MemoryReadout:
     host_rss_bytes: int | None = None
     host_peak_rss_bytes: int | None = None
     devices: list[DeviceMemory] = field(default_factory=list)
+    host_baseline_rss_bytes: int | None = None
+
+    @property
+    def host_request_peak_bytes(self) -> int | None:
+        """The request's own peak on the host: peak RSS above the RSS right before it."""
+        return above(self.host_peak_rss_bytes, self.host_baseline_rss_bytes)
 
     def to_json(self) -> dict:
         return {**{name: getattr(self, name) for name in _SUMMED}, "host_rss_bytes": self.host_rss_bytes,
-                "host_peak_rss_bytes": self.host_peak_rss_bytes, "devices": [vars(d).copy() for d in self.devices]}
+                "host_peak_rss_bytes": self.host_peak_rss_bytes,
+                "devices": [{**vars(d), "request_peak_bytes": d.request_peak_bytes} for d in self.devices],
+                "host_baseline_rss_bytes": self.host_baseline_rss_bytes,
+                "host_request_peak_bytes": self.host_request_peak_bytes}
 
     def peak_on(self, device: str) -> int | None:
         """The peak on `device` ("cpu": the host's peak RSS; "cuda:N": that GPU's peak allocated bytes)."""
@@ -132,6 +172,28 @@ class MemoryReadout:
             return self.host_peak_rss_bytes
         index = int(device.split(":")[1])
         return next((d.peak_allocated_bytes for d in self.devices if d.index == index), None)
+
+    def request_peak_on(self, device: str) -> int | None:
+        """The request's own peak on `device`, above the baseline right before it ("cpu": peak RSS above RSS;
+        "cuda:N": peak allocated above allocated)."""
+        if device == "cpu":
+            return self.host_request_peak_bytes
+        index = int(device.split(":")[1])
+        return next((d.request_peak_bytes for d in self.devices if d.index == index), None)
+
+    def baseline_on(self, device: str) -> int | None:
+        """What `device` held right before the request (host RSS, or torch's allocated bytes on a GPU)."""
+        if device == "cpu":
+            return self.host_baseline_rss_bytes
+        index = int(device.split(":")[1])
+        return next((d.baseline_allocated_bytes for d in self.devices if d.index == index), None)
+
+
+def above(peak: int | None, baseline: int | None) -> int | None:
+    """`peak` above `baseline` (never below zero), or None when either is unknown."""
+    if peak is None or baseline is None:
+        return None
+    return max(0, peak - baseline)
 
 
 _SUMMED = ("peak_allocated_bytes", "reserved_bytes", "nvml_used_bytes", "nvml_total_bytes")
@@ -158,12 +220,12 @@ def timed(latency_s: dict[str, float], name: str):
         latency_s[name] = latency_s.get(name, 0.0) + time.perf_counter() - began
 
 
-def _device_memory(indices: list[int]) -> list[DeviceMemory]:
+def _device_memory(indices: list[int], baselines: dict[int, int]) -> list[DeviceMemory]:
     rows = []
     for index in indices:
         used, total = device_memory(index)
         rows.append(DeviceMemory(index, torch.cuda.get_device_name(index), int(torch.cuda.max_memory_allocated(index)),
-                                 int(torch.cuda.memory_reserved(index)), used, total))
+                                 int(torch.cuda.memory_reserved(index)), used, total, baselines.get(index)))
     return rows
 
 
@@ -174,11 +236,15 @@ def _sum_or_none(rows: list[DeviceMemory], key: str) -> int | None:
 
 @contextmanager
 def measure(devices=()):
-    """Measure a request running on `devices`; CUDA peaks are reset on entry so they belong to this request."""
+    """Measure a request running on `devices`; CUDA peaks are reset on entry so they belong to this request, and
+    the baselines (host RSS, CUDA allocated bytes) are taken right before it, after the free heap is handed back."""
     indices = cuda_device_indices(devices) if torch.cuda.is_available() else []
+    baselines = {}
     for index in indices:
         torch.cuda.reset_peak_memory_stats(index)
+        baselines[index] = int(torch.cuda.memory_allocated(index))
     measurement = Measurement()
+    trim_heap()  # the baseline then holds what is in use, not free heap an earlier request or model left behind
     began = time.perf_counter()
     with HostPeak() as host:
         try:
@@ -187,7 +253,7 @@ def measure(devices=()):
             for index in indices:
                 torch.cuda.synchronize(index)
             measurement.latency_s["total"] = time.perf_counter() - began
-    rows = _device_memory(indices)
+    rows = _device_memory(indices, baselines)
     measurement.memory = MemoryReadout(**{name: _sum_or_none(rows, name) for name in _SUMMED},
                                        host_rss_bytes=current_rss_bytes(), host_peak_rss_bytes=host.peak_rss_bytes,
-                                       devices=rows)
+                                       devices=rows, host_baseline_rss_bytes=host.baseline_rss_bytes)

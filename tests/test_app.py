@@ -24,10 +24,11 @@ from strategies.profiles import profile_choices, select_strategies
 
 READOUT_KEYS = {"question", "answers", "documents", "windows", "tokens", "batch_size", "backoffs", "latency_s",
                 "memory", "notices", "tokens_per_s", "model", "profile", "window_tokens",
-                "memory_prediction", "reading", "queue", "found", "no_answer"}  # the last two: issue 38
+                "memory_prediction", "reading", "queue", "found", "no_answer",  # the last two: issue 38
+                "strategies", "request_memory"}  # issue 39: custom's strategies, the request's own memory
 ANSWER_KEYS = {"text", "score", "document", "document_index", "start_char", "end_char", "confidence"}
 MEMORY_KEYS = {"peak_allocated_bytes", "reserved_bytes", "nvml_used_bytes", "nvml_total_bytes", "host_rss_bytes",
-               "host_peak_rss_bytes", "devices"}
+               "host_peak_rss_bytes", "devices", "host_baseline_rss_bytes", "host_request_peak_bytes"}
 LATENCY_KEYS = {"total", "extract", "tokenize", "forward", "decode"}
 T4 = Hardware(gpus=(Gpu(0, "Tesla T4", 15_600_000_000, (7, 5)),), cuda_available=True)
 
@@ -90,7 +91,14 @@ def test_ask_answers_a_long_document_with_every_readout(ctx, long_document):
     assert out["latency"]["stage"].tolist() == ["extract", "tokenize", "rank", "forward", "decode", "total", "throughput"]
     host = readout["memory"]
     assert out["memory"].values.tolist()[-1] == ["host", ui_format.format_bytes(host["host_peak_rss_bytes"]),
+                                                 ui_format.format_bytes(host["host_request_peak_bytes"]),
                                                  ui_format.format_bytes(host["host_rss_bytes"]), "—", "—"]
+    assert host["host_request_peak_bytes"] == host["host_peak_rss_bytes"] - host["host_baseline_rss_bytes"]
+    assert readout["request_memory"] == {"device": "cpu", "measured_as": "RSS",
+                                         "peak_bytes": host["host_peak_rss_bytes"],
+                                         "baseline_bytes": host["host_baseline_rss_bytes"],
+                                         "request_peak_bytes": host["host_request_peak_bytes"]}
+    assert readout["strategies"] == ctx.session.loaded.readout.strategies
     assert dict(out["run"].values.tolist())["windows"] == readout["windows"]
     prediction = readout["memory_prediction"]
     assert prediction["measured_peak_bytes"] == readout["memory"]["host_peak_rss_bytes"]
@@ -111,7 +119,9 @@ def test_run_history_grows_per_page_and_feeds_the_plots(ctx):
             # the plot's whole data and nothing else: an update that also changes a plot property makes gradio
             # 6.31 draw the data the plot held before (tests/test_app_browser.py counts the bars drawn)
             assert set(out[plot]) == {"__type__", "value"} and len(out[plot]["value"]) == runs
-    assert second["memory_plot"]["value"]["run"].tolist() == ["01 cpu full", "02 cpu full"]  # short: auto reads whole
+    assert second["memory_plot"]["value"]["run"].tolist() == ["01", "02"]
+    assert second["memory_plot"]["value"]["profile"].tolist() == ["cpu", "cpu"]  # the bars' colour
+    assert second["memory_plot"]["value"]["reading"].tolist() == ["full", "full"]  # short: auto reads whole
     memory = second["memory_plot"]["value"][ui_format.PLOT_MEMORY]
     assert memory.iloc[1] == second["readout"]["memory"]["host_peak_rss_bytes"] / 1e6
     assert second["latency_plot"]["value"][ui_format.PLOT_LATENCY].tolist() == [
@@ -449,7 +459,7 @@ def test_the_auto_label_names_what_the_loader_picks_for_the_model(tiny_model_dir
 def test_named_endpoints_and_queue_bounds(ctx):
     demo = app.build_blocks(ctx, queue_size=7)
     by_name = {fn.api_name: fn for fn in demo.fns.values() if fn.api_visibility == "public"}
-    assert set(by_name) == {"ask", "load_profile", "training_step", "plan"}  # plan: plan_panel.py
+    assert set(by_name) == {"ask", "load_profile", "training_step", "plan", "compare"}  # plan_panel, compare_panel
     # requests read side by side, then take turns on the model in the lane, as reloads do
     assert by_name["ask"].concurrency_id == by_name["training_step"].concurrency_id == app.REQUEST_CONCURRENCY
     assert by_name["load_profile"].concurrency_id == app.MODEL_CONCURRENCY

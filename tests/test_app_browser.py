@@ -33,6 +33,11 @@ DRAWN_BARS = """() => Object.fromEntries(Array.from(document.querySelectorAll('#
     block.querySelector('[data-testid=block-info]')?.innerText.trim(),
     Array.from(block.querySelectorAll('.mark-rect path'), bar => bar.getAttribute('aria-label') || '')]))"""
 
+# The colour each plot filled its bars with, in the order drawn, by plot label.
+DRAWN_FILLS = """() => Object.fromEntries(Array.from(document.querySelectorAll('#plots > *'), block => [
+    block.querySelector('[data-testid=block-info]')?.innerText.trim(),
+    Array.from(block.querySelectorAll('.mark-rect path'), bar => bar.getAttribute('fill') || '')]))"""
+
 AXIS_TITLES = """() => Object.fromEntries(Array.from(document.querySelectorAll('#plots > *'), block => [
     block.querySelector('[data-testid=block-info]')?.innerText.trim(),
     Array.from(block.querySelectorAll('.role-axis-title text'), title => title.textContent).sort()]))"""
@@ -142,13 +147,12 @@ def history_column(page, column: str) -> list[str]:
 
 
 def history_runs(page) -> list[str]:
-    """The run history table's rows as the plots label their bars: "01 cpu full", "02 baseline-fp32 full", ..."""
-    return [f"{int(run):02d} {profile} {reading}" for run, profile, reading in zip(
-        history_column(page, "run"), history_column(page, "profile"), history_column(page, "reading"), strict=True)]
+    """The run history table's rows as the plots label their bars: "01", "02", ..."""
+    return [f"{int(run):02d}" for run in history_column(page, "run")]
 
 
 def drawn_runs(page) -> dict[str, list[str]]:
-    """The runs each plot drew a bar for, from the bars' own labels ("run: 01 cpu; latency (s): 0.1")."""
+    """The runs each plot drew a bar for, from the bars' own labels ("run: 01; latency (s): 0.1; profile: cpu")."""
     return {plot: [re.match(r"run: (.*?);", bar).group(1) for bar in bars]
             for plot, bars in page.evaluate(DRAWN_BARS).items()}
 
@@ -164,6 +168,18 @@ def assert_plots_match_history(page, runs: int) -> None:
                              f"the plots drew {drawn_runs(page)}") from None
     time.sleep(1.0)
     assert drawn_runs(page) == expected, "a plot changed after it matched the history"
+
+
+def assert_bars_coloured_by_profile(page, ctx) -> None:
+    """Each plot fills each bar with its run's profile's colour (`ui_format.profile_colours`)."""
+    profiles = [ctx_profile.split(" (")[0] for ctx_profile in history_column(page, "profile")]
+    colours = ui_format.profile_colours(list(app.PROFILES), [{"profile": name} for name in profiles])
+    expected = {plot: [colours[name] for name in profiles] for plot in PLOTS}
+    try:
+        wait_until(lambda: page.evaluate(DRAWN_FILLS) == expected, timeout_s=PLOT_SETTLE_S)
+    except AssertionError:
+        raise AssertionError(f"the bars are filled {page.evaluate(DRAWN_FILLS)}, the profiles' colours are "
+                             f"{expected}") from None
 
 
 def assert_dropdowns_show_loaded(page, ctx) -> None:
@@ -187,7 +203,8 @@ def test_upload_ask_highlight_readouts_switch_profile_and_plots(page, served, lo
     # Markup in a document must show as text: every sentence carries an image with an onerror and a script.
     laced = tmp_path / "laced_report.txt"
     laced.write_text(re.sub(r"\. ", f". {SCRIPT} ", example.text), encoding="utf-8")
-    assert drawn_runs(page) == {plot: [] for plot in PLOTS} and history_runs(page) == []
+    wait_until(lambda: drawn_runs(page) == {plot: [] for plot in PLOTS})  # both drawn, empty (they render last)
+    assert history_runs(page) == []
 
     page.locator("#documents input[type=file]").set_input_files(str(laced))
     wait_until(lambda: "laced_report.txt" in grid_text(page, "Documents read"))
@@ -226,7 +243,9 @@ def test_upload_ask_highlight_readouts_switch_profile_and_plots(page, served, lo
 
     ask(page, example.question + " ")  # a second run, on the other profile
     assert_plots_match_history(page, 2)
-    assert history_runs(page) == ["01 cpu full", "02 baseline-fp32 full"]  # the samples are short: auto reads whole
+    assert history_column(page, "profile") == ["cpu", "baseline-fp32"]
+    assert history_column(page, "reading") == ["full", "full"]  # the samples are short: auto reads whole
+    assert_bars_coloured_by_profile(page, ctx)
     assert_dropdowns_show_loaded(page, ctx)
 
     if HAS_DEMO:  # the bundled demo model answering a bundled example
@@ -293,3 +312,34 @@ def test_offline_the_demo_model_stands_in_and_the_page_shows_it(browser, monkeyp
         assert history_column(page, "model") == ["demo"] and model.input_value().startswith("demo:")
     finally:
         demo.close()
+
+
+def test_the_comparison_table(served, browser, long_document):
+    """Compare profiles: the question asked under two profiles in turn, one row each with ratios to the first, a
+    run each in the history, bars coloured by profile; the profile in use loaded back."""
+    ctx, url = served
+    _, example = long_document
+    loaded_before = (ctx.session.model_ref, ctx.session.profile_name)
+    for width in (1400, 400):
+        page = browser.new_page(viewport={"width": width, "height": 900})
+        page.set_default_timeout(TIMEOUT_MS)
+        page.goto(url)
+        page.get_by_label("Question", exact=True).wait_for()
+        page.get_by_label("Or paste text", exact=True).fill(example.text[:5000])
+        page.get_by_label("Question", exact=True).fill(example.question)
+        page.get_by_text("Compare profiles", exact=True).first.click()  # the accordion opens
+        page.get_by_role("button", name="Compare profiles", exact=True).click()
+        table = page.get_by_role("grid", name="Profile comparison", exact=True)
+        rows = table.locator("[role=row][data-index]")
+        wait_until(lambda: rows.count() == 2 and "baseline-fp32" in table.inner_text())
+        text = table.inner_text()
+        assert "cpu" in text and "(1.00×)" in text and "yes" in text
+        assert_plots_match_history(page, 2)
+        assert history_column(page, "profile") == ["cpu", "baseline-fp32"]
+        assert history_column(page, "question") == [example.question] * 2
+        assert_bars_coloured_by_profile(page, ctx)
+        wait_until(lambda: (ctx.session.model_ref, ctx.session.profile_name) == loaded_before)
+        width_used = page.evaluate("() => document.getElementById('compare-panel').scrollWidth")
+        assert width_used <= width, f"the compare panel is {width_used} px wide in a {width} px window"
+        page.locator("#compare-panel").screenshot(path=str(Path(f"/tmp/compare-panel-{width}.png")))
+        page.close()

@@ -148,13 +148,16 @@ def test_ask_reads_guided_and_full_with_the_same_answer(capsys, tmp_path):
 # the API's shape is a promise, so the same keys, and the same values but for timings and memory.
 BEFORE = json.loads((Path(__file__).parent / "data" / "cli_answer_before_issue37.json").read_text())
 MEASURED = {"latency_s", "memory", "tokens_per_s", "memory_prediction"}  # timings and memory: values may differ
-ADDED = {"found", "no_answer"}  # issue 38 adds the verdict, and each answer's "confidence"
+ADDED = {"found", "no_answer",  # issue 38 adds the verdict, and each answer's "confidence"
+         "strategies", "request_memory"}  # issue 39: what the profile applied, the request's own memory
+ADDED_MEMORY = {"host_baseline_rss_bytes", "host_request_peak_bytes"}  # issue 39: the baseline and the peak above it
 
 
 def without_additions(answer_json: dict) -> dict:
-    """An answer's JSON without what issue 38 added, which BEFORE cannot have."""
+    """An answer's JSON without what issues 38 and 39 added, which BEFORE cannot have."""
     out = {key: value for key, value in answer_json.items() if key not in ADDED}
     out["answers"] = [{k: v for k, v in a.items() if k != "confidence"} for a in answer_json["answers"]]
+    out["memory"] = {k: v for k, v in answer_json["memory"].items() if k not in ADDED_MEMORY}
     return out
 
 
@@ -220,3 +223,30 @@ def test_a_threshold_outside_zero_one_is_a_clear_error(capsys, bad):
     code, out, err = run_cli(capsys, "ask", "--model", "demo", "-q", "What is it?",
                              str(SAMPLES / "harbour_records.txt"), "--no-answer-below", bad)
     assert code == 2 and "between 0 and 1" in err and out == ""
+
+
+@pytest.mark.slow  # two loads of the tiny model and two reads
+def test_compare_prints_a_row_per_profile_and_json_with_ratios(capsys, tiny_model_dir, long_file):
+    argv = ["compare", str(long_file), "--model", str(tiny_model_dir), "--profiles", "baseline-fp32,custom",
+            "--strategies", "int8_dynamic", "-q", "What is the river of Tarnholm?"]
+    code, out, err = run_cli(capsys, *argv, "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    runs = data["runs"]
+    assert [(run["profile"], run["strategies"]) for run in runs] == [("baseline-fp32", []), ("custom", ["int8_dynamic"])]
+    assert runs[0]["ratios"] == {"time": 1.0, "peak": 1.0, "request_peak": 1.0, "windows_per_s": 1.0}
+    assert runs[1]["ratios"]["time"] == pytest.approx(runs[1]["time_s"] / runs[0]["time_s"])
+    assert runs[0]["same_answer"] is True and runs[1]["readout"]["strategies"] == ["int8_dynamic"]
+    assert runs[0]["peak_bytes"] == runs[0]["baseline_bytes"] + runs[0]["request_peak_bytes"]
+    code, out, err = run_cli(capsys, *argv)
+    assert code == 0 and err == ""
+    lines = out.splitlines()
+    assert lines[2].startswith("baseline-fp32") and "(1.00x)" in lines[2]
+    assert lines[3].startswith("custom (int8_dynamic)")
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="t4-16gb may run on a machine with a GPU")
+def test_compare_refuses_a_profile_this_machine_cannot_run_in_one_line(capsys, long_file):
+    code, out, err = run_cli(capsys, "compare", str(long_file), "--model", "demo", "--profiles", "cpu,t4-16gb",
+                             "-q", "What is the river of Tarnholm?")
+    assert code == 2 and out == "" and err.startswith("error: ") and "t4-16gb" in err and len(err.splitlines()) == 1

@@ -213,3 +213,17 @@ def test_a_failed_deployment_is_told_by_the_last_line_of_the_replicas_traceback(
                                                          "needs a CUDA GPU.")
     monkeypatch.setattr(serve, "status", lambda: (_ for _ in ()).throw(RuntimeError("no controller")))
     assert deployment_failure(RuntimeError("Deploying failed")) == "Deploying failed"
+
+
+@pytest.mark.slow
+def test_compare_profiles_redeploys_the_replicas_for_each_and_loads_back_the_page_profile(served):
+    url, session = served
+    example = requests_for(1, seed=37)[0]
+    *_, comparison = Client(url, verbose=False).predict(
+        [], example.text, example.question, 3, "full", "", ["baseline-fp32", "cpu"], [], api_name="/compare")
+    runs = comparison["runs"]
+    assert [run["profile"] for run in runs] == ["baseline-fp32", "cpu"]
+    assert all(run["readout"]["replica"] and run["readout"]["generation"] for run in runs)
+    assert runs[1]["same_answer"] is True and runs[0]["ratios"]["time"] == 1.0
+    assert all(run["request_peak_bytes"] is not None and run["memory_measured_as"] == "RSS" for run in runs)
+    assert session.profile_name == "cpu"

@@ -210,6 +210,7 @@ def test_measure_reads_the_card_the_request_ran_on(monkeypatch):
     for name in ("reset_peak_memory_stats", "synchronize"):
         monkeypatch.setattr(torch.cuda, name, lambda index: None)
     monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda index: 7 * 10**8)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda index: 10**8)  # the model, before the request
     monkeypatch.setattr(torch.cuda, "memory_reserved", lambda index: 9 * 10**8)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda index: "NVIDIA H100 80GB HBM3")
     with telemetry.measure(["cuda:0"]) as measurement:
@@ -217,7 +218,8 @@ def test_measure_reads_the_card_the_request_ran_on(monkeypatch):
     memory = measurement.memory.to_json()
     assert memory["devices"] == [{"index": 0, "name": "NVIDIA H100 80GB HBM3", "peak_allocated_bytes": 7 * 10**8,
                                   "reserved_bytes": 9 * 10**8, "nvml_used_bytes": 2 * GiB,
-                                  "nvml_total_bytes": 80 * GiB}]
+                                  "nvml_total_bytes": 80 * GiB, "baseline_allocated_bytes": 10**8,
+                                  "request_peak_bytes": 6 * 10**8}]
     assert memory["nvml_used_bytes"] == 2 * GiB and memory["peak_allocated_bytes"] == 7 * 10**8
     assert measurement.memory.peak_on("cuda:0") == 7 * 10**8 and measurement.memory.peak_on("cuda:1") is None
 

@@ -97,8 +97,12 @@ def test_latency_and_memory_rows_cover_every_stage_and_device():
     memory = MemoryReadout(host_rss_bytes=2e9, host_peak_rss_bytes=3e9,
                            devices=[DeviceMemory(0, "T4", 1e9, 2e9, 3e9, 16e9)])
     rows = ui_format.memory_rows(memory)
-    assert rows[0] == ["cuda:0 T4", "1.0 GB", "2.0 GB", "3.0 GB", "16.0 GB"]
-    assert rows[1][:3] == ["host", "3.0 GB", "2.0 GB"]
+    assert rows[0] == ["cuda:0 T4", "1.0 GB", "—", "2.0 GB", "3.0 GB", "16.0 GB"]  # no baseline: no own peak
+    assert rows[1][:4] == ["host", "3.0 GB", "—", "2.0 GB"]
+    memory = MemoryReadout(host_rss_bytes=2e9, host_peak_rss_bytes=3e9, host_baseline_rss_bytes=1.8e9,
+                           devices=[DeviceMemory(0, "T4", 1e9, 2e9, 3e9, 16e9, 4e8)])
+    rows = ui_format.memory_rows(memory)
+    assert rows[0][:3] == ["cuda:0 T4", "1.0 GB", "600.0 MB"] and rows[1][:3] == ["host", "3.0 GB", "1.2 GB"]
     assert ui_format.memory_rows(MemoryReadout())[0][1] == "no GPU used"
 
 
@@ -110,13 +114,13 @@ def test_history_frame_uses_gpu_peak_else_host_peak():
          "host_peak_rss_bytes": 900e6, "latency_s": 0.5, "tokens_per_s": 20.0},
     ]
     frame = ui_format.history_frame(history)
-    assert list(frame["run"]) == ["01 cpu", "02 t4-16gb"]
+    assert list(frame["run"]) == ["01", "02"] and list(frame["profile"]) == ["cpu", "t4-16gb"]
     assert list(frame[ui_format.PLOT_MEMORY]) == [500.0, 2000.0]
     assert list(frame[ui_format.PLOT_LATENCY]) == [1.5, 0.5]
-    assert ui_format.history_rows(history)[1][6:9] == ["2.0 GB", "900.0 MB", "500 ms"]
+    assert ui_format.history_rows(history)[1][10:13] == ["2.0 GB", "900.0 MB", "500 ms"]
     guided = [{**history[0], "reading": "guided"}]
-    assert list(ui_format.history_frame(guided)["run"]) == ["01 cpu guided"]
-    assert ui_format.history_rows(guided)[0][3] == "guided"
+    assert list(ui_format.history_frame(guided)["reading"]) == ["guided"]
+    assert ui_format.history_rows(guided)[0][6] == "guided"
     assert ui_format.history_frame([]).empty
 
 
@@ -185,3 +189,20 @@ def test_document_rows_say_about_when_a_guided_read_estimated_them():
     documents = [DocumentStats("a.txt", 600_000, 190_000, 48)]
     assert ui_format.document_rows(documents) == [["a.txt", 600_000, 190_000, 48]]
     assert ui_format.document_rows(documents, estimated=True) == [["a.txt", 600_000, "about 190,000", "about 48"]]
+
+
+def test_the_history_keeps_the_request_the_answer_and_customs_strategies():
+    readout = Readout(QAResult("What is the colour of Zorbin?", [Answer("teal", 0.9, "notes.txt", 0, 10, 14)],
+                               [DocumentStats("notes.txt", 40, 12, 1)], 1, 12, 1, 0, {"total": 0.5},
+                               MemoryReadout(host_peak_rss_bytes=900, host_baseline_rss_bytes=600)),
+                      "demo", "custom", strategies=["int8_dynamic", "fast_attention"])
+    entry = ui_format.history_entry(readout, 4)
+    assert entry["question"] == "What is the colour of Zorbin?" and entry["documents"] == ["notes.txt"]
+    assert entry["answer"] == "teal" and entry["strategies"] == ["int8_dynamic", "fast_attention"]
+    assert entry["request_peak_bytes"] == 300
+    row = dict(zip(ui_format.HISTORY_HEADERS, ui_format.history_rows([entry])[0]))
+    assert row["profile"] == "custom (int8_dynamic, fast_attention)" and row["documents"] == "notes.txt"
+    assert row["answer"] == "teal" and row["request's own peak"] == "300 B"
+    assert ui_format.history_entry(readout, 1, ["a.txt", "b.pdf"])["documents"] == ["a.txt", "b.pdf"]
+    plain = Readout(readout.result, "demo", "cpu", strategies=["half_precision"])
+    assert ui_format.history_entry(plain, 1)["strategies"] == []  # a named profile is its name

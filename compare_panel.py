@@ -1,0 +1,174 @@
+"""The page's run history and its "Compare profiles" panel: the history table and two bar plots coloured by profile
+(one bar per run), and the action that asks the question above under each chosen profile in turn, reloading the
+model for each, as one table with ratios to the first profile; plus the `/compare` API endpoint.
+
+UI only: the comparison is `longqa.compare`'s, the formatting `ui_format`'s. It cannot import the page (app.py
+imports it), so what it borrows from the page (its error handling, its turn on the model, ...) comes in `PageHooks`.
+"""
+
+from __future__ import annotations
+
+import functools
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Callable
+
+import gradio as gr
+import pandas as pd
+
+import ui_format
+from longqa.compare import Comparison, choices_from, compare_profiles
+from longqa.session import read_request
+from longqa_core.errors import ProfileError
+from longqa_core.reading import DEFAULT_READING
+from longqa.serving import policy
+from strategies.profiles import PROFILES, describe_profiles
+from strategies.registry import strategy_cards
+
+# Wide enough for each header on two lines; the table scrolls sideways where the page is narrower.
+HISTORY_COLUMN_WIDTHS = ["56px", "150px", "110px", "240px", "140px", "140px", "80px", "80px", "80px", "110px",
+                         "100px", "100px", "90px", "120px"]
+COMPARE_COLUMN_WIDTHS = ["170px", "130px", "160px", "160px", "130px", "110px", "200px"]
+DEFAULT_COMPARED = ("cpu", "baseline-fp32")  # where both run here: the profile for a CPU against the original
+LOCKED = ("This deployment fixes the model and profile ({loaded}): comparing profiles reloads the model for each "
+          "one, so it is turned off here. Run the page yourself (`python app.py`) to compare.")
+
+
+@dataclass
+class PageHooks:
+    """What the panel borrows from the page: its error handling (`errors(action)`: domain errors become gr.Error),
+    an exclusive turn on the model (`model_turn(request, progress)`, yielding the key of its stop check), loading
+    the first model if none is yet (`ensure_loaded(progress)`), what is loaded in words (`loaded_now()`), and
+    what a visitor has seen loaded (`seen_now()`)."""
+
+    errors: Callable[[str], AbstractContextManager]
+    model_turn: Callable[[object, object], AbstractContextManager]
+    ensure_loaded: Callable[[object], None]
+    loaded_now: Callable[[], str]
+    seen_now: Callable[[], dict]
+
+
+def build_history_panel() -> dict:
+    """This page's runs: a table and two bar plots with one bar per row of the table, coloured by profile (the answer
+    and compare panels fill them)."""
+    history = gr.State([])
+    history_table = gr.Dataframe(headers=ui_format.HISTORY_HEADERS, label="Run history (this page)",
+                                 interactive=False, wrap=True, max_height=420, column_widths=HISTORY_COLUMN_WIDTHS)
+    # What gradio 6.31 draws right (tests/test_app_browser.py counts the bars drawn in Chromium):
+    # - An update carries the plot's data only. An update that also changes a plot property (y_lim, sort, ...)
+    #   rebuilds the chart from the data the plot held before the update, while the new data goes to the chart
+    #   being replaced: the bars lagged one answer behind the table. So the y axis is fixed from zero here (left
+    #   alone, it starts at the smallest bar and hides it).
+    # - No data until the first answer: a chart first drawn from an empty frame keeps that frame's layout after
+    #   data arrives, its axis titles and labels cut; with none, the first answer draws it whole.
+    # - Colour by profile: the chart's colour scale keeps the profiles of the data it was drawn from, and a bar of a
+    #   profile it does not know is not drawn. So the data goes first, and an event after it (`recolour_after`)
+    #   sets the colours of the profiles in the history, which redraws the chart from the data it now holds when a
+    #   new profile arrives (the map changes only then).
+    # Run numbers stand upright: twenty of them fit side by side in a plot on a 400 px phone.
+    plot = dict(x="run", color="profile", y_lim=[0, None], x_label_angle=-90,
+                tooltip=["profile", "strategies", "reading"], color_title="profile")
+    with gr.Row(elem_id="plots"):
+        memory_plot = gr.BarPlot(None, y=ui_format.PLOT_MEMORY, label="Peak memory by run",
+                                 y_title="peak memory (MB, GPU else host RSS)", min_width=300, **plot)
+        latency_plot = gr.BarPlot(None, y=ui_format.PLOT_LATENCY, label="Latency by run", min_width=300, **plot)
+    return {"history": history, "history_table": history_table, "memory_plot": memory_plot,
+            "latency_plot": latency_plot}
+
+
+def recolour_after(history: dict, *events) -> None:
+    """After each event that adds runs: the plots' colours for the profiles in the history (see build_history_panel)."""
+    def recolour(runs):
+        colours = ui_format.profile_colours(list(PROFILES), runs or [])
+        return gr.update(color_map=colours), gr.update(color_map=colours)
+
+    for event in events:
+        event.then(recolour, inputs=history["history"], outputs=[history["memory_plot"], history["latency_plot"]],
+                   queue=False, show_progress="hidden", api_visibility="private")
+
+
+def comparable_profiles(hardware) -> list[str]:
+    """The profiles that can run on this machine, in the registry's order."""
+    return [row["name"] for row in describe_profiles(hardware) if row["available"]]
+
+
+def build_compare_panel(ctx, question: dict, history: dict, seen, hooks: PageHooks) -> dict:
+    """Lays out the panel and wires its button and the `/compare` endpoint to the question panel's inputs (`ctx` is
+    the page's AppContext); returns its components and the event (for Stop to cancel)."""
+    available = comparable_profiles(ctx.hardware)
+    chosen = [name for name in DEFAULT_COMPARED if name in available] or available[:2]
+    with gr.Accordion("Compare profiles", open=False, elem_id="compare-panel"):
+        gr.Markdown("Asks the question above, over the documents above, under each profile ticked here, one after "
+                    "another, loading the model afresh for each; then loads back the profile you had. One row per "
+                    "profile, with ratios to the first one ticked. Stop ends it.")
+        if ctx.lock_profile:
+            gr.Markdown(ui_format.escape_markdown(LOCKED.format(loaded=hooks.loaded_now())), elem_id="compare-locked")
+        profiles = gr.CheckboxGroup(available, value=chosen, label="Profiles to compare",
+                                    info="the first one ticked is the reference for the ratios",
+                                    interactive=not ctx.lock_profile)
+        strategies = gr.CheckboxGroup([card["name"] for card in strategy_cards()], label="Strategies for custom",
+                                      visible="custom" in chosen)
+        compare_btn = gr.Button("Compare profiles", interactive=not ctx.lock_profile)
+        table = gr.Dataframe(headers=ui_format.COMPARE_HEADERS, label="Profile comparison", interactive=False,
+                             wrap=True, elem_id="compare-table", column_widths=COMPARE_COLUMN_WIDTHS)
+        summary = gr.Markdown(elem_id="compare-summary")
+        with gr.Accordion("Comparison (JSON: what /compare and `python -m longqa compare --json` return)",
+                          open=False):
+            comparison_json = gr.JSON(label="Comparison (JSON)")
+
+    outputs = {"table": table, "summary": summary, **history, "seen": seen, "json": comparison_json}
+
+    def compare(files, pasted_text, question_text, top_k, reading, no_answer_below, names, custom_strategies,
+                runs, request: gr.Request = None, progress=gr.Progress()):
+        """The question asked under each chosen profile in turn (each loaded afresh): the comparison's rows with
+        ratios to the first, the history with one run per profile, and the comparison's JSON (last)."""
+        with hooks.errors("Comparing profiles"):
+            if ctx.lock_profile:
+                raise ProfileError(LOCKED.format(loaded=hooks.loaded_now()))
+            choices = choices_from(list(names or []), custom_strategies or [])
+            documents, extract_s = read_request(files or [], pasted_text, question_text,
+                                                max_bytes=ctx.max_file_bytes, max_total_tokens=ctx.max_total_tokens)
+            with hooks.model_turn(request, progress) as stop_key:
+                hooks.ensure_loaded(progress)
+                comparison = compare_profiles(
+                    ctx.session, ctx.selection["model"], choices, documents, question_text, reading or DEFAULT_READING,
+                    extract_s=extract_s, should_stop=policy.stop_check(stop_key),
+                    on_progress=lambda fraction, message: progress(fraction, desc=message),
+                    top_k=int(top_k) if top_k not in (None, "") else None, max_total_tokens=ctx.max_total_tokens,
+                    no_answer_below=None if not str(no_answer_below or "").strip() else no_answer_below)
+        return {"table": pd.DataFrame(ui_format.compare_rows(comparison), columns=ui_format.COMPARE_HEADERS),
+                "summary": ui_format.compare_summary(comparison), **history_outputs(runs, comparison),
+                "seen": hooks.seen_now(), "json": comparison.to_json()}
+
+    inputs = [question["files"], question["pasted"], question["question"], question["top_k"], question["reading"],
+              question["no_answer_below"], profiles, strategies, history["history"]]
+    comparing = compare_btn.click(keyed(compare, outputs), inputs=inputs, outputs=list(outputs.values()), api_name="compare",
+                                  concurrency_id="model", show_progress_on=[table])
+    recolour_after(history, comparing)
+    profiles.change(lambda names: gr.update(visible="custom" in (names or [])), inputs=profiles, outputs=strategies,
+                    queue=False, api_visibility="private")
+    question["stop"].click(None, cancels=[comparing])
+    return {"profiles": profiles, "strategies": strategies, "compare": compare_btn, "table": table,
+            "summary": summary, "json": comparison_json, "event": comparing}
+
+
+def history_outputs(runs: list[dict] | None, comparison: Comparison) -> dict:
+    """The history with one run per profile compared, its table, and the plots' data (their data only: see
+    build_history_panel)."""
+    runs = list(runs or [])
+    for run in comparison.runs:
+        runs.append(ui_format.history_entry(run.readout, len(runs) + 1, comparison.documents))
+    plotted = ui_format.history_frame(runs)
+    return {"history": runs, "history_table": pd.DataFrame(ui_format.history_rows(runs),
+                                                           columns=ui_format.HISTORY_HEADERS),
+            "memory_plot": gr.update(value=plotted), "latency_plot": gr.update(value=plotted)}
+
+
+def keyed(handler: Callable, outputs: dict) -> Callable:
+    """`handler`, whose values come by name, answering gradio with {component: value}; its signature and hints
+    kept, which gradio reads to pass gr.Request and gr.Progress."""
+    @functools.wraps(handler)
+    def by_component(*args, **kwargs):
+        return {outputs[name]: value for name, value in handler(*args, **kwargs).items()}
+
+    return by_component

@@ -1,0 +1,110 @@
+"""The page's run history and "Compare profiles" panel, with the tiny model: the button's handler fills the
+comparison table and adds one run per profile to the history and the plots; a locked deployment refuses it with the
+reason; the plots are coloured by profile."""
+
+from __future__ import annotations
+
+import gradio as gr
+import pytest
+
+import app
+import compare_panel
+import ui_format
+from longqa.demo_model.demo_task import make_example
+from longqa.session import Session
+
+
+@pytest.fixture()
+def ctx(tiny_model_dir):
+    context = app.make_context(Session(), models=[str(tiny_model_dir)], default_model=str(tiny_model_dir),
+                               default_profile="cpu")
+    app.ensure_loaded(context)
+    return context
+
+
+def handler(demo, name):
+    return next(fn.fn for fn in demo.fns.values() if fn.name == name)
+
+
+def by_label(demo, shown: dict) -> dict:
+    return {getattr(component, "label", None) or component.elem_id or type(component).__name__: value
+            for component, value in shown.items()}
+
+
+def compare(demo, profiles, history=(), strategies=(), pasted=None, question=None):
+    example = make_example(5, 9_000)
+    return handler(demo, "compare")([], pasted or example.text, question or example.question, 3, "full", "",
+                                    list(profiles), list(strategies), list(history))
+
+
+@pytest.mark.slow  # two loads and two reads of the tiny model, then one load back
+def test_the_button_compares_the_profiles_and_adds_their_runs_to_the_history(ctx):
+    demo = app.build_blocks(ctx)
+    earlier = [{"run": 1, "profile": "cpu", "model": "m", "strategies": [], "question": "q", "documents": ["d"],
+                "answer": "a", "reading": "full", "tokens": 1, "windows": 1, "request_peak_bytes": 1,
+                "peak_allocated_bytes": None, "host_peak_rss_bytes": 2, "latency_s": 0.1, "tokens_per_s": 10.0}]
+    shown = compare(demo, ["baseline-fp32", "custom"], earlier, strategies=["int8_dynamic"])
+    values = {component: value for component, value in shown.items()}
+    table = next(value for component, value in values.items() if getattr(component, "label", "") ==
+                 "Profile comparison")
+    assert table.columns.tolist() == ui_format.COMPARE_HEADERS
+    assert table["profile"].tolist() == ["baseline-fp32", "custom (int8_dynamic)"]
+    assert table["time"].iloc[0].endswith("(1.00×)") and table["same answer as the first"].iloc[0] == "yes"
+    comparison = next(value for component, value in values.items() if getattr(component, "label", "") ==
+                      "Comparison (JSON)")
+    assert [run["profile"] for run in comparison["runs"]] == ["baseline-fp32", "custom"]
+    history = next(value for component, value in values.items() if isinstance(component, gr.State)
+                   and isinstance(value, list))
+    assert [h["run"] for h in history] == [1, 2, 3] and [h["profile"] for h in history[1:]] == ["baseline-fp32",
+                                                                                                 "custom"]
+    assert history[2]["strategies"] == ["int8_dynamic"] and history[1]["documents"] == ["pasted text"]
+    rows = next(value for component, value in values.items() if getattr(component, "label", "") ==
+                "Run history (this page)")
+    assert rows["profile"].tolist() == ["cpu", "baseline-fp32", "custom (int8_dynamic)"]
+    plot = next(value for component, value in values.items() if getattr(component, "label", "") ==
+                "Peak memory by run")
+    assert set(plot) == {"__type__", "value"} and plot["value"]["profile"].tolist() == ["cpu", "baseline-fp32",
+                                                                                         "custom"]
+    assert ctx.session.requested == (ctx.session.model_ref, "cpu")  # the page's profile loaded back
+
+
+def test_a_locked_deployment_refuses_to_compare_and_says_why(tiny_model_dir):
+    ctx = app.make_context(Session(), models=[str(tiny_model_dir)], default_model=str(tiny_model_dir),
+                           default_profile="cpu", lock_profile=True)
+    app.ensure_loaded(ctx)
+    loads = ctx.session.loads
+    demo = app.build_blocks(ctx)
+    with pytest.raises(gr.Error, match="fixes the model and profile .* comparing profiles reloads the model"):
+        compare(demo, ["cpu", "baseline-fp32"])
+    assert ctx.session.loads == loads
+    button = next(block for block in demo.blocks.values() if getattr(block, "value", None) == "Compare profiles")
+    assert button.interactive is False
+
+
+def test_an_unrunnable_profile_or_none_is_refused_before_any_load(ctx):
+    demo = app.build_blocks(ctx)
+    loads = ctx.session.loads
+    with pytest.raises(gr.Error, match="at least one"):
+        compare(demo, [])
+    with pytest.raises(gr.Error, match="GPU"):
+        compare(demo, ["cpu", "t4-16gb"])
+    assert ctx.session.loads == loads
+
+
+def test_the_panel_offers_the_profiles_this_machine_runs(ctx):
+    demo = app.build_blocks(ctx)
+    box = next(block for block in demo.blocks.values() if getattr(block, "label", None) == "Profiles to compare")
+    offered = [value for _, value in box.choices]
+    assert offered == compare_panel.comparable_profiles(ctx.hardware) and "t4-16gb" not in offered
+    assert box.value == ["cpu", "baseline-fp32"]
+
+
+def test_the_plots_are_coloured_by_profile_with_a_colour_each():
+    history = [{"profile": name} for name in ("cpu", "baseline-fp32", "cpu", "custom", "mine")]
+    colours = ui_format.profile_colours(["auto", "cpu", "baseline-fp32", "custom"], history)
+    assert list(colours) == ["cpu", "baseline-fp32", "custom", "mine"]
+    assert len(set(colours.values())) == 4
+    assert ui_format.profile_colours(["auto", "cpu"], [{"profile": "cpu"}])["cpu"] == colours["cpu"]
+    demo = app.build_blocks(app.make_context(Session()))
+    plots = [block for block in demo.blocks.values() if isinstance(block, gr.BarPlot)]
+    assert len(plots) == 2 and all(plot.color == "profile" for plot in plots)
