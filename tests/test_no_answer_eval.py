@@ -47,6 +47,22 @@ def test_notes_are_asked_three_ways_and_only_their_own_question_is_answerable():
             assert item.question in no_answer_eval.GENERAL_QUESTIONS
 
 
+PROSE = json.loads((Path(__file__).parent / "data" / "handwritten_prose_qa.json").read_text())
+
+
+def test_prose_notes_are_asked_five_ways_and_hold_their_answers_where_they_say():
+    items = no_answer_eval.prose_items(PROSE, seed=1)
+    assert len(items) == 5 * len(PROSE)
+    assert {i.kind for i in items} == set(no_answer_eval.KINDS)
+    for item in items:
+        if item.is_answerable:
+            assert item.kind in no_answer_eval.ANSWERABLE_KINDS
+            assert item.text[item.answer_start:item.answer_start + len(item.answer)] == item.answer
+    for note in PROSE:  # the absent entity's name (after "of the"/"of") appears nowhere in the note
+        absent = re.search(r" of (?:the )?(.+?)(?:'s first paper)?\?$", note["absent_question"]).group(1)
+        assert absent.lower() not in note["text"].lower()
+
+
 def test_items_are_the_same_for_the_same_seed():
     assert no_answer_eval.make_items(2, 5, NOTES[:3]) == no_answer_eval.make_items(2, 5, NOTES[:3])
     assert no_answer_eval.make_items(2, 5) != no_answer_eval.make_items(2, 6)
