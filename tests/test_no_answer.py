@@ -106,3 +106,25 @@ def test_a_rule_that_needs_evidence_finds_nothing_while_a_word_is_missing():
     # a rule without it ignores what evidence says
     plain = NoAnswerRule(no_answer.THRESHOLD, 1e-5, "measured")
     assert no_answer.is_found(plain, 0.9, None, ["Freedonia"]) is True
+
+
+def test_the_engine_judges_the_best_answer_with_the_evidence_its_document_gives():
+    from longqa_core.answering import judge_answers
+    from longqa_core.limits import EngineSettings
+    from longqa_core.spans import Answer, Decoded
+
+    rule = NoAnswerRule(no_answer.THRESHOLD, 1e-5, "measured", needs_evidence=True)
+    settings = EngineSettings(no_answer=rule)
+    evidence = no_answer.Evidence("What is the capital of Freedonia?", [NOTE])
+
+    def decoded(*values):
+        return Decoded([Answer(v, 0.9, "note", 0, *span(NOTE, v)) for v in values], 1e-6)
+
+    answers, verdict = judge_answers(decoded("Brisk", "Fredville"), settings, True, evidence)
+    assert verdict.found is False and verdict.missing == ["Freedonia"]  # another entity's capital, however likely
+    assert [a.confidence for a in answers] == ["low", "high"]
+    answers, verdict = judge_answers(decoded("Fredville", "Brisk"), settings, True, evidence)
+    assert verdict.found is True and verdict.missing == []
+    # a user's threshold replaces the model's rule, evidence check included
+    _, verdict = judge_answers(decoded("Brisk"), EngineSettings(no_answer=rule, no_answer_below=0.5), True, evidence)
+    assert verdict.found is True
