@@ -8,6 +8,7 @@ read, and it never formats numbers for people.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 
@@ -116,6 +117,7 @@ class Evidence:
     texts: list[str]
     _asked: dict[str, str] = field(default_factory=dict, init=False, repr=False)  # stem -> the question's word
     _used: dict[int, set[str]] = field(default_factory=dict, init=False, repr=False)
+    _lowered: dict[int, str] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self):
         for word in _WORD.findall(self.question):
@@ -123,10 +125,28 @@ class Evidence:
                 self._asked.setdefault(stem, word)
 
     def _document_words(self, index: int) -> set[str]:
+        """The question's stems that document `index` uses somewhere: each looked for by the letters it shares with
+        the question's word, the first word found with that stem ends the search (no tokenizing the whole text)."""
         if index not in self._used:
-            distinct = set(_WORD.findall(self.texts[index].lower()))
-            self._used[index] = content_words(" ".join(sorted(distinct))) & set(self._asked)
+            self._used[index] = {stem for stem, word in self._asked.items() if self._uses(index, stem, word)}
         return self._used[index]
+
+    def _uses(self, index: int, stem: str, word: str) -> bool:
+        if index not in self._lowered:
+            self._lowered[index] = self.texts[index].lower()
+        text = self._lowered[index]
+        # the letters the stem shares with the question's word, less one: a stem may end in a letter its other
+        # words do not have ("countri": "countries", "country")
+        shared = len(os.path.commonprefix([stem, word.lower()]))
+        prefix = word.lower()[:max(min(shared, 2), shared - 1)]
+        at = text.find(prefix)
+        while at >= 0:
+            if at == 0 or not text[at - 1].isalnum():
+                whole = _WORD.match(text, at)
+                if whole and stem in content_words(whole.group()):
+                    return True
+            at = text.find(prefix, at + 1)
+        return False
 
     def missing(self, document_index: int, start: int, end: int) -> list[str]:
         """The question's words (as the question writes them) that the document uses but that are not near the
