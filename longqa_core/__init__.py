@@ -23,6 +23,9 @@ the public names of each:
 - `reading`: question-guided reading: the BM25 ranking, its `ReadingPlan` (mode, reason code and text, rounds) and
   `read_rounds`, the loop that reads those rounds.
 - `spans`: answer spans from logits (`decode_answers`, `Answer`).
+- `no_answer`: the "not found" rules (`NoAnswerRule`, `judge`, `Verdict`, `confidence`) and the evidence check
+  (`Evidence`, `answer_neighbourhood`).
+- `words`: content words (`STOPWORDS`, `tokenize`, `content_words`) that the ranking and the evidence check share.
 - `answering`: `answer_plan` answers a plan into a `QAResult` (with `ReadingReadout`); `answer` plans and answers.
 - `telemetry`: `measure` (latency by stage, `MemoryReadout`), `HostPeak`, `timed`, `current_rss_bytes`.
 - `gpu_devices`: the NVML wrapper (`nvml`, `nvml_handle`, `device_memory`, `gpu_snapshot`, `cuda_device_indices`).

@@ -135,7 +135,8 @@ def answer_plan(runner: Runner, tokenizer, plan: RequestPlan, *, batch_state: Ba
                                     on_window_progress)
             with measurement.stage("decode"):
                 decoded = decode(read.windows, read.logits, plan.documents, settings, stop_check(should_stop))
-            answers, verdict = judge_answers(decoded, settings, read.readout.mode == "full")
+            answers, verdict = judge_answers(decoded, settings, read.readout.mode == "full",
+                                             no_answer.Evidence(plan.question, [d.text for d in plan.documents]))
     except LongQAError as exc:
         # The traceback keeps every frame it passed through, and with them the windows and logits: drop them.
         read = None
@@ -150,15 +151,24 @@ def answer_plan(runner: Runner, tokenizer, plan: RequestPlan, *, batch_state: Ba
                     verdict=verdict)
 
 
-def judge_answers(decoded, settings: EngineSettings, read_whole: bool) -> tuple[list[Answer], no_answer.Verdict]:
+def judge_answers(decoded, settings: EngineSettings, read_whole: bool,
+                  evidence: no_answer.Evidence | None = None) -> tuple[list[Answer], no_answer.Verdict]:
     """The answers with their confidence in words, and the verdict on the best one under the request's rule (the
-    model's, or the threshold the request gave)."""
+    model's, or the threshold the request gave); a rule that needs evidence asks `evidence` of each answer."""
     rule = no_answer_rule(settings)
+    missing = [missing_words(rule, evidence, answer) for answer in decoded.answers]
     best = decoded.answers[0].score if decoded.answers else None
-    verdict = no_answer.judge(rule, best, decoded.null_score, read_whole)
-    for answer in decoded.answers:
-        answer.confidence = no_answer.confidence(rule, answer.score, decoded.null_score)
+    verdict = no_answer.judge(rule, best, decoded.null_score, read_whole, missing[0] if missing else None)
+    for answer, lacking in zip(decoded.answers, missing):
+        answer.confidence = no_answer.confidence(rule, answer.score, decoded.null_score, lacking)
     return decoded.answers, verdict
+
+
+def missing_words(rule: no_answer.NoAnswerRule, evidence: no_answer.Evidence | None, answer: Answer) -> list[str]:
+    """The question's words that `answer`'s neighbourhood lacks, where the rule asks (else none)."""
+    if not rule.needs_evidence or evidence is None:
+        return []
+    return evidence.missing(answer.document_index, answer.start_char, answer.end_char)
 
 
 @dataclass

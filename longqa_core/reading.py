@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-import threading
 import time
 from dataclasses import dataclass, field, replace
 from typing import Callable
@@ -27,11 +26,7 @@ from longqa_core.limits import (EngineSettings, StopCheck, check_predicted_time,
                                 stop_check)
 from longqa_core.spans import decode
 from longqa_core.windows import Window, span_windows, window_span
-
-try:  # optional: stems make "budgets" match "budget"; without it bm25s matches whole words only
-    import Stemmer
-except ImportError:
-    Stemmer = None
+from longqa_core.words import tokenize
 
 READING_MODES = ("auto", "full", "guided")
 DEFAULT_READING = "auto"
@@ -61,9 +56,6 @@ WEAK_ANSWER_SCORE = 1e-3
 # Scripts bm25s's default token pattern cannot split into words (no spaces between them).
 _UNSPLIT_SCRIPT = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u0e00-\u0e7f\u1780-\u17ff]")
 UNSPLIT_SHARE = 0.05  # documents with more than this share of such characters are not ranked
-_QUESTION_WORDS = ["what", "which", "who", "whom", "whose", "where", "when", "why", "how", "much", "many", "does",
-                   "did", "do", "is", "are", "was", "were", "tell", "me", "please"]
-STOPWORDS = sorted(set(bm25s.stopwords.STOPWORDS_EN_PLUS) | set(_QUESTION_WORDS))
 
 
 @dataclass(frozen=True)
@@ -189,21 +181,6 @@ def cut_regions(document_index: int, text: str, region_chars: int) -> list[Regio
 
 def passage_starts(n_chars: int) -> range:
     return range(0, max(1, n_chars - PASSAGE_CHARS + PASSAGE_STEP_CHARS), PASSAGE_STEP_CHARS)
-
-
-_local = threading.local()  # a stemmer per thread: requests rank side by side, and a stemmer keeps a cache
-
-
-def stemmer():
-    if Stemmer is None:
-        return None
-    if not hasattr(_local, "stemmer"):
-        _local.stemmer = Stemmer.Stemmer("english")
-    return _local.stemmer
-
-
-def tokenize(texts: list[str]):
-    return bm25s.tokenize(texts, stopwords=STOPWORDS, stemmer=stemmer(), show_progress=False)
 
 
 def unsplit_share(text: str, sample_chars: int = 200_000) -> float:
@@ -351,6 +328,7 @@ def read_rounds(runner: Runner, tokenizer, plan, batch_state: BatchState, measur
     settings, documents, rounds = plan.settings, plan.documents, plan.reading
     read = GuidedRead(batch_size=batch_state.size if settings.adaptive_batching else settings.batch_size)
     windows_total = plan.windows
+    evidence = None  # built at the first answer a rule that needs evidence judges
     for round_index, round_regions in enumerate(rounds.rounds):
         with measurement.stage("tokenize"):
             new = span_windows(tokenizer, plan.question, documents,
@@ -387,7 +365,13 @@ def read_rounds(runner: Runner, tokenizer, plan, batch_state: BatchState, measur
             decoded = decode(read.windows, read.logits, documents, replace(settings, top_k=1),
                              stop_check(should_stop))
         read.best_score = decoded.answers[0].score if decoded.answers else None
-        if no_answer.is_found(no_answer_rule(settings), read.best_score, decoded.null_score) is False:
+        rule = no_answer_rule(settings)
+        missing = None
+        if rule.needs_evidence and decoded.answers:
+            best = decoded.answers[0]
+            evidence = evidence or no_answer.Evidence(plan.question, [d.text for d in documents])
+            missing = evidence.missing(best.document_index, best.start_char, best.end_char)
+        if no_answer.is_found(rule, read.best_score, decoded.null_score, missing) is False:
             read.best_score = None  # what the request's rule calls "not found" is as weak as no answer: read on
         if rounds.should_stop_after(round_index, read.best_score):
             break

@@ -4,11 +4,13 @@ documents answer and of questions they do not, on data the model's training neve
 Usage: python scripts/evaluate_no_answer.py [--n 40] [--seed 38] [--profile baseline-fp32] [--profile cpu]
                                             [--out docs/no-answer-eval.json]
 Items from `longqa.demo_model.no_answer_eval` (the independent generator's documents of 600 to 40,000 characters and
-the hand-written notes), read whole with windows of 4,096 tokens, top answer only. Per item it keeps the top
-answer's text and score, whether it is the gold answer, and the readout's `found`. Per profile: the scores of each
-kind, and for a grid of thresholds the share of answerable questions still found with the right answer (recall)
-and the share of unanswerable ones said not found; the threshold the registry records is chosen from these numbers
-by `choose_threshold` and printed with them.
+the hand-written template and prose notes), read whole with windows of 4,096 tokens, top answer only. Per item it
+keeps the top answer's text, score and place, whether it is the gold answer, the question's words its sentence (and
+the one before) lacks (`longqa_core.no_answer.Evidence`), and the readout's `found` under the registry's rule. Per
+profile: the scores of each kind, and for a grid of thresholds, with the score alone and with the evidence check,
+the share of answerable questions still found with the right answer (recall) and the share of unanswerable ones said
+not found; the threshold the registry records is chosen from these numbers by `choose_threshold` (with the evidence
+check) and printed with them.
 """
 
 from __future__ import annotations
@@ -26,9 +28,11 @@ sys.path.insert(0, str(ROOT))
 from longqa.demo_model import no_answer_eval  # noqa: E402
 from longqa.loader import load_model  # noqa: E402
 from longqa_core.documents import Document  # noqa: E402
-from longqa_core.engine import answer  # noqa: E402
+from longqa_core.answering import answer  # noqa: E402
+from longqa_core.no_answer import Evidence  # noqa: E402
 
 HANDWRITTEN = ROOT / "tests" / "data" / "handwritten_qa.json"
+HANDWRITTEN_PROSE = ROOT / "tests" / "data" / "handwritten_prose_qa.json"
 GRID = [10.0 ** (e / 4) for e in range(-40, 1)]  # 1e-10 .. 1, four steps a decade
 
 
@@ -36,23 +40,32 @@ def run_item(loaded, item, settings) -> dict:
     result = answer(loaded.runner, loaded.tokenizer, [Document(item.name, item.text)], item.question, settings,
                     batch_state=loaded.batch_state, reading_mode="full")
     best = result.answers[0] if result.answers else None
+    missing = None if best is None else \
+        Evidence(item.question, [item.text]).missing(0, best.start_char, best.end_char)
     return {"kind": item.kind, "source": item.source, "name": item.name, "question": item.question,
             "gold": item.answer, "top": None if best is None else best.text,
             "score": None if best is None else best.score,
+            "start_char": None if best is None else best.start_char, "missing_words": missing,
             "right": best is not None and item.answer is not None and best.text == item.answer,
-            "windows": result.windows}
+            "found": result.found, "windows": result.windows}
 
 
-def rates(records: list[dict], threshold: float) -> dict:
-    """At `threshold`: answerable questions answered right and still found; unanswerable ones said not found."""
+def is_found(record: dict, threshold: float, evidence: bool) -> bool:
+    """Whether a record's best answer is found at `threshold`, with the evidence check or by its score alone."""
+    return (record["score"] or 0.0) >= threshold and not (evidence and record["missing_words"])
+
+
+def rates(records: list[dict], threshold: float, evidence: bool = True) -> dict:
+    """At `threshold` (and the evidence check, unless `evidence` is False): answerable questions answered right and
+    still found; unanswerable ones said not found."""
     answerable = [r for r in records if r["gold"] is not None]
     right = [r for r in answerable if r["right"]]
     unanswerable = [r for r in records if r["gold"] is None]
-    found = [r for r in records if (r["score"] or 0.0) >= threshold]
-    return {"threshold": threshold,
-            "right_still_found": sum((r["score"] or 0) >= threshold for r in right) / max(1, len(right)),
-            "answerable_found": sum((r["score"] or 0) >= threshold for r in answerable) / max(1, len(answerable)),
-            "unanswerable_not_found": sum((r["score"] or 0) < threshold for r in unanswerable)
+    found = [r for r in records if is_found(r, threshold, evidence)]
+    return {"threshold": threshold, "evidence": evidence,
+            "right_still_found": sum(is_found(r, threshold, evidence) for r in right) / max(1, len(right)),
+            "answerable_found": sum(is_found(r, threshold, evidence) for r in answerable) / max(1, len(answerable)),
+            "unanswerable_not_found": sum(not is_found(r, threshold, evidence) for r in unanswerable)
             / max(1, len(unanswerable)),
             "precision_found": sum(r["gold"] is not None for r in found) / max(1, len(found)),
             "recall_found": sum(r["gold"] is not None for r in found) / max(1, len(answerable))}
@@ -61,23 +74,44 @@ def rates(records: list[dict], threshold: float) -> dict:
 KEEP_RIGHT = 0.95  # issue 38: at least this share of the right answers must still be found
 
 
-def choose_threshold(records: list[dict]) -> float:
+def choose_threshold(records: list[dict], evidence: bool = True) -> float:
     """The geometric middle of the grid's thresholds that keep at least KEEP_RIGHT of the right answers found and
     say not found for the most unanswerable questions (within 1.5 points of the best), so that the rule sits in the
     middle of that range, not on its edge."""
-    kept = [rates(records, t) for t in GRID if rates(records, t)["right_still_found"] >= KEEP_RIGHT]
+    kept = [rates(records, t, evidence) for t in GRID if rates(records, t, evidence)["right_still_found"] >= KEEP_RIGHT]
     best = max(r["unanswerable_not_found"] for r in kept)
     near = [r["threshold"] for r in kept if r["unanswerable_not_found"] >= best - 0.015]
     return (near[0] * near[-1]) ** 0.5
 
 
+def not_found_by_kind(records: list[dict], threshold: float, evidence: bool) -> dict:
+    """Per kind and source: how many questions are said not found, of how many."""
+    table = {}
+    for kind in no_answer_eval.KINDS:
+        for source in ("generated", "handwritten"):
+            chosen = [r for r in records if r["kind"] == kind and r["source"] == source]
+            if chosen:
+                table[f"{kind} ({source})"] = {"n": len(chosen), "right": sum(r["right"] for r in chosen),
+                                               "not_found": sum(not is_found(r, threshold, evidence) for r in chosen),
+                                               "right_and_found": sum(r["right"] and is_found(r, threshold, evidence)
+                                                                      for r in chosen)}
+    return table
+
+
 def score_profile(records: list[dict]) -> dict:
-    """Everything the report says about one profile's records."""
+    """Everything the report says about one profile's records: the threshold chosen with the evidence check, the
+    numbers there with and without it, and the threshold the score alone would choose."""
     threshold = choose_threshold(records)
+    alone = choose_threshold(records, evidence=False)
     return {"by_kind": summary(records), "chosen_threshold": threshold, "at_chosen": rates(records, threshold),
-            "not_found_by_kind": {kind: sum((r["score"] or 0.0) < threshold for r in records if r["kind"] == kind)
-                                  / max(1, sum(r["kind"] == kind for r in records)) for kind in no_answer_eval.KINDS},
-            "grid": [rates(records, t) for t in GRID]}
+            "not_found_by_kind": not_found_by_kind(records, threshold, True),
+            "score_alone": {"at_chosen": rates(records, threshold, False),
+                            "not_found_by_kind": not_found_by_kind(records, threshold, False),
+                            "its_own_threshold": alone, "at_its_own": rates(records, alone, False)},
+            "engine_found": {"found": sum(r["found"] is True for r in records),
+                             "agrees_at_chosen": sum(r["found"] is is_found(r, threshold, True) for r in records),
+                             "records": len(records)},
+            "grid": [rates(records, t, e) for e in (True, False) for t in GRID]}
 
 
 def summary(records: list[dict]) -> dict:
@@ -104,7 +138,7 @@ def main() -> None:
     parser.add_argument("--rescore", action="store_true", help="recompute the numbers from the records in --out")
     args = parser.parse_args()
     notes = json.loads(HANDWRITTEN.read_text())
-    items = no_answer_eval.make_items(args.n, args.seed, notes)
+    items = no_answer_eval.make_items(args.n, args.seed, notes, json.loads(HANDWRITTEN_PROSE.read_text()))
     report = {"model": args.model, "n_per_kind": args.n, "seed": args.seed, "items": len(items),
               "command": "python scripts/evaluate_no_answer.py " + " ".join(sys.argv[1:]),
               "cpu": platform.processor() or platform.machine(), "profiles": {}}

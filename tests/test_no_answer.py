@@ -50,3 +50,81 @@ def test_confidence_words_follow_the_rule():
 def test_an_unknown_rule_kind_is_refused():
     with pytest.raises(ValueError, match="unknown no-answer rule"):
         NoAnswerRule("magic")
+
+
+NOTE = ("Freedonia is a small country. Its goats are famous. The capital of Sylvania is Brisk, a river town.\n"
+        "Every school day begins with a song. The capital of Freedonia is Fredville. It rains there in May.")
+
+
+def span(text, value):
+    start = text.index(value)
+    return start, start + len(value)
+
+
+def test_evidence_wants_every_question_word_the_document_uses_near_the_answer():
+    evidence = no_answer.Evidence("What is the capital of Freedonia?", [NOTE])
+    assert evidence.missing(0, *span(NOTE, "Fredville")) == []
+    # another entity's capital: the asked entity is in the document, but not in that sentence or the one before
+    assert evidence.missing(0, *span(NOTE, "Brisk")) == ["Freedonia"]
+    # the asked entity's sentence, but another attribute: "capital" is missing
+    assert no_answer.Evidence("What is the anthem of Freedonia?", [NOTE + " The anthem of Zembla is Hail."]) \
+        .missing(0, *span(NOTE, "Fredville")) == ["anthem"]
+
+
+def test_evidence_ignores_words_the_document_never_uses_and_the_answer_itself():
+    # a paraphrase: "born", "town" do not occur in the text, so only the entity is asked for
+    text = "Edith Marlow grew up by the sea. Her birthplace is Penzance, a harbour."
+    assert no_answer.Evidence("Which town was Edith Marlow born in?", [text]).missing(0, *span(text, "Penzance")) == []
+    # the answer's own words are no evidence that its sentence is about the question
+    named = "The founder of the Guild is Rosa Marlow. She also paints."
+    assert no_answer.Evidence("What is the founder of Rosa Marlow?", [named]).missing(0, *span(named, "Rosa Marlow")) \
+        == ["Marlow", "Rosa"]
+
+
+def test_evidence_follows_pronouns_back_and_keeps_initials_in_their_sentence():
+    text = ("Edith Marlow grew up on a farm. She was born in Penzance. Arthur was born in Truro.\n"
+            "The laptop is a Vantage 14. It was bought in March. Its serial number is VT14-88231.")
+    evidence = no_answer.Evidence("What is the birthplace of Edith Marlow?", [text])
+    assert evidence.missing(0, *span(text, "Penzance")) == []  # "She": the sentence before names Edith Marlow
+    assert evidence.missing(0, *span(text, "Truro")) == ["Edith", "Marlow"]  # no pronoun: Truro's sentence alone
+    laptop = no_answer.Evidence("What is the serial number of the Vantage 14?", [text])
+    assert laptop.missing(0, *span(text, "VT14-88231")) == []  # "Its", then "It": two sentences back
+    initials = "Nothing else here. The berth of St. Wauwskonspoat is 3885, says P. J. Hale."
+    near = no_answer.answer_neighbourhood(initials, *span(initials, "3885"), sentences_before=0)
+    assert "Wauwskonspoat" in near and "Hale" in near and "3885" not in near
+
+
+def test_a_rule_that_needs_evidence_finds_nothing_while_a_word_is_missing():
+    rule = NoAnswerRule(no_answer.THRESHOLD, 1e-5, "measured", needs_evidence=True)
+    assert no_answer.is_found(rule, 0.9, None, []) is True
+    assert no_answer.is_found(rule, 0.9, None, ["Freedonia"]) is False
+    assert no_answer.is_found(rule, 1e-6, None, []) is False
+    assert no_answer.confidence(rule, 0.9, missing=["Freedonia"]) == "low"
+    verdict = no_answer.judge(rule, 0.9, None, True, ["Freedonia"])
+    assert verdict.message == no_answer.NOT_FOUND and "'Freedonia'" in verdict.basis
+    assert verdict.to_json()["missing_words"] == ["Freedonia"]
+    # a rule without it ignores what evidence says
+    plain = NoAnswerRule(no_answer.THRESHOLD, 1e-5, "measured")
+    assert no_answer.is_found(plain, 0.9, None, ["Freedonia"]) is True
+
+
+def test_the_engine_judges_the_best_answer_with_the_evidence_its_document_gives():
+    from longqa_core.answering import judge_answers
+    from longqa_core.limits import EngineSettings
+    from longqa_core.spans import Answer, Decoded
+
+    rule = NoAnswerRule(no_answer.THRESHOLD, 1e-5, "measured", needs_evidence=True)
+    settings = EngineSettings(no_answer=rule)
+    evidence = no_answer.Evidence("What is the capital of Freedonia?", [NOTE])
+
+    def decoded(*values):
+        return Decoded([Answer(v, 0.9, "note", 0, *span(NOTE, v)) for v in values], 1e-6)
+
+    answers, verdict = judge_answers(decoded("Brisk", "Fredville"), settings, True, evidence)
+    assert verdict.found is False and verdict.missing == ["Freedonia"]  # another entity's capital, however likely
+    assert [a.confidence for a in answers] == ["low", "high"]
+    answers, verdict = judge_answers(decoded("Fredville", "Brisk"), settings, True, evidence)
+    assert verdict.found is True and verdict.missing == []
+    # a user's threshold replaces the model's rule, evidence check included
+    _, verdict = judge_answers(decoded("Brisk"), EngineSettings(no_answer=rule, no_answer_below=0.5), True, evidence)
+    assert verdict.found is True

@@ -47,6 +47,22 @@ def test_notes_are_asked_three_ways_and_only_their_own_question_is_answerable():
             assert item.question in no_answer_eval.GENERAL_QUESTIONS
 
 
+PROSE = json.loads((Path(__file__).parent / "data" / "handwritten_prose_qa.json").read_text())
+
+
+def test_prose_notes_are_asked_five_ways_and_hold_their_answers_where_they_say():
+    items = no_answer_eval.prose_items(PROSE, seed=1)
+    assert len(items) == 5 * len(PROSE)
+    assert {i.kind for i in items} == set(no_answer_eval.KINDS)
+    for item in items:
+        if item.is_answerable:
+            assert item.kind in no_answer_eval.ANSWERABLE_KINDS
+            assert item.text[item.answer_start:item.answer_start + len(item.answer)] == item.answer
+    for note in PROSE:  # the absent entity's name (after "of the"/"of") appears nowhere in the note
+        absent = re.search(r" of (?:the )?(.+?)(?:'s first paper)?\?$", note["absent_question"]).group(1)
+        assert absent.lower() not in note["text"].lower()
+
+
 def test_items_are_the_same_for_the_same_seed():
     assert no_answer_eval.make_items(2, 5, NOTES[:3]) == no_answer_eval.make_items(2, 5, NOTES[:3])
     assert no_answer_eval.make_items(2, 5) != no_answer_eval.make_items(2, 6)
@@ -58,15 +74,17 @@ def test_an_unknown_kind_is_refused():
 
 
 @pytest.mark.slow
-def test_the_demo_models_rule_keeps_right_answers_and_says_not_found_on_other_seeds():
+def test_the_demo_models_rule_meets_the_targets_on_other_seeds():
     """A CI-sized run of scripts/evaluate_no_answer.py's measurement, on seeds the threshold was not chosen on, with
-    the registry's rule applied by the engine itself."""
+    the registry's rule (score threshold and evidence) applied by the engine itself, reading as the page does (auto):
+    issue 38's targets, at least 95 % of the right answers still found and at least 90 % of the questions the
+    documents do not answer said not found, every kind together (another entity's attribute included)."""
     from longqa.loader import load_model
     from longqa_core.answering import answer
     from longqa_core.documents import Document
 
     loaded = load_model("demo", "baseline-fp32")
-    items = no_answer_eval.make_items(6, 2027, NOTES[:12])
+    items = no_answer_eval.make_items(4, 2027, NOTES, PROSE)
     records = []
     for item in items:
         result = answer(loaded.runner, loaded.tokenizer, [Document(item.name, item.text)], item.question,
@@ -74,7 +92,11 @@ def test_the_demo_models_rule_keeps_right_answers_and_says_not_found_on_other_se
         best = result.answers[0] if result.answers else None
         records.append((item, result.found, best is not None and best.text == item.answer))
     right = [found for item, found, is_right in records if is_right]
-    plainly_absent = [found for item, found, _ in records if item.kind in ("absent_entity", "general")]
-    assert len(right) >= 10 and sum(right) / len(right) >= 0.9
-    assert sum(found is False for found in plainly_absent) / len(plainly_absent) >= 0.9
+    unanswerable = [found for item, found, _ in records if not item.is_answerable]
+    other_entity = [found for item, found, _ in records if item.kind == "other_entity"]
     assert all(found is not None for _, found, _ in records)  # the demo model has a rule
+    assert len(right) >= 35 and sum(right) / len(right) >= 0.95
+    assert sum(found is False for found in unanswerable) / len(unanswerable) >= 0.9
+    assert sum(found is False for found in other_entity) / len(other_entity) >= 0.8  # the kind the score missed
+    print(f"right answers found {sum(right)} of {len(right)}; unanswerable not found "
+          f"{sum(found is False for found in unanswerable)} of {len(unanswerable)}")

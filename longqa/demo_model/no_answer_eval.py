@@ -8,6 +8,9 @@ training) or over the hand-written notes, and general-knowledge questions writte
 - `other_entity`: an attribute the document states only for other entities (the asked entity's own fact removed,
   its other attributes and mentions kept);
 - `general`: general knowledge ("What is the capital of France?") over a document about other things.
+The hand-written notes come in two sets: template notes (`tests/data/handwritten_qa.json`, "What is the X of Y?",
+asked three ways) and prose notes (`tests/data/handwritten_prose_qa.json`: pronouns, lists and headings, each with
+its question, a paraphrase, an attribute the note gives only for someone else and an entity it never names).
 It writes text and knows the answers; it loads no model and reads no file (the notes are passed in).
 """
 
@@ -121,7 +124,26 @@ def note_items(notes: list[dict], seed: int) -> list[NoAnswerItem]:
     return items
 
 
-def make_items(n: int, seed: int, notes: list[dict] | None = None) -> list[NoAnswerItem]:
-    """`n` generated items of each kind, then the hand-written notes' items (when given)."""
+def prose_items(notes: list[dict], seed: int) -> list[NoAnswerItem]:
+    """Each hand-written prose note asked five ways: its question, its paraphrase, an attribute it gives only for
+    someone else, an entity it never names, and a general-knowledge question."""
+    rng = random.Random(f"prose {seed}")
+    items = []
+    for note in notes:
+        text, name = note["text"], note["id"]
+        items += [NoAnswerItem("answerable", "handwritten", name, text, note["question"], note["answer"],
+                               note["answer_start"]),
+                  NoAnswerItem("paraphrased", "handwritten", f"{name} paraphrased", text, note["paraphrase"],
+                               note["answer"], note["answer_start"]),
+                  NoAnswerItem("other_entity", "handwritten", f"{name} other", text, note["other_question"]),
+                  NoAnswerItem("absent_entity", "handwritten", f"{name} absent", text, note["absent_question"]),
+                  NoAnswerItem("general", "handwritten", f"{name} general", text, rng.choice(GENERAL_QUESTIONS))]
+    return items
+
+
+def make_items(n: int, seed: int, notes: list[dict] | None = None,
+               prose_notes: list[dict] | None = None) -> list[NoAnswerItem]:
+    """`n` generated items of each kind, then the hand-written template notes' and prose notes' items (when
+    given)."""
     items = [generated_item(kind, seed * 100_000 + i) for kind in KINDS for i in range(n)]
-    return items + (note_items(notes, seed) if notes else [])
+    return items + (note_items(notes, seed) if notes else []) + (prose_items(prose_notes, seed) if prose_notes else [])
