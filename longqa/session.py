@@ -218,7 +218,8 @@ class Session:
             should_stop: StopCheck | None = None,
             on_window_progress: Callable[[WindowProgress], None] | None = None) -> Readout:
         """Answer a plan with the loaded model (a plan made for a model since replaced is made again for this one):
-        `gate` gives the request its turn per batch on a shared model, `should_stop` ends it between batches,
+        `gate` gives the request its turn per batch on a shared model (and admits it again before a guided read falls
+        back to every window, waiting for a full read's place), `should_stop` ends it between batches,
         `on_window_progress` hears after each batch. Requests run side by side, each tokenizing on its own copy of
         the tokenizer; a load or a training step waits for the requests in progress, and requests wait for it."""
         loaded = self._begin_ask()
@@ -227,7 +228,8 @@ class Session:
             plan = self.current(plan, loaded)
             runner = gate.runner(loaded.runner) if gate is not None else loaded.runner
             result = answer_plan(runner, tokenizer, plan, batch_state=loaded.batch_state, extract_s=extract_s,
-                                 should_stop=should_stop, on_window_progress=on_window_progress)
+                                 should_stop=should_stop, on_window_progress=on_window_progress,
+                                 before_wider_read=gate.widen if gate is not None else None)
         finally:
             self._return_tokenizer(loaded, tokenizer)
             self._end_ask()

@@ -52,6 +52,34 @@ def crowd_row(url: str, ctx, files: list[Path], reading: str) -> dict:
             "rss_after_above_idle_mb": round((out.rss_after - out.rss_idle) / MB), "crowd": out.crowd}
 
 
+def entity_once_text(n_bytes: int, entity: str = "Harrowgate") -> str:
+    """About `n_bytes` of prose that names `entity` once, in the middle, and states nothing about it: a guided
+    question about it ranks one window first, finds a weak answer there and falls back to reading everything."""
+    half = crowd_check.large_text(n_bytes // 2)
+    return f"{half}{entity} was named once in the harbour master's book. {half}"
+
+
+def guided_fallback_row(url: str, ctx, work: Path, clients: int = 10, mb: float = 6.0) -> dict:
+    """Issue 40 item 1: `clients` fresh clients each ask a guided question over `mb` MB that names the entity once
+    and states no fact (each upload its own file: no shared index), then a normal visitor."""
+    files = []
+    for i in range(clients):
+        files.append(work / f"entity_once{i}.txt")
+        files[-1].write_text(entity_once_text(int(mb * MB)) + f" Copy {i}.")
+    idle = lambda: ctx.lane.waiting() == 0 and not ctx.lane.is_busy()  # noqa: E731
+    out = crowd_check.run_crowd(url, os.getpid(), files, visitor(url), reading="guided", visitor_after_s=3.0,
+                                wait_answers_s=20.0, settle_s=90.0, idle=idle)
+    return summary(out)
+
+
+def summary(out) -> dict:
+    return {"visitor_right": out.visitor_right, "visitor_s": round(out.visitor_s, 1) if out.visitor_s else None,
+            "visitor_error": out.visitor_error, "visitor_queue": out.visitor_queue,
+            "rss_idle_mb": round(out.rss_idle / MB),
+            "rss_peak_above_idle_mb": round((out.rss_peak - out.rss_idle) / MB),
+            "rss_after_above_idle_mb": round((out.rss_after - out.rss_idle) / MB), "crowd": out.crowd}
+
+
 class SimulatedModel:
     devices = ["cpu"]
 

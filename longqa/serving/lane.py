@@ -42,8 +42,10 @@ class Ticket:
     ready: bool = False  # waits for its next batch turn
     served: int = 0  # when it last had a turn (round robin serves the longest unserved first)
     arrived_s: float = field(default_factory=time.monotonic)
-    waited_s: float = 0.0  # for activation and for every batch turn, together
+    waited_s: float = 0.0  # for activation, for every batch turn and for widening, together
     ahead_at_start: int = 0  # requests in the lane when it arrived
+    started_after_s: float = 0.0  # waited before it was in progress (its place among large requests)
+    widened_after_s: float | None = None  # waited to become large again before a wider read (None: never widened)
 
     @property
     def remaining(self) -> int:
@@ -51,7 +53,9 @@ class Ticket:
 
     def queue_readout(self) -> QueueReadout:
         """What the readout says about this request's wait: seconds waited and how many were ahead."""
-        return QueueReadout(self.waited_s, self.ahead_at_start)
+        return QueueReadout(self.waited_s, self.ahead_at_start, self.started_after_s,
+                            max(0.0, self.waited_s - self.started_after_s - (self.widened_after_s or 0.0)),
+                            self.widened_after_s)
 
 
 class ModelLane:
@@ -104,6 +108,7 @@ class ModelLane:
             ticket.served = next(self._turns)
             self._join(ticket, self._may_activate, should_stop, on_wait)
             ticket.active = True
+            ticket.started_after_s = ticket.waited_s
         try:
             yield ticket
         finally:
@@ -131,6 +136,26 @@ class ModelLane:
                 ticket.done += rows
                 ticket.served = next(self._turns)
                 self._condition.notify_all()
+
+    def widen(self, ticket: Ticket, windows: int, should_stop: Callable[[], bool] | None = None,
+              on_wait: Callable[[int], None] | None = None) -> None:
+        """A request in progress is about to read `windows` more than it has read (a guided read falling back to
+        the full read): it is admitted again as what it now is, keeping its place in arrival order. Grown past a
+        small request, it leaves progress and waits (Cancelled when `should_stop` says so) for a large request's
+        slot, as a request of that size would have from the start; the wait is counted in `widened_after_s`."""
+        with self._condition:
+            was_small = self.is_small(ticket)
+            ticket.windows = ticket.done + max(0, int(windows))
+            began = ticket.waited_s
+            try:
+                if was_small and not self.is_small(ticket):
+                    ticket.active = False
+                    self._condition.notify_all()
+                    self._wait(ticket, self._may_activate, should_stop, on_wait,
+                               "The request was stopped while it waited to read the whole text.")
+                    ticket.active = True
+            finally:
+                ticket.widened_after_s = (ticket.widened_after_s or 0.0) + ticket.waited_s - began
 
     @contextlib.contextmanager
     def turn(self, visitor=None, *, should_stop: Callable[[], bool] | None = None,

@@ -65,6 +65,9 @@ class LaneGate:
     def whole(self):
         return self.lane.batch(self.ticket, should_stop=self.should_stop)
 
+    def widen(self, windows: int) -> None:
+        self.lane.widen(self.ticket, windows, self.should_stop)
+
 
 @contextlib.contextmanager
 def model_turn(lane: ModelLane, visitors: tuple[str, ...] | str | None, should_stop: Callable[[], bool],
