@@ -389,12 +389,13 @@ def model_turn(ctx: AppContext, request: gr.Request | None, progress=None, *, ex
 
 
 @contextlib.contextmanager
-def request_turn(ctx: AppContext, request: gr.Request | None, progress=None, *, windows: int = 0):
+def request_turn(ctx: AppContext, request: gr.Request | None, progress=None, *, windows: int = 0, place=None):
     """This answer's place in the lane (`policy.request_turn`: turns on the model between batches), with the wait
     shown as progress; yields the key of its stop check and runner wrapper, and its ticket. Under ZeroGPU the read
-    runs in a forked worker that cannot take turns with this process's lane: it holds one turn throughout."""
+    runs in a forked worker that cannot take turns with this process's lane: it holds one turn throughout. `place`:
+    its ticket from the lane's door (`ModelLane.door`)."""
     with policy.request_turn(ctx.lane, visitor_keys(ctx, request), abandonment_check(), waiting_shown(progress),
-                             windows=windows, whole=ZERO_GPU) as (key, ticket):
+                             windows=windows, whole=ZERO_GPU, place=place) as (key, ticket):
         yield key, ticket
 
 
@@ -502,8 +503,9 @@ def ask(ctx: AppContext, files, pasted_text, question, top_k, reading, history, 
     """Answer the question over the documents: every readout by name, the full JSON readout as "readout".
 
     Reading the documents and planning the request (every limit checked, the ranking run, the windows to read
-    estimated) happen once, first, outside the model lane and the GPU function: a bad or slow upload costs only its
-    own visitor's time, and no GPU time; the lane admits, and the GPU function asks for time, by that plan.
+    estimated) happen once, first, at the lane's door (counted toward the visitor's share, but taking no turn on
+    the model) and outside the GPU function: a bad or slow upload costs only its own visitor's time, and no GPU
+    time; the lane admits, and the GPU function asks for time, by that plan.
     `reading` is "auto", "full" or "guided" (empty: auto); `no_answer_below` a score in (0, 1) under which the answer
     is "not found" (empty: the model's own rule)."""
     with user_errors("Answering"):
@@ -511,17 +513,21 @@ def ask(ctx: AppContext, files, pasted_text, question, top_k, reading, history, 
         if isinstance(no_answer_below, str) and not no_answer_below.strip():
             no_answer_below = None  # the empty field: the model's own rule; anything else the settings check
         reading = reading_or_default(reading)
-        progress(0.0, desc="Reading the documents")
-        documents, extract_s = read_request(files or [], pasted_text, question, max_bytes=ctx.max_file_bytes,
-                                            max_total_tokens=ctx.max_total_tokens)
-        ensure_loaded(ctx, progress)
-        progress(0.0, desc="Ranking the windows" if reading != "full" else "Planning the read")
-        plan = ctx.session.plan(documents, question, reading, top_k=top_k, max_total_tokens=ctx.max_total_tokens,
-                                max_request_s=ctx.max_request_s, no_answer_below=no_answer_below)
-        with request_turn(ctx, request, progress, windows=plan.expected_windows) as (stop_key, ticket):
-            changed = changed_since(ctx, seen)
-            progress(0.0, desc="Reading windows")
-            readout = answer_on_gpu(ctx.key, plan, extract_s, progress, stop_key)
+        # Its place in the lane first: reading, indexing and planning count toward the visitor's share and the queue.
+        with ctx.lane.door(visitor_keys(ctx, request)) as place:
+            progress(0.0, desc="Reading the documents")
+            documents, extract_s = read_request(files or [], pasted_text, question, max_bytes=ctx.max_file_bytes,
+                                                max_total_tokens=ctx.max_total_tokens)
+            ensure_loaded(ctx, progress)
+            progress(0.0, desc="Ranking the windows" if reading != "full" else "Planning the read")
+            plan = ctx.session.plan(documents, question, reading, should_stop=abandonment_check(), top_k=top_k,
+                                    max_total_tokens=ctx.max_total_tokens, max_request_s=ctx.max_request_s,
+                                    no_answer_below=no_answer_below)
+            with request_turn(ctx, request, progress, windows=plan.expected_windows, place=place) as (stop_key,
+                                                                                                      ticket):
+                changed = changed_since(ctx, seen)
+                progress(0.0, desc="Reading windows")
+                readout = answer_on_gpu(ctx.key, plan, extract_s, progress, stop_key)
     if RUNS_IN_WORKER:
         ctx.session.learn(readout)
     readout.queue = ticket.queue_readout()
@@ -946,6 +952,7 @@ def main(argv: list[str] | None = None) -> int:
     """`python app.py`: one backend, one context and one page, from the command line; the model loads before
     serving."""
     args = build_parser().parse_args(argv)
+    policy.tune_allocator()  # before the model and the request threads allocate
     try:
         session = make_session(args)
     except LongQAError as exc:

@@ -8,7 +8,6 @@ It runs forward passes and knows nothing of documents, plans or answers.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import gc
 import time
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ import torch
 from accelerate.utils.memory import clear_device_cache, should_reduce_batch_size
 
 from longqa_core.errors import Cancelled, OutOfMemoryError
+from longqa_core.host_memory import trim_heap
 from longqa_core.limits import FIT_PROFILES_HINT, EngineSettings, StopCheck, check_predicted_time, stop_check
 from longqa_core.windows import Window
 
@@ -116,16 +116,7 @@ def release_memory() -> None:
     """Hand freed memory back to the system: collect reference cycles, then ask glibc to return its free heap
     pages. Without the trim, the allocations of a refused huge request stay in the process's RSS."""
     gc.collect()
-    trim = _malloc_trim()
-    if trim is not None:
-        trim(0)
-
-
-def _malloc_trim():
-    try:
-        return ctypes.CDLL("libc.so.6").malloc_trim
-    except (OSError, AttributeError):  # not glibc (macOS, musl, Windows)
-        return None
+    trim_heap()
 
 
 def collate(windows: list[Window], pad_token_id: int) -> dict[str, torch.Tensor]:

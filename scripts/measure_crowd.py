@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import app  # noqa: E402
-from longqa.serving import crowd_check  # noqa: E402
+from longqa.serving import crowd_check, load_check  # noqa: E402
 from longqa.serving.lane import GatedRunner, ModelLane  # noqa: E402
 from longqa.session import Session  # noqa: E402
 
@@ -72,12 +72,79 @@ def guided_fallback_row(url: str, ctx, work: Path, clients: int = 10, mb: float 
     return summary(out)
 
 
+def index_crowd_row(url: str, ctx, work: Path, clients: int = 16, mb: float = 6.5, uploads: int = 2) -> dict:
+    """Issue 40 item 4: `clients` fresh clients ask a guided question over one of `uploads` different `mb` MB
+    texts (each states the fact, so guided reading answers from a window or two: the work is the ranking index),
+    then a normal visitor. Each client's request is its own upload of the same bytes."""
+    texts = [entity_once_text(int(mb * MB)).replace("was named once in the harbour master's book.",
+                                                   f"The tide of Harrowgate is {4100 + u}.") + f" Upload {u}."
+             for u in range(uploads)]
+    files = []
+    for i in range(clients):
+        files.append(work / f"indexed{i}.txt")
+        files[-1].write_text(texts[i % uploads])
+    builds_before = ctx.session.index_cache.builds
+    idle = lambda: ctx.lane.waiting() == 0 and not ctx.lane.is_busy()  # noqa: E731
+    out = crowd_check.run_crowd(url, os.getpid(), files, visitor(url), reading="guided", visitor_after_s=2.0,
+                                wait_answers_s=30.0, settle_s=90.0, idle=idle)
+    return {**summary(out), "indexes_built": ctx.session.index_cache.builds - builds_before,
+            "index_cache_bytes": ctx.session.index_cache.bytes}
+
+
 def summary(out) -> dict:
     return {"visitor_right": out.visitor_right, "visitor_s": round(out.visitor_s, 1) if out.visitor_s else None,
             "visitor_error": out.visitor_error, "visitor_queue": out.visitor_queue,
             "rss_idle_mb": round(out.rss_idle / MB),
             "rss_peak_above_idle_mb": round((out.rss_peak - out.rss_idle) / MB),
             "rss_after_above_idle_mb": round((out.rss_after - out.rss_idle) / MB), "crowd": out.crowd}
+
+
+def medium_visitor(url: str, path: Path):
+    """A visitor who reads `path` in full (a fresh client each time): (answered, seconds, queue)."""
+    from gradio_client import Client, handle_file
+
+    def ask() -> tuple[bool, float, dict]:
+        began = time.monotonic()
+        *_, readout = Client(url, verbose=False).predict([handle_file(str(path))], "", "What is the tide of Harrowgate?",
+                                                         1, "full", api_name="/ask")
+        return bool(readout["answers"]), time.monotonic() - began, readout["queue"]
+    return ask
+
+
+def memory_return_rows(base_tree: Path | None, n: int = 100, settle_s: float = 60.0, medium_kb: int = 0) -> dict:
+    """Issue 40 item 6: `n` small requests against `python app.py --model demo` as a separate process, with the
+    base commit's app (`base_tree`, a checkout of it; skipped when None), this one with glibc's default allocator
+    (MALLOC_ARENA_MAX=16 is glibc's own default on 2 cores, and any MALLOC_* variable leaves `tune_allocator`
+    alone) and this one as it starts. The server's memory idle, right after and `settle_s` later."""
+    variants = {"this branch: heap trimmed after each request, allocator tuned": (ROOT / "app.py", {}),
+                "this branch: heap trimmed after each request, glibc defaults": (ROOT / "app.py",
+                                                                                {"MALLOC_ARENA_MAX": "16"})}
+    if base_tree is not None:
+        variants = {"before (main f93cea5): trimmed only after a cancel": (base_tree / "app.py", {}), **variants}
+    rows = {}
+    for name, (app_py, extra) in variants.items():
+        env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+        temp = ROOT / "bench-results" / "crowd" / f"gradio-{len(rows)}"
+        temp.mkdir(parents=True, exist_ok=True)
+        env.update(extra, GRADIO_TEMP_DIR=str(temp), PYTHONPATH=str(app_py.parent))
+        process, url = load_check.start_server(["--model", "demo", "--profile", "cpu"], app=app_py, env=env)
+        try:
+            medium = ROOT / "bench-results" / "crowd" / f"medium{medium_kb}.txt"
+            if medium_kb:
+                medium.write_text(entity_once_text(medium_kb * 1024))
+            ask = medium_visitor(url, medium) if medium_kb else visitor(url)
+            ask()
+            time.sleep(5.0)
+            out = crowd_check.run_small_requests(process.pid, ask, n=n, threads=4, settle_s=settle_s)
+        finally:
+            load_check.stop_server(process)
+        rows[name] = {"requests": out.requests, "right": out.right, "seconds": round(out.seconds, 1),
+                      "rss_idle_mb": round(out.rss_idle / MB),
+                      "rss_peak_above_idle_mb": round((out.rss_peak - out.rss_idle) / MB),
+                      "rss_right_after_above_idle_mb": round((out.rss_after - out.rss_idle) / MB),
+                      f"rss_{settle_s:g}s_after_above_idle_mb": round((out.rss_settled - out.rss_idle) / MB)}
+        print(name, json.dumps(rows[name]), flush=True)
+    return rows
 
 
 class SimulatedModel:

@@ -333,3 +333,36 @@ def test_a_guided_read_stopped_while_waiting_to_widen_leaves_the_line():
     assert isinstance(done["guided"], Cancelled) and "widened" not in done
     threads[0].join(20)
     assert lane.waiting() == 0 and not lane.is_busy()
+
+
+# ------------------------------------------------------------------------------------------ the door (issue 40)
+def test_planning_at_the_door_counts_toward_the_visitors_share_and_the_queue():
+    lane = ModelLane(per_visitor=1, max_waiting=2)
+    with lane.door("v") as place:
+        with pytest.raises(LaneBusyError, match="already have"):
+            with lane.door("v"):
+                pass
+        with lane.door("w"), lane.door("x"):
+            with pytest.raises(LaneBusyError, match="queue is full"):
+                with lane.door("y"):
+                    pass
+        with lane.request("v", windows=3, ticket=place) as ticket:
+            assert ticket is place and ticket.active and not ticket.planning
+    assert lane.waiting() == 0
+
+
+def test_a_request_being_planned_does_not_hold_back_large_requests_behind_it():
+    lane, runner, done = ModelLane(max_active=1), SleepyRunner(0.01), {}
+    with lane.door("planner"):
+        thread = read(lane, runner, "big", 5, done)  # came after, but is planned: it goes first
+        thread.join(5)
+    assert "big" in done and not isinstance(done["big"], Exception)
+
+
+def test_a_planned_request_over_the_work_bound_is_refused_and_leaves_the_line():
+    lane = ModelLane(max_queued_windows=50)
+    with lane.door("v") as place:
+        with pytest.raises(LaneBusyError, match="would add about 60"):
+            with lane.request("v", windows=60, ticket=place):
+                pass
+    assert lane.waiting() == 0 and lane._tickets == []

@@ -44,6 +44,7 @@ class Ticket:
     arrived_s: float = field(default_factory=time.monotonic)
     waited_s: float = 0.0  # for activation, for every batch turn and for widening, together
     ahead_at_start: int = 0  # requests in the lane when it arrived
+    planning: bool = False  # at the door: its documents are being read and planned, its windows not known yet
     started_after_s: float = 0.0  # waited before it was in progress (its place among large requests)
     widened_after_s: float | None = None  # waited to become large again before a wider read (None: never widened)
 
@@ -98,15 +99,43 @@ class ModelLane:
 
     # ---------------------------------------------------------------------------------------------- turns
     @contextlib.contextmanager
-    def request(self, visitors=None, *, windows: int = 0, should_stop: Callable[[], bool] | None = None,
-                on_wait: Callable[[int], None] | None = None) -> Iterator[Ticket]:
-        """A request in the lane, from the door to its last batch: LaneBusyError at once when over a bound, then a
-        wait (Cancelled when `should_stop` says so) until it may be in progress; the body takes its batch turns
-        with `batch(ticket)`. `on_wait(ahead)` hears how many requests are ahead whenever that changes."""
-        ticket = Ticket(_keys(visitors), windows=max(0, int(windows)))
+    def door(self, visitors=None) -> Iterator[Ticket]:
+        """A request's place from the moment it arrives, while its documents are read and planned (its windows not
+        known yet): LaneBusyError at once when the visitor already has its share or the queue is full, so reading,
+        indexing and planning count toward both; `request(..., ticket=place)` then takes it on with its windows."""
+        ticket = Ticket(_keys(visitors), planning=True)
         with self._condition:
-            ticket.served = next(self._turns)
-            self._join(ticket, self._may_activate, should_stop, on_wait)
+            self._admit_visitor(ticket)
+            ticket.ahead_at_start = len(self._tickets)
+            self._tickets.append(ticket)
+        try:
+            yield ticket
+        finally:
+            with self._condition:
+                self._leave(ticket)
+
+    @contextlib.contextmanager
+    def request(self, visitors=None, *, windows: int = 0, should_stop: Callable[[], bool] | None = None,
+                on_wait: Callable[[int], None] | None = None, ticket: Ticket | None = None) -> Iterator[Ticket]:
+        """A request in the lane, from the door (or from `ticket`, its place taken at the `door`) to its last
+        batch: LaneBusyError at once when over a bound, then a wait (Cancelled when `should_stop` says so) until it
+        may be in progress; the body takes its batch turns with `batch(ticket)`. `on_wait(ahead)` hears how many
+        requests are ahead whenever that changes."""
+        with self._condition:
+            if ticket is None:
+                ticket = Ticket(_keys(visitors), windows=max(0, int(windows)))
+                ticket.served = next(self._turns)
+                self._join(ticket, self._may_activate, should_stop, on_wait)
+            else:
+                ticket.windows, ticket.served = max(0, int(windows)), next(self._turns)
+                try:
+                    self._admit_work(ticket)
+                    ticket.planning = False
+                    self._wait(ticket, self._may_activate, should_stop, on_wait,
+                               "The request was stopped while it waited for the model.")
+                except BaseException:
+                    self._leave(ticket)
+                    raise
             ticket.active = True
             ticket.started_after_s = ticket.waited_s
         try:
@@ -187,7 +216,7 @@ class ModelLane:
             return False
         if self.is_small(ticket):
             return True
-        large = [t for t in self._tickets if not t.exclusive and not self.is_small(t)]
+        large = [t for t in self._tickets if not t.exclusive and not t.planning and not self.is_small(t)]
         in_progress = sum(t.active for t in large)
         first_waiting = next(t for t in large if not t.active)
         return in_progress < self.max_active and first_waiting is ticket
@@ -249,10 +278,15 @@ class ModelLane:
             self._tickets.remove(ticket)
         self._condition.notify_all()
 
-    def _queued_windows(self) -> int:
-        return sum(t.remaining for t in self._tickets if not t.exclusive)
+    def _queued_windows(self, besides: Ticket | None = None) -> int:
+        return sum(t.remaining for t in self._tickets if not t.exclusive and t is not besides)
 
     def _admit(self, ticket: Ticket) -> None:
+        self._admit_visitor(ticket)
+        self._admit_work(ticket)
+
+    def _admit_visitor(self, ticket: Ticket) -> None:
+        """LaneBusyError when the visitor already has its share, or the queue is full."""
         for key in ticket.visitors:
             mine = [t for t in self._tickets if key in t.visitors]
             if len(mine) >= self.per_visitor:
@@ -266,7 +300,10 @@ class ModelLane:
         if len(self._tickets) - self.capacity >= self.max_waiting:
             raise LaneBusyError(f"The queue is full ({len(self._tickets) - self.capacity} requests are waiting for "
                                 "the model). Please try again in a minute.")
-        queued = self._queued_windows()
+
+    def _admit_work(self, ticket: Ticket) -> None:
+        """LaneBusyError when this large request would pass the bound on the work queued."""
+        queued = self._queued_windows(besides=ticket)
         if (self.max_queued_windows is not None and not ticket.exclusive and not self.is_small(ticket)
                 and queued + ticket.windows > self.max_queued_windows):
             raise LaneBusyError(
