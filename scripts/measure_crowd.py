@@ -1,9 +1,12 @@
-"""Measure issue 32's targets against a served app on 127.0.0.1, with the default settings on a direct connection:
-a normal visitor's wait behind eight fresh clients each reading 5 MB in full, and behind eight slow-HTML clients;
-the server's memory idle, at its peak during the crowd and after the crowd is cancelled; what each crowd request got.
-Then the lane's two orders (round robin, shortest first) on a simulated model: a small request's wait behind large
-ones, and the large ones' completion. Writes docs/crowd.json and prints Markdown rows for the README.
-Usage: python scripts/measure_crowd.py [--out docs/crowd.json] [--clients 8] [--mb 5]
+"""Measure issue 32's and issue 40's targets against a served app on 127.0.0.1, with the default settings on a direct
+connection: a normal visitor's wait behind eight fresh clients each reading 5 MB in full, and behind eight slow-HTML
+clients (issue 32); behind ten guided reads that fall back to the full read and sixteen clients indexing two large
+uploads (issue 40); the server's memory (its children included) idle, at its peak during the crowd and after the
+crowd is cancelled; what each crowd request got. Then the lane's two orders on a simulated model (issue 32), and the
+memory a server keeps after 30 full reads, as a process of its own, against the base commit (issue 40).
+Writes the JSON and prints Markdown rows.
+Usage: python scripts/measure_crowd.py [--out docs/crowd.json] [--clients 8] [--mb 5] [--attacks full,html]
+       python scripts/measure_crowd.py --attacks guided_fallback,index,memory --base-tree DIR --out docs/crowd-lane.json
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ MB = 1024 * 1024
 
 def cpu_kind() -> str:
     flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    if "amx_bf16" in flags:
+        return "kind C: AVX-512 BF16 and AMX"
     return "AVX-512 with avx512_bf16" if "avx512_bf16" in flags else "AVX2 only (no avx512_bf16)"
 
 
@@ -52,20 +57,13 @@ def crowd_row(url: str, ctx, files: list[Path], reading: str) -> dict:
             "rss_after_above_idle_mb": round((out.rss_after - out.rss_idle) / MB), "crowd": out.crowd}
 
 
-def entity_once_text(n_bytes: int, entity: str = "Harrowgate") -> str:
-    """About `n_bytes` of prose that names `entity` once, in the middle, and states nothing about it: a guided
-    question about it ranks one window first, finds a weak answer there and falls back to reading everything."""
-    half = crowd_check.large_text(n_bytes // 2)
-    return f"{half}{entity} was named once in the harbour master's book. {half}"
-
-
 def guided_fallback_row(url: str, ctx, work: Path, clients: int = 10, mb: float = 6.0) -> dict:
     """Issue 40 item 1: `clients` fresh clients each ask a guided question over `mb` MB that names the entity once
     and states no fact (each upload its own file: no shared index), then a normal visitor."""
     files = []
     for i in range(clients):
         files.append(work / f"entity_once{i}.txt")
-        files[-1].write_text(entity_once_text(int(mb * MB)) + f" Copy {i}.")
+        files[-1].write_text(crowd_check.entity_once_text(int(mb * MB)) + f" Copy {i}.")
     idle = lambda: ctx.lane.waiting() == 0 and not ctx.lane.is_busy()  # noqa: E731
     out = crowd_check.run_crowd(url, os.getpid(), files, visitor(url), reading="guided", visitor_after_s=3.0,
                                 wait_answers_s=20.0, settle_s=90.0, idle=idle)
@@ -76,9 +74,7 @@ def index_crowd_row(url: str, ctx, work: Path, clients: int = 16, mb: float = 6.
     """Issue 40 item 4: `clients` fresh clients ask a guided question over one of `uploads` different `mb` MB
     texts (each states the fact, so guided reading answers from a window or two: the work is the ranking index),
     then a normal visitor. Each client's request is its own upload of the same bytes."""
-    texts = [entity_once_text(int(mb * MB)).replace("was named once in the harbour master's book.",
-                                                   f"The tide of Harrowgate is {4100 + u}.") + f" Upload {u}."
-             for u in range(uploads)]
+    texts = [crowd_check.fact_text(int(mb * MB), 4100 + u) for u in range(uploads)]
     files = []
     for i in range(clients):
         files.append(work / f"indexed{i}.txt")
@@ -96,7 +92,9 @@ def summary(out) -> dict:
             "visitor_error": out.visitor_error, "visitor_queue": out.visitor_queue,
             "rss_idle_mb": round(out.rss_idle / MB),
             "rss_peak_above_idle_mb": round((out.rss_peak - out.rss_idle) / MB),
-            "rss_after_above_idle_mb": round((out.rss_after - out.rss_idle) / MB), "crowd": out.crowd}
+            "rss_after_above_idle_mb": round((out.rss_after - out.rss_idle) / MB),
+            "idle_after_cancel_s": round(out.idle_after_cancel_s, 2) if out.idle_after_cancel_s is not None else None,
+            "crowd": out.crowd}
 
 
 def medium_visitor(url: str, path: Path):
@@ -131,7 +129,7 @@ def memory_return_rows(base_tree: Path | None, n: int = 100, settle_s: float = 6
         try:
             medium = ROOT / "bench-results" / "crowd" / f"medium{medium_kb}.txt"
             if medium_kb:
-                medium.write_text(entity_once_text(medium_kb * 1024))
+                medium.write_text(crowd_check.entity_once_text(medium_kb * 1024))
             ask = medium_visitor(url, medium) if medium_kb else visitor(url)
             ask()
             time.sleep(5.0)
@@ -196,7 +194,14 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "crowd.json")
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--mb", type=float, default=5.0)
+    parser.add_argument("--attacks", default="full,html",
+                        help="which to run: full, html (issue 32), guided_fallback, index, memory (issue 40)")
+    parser.add_argument("--base-tree", type=Path, default=None,
+                        help="a checkout of the commit to compare with (memory: its app.py as a process)")
     args = parser.parse_args(argv)
+    attacks = set(args.attacks.split(","))
+    os.environ.setdefault("GRADIO_TEMP_DIR", str(ROOT / "bench-results" / "crowd" / "gradio"))
+    load_before = os.getloadavg()
     ctx = app.make_context(Session(), models=["demo"], default_model="demo", default_profile="cpu")
     app.ensure_loaded(ctx)
     demo = app.build_blocks(ctx)
@@ -209,17 +214,32 @@ def main(argv=None) -> int:
         large[-1].write_text(crowd_check.large_text(int(args.mb * MB)))
         slow.append(work / f"slow{i}.html")
         slow[-1].write_text(crowd_check.slow_html(300_000))
+    rows = {}
     try:
         visitor(url)()
         right, alone, _ = visitor(url)()
-        rows = {f"{args.clients} fresh clients, {args.mb:g} MB each, read in full": crowd_row(url, ctx, large, "full"),
-                f"{args.clients} slow-HTML clients ('<a' * 150,000, 300 KB each)": crowd_row(url, ctx, slow, "auto")}
+        if "full" in attacks:
+            rows[f"{args.clients} fresh clients, {args.mb:g} MB each, read in full"] = crowd_row(url, ctx, large, "full")
+        if "html" in attacks:
+            rows[f"{args.clients} slow-HTML clients ('<a' * 150,000, 300 KB each)"] = crowd_row(url, ctx, slow, "auto")
+        if "guided_fallback" in attacks:
+            rows["10 fresh clients, guided, 6 MB each naming the entity once (falls back to the full read)"] = \
+                guided_fallback_row(url, ctx, work)
+        if "index" in attacks:
+            rows["16 fresh clients, guided, two different 6.5 MB uploads (the ranking index)"] = \
+                index_crowd_row(url, ctx, work)
     finally:
         demo.close()
+    memory = memory_return_rows(args.base_tree, n=30, settle_s=60.0, medium_kb=300) if "memory" in attacks else {}
     result = {"machine": f"{platform.processor() or platform.machine()}, {psutil.cpu_count()} cores",
-              "cpu_kind": cpu_kind(), "model": "demo", "profile": "cpu", "settings": "defaults, direct connection",
-              "visitor_alone_s": round(alone, 1), "visitor_alone_right": right, "rows": rows,
-              "lane_orders_simulated": compare_orders()}
+              "cpu_kind": cpu_kind(), "load_average_1_5_15_at_start": [round(x, 1) for x in load_before],
+              "load_average_1_5_15_at_end": [round(x, 1) for x in os.getloadavg()],
+              "model": "demo", "profile": "cpu", "settings": "defaults, direct connection",
+              "visitor_alone_s": round(alone, 1), "visitor_alone_right": right, "rows": rows}
+    if memory:
+        result["memory_after_30_full_reads_of_300_kb"] = memory
+    if {"full", "html"} & attacks:
+        result["lane_orders_simulated"] = compare_orders()
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"CPU: {result['cpu_kind']}; visitor alone: {alone:.1f} s\n")
     print("| crowd | visitor answered after | right | RSS peak above idle | RSS after cancel | crowd outcomes |\n"
@@ -230,7 +250,11 @@ def main(argv=None) -> int:
             kinds[o.split(":")[0]] = kinds.get(o.split(":")[0], 0) + 1
         print(f"| {name} | {row['visitor_s']} s | {'yes' if row['visitor_right'] else 'no'} | "
               f"{row['rss_peak_above_idle_mb']:+} MB | {row['rss_after_above_idle_mb']:+} MB | {kinds} |")
-    print(json.dumps(result["lane_orders_simulated"], indent=2))
+    for name, row in memory.items():
+        print(f"| {name} | idle {row['rss_idle_mb']} MB | peak {row['rss_peak_above_idle_mb']:+} MB | "
+              f"a minute after {row['rss_60s_after_above_idle_mb']:+} MB |")
+    if "lane_orders_simulated" in result:
+        print(json.dumps(result["lane_orders_simulated"], indent=2))
     return 0
 
 

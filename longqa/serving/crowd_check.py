@@ -29,6 +29,20 @@ def large_text(n_bytes: int) -> str:
     return FILLER * max(1, n_bytes // len(FILLER))
 
 
+def entity_once_text(n_bytes: int, entity: str = "Harrowgate") -> str:
+    """About `n_bytes` of prose that names `entity` once, in the middle, and states nothing about it: a guided
+    question about it ranks one window first, finds a weak answer there and falls back to reading everything."""
+    half = large_text(n_bytes // 2)
+    return f"{half}{entity} was named once in the harbour master's book. {half}"
+
+
+def fact_text(n_bytes: int, tide: int, entity: str = "Harrowgate") -> str:
+    """About `n_bytes` of prose stating `entity`'s tide once, in the middle: guided reading answers it from a window
+    or two, so what a crowd of these costs is ranking (the index), not reading."""
+    half = large_text(n_bytes // 2)
+    return f"{half}The tide of {entity} is {tide}. {half}"
+
+
 def slow_html(n_bytes: int) -> str:
     """Unterminated tags, quadratic for the standard library's HTMLParser (issue 32): `'<a' * n`."""
     return "<a" * max(1, n_bytes // 2)
@@ -76,6 +90,7 @@ class CrowdOutcome:
     rss_peak: int
     rss_after: int
     crowd: list[str] = field(default_factory=list)  # per request: "answered", "refused: …", "cancelled", "lost"
+    idle_after_cancel_s: float | None = None  # from the cancels until `idle()` said so (None: no `idle`, or never)
 
 
 def sample_visitor(url: str, samples_dir: Path) -> Callable[[], tuple[bool, float, dict]]:
@@ -136,16 +151,18 @@ def run_crowd(url: str, server_pid: int, crowd_files: list[Path], visitor: Calla
         else:
             job.cancel()
             outcomes.append(None)
-    deadline = time.monotonic() + settle_s
+    cancelled_at = time.monotonic()
+    deadline = cancelled_at + settle_s
     for i, job in enumerate(jobs):
         if outcomes[i] is None:  # cancelled by us: gradio_client then raises its own errors, not the server's
             ended = outcome_of(job, max(1.0, deadline - time.monotonic()))
             outcomes[i] = "answered" if ended == "answered" else "cancelled"
     while idle is not None and not idle() and time.monotonic() < deadline:
-        time.sleep(0.5)
+        time.sleep(0.05)
+    idle_after = time.monotonic() - cancelled_at if idle is not None and idle() else None
     rss_peak = sampler.stop()
     time.sleep(1.0)
-    return CrowdOutcome(right, seconds, error, queue, rss_idle, rss_peak, tree_rss(server), outcomes)
+    return CrowdOutcome(right, seconds, error, queue, rss_idle, rss_peak, tree_rss(server), outcomes, idle_after)
 
 
 @dataclass
