@@ -126,7 +126,7 @@ def collate(windows: list[Window], pad_token_id: int) -> dict[str, torch.Tensor]
     attention_mask = torch.zeros((len(windows), length), dtype=torch.long)  # (B, L)
     global_attention_mask = torch.zeros((len(windows), length), dtype=torch.long)  # (B, L)
     for row, window in enumerate(windows):
-        input_ids[row, : len(window.input_ids)] = torch.tensor(window.input_ids)
+        input_ids[row, : len(window.input_ids)] = torch.from_numpy(np.asarray(window.input_ids, dtype=np.int64))
         attention_mask[row, : len(window.input_ids)] = 1
         global_attention_mask[row, : window.n_global] = 1
     return {"input_ids": input_ids, "attention_mask": attention_mask,
