@@ -1,7 +1,8 @@
 """The model lane of a shared deployment: requests take turns on the model between batches of windows, so a small
 request waits about one batch per other request in progress, not for their whole reads; bounds per visitor, on the
 requests in progress and on the work queued, so that no visitor (nor a crowd of fresh clients) can hold everybody
-else's turn. An exclusive turn (a reload, a training step) waits for every request that came before it and holds the
+else's turn. A request counts from the door, while it is read and planned; one that grows (a guided read falling
+back to every window) is admitted again as what it becomes before it reads more. An exclusive turn (a reload, a training step) waits for every request that came before it and holds the
 model alone.
 
 It orders and bounds who may use the model next; it knows nothing of models, documents or gradio (the page says who
