@@ -55,7 +55,6 @@ from longqa.backend import Backend
 from longqa.models import DEFAULT_MODEL, KNOWN_MODELS, is_offline, needs_download
 from longqa.readout import Readout
 from longqa.serving import policy
-from longqa.serving.door import Door
 from longqa.serving.lane import MAX_ACTIVE, MAX_QUEUED_WINDOWS, ModelLane
 from longqa.serving.ray_replicas import DEFAULT_BATCH_REQUESTS, RaySession
 from longqa.serving.uploads import (DEFAULT_KEEP_S, DEFAULT_PER_VISITOR_BYTES, DEFAULT_TOTAL_BYTES, UploadGate,
@@ -117,7 +116,6 @@ class AppContext:
     lock_profile: bool = False  # a shared deployment: the profile and model cannot be changed from the page or API
     max_request_s: float | None = None  # refuse requests predicted to take longer (None: no limit)
     lane: ModelLane = field(default_factory=ModelLane)  # requests take turns on the model between batches
-    door: Door = field(default_factory=Door)  # each visitor's requests inside, from before reading to the end
     uploads: UploadStore = field(default_factory=UploadStore)  # the uploads on disk, bounded and deleted
     visitor_header: str | None = None  # the proxy's header naming the visitor's address (None: a direct connection)
     key: str = field(default_factory=lambda: uuid.uuid4().hex)  # how GPU functions find this context
@@ -186,7 +184,6 @@ def make_context(session: Backend | None = None, *, models=None, default_model: 
     ctx.lane = ModelLane(max_waiting=queue_size, capacity=session.capacity,
                          max_active=max(MAX_ACTIVE, session.capacity), max_queued_windows=max_queued_windows or None,
                          window_s=ctx.window_s)
-    ctx.door = Door(per_visitor=ctx.lane.per_visitor)  # reading counts toward the share the lane gives a visitor
     CONTEXTS[ctx.key] = ctx
     return ctx
 
@@ -482,7 +479,7 @@ def preview_documents(ctx: AppContext, files, pasted_text, question, request: gr
     counts toward the visitor's requests, as an answer does."""
     if not files and not (pasted_text or "").strip():
         return pd.DataFrame([], columns=ui_format.DOCUMENT_HEADERS)
-    with user_errors("Reading the documents"), ctx.door.enter(visitor_keys(ctx, request)):
+    with user_errors("Reading the documents"), ctx.lane.door(visitor_keys(ctx, request)):
         documents, _ = read_uploads(ctx, files, pasted_text, None)
         if ctx.session.loaded is None:
             rows = [[d.name, d.n_chars, None, None] for d in documents]
@@ -548,14 +545,15 @@ def model_turn(ctx: AppContext, request: gr.Request | None, progress=None, *, ex
 
 
 @contextlib.contextmanager
-def request_turn(ctx: AppContext, request: gr.Request | None, progress=None, *, windows: int = 0):
+def request_turn(ctx: AppContext, request: gr.Request | None, progress=None, *, windows: int = 0, place=None):
     """This answer's place in the lane (`policy.request_turn`: turns on the model between batches), with the wait
     shown as progress; yields the key of its stop check and runner wrapper, and its ticket. It stops when abandoned
     or when its page session presses Stop. Under ZeroGPU the read runs in a forked worker that cannot take turns
-    with this process's lane: it holds one turn throughout."""
+    with this process's lane: it holds one turn throughout. `place`: its ticket from the lane's door
+    (`ModelLane.door`)."""
     is_abandoned, stop_pressed = abandonment_check(), stop_check(ctx, request)
     with policy.request_turn(ctx.lane, visitor_keys(ctx, request), lambda: is_abandoned() or stop_pressed(),
-                             waiting_shown(progress), windows=windows, whole=ZERO_GPU) as (key, ticket):
+                             waiting_shown(progress), windows=windows, whole=ZERO_GPU, place=place) as (key, ticket):
         yield key, ticket
 
 
@@ -729,8 +727,9 @@ def ask(ctx: AppContext, files, pasted_text, question, top_k, reading, history, 
     """Answer the question over the documents: every readout by name, the full JSON readout as "readout".
 
     Reading the documents and planning the request (every limit checked, the ranking run, the windows to read
-    estimated) happen once, first, outside the model lane and the GPU function: a bad or slow upload costs only its
-    own visitor's time, and no GPU time; the lane admits, and the GPU function asks for time, by that plan.
+    estimated) happen once, first, at the lane's door (counted toward the visitor's share, but taking no turn on
+    the model) and outside the GPU function: a bad or slow upload costs only its own visitor's time, and no GPU
+    time; the lane admits, and the GPU function asks for time, by that plan.
     `reading` is "auto", "full" or "guided" (empty: auto); `no_answer_below` a score in (0, 1) under which the answer
     is "not found" (empty: the model's own rule)."""
     with user_errors("Answering"):
@@ -738,14 +737,17 @@ def ask(ctx: AppContext, files, pasted_text, question, top_k, reading, history, 
         if isinstance(no_answer_below, str) and not no_answer_below.strip():
             no_answer_below = None  # the empty field: the model's own rule; anything else the settings check
         reading = reading_or_default(reading)
-        with ctx.door.enter(visitor_keys(ctx, request)):
+        # Its place in the lane first: reading, indexing and planning count toward the visitor's share and the queue.
+        with ctx.lane.door(visitor_keys(ctx, request)) as place:
             progress(0.0, desc="Reading the documents")
             documents, extract_s = read_uploads(ctx, files, pasted_text, question, progress)
             ensure_loaded(ctx, progress)
             progress(0.0, desc="Ranking the windows" if reading != "full" else "Planning the read")
-            plan = ctx.session.plan(documents, question, reading, top_k=top_k, max_total_tokens=ctx.max_total_tokens,
-                                    max_request_s=ctx.max_request_s, no_answer_below=no_answer_below)
-            with request_turn(ctx, request, progress, windows=plan.expected_windows) as (stop_key, ticket):
+            plan = ctx.session.plan(documents, question, reading, should_stop=abandonment_check(), top_k=top_k,
+                                    max_total_tokens=ctx.max_total_tokens, max_request_s=ctx.max_request_s,
+                                    no_answer_below=no_answer_below)
+            with request_turn(ctx, request, progress, windows=plan.expected_windows, place=place) as (stop_key,
+                                                                                                      ticket):
                 changed = changed_since(ctx, seen)
                 progress(0.0, desc="Reading windows")
                 readout = answer_on_gpu(ctx.key, plan, extract_s, progress, stop_key)
@@ -1345,6 +1347,7 @@ def main(argv: list[str] | None = None) -> int:
     """`python app.py`: one backend, one context and one page, from the command line; the model loads before
     serving."""
     args = build_parser().parse_args(argv)
+    policy.tune_allocator()  # before the model and the request threads allocate
     try:
         session = make_session(args)
     except LongQAError as exc:

@@ -21,11 +21,15 @@ Progress = Callable[[float, str], None]
 
 class Gate(Protocol):
     """A request's turns on a shared model (the page's lane): a turn per batch where the batches run here
-    (`runner`), or one turn for the whole read where they run elsewhere (`whole`)."""
+    (`runner`), or one turn for the whole read where they run elsewhere (`whole`); `widen(windows)` before a read
+    grows past what the request was admitted for (a guided read falling back to every window), which may wait for
+    the larger read's place."""
 
     def runner(self, runner: Runner) -> Runner: ...
 
     def whole(self) -> AbstractContextManager: ...
+
+    def widen(self, windows: int) -> None: ...
 
 
 @runtime_checkable

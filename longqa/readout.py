@@ -54,10 +54,15 @@ class RequestMemory:
 
 @dataclass
 class QueueReadout:
-    """How long a request waited for the model in a shared deployment, and how many were ahead when it came."""
+    """How long a request waited for the model in a shared deployment, and how many were ahead when it came; and
+    when it waited: before it started, for its batch turns, and before a guided read fell back to reading
+    everything (admitted again as a full read: None when it did not)."""
 
     waited_s: float
     ahead_at_start: int
+    waited_to_start_s: float = 0.0
+    waited_for_turns_s: float = 0.0
+    waited_to_read_all_s: float | None = None
 
 
 @dataclass

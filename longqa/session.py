@@ -27,6 +27,8 @@ from longqa_core.batching import WindowProgress, collate
 from longqa_core.document_limits import DEFAULT_MAX_PAGES, DEFAULT_MAX_READ_S
 from longqa_core.documents import DEFAULT_MAX_FILE_BYTES, Document, from_text, read_document
 from longqa_core.errors import CharLimitError, DocumentError, InputError, LongQAError, ModelLoadError, ProfileError
+from longqa_core.host_memory import trim_heap
+from longqa_core.index_cache import IndexCache
 from longqa_core.limits import (DEFAULT_MAX_TOTAL_TOKENS, NO_DOCUMENT, EngineSettings, StopCheck, max_chars_for,
                                 validate_request)
 from longqa_core.plan import RequestPlan, plan_request
@@ -135,7 +137,8 @@ class Session:
         self._asks_done = threading.Condition(self.lock)
         self._asks_in_progress = 0
         self._spare_tokenizers: dict[int, list] = {}  # tokenizer copies for requests, by id of the loaded model
-        self.index_cache: dict = {}  # the last uploads' ranking indexes: a next question pays only the query
+        # the uploads' ranking indexes, bounded in bytes, one build per upload: a next question pays only the query
+        self.index_cache = IndexCache()
         # A forked child (ZeroGPU's GPU worker) must not inherit a lock held by a thread that did not come along.
         os.register_at_fork(after_in_child=partial(_renew_lock, weakref.ref(self)))
 
@@ -215,6 +218,9 @@ class Session:
             plan = plan_request(tokenizer, documents, question, with_overrides(loaded.settings, overrides), reading,
                                 batch_state=loaded.batch_state, index_cache=self.index_cache,
                                 should_stop=should_stop)
+        except BaseException:
+            trim_heap()  # a refused plan may have counted millions of tokens
+            raise
         finally:
             self._return_tokenizer(loaded, tokenizer)
         plan.generation, plan.overrides = loaded.generation, {k: v for k, v in overrides.items() if v is not None}
@@ -224,19 +230,23 @@ class Session:
             should_stop: StopCheck | None = None,
             on_window_progress: Callable[[WindowProgress], None] | None = None) -> Readout:
         """Answer a plan with the loaded model (a plan made for a model since replaced is made again for this one):
-        `gate` gives the request its turn per batch on a shared model, `should_stop` ends it between batches,
+        `gate` gives the request its turn per batch on a shared model (and admits it again before a guided read falls
+        back to every window, waiting for a full read's place), `should_stop` ends it between batches,
         `on_window_progress` hears after each batch. Requests run side by side, each tokenizing on its own copy of
-        the tokenizer; a load or a training step waits for the requests in progress, and requests wait for it."""
+        the tokenizer; a load or a training step waits for the requests in progress, and requests wait for it. The
+        freed heap goes back to the system after every request, answered or not (`trim_heap`)."""
         loaded = self._begin_ask()
         tokenizer = self._borrow_tokenizer(loaded)
         try:
             plan = self.current(plan, loaded)
             runner = gate.runner(loaded.runner) if gate is not None else loaded.runner
             result = answer_plan(runner, tokenizer, plan, batch_state=loaded.batch_state, extract_s=extract_s,
-                                 should_stop=should_stop, on_window_progress=on_window_progress)
+                                 should_stop=should_stop, on_window_progress=on_window_progress,
+                                 before_wider_read=gate.widen if gate is not None else None)
         finally:
             self._return_tokenizer(loaded, tokenizer)
             self._end_ask()
+            trim_heap()  # the request's windows and logits are gone: their pages go back to the system (issue 40)
         return self.readout(result, loaded)
 
     def current(self, plan: RequestPlan, loaded) -> RequestPlan:

@@ -29,6 +29,8 @@ the public names of each:
 - `answering`: `answer_plan` answers a plan into a `QAResult` (with `ReadingReadout`); `answer` plans and answers.
 - `telemetry`: `measure` (latency by stage, `MemoryReadout`), `HostPeak`, `timed`, `current_rss_bytes`.
 - `gpu_devices`: the NVML wrapper (`nvml`, `nvml_handle`, `device_memory`, `gpu_snapshot`, `cuda_device_indices`).
+- `host_memory`: handing freed memory back to the system (`trim_heap`) and a server's allocator settings
+  (`tune_allocator`).
 - `errors`: the domain errors (`InputError`, `RequestTooLongError`, `Cancelled`, `OutOfMemoryError`, ...).
 - `cache`: the project's one cache folder.
 """

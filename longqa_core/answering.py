@@ -112,11 +112,14 @@ def answer(runner: Runner, tokenizer, documents: list[Document], question: str, 
 
 def answer_plan(runner: Runner, tokenizer, plan: RequestPlan, *, batch_state: BatchState | None = None,
                 extract_s: float = 0.0, should_stop: StopCheck | None = None,
-                on_window_progress: Callable[[WindowProgress], None] | None = None) -> QAResult:
+                on_window_progress: Callable[[WindowProgress], None] | None = None,
+                before_wider_read: Callable[[int], None] | None = None) -> QAResult:
     """Answer a planned request; the result carries its latency (planning and `extract_s` included) and memory
     readouts, and in `reading` what was read. `should_stop` (a callable or a threading.Event) ends the request
-    between batches with Cancelled; progress goes to `on_window_progress(WindowProgress)`. A refused or cancelled
-    request hands its memory back before raising."""
+    between batches with Cancelled; progress goes to `on_window_progress(WindowProgress)`;
+    `before_wider_read(windows)` hears, before any of it is tokenized, that a guided read falls back to reading
+    `windows` more (a shared deployment's admission may wait there, or raise). A refused or cancelled request hands
+    its memory back before raising."""
     settings = plan.settings
     batch_state = batch_state or BatchState(settings.batch_size)
     backoffs_before = batch_state.backoffs
@@ -132,7 +135,7 @@ def answer_plan(runner: Runner, tokenizer, plan: RequestPlan, *, batch_state: Ba
                                   on_window_progress)
             else:
                 read = _read_guided(runner, tokenizer, plan, batch_state, measurement, should_stop,
-                                    on_window_progress)
+                                    on_window_progress, before_wider_read)
             with measurement.stage("decode"):
                 decoded = decode(read.windows, read.logits, plan.documents, settings, stop_check(should_stop))
             answers, verdict = judge_answers(decoded, settings, read.readout.mode == "full",
@@ -206,7 +209,7 @@ def _read_full(runner, tokenizer, plan: RequestPlan, batch_state, measurement, s
 
 
 def _read_guided(runner, tokenizer, plan: RequestPlan, batch_state, measurement, should_stop,
-                 on_window_progress) -> _Read:
+                 on_window_progress, before_wider_read=None) -> _Read:
     """The plan's rounds (`reading.read_rounds`); still weak after every window the ranking could point to, the
     full read in its own windows, so that guided reading never ends on less than the full read would find (the same
     text cut into other windows can score its answers differently) -- unless that would pass the time budget, where
@@ -223,6 +226,8 @@ def _read_guided(runner, tokenizer, plan: RequestPlan, batch_state, measurement,
             windows_read = len(guided.windows)
             forward = ForwardSample(guided.forward_tokens, guided.forward_windows, guided.forward_s)
             guided = None  # its windows and logits go before the full read's arrive
+            if before_wider_read is not None:
+                before_wider_read(plan.windows)
             full = _read_full(runner, tokenizer, plan, batch_state, measurement, should_stop, on_window_progress,
                               list(plan.notices), reading.weak_after_guided(plan.reading, windows_read))
             full.forward_tokens += forward.tokens

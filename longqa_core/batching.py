@@ -18,7 +18,7 @@ import torch
 from accelerate.utils.memory import clear_device_cache, should_reduce_batch_size
 
 from longqa_core.errors import Cancelled, OutOfMemoryError
-from longqa_core.telemetry import trim_heap
+from longqa_core.host_memory import trim_heap
 from longqa_core.limits import FIT_PROFILES_HINT, EngineSettings, StopCheck, check_predicted_time, stop_check
 from longqa_core.windows import Window
 
@@ -114,7 +114,7 @@ def _model_devices(model: torch.nn.Module) -> list[torch.device]:
 
 def release_memory() -> None:
     """Hand freed memory back to the system: collect reference cycles, then ask glibc to return its free heap
-    pages (`telemetry.trim_heap`). Without the trim, the allocations of a refused huge request stay in the
+    pages (`host_memory.trim_heap`). Without the trim, the allocations of a refused huge request stay in the
     process's RSS."""
     gc.collect()
     trim_heap()
@@ -127,7 +127,7 @@ def collate(windows: list[Window], pad_token_id: int) -> dict[str, torch.Tensor]
     attention_mask = torch.zeros((len(windows), length), dtype=torch.long)  # (B, L)
     global_attention_mask = torch.zeros((len(windows), length), dtype=torch.long)  # (B, L)
     for row, window in enumerate(windows):
-        input_ids[row, : len(window.input_ids)] = torch.tensor(window.input_ids)
+        input_ids[row, : len(window.input_ids)] = torch.from_numpy(np.asarray(window.input_ids, dtype=np.int64))
         attention_mask[row, : len(window.input_ids)] = 1
         global_attention_mask[row, : window.n_global] = 1
     return {"input_ids": input_ids, "attention_mask": attention_mask,

@@ -13,6 +13,7 @@ from longqa_core import reading
 from longqa_core.batching import BatchState
 from longqa_core.documents import Document
 from longqa_core.errors import InputError
+from longqa_core.index_cache import IndexCache
 from longqa_core.limits import (EngineSettings, StopCheck, check_chars, check_predicted_time, document_room,
                                 truncate_question, validate_request)
 from longqa_core.telemetry import timed
@@ -21,7 +22,7 @@ from longqa_core.windows import DocumentStats, chars_per_token, count_tokens, co
 # A guided request is refused on its estimated tokens only past this margin over the limit: the estimate from
 # samples may be off by a few percent, and counting every token to settle it would cost what guided reading saves.
 _ESTIMATE_SLACK = 1.05
-CACHED_INDEXES = 3  # the last few uploads' ranking indexes a session keeps (visitors take turns)
+CACHED_INDEXES = 3  # the last few uploads' ranking indexes a plain dict keeps (a server's IndexCache: bytes)
 
 
 @dataclass
@@ -85,7 +86,7 @@ class RequestPlan:
 
 
 def plan_request(tokenizer, documents: list[Document], question: str, settings: EngineSettings,
-                 mode: str = "full", *, batch_state: BatchState | None = None, index_cache: dict | None = None,
+                 mode: str = "full", *, batch_state: BatchState | None = None, index_cache: IndexCache | dict | None = None,
                  should_stop: StopCheck | None = None, weak_answer_score: float | None = None) -> RequestPlan:
     """Check a request against every limit, cheapest check first, and plan its read; no model work.
 
@@ -108,7 +109,7 @@ def plan_request(tokenizer, documents: list[Document], question: str, settings: 
         plan.question_tokens = len(tokenizer(plan.question, add_special_tokens=False)["input_ids"])
         room = document_room(tokenizer, settings, plan.question_tokens)
     if mode != "full":
-        _rank(plan, tokenizer, room, index_cache)
+        _rank(plan, tokenizer, room, index_cache, should_stop)
         if weak_answer_score is not None:
             plan.reading.weak_answer_score = weak_answer_score
     if plan.mode == "full":
@@ -144,7 +145,8 @@ def _count(plan: RequestPlan, tokenizer, room: int, should_stop: StopCheck | Non
     plan.expected_windows = plan.windows
 
 
-def _rank(plan: RequestPlan, tokenizer, room: int, index_cache: dict | None) -> None:
+def _rank(plan: RequestPlan, tokenizer, room: int, index_cache: IndexCache | dict | None,
+          should_stop: StopCheck | None = None) -> None:
     """A guided (or auto) read: the documents' tokens estimated from their characters (no full tokenizing), their
     regions indexed (or the index taken from `index_cache`) and ranked, and the rounds planned. Cheap enough to
     run before asking for a GPU."""
@@ -166,7 +168,7 @@ def _rank(plan: RequestPlan, tokenizer, room: int, index_cache: dict | None) -> 
     index = ranking = None
     if plan.requested == "guided" or plan.windows > reading.AUTO_MIN_WINDOWS:
         with plan.stage("rank"):
-            index = _cached_index(documents, region_chars, index_cache)
+            index = _cached_index(documents, region_chars, index_cache, should_stop)
             ranking = reading.rank(index, plan.question)
     plan.reading = reading.plan_reading(plan.requested, index, ranking, plan.question, plan.windows)
     plan.regions = index.regions if index is not None else []
@@ -178,11 +180,14 @@ def _rank(plan: RequestPlan, tokenizer, room: int, index_cache: dict | None) -> 
                                                               settings.doc_stride))
 
 
-def _cached_index(documents: list[Document], region_chars: list[int], index_cache: dict | None):
+def _cached_index(documents: list[Document], region_chars: list[int], index_cache: IndexCache | dict | None,
+                  should_stop: StopCheck | None = None):
     """The documents' ranking index: from `index_cache` when these documents were indexed with these region sizes,
-    else built (and kept there, the most recently used last, CACHED_INDEXES at most: each can hold millions of
-    characters' passages)."""
+    else built and kept there. A server's `IndexCache` shares one build per upload between the requests that need
+    it and bounds its bytes; a plain dict keeps the most recently used last, CACHED_INDEXES at most."""
     key = reading.content_key(documents, region_chars)
+    if isinstance(index_cache, IndexCache):
+        return index_cache.get_or_build(key, lambda: reading.build_index(documents, region_chars), should_stop)
     index = index_cache.pop(key, None) if index_cache is not None else None
     if index is None:
         index = reading.build_index(documents, region_chars)

@@ -244,7 +244,7 @@ def window_candidates(start_logits: np.ndarray, end_logits: np.ndarray, context:
         for number, span in enumerate(spans[seen:], start=1):
             if number % _SPANS_PER_STOP_CHECK == 0:
                 check_stop()
-            start_char, end_char = align_to_words(text, offsets[span.start_token], offsets[span.end_token])
+            start_char, end_char = map(int, align_to_words(text, offsets[span.start_token], offsets[span.end_token]))
             if is_answer_text(text[start_char:end_char]):
                 kept.append(Candidate(text[start_char:end_char], span.score, document_index, start_char, end_char))
                 if len(kept) == wanted:

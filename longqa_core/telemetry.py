@@ -8,8 +8,6 @@ happens in the UI. Missing CUDA or NVML gives `None`, never an error.
 
 from __future__ import annotations
 
-import ctypes
-import functools
 import re
 import threading
 import time
@@ -21,6 +19,7 @@ import psutil
 import torch
 
 from longqa_core.gpu_devices import cuda_device_indices, device_memory
+from longqa_core.host_memory import trim_heap
 
 STAGES = ("extract", "tokenize", "forward", "decode")
 
@@ -33,24 +32,6 @@ _peaks_lock = threading.Lock()
 
 def current_rss_bytes() -> int:
     return int(psutil.Process().memory_info().rss)
-
-
-def trim_heap() -> None:
-    """Ask glibc to hand its free heap pages back to the system (`malloc_trim(0)`: every arena, free pages inside
-    the heap too); nothing where the C library is not glibc. A fraction of a millisecond, unlike a garbage
-    collection: cheap enough before every request, so that a request's peak above its baseline counts the memory
-    it touched rather than depending on how much freed heap earlier requests or models left to reuse."""
-    trim = _malloc_trim()
-    if trim is not None:
-        trim(0)
-
-
-@functools.cache
-def _malloc_trim():
-    try:
-        return ctypes.CDLL("libc.so.6").malloc_trim
-    except (OSError, AttributeError):  # not glibc (macOS, musl, Windows)
-        return None
 
 
 def _high_water_mark_bytes() -> int | None:

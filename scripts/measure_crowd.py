@@ -1,11 +1,15 @@
-"""Measure issue 32's targets against a served app on 127.0.0.1, with the default settings on a direct connection:
-a normal visitor's wait behind eight fresh clients each reading 5 MB in full, and behind eight slow-HTML clients;
-the server's memory idle, at its peak during the crowd and after the crowd is cancelled; what each crowd request got.
-Then the lane's two orders (round robin, shortest first) on a simulated model: a small request's wait behind large
-ones, and the large ones' completion. Writes docs/crowd.json and prints Markdown rows for the README.
-`--only html-uploads`: issue 40's attacks on HTML reading and uploads instead, against `python app.py --model demo`
+"""Measure issue 32's and issue 40's targets against a served app on 127.0.0.1, with the default settings on a direct
+connection: a normal visitor's wait behind eight fresh clients each reading 5 MB in full, and behind eight slow-HTML
+clients (issue 32); behind ten guided reads that fall back to the full read and sixteen clients indexing two large
+uploads (issue 40); the server's memory (its children included) idle, at its peak during the crowd and after the
+crowd is cancelled; what each crowd request got. Then the lane's two orders on a simulated model (issue 32), and the
+memory a server keeps after 30 full reads, as a process of its own, against the base commit (issue 40).
+Writes the JSON and prints Markdown rows.
+`--attacks html-uploads`: issue 40's attacks on HTML reading and uploads instead, against `python app.py --model demo`
 started as its own process (memory counted with its children), written to docs/crowd-html-uploads.json.
-Usage: python scripts/measure_crowd.py [--out docs/crowd.json] [--clients 8] [--mb 5] [--only html-uploads]
+Usage: python scripts/measure_crowd.py [--out docs/crowd.json] [--clients 8] [--mb 5] [--attacks full,html]
+       python scripts/measure_crowd.py --attacks html-uploads [--out docs/crowd-html-uploads.json]
+       python scripts/measure_crowd.py --attacks guided_fallback,index,memory --base-tree DIR --out docs/crowd-lane.json
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import app  # noqa: E402
-from longqa.serving import crowd_attacks, crowd_check  # noqa: E402
+from longqa.serving import crowd_attacks, crowd_check, load_check  # noqa: E402
 from longqa.serving.lane import GatedRunner, ModelLane  # noqa: E402
 from longqa.session import Session  # noqa: E402
 
@@ -37,6 +41,8 @@ MB = 1024 * 1024
 
 def cpu_kind() -> str:
     flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    if "amx_bf16" in flags:
+        return "kind C: AVX-512 BF16 and AMX"
     return "AVX-512 with avx512_bf16" if "avx512_bf16" in flags else "AVX2 only (no avx512_bf16)"
 
 
@@ -53,6 +59,94 @@ def crowd_row(url: str, ctx, files: list[Path], reading: str) -> dict:
             "rss_idle_mb": round(out.rss_idle / MB),
             "rss_peak_above_idle_mb": round((out.rss_peak - out.rss_idle) / MB),
             "rss_after_above_idle_mb": round((out.rss_after - out.rss_idle) / MB), "crowd": out.crowd}
+
+
+def guided_fallback_row(url: str, ctx, work: Path, clients: int = 10, mb: float = 6.0) -> dict:
+    """Issue 40 item 1: `clients` fresh clients each ask a guided question over `mb` MB that names the entity once
+    and states no fact (each upload its own file: no shared index), then a normal visitor."""
+    files = []
+    for i in range(clients):
+        files.append(work / f"entity_once{i}.txt")
+        files[-1].write_text(crowd_check.entity_once_text(int(mb * MB)) + f" Copy {i}.")
+    idle = lambda: ctx.lane.waiting() == 0 and not ctx.lane.is_busy()  # noqa: E731
+    out = crowd_check.run_crowd(url, os.getpid(), files, visitor(url), reading="guided", visitor_after_s=3.0,
+                                wait_answers_s=20.0, settle_s=90.0, idle=idle)
+    return summary(out)
+
+
+def index_crowd_row(url: str, ctx, work: Path, clients: int = 16, mb: float = 6.5, uploads: int = 2) -> dict:
+    """Issue 40 item 4: `clients` fresh clients ask a guided question over one of `uploads` different `mb` MB
+    texts (each states the fact, so guided reading answers from a window or two: the work is the ranking index),
+    then a normal visitor. Each client's request is its own upload of the same bytes."""
+    texts = [crowd_check.fact_text(int(mb * MB), 4100 + u) for u in range(uploads)]
+    files = []
+    for i in range(clients):
+        files.append(work / f"indexed{i}.txt")
+        files[-1].write_text(texts[i % uploads])
+    builds_before = ctx.session.index_cache.builds
+    idle = lambda: ctx.lane.waiting() == 0 and not ctx.lane.is_busy()  # noqa: E731
+    out = crowd_check.run_crowd(url, os.getpid(), files, visitor(url), reading="guided", visitor_after_s=2.0,
+                                wait_answers_s=30.0, settle_s=90.0, idle=idle)
+    return {**summary(out), "indexes_built": ctx.session.index_cache.builds - builds_before,
+            "index_cache_bytes": ctx.session.index_cache.bytes}
+
+
+def summary(out) -> dict:
+    return {"visitor_right": out.visitor_right, "visitor_s": round(out.visitor_s, 1) if out.visitor_s else None,
+            "visitor_error": out.visitor_error, "visitor_queue": out.visitor_queue,
+            "rss_idle_mb": round(out.rss_idle / MB),
+            "rss_peak_above_idle_mb": round((out.rss_peak - out.rss_idle) / MB),
+            "rss_after_above_idle_mb": round((out.rss_after - out.rss_idle) / MB),
+            "idle_after_cancel_s": round(out.idle_after_cancel_s, 2) if out.idle_after_cancel_s is not None else None,
+            "crowd": out.crowd}
+
+
+def medium_visitor(url: str, path: Path):
+    """A visitor who reads `path` in full (a fresh client each time): (answered, seconds, queue)."""
+    from gradio_client import Client, handle_file
+
+    def ask() -> tuple[bool, float, dict]:
+        began = time.monotonic()
+        *_, readout = Client(url, verbose=False).predict([handle_file(str(path))], "", "What is the tide of Harrowgate?",
+                                                         1, "full", api_name="/ask")
+        return bool(readout["answers"]), time.monotonic() - began, readout["queue"]
+    return ask
+
+
+def memory_return_rows(base_tree: Path | None, n: int = 100, settle_s: float = 60.0, medium_kb: int = 0) -> dict:
+    """Issue 40 item 6: `n` small requests against `python app.py --model demo` as a separate process, with the
+    base commit's app (`base_tree`, a checkout of it; skipped when None), this one with glibc's default allocator
+    (MALLOC_ARENA_MAX=16 is glibc's own default on 2 cores, and any MALLOC_* variable leaves `tune_allocator`
+    alone) and this one as it starts. The server's memory idle, right after and `settle_s` later."""
+    variants = {"this branch: heap trimmed after each request, allocator tuned": (ROOT / "app.py", {}),
+                "this branch: heap trimmed after each request, glibc defaults": (ROOT / "app.py",
+                                                                                {"MALLOC_ARENA_MAX": "16"})}
+    if base_tree is not None:
+        variants = {"before (main f93cea5): trimmed only after a cancel": (base_tree / "app.py", {}), **variants}
+    rows = {}
+    for name, (app_py, extra) in variants.items():
+        env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+        temp = ROOT / "bench-results" / "crowd" / f"gradio-{len(rows)}"
+        temp.mkdir(parents=True, exist_ok=True)
+        env.update(extra, GRADIO_TEMP_DIR=str(temp), PYTHONPATH=str(app_py.parent))
+        process, url = load_check.start_server(["--model", "demo", "--profile", "cpu"], app=app_py, env=env)
+        try:
+            medium = ROOT / "bench-results" / "crowd" / f"medium{medium_kb}.txt"
+            if medium_kb:
+                medium.write_text(crowd_check.entity_once_text(medium_kb * 1024))
+            ask = medium_visitor(url, medium) if medium_kb else visitor(url)
+            ask()
+            time.sleep(5.0)
+            out = crowd_check.run_small_requests(process.pid, ask, n=n, threads=4, settle_s=settle_s)
+        finally:
+            load_check.stop_server(process)
+        rows[name] = {"requests": out.requests, "right": out.right, "seconds": round(out.seconds, 1),
+                      "rss_idle_mb": round(out.rss_idle / MB),
+                      "rss_peak_above_idle_mb": round((out.rss_peak - out.rss_idle) / MB),
+                      "rss_right_after_above_idle_mb": round((out.rss_after - out.rss_idle) / MB),
+                      f"rss_{settle_s:g}s_after_above_idle_mb": round((out.rss_settled - out.rss_idle) / MB)}
+        print(name, json.dumps(rows[name]), flush=True)
+    return rows
 
 
 class SimulatedModel:
@@ -149,12 +243,18 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "crowd.json")
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--mb", type=float, default=5.0)
-    parser.add_argument("--only", choices=["html-uploads"], default=None,
-                        help="html-uploads: issue 40's HTML and upload attacks only")
+    parser.add_argument("--attacks", default="full,html",
+                        help="which to run: full, html (issue 32), guided_fallback, index, memory (issue 40); "
+                             "html-uploads alone: issue 40's HTML and upload attacks")
+    parser.add_argument("--base-tree", type=Path, default=None,
+                        help="a checkout of the commit to compare with (memory: its app.py as a process)")
     args = parser.parse_args(argv)
-    if args.only == "html-uploads":
+    attacks = set(args.attacks.split(","))
+    if attacks == {"html-uploads"}:
         return main_html_uploads(args.out if args.out != ROOT / "docs" / "crowd.json"
                                  else ROOT / "docs" / "crowd-html-uploads.json")
+    os.environ.setdefault("GRADIO_TEMP_DIR", str(ROOT / "bench-results" / "crowd" / "gradio"))
+    load_before = os.getloadavg()
     ctx = app.make_context(Session(), models=["demo"], default_model="demo", default_profile="cpu")
     app.ensure_loaded(ctx)
     demo = app.build_blocks(ctx)
@@ -167,17 +267,32 @@ def main(argv=None) -> int:
         large[-1].write_text(crowd_check.large_text(int(args.mb * MB)))
         slow.append(work / f"slow{i}.html")
         slow[-1].write_text(crowd_check.slow_html(300_000))
+    rows = {}
     try:
         visitor(url)()
         right, alone, _ = visitor(url)()
-        rows = {f"{args.clients} fresh clients, {args.mb:g} MB each, read in full": crowd_row(url, ctx, large, "full"),
-                f"{args.clients} slow-HTML clients ('<a' * 150,000, 300 KB each)": crowd_row(url, ctx, slow, "auto")}
+        if "full" in attacks:
+            rows[f"{args.clients} fresh clients, {args.mb:g} MB each, read in full"] = crowd_row(url, ctx, large, "full")
+        if "html" in attacks:
+            rows[f"{args.clients} slow-HTML clients ('<a' * 150,000, 300 KB each)"] = crowd_row(url, ctx, slow, "auto")
+        if "guided_fallback" in attacks:
+            rows["10 fresh clients, guided, 6 MB each naming the entity once (falls back to the full read)"] = \
+                guided_fallback_row(url, ctx, work)
+        if "index" in attacks:
+            rows["16 fresh clients, guided, two different 6.5 MB uploads (the ranking index)"] = \
+                index_crowd_row(url, ctx, work)
     finally:
         demo.close()
+    memory = memory_return_rows(args.base_tree, n=30, settle_s=60.0, medium_kb=300) if "memory" in attacks else {}
     result = {"machine": f"{platform.processor() or platform.machine()}, {psutil.cpu_count()} cores",
-              "cpu_kind": cpu_kind(), "model": "demo", "profile": "cpu", "settings": "defaults, direct connection",
-              "visitor_alone_s": round(alone, 1), "visitor_alone_right": right, "rows": rows,
-              "lane_orders_simulated": compare_orders()}
+              "cpu_kind": cpu_kind(), "load_average_1_5_15_at_start": [round(x, 1) for x in load_before],
+              "load_average_1_5_15_at_end": [round(x, 1) for x in os.getloadavg()],
+              "model": "demo", "profile": "cpu", "settings": "defaults, direct connection",
+              "visitor_alone_s": round(alone, 1), "visitor_alone_right": right, "rows": rows}
+    if memory:
+        result["memory_after_30_full_reads_of_300_kb"] = memory
+    if {"full", "html"} & attacks:
+        result["lane_orders_simulated"] = compare_orders()
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"CPU: {result['cpu_kind']}; visitor alone: {alone:.1f} s\n")
     print("| crowd | visitor answered after | right | RSS peak above idle | RSS after cancel | crowd outcomes |\n"
@@ -188,7 +303,11 @@ def main(argv=None) -> int:
             kinds[o.split(":")[0]] = kinds.get(o.split(":")[0], 0) + 1
         print(f"| {name} | {row['visitor_s']} s | {'yes' if row['visitor_right'] else 'no'} | "
               f"{row['rss_peak_above_idle_mb']:+} MB | {row['rss_after_above_idle_mb']:+} MB | {kinds} |")
-    print(json.dumps(result["lane_orders_simulated"], indent=2))
+    for name, row in memory.items():
+        print(f"| {name} | idle {row['rss_idle_mb']} MB | peak {row['rss_peak_above_idle_mb']:+} MB | "
+              f"a minute after {row['rss_60s_after_above_idle_mb']:+} MB |")
+    if "lane_orders_simulated" in result:
+        print(json.dumps(result["lane_orders_simulated"], indent=2))
     return 0
 
 

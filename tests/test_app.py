@@ -184,18 +184,18 @@ def test_a_visitor_past_its_share_is_refused_before_its_documents_are_read(ctx, 
     request = type("Request", (), {"session_hash": "greedy", "headers": {}})()
     reads = []
     monkeypatch.setattr(app, "read_request", lambda *args, **kwargs: reads.append(args))
-    inside = [ctx.door.enter(("session:greedy",)) for _ in range(ctx.door.per_visitor)]
+    inside = [ctx.lane.door(("session:greedy",)) for _ in range(ctx.lane.per_visitor)]
     for request_inside in inside:  # requests of this visitor being read elsewhere
         request_inside.__enter__()
     try:
-        with pytest.raises(gr.Error, match="You already have 3 requests being read or answered"):
+        with pytest.raises(gr.Error, match="You already have 3 requests being read: wait for them"):
             app.ask(ctx, [], "The colour of Zorbin is teal.", "What is the colour of Zorbin?", 3, "auto", [],
                     request=request, progress=lambda *a, **k: None)
         assert reads == []
     finally:
         for request_inside in inside:
             request_inside.__exit__(None, None, None)
-    assert ctx.door.inside("session:greedy") == 0
+    assert ctx.lane.waiting() == 0 and not ctx.lane.is_busy()
 
 
 def test_error_messages_show_file_names_as_text_not_html(ctx, tmp_path):

@@ -40,7 +40,7 @@ def test_windows_cover_every_character_and_overlap_by_the_stride(tiny_tokenizer)
     covered = np.zeros(len(text), dtype=bool)
     token_spans = []
     for window in windows:
-        spans = [window.offsets[i] for i in np.flatnonzero(window.context)]
+        spans = [tuple(window.offsets[i].tolist()) for i in np.flatnonzero(window.context)]
         token_spans.append(spans)
         for start, end in spans:
             covered[start:end] = True
@@ -60,7 +60,7 @@ def test_question_comes_first_and_is_the_only_global_part(tiny_tokenizer):
     question_ids = tiny_tokenizer(question, add_special_tokens=False)["input_ids"]
     batch = collate(windows[:2], tiny_tokenizer.pad_token_id)
     for row, window in enumerate(windows[:2]):
-        assert window.input_ids[: len(question_ids) + 3] == [0, *question_ids, 2, 2]
+        assert window.input_ids[: len(question_ids) + 3].tolist() == [0, *question_ids, 2, 2]
         expected = torch.zeros(len(batch["input_ids"][row]), dtype=torch.long)
         expected[: len(question_ids) + 1] = 1
         assert torch.equal(batch["global_attention_mask"][row], expected)

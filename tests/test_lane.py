@@ -256,3 +256,113 @@ def test_a_visitor_known_by_its_address_gets_one_share_whatever_its_sessions():
     for thread in threads:
         thread.join(10)
     assert len(order) == 2
+
+
+# ------------------------------------------------------------------------------------------ widening (issue 40)
+def guided_then_full(lane: ModelLane, runner, name: str, guided: int, full: int, done: dict, should_stop=None):
+    """A guided read admitted for its `guided` windows that then falls back to `full` more, as `answer_plan` does
+    through the gate's `widen`."""
+    from longqa.serving.lane import GatedRunner
+    import torch
+
+    def run():
+        try:
+            with lane.request(name, windows=guided) as ticket:
+                gated = GatedRunner(lane, ticket, runner)
+                for _ in range(guided):
+                    gated({"name": name, "input_ids": torch.zeros(1, 1)})
+                lane.widen(ticket, full, should_stop)
+                done.setdefault("widened", []).append(name)
+                for _ in range(full):
+                    gated({"name": name, "input_ids": torch.zeros(1, 1)})
+            done[name] = ticket.queue_readout()
+        except Exception as exc:  # noqa: BLE001 - recorded for the test to check
+            done[name] = exc
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_a_guided_read_that_falls_back_waits_for_a_large_place_and_says_so():
+    lane, runner, done = ModelLane(max_active=1), SleepyRunner(0.01), {}
+    threads = [read(lane, runner, "big", 60, done)]
+    wait_for(lambda: len(runner.ran) >= 2)
+    threads.append(guided_then_full(lane, runner, "guided", 2, 40, done))
+    wait_for(lambda: runner.ran.count("guided") >= 2)  # small: its guided windows went between the big ones
+    assert "big" not in done
+    time.sleep(0.1)
+    assert runner.ran.count("guided") == 2  # its full read waits for the large place the big read holds
+    for thread in threads:
+        thread.join(20)
+    queue = done["guided"]
+    assert not isinstance(queue, Exception) and "big" in done
+    last_big = len(runner.ran) - 1 - runner.ran[::-1].index("big")
+    guided_at = [i for i, name in enumerate(runner.ran) if name == "guided"]
+    assert len(guided_at) == 42 and guided_at[2] > last_big  # its full read came after the big one
+    assert queue.waited_to_read_all_s is not None and queue.waited_to_read_all_s > 0.1
+    assert queue.waited_s >= queue.waited_to_read_all_s + queue.waited_to_start_s
+
+
+def test_guided_reads_falling_back_together_read_in_full_no_more_than_max_active_at_once():
+    lane, done = ModelLane(max_active=2), {}
+    active, most = [0], [0]
+
+    class Counting(SleepyRunner):
+        def __call__(self, batch):
+            most[0] = max(most[0], sum(t.active and not lane.is_small(t) for t in lane._tickets))
+            return super().__call__(batch)
+    runner = Counting(0.005)
+    threads = [guided_then_full(lane, runner, f"g{i}", 2, 20, done) for i in range(5)]
+    for thread in threads:
+        thread.join(30)
+    assert all(not isinstance(done[f"g{i}"], Exception) for i in range(5)), done
+    assert most[0] == 2  # never more than two full reads in progress, though all five were admitted small
+    assert sum(done[f"g{i}"].waited_to_read_all_s > 0.05 for i in range(5)) >= 3
+
+
+def test_a_guided_read_stopped_while_waiting_to_widen_leaves_the_line():
+    lane, runner, done = ModelLane(max_active=1), SleepyRunner(0.01), {}
+    stop = threading.Event()
+    threads = [read(lane, runner, "big", 100, done)]
+    wait_for(lambda: len(runner.ran) >= 2)
+    threads.append(guided_then_full(lane, runner, "guided", 1, 50, done, should_stop=stop.is_set))
+    wait_for(lambda: "guided" in runner.ran)
+    time.sleep(0.1)
+    stop.set()
+    threads[1].join(3)
+    assert isinstance(done["guided"], Cancelled) and "widened" not in done
+    threads[0].join(20)
+    assert lane.waiting() == 0 and not lane.is_busy()
+
+
+# ------------------------------------------------------------------------------------------ the door (issue 40)
+def test_planning_at_the_door_counts_toward_the_visitors_share_and_the_queue():
+    lane = ModelLane(per_visitor=1, max_waiting=2)
+    with lane.door("v") as place:
+        with pytest.raises(LaneBusyError, match="already have"):
+            with lane.door("v"):
+                pass
+        with lane.door("w"), lane.door("x"):
+            with pytest.raises(LaneBusyError, match="queue is full"):
+                with lane.door("y"):
+                    pass
+        with lane.request("v", windows=3, ticket=place) as ticket:
+            assert ticket is place and ticket.active and not ticket.planning
+    assert lane.waiting() == 0
+
+
+def test_a_request_being_planned_does_not_hold_back_large_requests_behind_it():
+    lane, runner, done = ModelLane(max_active=1), SleepyRunner(0.01), {}
+    with lane.door("planner"):
+        thread = read(lane, runner, "big", 5, done)  # came after, but is planned: it goes first
+        thread.join(5)
+    assert "big" in done and not isinstance(done["big"], Exception)
+
+
+def test_a_planned_request_over_the_work_bound_is_refused_and_leaves_the_line():
+    lane = ModelLane(max_queued_windows=50)
+    with lane.door("v") as place:
+        with pytest.raises(LaneBusyError, match="would add about 60"):
+            with lane.request("v", windows=60, ticket=place):
+                pass
+    assert lane.waiting() == 0 and lane._tickets == []

@@ -131,3 +131,38 @@ def test_read_documents_joins_files_and_pasted_text(tmp_path):
     assert seconds >= 0
     with pytest.raises(InputError):
         read_documents([], "   ")
+
+
+class RecordingGate:
+    """A gate that lets every batch through and records what the request asked to widen to."""
+
+    def __init__(self):
+        self.widened: list[int] = []
+
+    def runner(self, runner):
+        return runner
+
+    def whole(self):
+        import contextlib
+        return contextlib.nullcontext()
+
+    def widen(self, windows: int) -> None:
+        self.widened.append(windows)
+
+
+@pytest.mark.slow
+def test_a_guided_read_asks_its_gate_for_the_full_reads_place_before_falling_back():
+    session = Session()
+    session.load("demo", "cpu")
+    filler = "The harbour was quiet that morning and the boats stayed in, as they had the day before. " * 250
+    text = filler + "Harrowgate was named once in the book. " + filler  # the entity, and no fact about it
+    plan = session.plan([Document("d", text)], "What is the tide of Harrowgate?", "guided", max_seq_len=256)
+    assert plan.mode == "guided" and plan.expected_windows < plan.windows
+    gate = RecordingGate()
+    readout = session.ask(plan, gate=gate)
+    assert readout.result.reading.mode == "full" and "no strong answer" in readout.result.reading.reason
+    assert gate.widened == [plan.windows]
+    strong = session.plan([Document("d", filler + "The tide of Harrowgate is 4102. " + filler)],
+                          "What is the tide of Harrowgate?", "guided", max_seq_len=256)
+    gate = RecordingGate()
+    assert session.ask(strong, gate=gate).result.reading.mode == "guided" and gate.widened == []

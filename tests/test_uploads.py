@@ -1,6 +1,5 @@
 """Uploads on disk (`longqa.serving.uploads`): a visitor's bytes and the total refused at the door, old unread
-uploads making room, none deleted while read, each deleted after its time; and the door's count per visitor
-(`longqa.serving.door`)."""
+uploads making room, none deleted while read, each deleted after its time."""
 
 from __future__ import annotations
 
@@ -10,8 +9,6 @@ import os
 
 import pytest
 
-from longqa.serving.door import Door
-from longqa.serving.lane import LaneBusyError
 from longqa.serving.uploads import MIB, UploadGate, UploadRefused, UploadStore
 
 
@@ -85,18 +82,6 @@ def test_uploads_are_deleted_after_their_time_unless_being_read(tmp_path, clock)
     assert deleted == [kept] and store.is_known(read)
     store.sweep()
     assert deleted == [kept, read] and store.held_bytes() == 0
-
-
-def test_the_door_counts_a_visitors_requests_under_every_key_it_has():
-    door = Door(per_visitor=2)
-    with door.enter(("session:a", "address:1")), door.enter(("session:b", "address:1")):
-        with pytest.raises(LaneBusyError, match="You already have 2 requests being read or answered: wait for them"):
-            door.enter(("session:c", "address:1")).__enter__()
-        with door.enter(("session:c",)):
-            assert door.inside("address:1") == 2 and door.inside("session:c") == 1
-    assert door.inside("address:1") == 0
-    with door.enter(()), door.enter(()), door.enter(()):  # anonymous calls are never counted
-        pass
 
 
 def call_gate(gate: UploadGate, headers: dict, body: bytes = b"x") -> tuple[int, bytes]:

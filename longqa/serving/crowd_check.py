@@ -29,17 +29,42 @@ def large_text(n_bytes: int) -> str:
     return FILLER * max(1, n_bytes // len(FILLER))
 
 
+def entity_once_text(n_bytes: int, entity: str = "Harrowgate") -> str:
+    """About `n_bytes` of prose that names `entity` once, in the middle, and states nothing about it: a guided
+    question about it ranks one window first, finds a weak answer there and falls back to reading everything."""
+    half = large_text(n_bytes // 2)
+    return f"{half}{entity} was named once in the harbour master's book. {half}"
+
+
+def fact_text(n_bytes: int, tide: int, entity: str = "Harrowgate") -> str:
+    """About `n_bytes` of prose stating `entity`'s tide once, in the middle: guided reading answers it from a window
+    or two, so what a crowd of these costs is ranking (the index), not reading."""
+    half = large_text(n_bytes // 2)
+    return f"{half}The tide of {entity} is {tide}. {half}"
+
+
 def slow_html(n_bytes: int) -> str:
     """Unterminated tags, quadratic for the standard library's HTMLParser (issue 32): `'<a' * n`."""
     return "<a" * max(1, n_bytes // 2)
 
 
+def tree_rss(process: psutil.Process) -> int:
+    """The resident bytes of a process and its children (an HTML reader's, an index builder's)."""
+    total = 0
+    for each in (process, *process.children(recursive=True)):
+        try:
+            total += each.memory_info().rss
+        except psutil.Error:  # a child that ended meanwhile
+            pass
+    return total
+
+
 class MemorySampler:
-    """The peak RSS of a process, sampled every `every_s` in a thread until `stop()`."""
+    """The peak RSS of a process and its children, sampled every `every_s` in a thread until `stop()`."""
 
     def __init__(self, pid: int, every_s: float = 0.1):
         self.process = psutil.Process(pid)
-        self.peak = self.process.memory_info().rss
+        self.peak = tree_rss(self.process)
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self.every_s = every_s
@@ -47,7 +72,7 @@ class MemorySampler:
 
     def _run(self) -> None:
         while not self._done.wait(self.every_s):
-            self.peak = max(self.peak, self.process.memory_info().rss)
+            self.peak = max(self.peak, tree_rss(self.process))
 
     def stop(self) -> int:
         self._done.set()
@@ -65,6 +90,7 @@ class CrowdOutcome:
     rss_peak: int
     rss_after: int
     crowd: list[str] = field(default_factory=list)  # per request: "answered", "refused: …", "cancelled", "lost"
+    idle_after_cancel_s: float | None = None  # from the cancels until `idle()` said so (None: no `idle`, or never)
 
 
 def sample_visitor(url: str, samples_dir: Path) -> Callable[[], tuple[bool, float, dict]]:
@@ -108,7 +134,7 @@ def run_crowd(url: str, server_pid: int, crowd_files: list[Path], visitor: Calla
     `idle()` says the server has no request left (or `settle_s` passed)."""
     files = crowd_files[:MAX_CLIENTS]
     server = psutil.Process(server_pid)
-    rss_idle = server.memory_info().rss
+    rss_idle = tree_rss(server)
     sampler = MemorySampler(server_pid)
     jobs = [ask_job(url, path, question, reading) for path in files]
     time.sleep(visitor_after_s)
@@ -125,13 +151,62 @@ def run_crowd(url: str, server_pid: int, crowd_files: list[Path], visitor: Calla
         else:
             job.cancel()
             outcomes.append(None)
-    deadline = time.monotonic() + settle_s
+    cancelled_at = time.monotonic()
+    deadline = cancelled_at + settle_s
     for i, job in enumerate(jobs):
         if outcomes[i] is None:  # cancelled by us: gradio_client then raises its own errors, not the server's
             ended = outcome_of(job, max(1.0, deadline - time.monotonic()))
             outcomes[i] = "answered" if ended == "answered" else "cancelled"
     while idle is not None and not idle() and time.monotonic() < deadline:
-        time.sleep(0.5)
+        time.sleep(0.05)
+    idle_after = time.monotonic() - cancelled_at if idle is not None and idle() else None
     rss_peak = sampler.stop()
     time.sleep(1.0)
-    return CrowdOutcome(right, seconds, error, queue, rss_idle, rss_peak, server.memory_info().rss, outcomes)
+    return CrowdOutcome(right, seconds, error, queue, rss_idle, rss_peak, tree_rss(server), outcomes, idle_after)
+
+
+@dataclass
+class MemoryReturn:
+    """What a server's memory did over a run of small requests: idle before, right after, and `settle_s` later."""
+
+    requests: int
+    right: int
+    seconds: float
+    rss_idle: int
+    rss_peak: int
+    rss_after: int
+    rss_settled: int
+    settle_s: float
+
+
+def run_small_requests(server_pid: int, visitor: Callable[[], tuple[bool, float, dict]], n: int = 100,
+                       threads: int = 4, settle_s: float = 60.0) -> MemoryReturn:
+    """`n` normal visitors' requests (`visitor()`, a fresh client each), `threads` at a time, and the server's
+    memory (its children included) before, at its peak, right after and `settle_s` after the last one."""
+    server = psutil.Process(server_pid)
+    rss_idle = tree_rss(server)
+    sampler = MemorySampler(server_pid)
+    right = []
+    began = time.monotonic()
+    todo = iter(range(min(n, 1000)))
+    lock = threading.Lock()
+
+    def worker() -> None:
+        while True:
+            with lock:
+                if next(todo, None) is None:
+                    return
+            try:
+                right.append(visitor()[0])
+            except Exception:  # noqa: BLE001 - a failed request counts as not right
+                right.append(False)
+    workers = [threading.Thread(target=worker, daemon=True) for _ in range(max(1, min(threads, MAX_CLIENTS)))]
+    for thread in workers:
+        thread.start()
+    for thread in workers:
+        thread.join()
+    seconds = time.monotonic() - began
+    rss_after = tree_rss(server)
+    time.sleep(settle_s)
+    return MemoryReturn(len(right), sum(right), seconds, rss_idle, max(sampler.stop(), rss_after), rss_after,
+                        tree_rss(server), settle_s)

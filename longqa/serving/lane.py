@@ -1,7 +1,8 @@
 """The model lane of a shared deployment: requests take turns on the model between batches of windows, so a small
 request waits about one batch per other request in progress, not for their whole reads; bounds per visitor, on the
 requests in progress and on the work queued, so that no visitor (nor a crowd of fresh clients) can hold everybody
-else's turn. An exclusive turn (a reload, a training step) waits for every request that came before it and holds the
+else's turn. A request counts from the door, while it is read and planned; one that grows (a guided read falling
+back to every window) is admitted again as what it becomes before it reads more. An exclusive turn (a reload, a training step) waits for every request that came before it and holds the
 model alone.
 
 It orders and bounds who may use the model next; it knows nothing of models, documents or gradio (the page says who
@@ -42,8 +43,11 @@ class Ticket:
     ready: bool = False  # waits for its next batch turn
     served: int = 0  # when it last had a turn (round robin serves the longest unserved first)
     arrived_s: float = field(default_factory=time.monotonic)
-    waited_s: float = 0.0  # for activation and for every batch turn, together
+    waited_s: float = 0.0  # for activation, for every batch turn and for widening, together
     ahead_at_start: int = 0  # requests in the lane when it arrived
+    planning: bool = False  # at the door: its documents are being read and planned, its windows not known yet
+    started_after_s: float = 0.0  # waited before it was in progress (its place among large requests)
+    widened_after_s: float | None = None  # waited to become large again before a wider read (None: never widened)
 
     @property
     def remaining(self) -> int:
@@ -51,7 +55,9 @@ class Ticket:
 
     def queue_readout(self) -> QueueReadout:
         """What the readout says about this request's wait: seconds waited and how many were ahead."""
-        return QueueReadout(self.waited_s, self.ahead_at_start)
+        return QueueReadout(self.waited_s, self.ahead_at_start, self.started_after_s,
+                            max(0.0, self.waited_s - self.started_after_s - (self.widened_after_s or 0.0)),
+                            self.widened_after_s)
 
 
 class ModelLane:
@@ -94,16 +100,45 @@ class ModelLane:
 
     # ---------------------------------------------------------------------------------------------- turns
     @contextlib.contextmanager
-    def request(self, visitors=None, *, windows: int = 0, should_stop: Callable[[], bool] | None = None,
-                on_wait: Callable[[int], None] | None = None) -> Iterator[Ticket]:
-        """A request in the lane, from the door to its last batch: LaneBusyError at once when over a bound, then a
-        wait (Cancelled when `should_stop` says so) until it may be in progress; the body takes its batch turns
-        with `batch(ticket)`. `on_wait(ahead)` hears how many requests are ahead whenever that changes."""
-        ticket = Ticket(_keys(visitors), windows=max(0, int(windows)))
+    def door(self, visitors=None) -> Iterator[Ticket]:
+        """A request's place from the moment it arrives, while its documents are read and planned (its windows not
+        known yet): LaneBusyError at once when the visitor already has its share or the queue is full, so reading,
+        indexing and planning count toward both; `request(..., ticket=place)` then takes it on with its windows."""
+        ticket = Ticket(_keys(visitors), planning=True)
         with self._condition:
-            ticket.served = next(self._turns)
-            self._join(ticket, self._may_activate, should_stop, on_wait)
+            self._admit_visitor(ticket)
+            ticket.ahead_at_start = len(self._tickets)
+            self._tickets.append(ticket)
+        try:
+            yield ticket
+        finally:
+            with self._condition:
+                self._leave(ticket)
+
+    @contextlib.contextmanager
+    def request(self, visitors=None, *, windows: int = 0, should_stop: Callable[[], bool] | None = None,
+                on_wait: Callable[[int], None] | None = None, ticket: Ticket | None = None) -> Iterator[Ticket]:
+        """A request in the lane, from the door (or from `ticket`, its place taken at the `door`) to its last
+        batch: LaneBusyError at once when over a bound, then a wait (Cancelled when `should_stop` says so) until it
+        may be in progress; the body takes its batch turns with `batch(ticket)`. `on_wait(ahead)` hears how many
+        requests are ahead whenever that changes."""
+        with self._condition:
+            if ticket is None:
+                ticket = Ticket(_keys(visitors), windows=max(0, int(windows)))
+                ticket.served = next(self._turns)
+                self._join(ticket, self._may_activate, should_stop, on_wait)
+            else:
+                ticket.windows, ticket.served = max(0, int(windows)), next(self._turns)
+                try:
+                    self._admit_work(ticket)
+                    ticket.planning = False
+                    self._wait(ticket, self._may_activate, should_stop, on_wait,
+                               "The request was stopped while it waited for the model.")
+                except BaseException:
+                    self._leave(ticket)
+                    raise
             ticket.active = True
+            ticket.started_after_s = ticket.waited_s
         try:
             yield ticket
         finally:
@@ -131,6 +166,26 @@ class ModelLane:
                 ticket.done += rows
                 ticket.served = next(self._turns)
                 self._condition.notify_all()
+
+    def widen(self, ticket: Ticket, windows: int, should_stop: Callable[[], bool] | None = None,
+              on_wait: Callable[[int], None] | None = None) -> None:
+        """A request in progress is about to read `windows` more than it has read (a guided read falling back to
+        the full read): it is admitted again as what it now is, keeping its place in arrival order. Grown past a
+        small request, it leaves progress and waits (Cancelled when `should_stop` says so) for a large request's
+        slot, as a request of that size would have from the start; the wait is counted in `widened_after_s`."""
+        with self._condition:
+            was_small = self.is_small(ticket)
+            ticket.windows = ticket.done + max(0, int(windows))
+            began = ticket.waited_s
+            try:
+                if was_small and not self.is_small(ticket):
+                    ticket.active = False
+                    self._condition.notify_all()
+                    self._wait(ticket, self._may_activate, should_stop, on_wait,
+                               "The request was stopped while it waited to read the whole text.")
+                    ticket.active = True
+            finally:
+                ticket.widened_after_s = (ticket.widened_after_s or 0.0) + ticket.waited_s - began
 
     @contextlib.contextmanager
     def turn(self, visitor=None, *, should_stop: Callable[[], bool] | None = None,
@@ -162,7 +217,7 @@ class ModelLane:
             return False
         if self.is_small(ticket):
             return True
-        large = [t for t in self._tickets if not t.exclusive and not self.is_small(t)]
+        large = [t for t in self._tickets if not t.exclusive and not t.planning and not self.is_small(t)]
         in_progress = sum(t.active for t in large)
         first_waiting = next(t for t in large if not t.active)
         return in_progress < self.max_active and first_waiting is ticket
@@ -224,24 +279,39 @@ class ModelLane:
             self._tickets.remove(ticket)
         self._condition.notify_all()
 
-    def _queued_windows(self) -> int:
-        return sum(t.remaining for t in self._tickets if not t.exclusive)
+    def _queued_windows(self, besides: Ticket | None = None) -> int:
+        return sum(t.remaining for t in self._tickets if not t.exclusive and t is not besides)
 
     def _admit(self, ticket: Ticket) -> None:
+        self._admit_visitor(ticket)
+        self._admit_work(ticket)
+
+    def _admit_visitor(self, ticket: Ticket) -> None:
+        """LaneBusyError when the visitor already has its share, or the queue is full."""
         for key in ticket.visitors:
             mine = [t for t in self._tickets if key in t.visitors]
             if len(mine) >= self.per_visitor:
-                waiting = sum(not t.holding for t in mine)
-                running = len(mine) - waiting
-                what = (f"a request running{f' and {waiting} waiting' if waiting else ''}" if running
-                        else f"{waiting} request{'s' if waiting != 1 else ''} waiting")
+                reading = sum(t.planning for t in mine)  # documents being read and planned, not yet waiting
+                waiting = sum(not t.holding and not t.planning for t in mine)
+                running = len(mine) - waiting - reading
+                if running:
+                    what = "a request running" + "".join(f" and {n} {state}" for n, state in
+                                                         ((reading, "being read"), (waiting, "waiting")) if n)
+                elif not waiting:
+                    what = f"{reading} request{'s' if reading != 1 else ''} being read"
+                else:
+                    n = len(mine)
+                    what = f"{n} request{'s' if n != 1 else ''} {'being read or ' if reading else ''}waiting"
                 them = "them" if len(mine) > 1 else "it"
                 raise LaneBusyError(f"You already have {what}: wait for {them} to finish (or stop {them}) before "
                                     "sending another.")
         if len(self._tickets) - self.capacity >= self.max_waiting:
             raise LaneBusyError(f"The queue is full ({len(self._tickets) - self.capacity} requests are waiting for "
                                 "the model). Please try again in a minute.")
-        queued = self._queued_windows()
+
+    def _admit_work(self, ticket: Ticket) -> None:
+        """LaneBusyError when this large request would pass the bound on the work queued."""
+        queued = self._queued_windows(besides=ticket)
         if (self.max_queued_windows is not None and not ticket.exclusive and not self.is_small(ticket)
                 and queued + ticket.windows > self.max_queued_windows):
             raise LaneBusyError(

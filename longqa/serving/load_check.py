@@ -172,12 +172,15 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def start_server(app_args: list[str], timeout_s: float = 600.0) -> tuple[subprocess.Popen, str]:
+def start_server(app_args: list[str], timeout_s: float = 600.0, *, app: Path = APP,
+                 env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
     """`python app.py APP_ARGS` on a free loopback port, once its page answers: (process, url). RuntimeError with
-    the server's last output lines when it exits or does not answer within `timeout_s`."""
+    the server's last output lines when it exits or does not answer within `timeout_s`. `app` may be another
+    checkout's app.py (run from its folder), `env` the server's whole environment."""
     port = free_port()
-    process = subprocess.Popen([sys.executable, str(APP), *app_args, "--host", "127.0.0.1", "--port", str(port)],
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    process = subprocess.Popen([sys.executable, str(app), *app_args, "--host", "127.0.0.1", "--port", str(port)],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=Path(app).parent,
+                               env=env)
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(process.stdout), daemon=True)
     reader.start()

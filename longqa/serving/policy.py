@@ -1,6 +1,6 @@
 """Serving policy that the embedded page and the Ray path share, free of gradio: when a request counts as abandoned,
-a request's turn on the model (with the stop check the engine polls between batches), and how many seconds of GPU a
-ZeroGPU request asks for.
+a request's turn on the model (with the stop check the engine polls between batches), how many seconds of GPU a
+ZeroGPU request asks for, and the allocator settings a server process starts with.
 
 It holds no model and formats nothing; the page supplies what only gradio knows (its queue, the visitor).
 """
@@ -13,6 +13,7 @@ import uuid
 from typing import Callable, Iterator
 
 from longqa.serving.lane import GatedRunner, ModelLane, Ticket
+from longqa_core import host_memory
 
 # A stream that has held more than this many unread messages (progress comes about once a batch) for this long has
 # no reader: the caller has gone. A slow but present reader drains it now and then.
@@ -65,6 +66,9 @@ class LaneGate:
     def whole(self):
         return self.lane.batch(self.ticket, should_stop=self.should_stop)
 
+    def widen(self, windows: int) -> None:
+        self.lane.widen(self.ticket, windows, self.should_stop)
+
 
 @contextlib.contextmanager
 def model_turn(lane: ModelLane, visitors: tuple[str, ...] | str | None, should_stop: Callable[[], bool],
@@ -84,12 +88,13 @@ def model_turn(lane: ModelLane, visitors: tuple[str, ...] | str | None, should_s
 @contextlib.contextmanager
 def request_turn(lane: ModelLane, visitors, should_stop: Callable[[], bool],
                  on_wait: Callable[[int], None] | None = None, *, windows: int = 0,
-                 whole: bool = False) -> Iterator[tuple[str, object]]:
+                 whole: bool = False, place: Ticket | None = None) -> Iterator[tuple[str, object]]:
     """This request's place in the lane, from the door to its last batch: it waits (without tokenized windows)
     until it may be in progress, then takes a turn on the model per batch of windows (`whole`: one turn for the
     whole body, for a read that runs where the lane cannot reach, a forked ZeroGPU worker). Yields the key under
-    which its stop check and its gate (`gate`) are found, and its ticket (for the readout's `queue`)."""
-    with lane.request(visitors, windows=windows, should_stop=should_stop, on_wait=on_wait) as ticket:
+    which its stop check and its gate (`gate`) are found, and its ticket (for the readout's `queue`). `place`: the
+    ticket it took at the lane's door before it was planned."""
+    with lane.request(visitors, windows=windows, should_stop=should_stop, on_wait=on_wait, ticket=place) as ticket:
         with lane.batch(ticket, should_stop=should_stop, on_wait=on_wait) if whole else contextlib.nullcontext():
             key = uuid.uuid4().hex
             STOP_CHECKS[key] = should_stop
@@ -126,3 +131,9 @@ def answer_gpu_seconds(plan, tokens_per_s: float | None) -> float:
 def training_gpu_seconds(window_tokens: int, tokens_per_s: float | None) -> float:
     """Seconds of GPU for the training-step readout on one window of `window_tokens`."""
     return gpu_seconds(TRAINING_STEP_WINDOWS * window_tokens / (tokens_per_s or ASSUMED_TOKENS_PER_S))
+
+
+def tune_allocator() -> dict[str, int]:
+    """A server process's allocator settings (`longqa_core.host_memory.tune_allocator`: few arenas, large buffers
+    mapped on their own), set before the model loads; docs/crowd.md measures what they change."""
+    return host_memory.tune_allocator()

@@ -1,0 +1,54 @@
+"""Handing freed host memory back to the system: glibc's heap trim, and the allocator settings a long-running server
+starts with (docs/crowd.md measures what they change).
+
+It frees nothing itself and measures nothing; where glibc is absent (macOS, musl, Windows) each call does nothing.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+
+# mallopt parameters (glibc's malloc.h)
+M_TRIM_THRESHOLD = -1
+M_MMAP_THRESHOLD = -3
+M_ARENA_MAX = -8
+# Allocator settings for a server: few arenas, so that memory freed by one request thread is reused by the next
+# instead of sitting in a thread's own arena; buffers from 4 MB up mapped on their own, so that freeing one (a
+# request's windows, logits, a tokenizer's output) returns it at once. The environment's MALLOC_* settings win.
+SERVER_ARENA_MAX = 2
+SERVER_MMAP_THRESHOLD_BYTES = 4 * 1024 * 1024
+_ENVIRONMENT = {M_ARENA_MAX: "MALLOC_ARENA_MAX", M_MMAP_THRESHOLD: "MALLOC_MMAP_THRESHOLD_",
+                M_TRIM_THRESHOLD: "MALLOC_TRIM_THRESHOLD_"}
+
+
+@functools.cache
+def _libc():
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.malloc_trim, libc.mallopt  # noqa: B018 - both must exist (glibc)
+        return libc
+    except (OSError, AttributeError):
+        return None
+
+
+def trim_heap() -> bool:
+    """Ask glibc to return the free pages of every arena to the system (`malloc_trim(0)`); whether it could."""
+    libc = _libc()
+    return libc is not None and bool(libc.malloc_trim(0))
+
+
+def tune_allocator(arena_max: int | None = SERVER_ARENA_MAX,
+                   mmap_threshold_bytes: int | None = SERVER_MMAP_THRESHOLD_BYTES) -> dict[str, int]:
+    """Set glibc's arena count and mmap threshold for this process (each left alone when None); nothing when the
+    environment sets any of glibc's own MALLOC_* variables (the operator's settings win). Returns what was set, by
+    glibc's variable name."""
+    libc = _libc()
+    if libc is None or any(name.startswith("MALLOC_") for name in os.environ):
+        return {}
+    done = {}
+    for parameter, value in ((M_ARENA_MAX, arena_max), (M_MMAP_THRESHOLD, mmap_threshold_bytes)):
+        if value is not None and libc.mallopt(parameter, int(value)) == 1:
+            done[_ENVIRONMENT[parameter]] = int(value)
+    return done

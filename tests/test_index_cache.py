@@ -1,0 +1,100 @@
+"""The server's index cache: one build per upload whatever the crowd, builds bounded, bytes bounded, stops."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from longqa_core import reading
+from longqa_core.documents import Document
+from longqa_core.errors import Cancelled
+from longqa_core.index_cache import IndexCache, index_bytes
+
+
+def slow_build(value, built: list, seconds: float = 0.3, running: list | None = None):
+    def build():
+        if running is not None:
+            running.append(1)
+            built.append(len(running))
+        else:
+            built.append(value)
+        time.sleep(seconds)
+        if running is not None:
+            running.pop()
+        return value
+    return build
+
+
+def in_threads(calls) -> list:
+    results, threads = [None] * len(calls), []
+    for i, call in enumerate(calls):
+        def run(i=i, call=call):
+            try:
+                results[i] = call()
+            except Exception as exc:  # noqa: BLE001 - recorded for the test to check
+                results[i] = exc
+        threads.append(threading.Thread(target=run))
+        threads[-1].start()
+    for thread in threads:
+        thread.join(10)
+    return results
+
+
+def test_many_requests_for_one_upload_share_one_build():
+    cache, built = IndexCache(size_of=lambda index: 10), []
+    results = in_threads([lambda: cache.get_or_build("upload", slow_build("index", built))] * 8)
+    assert results == ["index"] * 8 and built == ["index"] and cache.builds == 1
+    assert cache.get_or_build("upload", slow_build("again", built)) == "index"  # a hit: nothing built
+    assert built == ["index"]
+
+
+def test_builds_of_different_uploads_run_one_at_a_time():
+    cache, built, running = IndexCache(builders=1, size_of=lambda index: 10), [], []
+    results = in_threads([lambda k=k: cache.get_or_build(k, slow_build(k, built, 0.1, running)) for k in "abcd"])
+    assert results == list("abcd") and built == [1, 1, 1, 1]  # never two at once
+
+
+def test_the_cache_keeps_indexes_up_to_its_bytes_the_most_recently_used_last():
+    cache = IndexCache(max_bytes=100, size_of=lambda index: index[1])
+    for key, size in (("a", 40), ("b", 40), ("c", 40)):
+        cache.get_or_build(key, lambda key=key, size=size: (key, size))
+    assert "a" not in cache and "b" in cache and "c" in cache and cache.bytes == 80
+    cache.get_or_build("b", lambda: ("b", 40))  # b used: c goes first next
+    cache.get_or_build("d", lambda: ("d", 40))
+    assert "c" not in cache and set("bd") == {k for k in "abcd" if k in cache}
+    assert cache.get_or_build("huge", lambda: ("huge", 500)) == ("huge", 500)  # built, answered, not kept
+    assert "huge" not in cache and cache.bytes == 80
+
+
+def test_a_request_waiting_for_a_build_stops_when_asked():
+    cache, built, stop = IndexCache(size_of=lambda index: 10), [], threading.Event()
+    builder = threading.Thread(target=lambda: cache.get_or_build("k", slow_build("index", built, 2.0)))
+    builder.start()
+    time.sleep(0.1)
+    began = time.monotonic()
+    threading.Timer(0.2, stop.set).start()
+    with pytest.raises(Cancelled, match="index"):
+        cache.get_or_build("k", lambda: "mine", should_stop=stop.is_set)
+    assert time.monotonic() - began < 1.0
+    builder.join(5)
+    assert built == ["index"] and cache.get_or_build("k", lambda: "mine") == "index"
+
+
+def test_a_failed_build_lets_the_next_request_build():
+    cache = IndexCache(size_of=lambda index: 10)
+
+    def fail():
+        raise RuntimeError("no")
+    with pytest.raises(RuntimeError):
+        cache.get_or_build("k", fail)
+    assert cache.get_or_build("k", lambda: "index") == "index"
+
+
+def test_an_index_is_counted_by_its_arrays_and_vocabulary():
+    words = " ".join(f"word{i}" for i in range(3000))
+    small = reading.build_index([Document("a", "The tide of Harrowgate is 4102. " * 200)], [4000])
+    large = reading.build_index([Document("b", (words + ". ") * 20)], [4000])
+    assert 0 < index_bytes(small) < index_bytes(large)
+    assert index_bytes(large) > large.passage_regions.nbytes + 3000 * 40  # the vocabulary counts
