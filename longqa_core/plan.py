@@ -96,8 +96,8 @@ def plan_request(tokenizer, documents: list[Document], question: str, settings: 
     """Check a request against every limit, cheapest check first, and plan its read; no model work.
 
     InputError for an empty question or no document, characters over `max_chars_for(max_total_tokens)` (refused
-    without tokenizing), or tokens over `max_total_tokens` (a full read counts them and stops there; a guided read
-    estimates them from samples of its characters); RequestTooLongError when `settings.max_request_s` is set and
+    without tokenizing), or tokens over `max_total_tokens` (a full read counts them and stops there; a ranked read
+    estimates them from samples of its characters first, then counts them as it tokenizes); RequestTooLongError when `settings.max_request_s` is set and
     the throughput measured in `batch_state` predicts more; Cancelled when `should_stop` says so between chunks.
     `mode` "guided" (and "auto" past a few windows) tokenizes the documents, cuts the full read's windows and ranks
     them for the question, with the index and tokens from `index_cache` when the same documents were ranked before.
