@@ -47,6 +47,7 @@ class RequestPlan:
     window_tokens: int = 0  # the full read's windows' tokens together (its forward passes' work)
     expected_chars: int = 0  # the characters it is expected to read: all, or the ranking's first rounds
     expected_windows: int = 0  # how many windows that is: the lane's admission and ZeroGPU's duration
+    expected_window_tokens: int = 0  # their tokens together (what a forward-time prediction multiplies)
     tokens_per_s: float | None = None  # the loaded model's measured forward throughput the prediction used
     predicted_s: float | None = None  # a full read's forward time at that rate; None before any was measured
     latency_s: dict[str, float] = field(default_factory=dict)  # seconds planning took, by stage (tokenize, rank)
@@ -64,13 +65,6 @@ class RequestPlan:
     @property
     def windows(self) -> int:
         return sum(d.windows for d in self.stats)
-
-    @property
-    def expected_window_tokens(self) -> int:
-        """The tokens of the windows it is expected to read (what a forward-time prediction multiplies)."""
-        if self.mode == "full":
-            return self.window_tokens
-        return self.cut_tokens(reading.expected_windows(self.reading))
 
     def cut_tokens(self, indices: list[int]) -> int:
         """The tokens of the full read's windows at `indices` (into `cuts`), question and special tokens included."""
@@ -149,7 +143,7 @@ def _count(plan: RequestPlan, tokenizer, room: int, should_stop: StopCheck | Non
         stats.append(DocumentStats(document.name, len(document.text), count.tokens, n_windows))
     plan.stats, plan.window_tokens = stats, window_tokens
     plan.expected_chars = sum(d.n_chars for d in plan.documents)
-    plan.expected_windows = plan.windows
+    plan.expected_windows, plan.expected_window_tokens = plan.windows, window_tokens
 
 
 def _rank(plan: RequestPlan, tokenizer, index_cache: dict | None, should_stop: StopCheck | None) -> None:
@@ -167,7 +161,7 @@ def _rank(plan: RequestPlan, tokenizer, index_cache: dict | None, should_stop: S
         raise InputError(f"The documents have about {plan.tokens:,} tokens (estimated from their characters), "
                          f"over the limit of {settings.max_total_tokens:,}.")
     if plan.requested == "auto" and plan.windows <= reading.AUTO_MIN_WINDOWS:
-        plan.reading = reading.plan_reading("auto", None, None, plan.question, plan.windows)
+        plan.reading = reading.plan_reading("auto", None, None, plan.question, plan.windows, estimated=True)
         return  # read whole: counted like any full read
     index, tokens = _cached_upload(plan, tokenizer, index_cache, should_stop)
     _cut(plan, tokens)
@@ -175,9 +169,9 @@ def _rank(plan: RequestPlan, tokenizer, index_cache: dict | None, should_stop: S
         ranking = reading.rank(index, plan.question, plan.cuts)
     plan.reading = reading.plan_reading(plan.requested, index, ranking, plan.question, len(plan.cuts))
     if plan.mode == "guided":
-        expected = [plan.cuts[i] for i in reading.expected_windows(plan.reading)]
-        plan.expected_chars = sum(c.end_char - c.start_char for c in expected)
-        plan.expected_windows = len(expected)
+        expected = reading.expected_windows(plan.reading)
+        plan.expected_chars = sum(plan.cuts[i].end_char - plan.cuts[i].start_char for i in expected)
+        plan.expected_windows, plan.expected_window_tokens = len(expected), plan.cut_tokens(expected)
 
 
 def _cut(plan: RequestPlan, tokens: list[DocumentTokens]) -> None:
@@ -191,7 +185,7 @@ def _cut(plan: RequestPlan, tokens: list[DocumentTokens]) -> None:
                   for d, t in zip(plan.documents, tokens)]
     plan.window_tokens = plan.cut_tokens(range(len(plan.cuts)))
     plan.expected_chars = sum(d.n_chars for d in plan.documents)
-    plan.expected_windows = plan.windows
+    plan.expected_windows, plan.expected_window_tokens = plan.windows, plan.window_tokens
 
 
 def _cached_upload(plan: RequestPlan, tokenizer, index_cache: dict | None, should_stop: StopCheck | None

@@ -249,17 +249,17 @@ def rank(index: DocumentIndex, question: str, cuts: list[WindowCut]) -> Ranking:
 
 
 def plan_reading(mode: str, index: DocumentIndex | None, ranking: Ranking | None, question: str,
-                 n_windows: int) -> ReadingPlan:
-    """Resolve `mode` ("auto", "full", "guided") into what to read of the full read's `n_windows` windows, with the
-    reason. Guided reading falls back to the full read where ranking cannot serve; auto also reads short documents
-    whole."""
+                 n_windows: int, *, estimated: bool = False) -> ReadingPlan:
+    """Resolve `mode` ("auto", "full", "guided") into what to read of the full read's `n_windows` windows (counted,
+    or `estimated` from the characters before tokenizing), with the reason. Guided reading falls back to the full
+    read where ranking cannot serve; auto also reads short documents whole."""
     check_mode(mode)
     if mode == "full":
         return full_read(FULL_ASKED)
     if (mode == "auto" and n_windows <= AUTO_MIN_WINDOWS) or n_windows <= FIRST_ROUND_WINDOWS:
-        return full_read(f"the documents fit in {n_windows} window{'s' if n_windows != 1 else ''}: read whole "
-                         f"({mode} reads guided past {AUTO_MIN_WINDOWS if mode == 'auto' else FIRST_ROUND_WINDOWS})",
-                         "few_windows")
+        fit = f"about {n_windows} windows" if estimated else f"{n_windows} window{'s' if n_windows != 1 else ''}"
+        return full_read(f"the documents fit in {fit}: read whole ({mode} reads guided past "
+                         f"{AUTO_MIN_WINDOWS if mode == 'auto' else FIRST_ROUND_WINDOWS})", "few_windows")
     if _UNSPLIT_SCRIPT.search(question) or (index is not None and index.unsplit_share > UNSPLIT_SHARE):
         return full_read("the text is in a script written without spaces between words (such as Chinese or "
                          "Japanese), which the ranking cannot split into words: read whole", "unsplit_script")

@@ -125,6 +125,8 @@ def test_scores_too_flat_fall_back_to_the_full_read():
 def test_auto_reads_short_documents_whole_and_full_is_full():
     assert reading.plan_reading("auto", None, None, "q", reading.AUTO_MIN_WINDOWS).mode == "full"
     assert "fit in 2 windows" in reading.plan_reading("auto", None, None, "q", 2).reason
+    assert "fit in about 2 windows" in reading.plan_reading("auto", None, None, "q", 2, estimated=True).reason
+    assert "fit in 1 window:" in reading.plan_reading("guided", None, None, "q", 1).reason
     assert reading.plan_reading("full", None, None, "q", 500).reason == "the full read was asked for"
     with pytest.raises(ValueError, match="reading mode"):
         reading.plan_reading("skim", None, None, "q", 5)
