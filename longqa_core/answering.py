@@ -212,21 +212,21 @@ def _read_guided(runner, tokenizer, plan: RequestPlan, batch_state, measurement,
     guided = reading.read_rounds(runner, tokenizer, plan, batch_state, measurement, should_stop=should_stop,
                                  on_window_progress=on_window_progress)
     notices = plan.notices + guided.notices
-    why = plan.reading
-    left = [i for i in range(len(plan.cuts)) if i not in set(guided.indices)]
+    why, went_on = plan.reading, False
+    read = set(guided.indices)
+    left = [i for i in range(len(plan.cuts)) if i not in read]
     if left and why.is_weak(guided.best_score) and not guided.cut_short:
         spent_s = measurement.latency_s.get("forward", 0.0)
         too_long = reading.rest_passes_limit(plan.settings, batch_state, spent_s, len(left), plan.cut_tokens(left))
         if too_long:
             notices.append(too_long)
         else:
-            why = reading.weak_after_guided(plan.reading, len(guided.indices), len(left))
+            why, went_on = reading.weak_after_guided(plan.reading, len(read), len(left)), True
             reading.read_windows(runner, tokenizer, plan, left, guided, batch_state, measurement,
                                  should_stop=should_stop, on_window_progress=on_window_progress)
-    _, windows, logits = guided.in_document_order()
-    whole = why is not plan.reading  # went on to the windows left: the full read's windows, its answer
-    readout = ReadingReadout("full" if whole else "guided", plan.requested, len(windows), len(plan.cuts), False,
+    _, windows, logits = guided.in_document_order()  # went on: the full read's windows, so its answers
+    readout = ReadingReadout("full" if went_on else "guided", plan.requested, len(windows), len(plan.cuts), False,
                              why.reason, [ReadSpan(**window_span(w)) for w in windows], why.code)
-    tokens = plan.tokens if whole else sum(int(w.context.sum()) for w in windows)
+    tokens = plan.tokens if went_on else sum(int(w.context.sum()) for w in windows)
     return _Read(windows, logits, plan.stats, tokens, guided.batch_size, notices, readout, guided.forward_tokens,
                  guided.forward_windows, guided.forward_s)

@@ -258,8 +258,9 @@ def plan_reading(mode: str, index: DocumentIndex | None, ranking: Ranking | None
         return full_read(FULL_ASKED)
     if (mode == "auto" and n_windows <= AUTO_MIN_WINDOWS) or n_windows <= FIRST_ROUND_WINDOWS:
         fit = f"about {n_windows} windows" if estimated else f"{n_windows} window{'s' if n_windows != 1 else ''}"
-        return full_read(f"the documents fit in {fit}: read whole ({mode} reads guided past "
-                         f"{AUTO_MIN_WINDOWS if mode == 'auto' else FIRST_ROUND_WINDOWS})", "few_windows")
+        why = (f"auto reads guided past {AUTO_MIN_WINDOWS}" if mode == "auto"
+               else f"the first round alone reads {FIRST_ROUND_WINDOWS}")
+        return full_read(f"the documents fit in {fit}: read whole ({why})", "few_windows")
     if _UNSPLIT_SCRIPT.search(question) or (index is not None and index.unsplit_share > UNSPLIT_SHARE):
         return full_read("the text is in a script written without spaces between words (such as Chinese or "
                          "Japanese), which the ranking cannot split into words: read whole", "unsplit_script")
