@@ -15,13 +15,14 @@ the public names of each:
   (`validate_request`, `check_chars`, `check_tokens`, `check_predicted_time`, `max_chars_for`, `whole_number`).
 - `plan`: `plan_request` reads and plans a request once into a picklable `RequestPlan` (question as cut, sizes,
   the reading, the expected windows) that the lane, ZeroGPU, the preview and the engine all read.
-- `windows`: the model's inputs (`make_windows`, `Window`, `DocumentStats`) and token counts (`count_tokens`,
+- `windows`: the model's inputs (`make_windows`, `Window`, `DocumentStats`), the same windows cut from a document's
+  tokens kept once (`tokenize_document`, `window_cuts`, `cut_windows`) and token counts (`count_tokens`,
   `count_windows`, `chars_per_token`).
 - `batching`: `run_windows` (batches, stop checks, out-of-memory back-off), `ModelRunner`, `collate`,
   `stack_batches`/`split_rows` for shared passes, and `BatchState`: a loaded model's batch size and its one
   throughput estimate (`window_s`, `tokens_per_s`).
-- `reading`: question-guided reading: the BM25 ranking, its `ReadingPlan` (mode, reason code and text, rounds) and
-  `read_rounds`, the loop that reads those rounds.
+- `reading`: question-guided reading: the BM25 ranking of the full read's windows, its `ReadingPlan` (mode, reason
+  code and text, rounds) and `read_rounds` / `read_windows`, the loops that read those rounds and the windows left.
 - `spans`: answer spans from logits (`decode_answers`, `Answer`).
 - `no_answer`: the "not found" rules (`NoAnswerRule`, `judge`, `Verdict`, `confidence`) and the evidence check
   (`Evidence`, `answer_neighbourhood`).

@@ -1,5 +1,6 @@
-"""Answering a planned request: the plan's windows (every one, or the ranked rounds) through the model, the spans
-decoded, and one result with what the run measured (latency by stage, memory, what was read).
+"""Answering a planned request: the plan's windows (every one, or the ranked rounds, then the windows left while the
+answer stays weak: no window is read twice) through the model, the spans decoded, and one result with what the run
+measured (latency by stage, memory, what was read).
 
 It answers a plan (`longqa_core.plan`) and never plans again; it receives a ready runner and tokenizer and never
 loads a model (longqa.loader does). Its readouts stay in bytes and seconds: only the UI formats them.
@@ -19,7 +20,7 @@ from longqa_core.limits import EngineSettings, StopCheck, check_tokens, no_answe
 from longqa_core.plan import RequestPlan, plan_request
 from longqa_core.spans import Answer, decode
 from longqa_core.telemetry import MemoryReadout
-from longqa_core.windows import DocumentStats, make_windows, window_span
+from longqa_core.windows import DocumentStats, cut_windows, make_windows, window_span
 
 
 @dataclass
@@ -33,13 +34,14 @@ class ReadSpan:
 
 @dataclass
 class ReadingReadout:
-    """What was read: the mode used (after auto), what was asked, why, and each window read."""
+    """What was read: the mode used (after auto), what was asked, why, and each window read (in document order).
+    `windows_read` counts the windows the model ran, each once."""
 
     mode: str
     requested: str
     windows_read: int
     windows_total: int
-    windows_total_estimated: bool  # a guided read estimates the windows it did not read
+    windows_total_estimated: bool  # kept for the JSON's readers: every plan now counts its windows, so false
     reason: str
     read: list[ReadSpan]
     code: str = field(default="asked_full", repr=False)  # why, for programs (`reading.REASONS`); not in the JSON
@@ -138,7 +140,8 @@ def answer_plan(runner: Runner, tokenizer, plan: RequestPlan, *, batch_state: Ba
                                     on_window_progress, before_wider_read)
             with measurement.stage("decode"):
                 decoded = decode(read.windows, read.logits, plan.documents, settings, stop_check(should_stop))
-            answers, verdict = judge_answers(decoded, settings, read.readout.mode == "full",
+            answers, verdict = judge_answers(decoded, settings,
+                                             read.readout.windows_read == read.readout.windows_total,
                                              no_answer.Evidence(plan.question, [d.text for d in plan.documents]))
     except LongQAError as exc:
         # The traceback keeps every frame it passed through, and with them the windows and logits: drop them.
@@ -190,52 +193,56 @@ class _Read:
     forward_s: float = 0.0
 
 
-def _read_full(runner, tokenizer, plan: RequestPlan, batch_state, measurement, should_stop, on_window_progress,
-               notices: list[str] | None = None, reading_plan: reading.ReadingPlan | None = None) -> _Read:
-    """Every window of every document, in the plan's settings."""
+def _read_full(runner, tokenizer, plan: RequestPlan, batch_state, measurement, should_stop,
+               on_window_progress) -> _Read:
+    """Every window of every document, in the plan's settings: cut from the plan's tokens where it tokenized the
+    documents (a ranked request that resolved to the full read), else tokenized here."""
     settings = plan.settings
     with measurement.stage("tokenize"):
-        windows, stats = make_windows(tokenizer, plan.question, plan.documents, settings, should_stop=should_stop)
+        if plan.cuts:
+            windows, stats = cut_windows(tokenizer, plan.question, plan.documents, plan.document_tokens,
+                                         plan.cuts), plan.stats
+        else:
+            windows, stats = make_windows(tokenizer, plan.question, plan.documents, settings,
+                                          should_stop=should_stop)
         tokens = sum(s.tokens for s in stats)
         check_tokens(tokens, settings.max_total_tokens)
     with measurement.stage("forward"):
         logits, used_size, sample = run_windows(runner, windows, tokenizer.pad_token_id, settings, batch_state,
                                                 should_stop=should_stop, on_window_progress=on_window_progress)
-    why = reading_plan or plan.reading
-    readout = ReadingReadout("full", plan.requested, len(windows), len(windows), False, why.reason,
-                             [ReadSpan(**window_span(w)) for w in windows], why.code)
-    return _Read(windows, logits, stats, tokens, used_size, notices if notices is not None else list(plan.notices),
-                 readout, sample.tokens, sample.windows, sample.seconds)
+    readout = ReadingReadout("full", plan.requested, len(windows), len(windows), False, plan.reading.reason,
+                             [ReadSpan(**window_span(w)) for w in windows], plan.reading.code)
+    return _Read(windows, logits, stats, tokens, used_size, list(plan.notices), readout, sample.tokens,
+                 sample.windows, sample.seconds)
 
 
 def _read_guided(runner, tokenizer, plan: RequestPlan, batch_state, measurement, should_stop,
                  on_window_progress, before_wider_read=None) -> _Read:
-    """The plan's rounds (`reading.read_rounds`); still weak after every window the ranking could point to, the
-    full read in its own windows, so that guided reading never ends on less than the full read would find (the same
-    text cut into other windows can score its answers differently) -- unless that would pass the time budget, where
-    the answer read so far is kept and says so."""
+    """The plan's rounds (`reading.read_rounds`) of the full read's windows; still weak after every window the
+    ranking could point to, the windows not read yet, so that guided reading never ends on less than the full read
+    would find and never reads a window twice (the answer is then the full read's) -- unless that would pass the
+    time budget, where the answer read so far is kept and says so. `before_wider_read(windows)` hears how many
+    windows are left before they are read."""
     guided = reading.read_rounds(runner, tokenizer, plan, batch_state, measurement, should_stop=should_stop,
                                  on_window_progress=on_window_progress)
     notices = plan.notices + guided.notices
-    if plan.reading.is_weak(guided.best_score) and not guided.cut_short:
+    why, went_on = plan.reading, False
+    read = set(guided.indices)
+    left = [i for i in range(len(plan.cuts)) if i not in read]
+    if left and why.is_weak(guided.best_score) and not guided.cut_short:
         spent_s = measurement.latency_s.get("forward", 0.0)
-        too_long = reading.full_read_passes_limit(plan.settings, batch_state, spent_s, plan.windows)
+        too_long = reading.rest_passes_limit(plan.settings, batch_state, spent_s, len(left), plan.cut_tokens(left))
         if too_long:
             notices.append(too_long)
         else:
-            windows_read = len(guided.windows)
-            forward = ForwardSample(guided.forward_tokens, guided.forward_windows, guided.forward_s)
-            guided = None  # its windows and logits go before the full read's arrive
+            why, went_on = reading.weak_after_guided(plan.reading, len(read), len(left)), True
             if before_wider_read is not None:
-                before_wider_read(plan.windows)
-            full = _read_full(runner, tokenizer, plan, batch_state, measurement, should_stop, on_window_progress,
-                              list(plan.notices), reading.weak_after_guided(plan.reading, windows_read))
-            full.forward_tokens += forward.tokens
-            full.forward_windows += forward.windows
-            full.forward_s += forward.seconds
-            return full
-    readout = ReadingReadout("guided", plan.requested, len(guided.windows), plan.windows, True, plan.reading.reason,
-                             [ReadSpan(**row) for row in guided.read_rows], plan.reading.code)
-    return _Read(guided.windows, guided.logits, plan.stats, sum(int(w.context.sum()) for w in guided.windows),
-                 guided.batch_size, notices, readout, guided.forward_tokens, guided.forward_windows,
-                 guided.forward_s)
+                before_wider_read(len(left))
+            reading.read_windows(runner, tokenizer, plan, left, guided, batch_state, measurement,
+                                 should_stop=should_stop, on_window_progress=on_window_progress)
+    _, windows, logits = guided.in_document_order()  # went on: the full read's windows, so its answers
+    readout = ReadingReadout("full" if went_on else "guided", plan.requested, len(windows), len(plan.cuts), False,
+                             why.reason, [ReadSpan(**window_span(w)) for w in windows], why.code)
+    tokens = plan.tokens if went_on else sum(int(w.context.sum()) for w in windows)
+    return _Read(windows, logits, plan.stats, tokens, guided.batch_size, notices, readout, guided.forward_tokens,
+                 guided.forward_windows, guided.forward_s)

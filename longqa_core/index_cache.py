@@ -96,8 +96,10 @@ def _wait(wait: Callable[[float], bool], stop: Callable[[], bool]) -> None:
 
 
 def index_bytes(index) -> int:
-    """About the memory an index (`longqa_core.reading.DocumentIndex`) holds: its arrays, its regions and its
-    retriever's vocabulary and score matrix."""
+    """About the memory an index (`longqa_core.reading.DocumentIndex`, or a tuple of it and the documents' tokens)
+    holds: its arrays, its passages and its retriever's vocabulary and score matrix."""
+    if isinstance(index, (tuple, list)):
+        return sys.getsizeof(index) + sum(index_bytes(part) for part in index)
     total = sys.getsizeof(index)
     for value in vars(index).values():
         total += _size(value)

@@ -1,10 +1,12 @@
-"""Question-guided reading: which stretches of the documents a question needs, ranked with BM25 (`bm25s`) over short
+"""Question-guided reading: which of the full read's windows a question needs, ranked with BM25 (`bm25s`) over short
 passages of the documents' own text, the rounds in which to read them (the likely windows first, more when the
-ranking cannot decide or the answer read so far is weak), and the loop that reads those rounds (`read_rounds`).
+ranking cannot decide or the answer read so far is weak), and the loop that reads windows (`read_rounds`,
+`read_windows`): a read that goes on to the whole document reads only the windows not read yet.
 
 The index is built from characters alone and does not depend on the question, so a second question on the same
-documents pays only the query. It does not plan a request (`longqa_core.plan`) nor assemble its answer
-(`longqa_core.answering`). docs/reading-eval.json and the README say how the numbers below were chosen.
+documents pays only the query. It does not plan a request (`longqa_core.plan`: it cuts the windows) nor assemble
+its answer (`longqa_core.answering`). docs/reading-eval.json and docs/reading.md say how the numbers below were
+chosen.
 """
 
 from __future__ import annotations
@@ -25,28 +27,27 @@ from longqa_core.errors import InputError
 from longqa_core.limits import (EngineSettings, StopCheck, check_predicted_time, no_answer_rule, passes_time_limit,
                                 stop_check)
 from longqa_core.spans import decode
-from longqa_core.windows import Window, span_windows, window_span
+from longqa_core.windows import Window, WindowCut, cut_windows
 from longqa_core.words import tokenize
 
 READING_MODES = ("auto", "full", "guided")
 DEFAULT_READING = "auto"
 # Passages: a few hundred tokens, overlapping by half, so that a sentence cut by one passage's edge is whole in the
-# next. Shorter than a window: a window's score is its best passage's, not diluted by the rest of its text.
+# next. Shorter than a window: a window's score is its best passage's (those centred in it), not diluted by the
+# rest of its text. A passage centred where two windows overlap scores for both.
 PASSAGE_CHARS = 1_200
 PASSAGE_STEP_CHARS = 600
-# A region is the text one model window reads; read with this margin on each side, a passage centred in the region
-# is read whole (PASSAGE_CHARS / 2 beyond its centre at most).
-REGION_MARGIN_CHARS = PASSAGE_CHARS // 2
-# A region is filled to this share of a window's room (at the measured characters per token), leaving space for
-# the margins and for text that tokenizes more densely than the sample did.
-REGION_FILL = 0.9
 AUTO_MIN_WINDOWS = 4  # auto reads documents of up to this many windows whole: ranking would save little
 FIRST_ROUND_WINDOWS = 2  # windows read first when the ranking is decisive
 # Windows scoring at least this share of the best one tie with it: the ranking cannot tell them apart (typically
 # the entity alone matches, in every window that mentions it), so all of them are read before stopping.
 TIE_SHARE = 0.5
-# More tied windows than this share of all: the scores are too flat to pick from, and auto reads everything.
-FLAT_SHARE = 0.5
+# More tied windows than this share of all: the scores are too flat to pick from, and auto reads everything. 0.6,
+# not the 0.5 of ranked stretches of about 0.8 window: a whole window holds more text, so the entity's dozen
+# mentions light a larger share of them (docs/ranking.json: 0.6 reads 36 of 40 literal and 31 of 40 paraphrased
+# questions guided, as 0.5 did over stretches; 0.5 over windows, 26 and 8). Reading the ties of a flat ranking
+# first costs little now that the windows left are read only once.
+FLAT_SHARE = 0.6
 # The best answer's score (p_start * p_end within its window) under which the answer is weak and reading goes on.
 # Measured with the demo model on 20 documents of the independent generator (20,000 words, about 10 windows each):
 # the best span of the window holding the fact scored 1.3e-5 to 1.0 (17 of 20 at least 1e-3), every other window
@@ -58,39 +59,26 @@ _UNSPLIT_SCRIPT = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\u
 UNSPLIT_SHARE = 0.05  # documents with more than this share of such characters are not ranked
 
 
-@dataclass(frozen=True)
-class Region:
-    """About one model window's worth of a document's text: the unit that is ranked, read or skipped."""
-
-    document_index: int
-    start_char: int
-    end_char: int
-
-
 @dataclass
 class DocumentIndex:
-    """The BM25 index of one set of documents: its passages, the regions they fall in, and what building it cost.
-    Question-independent: build it once per upload and query it per question."""
+    """The BM25 index of one set of documents: its passages, where each one's centre lies, and what building it
+    cost. Question- and window-independent: build it once per upload and query it per question."""
 
     key: str
-    regions: list[Region]
-    passage_regions: np.ndarray  # (P,) the region each passage's centre falls in
+    passage_documents: np.ndarray  # (P,) the document of each passage
+    passage_centres: np.ndarray  # (P,) the character at each passage's centre, ascending within a document
     retriever: bm25s.BM25 | None  # None when there was no text worth ranking
     vocabulary: frozenset[str]
     unsplit_share: float  # share of all characters in scripts the ranking cannot split into words
     build_s: float
 
-    @property
-    def n_regions(self) -> int:
-        return len(self.regions)
-
 
 @dataclass
 class Ranking:
-    """A question's scores over the regions of one index, best first."""
+    """A question's scores over the full read's windows, best first."""
 
-    order: np.ndarray  # (R,) region indices, best first
-    scores: np.ndarray  # (R,) each region's best passage score, in region order
+    order: np.ndarray  # (W,) window indices, best first
+    scores: np.ndarray  # (W,) each window's best passage score, in window order
     terms: list[str]  # the question's content words (stemmed)
     matched: list[str]  # those found in the documents
     query_s: float
@@ -100,29 +88,29 @@ class Ranking:
         return float(self.scores[self.order[0]]) if len(self.order) else 0.0
 
     def tied(self) -> list[int]:
-        """Regions scoring within TIE_SHARE of the best (the best included), best first."""
+        """Windows scoring within TIE_SHARE of the best (the best included), best first."""
         if self.best <= 0:
             return []
         return [int(r) for r in self.order if self.scores[r] >= TIE_SHARE * self.best]
 
     def matching(self) -> list[int]:
-        """Regions where any of the question's words occur, best first."""
+        """Windows where any of the question's words occur, best first."""
         return [int(r) for r in self.order if self.scores[r] > 0]
 
 
 @dataclass
 class ReadingPlan:
-    """What to read: `mode` as resolved ("full" or "guided"), why, and for guided the rounds of regions in order:
-    the best windows, then the windows that tie with them. Reading stops after a round when
-    `should_stop_after(round, best_score)` says so; an answer still weak after the last round is read again in
-    full (`is_weak`), so guided reading never ends on less than the full read would find."""
+    """What to read: `mode` as resolved ("full" or "guided"), why, and for guided the rounds of the full read's
+    windows (their indices) in order: the best windows, then the windows that tie with them. Reading stops after a
+    round when `should_stop_after(round, best_score)` says so; an answer still weak after the last round goes on to
+    the windows not read yet (`is_weak`), so guided reading never ends on less than the full read would find."""
 
     mode: str
     code: str  # why, for programs: one of REASONS
     reason: str  # why, for people
     rounds: list[list[int]] = field(default_factory=list)
     decisive: bool = False  # the first round's windows stand clear of the rest
-    basis: str = ""  # a guided read: what the ranking was made on ("ranked 12 stretches of text ... on budget")
+    basis: str = ""  # a guided read: what the ranking was made on ("ranked 12 windows on budget")
     weak_answer_score: float = WEAK_ANSWER_SCORE  # a model whose scores mean something else sets its own
 
     def is_weak(self, best_score: float | None) -> bool:
@@ -141,7 +129,7 @@ class ReadingPlan:
 
 # Why a request is read as it is: a code for programs, the text in the readout's `reading.reason`.
 FULL_ASKED = "the full read was asked for"
-REASONS = ("asked_full", "few_windows", "unsplit_script", "few_regions", "no_content_words", "no_match", "flat",
+REASONS = ("asked_full", "few_windows", "unsplit_script", "no_content_words", "no_match", "flat",
            "ranked", "weak_after_guided")
 
 
@@ -157,26 +145,14 @@ def check_mode(mode) -> str:
     return mode
 
 
-def content_key(documents: list[Document], region_chars: list[int]) -> str:
-    """Identifies an index: the documents' text and the region sizes it was cut with."""
+def content_key(documents: list[Document], salt: str = "") -> str:
+    """Identifies an upload: the documents' text (and `salt`: what else a cached entry depends on)."""
     digest = hashlib.blake2b(digest_size=16)
-    for document, size in zip(documents, region_chars):
-        digest.update(f"{len(document.text)}:{size}:".encode())
+    digest.update(salt.encode())
+    for document in documents:
+        digest.update(f"{len(document.text)}:".encode())
         digest.update(document.text.encode("utf-8", "surrogatepass"))
     return digest.hexdigest()
-
-
-def cut_regions(document_index: int, text: str, region_chars: int) -> list[Region]:
-    """Consecutive regions of about `region_chars`, each ending at white space where one is near."""
-    regions, start = [], 0
-    while start < len(text):
-        end = min(len(text), start + region_chars)
-        if end < len(text):
-            space = text.rfind(" ", start + region_chars // 2, end)
-            end = space if space > start else end
-        regions.append(Region(document_index, start, end))
-        start = end
-    return regions or [Region(document_index, 0, 0)]
 
 
 def passage_starts(n_chars: int) -> range:
@@ -192,23 +168,19 @@ def unsplit_share(text: str, sample_chars: int = 200_000) -> float:
     return len(_UNSPLIT_SCRIPT.findall(sample)) / len(sample)
 
 
-def build_index(documents: list[Document], region_chars: list[int]) -> DocumentIndex:
-    """Cut each document into regions of `region_chars[i]` characters and passages, and index the passages."""
+def build_index(documents: list[Document]) -> DocumentIndex:
+    """Cut each document into passages and index them."""
     began = time.perf_counter()
-    regions: list[Region] = []
     passages: list[str] = []
     owners: list[int] = []
-    for index, (document, size) in enumerate(zip(documents, region_chars)):
+    centres: list[int] = []
+    for index, document in enumerate(documents):
         text = document.text
-        first = len(regions)
-        doc_regions = cut_regions(index, text, max(size, PASSAGE_CHARS))
-        regions.extend(doc_regions)
-        ends = np.array([r.end_char for r in doc_regions])  # (R_doc,)
         for start in passage_starts(len(text)):
             passage = text[start: start + PASSAGE_CHARS]
-            centre = start + len(passage) // 2
             passages.append(passage)
-            owners.append(first + min(int(np.searchsorted(ends, centre, side="right")), len(doc_regions) - 1))
+            owners.append(index)
+            centres.append(start + len(passage) // 2)
     n_chars = sum(len(d.text) for d in documents)
     share = sum(unsplit_share(d.text) * len(d.text) for d in documents) / n_chars if n_chars else 0.0
     tokens = tokenize(passages)
@@ -217,51 +189,69 @@ def build_index(documents: list[Document], region_chars: list[int]) -> DocumentI
     if vocabulary:
         retriever = bm25s.BM25()
         retriever.index(tokens, show_progress=False)
-    return DocumentIndex(content_key(documents, region_chars), regions, np.array(owners, dtype=np.int64),
-                         retriever, vocabulary, share, time.perf_counter() - began)
+    return DocumentIndex(content_key(documents), np.array(owners, dtype=np.int64),
+                         np.array(centres, dtype=np.int64), retriever, vocabulary, share, time.perf_counter() - began)
 
 
-def rank(index: DocumentIndex, question: str) -> Ranking:
-    """Each region's best passage score for the question (BM25), and the order best first."""
+def window_passages(index: DocumentIndex, cut: WindowCut) -> tuple[int, int]:
+    """The passages [first, end) that score for a window: those centred in its text, else (a window shorter than a
+    passage step) those overlapping it."""
+    documents, centres = index.passage_documents, index.passage_centres
+    lo, hi = np.searchsorted(documents, cut.document_index, side="left"), \
+        np.searchsorted(documents, cut.document_index, side="right")
+    first = lo + int(np.searchsorted(centres[lo:hi], cut.start_char, side="left"))
+    end = lo + int(np.searchsorted(centres[lo:hi], cut.end_char, side="left"))
+    if end == first:
+        reach = PASSAGE_CHARS // 2
+        first = lo + int(np.searchsorted(centres[lo:hi], cut.start_char - reach, side="left"))
+        end = lo + int(np.searchsorted(centres[lo:hi], cut.end_char + reach, side="left"))
+    return first, end
+
+
+def rank(index: DocumentIndex, question: str, cuts: list[WindowCut]) -> Ranking:
+    """Each window's best passage score for the question (BM25), and the order best first."""
     began = time.perf_counter()
     terms = tokenize([question]).vocab
     terms = [t for t in terms if t]
     matched = [t for t in terms if t in index.vocabulary]
-    region_scores = np.zeros(index.n_regions, dtype=np.float64)  # (R,)
+    window_scores = np.zeros(len(cuts), dtype=np.float64)  # (W,)
     if matched and index.retriever is not None:
         passage_scores = index.retriever.get_scores(matched)  # (P,)
-        np.maximum.at(region_scores, index.passage_regions, passage_scores)
-    order = np.argsort(-region_scores, kind="stable")  # ties keep document order
-    return Ranking(order, region_scores, terms, matched, time.perf_counter() - began)
+        for w, cut in enumerate(cuts):
+            first, end = window_passages(index, cut)
+            if end > first:
+                window_scores[w] = passage_scores[first:end].max()
+    order = np.argsort(-window_scores, kind="stable")  # ties keep document order
+    return Ranking(order, window_scores, terms, matched, time.perf_counter() - began)
 
 
 def plan_reading(mode: str, index: DocumentIndex | None, ranking: Ranking | None, question: str,
-                 estimated_windows: int) -> ReadingPlan:
-    """Resolve `mode` ("auto", "full", "guided") into what to read, with the reason. Guided reading falls back to
-    the full read where ranking cannot serve; auto also reads short documents whole."""
+                 n_windows: int, *, estimated: bool = False) -> ReadingPlan:
+    """Resolve `mode` ("auto", "full", "guided") into what to read of the full read's `n_windows` windows (counted,
+    or `estimated` from the characters before tokenizing), with the reason. Guided reading falls back to the full
+    read where ranking cannot serve; auto also reads short documents whole."""
     check_mode(mode)
     if mode == "full":
         return full_read(FULL_ASKED)
-    if mode == "auto" and estimated_windows <= AUTO_MIN_WINDOWS:
-        return full_read(f"the documents fit in about {estimated_windows} windows: read whole "
-                         f"(auto reads guided past {AUTO_MIN_WINDOWS})", "few_windows")
+    if (mode == "auto" and n_windows <= AUTO_MIN_WINDOWS) or n_windows <= FIRST_ROUND_WINDOWS:
+        fit = f"about {n_windows} windows" if estimated else f"{n_windows} window{'s' if n_windows != 1 else ''}"
+        why = (f"auto reads guided past {AUTO_MIN_WINDOWS}" if mode == "auto"
+               else f"the first round alone reads {FIRST_ROUND_WINDOWS}")
+        return full_read(f"the documents fit in {fit}: read whole ({why})", "few_windows")
     if _UNSPLIT_SCRIPT.search(question) or (index is not None and index.unsplit_share > UNSPLIT_SHARE):
         return full_read("the text is in a script written without spaces between words (such as Chinese or "
                          "Japanese), which the ranking cannot split into words: read whole", "unsplit_script")
     assert index is not None and ranking is not None
-    if index.n_regions <= FIRST_ROUND_WINDOWS:
-        return full_read(f"the documents fit in {index.n_regions} stretch{'es' if index.n_regions != 1 else ''} "
-                         f"of about a window: read whole", "few_regions")
     if not ranking.terms:
         return full_read("the question has no content word to rank by (only common words): read whole",
                          "no_content_words")
     if not ranking.matched:
         return full_read("none of the question's content words occur in the documents: read whole", "no_match")
     tied = ranking.tied()
-    if len(tied) > FLAT_SHARE * index.n_regions:
-        return full_read(f"the question's words score alike in {len(tied)} of {index.n_regions} stretches of text: "
-                         f"too flat to pick from, read whole", "flat")
-    first = ranking.matching()[:FIRST_ROUND_WINDOWS]  # never a stretch where none of the words occur
+    if len(tied) > FLAT_SHARE * n_windows:
+        return full_read(f"the question's words score alike in {len(tied)} of {n_windows} windows: too flat to "
+                         f"pick from, read whole", "flat")
+    first = ranking.matching()[:FIRST_ROUND_WINDOWS]  # never a window where none of the words occur
     rounds = [first]
     ties = [r for r in tied if r not in first]
     if ties:
@@ -269,48 +259,35 @@ def plan_reading(mode: str, index: DocumentIndex | None, ranking: Ranking | None
     decisive = len(tied) <= FIRST_ROUND_WINDOWS
     why = ("the best stand clear of the rest" if decisive
            else f"{len(tied)} score alike, all read before stopping")
-    basis = (f"ranked {index.n_regions} stretches of text (each read as about one window) on "
-             f"{', '.join(ranking.matched)}")
-    return ReadingPlan("guided", "ranked", f"{basis}: {why}; the whole document is read if the answer stays weak",
+    basis = f"ranked the full read's {n_windows} windows on {', '.join(ranking.matched)}"
+    return ReadingPlan("guided", "ranked", f"{basis}: {why}; the other windows are read if the answer stays weak",
                        rounds, decisive, basis)
 
 
-def weak_after_guided(plan: ReadingPlan, windows_read: int) -> ReadingPlan:
-    """The plan a guided read falls back to when its answer stays weak: every window, saying why."""
+def weak_after_guided(plan: ReadingPlan, windows_read: int, windows_left: int) -> ReadingPlan:
+    """The plan a guided read goes on with when its answer stays weak: the windows not read yet, saying why."""
     return full_read(f"guided reading found no strong answer in {windows_read} window"
-                     f"{'s' if windows_read != 1 else ''} ({plan.basis}): read whole", "weak_after_guided")
+                     f"{'s' if windows_read != 1 else ''} ({plan.basis}): read the other {windows_left}, the whole "
+                     f"document", "weak_after_guided")
 
 
-def expected_regions(plan: ReadingPlan, regions: list[Region]) -> list[Region]:
+def expected_windows(plan: ReadingPlan) -> list[int]:
     """What a guided read is expected to read before it stops on a strong answer: the first round, and the ties
     too where the ranking was not decisive."""
     rounds = plan.rounds
-    expected = rounds[0] + (rounds[1] if len(rounds) > 1 and not plan.decisive else [])
-    return [regions[r] for r in expected]
+    return rounds[0] + (rounds[1] if len(rounds) > 1 and not plan.decisive else [])
 
 
-def read_spans(regions: list[Region], documents: list[Document]) -> list[tuple[int, int, int]]:
-    """(document index, start, end) to read for `regions`: each with its margins, neighbours merged."""
-    spans: list[list[int]] = []
-    for region in sorted(regions, key=lambda r: (r.document_index, r.start_char)):
-        start = max(0, region.start_char - REGION_MARGIN_CHARS)
-        end = min(len(documents[region.document_index].text), region.end_char + REGION_MARGIN_CHARS)
-        if spans and spans[-1][0] == region.document_index and start <= spans[-1][2]:
-            spans[-1][2] = max(spans[-1][2], end)
-        else:
-            spans.append([region.document_index, start, end])
-    return [tuple(span) for span in spans]
-
-
-# Reading the rounds ------------------------------------------------------------------------------------------
+# Reading windows ----------------------------------------------------------------------------------------------
 @dataclass
 class GuidedRead:
-    """What a guided read found: the windows read with their logits, where each read, the batch size used, the
-    notices, the best answer's score, and whether the time budget cut the rounds short."""
+    """What a read of some of the full read's windows found: the windows read (`indices` into the plan's cuts, in
+    the order read) with their logits, the batch size used, the notices, the best answer's score, whether the time
+    budget cut the rounds short, and what the forward passes measured."""
 
+    indices: list[int] = field(default_factory=list)
     windows: list[Window] = field(default_factory=list)
     logits: list = field(default_factory=list)
-    read_rows: list[dict] = field(default_factory=list)
     batch_size: int = 1
     notices: list[str] = field(default_factory=list)
     best_score: float | None = None
@@ -319,57 +296,70 @@ class GuidedRead:
     forward_windows: int = 0
     forward_s: float = 0.0
 
+    def in_document_order(self) -> tuple[list[int], list[Window], list]:
+        """The windows read and their logits in the full read's order (what decoding them as the full read needs)."""
+        order = sorted(range(len(self.indices)), key=self.indices.__getitem__)
+        return ([self.indices[i] for i in order], [self.windows[i] for i in order], [self.logits[i] for i in order])
+
+
+def read_windows(runner: Runner, tokenizer, plan, indices: list[int], read: GuidedRead, batch_state: BatchState,
+                 measurement, *, should_stop: StopCheck | None = None,
+                 on_window_progress: Callable[[WindowProgress], None] | None = None) -> None:
+    """Read the plan's windows at `indices` (into `plan.cuts`) and add them, their logits and what the passes
+    measured to `read`; progress counts on from the windows `read` already holds."""
+    with measurement.stage("tokenize"):
+        new = cut_windows(tokenizer, plan.question, plan.documents, plan.document_tokens,
+                          [plan.cuts[i] for i in indices])
+    done_before, windows_total = len(read.windows), len(plan.cuts)
+
+    def progress(state: WindowProgress) -> None:
+        if on_window_progress is not None:
+            on_window_progress(replace(state, windows_done=done_before + state.windows_done,
+                                       windows_total=max(windows_total, done_before + len(new))))
+    with measurement.stage("forward"):
+        logits, read.batch_size, sample = run_windows(runner, new, tokenizer.pad_token_id, plan.settings,
+                                                      batch_state, should_stop=should_stop,
+                                                      on_window_progress=progress)
+    read.forward_tokens += sample.tokens
+    read.forward_windows += sample.windows
+    read.forward_s += sample.seconds
+    read.indices.extend(indices)
+    read.windows.extend(new)
+    read.logits.extend(logits)
+
 
 def read_rounds(runner: Runner, tokenizer, plan, batch_state: BatchState, measurement, *,
                 should_stop: StopCheck | None = None,
                 on_window_progress: Callable[[WindowProgress], None] | None = None) -> GuidedRead:
-    """Read a guided plan's rounds (`longqa_core.plan.RequestPlan`) in order, deciding after each whether the
-    answer so far is enough; a later round that would pass the time budget is not read."""
-    settings, documents, rounds = plan.settings, plan.documents, plan.reading
+    """Read a guided plan's rounds (`longqa_core.plan.RequestPlan`: windows of the full read) in order, deciding
+    after each whether the answer so far is enough; a later round that would pass the time budget is not read."""
+    settings, rounds = plan.settings, plan.reading
     read = GuidedRead(batch_size=batch_state.size if settings.adaptive_batching else settings.batch_size)
-    windows_total = plan.windows
     evidence = None  # built at the first answer a rule that needs evidence judges
-    for round_index, round_regions in enumerate(rounds.rounds):
-        with measurement.stage("tokenize"):
-            new = span_windows(tokenizer, plan.question, documents,
-                               read_spans([plan.regions[r] for r in round_regions], documents), settings,
-                               should_stop)
-        new_tokens = sum(len(w.input_ids) for w in new)
+    for round_index, round_windows in enumerate(rounds.rounds):
+        new_tokens = plan.cut_tokens(round_windows)
         rate = batch_state.tokens_per_s
         predicted = new_tokens / rate if rate else None
         forward_after = None if predicted is None else measurement.latency_s.get("forward", 0.0) + predicted
         if round_index > 0 and passes_time_limit(forward_after, settings.max_request_s):
-            read.notices.append(f"Read {len(read.windows):,} windows; reading {len(new):,} more would pass the limit "
-                                f"of {settings.max_request_s:g} s a request, so the answer comes from those read.")
+            read.notices.append(f"Read {len(read.windows):,} windows; reading {len(round_windows):,} more would pass "
+                                f"the limit of {settings.max_request_s:g} s a request, so the answer comes from "
+                                f"those read.")
             read.cut_short = True
             break
         if round_index == 0:
-            check_predicted_time(predicted, settings, len(new), new_tokens, rate)
-        done_before = len(read.windows)
-
-        def round_progress(state: WindowProgress, done_before=done_before, n_new=len(new)) -> None:
-            if on_window_progress is not None:
-                on_window_progress(replace(state, windows_done=done_before + state.windows_done,
-                                           windows_total=max(windows_total, done_before + n_new)))
-        with measurement.stage("forward"):
-            new_logits, read.batch_size, sample = run_windows(runner, new, tokenizer.pad_token_id, settings,
-                                                              batch_state, should_stop=should_stop,
-                                                              on_window_progress=round_progress)
-        read.forward_tokens += sample.tokens
-        read.forward_windows += sample.windows
-        read.forward_s += sample.seconds
-        read.windows.extend(new)
-        read.logits.extend(new_logits)
-        read.read_rows.extend(window_span(w) for w in new)
+            check_predicted_time(predicted, settings, len(round_windows), new_tokens, rate)
+        read_windows(runner, tokenizer, plan, round_windows, read, batch_state, measurement,
+                     should_stop=should_stop, on_window_progress=on_window_progress)
         with measurement.stage("decode"):
-            decoded = decode(read.windows, read.logits, documents, replace(settings, top_k=1),
+            decoded = decode(read.windows, read.logits, plan.documents, replace(settings, top_k=1),
                              stop_check(should_stop))
         read.best_score = decoded.answers[0].score if decoded.answers else None
         rule = no_answer_rule(settings)
         missing = None
         if rule.needs_evidence and decoded.answers:
             best = decoded.answers[0]
-            evidence = evidence or no_answer.Evidence(plan.question, [d.text for d in documents])
+            evidence = evidence or no_answer.Evidence(plan.question, [d.text for d in plan.documents])
             missing = evidence.missing(best.document_index, best.start_char, best.end_char)
         if no_answer.is_found(rule, read.best_score, decoded.null_score, missing) is False:
             read.best_score = None  # what the request's rule calls "not found" is as weak as no answer: read on
@@ -378,16 +368,16 @@ def read_rounds(runner: Runner, tokenizer, plan, batch_state: BatchState, measur
     return read
 
 
-def full_read_passes_limit(settings: EngineSettings, batch_state: BatchState, forward_s: float,
-                           windows_total: int) -> str | None:
-    """The notice to give when reading every window now would pass `settings.max_request_s` at the measured rate
-    (counting the `forward_s` already spent), else None."""
+def rest_passes_limit(settings: EngineSettings, batch_state: BatchState, forward_s: float, windows_left: int,
+                      window_tokens_left: int) -> str | None:
+    """The notice to give when reading the `windows_left` windows not read yet (`window_tokens_left` tokens) would
+    pass `settings.max_request_s` at the measured rate (counting the `forward_s` already spent), else None."""
     rate = batch_state.tokens_per_s
     if settings.max_request_s is None or not rate:
         return None
-    predicted = forward_s + windows_total * settings.max_seq_len / rate
+    predicted = forward_s + window_tokens_left / rate
     if predicted <= settings.max_request_s:
         return None
-    return (f"The answer is weak, and reading all {windows_total:,} windows would take about {predicted:,.0f} s, "
-            f"over the limit of {settings.max_request_s:g} s a request: the answer comes from the windows the "
-            f"ranking picked.")
+    return (f"The answer is weak, and reading the other {windows_left:,} windows would take about "
+            f"{predicted:,.0f} s in all, over the limit of {settings.max_request_s:g} s a request: the answer comes "
+            f"from the windows the ranking picked.")

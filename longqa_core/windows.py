@@ -1,14 +1,18 @@
 """Windows: the model's inputs cut from the documents (question first, overlapping by the stride), with each
 token's offsets into its document, and the token counts that say how many windows a text takes, counted without
-offsets or estimated from a sample of its characters.
+offsets or estimated from a sample of its characters. The full read's windows can also be cut from a document's
+tokens kept once (`tokenize_document`, `window_cuts`, `cut_windows`): the same windows, any of them, in any order.
 
 It tokenizes and cuts; it runs no model and checks no limit (`longqa_core.limits` and `longqa_core.plan` do).
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, replace
 from typing import NamedTuple
+
+import itertools
 
 import numpy as np
 
@@ -181,24 +185,166 @@ def chars_per_token(tokenizer, text: str) -> float:
 
 
 
+# The full read's windows, cut from a document's tokens kept once: a guided read reads exactly the windows the
+# full read would (the same boundaries, the same tokens, the same logits), any of them and in any order, so a read
+# that goes on to the whole document reads only the windows it has not read yet.
+
+@dataclass
+class DocumentTokens:
+    """One document's tokens with their character offsets (as the tokenizer gives them, untrimmed), in numpy:
+    about 12 bytes a token, where Python lists of the same take over 100."""
+
+    ids: np.ndarray  # (N,) int32
+    offsets: np.ndarray  # (N, 2) int32: each token's [start, end) in the document's text
+    lone_space: int | None = None  # `lone_space_id` of the tokenizer
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def context_offsets(self, text: str, first: int, end: int) -> list[tuple[int, int]]:
+        """The offsets of tokens [first, end) as a window starting at `first` has them (`make_windows`)."""
+        offsets = [trim_offset(text, int(a), int(b)) for a, b in self.offsets[first:end]]
+        if offsets and first > 0 and self.ids[first] == self.lone_space:  # first in this window's encoding
+            start = offsets[0][0] - 1
+            offsets[0] = (start, start)
+        return offsets
+
+
+@dataclass(frozen=True)
+class WindowCut:
+    """Where the full read cuts one window: its document, its context tokens [first_token, end_token) and the
+    stretch of text they cover (trimmed, as `window_span` reports it)."""
+
+    document_index: int
+    first_token: int
+    end_token: int
+    start_char: int
+    end_char: int
+
+
+_ENCODE_BATCH_CHUNKS = 16  # chunks encoded together (the Rust tokenizer spreads them over the cores); stop checks
+_LONE_SPACE = "\u0120"  # byte-level BPE's token for a space alone ("Ġ")
+
+
+def lone_space_id(tokenizer) -> int | None:
+    """The id of a lone space token whose offsets depend on where its encoding starts, else None.
+
+    A byte-level post-processor that trims offsets and adds a prefix space (Roberta's, Longformer's) keeps the first
+    token's single leading space: a lone space first in its encoding (each overflowing window's first context token)
+    gets the empty span before that space, anywhere else the empty span after it. Every other token's offsets,
+    once trimmed of white space (`trim_offset`), are the same wherever its encoding starts.
+    """
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        return None
+    processors = [json.loads(backend.to_str()).get("post_processor") or {}]
+    while processors and processors[0].get("type") == "Sequence":
+        processors = processors[0].get("processors", [])
+    if not any(p.get("trim_offsets") and p.get("add_prefix_space") for p in processors):
+        return None
+    return backend.token_to_id(_LONE_SPACE)
+
+
+def tokenize_document(tokenizer, text: str, *, should_stop: StopCheck | None = None,
+                      chunk_chars: int = _COUNT_CHUNK_CHARS) -> DocumentTokens:
+    """The tokens of `text` alone (no special tokens), with offsets, a chunk at a time as `count_tokens` cuts it: the
+    same tokens as the text encoded whole. A text with a stretch of `chunk_chars` without a space to cut at is
+    encoded whole instead, so that no chunk is cut inside a word."""
+    backend = counting_backend(tokenizer)
+    stop = stop_check(should_stop)
+    chunks: list[tuple[int, int]] = []
+    start = 0
+    while start < len(text):
+        end, is_hard = _chunk_end(text, start, chunk_chars)
+        if is_hard:
+            chunks = [(0, len(text))]
+            break
+        chunks.append((start, end))
+        start = end
+    ids: list[np.ndarray] = []
+    offsets: list[np.ndarray] = []
+    lone_space = lone_space_id(tokenizer)
+    for first in range(0, len(chunks), _ENCODE_BATCH_CHUNKS):
+        if stop():
+            raise Cancelled("The request was cancelled while its documents were being tokenized.")
+        group = chunks[first: first + _ENCODE_BATCH_CHUNKS]
+        pieces = [text[a:b] for a, b in group]
+        if backend is not None:
+            encoded = [(e.ids, e.offsets) for e in backend.encode_batch(pieces, add_special_tokens=False)]
+        else:
+            batch = tokenizer(pieces, add_special_tokens=False, return_offsets_mapping=True)
+            encoded = list(zip(batch["input_ids"], batch["offset_mapping"]))
+        for (a, _), (chunk_ids, chunk_offsets) in zip(group, encoded):
+            chunk_offsets = np.fromiter(itertools.chain.from_iterable(chunk_offsets), dtype=np.int32,
+                                        count=2 * len(chunk_offsets)).reshape(-1, 2) + a  # (n, 2)
+            if a > 0 and len(chunk_ids) and chunk_ids[0] == lone_space:  # first in its chunk, not in the text
+                chunk_offsets[0] = chunk_offsets[0, 0] + 1
+            ids.append(np.asarray(chunk_ids, dtype=np.int32))
+            offsets.append(chunk_offsets)
+    if not ids:
+        return DocumentTokens(np.zeros(0, dtype=np.int32), np.zeros((0, 2), dtype=np.int32), lone_space)
+    return DocumentTokens(np.concatenate(ids), np.concatenate(offsets), lone_space)
+
+
+def window_cuts(document_index: int, text: str, tokens: DocumentTokens, room: int, doc_stride: int) -> list[WindowCut]:
+    """The full read's windows of one document (`make_windows`, the tokenizer's overflow): `room` context tokens
+    each, each starting `room - doc_stride` tokens after the one before."""
+    n = len(tokens)
+    cuts = []
+    for k in range(count_windows(n, room, doc_stride)):
+        first = k * (room - doc_stride)
+        end = min(n, first + room)
+        if end > first:
+            start_char = tokens.context_offsets(text, first, first + 1)[0][0]
+            end_char = trim_offset(text, *map(int, tokens.offsets[end - 1]))[1]
+        else:
+            start_char = end_char = 0
+        cuts.append(WindowCut(document_index, first, end, start_char, end_char))
+    return cuts
+
+
+@dataclass(frozen=True)
+class QuestionFrame:
+    """What a window holds around its context, from the tokenizer's own pair encoding: `<s> question </s></s>`
+    before it and `</s>` after it, with their offsets, and how many leading tokens get global attention."""
+
+    head_ids: list[int]
+    head_offsets: list[tuple[int, int]]
+    tail_ids: list[int]
+    tail_offsets: list[tuple[int, int]]
+    n_global: int
+
+
+def question_frame(tokenizer, question: str) -> QuestionFrame:
+    encoded = tokenizer(question, "x", return_offsets_mapping=True)
+    sequence_ids = encoded.sequence_ids(0)
+    context = [i for i, s in enumerate(sequence_ids) if s == 1]
+    first, last = context[0], context[-1] + 1
+    ids, offsets = encoded["input_ids"], [tuple(o) for o in encoded["offset_mapping"]]
+    return QuestionFrame(ids[:first], offsets[:first], ids[last:], offsets[last:], sequence_ids.index(None, 1))
+
+
+def cut_windows(tokenizer, question: str, documents: list[Document], tokens: list[DocumentTokens],
+                cuts: list[WindowCut]) -> list[Window]:
+    """The windows at `cuts`, token for token what `make_windows` gives for them."""
+    frame = question_frame(tokenizer, question)
+    windows = []
+    for cut in cuts:
+        text, doc_tokens = documents[cut.document_index].text, tokens[cut.document_index]
+        context_ids = doc_tokens.ids[cut.first_token: cut.end_token].tolist()
+        context_offsets = doc_tokens.context_offsets(text, cut.first_token, cut.end_token)
+        head = len(frame.head_ids)
+        context = np.zeros(head + len(context_ids) + len(frame.tail_ids), dtype=bool)  # (L,)
+        context[head: head + len(context_ids)] = True
+        input_ids = np.asarray(frame.head_ids + context_ids + frame.tail_ids, dtype=np.int32)  # (L,)
+        offsets = np.asarray(frame.head_offsets + context_offsets + frame.tail_offsets,
+                             dtype=np.int64).reshape(-1, 2)  # (L, 2)
+        windows.append(Window(cut.document_index, input_ids, offsets, context, frame.n_global))
+    return windows
+
+
 def window_span(window: Window) -> dict:
     """The stretch of its document a window read: from its first context token's start to its last one's end."""
     spans = [window.offsets[i] for i in np.flatnonzero(window.context)]
     start, end = (spans[0][0], spans[-1][1]) if spans else (0, 0)
     return {"document_index": window.document_index, "start_char": int(start), "end_char": int(end)}
-
-
-
-def span_windows(tokenizer, question: str, documents: list[Document], spans, settings: EngineSettings,
-                 should_stop: StopCheck | None = None) -> list[Window]:
-    """The windows of the given stretches of the documents, with offsets into the whole documents."""
-    windows: list[Window] = []
-    for document_index, start, end in spans:
-        piece = Document(documents[document_index].name, documents[document_index].text[start:end])
-        piece_windows, _ = make_windows(tokenizer, question, [piece], settings, should_stop=should_stop)
-        for window in piece_windows:
-            offsets = window.offsets.copy()  # (L, 2)
-            offsets[window.context] += start  # the context's spans into the whole document; the question's stay
-            windows.append(replace(window, document_index=document_index, offsets=offsets))
-    return windows
-

@@ -1,7 +1,8 @@
 """How the ranking alone places the window that holds the fact, on the long evaluation documents
-(`longqa.demo_model.long_eval`): its rank among the stretches of text, its score as a share of the best, and how many
-stretches tie with the best (score at least `reading.TIE_SHARE` of it). No model runs: this is what the guided
-reading's first two rounds (the best 2, then the ties) are chosen from.
+(`longqa.demo_model.long_eval`): its rank among the full read's windows, its score as a share of the best, and how
+many windows tie with the best (score at least `reading.TIE_SHARE` of it). The fact's window is the best ranked of
+those holding the whole fact sentence (windows overlap). No model runs: this is what the guided reading's first two
+rounds (the best 2, then the ties) are chosen from.
 
 Usage: python scripts/measure_ranking.py [--n 40] [--tokens 100000] [--out docs/ranking.json]
 """
@@ -28,16 +29,17 @@ CATEGORIES = ("literal", "paraphrased", "notes")
 
 
 def place(item, tokenizer, settings) -> dict:
-    """Where the stretch holding the item's fact ranks for its question."""
+    """Where the window holding the item's fact ranks for its question."""
     documents = [Document(item.name, item.text)]
     cache: dict = {}
     guide = plan.plan_request(tokenizer, documents, item.question, settings, "guided", index_cache=cache)
-    index = next(iter(cache.values()))  # the index the plan was made from
-    ranking = reading.rank(index, item.question)
-    holding = next(i for i, r in enumerate(index.regions) if r.start_char <= item.fact_start < r.end_char)
+    index, _ = next(iter(cache.values()))  # the index the plan was made from
+    ranking = reading.rank(index, item.question, guide.cuts)
     order = [int(r) for r in ranking.order]
+    holding = min((i for i, c in enumerate(guide.cuts) if c.start_char <= item.fact_start and
+                   item.fact_end <= c.end_char), key=order.index)
     best = ranking.best
-    return {"category": item.category, "stretches": index.n_regions, "rank": order.index(holding) + 1,
+    return {"category": item.category, "windows": len(guide.cuts), "rank": order.index(holding) + 1,
             "share_of_best": float(ranking.scores[holding] / best) if best > 0 else None,
             "tied": len(ranking.tied()), "plan": guide.mode,
             "in_first_two_rounds": holding in [r for rnd in guide.reading.rounds for r in rnd]}

@@ -5,12 +5,14 @@ from __future__ import annotations
 import threading
 import time
 
+import numpy as np
 import pytest
 
 from longqa_core import reading
 from longqa_core.documents import Document
 from longqa_core.errors import Cancelled
 from longqa_core.index_cache import IndexCache, index_bytes
+from longqa_core.windows import DocumentTokens
 
 
 def slow_build(value, built: list, seconds: float = 0.3, running: list | None = None):
@@ -94,7 +96,16 @@ def test_a_failed_build_lets_the_next_request_build():
 
 def test_an_index_is_counted_by_its_arrays_and_vocabulary():
     words = " ".join(f"word{i}" for i in range(3000))
-    small = reading.build_index([Document("a", "The tide of Harrowgate is 4102. " * 200)], [4000])
-    large = reading.build_index([Document("b", (words + ". ") * 20)], [4000])
+    small = reading.build_index([Document("a", "The tide of Harrowgate is 4102. " * 200)])
+    large = reading.build_index([Document("b", (words + ". ") * 20)])
     assert 0 < index_bytes(small) < index_bytes(large)
-    assert index_bytes(large) > large.passage_regions.nbytes + 3000 * 40  # the vocabulary counts
+    assert index_bytes(large) > large.passage_centres.nbytes + 3000 * 40  # the vocabulary counts
+
+
+def test_an_uploads_entry_counts_its_tokens_too():
+    """What a plan caches per upload is the index and the documents' tokens: both count toward the cap."""
+    index = reading.build_index([Document("a", "The tide of Harrowgate is 4102. " * 200)])
+    tokens = DocumentTokens(np.zeros(100_000, dtype=np.int32), np.zeros((100_000, 2), dtype=np.int32))
+    assert index_bytes((index, [tokens])) >= index_bytes(index) + tokens.ids.nbytes + tokens.offsets.nbytes
+
+

@@ -8,7 +8,6 @@ import pytest
 
 from longqa.serving import policy
 from longqa.serving.lane import ModelLane
-from longqa_core.plan import RequestPlan
 
 
 class Clock:
@@ -51,12 +50,10 @@ def test_the_stop_check_is_released_when_the_request_fails():
     assert policy.stop_check(key) is None and not lane.is_busy()
 
 
-def planned(window_tokens: int, mode: str = "full", windows: int = 0, max_seq_len: int = 4096):
-    """A plan as far as the GPU duration reads it (`RequestPlan.expected_window_tokens`)."""
-    plan = SimpleNamespace(mode=mode, window_tokens=window_tokens, expected_windows=windows,
-                           settings=SimpleNamespace(max_seq_len=max_seq_len))
-    plan.expected_window_tokens = RequestPlan.expected_window_tokens.fget(plan)
-    return plan
+def planned(window_tokens: int, mode: str = "full"):
+    """A plan as far as the GPU duration reads it (`RequestPlan.expected_window_tokens`: all windows' tokens for a
+    full read, the expected rounds' for a guided one, counted when planning)."""
+    return SimpleNamespace(mode=mode, expected_window_tokens=window_tokens)
 
 
 def test_gpu_seconds_grow_with_the_planned_windows_and_shrink_with_the_measured_speed():
@@ -64,8 +61,8 @@ def test_gpu_seconds_grow_with_the_planned_windows_and_shrink_with_the_measured_
     assert policy.GPU_DURATION_BASE_S < small < large
     assert large == pytest.approx(policy.GPU_DURATION_BASE_S + 100_000 / policy.ASSUMED_TOKENS_PER_S)
     assert policy.answer_gpu_seconds(planned(100_000), 10 * policy.ASSUMED_TOKENS_PER_S) < large
-    guided = policy.answer_gpu_seconds(planned(0, "guided", windows=3), 4096.0)
-    assert guided == pytest.approx(policy.GPU_DURATION_BASE_S + 3)  # a whole window each, 1 s a window here
+    guided = policy.answer_gpu_seconds(planned(3 * 4096, "guided"), 4096.0)
+    assert guided == pytest.approx(policy.GPU_DURATION_BASE_S + 3)  # three whole windows, 1 s a window here
     assert policy.answer_gpu_seconds(planned(10**9), None) == policy.GPU_DURATION_MAX_S
     assert policy.training_gpu_seconds(512, None) == pytest.approx(
         policy.GPU_DURATION_BASE_S + policy.TRAINING_STEP_WINDOWS * 512 / policy.ASSUMED_TOKENS_PER_S)

@@ -16,6 +16,7 @@ from longqa_core import answering, batching, limits, no_answer, reading
 from longqa_core.documents import Document
 from longqa_core.errors import DocumentError, InputError
 from longqa_core.plan import CACHED_INDEXES, plan_request
+from longqa_core.windows import WindowCut
 
 FILLER = ("The committee met again in the spring and talked at length about the weather, the roads and the price of "
           "bread, and nobody could agree on anything at all. ")
@@ -28,34 +29,52 @@ def long_text(fact: str, at: float, n_chars: int = 200_000, mentions: str = "") 
     return body[:cut] + fact + " " + mentions + body[cut:]
 
 
-def index_of(texts: list[str], region_chars: int = 16_000) -> reading.DocumentIndex:
-    documents = [Document(f"d{i}.txt", t) for i, t in enumerate(texts)]
-    return reading.build_index(documents, [region_chars] * len(documents))
+WINDOW_CHARS, OVERLAP_CHARS = 16_000, 500  # about what a 4,096-token window and its 128-token overlap hold
 
 
-def region_holding(index: reading.DocumentIndex, document_index: int, char: int) -> int:
-    return next(i for i, r in enumerate(index.regions)
-                if r.document_index == document_index and r.start_char <= char < r.end_char)
+def cuts_of(texts: list[str]) -> list[WindowCut]:
+    """Windows over the texts as the full read cuts them (overlapping; the tokens do not matter to the ranking)."""
+    cuts = []
+    for d, text in enumerate(texts):
+        start = 0
+        while True:
+            end = min(len(text), start + WINDOW_CHARS)
+            cuts.append(WindowCut(d, 0, 0, start, end))
+            if end == len(text):
+                break
+            start = end - OVERLAP_CHARS
+    return cuts
 
 
-def test_regions_tile_each_document_and_end_at_spaces():
+def index_of(texts: list[str]) -> tuple[reading.DocumentIndex, list[WindowCut]]:
+    return reading.build_index([Document(f"d{i}.txt", t) for i, t in enumerate(texts)]), cuts_of(texts)
+
+
+def windows_holding(cuts: list[WindowCut], document_index: int, char: int) -> set[int]:
+    return {i for i, c in enumerate(cuts) if c.document_index == document_index and c.start_char <= char < c.end_char}
+
+
+def test_a_window_scores_by_the_passages_centred_in_it():
     text = long_text("The budget of Quarrowby is 12 crowns.", 0.5)
-    index = index_of([text, "short one"])
-    regions = [r for r in index.regions if r.document_index == 0]
-    assert regions[0].start_char == 0 and regions[-1].end_char == len(text)
-    assert all(a.end_char == b.start_char for a, b in zip(regions, regions[1:]))
-    assert all(text[r.end_char] == " " for r in regions[:-1])
-    assert [r for r in index.regions if r.document_index == 1] == [reading.Region(1, 0, 9)]
+    index, cuts = index_of([text, "short one"])
+    spans = [reading.window_passages(index, c) for c in cuts]
+    for (first, end), cut in zip(spans, cuts):
+        centres = index.passage_centres[first:end]
+        assert end > first and (index.passage_documents[first:end] == cut.document_index).all()
+        assert cut.start_char <= centres.min() and centres.max() < cut.end_char or cut.document_index == 1
+    assert spans[-1] == (len(index.passage_centres) - 1, len(index.passage_centres))  # shorter than a passage
+    every = set().union(*[range(a, b) for a, b in spans])
+    assert every == set(range(len(index.passage_centres)))  # every passage scores for some window
 
 
 def test_the_passage_with_the_question_words_ranks_its_window_first():
     fact = "The budget of Quarrowby is 12 crowns."
     text = long_text(fact, 0.7)
-    index = index_of([text])
-    ranking = reading.rank(index, "What is the budget of Quarrowby?")
+    index, cuts = index_of([text])
+    ranking = reading.rank(index, "What is the budget of Quarrowby?", cuts)
     assert ranking.matched == ["budget", "quarrowbi"] or set(ranking.matched) >= {"budget"}
-    assert int(ranking.order[0]) == region_holding(index, 0, text.index(fact))
-    plan = reading.plan_reading("guided", index, ranking, "What is the budget of Quarrowby?", index.n_regions)
+    assert int(ranking.order[0]) in windows_holding(cuts, 0, text.index(fact))
+    plan = reading.plan_reading("guided", index, ranking, "What is the budget of Quarrowby?", len(cuts))
     assert plan.mode == "guided" and plan.decisive
     assert plan.rounds[0][0] == int(ranking.order[0])
     assert plan.rounds == [ranking.matching()[:reading.FIRST_ROUND_WINDOWS]]
@@ -66,13 +85,13 @@ def test_windows_that_tie_on_the_entity_are_all_read_before_stopping():
     chunk = FILLER * (40_000 // len(FILLER))
     sentences = ["Quarrowby set aside 12 crowns."] + ["Quarrowby was mentioned in passing."] * 4
     text = "".join(chunk + sentence + " " for sentence in sentences) + chunk
-    index = index_of([text])
-    ranking = reading.rank(index, "How much money does Quarrowby have for the year?")
-    plan = reading.plan_reading("guided", index, ranking, "q", index.n_regions)
+    index, cuts = index_of([text])
+    ranking = reading.rank(index, "How much money does Quarrowby have for the year?", cuts)
+    plan = reading.plan_reading("guided", index, ranking, "q", len(cuts))
     tied = ranking.tied()
-    mentions = {region_holding(index, 0, at) for at in
-                [i for i in range(len(text)) if text.startswith("Quarrowby", i)]}
-    assert len(mentions) == 5 and mentions <= set(tied) and not plan.decisive  # a mention near an edge lights two
+    mentions = [windows_holding(cuts, 0, at) for at in
+                [i for i in range(len(text)) if text.startswith("Quarrowby", i)]]
+    assert len(mentions) == 5 and all(m & set(tied) for m in mentions) and not plan.decisive
     assert plan.rounds[0] + plan.rounds[1] == tied and len(plan.rounds) == 2  # the first two rounds hold every tie
     assert not plan.should_stop_after(0, 0.99)  # a strong answer does not stop reading before the ties are read
     assert plan.should_stop_after(1, 0.99)
@@ -91,39 +110,33 @@ def test_windows_that_tie_on_the_entity_are_all_read_before_stopping():
 ])
 def test_where_ranking_cannot_serve_guided_reads_everything_and_says_why(question, documents, why):
     texts = documents or [long_text("The budget of Quarrowby is 12 crowns.", 0.5)]
-    index = index_of(texts)
-    plan = reading.plan_reading("guided", index, reading.rank(index, question), question, 99)
+    index, cuts = index_of(texts)
+    plan = reading.plan_reading("guided", index, reading.rank(index, question, cuts), question, len(cuts))
     assert plan.mode == "full" and why in plan.reason
 
 
 def test_scores_too_flat_fall_back_to_the_full_read():
     text = ("The budget was discussed again. " + FILLER) * 3_000  # the question's word in every window
-    index = index_of([text])
-    plan = reading.plan_reading("auto", index, reading.rank(index, "What was the budget?"), "q", 99)
+    index, cuts = index_of([text])
+    plan = reading.plan_reading("auto", index, reading.rank(index, "What was the budget?", cuts), "q", len(cuts))
     assert plan.mode == "full" and "too flat" in plan.reason
 
 
 def test_auto_reads_short_documents_whole_and_full_is_full():
     assert reading.plan_reading("auto", None, None, "q", reading.AUTO_MIN_WINDOWS).mode == "full"
-    assert "fit in about" in reading.plan_reading("auto", None, None, "q", 2).reason
+    assert "fit in 2 windows" in reading.plan_reading("auto", None, None, "q", 2).reason
+    assert "fit in about 2 windows" in reading.plan_reading("auto", None, None, "q", 2, estimated=True).reason
+    assert "fit in 1 window:" in reading.plan_reading("guided", None, None, "q", 1).reason
     assert reading.plan_reading("full", None, None, "q", 500).reason == "the full read was asked for"
     with pytest.raises(ValueError, match="reading mode"):
         reading.plan_reading("skim", None, None, "q", 5)
 
 
 def test_a_guided_request_on_a_one_window_document_reads_it_whole():
-    index = index_of(["The budget of Quarrowby is 12 crowns."])
-    plan = reading.plan_reading("guided", index, reading.rank(index, "What is the budget of Quarrowby?"), "q", 1)
+    index, cuts = index_of(["The budget of Quarrowby is 12 crowns."])
+    plan = reading.plan_reading("guided", index, reading.rank(index, "What is the budget of Quarrowby?", cuts), "q",
+                                len(cuts))
     assert plan.mode == "full" and "read whole" in plan.reason
-
-
-def test_read_spans_add_margins_and_merge_neighbours():
-    documents = [Document("a", "x" * 100_000), Document("b", "y" * 10_000)]
-    regions = [reading.Region(0, 10_000, 20_000), reading.Region(0, 20_000, 30_000), reading.Region(0, 60_000, 70_000),
-               reading.Region(1, 0, 10_000)]
-    margin = reading.REGION_MARGIN_CHARS
-    assert reading.read_spans(regions, documents) == [(0, 10_000 - margin, 30_000 + margin),
-                                                    (0, 60_000 - margin, 70_000 + margin), (1, 0, 10_000)]
 
 
 # --- the engine's guided read, with the demo model --------------------------------------------------------------
@@ -153,13 +166,15 @@ def test_guided_reads_few_windows_and_answers_as_the_full_read(demo):
                               index_cache=cache)
     assert full.reading.mode == "full" and full.reading.windows_read == full.windows == \
         full.reading.windows_total
-    assert guided.reading.mode == "guided" and guided.reading.windows_total_estimated
+    assert guided.reading.mode == "guided" and not guided.reading.windows_total_estimated
     assert guided.reading.windows_read == guided.windows <= full.windows / 4
     assert [(a.text, a.start_char) for a in guided.answers[:1]] == [(a.text, a.start_char) for a in full.answers[:1]]
     assert any(r.start_char <= item.answer_start and item.answer_end <= r.end_char
                for r in guided.reading.read)
     assert "rank" in guided.latency_s and "rank" not in full.latency_s
-    assert abs(guided.reading.windows_total - full.windows) <= max(2, full.windows // 5)  # the estimate
+    assert guided.reading.windows_total == full.windows  # counted: the full read's windows
+    assert {(r.start_char, r.end_char) for r in guided.reading.read} <= \
+        {(r.start_char, r.end_char) for r in full.reading.read}  # some of the full read's windows, none other
 
 
 @pytest.mark.slow
@@ -170,7 +185,8 @@ def test_a_weak_answer_after_the_ranked_windows_reads_the_whole_document(demo):
     guided = answering.answer(runner, tokenizer, documents, item.question, SMALL_WINDOWS, reading_mode="guided")
     full = answering.answer(runner, tokenizer, documents, item.question, SMALL_WINDOWS, reading_mode="full")
     assert guided.reading.mode == "full" and "no strong answer" in guided.reading.reason
-    assert guided.windows == full.windows and not guided.reading.windows_total_estimated
+    assert guided.windows == full.windows == guided.forward.windows  # each window once
+    assert guided.reading.read == full.reading.read
     assert [(a.text, a.score, a.start_char) for a in guided.answers] == \
         [(a.text, a.score, a.start_char) for a in full.answers]
 
@@ -279,20 +295,78 @@ def weak_request(tiny_tokenizer, question="What is the budget of Quarrowby?", **
     return result, runner
 
 
-def test_a_weak_answer_reads_the_whole_document_in_the_full_reads_windows(tiny_tokenizer):
-    result, runner = weak_request(tiny_tokenizer)
-    full = answering.answer(FlatRunner(), tiny_tokenizer, [Document("d.txt", long_text(
-        "The budget of Quarrowby is 12 crowns.", 0.6, n_chars=60_000))], "What is the budget of Quarrowby?",
-        FLAT_SETTINGS, reading_mode="full")
+@pytest.fixture
+def counted_passes(tiny_model, monkeypatch):
+    """The tiny model (random weights: every answer weak) with its forward wrapped: the window passes it ran."""
+    passes: list[int] = []
+    forward = tiny_model.forward
+
+    def counting_forward(*args, **kwargs):
+        passes.append(int(kwargs["input_ids"].shape[0]))
+        return forward(*args, **kwargs)
+    monkeypatch.setattr(tiny_model, "forward", counting_forward)
+    return batching.ModelRunner(tiny_model), passes
+
+
+def answers_of(result) -> list[tuple]:
+    return [(a.text, a.score, a.document_index, a.start_char, a.end_char) for a in result.answers]
+
+
+@pytest.mark.parametrize("mode", ["guided", "auto"])
+def test_a_weak_answer_reads_each_window_once_and_gives_the_full_reads_answers(tiny_tokenizer, counted_passes,
+                                                                                mode):
+    runner, passes = counted_passes
+    documents = [Document("d.txt", long_text("The budget of Quarrowby is 12 crowns.", 0.6, n_chars=5_000)),
+                 Document("e.txt", long_text("Quarrowby has a budget.", 0.3, n_chars=2_500))]
+    question = "What is the budget of Quarrowby?"
+    full = answering.answer(runner, tiny_tokenizer, documents, question, FLAT_SETTINGS, reading_mode="full")
+    assert sum(passes) == full.windows == full.reading.windows_read
+    passes.clear()
+    result = answering.answer(runner, tiny_tokenizer, documents, question, FLAT_SETTINGS, reading_mode=mode)
     assert result.reading.mode == "full" and "no strong answer" in result.reading.reason
-    assert result.windows == full.windows and runner.windows > full.windows  # the guided rounds, then all
+    assert result.reading.code == "weak_after_guided"
+    assert sum(passes) == result.reading.windows_read == result.reading.windows_total == full.windows  # each once
+    assert result.forward.windows == full.windows
+    assert answers_of(result) == answers_of(full)  # the same windows, the same logits: the same answers and scores
+    assert result.tokens == full.tokens and result.documents == full.documents
+    assert result.reading.read == full.reading.read
+    assert result.found == full.found and result.verdict.read_whole
+
+
+def test_a_strong_answer_stops_after_the_ranked_windows_and_says_how_many_ran(tiny_tokenizer, counted_passes):
+    runner, passes = counted_passes
+    documents = [Document("d.txt", long_text("The budget of Quarrowby is 12 crowns.", 0.6, n_chars=60_000))]
+    plan = plan_request(tiny_tokenizer, documents, "What is the budget of Quarrowby?", FLAT_SETTINGS, "guided")
+    plan.reading.weak_answer_score = 0.0  # every answer strong enough: the ranked rounds only
+    result = answering.answer_plan(runner, tiny_tokenizer, plan)
+    assert result.reading.mode == "guided" and not result.reading.windows_total_estimated
+    assert sum(passes) == result.reading.windows_read == len(plan.reading.rounds[0]) < result.reading.windows_total
+    assert result.reading.windows_total == len(plan.cuts) == plan.windows
+    read = {(r.start_char, r.end_char) for r in result.reading.read}
+    assert read == {(plan.cuts[i].start_char, plan.cuts[i].end_char) for i in plan.reading.rounds[0]}
+
+
+def test_a_guided_plan_knows_the_full_reads_windows_and_its_order(tiny_tokenizer):
+    documents = [Document("d.txt", long_text("The budget of Quarrowby is 12 crowns.", 0.6, n_chars=60_000))]
+    question = "What is the budget of Quarrowby?"
+    full = plan_request(tiny_tokenizer, documents, question, FLAT_SETTINGS, "full")
+    guided = plan_request(tiny_tokenizer, documents, question, FLAT_SETTINGS, "guided")
+    assert guided.mode == "guided" and guided.stats == full.stats and guided.windows == full.windows
+    assert guided.window_tokens == full.window_tokens and guided.tokens == full.tokens
+    assert len(guided.cuts) == full.windows
+    expected = reading.expected_windows(guided.reading)
+    assert guided.expected_windows == len(expected) < guided.windows
+    assert guided.expected_window_tokens == guided.cut_tokens(expected) < guided.window_tokens
+    fact = documents[0].text.index("The budget of Quarrowby")
+    assert any(guided.cuts[i].start_char <= fact < guided.cuts[i].end_char for i in guided.reading.rounds[0])
 
 
 def test_a_question_that_was_cut_still_reads_on_when_the_answer_is_weak(tiny_tokenizer):
     long_question = "What is the budget of Quarrowby? " + "please " * 200
-    result, _ = weak_request(tiny_tokenizer, question=long_question)
+    result, runner = weak_request(tiny_tokenizer, question=long_question)
     assert any("was cut" in notice for notice in result.notices)
     assert result.reading.mode == "full" and "no strong answer" in result.reading.reason
+    assert runner.windows == result.reading.windows_read == result.windows
 
 
 def test_a_weak_answer_keeps_the_guided_read_when_reading_everything_would_pass_the_time_limit(tiny_tokenizer):
@@ -322,9 +396,9 @@ def test_the_largest_overlap_the_settings_allow_is_refused_like_the_full_read_no
 
 def test_the_first_round_never_reads_a_stretch_without_the_questions_words():
     text = long_text("Quarrowby set aside 12 crowns.", 0.5)
-    index = index_of([text])
-    ranking = reading.rank(index, "Quarrowby?")
-    plan = reading.plan_reading("guided", index, ranking, "q", index.n_regions)
+    index, cuts = index_of([text])
+    ranking = reading.rank(index, "Quarrowby?", cuts)
+    plan = reading.plan_reading("guided", index, ranking, "q", len(cuts))
     assert all(ranking.scores[r] > 0 for r in plan.rounds[0])
 
 
@@ -342,8 +416,9 @@ def test_the_index_cache_keeps_the_last_few_uploads(tiny_tokenizer):
 
 def test_one_cjk_file_among_english_ones_does_not_stop_the_ranking():
     english = [long_text("The budget of Quarrowby is 12 crowns.", 0.5) for _ in range(3)]
-    index = index_of(english + ["预算是十二元。" * 500])
-    plan = reading.plan_reading("guided", index, reading.rank(index, "What is the budget of Quarrowby?"), "q", 99)
+    index, cuts = index_of(english + ["预算是十二元。" * 500])
+    plan = reading.plan_reading("guided", index, reading.rank(index, "What is the budget of Quarrowby?", cuts), "q",
+                                len(cuts))
     assert index.unsplit_share < reading.UNSPLIT_SHARE and plan.mode == "guided"
 
 
