@@ -15,10 +15,10 @@ M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
 M_ARENA_MAX = -8
 # Allocator settings for a server: few arenas, so that memory freed by one request thread is reused by the next
-# instead of sitting in a thread's own arena; buffers from 4 MB up mapped on their own, so that freeing one (a
-# request's windows, logits, a tokenizer's output) returns it at once. The environment's MALLOC_* settings win.
+# instead of sitting in a thread's own arena. A fixed mmap threshold (buffers from 4 MB up mapped on their own, freed
+# at once) was measured too and is not set: every large tensor of a forward pass then faults in fresh pages, and a
+# window of the base architecture took 1.4x as long (docs/crowd-lane.md). The environment's MALLOC_* settings win.
 SERVER_ARENA_MAX = 2
-SERVER_MMAP_THRESHOLD_BYTES = 4 * 1024 * 1024
 _ENVIRONMENT = {M_ARENA_MAX: "MALLOC_ARENA_MAX", M_MMAP_THRESHOLD: "MALLOC_MMAP_THRESHOLD_",
                 M_TRIM_THRESHOLD: "MALLOC_TRIM_THRESHOLD_"}
 
@@ -40,7 +40,7 @@ def trim_heap() -> bool:
 
 
 def tune_allocator(arena_max: int | None = SERVER_ARENA_MAX,
-                   mmap_threshold_bytes: int | None = SERVER_MMAP_THRESHOLD_BYTES) -> dict[str, int]:
+                   mmap_threshold_bytes: int | None = None) -> dict[str, int]:
     """Set glibc's arena count and mmap threshold for this process (each left alone when None); nothing when the
     environment sets any of glibc's own MALLOC_* variables (the operator's settings win). Returns what was set, by
     glibc's variable name."""

@@ -117,10 +117,12 @@ def memory_return_rows(base_tree: Path | None, n: int = 100, settle_s: float = 6
     """Issue 40 item 6: `n` small requests against `python app.py --model demo` as a separate process, with the
     base commit's app (`base_tree`, a checkout of it; skipped when None), this one with glibc's default allocator
     (MALLOC_ARENA_MAX=16 is glibc's own default on 2 cores, and any MALLOC_* variable leaves `tune_allocator`
-    alone) and this one as it starts. The server's memory idle, right after and `settle_s` later."""
+    alone), this one as it starts (2 arenas), and this one with a 4 MB mmap threshold as well (dropped: slower). The server's memory idle, right after and `settle_s` later."""
     variants = {"this branch: heap trimmed after each request, allocator tuned": (ROOT / "app.py", {}),
                 "this branch: heap trimmed after each request, glibc defaults": (ROOT / "app.py",
-                                                                                {"MALLOC_ARENA_MAX": "16"})}
+                                                                                {"MALLOC_ARENA_MAX": "16"}),
+                "this branch: heap trimmed after each request, 2 arenas and a 4 MB mmap threshold (tried, dropped)":
+                    (ROOT / "app.py", {"MALLOC_ARENA_MAX": "2", "MALLOC_MMAP_THRESHOLD_": "4194304"})}
     if base_tree is not None:
         variants = {"before (main f93cea5): trimmed only after a cancel": (base_tree / "app.py", {}), **variants}
     rows = {}

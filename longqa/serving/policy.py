@@ -134,6 +134,6 @@ def training_gpu_seconds(window_tokens: int, tokens_per_s: float | None) -> floa
 
 
 def tune_allocator() -> dict[str, int]:
-    """A server process's allocator settings (`longqa_core.host_memory.tune_allocator`: few arenas, large buffers
-    mapped on their own), set before the model loads; docs/crowd.md measures what they change."""
+    """A server process's allocator settings (`longqa_core.host_memory.tune_allocator`: few arenas), set before the
+    model loads; docs/crowd-lane.md measures what they change."""
     return host_memory.tune_allocator()
