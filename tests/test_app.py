@@ -226,6 +226,7 @@ def test_control_and_zero_width_characters_are_dropped_from_documents_and_questi
         ask(ctx, pasted=clean_text, question="\u200b\ufeff\x00\x07\u2060")
 
 
+@pytest.mark.slow
 def test_load_profile_switches_and_returns_the_load_readout(ctx, tiny_model_dir):
     out = app.load_profile(ctx, "baseline-fp32", str(tiny_model_dir))
     readout, table = out["load_json"], out["load_table"]
@@ -271,6 +272,7 @@ def corrupt_weights_dir(tmp_path, tiny_model_dir):
     ("not a QA model", "bert model; this demo needs a Longformer question-answering checkpoint"),
     ("a Longformer without a QA head", "not a question-answering checkpoint"),
 ])
+@pytest.mark.slow
 def test_a_failed_load_keeps_the_previous_model_and_says_why(tiny_model_dir, broken_model_dir, tmp_path,
                                                             monkeypatch, case, why):
     import huggingface_hub.constants
@@ -300,6 +302,7 @@ def test_a_failed_load_keeps_the_previous_model_and_says_why(tiny_model_dir, bro
 
 
 @pytest.mark.parametrize("cpu_bf16", [True, False], ids=["cpu-with-bf16", "cpu-without-bf16"])
+@pytest.mark.slow
 def test_a_load_that_fails_half_way_leaves_nothing_half_loaded(tiny_model_dir, monkeypatch, cpu_bf16):
     """On both CPU kinds (`cpu` is bf16 + fast attention with bf16, int8 + fast attention without)."""
     from strategies.gradient_checkpointing import GradientCheckpointing
@@ -491,6 +494,7 @@ def test_a_locked_deployment_refuses_switches_from_the_page_and_the_api(tiny_mod
     assert len(dropdowns) == 2 and all(block.interactive is False for block in dropdowns)
 
 
+@pytest.mark.slow
 def test_a_visitor_is_told_when_someone_else_switched_the_profile(ctx, tiny_model_dir):
     mine = ask(ctx, pasted="The colour of Zorbin is teal.")
     assert not any("another visitor" in n for n in mine["readout"]["notices"])

@@ -198,6 +198,7 @@ def test_an_upload_past_the_servers_total_is_refused_before_it_is_written_and_up
     assert not Path(held).exists()  # deleted when the server stopped
 
 
+@pytest.mark.slow
 def test_switch_profile_then_ask_uses_it(client, server, tiny_model_dir):
     ctx, _ = server
     *_, readout = client.predict("baseline-fp32", str(tiny_model_dir), api_name="/load_profile")

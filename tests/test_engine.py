@@ -201,6 +201,7 @@ def test_out_of_memory_halves_the_batch_and_keeps_finished_windows(tiny_model, t
     assert again.batch_sizes[0] == 2 and second.backoffs == 0  # the size that worked is remembered
 
 
+@pytest.mark.slow
 def test_out_of_memory_at_batch_one_names_profiles_that_fit(tiny_model, tiny_tokenizer):
     settings = EngineSettings(max_seq_len=128, doc_stride=32, batch_size=4, adaptive_batching=True)
     with pytest.raises(OutOfMemoryError, match="consumer-gpu"):
@@ -226,6 +227,7 @@ def test_other_errors_are_not_mistaken_for_out_of_memory(tiny_model, tiny_tokeni
                EngineSettings(adaptive_batching=True), batch_state=BatchState(4))
 
 
+@pytest.mark.slow
 def test_bad_requests_are_refused_before_any_model_work(tiny_tokenizer):
     def must_not_run(batch):
         raise AssertionError("the model ran")

@@ -109,6 +109,7 @@ def test_a_cancel_ends_the_child_at_once(readers):
     assert not my_children() and readers.running() == 0
 
 
+@pytest.mark.slow
 def test_a_cancel_or_the_time_limit_ends_a_wait_in_line(readers):
     outcome = {}
     first = read_in_thread(sleeping_page(2.0), "first.html", outcome)

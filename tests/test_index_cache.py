@@ -70,6 +70,7 @@ def test_the_cache_keeps_indexes_up_to_its_bytes_the_most_recently_used_last():
     assert "huge" not in cache and cache.bytes == 80
 
 
+@pytest.mark.slow
 def test_a_request_waiting_for_a_build_stops_when_asked():
     cache, built, stop = IndexCache(size_of=lambda index: 10), [], threading.Event()
     builder = threading.Thread(target=lambda: cache.get_or_build("k", slow_build("index", built, 2.0)))

@@ -216,6 +216,7 @@ def test_a_small_request_waits_about_one_batch_per_other_request_not_for_their_r
         assert {runner.ran[i] for i in range(6)} == {"big0", "big1", "big2"}
 
 
+@pytest.mark.slow
 def test_large_requests_past_max_active_wait_without_windows_while_small_ones_go_ahead():
     lane, runner, done = ModelLane(max_active=2), SleepyRunner(0.02), {}
     threads = [read(lane, runner, f"big{i}", 30, done) for i in range(3)]

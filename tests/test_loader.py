@@ -74,6 +74,7 @@ def test_baseline_load_and_readout(folder):
     assert start.dtype == torch.float32 and start.shape == end.shape
 
 
+@pytest.mark.slow
 def test_cpu_profile_uses_bf16_where_the_cpu_has_it(folder):
     loaded = load_model(str(folder), "cpu", hardware=CPU)
     assert loaded.readout.strategies == ["half_precision", "fast_attention", "prepacked_linear"]
@@ -212,6 +213,7 @@ def test_demo_without_weights_says_so(monkeypatch, tmp_path):
 
 
 # ------------------------------------------------------------------------------------------ architectures
+@pytest.mark.slow
 def test_architecture_refs_build_random_weights_once(monkeypatch, tmp_path, folder):
     monkeypatch.setenv("LONGQA_CACHE", str(tmp_path))
     monkeypatch.setattr(models, "DEMO_MODEL_DIR", folder)  # its tokenizer is used for arch: models
@@ -228,6 +230,7 @@ def test_architecture_refs_build_random_weights_once(monkeypatch, tmp_path, fold
 
 
 # ------------------------------------------------------------------------------------------ mmap loading
+@pytest.mark.slow
 def test_mmap_profile_loads_a_bin_checkpoint_through_the_cache(monkeypatch, tmp_path):
     monkeypatch.setenv("LONGQA_CACHE", str(tmp_path))
     loaded = load_model(str(tiny_checkpoint(safetensors=False)), custom_profile(["mmap_loading"]), hardware=CPU)
@@ -239,6 +242,7 @@ def test_mmap_profile_loads_a_bin_checkpoint_through_the_cache(monkeypatch, tmp_
 
 
 # ------------------------------------------------------------------------------------------ switching
+@pytest.mark.slow
 def test_unload_releases_the_model_tensors_on_cpu(folder):
     loaded = load_model(str(folder), "baseline-fp32", hardware=CPU)
     parameter = weakref.ref(loaded.model.longformer.encoder.layer[0].attention.self.query.weight)
@@ -250,6 +254,7 @@ def test_unload_releases_the_model_tensors_on_cpu(folder):
 
 
 @pytest.mark.parametrize("profile", ["cpu", "custom-fast"])
+@pytest.mark.slow
 def test_unload_releases_transformed_models_too(folder, profile):
     profile = custom_profile(["fast_attention", "dynamic_batching"]) if profile == "custom-fast" else profile
     loaded = load_model(str(folder), profile, hardware=CPU)
@@ -331,6 +336,7 @@ def test_a_pickled_checkpoint_that_would_run_code_is_refused_and_the_code_never_
         assert not marker.exists()
 
 
+@pytest.mark.slow
 def test_safetensors_are_loaded_when_a_folder_also_has_pickled_weights(tmp_path):
     folder = _copy_checkpoint(tiny_checkpoint(), tmp_path / "both")
     safe = load_model(str(folder), "baseline-fp32", hardware=CPU).model.qa_outputs.weight.clone()

@@ -313,6 +313,7 @@ def answers_of(result) -> list[tuple]:
 
 
 @pytest.mark.parametrize("mode", ["guided", "auto"])
+@pytest.mark.slow
 def test_a_weak_answer_reads_each_window_once_and_gives_the_full_reads_answers(tiny_tokenizer, counted_passes,
                                                                                 mode):
     runner, passes = counted_passes

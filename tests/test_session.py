@@ -57,6 +57,7 @@ def test_the_embedded_session_is_a_backend_and_answers_the_plan_it_made(tiny_mod
     assert session.loaded.batch_state.window_s > 0  # the loaded model's one throughput estimate learned it
 
 
+@pytest.mark.slow
 def test_a_plan_made_before_another_load_is_made_again_for_the_model_loaded_now(tiny_model_dir):
     session = Session()
     session.load(str(tiny_model_dir), "baseline-fp32")
@@ -84,6 +85,7 @@ def test_same_request_does_not_reload_but_auto_stays_auto(tiny_model_dir):
     assert session.loaded is first
 
 
+@pytest.mark.slow
 def test_switching_releases_the_old_model(tiny_model_dir):
     session = Session()
     session.load(str(tiny_model_dir), "baseline-fp32")
@@ -96,6 +98,7 @@ def test_switching_releases_the_old_model(tiny_model_dir):
     assert session.profile_name == "cpu"
 
 
+@pytest.mark.slow
 def test_a_failed_load_keeps_the_previous_model_in_use(tiny_model_dir, tmp_path):
     session = Session()
     session.load(str(tiny_model_dir), "baseline-fp32")
@@ -109,6 +112,7 @@ def test_a_failed_load_keeps_the_previous_model_in_use(tiny_model_dir, tmp_path)
     assert readout.result.answers and readout.model == str(tiny_model_dir)
 
 
+@pytest.mark.slow
 def test_a_profile_that_cannot_run_here_is_explained_and_nothing_changes(tiny_model_dir):
     session = Session()
     session.load(str(tiny_model_dir), "baseline-fp32")
