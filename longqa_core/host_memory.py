@@ -17,7 +17,7 @@ M_ARENA_MAX = -8
 # Allocator settings for a server: few arenas, so that memory freed by one request thread is reused by the next
 # instead of sitting in a thread's own arena. A fixed mmap threshold (buffers from 4 MB up mapped on their own, freed
 # at once) was measured too and is not set: every large tensor of a forward pass then faults in fresh pages, and a
-# window of the base architecture took 1.4x as long (docs/crowd-lane.md). The environment's MALLOC_* settings win.
+# window of the base architecture took 1.40x as long (docs/crowd-lane.md). The environment's MALLOC_* settings win.
 SERVER_ARENA_MAX = 2
 _ENVIRONMENT = {M_ARENA_MAX: "MALLOC_ARENA_MAX", M_MMAP_THRESHOLD: "MALLOC_MMAP_THRESHOLD_",
                 M_TRIM_THRESHOLD: "MALLOC_TRIM_THRESHOLD_"}

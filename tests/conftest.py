@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -74,3 +75,31 @@ def long_document(tmp_path_factory):
     path = tmp_path_factory.mktemp("documents") / "long_report.txt"
     path.write_text(example.text, encoding="utf-8")
     return path, example
+
+
+CHROMIUM = Path("/usr/bin/chromium")  # Debian's chromium (never `playwright install`)
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync"]
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Headless chromium for a test module's pages (each test opens its own page)."""
+    from playwright.sync_api import sync_playwright  # deferred: a test-only dependency (requirements-dev.txt)
+
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
+        yield launched
+        launched.close()
+
+
+@pytest.fixture()
+def ctx(tiny_model_dir):
+    """The page's context with the tiny model loaded on the `cpu` profile (a test's own, not shared)."""
+    import app  # deferred: most tests never build the page
+    from longqa.session import Session
+
+    context = app.make_context(Session(), models=[str(tiny_model_dir)], default_model=str(tiny_model_dir),
+                               default_profile="cpu")
+    app.ensure_loaded(context)
+    return context

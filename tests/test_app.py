@@ -34,14 +34,6 @@ T4 = Hardware(gpus=(Gpu(0, "Tesla T4", 15_600_000_000, (7, 5)),), cuda_available
 
 
 @pytest.fixture()
-def ctx(tiny_model_dir):
-    context = app.make_context(Session(), models=[str(tiny_model_dir)], default_model=str(tiny_model_dir),
-                               default_profile="cpu")
-    app.ensure_loaded(context)
-    return context
-
-
-@pytest.fixture()
 def broken_model_dir(tmp_path):
     folder = tmp_path / "not-a-model"
     folder.mkdir()

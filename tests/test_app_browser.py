@@ -19,10 +19,8 @@ import app
 import ui_format
 from longqa.models import DEFAULT_MODEL, DEMO_MODEL_DIR
 from longqa.session import Session
+from tests.conftest import CHROMIUM
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync"]
 TIMEOUT_MS = 120_000
 PLOT_SETTLE_S = 20.0  # Vega draws an update asynchronously; a plot that lags never catches up
 PLOTS = ("Peak memory by run", "Latency by run")
@@ -72,16 +70,6 @@ def served(tiny_model_dir):
     demo, url = launch(ctx)
     yield ctx, url
     demo.close()
-
-
-@pytest.fixture()
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
-        yield browser
-        browser.close()
 
 
 def open_page(browser, url: str):

@@ -14,14 +14,6 @@ from longqa.demo_model.demo_task import make_example
 from longqa.session import Session
 
 
-@pytest.fixture()
-def ctx(tiny_model_dir):
-    context = app.make_context(Session(), models=[str(tiny_model_dir)], default_model=str(tiny_model_dir),
-                               default_profile="cpu")
-    app.ensure_loaded(context)
-    return context
-
-
 def handler(demo, name):
     return next(fn.fn for fn in demo.fns.values() if fn.name == name)
 

@@ -16,7 +16,8 @@ import app
 import page_help
 from longqa.demo_model.demo_task import make_example
 from longqa.session import Session
-from tests.test_app_browser import CHROMIUM, CHROMIUM_ARGS, TIMEOUT_MS, launch, wait_until
+from tests.conftest import CHROMIUM
+from tests.test_app_browser import TIMEOUT_MS, launch, wait_until
 
 pytestmark = [
     pytest.mark.browser,
@@ -47,6 +48,10 @@ class SlowGate:
     def runner(self, runner):
         return SlowRunner(self.gate.runner(runner) if self.gate is not None else runner)
 
+    def widen(self, windows: int) -> None:
+        if self.gate is not None:
+            self.gate.widen(windows)
+
 
 class SlowRunner:
     """A runner that waits BATCH_DELAY_S before each batch."""
@@ -67,16 +72,6 @@ def served(tiny_model_dir):
     demo, url = launch(ctx)
     yield ctx, url
     demo.close()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
-        yield browser
-        browser.close()
 
 
 def open_page(browser, url: str, viewport: dict = FIRST_SCREEN):

@@ -3,16 +3,13 @@ advice (one above the other on a phone) and the table; picking "Other" shows the
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import gradio as gr
 import pytest
 
 import plan_panel
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync"]
+from tests.conftest import CHROMIUM
 LARGE = "allenai/longformer-large-4096-finetuned-triviaqa"
 
 pytestmark = [
@@ -30,16 +27,6 @@ def url():
     _, address, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", quiet=True)
     yield address
     demo.close()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright  # deferred: a test-only dependency (requirements-dev.txt)
-
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
-        yield launched
-        launched.close()
 
 
 @pytest.mark.parametrize("width", [1400, 400])

@@ -23,7 +23,7 @@ from typing import Callable
 import psutil
 from gradio_client import Client, handle_file
 
-from longqa.serving.crowd_check import MAX_CLIENTS, ask_job, outcome_of
+from longqa.serving.crowd_check import MAX_CLIENTS, ask_job, outcome_of, settle
 
 ROOT = Path(__file__).resolve().parents[2]
 MIB = 2**20
@@ -153,24 +153,6 @@ def visit(outcome: AttackOutcome, visitor: Callable[[], tuple[bool, float, dict]
         outcome.visitor_error = str(exc)[:300]
 
 
-def settle(jobs: list, wait_s: float, settle_s: float) -> list[str]:
-    """Give `jobs` `wait_s` more, cancel what is left; each job's outcome."""
-    time.sleep(wait_s)
-    outcomes = []
-    for job in jobs:
-        if job.done():
-            outcomes.append(outcome_of(job, 1.0))
-        else:
-            job.cancel()
-            outcomes.append(None)
-    deadline = time.monotonic() + settle_s
-    for i, job in enumerate(jobs):
-        if outcomes[i] is None:
-            ended = outcome_of(job, max(1.0, deadline - time.monotonic()))
-            outcomes[i] = "answered" if ended == "answered" else "cancelled"
-    return outcomes
-
-
 def html_crowd(url: str, pid: int, files: list[Path], visitor, *, visitor_after_s: float = 2.0,
                wait_s: float = 2.0, settle_s: float = 60.0) -> AttackOutcome:
     """One fresh client per HTML file (at most MAX_CLIENTS), then the visitor; the crowd is cancelled after it."""
@@ -179,7 +161,7 @@ def html_crowd(url: str, pid: int, files: list[Path], visitor, *, visitor_after_
     jobs = [ask_job(url, path, "What is the tide of Harrowgate?", "auto") for path in files[:MAX_CLIENTS]]
     time.sleep(visitor_after_s)
     visit(outcome, visitor)
-    outcome.crowd = settle(jobs, wait_s, settle_s)
+    outcome.crowd, _ = settle(jobs, wait_s, settle_s)
     sampler.stop()
     outcome.rss_peak, outcome.children_peak = sampler.rss_peak, sampler.children_peak
     time.sleep(2.0)
@@ -197,7 +179,7 @@ def one_client_many_html(url: str, pid: int, path: Path, visitor, *, requests: i
                           api_name="/ask") for _ in range(requests)]
     time.sleep(visitor_after_s)
     visit(outcome, visitor)
-    outcome.crowd = settle(jobs, 1.0, settle_s)
+    outcome.crowd, _ = settle(jobs, 1.0, settle_s)
     sampler.stop()
     outcome.rss_peak, outcome.children_peak = sampler.rss_peak, sampler.children_peak
     outcome.rss_after = tree_rss(pid)

@@ -125,6 +125,26 @@ def outcome_of(job, timeout_s: float) -> str:
         return f"refused: {message[:300]}" if message else f"no message ({type(exc).__name__})"
 
 
+def settle(jobs: list, wait_s: float, settle_s: float) -> tuple[list[str], float]:
+    """Give `jobs` `wait_s` more, cancel what is left (waiting up to `settle_s` for each cancelled one to end): each
+    job's outcome, and when the rest was cancelled."""
+    time.sleep(wait_s)
+    outcomes = []
+    for job in jobs:
+        if job.done():
+            outcomes.append(outcome_of(job, 1.0))
+        else:
+            job.cancel()
+            outcomes.append(None)
+    cancelled_at = time.monotonic()
+    deadline = cancelled_at + settle_s
+    for i, job in enumerate(jobs):
+        if outcomes[i] is None:  # cancelled by us: gradio_client then raises its own errors, not the server's
+            ended = outcome_of(job, max(1.0, deadline - time.monotonic()))
+            outcomes[i] = "answered" if ended == "answered" else "cancelled"
+    return outcomes, cancelled_at
+
+
 def run_crowd(url: str, server_pid: int, crowd_files: list[Path], visitor: Callable[[], tuple[bool, float, dict]],
               *, question: str = "What is the tide of Harrowgate?", reading: str = "full",
               visitor_after_s: float = 3.0, settle_s: float = 60.0, wait_answers_s: float = 5.0,
@@ -143,20 +163,8 @@ def run_crowd(url: str, server_pid: int, crowd_files: list[Path], visitor: Calla
         right, seconds, queue = visitor()
     except Exception as exc:  # noqa: BLE001 - the visitor refused is an outcome
         error = str(exc)[:300]
-    time.sleep(wait_answers_s)
-    outcomes = []
-    for job in jobs:
-        if job.done():
-            outcomes.append(outcome_of(job, 1.0))
-        else:
-            job.cancel()
-            outcomes.append(None)
-    cancelled_at = time.monotonic()
+    outcomes, cancelled_at = settle(jobs, wait_answers_s, settle_s)
     deadline = cancelled_at + settle_s
-    for i, job in enumerate(jobs):
-        if outcomes[i] is None:  # cancelled by us: gradio_client then raises its own errors, not the server's
-            ended = outcome_of(job, max(1.0, deadline - time.monotonic()))
-            outcomes[i] = "answered" if ended == "answered" else "cancelled"
     while idle is not None and not idle() and time.monotonic() < deadline:
         time.sleep(0.05)
     idle_after = time.monotonic() - cancelled_at if idle is not None and idle() else None
