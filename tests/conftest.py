@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -103,3 +104,19 @@ def ctx(tiny_model_dir):
                                default_profile="cpu")
     app.ensure_loaded(context)
     return context
+
+
+@contextlib.contextmanager
+def served_page(session, model_dir, launch, models: list[str] | None = None):
+    """The page served on loopback with `model_dir` loaded on the `cpu` profile (`launch(ctx)` gives the page and its
+    address): yields (context, address) and closes the page after."""
+    import app  # deferred: most tests never build the page
+
+    ctx = app.make_context(session, models=models or [str(model_dir)], default_model=str(model_dir),
+                           default_profile="cpu")
+    app.ensure_loaded(ctx)
+    demo, url = launch(ctx)
+    try:
+        yield ctx, url
+    finally:
+        demo.close()

@@ -19,6 +19,7 @@ from gradio_client.utils import Status
 import app
 import longqa.session
 from longqa.session import Session, read_documents
+from tests.conftest import served_page
 from tests.test_documents import blank_page_pdf, encrypt_pdf, make_pdf
 from tests.tiny import CountingRunner
 
@@ -61,12 +62,8 @@ def serve(ctx, queue_size=app.DEFAULT_QUEUE_SIZE):
 
 @pytest.fixture(scope="module")
 def server(tiny_model_dir):
-    ctx = app.make_context(Session(), models=[str(tiny_model_dir)], default_model=str(tiny_model_dir),
-                           default_profile="cpu")
-    app.ensure_loaded(ctx)
-    demo, url = serve(ctx)
-    yield ctx, url
-    demo.close()
+    with served_page(Session(), tiny_model_dir, serve) as served:
+        yield served
 
 
 @pytest.fixture(scope="module")

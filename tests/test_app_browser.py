@@ -19,7 +19,7 @@ import app
 import ui_format
 from longqa.models import DEFAULT_MODEL, DEMO_MODEL_DIR
 from longqa.session import Session
-from tests.conftest import CHROMIUM
+from tests.conftest import CHROMIUM, served_page
 
 TIMEOUT_MS = 120_000
 PLOT_SETTLE_S = 20.0  # Vega draws an update asynchronously; a plot that lags never catches up
@@ -64,12 +64,9 @@ def launch(ctx):
 
 @pytest.fixture(scope="module")
 def served(tiny_model_dir):
-    ctx = app.make_context(Session(), models=[str(tiny_model_dir), *(["demo"] if HAS_DEMO else [])],
-                           default_model=str(tiny_model_dir), default_profile="cpu")
-    app.ensure_loaded(ctx)
-    demo, url = launch(ctx)
-    yield ctx, url
-    demo.close()
+    with served_page(Session(), tiny_model_dir, launch,
+                     models=[str(tiny_model_dir), *(["demo"] if HAS_DEMO else [])]) as page_served:
+        yield page_served
 
 
 def open_page(browser, url: str):

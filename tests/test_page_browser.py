@@ -16,7 +16,7 @@ import app
 import page_help
 from longqa.demo_model.demo_task import make_example
 from longqa.session import Session
-from tests.conftest import CHROMIUM
+from tests.conftest import CHROMIUM, served_page
 from tests.test_app_browser import TIMEOUT_MS, launch, wait_until
 
 pytestmark = [
@@ -66,12 +66,8 @@ class SlowRunner:
 
 @pytest.fixture(scope="module")
 def served(tiny_model_dir):
-    ctx = app.make_context(SlowBatches(), models=[str(tiny_model_dir)], default_model=str(tiny_model_dir),
-                           default_profile="cpu")
-    app.ensure_loaded(ctx)
-    demo, url = launch(ctx)
-    yield ctx, url
-    demo.close()
+    with served_page(SlowBatches(), tiny_model_dir, launch) as page_served:
+        yield page_served
 
 
 def open_page(browser, url: str, viewport: dict = FIRST_SCREEN):
