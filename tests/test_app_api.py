@@ -356,7 +356,7 @@ def test_a_profile_switch_waits_for_the_answer_in_flight(tiny_model_dir):
         client = Client(url, verbose=False)
         answer_job = client.submit([], "The colour of Zorbin is teal.", "What is the colour of Zorbin?", 1,
                                    api_name="/ask")
-        time.sleep(0.5)
+        assert ctx.session.answering.wait(timeout=60), "the answer never started"
         load_job = client.submit("baseline-fp32", str(tiny_model_dir), api_name="/load_profile")
         readout = answer_job.result(timeout=60)[-1]
         assert readout["profile"] == "cpu", "the reload must not run under the answer"
