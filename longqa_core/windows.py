@@ -209,8 +209,9 @@ class WindowCut:
     end_char: int
 
 
-_ENCODE_GROUP_CHARS = 1 << 18  # characters encoded in one call (a few chunks, which the Rust tokenizer spreads over
-# the cores); Stop is checked between calls: about 0.1-0.3 s of one core here for prose (docs/crowd-lane.md)
+_ENCODE_GROUP_CHARS = 1 << 17  # characters encoded in one call (two chunks, which the Rust tokenizer spreads over
+# the cores); Stop is asked between calls, about every 0.1 s of one core for prose here. Smaller groups were no
+# slower: 6 MB of prose took 5.0 s in groups of 128K characters, 5.3 s of 256K, 6.5-10 s of 1M (loaded machine)
 _LONE_SPACE = "\u0120"  # byte-level BPE's token for a space alone ("Ġ")
 
 
@@ -288,21 +289,20 @@ def _cuts(text: str, start: int, end: int, in_runs: bool):
 
 
 def _next_chunk(text: str, start: int, chunk_chars: int, in_runs: bool, prefix_space: bool) -> tuple[int, int]:
-    """Where the chunk from `start` ends, and where the next chunk's encoding starts: the last cut in the chunk's
-    last `_CUT_SEARCH_CHARS` (a space preferred), else the first one after it, else the end of the text."""
+    """Where the chunk from `start` ends, and where the next chunk's encoding starts: the last space cut in the
+    chunk's last `_CUT_SEARCH_CHARS`, else its last class cut there, else the first cut after it, else the end."""
     target = start + chunk_chars
     if target >= len(text):
         return len(text), len(text)
     lowest = max(start + 1, target - _CUT_SEARCH_CHARS)
-    found = list(_cuts(text, lowest, target + 1, in_runs))
-    spaces = [cut for cut, kind in found if kind == "space"]
-    if spaces:
-        return spaces[-1], spaces[-1]
-    usable = _usable(found, prefix_space)
+    for cut in range(target, lowest - 1, -1):  # prose has a space within a few characters: no regex needed
+        if text[cut] == " " and _cut_kind(text, cut) == "space":
+            return cut, cut
+    usable = _usable(list(_cuts(text, lowest, target + 1, in_runs)), prefix_space)
     if usable:
         return usable[-1]
     previous = None
-    for cut, kind in _cuts(text, target + 1, len(text), in_runs):
+    for cut, kind in _cuts(text, _run_end(text, target + 1), len(text), in_runs):
         if kind == "space" or not prefix_space:
             return cut, cut
         if previous is not None:
@@ -311,24 +311,36 @@ def _next_chunk(text: str, start: int, chunk_chars: int, in_runs: bool, prefix_s
     return len(text), len(text)
 
 
+_NOT_IN_CLASS = {"L": regex.compile(r"[^\p{L}]"), "N": regex.compile(r"[^\p{N}]"),
+                 "O": regex.compile(r"[\p{L}\p{N}\s']")}  # where a run of one class ends (a fast scan)
+
+
+def _run_end(text: str, position: int) -> int:
+    """The end of the run of one class around `position` (no cut lies inside it), else `position`."""
+    kind = _char_class(text[position - 1]) if 0 < position <= len(text) else None
+    if kind is None:
+        return position
+    found = _NOT_IN_CLASS[kind].search(text, position)
+    return found.start() if found is not None else len(text)
+
+
 def _usable(found: list[tuple[int, str]], prefix_space: bool) -> list[tuple[int, int]]:
-    """(cut, where the next encoding starts) for the class cuts among `found`: the cut itself, or with a prefix
-    space the cut before it."""
+    """(cut, where the next encoding starts) for the cuts in `found`: the cut itself, or with a prefix space the
+    cut before it."""
     if not prefix_space:
         return [(cut, cut) for cut, _ in found]
     return [(cut, before) for (before, _), (cut, _) in zip(found, found[1:])]
 
 
-def plan_chunks(tokenizer, text: str, chunk_chars: int = _COUNT_CHUNK_CHARS) -> list[_Chunk]:
-    """`text` cut into chunks of about `chunk_chars` that encode, each on its own, to the whole text's tokens."""
+def plan_chunks(tokenizer, text: str, chunk_chars: int = _COUNT_CHUNK_CHARS):
+    """`text` cut into chunks of about `chunk_chars` that encode, each on its own, to the whole text's tokens: a
+    generator, so that a caller can stop between chunks of a text whose cuts take long to find."""
     in_runs, prefix_space = _byte_level(tokenizer)
-    chunks: list[_Chunk] = []
     start = encode_from = 0
     while start < len(text):
         end, next_from = _next_chunk(text, start, chunk_chars, in_runs, prefix_space)
-        chunks.append(_Chunk(encode_from, start, end))
+        yield _Chunk(encode_from, start, end)
         start, encode_from = end, next_from
-    return chunks
 
 
 def _byte_level(tokenizer) -> tuple[bool, bool]:

@@ -98,7 +98,7 @@ def test_chunks_cut_inside_runs_without_spaces_give_the_whole_texts_tokens_and_w
                                                                                       seed, chunk_chars):
     tokenizer = tiny_tokenizer if which == "tiny" else request.getfixturevalue("demo_tokenizer")
     text = runs_text(seed, 300)
-    chunks = plan_chunks(tokenizer, text, chunk_chars)
+    chunks = list(plan_chunks(tokenizer, text, chunk_chars))
     assert len(chunks) > 5 and any(c.encode_from < c.start for c in chunks)  # cut inside runs, with context
     assert all(not text[c.start - 1].isspace() and not text[c.start].isspace()
                for c in chunks if c.encode_from < c.start)
@@ -119,7 +119,7 @@ def test_chunks_cut_inside_runs_without_spaces_give_the_whole_texts_tokens_and_w
 def test_a_chunk_boundary_falls_inside_a_long_run_without_spaces(tiny_tokenizer):
     run = "Harrowgate's.tide:4100;" * 200  # 4,600 characters without a space
     text = "words before it " * 20 + run + " and words after it" * 20
-    chunks = plan_chunks(tiny_tokenizer, text, 1_000)
+    chunks = list(plan_chunks(tiny_tokenizer, text, 1_000))
     inside = [c for c in chunks if text.index(run) < c.start < text.index(run) + len(run)]
     assert len(inside) >= 3
     assert tokenize_document(tiny_tokenizer, text, chunk_chars=1_000).ids.tolist() == \
@@ -128,7 +128,7 @@ def test_a_chunk_boundary_falls_inside_a_long_run_without_spaces(tiny_tokenizer)
 
 def test_a_run_of_one_class_longer_than_a_chunk_is_one_chunk_to_its_end(tiny_tokenizer):
     text = "a few words " + "x" * 3_000 + " then words " * 50
-    chunks = plan_chunks(tiny_tokenizer, text, 500)
+    chunks = list(plan_chunks(tiny_tokenizer, text, 500))
     run = [c for c in chunks if c.start <= text.index("x") < c.end]
     assert len(run) == 1 and run[0].end == text.index(" then")  # no cut inside the run of x: its chunk reaches its end
     assert sum(c.end - c.start > 500 for c in chunks) == 1
