@@ -1,19 +1,19 @@
 """Windows: the model's inputs cut from the documents (question first, overlapping by the stride), with each
 token's offsets into its document, and the token counts that say how many windows a text takes, counted without
-offsets or estimated from a sample of its characters. The full read's windows can also be cut from a document's
-tokens kept once (`tokenize_document`, `window_cuts`, `cut_windows`): the same windows, any of them, in any order.
+offsets or estimated from a sample of its characters. Windows are cut from a document's tokens (`tokenize_document`,
+a chunk at a time so that a Stop is heard between chunks; `window_cuts`, `cut_windows`): the tokenizer's own windows
+over the whole text, any of them, in any order, and the tokens can be kept once for a guided read.
 
 It tokenizes and cuts; it runs no model and checks no limit (`longqa_core.limits` and `longqa_core.plan` do).
 """
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, replace
-from typing import NamedTuple
-
 import itertools
+import json
 import unicodedata
+from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import regex
@@ -210,8 +210,8 @@ class WindowCut:
 
 
 _ENCODE_GROUP_CHARS = 1 << 17  # characters encoded in one call (two chunks, which the Rust tokenizer spreads over
-# the cores); Stop is asked between calls, about every 0.1 s of one core for prose here. Smaller groups were no
-# slower: 6 MB of prose took 5.0 s in groups of 128K characters, 5.3 s of 256K, 6.5-10 s of 1M (loaded machine)
+# the cores); Stop is asked between calls, about every 0.1 s of one core for prose here. Fewer chunks a call were no
+# slower (docs/tokenizing.json: 6 MB of prose, 1.97 CPU seconds two a call, 2.33 sixteen a call)
 _LONE_SPACE = "\u0120"  # byte-level BPE's token for a space alone ("Ġ")
 
 

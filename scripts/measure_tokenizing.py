@@ -2,7 +2,10 @@
 the tokenizer's own overflow in one call over the whole document (tests/reference_windows.py, what `make_windows`
 did before) against `make_windows` now (a chunk at a time, `tokenize_document`, then `cut_windows`): wall and CPU
 seconds of the process (all its threads: the Rust tokenizer's too), whether the windows are identical, and the
-longest stretch between two of the request's Stop checks (how long a cancel can go unseen).
+longest stretch between two of the request's Stop checks (how long a cancel can go unseen); and the peak resident
+memory each way takes over 6 MB of prose, each in a fresh process of its own; what a run of one class without any
+cut (no chunk can end inside it) costs in its one call; and `tokenize_document` over the prose with 2, 4 and 16
+chunks a call (how often it can ask Stop), interleaved.
 
     python scripts/measure_tokenizing.py [--out docs/tokenizing.json] [--rounds 3] [--mb 6]
 
@@ -16,6 +19,7 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -88,12 +92,74 @@ def measure(tokenizer, text: str, rounds: int) -> dict:
             "longest_between_stop_checks_s": round(max(gaps), 3)}
 
 
+ONE_CLASS_RUNS = {"1,000,000 x": "x" * 1_000_000, "300,000 emoji without spaces": "\U0001F600\U0001F389\U0001F9EA" * 100_000,
+                  "1,000,000 digits": "1234567890" * 100_000}
+
+
+def one_class_runs(tokenizer) -> dict:
+    """Seconds (wall, CPU) of `tokenize_document` over runs no chunk can be cut inside: one call each."""
+    from longqa_core.windows import plan_chunks, tokenize_document
+
+    rows = {}
+    for name, text in ONE_CLASS_RUNS.items():
+        tokens, wall, cpu = timed(lambda: tokenize_document(tokenizer, text))
+        rows[name] = {"chunks": len(list(plan_chunks(tokenizer, text))), "tokens": len(tokens),
+                      "wall_s": round(wall, 2), "cpu_s": round(cpu, 2)}
+    return rows
+
+
+def chunks_a_call(tokenizer, text: str, rounds: int) -> dict:
+    """Seconds (wall, CPU; median of `rounds`, interleaved) of `tokenize_document` over `text` with 2, 4 and 16
+    chunks of 64K characters a call: fewer chunks a call, more Stop checks."""
+    from longqa_core import windows
+
+    default, runs = windows._ENCODE_GROUP_CHARS, {}
+    try:
+        for _ in range(rounds):
+            for chunks in (2, 4, 16):
+                windows._ENCODE_GROUP_CHARS = chunks << 16
+                _, wall, cpu = timed(lambda: windows.tokenize_document(tokenizer, text))
+                runs.setdefault(chunks, []).append((wall, cpu))
+    finally:
+        windows._ENCODE_GROUP_CHARS = default
+    return {f"{chunks} chunks a call": {"wall_s": round(statistics.median(w for w, _ in r), 2),
+                                        "cpu_s": round(statistics.median(c for _, c in r), 2)}
+            for chunks, r in runs.items()}
+
+
+def peak_above_start_mb(way: str, mb: float) -> int:
+    """The peak RSS above the process's start (tokenizer loaded, text built) of tokenizing `mb` MB of prose for the
+    windows `way` ("one_call" or "chunked"), in a fresh process of its own."""
+    done = subprocess.run([sys.executable, __file__, "--peak-of", way, "--mb", str(mb)], capture_output=True,
+                          text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])["peak_above_start_mb"]
+
+
+def print_peak(way: str, mb: float) -> None:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(DEMO_MODEL_DIR)
+    documents = [Document("doc.txt", crowd_check.entity_once_text(int(mb * MB)))]
+    settings = EngineSettings().resolved(tokenizer)
+    Path("/proc/self/clear_refs").write_text("5")  # Linux: the peak (VmHWM) restarts from here, not from the imports
+    start = psutil.Process().memory_info().rss
+    build = windows_by_overflow if way == "one_call" else make_windows
+    build(tokenizer, QUESTION, documents, settings)
+    status = Path("/proc/self/status").read_text()
+    peak = int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmHWM:"))) * 1024  # kB
+    print(json.dumps({"peak_above_start_mb": round((peak - start) / MB)}))
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--peak-of", choices=["one_call", "chunked"], help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "tokenizing.json")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--mb", type=float, default=6.0)
     args = parser.parse_args(argv)
+    if args.peak_of:
+        print_peak(args.peak_of, args.mb)
+        return 0
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(DEMO_MODEL_DIR)
@@ -104,11 +170,19 @@ def main(argv=None) -> int:
     for name, text in texts.items():
         rows[name] = measure(tokenizer, text, args.rounds)
         print(name, json.dumps(rows[name]), flush=True)
+    prose = next(iter(rows))
+    rows[prose]["tokenize_document_by_chunks_a_call"] = chunks_a_call(tokenizer, texts[prose], args.rounds)
+    print("chunks a call", rows[prose]["tokenize_document_by_chunks_a_call"], flush=True)
+    runs = one_class_runs(tokenizer)
+    print("runs of one class", json.dumps(runs), flush=True)
+    rows[prose]["peak_rss_above_start_mb"] = {way: peak_above_start_mb(way, args.mb) for way in ("one_call", "chunked")}
+    print("peak", rows[prose]["peak_rss_above_start_mb"], flush=True)
     result = {"machine": f"{platform.processor() or platform.machine()}, {psutil.cpu_count()} cores",
               "cpu_kind": cpu_kind(), "tokenizer": "demo model's (byte-level BPE, 8,000 tokens)",
               "settings": "defaults (the demo model's windows)", "rounds": args.rounds,
               "load_average_before": [round(x, 1) for x in load],
-              "load_average_after": [round(x, 1) for x in os.getloadavg()], "rows": rows}
+              "load_average_after": [round(x, 1) for x in os.getloadavg()], "rows": rows,
+              "runs_of_one_class_in_one_call": runs}
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     return 0
 

@@ -306,7 +306,8 @@ class CancelOutcome:
     stopped_inside: bool  # it left that stage Cancelled (else it finished the stage first)
     stop_s: float | None  # wall seconds from the cancel until it left the stage (a loaded machine stretches these)
     cpu_to_stop_s: float | None  # the server process's CPU seconds (all its threads) over those seconds
-    quiet_s: float | None  # wall seconds from the cancel until the server went quiet (`CpuSampler.quiet_after`)
+    quiet_s: float | None  # wall seconds from the cancel until the server, out of the stage, went quiet
+    # (`CpuSampler.quiet_after`: the first second in which it used under 15 % of a core)
     cpu_to_quiet_s: float | None  # its CPU seconds until then: the request's work and its clean-up after the cancel
     outcome: str
 
@@ -332,11 +333,12 @@ def cancel_inside(url: str, server_pid: int, path: Path, watch: StageWatch, *, r
     job.cancel()
     left = watch.left.wait(timeout_s)
     stop_s, cpu_at_stop = time.monotonic() - cancelled_at, process_cpu_s(server)
-    while cpu.quiet_after(cancelled_at) is None and time.monotonic() < deadline:
+    while cpu.quiet_after(cancelled_at + stop_s) is None and time.monotonic() < deadline:
         time.sleep(0.25)
-    quiet_s = cpu.stop().quiet_after(cancelled_at)
-    cpu_to_quiet = None
-    if quiet_s is not None:
+    quiet_after_stop = cpu.stop().quiet_after(cancelled_at + stop_s)
+    quiet_s = cpu_to_quiet = None
+    if quiet_after_stop is not None:
+        quiet_s = stop_s + quiet_after_stop
         cpu_to_quiet = min(c for t, c in cpu.samples if t >= cancelled_at + quiet_s) - cpu_at_cancel
     ended = outcome_of(job, 10.0)
     return CancelOutcome(True, left and watch.cancelled, stop_s, cpu_at_stop - cpu_at_cancel, quiet_s, cpu_to_quiet,
