@@ -118,7 +118,7 @@ def varied_text(n_words: int, seed: int = 0) -> str:
 
 
 def test_building_an_index_asks_stop_between_passages_and_ends_there():
-    documents = [Document("a", varied_text(200_000))]  # about 1.6 million characters: 2,700 passages
+    documents = [Document("a", varied_text(100_000))]  # about 800,000 characters: 1,350 passages
     passages = len(reading.passage_starts(len(documents[0].text)))
     asked = []
     whole = reading.build_index(documents)
