@@ -203,7 +203,7 @@ def _cached_upload(plan: RequestPlan, tokenizer, index_cache: IndexCache | dict 
         with plan.stage("tokenize"):
             tokens = [tokenize_document(tokenizer, d.text, should_stop=should_stop) for d in documents]
         with plan.stage("rank"):
-            return reading.build_index(documents), tokens
+            return reading.build_index(documents, should_stop=should_stop), tokens
 
     key = reading.content_key(documents, _tokenizer_key(tokenizer))
     if isinstance(index_cache, IndexCache):

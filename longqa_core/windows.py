@@ -1,24 +1,26 @@
 """Windows: the model's inputs cut from the documents (question first, overlapping by the stride), with each
 token's offsets into its document, and the token counts that say how many windows a text takes, counted without
-offsets or estimated from a sample of its characters. The full read's windows can also be cut from a document's
-tokens kept once (`tokenize_document`, `window_cuts`, `cut_windows`): the same windows, any of them, in any order.
+offsets or estimated from a sample of its characters. Windows are cut from a document's tokens (`tokenize_document`,
+a chunk at a time so that a Stop is heard between chunks; `window_cuts`, `cut_windows`): the tokenizer's own windows
+over the whole text, any of them, in any order, and the tokens can be kept once for a guided read.
 
 It tokenizes and cuts; it runs no model and checks no limit (`longqa_core.limits` and `longqa_core.plan` do).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
-from dataclasses import dataclass, replace
+import unicodedata
+from dataclasses import dataclass
 from typing import NamedTuple
 
-import itertools
-
 import numpy as np
+import regex
 
 from longqa_core.documents import Document
 from longqa_core.errors import Cancelled
-from longqa_core.limits import EngineSettings, StopCheck, stop_check
+from longqa_core.limits import EngineSettings, StopCheck, document_room, stop_check
 
 @dataclass
 class Window:
@@ -57,36 +59,21 @@ def trim_offset(text: str, start: int, end: int) -> tuple[int, int]:
 
 def make_windows(tokenizer, question: str, documents: list[Document], settings: EngineSettings, *,
                  should_stop: StopCheck | None = None) -> tuple[list[Window], list[DocumentStats]]:
-    """Windows of every document, question first, overlapping by `doc_stride` tokens (the pipeline's meaning).
+    """Windows of every document, question first, overlapping by `doc_stride` tokens (the pipeline's meaning):
+    token for token what the tokenizer's own overflow gives over the whole document (tests/reference_windows.py),
+    cut from the document's tokens (`tokenize_document`, a chunk at a time). Cancelled when `should_stop` says so
+    between chunks or between windows: nothing runs for more than a fraction of a second without asking.
 
-    Tokenizes each document whole, with offsets: check the request with `plan_request` first.
+    Check the request with `plan_request` first.
     """
-    windows: list[Window] = []
-    stats: list[DocumentStats] = []
-    stop = stop_check(should_stop)
-    for index, document in enumerate(documents):
-        if stop():
-            raise Cancelled("The request was cancelled while its windows were being built.")
-        encoded = tokenizer(question, document.text, truncation="only_second", max_length=settings.max_seq_len,
-                            stride=settings.doc_stride, return_overflowing_tokens=True,
-                            return_offsets_mapping=True)
-        n_windows = len(encoded["input_ids"])
-        covered = 0
-        for w in range(n_windows):
-            if stop():  # cutting a window costs a few ms of Python; a 6 MB document has about 500 of them
-                raise Cancelled("The request was cancelled while its windows were being built.")
-            sequence_ids = encoded.sequence_ids(w)
-            context = np.array([s == 1 for s in sequence_ids], dtype=bool)  # (L,)
-            first_sep = sequence_ids.index(None, 1)  # the `</s>` after the question
-            # Question tokens' offsets point into the question, not the document: only context ones are trimmed.
-            offsets = [trim_offset(document.text, start, end) if in_context else (start, end)
-                       for (start, end), in_context in zip(encoded["offset_mapping"][w], context)]
-            windows.append(Window(index, np.asarray(encoded["input_ids"][w], dtype=np.int32),  # (L,)
-                                  np.asarray(offsets, dtype=np.int64).reshape(-1, 2), context, first_sep))  # (L, 2)
-            covered += int(context.sum())
-        tokens = covered - settings.doc_stride * (n_windows - 1)
-        stats.append(DocumentStats(document.name, len(document.text), max(tokens, 0), n_windows))
-    return windows, stats
+    settings = settings.resolved(tokenizer)
+    room = document_room(tokenizer, settings, len(tokenizer(question, add_special_tokens=False)["input_ids"]))
+    tokens = [tokenize_document(tokenizer, d.text, should_stop=should_stop) for d in documents]
+    cuts = [cut for index, (document, doc_tokens) in enumerate(zip(documents, tokens))
+            for cut in window_cuts(index, document.text, doc_tokens, room, settings.doc_stride)]
+    stats = [DocumentStats(d.name, len(d.text), len(t), count_windows(len(t), room, settings.doc_stride))
+             for d, t in zip(documents, tokens)]
+    return cut_windows(tokenizer, question, documents, tokens, cuts, should_stop=should_stop), stats
 
 
 # Counting tokens before building windows: a count needs no offsets, and it stops at the limit, so a text that
@@ -222,7 +209,9 @@ class WindowCut:
     end_char: int
 
 
-_ENCODE_BATCH_CHUNKS = 16  # chunks encoded together (the Rust tokenizer spreads them over the cores); stop checks
+_ENCODE_GROUP_CHARS = 1 << 17  # characters encoded in one call (two chunks, which the Rust tokenizer spreads over
+# the cores); Stop is asked between calls, about every 0.1 s of one core for prose here. Fewer chunks a call were no
+# slower (docs/tokenizing.json: 6 MB of prose, 1.97 CPU seconds two a call, 2.33 sixteen a call)
 _LONE_SPACE = "\u0120"  # byte-level BPE's token for a space alone ("Ġ")
 
 
@@ -245,45 +234,172 @@ def lone_space_id(tokenizer) -> int | None:
     return backend.token_to_id(_LONE_SPACE)
 
 
+# Where a long text is cut into chunks that encode to exactly the whole text's tokens. Byte-level BPE (Longformer's)
+# first splits text with its regex (`'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`)
+# and merges bytes only within each piece, so a cut where two pieces meet, and where the regex run from the cut
+# finds the same pieces, changes nothing:
+# - before a single space between two non-space characters (" word" is one piece, and starts the next chunk);
+# - between two characters of different classes (letter, digit, other: a punctuation mark, symbol or mark), neither
+#   of them an apostrophe (the contractions span one) nor white space. A tokenizer that adds a prefix space would add
+#   one before the next chunk's first character: that chunk is encoded from an earlier cut of either kind, a few
+#   characters back, and the tokens before the cut are dropped (the regex, run from that earlier cut, meets the
+#   whole text's pieces again by the end of its first class run, before the cut).
+# A run of one class longer than a chunk (a million "x", emoji without spaces) holds no cut: its chunk reaches the
+# run's end, and that run is encoded in one call.
+_CANDIDATE = regex.compile(r"(?<=\S)(?= \S)|(?<=\p{L})(?=[^\p{L}\s])|(?<=\p{N})(?=[^\p{N}\s])"
+                           r"|(?<=[^\p{L}\p{N}\s])(?=[\p{L}\p{N}])")  # a superset of the cuts, checked by `_cut_kind`
+
+
+class _Chunk(NamedTuple):
+    encode_from: int  # where its encoding starts: `start`, or an earlier cut whose tokens are dropped
+    start: int
+    end: int
+
+
+def _char_class(char: str) -> str | None:
+    """The regex's class of a character ("L", "N", or "O" for other), None where a cut never goes: white space,
+    controls, format and unassigned characters, and the apostrophe."""
+    if char == "'":
+        return None
+    kind = unicodedata.category(char)[0]
+    return kind if kind in "LN" else "O" if kind in "MPS" else None
+
+
+def _cut_kind(text: str, cut: int) -> str | None:
+    """"space" (a single space between non-space characters, starting the next chunk), "class" (between two
+    characters of different classes), or None where a chunk may not end."""
+    if 0 < cut < len(text) - 1 and text[cut] == " " and not text[cut - 1].isspace() and not text[cut + 1].isspace():
+        return "space"
+    if 0 < cut < len(text):
+        before, after = _char_class(text[cut - 1]), _char_class(text[cut])
+        if before is not None and after is not None and before != after:
+            return "class"
+    return None
+
+
+def _cuts(text: str, start: int, end: int, in_runs: bool):
+    """The cuts in [start, end) in order, as (position, kind): spaces only unless `in_runs`."""
+    for match in _CANDIDATE.finditer(text, start, min(len(text), end + 1)):
+        cut = match.start()
+        if cut >= end:
+            return
+        kind = _cut_kind(text, cut)
+        if kind == "space" or (kind == "class" and in_runs):
+            yield cut, kind
+
+
+def _next_chunk(text: str, start: int, chunk_chars: int, in_runs: bool, prefix_space: bool) -> tuple[int, int]:
+    """Where the chunk from `start` ends, and where the next chunk's encoding starts: the last space cut in the
+    chunk's last `_CUT_SEARCH_CHARS`, else its last class cut there, else the first cut after it, else the end."""
+    target = start + chunk_chars
+    if target >= len(text):
+        return len(text), len(text)
+    lowest = max(start + 1, target - _CUT_SEARCH_CHARS)
+    for cut in range(target, lowest - 1, -1):  # prose has a space within a few characters: no regex needed
+        if text[cut] == " " and _cut_kind(text, cut) == "space":
+            return cut, cut
+    usable = _usable(list(_cuts(text, lowest, target + 1, in_runs)), prefix_space)
+    if usable:
+        return usable[-1]
+    previous = None
+    for cut, kind in _cuts(text, _run_end(text, target + 1), len(text), in_runs):
+        if kind == "space" or not prefix_space:
+            return cut, cut
+        if previous is not None:
+            return cut, previous
+        previous = cut
+    return len(text), len(text)
+
+
+_NOT_IN_CLASS = {"L": regex.compile(r"[^\p{L}]"), "N": regex.compile(r"[^\p{N}]"),
+                 "O": regex.compile(r"[\p{L}\p{N}\s']")}  # where a run of one class ends (a fast scan)
+
+
+def _run_end(text: str, position: int) -> int:
+    """The end of the run of one class around `position` (no cut lies inside it), else `position`."""
+    kind = _char_class(text[position - 1]) if 0 < position <= len(text) else None
+    if kind is None:
+        return position
+    found = _NOT_IN_CLASS[kind].search(text, position)
+    return found.start() if found is not None else len(text)
+
+
+def _usable(found: list[tuple[int, str]], prefix_space: bool) -> list[tuple[int, int]]:
+    """(cut, where the next encoding starts) for the cuts in `found`: the cut itself, or with a prefix space the
+    cut before it."""
+    if not prefix_space:
+        return [(cut, cut) for cut, _ in found]
+    return [(cut, before) for (before, _), (cut, _) in zip(found, found[1:])]
+
+
+def plan_chunks(tokenizer, text: str, chunk_chars: int = _COUNT_CHUNK_CHARS):
+    """`text` cut into chunks of about `chunk_chars` that encode, each on its own, to the whole text's tokens: a
+    generator, so that a caller can stop between chunks of a text whose cuts take long to find."""
+    in_runs, prefix_space = _byte_level(tokenizer)
+    start = encode_from = 0
+    while start < len(text):
+        end, next_from = _next_chunk(text, start, chunk_chars, in_runs, prefix_space)
+        yield _Chunk(encode_from, start, end)
+        start, encode_from = end, next_from
+
+
+def _byte_level(tokenizer) -> tuple[bool, bool]:
+    """(whether chunks may be cut inside runs without spaces, whether the pre-tokenizer adds a prefix space): runs
+    are cut only for a byte-level pre-tokenizer that splits on its regex, with no normalizer before it."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    pre = getattr(backend, "pre_tokenizer", None)
+    if backend is None or type(pre).__name__ != "ByteLevel" or backend.normalizer is not None:
+        return False, True
+    return bool(pre.use_regex), bool(pre.add_prefix_space)
+
+
 def tokenize_document(tokenizer, text: str, *, should_stop: StopCheck | None = None,
                       chunk_chars: int = _COUNT_CHUNK_CHARS) -> DocumentTokens:
-    """The tokens of `text` alone (no special tokens), with offsets, a chunk at a time as `count_tokens` cuts it: the
-    same tokens as the text encoded whole. A text with a stretch of `chunk_chars` without a space to cut at is
-    encoded whole instead, so that no chunk is cut inside a word."""
+    """The tokens of `text` alone (no special tokens), with offsets: the same tokens as the text encoded whole,
+    encoded a chunk at a time (`plan_chunks`), a few chunks a call, and Cancelled when `should_stop` says so
+    between calls."""
     backend = counting_backend(tokenizer)
     stop = stop_check(should_stop)
-    chunks: list[tuple[int, int]] = []
-    start = 0
-    while start < len(text):
-        end, is_hard = _chunk_end(text, start, chunk_chars)
-        if is_hard:
-            chunks = [(0, len(text))]
-            break
-        chunks.append((start, end))
-        start = end
+    lone_space = lone_space_id(tokenizer)
     ids: list[np.ndarray] = []
     offsets: list[np.ndarray] = []
-    lone_space = lone_space_id(tokenizer)
-    for first in range(0, len(chunks), _ENCODE_BATCH_CHUNKS):
+    for group in _groups(plan_chunks(tokenizer, text, chunk_chars), _ENCODE_GROUP_CHARS):
         if stop():
             raise Cancelled("The request was cancelled while its documents were being tokenized.")
-        group = chunks[first: first + _ENCODE_BATCH_CHUNKS]
-        pieces = [text[a:b] for a, b in group]
+        pieces = [text[c.encode_from:c.end] for c in group]
         if backend is not None:
             encoded = [(e.ids, e.offsets) for e in backend.encode_batch(pieces, add_special_tokens=False)]
         else:
             batch = tokenizer(pieces, add_special_tokens=False, return_offsets_mapping=True)
             encoded = list(zip(batch["input_ids"], batch["offset_mapping"]))
-        for (a, _), (chunk_ids, chunk_offsets) in zip(group, encoded):
+        for chunk, (chunk_ids, chunk_offsets) in zip(group, encoded):
+            chunk_ids = np.asarray(chunk_ids, dtype=np.int32)  # (n,)
             chunk_offsets = np.fromiter(itertools.chain.from_iterable(chunk_offsets), dtype=np.int32,
-                                        count=2 * len(chunk_offsets)).reshape(-1, 2) + a  # (n, 2)
-            if a > 0 and len(chunk_ids) and chunk_ids[0] == lone_space:  # first in its chunk, not in the text
+                                        count=2 * len(chunk_offsets)).reshape(-1, 2) + chunk.encode_from  # (n, 2)
+            if chunk.encode_from < chunk.start:  # the tokens before the cut are the chunk before's
+                first = int(np.searchsorted(chunk_offsets[:, 0], chunk.start, side="left"))
+                chunk_ids, chunk_offsets = chunk_ids[first:], chunk_offsets[first:]
+            elif chunk.start > 0 and len(chunk_ids) and chunk_ids[0] == lone_space:  # first in its chunk only
                 chunk_offsets[0] = chunk_offsets[0, 0] + 1
-            ids.append(np.asarray(chunk_ids, dtype=np.int32))
+            ids.append(chunk_ids)
             offsets.append(chunk_offsets)
     if not ids:
         return DocumentTokens(np.zeros(0, dtype=np.int32), np.zeros((0, 2), dtype=np.int32), lone_space)
     return DocumentTokens(np.concatenate(ids), np.concatenate(offsets), lone_space)
+
+
+def _groups(chunks: list[_Chunk], group_chars: int):
+    """`chunks` in consecutive groups of about `group_chars` characters (a chunk longer than that alone)."""
+    group: list[_Chunk] = []
+    chars = 0
+    for chunk in chunks:
+        if group and chars + chunk.end - chunk.encode_from > group_chars:
+            yield group
+            group, chars = [], 0
+        group.append(chunk)
+        chars += chunk.end - chunk.encode_from
+    if group:
+        yield group
 
 
 def window_cuts(document_index: int, text: str, tokens: DocumentTokens, room: int, doc_stride: int) -> list[WindowCut]:
@@ -325,11 +441,15 @@ def question_frame(tokenizer, question: str) -> QuestionFrame:
 
 
 def cut_windows(tokenizer, question: str, documents: list[Document], tokens: list[DocumentTokens],
-                cuts: list[WindowCut]) -> list[Window]:
-    """The windows at `cuts`, token for token what `make_windows` gives for them."""
+                cuts: list[WindowCut], *, should_stop: StopCheck | None = None) -> list[Window]:
+    """The windows at `cuts`, token for token what the tokenizer's own overflow gives for them; Cancelled when
+    `should_stop` says so between windows (cutting one costs a few ms of Python; 6 MB of prose has about 500)."""
     frame = question_frame(tokenizer, question)
+    stop = stop_check(should_stop)
     windows = []
     for cut in cuts:
+        if stop():
+            raise Cancelled("The request was cancelled while its windows were being built.")
         text, doc_tokens = documents[cut.document_index].text, tokens[cut.document_index]
         context_ids = doc_tokens.ids[cut.first_token: cut.end_token].tolist()
         context_offsets = doc_tokens.context_offsets(text, cut.first_token, cut.end_token)

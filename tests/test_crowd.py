@@ -1,7 +1,8 @@
 """Issue 40's crowds against a served app (loopback, gradio_client, bounded in count and time): guided reads that
 fall back to reading everything, many requests indexing large uploads, and the memory a server keeps after work.
 Each checks the issue's targets: a normal visitor answered within 10 s, the server within +2.5 GB of idle during the
-crowd and back within +0.5 GB after."""
+crowd and back within +0.5 GB after; and a request cancelled while it tokenizes or indexes 6 MB stops within a
+second of the server's CPU time."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ import pytest
 from gradio_client import Client, handle_file
 
 import app
+import longqa_core.reading
+import longqa_core.windows
 from longqa.serving import crowd_check, load_check
 from longqa.session import Session
 
@@ -133,3 +136,26 @@ def test_memory_goes_back_after_every_request(tmp_path):
     out = memory_after_full_reads(Path(app.__file__), tmp_path)
     assert out.right == 12
     assert out.rss_settled - out.rss_idle < 100 * MB, (out.rss_settled - out.rss_idle) / MB
+
+
+@pytest.mark.parametrize("stage, reading", [("tokenize", "full"), ("index", "guided")])
+def test_a_request_cancelled_while_it_tokenizes_or_indexes_6_mb_stops_within_a_second(served, tmp_path, stage,
+                                                                                      reading):
+    """Cancelled as it enters the stage: the full read's tokenizing of its document (`make_windows`), or the
+    guided read's index of its upload (`build_index`), each seconds of work for 6 MB. The server's CPU seconds, not
+    wall seconds, are checked: other sessions on the machine stretch the wall time, not the work."""
+    ctx, url, _ = served
+    path = tmp_path / f"{stage}.txt"
+    path.write_text(crowd_check.entity_once_text(6 * MB) + f" {tmp_path.name}.")  # never indexed before
+    owner, name = ((longqa_core.windows, "tokenize_document") if stage == "tokenize"
+                   else (longqa_core.reading, "build_index"))
+    with crowd_check.watched(owner, name) as watch:
+        out = crowd_check.cancel_inside(url, os.getpid(), path, watch, reading=reading)
+    assert out.entered and out.stopped_inside, out  # the cancel came while the stage ran, and ended it
+    assert out.cpu_to_stop_s < 1.0, out
+    assert out.quiet_s is not None and out.cpu_to_quiet_s < 1.0, out  # and nothing went on after it
+    assert out.outcome == "cancelled"
+    deadline = time.monotonic() + 30
+    while not lane_is_idle(ctx) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert lane_is_idle(ctx)

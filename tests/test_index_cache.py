@@ -110,3 +110,35 @@ def test_an_uploads_entry_counts_its_tokens_too():
     assert index_bytes((index, [tokens])) >= index_bytes(index) + tokens.ids.nbytes + tokens.offsets.nbytes
 
 
+
+
+def varied_text(n_words: int, seed: int = 0) -> str:
+    rng = np.random.default_rng(seed)
+    return " ".join(f"word{i}" for i in rng.integers(0, 5_000, n_words)) + " The tide of Harrowgate is 4102."
+
+
+def test_building_an_index_asks_stop_between_passages_and_ends_there():
+    documents = [Document("a", varied_text(100_000))]  # about 800,000 characters: 1,350 passages
+    passages = len(reading.passage_starts(len(documents[0].text)))
+    asked = []
+    whole = reading.build_index(documents)
+    asking = reading.build_index(documents, should_stop=lambda: asked.append(1) and False)
+    assert len(asked) >= 3 * passages // reading.STOP_EVERY_PASSAGES  # splitting, counting and scoring each ask
+    question = ["harrowgat", "tide"]
+    assert np.array_equal(whole.retriever.get_scores(question), asking.retriever.get_scores(question))
+    assert not any(isinstance(v, reading.StopAsking) for v in vars(asking.retriever).values())
+    for stop_after in (2, len(asked) // 2, len(asked) - 2):  # while splitting, counting and scoring passages
+        calls = []
+        with pytest.raises(Cancelled, match="indexed"):
+            reading.build_index(documents, should_stop=lambda: calls.append(1) or len(calls) > stop_after)
+        assert len(calls) == stop_after + 1  # it ended at the first ask after the stop
+
+
+def test_a_build_cancelled_half_way_is_not_cached_and_the_next_request_builds_it():
+    cache, documents, asked = IndexCache(), [Document("a", varied_text(50_000))], []
+    with pytest.raises(Cancelled):
+        cache.get_or_build("k", lambda: reading.build_index(documents, should_stop=lambda: len(asked) > 3
+                                                            or asked.append(1)))
+    assert "k" not in cache and len(cache) == 0 and cache.builds == 0
+    index = cache.get_or_build("k", lambda: reading.build_index(documents))
+    assert "k" in cache and cache.builds == 1 and index.retriever is not None

@@ -1,7 +1,8 @@
 """A bounded crowd against a served app, on loopback only: N fresh `gradio_client` clients each send one large or
 slow request, then a normal visitor asks a small question; measures the visitor's wait and answer, what happened to
 each crowd request (answered, refused and why, cancelled), and the server's memory before, at its peak and after the
-crowd is cancelled.
+crowd is cancelled; and how soon a request cancelled inside one stage of its work (tokenizing, indexing) stops,
+in the server's CPU seconds.
 
 It measures and returns numbers; it formats nothing (scripts/measure_crowd.py writes the JSON and the table) and
 starts no server (the caller gives the URL and the server's process id).
@@ -9,6 +10,7 @@ starts no server (the caller gives the URL and the server's process id).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -19,6 +21,8 @@ from typing import Callable
 
 import psutil
 from gradio_client import Client, handle_file
+
+from longqa_core.errors import Cancelled
 
 MAX_CLIENTS = 16  # the crowd stays bounded whatever the caller asks
 FILLER = "The harbour was quiet that morning and the boats stayed in, as they had the day before. "
@@ -59,6 +63,12 @@ def tree_rss(process: psutil.Process) -> int:
     return total
 
 
+def process_cpu_s(process: psutil.Process) -> float:
+    """The CPU seconds a process has used, all its threads together (its children not)."""
+    times = process.cpu_times()
+    return times.user + times.system
+
+
 class MemorySampler:
     """The peak RSS of a process and its children, sampled every `every_s` in a thread until `stop()`."""
 
@@ -80,6 +90,42 @@ class MemorySampler:
         return self.peak
 
 
+class CpuSampler:
+    """The CPU seconds a process (all its threads) has used, sampled every `every_s` in a thread until `stop()`."""
+
+    def __init__(self, pid: int, every_s: float = 0.1):
+        self.process = psutil.Process(pid)
+        self.samples: list[tuple[float, float]] = []  # (monotonic seconds, CPU seconds so far)
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self.every_s = every_s
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            self.samples.append((time.monotonic(), process_cpu_s(self.process)))
+            if self._done.wait(self.every_s):
+                return
+
+    def stop(self) -> "CpuSampler":
+        self._done.set()
+        self._thread.join(5)
+        return self
+
+    def quiet_after(self, since: float, window_s: float = 1.0, busy_share: float = 0.15) -> float | None:
+        """Seconds from `since` until the first `window_s` in which the process used less than `busy_share` of one
+        core (its idle cost is a few percent): when its work stopped. None if it never went quiet."""
+        for i, (began, cpu) in enumerate(self.samples):
+            if began < since:
+                continue
+            for ended, cpu_then in self.samples[i:]:
+                if ended - began >= window_s:
+                    if cpu_then - cpu < busy_share * (ended - began):
+                        return began - since
+                    break
+        return None
+
+
 @dataclass
 class CrowdOutcome:
     visitor_right: bool | None
@@ -91,6 +137,7 @@ class CrowdOutcome:
     rss_after: int
     crowd: list[str] = field(default_factory=list)  # per request: "answered", "refused: …", "cancelled", "lost"
     idle_after_cancel_s: float | None = None  # from the cancels until `idle()` said so (None: no `idle`, or never)
+    quiet_after_cancel_s: float | None = None  # from the cancels until the server used under 15 % of a core a second
 
 
 def sample_visitor(url: str, samples_dir: Path) -> Callable[[], tuple[bool, float, dict]]:
@@ -155,7 +202,7 @@ def run_crowd(url: str, server_pid: int, crowd_files: list[Path], visitor: Calla
     files = crowd_files[:MAX_CLIENTS]
     server = psutil.Process(server_pid)
     rss_idle = tree_rss(server)
-    sampler = MemorySampler(server_pid)
+    sampler, cpu = MemorySampler(server_pid), CpuSampler(server_pid)
     jobs = [ask_job(url, path, question, reading) for path in files]
     time.sleep(visitor_after_s)
     right = seconds = error = queue = None
@@ -169,8 +216,10 @@ def run_crowd(url: str, server_pid: int, crowd_files: list[Path], visitor: Calla
         time.sleep(0.05)
     idle_after = time.monotonic() - cancelled_at if idle is not None and idle() else None
     rss_peak = sampler.stop()
-    time.sleep(1.0)
-    return CrowdOutcome(right, seconds, error, queue, rss_idle, rss_peak, tree_rss(server), outcomes, idle_after)
+    time.sleep(1.5)
+    quiet_after = cpu.stop().quiet_after(cancelled_at)
+    return CrowdOutcome(right, seconds, error, queue, rss_idle, rss_peak, tree_rss(server), outcomes, idle_after,
+                        quiet_after)
 
 
 @dataclass
@@ -218,3 +267,79 @@ def run_small_requests(server_pid: int, visitor: Callable[[], tuple[bool, float,
     time.sleep(settle_s)
     return MemoryReturn(len(right), sum(right), seconds, rss_idle, max(sampler.stop(), rss_after), rss_after,
                         tree_rss(server), settle_s)
+
+
+class StageWatch:
+    """What `watched` saw of calls to one function: when one entered it, when one left it, and whether that one
+    left it Cancelled."""
+
+    def __init__(self):
+        self.entered, self.left = threading.Event(), threading.Event()
+        self.cancelled = False
+
+
+@contextlib.contextmanager
+def watched(owner, name: str):
+    """`owner.name` (a module's function that a request calls, e.g. `longqa_core.reading.build_index`) wrapped for
+    the block, to tell when a request is inside it: for an in-process server only."""
+    original, watch = getattr(owner, name), StageWatch()
+
+    def wrapper(*args, **kwargs):
+        watch.entered.set()
+        try:
+            return original(*args, **kwargs)
+        except Cancelled:
+            watch.cancelled = True
+            raise
+        finally:
+            watch.left.set()
+    setattr(owner, name, wrapper)
+    try:
+        yield watch
+    finally:
+        setattr(owner, name, original)
+
+
+@dataclass
+class CancelOutcome:
+    entered: bool  # the request reached the watched stage
+    stopped_inside: bool  # it left that stage Cancelled (else it finished the stage first)
+    stop_s: float | None  # wall seconds from the cancel until it left the stage (a loaded machine stretches these)
+    cpu_to_stop_s: float | None  # the server process's CPU seconds (all its threads) over those seconds
+    quiet_s: float | None  # wall seconds from the cancel until the server, out of the stage, went quiet
+    # (`CpuSampler.quiet_after`: the first second in which it used under 15 % of a core)
+    cpu_to_quiet_s: float | None  # its CPU seconds until then: the request's work and its clean-up after the cancel
+    outcome: str
+
+
+def cancel_inside(url: str, server_pid: int, path: Path, watch: StageWatch, *, reading: str,
+                  question: str = "What is the tide of Harrowgate?", after_s: float = 0.0,
+                  timeout_s: float = 120.0) -> CancelOutcome:
+    """One fresh client's question over `path`, cancelled `after_s` after the request enters the stage `watch`
+    watches: how long, in wall and in the server's CPU seconds, until it left that stage, and until the server went
+    quiet (its clean-up included: the heap handed back). CPU seconds are the server's own work wherever other
+    processes load the machine."""
+    server = psutil.Process(server_pid)
+    job = ask_job(url, path, question, reading)
+    deadline = time.monotonic() + timeout_s
+    while not watch.entered.wait(0.05) and not job.done() and time.monotonic() < deadline:
+        pass
+    if not watch.entered.is_set():  # refused or answered before it got there, or never got there
+        job.cancel()
+        return CancelOutcome(False, False, None, None, None, None, outcome_of(job, 10.0))
+    time.sleep(after_s)
+    cpu = CpuSampler(server_pid, every_s=0.05)
+    cpu_at_cancel, cancelled_at = process_cpu_s(server), time.monotonic()
+    job.cancel()
+    left = watch.left.wait(timeout_s)
+    stop_s, cpu_at_stop = time.monotonic() - cancelled_at, process_cpu_s(server)
+    while cpu.quiet_after(cancelled_at + stop_s) is None and time.monotonic() < deadline:
+        time.sleep(0.25)
+    quiet_after_stop = cpu.stop().quiet_after(cancelled_at + stop_s)
+    quiet_s = cpu_to_quiet = None
+    if quiet_after_stop is not None:
+        quiet_s = stop_s + quiet_after_stop
+        cpu_to_quiet = min(c for t, c in cpu.samples if t >= cancelled_at + quiet_s) - cpu_at_cancel
+    ended = outcome_of(job, 10.0)
+    return CancelOutcome(True, left and watch.cancelled, stop_s, cpu_at_stop - cpu_at_cancel, quiet_s, cpu_to_quiet,
+                         "answered" if ended == "answered" else "cancelled")
