@@ -17,12 +17,12 @@ SPIN_VARIABLE = "GOMP_SPINCOUNT"
 # The operator's settings win: libgomp's spin count, and the standard wait policy (PASSIVE sleeps at once, ACTIVE
 # spins for minutes).
 OPERATOR_VARIABLES = (SPIN_VARIABLE, "OMP_WAIT_POLICY")
-# libgomp's default is 300,000 spins (its comment reckons 3 ms; a spin is one `pause`, about 140 cycles on Intel CPUs
-# from Skylake on, so about 15 ms there) after every parallel region, on each thread that finished its share. On a
-# CPU shared with other processes those spins are CPU time taken from the thread that still has work: a 4,096-token
-# window of arch:base on 2 cores took about twice the wall time and 1.5x the CPU seconds (docs/cpu-floor/amx.md).
-# 10,000 spins (about half a millisecond there) still span the gaps between one operator and the next of a forward
-# pass, which are tens of microseconds.
+# libgomp's default is 300,000 spins (its comment reckons 3 ms; one spin is a load and a `pause`: 9.5 ns on the Xeon
+# with AMX of docs/cpu-floor/amx.md, so 2.9 ms there) after every parallel region, on each thread that finished its
+# share. On a CPU shared with other processes those spins are CPU time taken from the threads that still have work:
+# there a 4,096-token window of arch:base on 2 cores took 1.3x the wall time and 1.5x the CPU seconds
+# (docs/cpu-floor/amx.md). 10,000 spins (about 0.1 ms there) still cover most gaps between one operator and the next
+# in a forward pass (the same page measures them).
 SERVER_SPIN_COUNT = 10_000
 MAPS = Path("/proc/self/maps")
 
