@@ -32,6 +32,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from longqa_core.openmp_wait import limit_spin_wait
+
+limit_spin_wait()  # before anything below loads torch, and with it libgomp, which reads its spin count once
+
 import gradio as gr
 
 try:  # Hugging Face Spaces ship `spaces`; imported before torch so that ZeroGPU can patch CUDA first

@@ -32,6 +32,7 @@ the public names of each:
 - `gpu_devices`: the NVML wrapper (`nvml`, `nvml_handle`, `device_memory`, `gpu_snapshot`, `cuda_device_indices`).
 - `host_memory`: handing freed memory back to the system (`trim_heap`) and a server's allocator settings
   (`tune_allocator`).
+- `openmp_wait`: how long idle OpenMP threads spin (`limit_spin_wait`), set by the entry points before torch loads.
 - `errors`: the domain errors (`InputError`, `RequestTooLongError`, `Cancelled`, `OutOfMemoryError`, ...).
 - `cache`: the project's one cache folder.
 """

@@ -20,10 +20,14 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-import torch
-from torch.profiler import ProfilerActivity, profile, record_function
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from longqa_core.openmp_wait import limit_spin_wait  # noqa: E402
+
+limit_spin_wait()  # as the page and the command line run: set before torch loads libgomp
+
+import torch  # noqa: E402
+from torch.profiler import ProfilerActivity, profile, record_function  # noqa: E402
+
 from longqa.bench.floor import (Shapes, hardware_for, kind_name, linear_shapes, measure_floor,  # noqa: E402
                                 row_precision, window_flops)
 from longqa.bench.runner import cpu_flags, cpu_model, write_measurement  # noqa: E402
