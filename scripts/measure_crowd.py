@@ -5,7 +5,9 @@ uploads (issue 40); the server's memory (its children included) idle, at its pea
 crowd is cancelled; what each crowd request got. Then the lane's two orders on a simulated model (issue 32), and the
 memory a server keeps after 30 full reads, as a process of its own, against the base commit (issue 40); and how
 soon a request cancelled inside each stage of planning and reading 6 MB (counting, tokenizing, indexing) stops, in
-wall seconds and in the server's CPU seconds (`--attacks cancel`, issue 40).
+wall seconds and in the server's CPU seconds (`--attacks cancel`, issue 40); and how long a 2 MB file of emoji
+and punctuation takes to be answered or refused, and how soon its request stops when cancelled while it tokenizes
+or decodes (`--attacks emoji`, issue 40 item 2).
 Writes the JSON and prints Markdown rows.
 `--attacks html-uploads`: issue 40's attacks on HTML reading and uploads instead, against `python app.py --model demo`
 started as its own process (memory counted with its children), written to docs/crowd-html-uploads.json.
@@ -13,6 +15,7 @@ Usage: python scripts/measure_crowd.py [--out docs/crowd.json] [--clients 8] [--
        python scripts/measure_crowd.py --attacks html-uploads [--out docs/crowd-html-uploads.json]
        python scripts/measure_crowd.py --attacks guided_fallback,index,memory --base-tree DIR --out docs/crowd-lane.json
        python scripts/measure_crowd.py --attacks guided_fallback,index,cancel --out docs/crowd-cancel.json
+       python scripts/measure_crowd.py --attacks emoji --out docs/crowd-emoji.json
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ import app  # noqa: E402
 from longqa.serving import crowd_attacks, crowd_check, load_check  # noqa: E402
 from longqa.serving.lane import GatedRunner, ModelLane  # noqa: E402
 from longqa.session import Session  # noqa: E402
+from longqa_core.reading import DEFAULT_READING  # noqa: E402
 
 MB = 1024 * 1024
 
@@ -133,6 +137,57 @@ def cancel_rows(url: str, ctx, work: Path, mb: float = 6.0, repeats: int = 3) ->
             print(name, runs[-1], flush=True)
         rows[name] = {"runs": runs, **{f"max_{key}": max((r[key] for r in runs if r[key] is not None), default=None)
                                        for key in ("stop_s", "cpu_to_stop_s", "quiet_s", "cpu_to_quiet_s")}}
+    return rows
+
+
+# Texts of emoji and punctuation, no letter or digit: (repeated unit, bytes). 2 MB is the issue's size; 1.9 MB the
+# largest under the default 2,000,000-token limit (the demo model's tokenizer gives one token a byte here), read in
+# full; 182 KB is the issue's own probe, `'😀🎉🧪 ' * 14000`.
+EMOJI_TEXTS = {"2 MB of '😀🎉🧪 ' (spaced)": ("😀🎉🧪 ", 2 * MB),
+               "2 MB of '😀🎉🧪!?…' (no white space at all)": ("😀🎉🧪!?…", 2 * MB),
+               "1.9 MB of '😀🎉🧪 ' (under the token limit: read in full)": ("😀🎉🧪 ", 1_900_000),
+               "'😀🎉🧪 ' * 14000 (182 KB, the issue's probe)": ("😀🎉🧪 ", 14000 * 13),
+               "182 KB of '😀🎉🧪!?…' (no white space at all)": ("😀🎉🧪!?…", 14000 * 13)}
+# Stages an emoji request is cancelled in (as it enters them): tokenizing its upload at planning (the default reading,
+# auto, tokenizes exactly and builds the ranking index there), and decoding the windows' spans.
+EMOJI_CANCEL_STAGES = {"tokenizing (plan: tokenize_document)": ("longqa_core.plan", "tokenize_document"),
+                       "decoding (spans.window_candidates)": ("longqa_core.spans", "window_candidates")}
+
+
+def emoji_rows(url: str, ctx, work: Path) -> dict:
+    """Issue 40 item 2's target: a 2 MB file of emoji and punctuation (no letter or digit) is answered or
+    refused in seconds, and a cancel stops the server's work within a second. For each text: one fresh client's
+    question awaited (wall seconds to its answer or refusal, what it said, the readout's seconds by stage), then a
+    fresh upload of the same text cancelled as the request enters each stage of EMOJI_CANCEL_STAGES (`cancel_inside`:
+    wall and the server's CPU seconds until it left the stage and until the server went quiet)."""
+    import importlib
+
+    rows = {}
+    for name, (unit, size) in EMOJI_TEXTS.items():
+        text = crowd_check.emoji_text(size, unit)
+        path = work / f"emoji-{len(rows)}.txt"
+        path.write_text(text)
+        asked = crowd_check.ask_timed(url, path, "What is the tide of Harrowgate?", DEFAULT_READING)
+        row = {"bytes": len(text.encode()), "answer_or_refusal_s": round(asked.seconds, 2), "outcome": asked.outcome,
+               "answers": asked.answers, "latency_s": {k: round(v, 2) for k, v in asked.latency_s.items()},
+               "cancelled": {}}
+        print(name, json.dumps(row, ensure_ascii=False), flush=True)
+        for stage, (module, function) in EMOJI_CANCEL_STAGES.items():
+            if asked.outcome != "answered":  # refused at the door: no stage to cancel it in
+                break
+            fresh = work / f"emoji-{len(rows)}-{function}.txt"
+            fresh.write_text(text + f"{time.time_ns()}")  # a new upload: nothing cached from the first ask
+            with crowd_check.watched(importlib.import_module(module), function) as watch:
+                out = crowd_check.cancel_inside(url, os.getpid(), fresh, watch, reading=DEFAULT_READING)
+            row["cancelled"][stage] = {
+                "entered": out.entered, "stopped_inside": out.stopped_inside,
+                **{key: (round(getattr(out, key), 2) if getattr(out, key) is not None else None)
+                   for key in ("stop_s", "cpu_to_stop_s", "quiet_s", "cpu_to_quiet_s")}, "outcome": out.outcome}
+            print(" ", stage, row["cancelled"][stage], flush=True)
+            deadline = time.monotonic() + 60
+            while (ctx.lane.waiting() or ctx.lane.is_busy()) and time.monotonic() < deadline:
+                time.sleep(0.1)
+        rows[name] = row
     return rows
 
 
@@ -292,7 +347,7 @@ def main(argv=None) -> int:
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--mb", type=float, default=5.0)
     parser.add_argument("--attacks", default="full,html",
-                        help="which to run: full, html (issue 32), guided_fallback, index, memory, cancel (issue 40); "
+                        help="which to run: full, html (issue 32), guided_fallback, index, memory, cancel, emoji (issue 40); "
                              "html-uploads alone: issue 40's HTML and upload attacks")
     parser.add_argument("--base-tree", type=Path, default=None,
                         help="a checkout of the commit to compare with (memory: its app.py as a process)")
@@ -315,7 +370,7 @@ def main(argv=None) -> int:
         large[-1].write_text(crowd_check.large_text(int(args.mb * MB)))
         slow.append(work / f"slow{i}.html")
         slow[-1].write_text(crowd_check.slow_html(300_000))
-    rows, cancels = {}, {}
+    rows, cancels, emoji = {}, {}, {}
     try:
         visitor(url)()
         right, alone, _ = visitor(url)()
@@ -331,6 +386,8 @@ def main(argv=None) -> int:
                 index_crowd_row(url, ctx, work)
         if "cancel" in attacks:
             cancels = cancel_rows(url, ctx, work)
+        if "emoji" in attacks:
+            emoji = emoji_rows(url, ctx, work)
     finally:
         demo.close()
     memory = memory_return_rows(args.base_tree, n=30, settle_s=60.0, medium_kb=300) if "memory" in attacks else {}
@@ -343,6 +400,8 @@ def main(argv=None) -> int:
         result["memory_after_30_full_reads_of_300_kb"] = memory
     if cancels:
         result["cancelled_inside_a_stage_6_mb"] = cancels
+    if emoji:
+        result["emoji_2_mb"] = emoji
     if {"full", "html"} & attacks:
         result["lane_orders_simulated"] = compare_orders()
     args.out.write_text(json.dumps(result, indent=2) + "\n")
@@ -359,6 +418,10 @@ def main(argv=None) -> int:
         print(f"| cancelled in {name} | left the stage after at most {row['max_stop_s']} s "
               f"({row['max_cpu_to_stop_s']} CPU s) | quiet after at most {row['max_quiet_s']} s "
               f"({row['max_cpu_to_quiet_s']} CPU s) |")
+    for name, row in emoji.items():
+        print(f"| {name} | {row['outcome'][:80]} after {row['answer_or_refusal_s']} s | " + " | ".join(
+            f"cancelled in {stage}: quiet after {c['quiet_s']} s ({c['cpu_to_quiet_s']} CPU s)"
+            for stage, c in row["cancelled"].items()) + " |")
     for name, row in memory.items():
         print(f"| {name} | idle {row['rss_idle_mb']} MB | peak {row['rss_peak_above_idle_mb']:+} MB | "
               f"a minute after {row['rss_60s_after_above_idle_mb']:+} MB |")

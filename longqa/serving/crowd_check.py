@@ -343,3 +343,32 @@ def cancel_inside(url: str, server_pid: int, path: Path, watch: StageWatch, *, r
     ended = outcome_of(job, 10.0)
     return CancelOutcome(True, left and watch.cancelled, stop_s, cpu_at_stop - cpu_at_cancel, quiet_s, cpu_to_quiet,
                          "answered" if ended == "answered" else "cancelled")
+
+
+def emoji_text(n_bytes: int, unit: str = "😀🎉🧪 ") -> str:
+    """About `n_bytes` (UTF-8) of emoji and punctuation with no letter or digit (issue 40 item 2): nothing in it can
+    be an answer, so every window's spans are looked at and rejected unless decoding skips them."""
+    return unit * max(1, n_bytes // len(unit.encode()))
+
+
+@dataclass
+class Asked:
+    """One question's end as a visitor saw it: wall seconds until the answer or refusal, and what it said."""
+
+    seconds: float
+    outcome: str  # "answered" or "refused: …" (outcome_of)
+    answers: list[str]  # the answers' texts (answered only)
+    latency_s: dict  # the readout's seconds by stage (answered only)
+
+
+def ask_timed(url: str, path: Path, question: str, reading: str, timeout_s: float = 600.0) -> Asked:
+    """A fresh client's question over `path`, awaited: how long until it was answered or refused, and how."""
+    began = time.monotonic()
+    job = ask_job(url, path, question, reading)
+    outcome = outcome_of(job, timeout_s)
+    seconds = time.monotonic() - began
+    if outcome != "answered":
+        return Asked(seconds, outcome, [], {})
+    readout = job.result()[-1]
+    return Asked(seconds, outcome, [a["text"] for a in readout.get("answers") or []],
+                 dict(readout.get("latency_s") or {}))
