@@ -347,7 +347,8 @@ def main(argv=None) -> int:
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--mb", type=float, default=5.0)
     parser.add_argument("--attacks", default="full,html",
-                        help="which to run: full, html (issue 32), guided_fallback, index, memory, cancel, emoji (issue 40); "
+                        help="which to run: full, html (issue 32), guided_fallback, index, memory, cancel, emoji "
+                             "(issue 40); "
                              "html-uploads alone: issue 40's HTML and upload attacks")
     parser.add_argument("--base-tree", type=Path, default=None,
                         help="a checkout of the commit to compare with (memory: its app.py as a process)")
