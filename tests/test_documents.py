@@ -600,8 +600,8 @@ def test_pdf_extraction_stops_in_the_middle_of_a_page_once_past_the_character_li
 
 def test_pdf_extraction_stops_at_the_time_limit(shared_stream_pdf):
     message, seconds = timed_read_error(shared_stream_pdf, name="bomb.pdf", max_read_s=1.0)
-    assert seconds < 4
-    assert re.fullmatch(r"'bomb\.pdf': reading stopped after 1\.\d s \(on page 1 of 40 pages, [\d,]+ characters read\), "
+    assert seconds < 8  # the limit, then the page in progress (slower on a loaded machine)
+    assert re.fullmatch(r"'bomb\.pdf': reading stopped after [1-7]\.\d s \(on page 1 of 40 pages, [\d,]+ characters read\), "
                         r"over the time limit of 1 s for reading documents\.", message), message
 
 
