@@ -48,7 +48,7 @@ from starlette.middleware import Middleware
 
 import page_help
 import ui_format
-from compare_panel import PageHooks, build_compare_panel, build_history_panel, recolour_after
+from compare_panel import PageHooks, build_compare_panel, build_history_panel, plot_outputs, recolour_after
 from plan_panel import build_plan_panel
 from longqa.arguments import positive_int
 from longqa.backend import Backend
@@ -760,8 +760,8 @@ def ask(ctx: AppContext, files, pasted_text, question, top_k, reading, history, 
     for notice in result.notices:
         gr.Warning(escape(notice))
     remember(ctx.outcomes, page_session(request), Outcome(readout=readout))  # for the page's answer area
-    history = [*(history or []), ui_format.history_entry(readout, len(history or []) + 1)]
-    plotted = ui_format.history_frame(history)  # the plots' data: one bar per run
+    earlier = list(history or [])
+    history = [*earlier, ui_format.history_entry(readout, len(earlier) + 1)]
     best = result.answers[0] if result.answers else None
     passage = (ui_format.evidence(documents[best.document_index].text, best.start_char, best.end_char)
                if best is not None and best.document_index >= 0 else [])
@@ -778,8 +778,7 @@ def ask(ctx: AppContext, files, pasted_text, question, top_k, reading, history, 
         "run": pd.DataFrame(ui_format.run_rows(readout), columns=ui_format.RUN_HEADERS),
         "history": history,
         "history_table": pd.DataFrame(ui_format.history_rows(history), columns=ui_format.HISTORY_HEADERS),
-        "memory_plot": plot_update(plotted),
-        "latency_plot": plot_update(plotted),
+        **plot_outputs(earlier, history),  # the plots' data: one bar per run
         "seen": seen_now(ctx),
         "readout": readout.to_json(),
     }
@@ -847,12 +846,6 @@ def reading_or_default(value) -> str:
     if value not in READING_MODES:
         raise InputError(f"Reading must be one of {', '.join(READING_MODES)}, got {value!r}.")
     return value
-
-
-def plot_update(frame: pd.DataFrame) -> dict:
-    """A bar plot's new data and no other property (see build_history_panel); one update per plot, as gradio
-    processes an update in place."""
-    return gr.update(value=frame)
 
 
 def refresh_gpu_gauge():

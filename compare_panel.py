@@ -65,6 +65,10 @@ def build_history_panel() -> dict:
     #   profile it does not know is not drawn. So the data goes first, and an event after it (`recolour_after`)
     #   sets the colours of the profiles in the history, which redraws the chart from the data it now holds when a
     #   new profile arrives (the map changes only then).
+    # - Except the first data, which comes with the colours (`plot_outputs`): gradio applies an update's keys one
+    #   at a time, its value last, so the colour map is set while the plot has no chart yet and the data then
+    #   draws the chart once, coloured. Sent after it, the map would start a second drawing while the first was
+    #   still loading Vega, and whichever finished last stayed: in default colours 3 times in 6 under load.
     # Run numbers stand upright: twenty of them fit side by side in a plot on a 400 px phone.
     plot = dict(x="run", color="profile", y_lim=[0, None], x_label_angle=-90,
                 tooltip=["profile", "strategies", "reading"], color_title="profile")
@@ -76,10 +80,24 @@ def build_history_panel() -> dict:
             "latency_plot": latency_plot}
 
 
+def profile_colours(runs: list[dict]) -> dict[str, str]:
+    """The plots' colour for each profile in the history."""
+    return ui_format.profile_colours(list(PROFILES), runs)
+
+
+def plot_outputs(earlier: list[dict], runs: list[dict]) -> dict:
+    """Both plots' new data, one bar per run of `runs`, after `earlier` runs: the data alone, but for the page's
+    first data, which comes with the profiles' colours (see build_history_panel)."""
+    plotted = ui_format.history_frame(runs)
+    colours = {} if earlier else {"color_map": profile_colours(runs)}
+    # one update per plot: gradio takes the value out of the update it processes
+    return {"memory_plot": gr.update(value=plotted, **colours), "latency_plot": gr.update(value=plotted, **colours)}
+
+
 def recolour_after(history: dict, *events) -> None:
     """After each event that adds runs: the plots' colours for the profiles in the history (see build_history_panel)."""
     def recolour(runs):
-        colours = ui_format.profile_colours(list(PROFILES), runs or [])
+        colours = profile_colours(runs or [])
         return gr.update(color_map=colours), gr.update(color_map=colours)
 
     for event in events:
@@ -153,15 +171,14 @@ def build_compare_panel(ctx, question: dict, history: dict, seen, hooks: PageHoo
 
 
 def history_outputs(runs: list[dict] | None, comparison: Comparison) -> dict:
-    """The history with one run per profile compared, its table, and the plots' data (their data only: see
-    build_history_panel)."""
-    runs = list(runs or [])
+    """The history with one run per profile compared, its table, and the plots' data (`plot_outputs`)."""
+    earlier = list(runs or [])
+    runs = list(earlier)
     for run in comparison.runs:
         runs.append(ui_format.history_entry(run.readout, len(runs) + 1, comparison.documents))
-    plotted = ui_format.history_frame(runs)
     return {"history": runs, "history_table": pd.DataFrame(ui_format.history_rows(runs),
                                                            columns=ui_format.HISTORY_HEADERS),
-            "memory_plot": gr.update(value=plotted), "latency_plot": gr.update(value=plotted)}
+            **plot_outputs(earlier, runs)}
 
 
 def keyed(handler: Callable, outputs: dict) -> Callable:
