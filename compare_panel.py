@@ -19,7 +19,7 @@ import pandas as pd
 import ui_format
 from longqa.compare import Comparison, choices_from, compare_profiles
 from longqa.session import read_request
-from longqa_core.errors import ProfileError
+from longqa_core.errors import Cancelled, ProfileError
 from longqa_core.reading import DEFAULT_READING
 from longqa.serving import policy
 from strategies.profiles import PROFILES, describe_profiles
@@ -32,17 +32,20 @@ COMPARE_COLUMN_WIDTHS = ["170px", "130px", "160px", "160px", "130px", "110px", "
 DEFAULT_COMPARED = ("cpu", "baseline-fp32")  # where both run here: the profile for a CPU against the original
 LOCKED = ("This deployment fixes the model and profile ({loaded}): comparing profiles reloads the model for each "
           "one, so it is turned off here. Run the page yourself (`python app.py`) to compare.")
+STOPPED = "Comparison stopped: {loaded} is loaded again."
 
 
 @dataclass
 class PageHooks:
     """What the panel borrows from the page: its error handling (`errors(action)`: domain errors become gr.Error),
-    an exclusive turn on the model (`model_turn(request, progress)`, yielding the key of its stop check), loading
-    the first model if none is yet (`ensure_loaded(progress)`), what is loaded in words (`loaded_now()`), and
-    what a visitor has seen loaded (`seen_now()`)."""
+    an exclusive turn on the model (`model_turn(request, progress)`, yielding the key of its stop check), whether
+    the visitor's page presses Stop from now on (`stop_pressed(request)`, a check), loading the first model if none
+    is yet (`ensure_loaded(progress)`), what is loaded in words (`loaded_now()`), and what a visitor has seen loaded
+    (`seen_now()`)."""
 
     errors: Callable[[str], AbstractContextManager]
     model_turn: Callable[[object, object], AbstractContextManager]
+    stop_pressed: Callable[[object], Callable[[], bool]]
     ensure_loaded: Callable[[object], None]
     loaded_now: Callable[[], str]
     seen_now: Callable[[], dict]
@@ -112,7 +115,9 @@ def comparable_profiles(hardware) -> list[str]:
 
 def build_compare_panel(ctx, question: dict, history: dict, seen, hooks: PageHooks) -> dict:
     """Lays out the panel and wires its button and the `/compare` endpoint to the question panel's inputs (`ctx` is
-    the page's AppContext); returns its components and the event (for Stop to cancel)."""
+    the page's AppContext); returns its components and the event (the page shows what is loaded when it ends).
+    The page's Stop ends a comparison between steps or inside a read (it does not cancel the event, so the
+    comparison ends as it does on an error: the profile used before loaded back, then the page shows it)."""
     available = comparable_profiles(ctx.hardware)
     chosen = [name for name in DEFAULT_COMPARED if name in available] or available[:2]
     with gr.Accordion("Compare profiles", open=False, elem_id="compare-panel"):
@@ -146,14 +151,22 @@ def build_compare_panel(ctx, question: dict, history: dict, seen, hooks: PageHoo
             choices = choices_from(list(names or []), custom_strategies or [])
             documents, extract_s = read_request(files or [], pasted_text, question_text,
                                                 max_bytes=ctx.max_file_bytes, max_total_tokens=ctx.max_total_tokens)
+            stop_pressed = hooks.stop_pressed(request)
             with hooks.model_turn(request, progress) as stop_key:
+                abandoned = policy.stop_check(stop_key) or (lambda: False)
                 hooks.ensure_loaded(progress)
-                comparison = compare_profiles(
-                    ctx.session, ctx.selection["model"], choices, documents, question_text, reading or DEFAULT_READING,
-                    extract_s=extract_s, should_stop=policy.stop_check(stop_key),
-                    on_progress=lambda fraction, message: progress(fraction, desc=message),
-                    top_k=int(top_k) if top_k not in (None, "") else None, max_total_tokens=ctx.max_total_tokens,
-                    no_answer_below=None if not str(no_answer_below or "").strip() else no_answer_below)
+                try:
+                    comparison = compare_profiles(
+                        ctx.session, ctx.selection["model"], choices, documents, question_text,
+                        reading or DEFAULT_READING, extract_s=extract_s,
+                        should_stop=lambda: stop_pressed() or abandoned(),
+                        on_progress=lambda fraction, message: progress(fraction, desc=message),
+                        top_k=int(top_k) if top_k not in (None, "") else None, max_total_tokens=ctx.max_total_tokens,
+                        no_answer_below=None if not str(no_answer_below or "").strip() else no_answer_below)
+                except Cancelled:
+                    if not stop_pressed():
+                        raise
+                    raise Cancelled(STOPPED.format(loaded=hooks.loaded_now())) from None
         return {"table": pd.DataFrame(ui_format.compare_rows(comparison), columns=ui_format.COMPARE_HEADERS),
                 "summary": ui_format.compare_summary(comparison), **history_outputs(runs, comparison),
                 "seen": hooks.seen_now(), "json": comparison.to_json()}
@@ -165,7 +178,6 @@ def build_compare_panel(ctx, question: dict, history: dict, seen, hooks: PageHoo
     recolour_after(history, comparing)
     profiles.change(lambda names: gr.update(visible="custom" in (names or [])), inputs=profiles, outputs=strategies,
                     queue=False, api_visibility="private")
-    question["stop"].click(None, cancels=[comparing])
     return {"profiles": profiles, "strategies": strategies, "compare": compare_btn, "table": table,
             "summary": summary, "json": comparison_json, "event": comparing}
 

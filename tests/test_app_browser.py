@@ -182,6 +182,23 @@ def assert_dropdowns_show_loaded(page, ctx) -> None:
                              f" and {page.get_by_label('Model', exact=True).input_value()!r}, loaded: {wanted}") from None
 
 
+def assert_load_readout_shows_loaded(page, ctx) -> None:
+    """The load readout (its JSON, to the digit) and the line over the page describe the load of the model loaded
+    now."""
+    readout = ctx.session.loaded.readout
+    block = page.locator("#load-json")
+    if not block.is_visible():
+        page.get_by_text("Load readout (JSON)", exact=True).first.click()  # the accordion opens
+    wanted = f"{readout.load_time_s}"
+    try:
+        wait_until(lambda: wanted in block.inner_text()
+                   and ui_format.format_seconds(readout.load_time_s) in page.locator("#load-status").inner_text())
+    except AssertionError:
+        raise AssertionError(f"the load readout shows {block.inner_text()[:300]!r} and "
+                             f"{page.locator('#load-status').inner_text()!r}; the load time of the model loaded now "
+                             f"is {wanted} s") from None
+
+
 def test_upload_ask_highlight_readouts_switch_profile_and_plots(page, served, long_document, tmp_path):
     ctx, _ = served
     path, example = long_document
@@ -324,6 +341,7 @@ def test_the_comparison_table(served, browser, long_document):
         assert history_column(page, "profile") == ["cpu", "baseline-fp32"]
         assert history_column(page, "question") == [example.question] * 2
         wait_until(lambda: (ctx.session.model_ref, ctx.session.profile_name) == loaded_before)
+        assert_load_readout_shows_loaded(page, ctx)  # the load back, not the load before the comparison
         width_used = page.evaluate("() => document.getElementById('compare-panel').scrollWidth")
         assert width_used <= width, f"the compare panel is {width_used} px wide in a {width} px window"
         page.locator("#compare-panel").screenshot(path=str(Path(f"/tmp/compare-panel-{width}.png")))
