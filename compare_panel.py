@@ -28,7 +28,6 @@ from strategies.registry import strategy_cards
 # Wide enough for each header on two lines; the table scrolls sideways where the page is narrower.
 HISTORY_COLUMN_WIDTHS = ["56px", "150px", "110px", "240px", "140px", "140px", "80px", "80px", "80px", "110px",
                          "100px", "100px", "90px", "120px"]
-COMPARE_COLUMN_WIDTHS = ["170px", "130px", "160px", "160px", "130px", "110px", "200px"]
 DEFAULT_COMPARED = ("cpu", "baseline-fp32")  # where both run here: the profile for a CPU against the original
 LOCKED = ("This deployment fixes the model and profile ({loaded}): comparing profiles reloads the model for each "
           "one, so it is turned off here. Run the page yourself (`python app.py`) to compare.")
@@ -122,7 +121,7 @@ def build_compare_panel(ctx, question: dict, history: dict, seen, hooks: PageHoo
     chosen = [name for name in DEFAULT_COMPARED if name in available] or available[:2]
     with gr.Accordion("Compare profiles", open=False, elem_id="compare-panel"):
         gr.Markdown("Asks the question above, over the documents above, under each profile ticked here, one after "
-                    "another, loading the model afresh for each; then loads back the profile you had. One row per "
+                    "another, loading the model afresh for each; then loads back the profile you had. One column per "
                     "profile, with ratios to the first one ticked. Stop ends it.")
         if ctx.lock_profile:
             gr.Markdown(ui_format.escape_markdown(LOCKED.format(loaded=hooks.loaded_now())), elem_id="compare-locked")
@@ -132,8 +131,8 @@ def build_compare_panel(ctx, question: dict, history: dict, seen, hooks: PageHoo
         strategies = gr.CheckboxGroup([card["name"] for card in strategy_cards()], label="Strategies for custom",
                                       visible="custom" in chosen)
         compare_btn = gr.Button("Compare profiles", interactive=not ctx.lock_profile)
-        table = gr.Dataframe(headers=ui_format.COMPARE_HEADERS, label="Profile comparison", interactive=False,
-                             wrap=True, elem_id="compare-table", column_widths=COMPARE_COLUMN_WIDTHS)
+        table = gr.Dataframe(comparison_frame(None), label="Profile comparison", interactive=False, wrap=True,
+                             elem_id="compare-table", column_widths=comparison_widths(0))
         summary = gr.Markdown(elem_id="compare-summary")
         with gr.Accordion("Comparison (JSON: what /compare and `python -m longqa compare --json` return)",
                           open=False):
@@ -167,7 +166,7 @@ def build_compare_panel(ctx, question: dict, history: dict, seen, hooks: PageHoo
                     if not stop_pressed():
                         raise
                     raise Cancelled(STOPPED.format(loaded=hooks.loaded_now())) from None
-        return {"table": pd.DataFrame(ui_format.compare_rows(comparison), columns=ui_format.COMPARE_HEADERS),
+        return {"table": gr.update(value=comparison_frame(comparison), column_widths=comparison_widths(len(comparison.runs))),
                 "summary": ui_format.compare_summary(comparison), **history_outputs(runs, comparison),
                 "seen": hooks.seen_now(), "json": comparison.to_json()}
 
@@ -180,6 +179,22 @@ def build_compare_panel(ctx, question: dict, history: dict, seen, hooks: PageHoo
                     queue=False, api_visibility="private")
     return {"profiles": profiles, "strategies": strategies, "compare": compare_btn, "table": table,
             "summary": summary, "json": comparison_json, "event": comparing}
+
+
+def comparison_frame(comparison: Comparison | None) -> pd.DataFrame:
+    """The comparison table: a row per measure, a column per profile (`ui_format.compare_rows`); before any
+    comparison, the measures alone."""
+    if comparison is None:
+        return pd.DataFrame([[measure] for measure in ui_format.COMPARE_MEASURES], columns=[ui_format.COMPARE_MEASURE])
+    return pd.DataFrame(ui_format.compare_rows(comparison), columns=ui_format.compare_headers(comparison))
+
+
+def comparison_widths(profiles: int) -> list[str]:
+    """Column widths that share the panel's width, whatever it is: the measures' column, then an equal share per
+    profile (gradio resolves percentages against the table's width, so nothing scrolls sideways)."""
+    if not profiles:
+        return ["100%"]
+    return ["30%", *[f"{70 / profiles:.2f}%"] * profiles]
 
 
 def history_outputs(runs: list[dict] | None, comparison: Comparison) -> dict:

@@ -40,11 +40,14 @@ def test_the_button_compares_the_profiles_and_adds_their_runs_to_the_history(ctx
                 "peak_allocated_bytes": None, "host_peak_rss_bytes": 2, "latency_s": 0.1, "tokens_per_s": 10.0}]
     shown = compare(demo, ["baseline-fp32", "custom"], earlier, strategies=["int8_dynamic"])
     values = {component: value for component, value in shown.items()}
-    table = next(value for component, value in values.items() if getattr(component, "label", "") ==
-                 "Profile comparison")
-    assert table.columns.tolist() == ui_format.COMPARE_HEADERS
-    assert table["profile"].tolist() == ["baseline-fp32", "custom (int8_dynamic)"]
-    assert table["time"].iloc[0].endswith("(1.00×)") and table["same answer as the first"].iloc[0] == "yes"
+    update = next(value for component, value in values.items() if getattr(component, "label", "") ==
+                  "Profile comparison")
+    table = update["value"].set_index("measure")  # a row per measure, a column per profile
+    assert table.columns.tolist() == ["baseline-fp32", "custom (int8_dynamic)"]
+    assert table.index.tolist() == ui_format.COMPARE_MEASURES
+    assert table.loc["time", "baseline-fp32"].endswith("(1.00×)")
+    assert table.loc["same answer as the first", "baseline-fp32"] == "yes"
+    assert update["column_widths"] == ["30%", "35.00%", "35.00%"]  # the panel's width shared: nothing scrolls
     comparison = next(value for component, value in values.items() if getattr(component, "label", "") ==
                       "Comparison (JSON)")
     assert [run["profile"] for run in comparison["runs"]] == ["baseline-fp32", "custom"]

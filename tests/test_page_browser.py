@@ -17,7 +17,7 @@ import page_help
 from longqa.demo_model.demo_task import make_example
 from longqa.session import Session
 from tests.conftest import CHROMIUM, served_page
-from tests.test_app_browser import TIMEOUT_MS, launch, wait_until
+from tests.test_app_browser import SIDEWAYS, TIMEOUT_MS, launch, wait_until
 
 pytestmark = [
     pytest.mark.browser,
@@ -208,9 +208,13 @@ def test_at_400_px_the_panels_stack_and_nothing_runs_off_the_side(browser, serve
     wait_for_status(page, "confidence")
     page.get_by_text("Profiles and strategies", exact=True).click()
     page.get_by_text("Glossary: the terms on this page", exact=True).click()
+    page.get_by_text("Compare profiles", exact=True).first.click()  # its table: a row per measure
+    page.get_by_role("grid", name="Profile comparison", exact=True).wait_for()
     time.sleep(0.5)
     width = page.evaluate("document.documentElement.scrollWidth")
     assert width <= PHONE["width"], f"the page is {width} px wide on a {PHONE['width']} px screen"
+    # a comparison's table, with its profiles, is checked at 400 px in test_app_browser.test_the_comparison_table
+    assert page.evaluate(SIDEWAYS, "#compare-table") == [], "the comparison table scrolls sideways"
     documents = page.locator("#documents").bounding_box()
     answer = page.locator("#best-answer").bounding_box()
     assert answer["y"] > documents["y"] + documents["height"] - 1, "the answer column stacks under the inputs"
