@@ -329,8 +329,9 @@ def test_offline_the_demo_model_stands_in_and_the_page_shows_it(browser, monkeyp
 
 
 def test_the_comparison_table(served, browser, long_document):
-    """Compare profiles: the question asked under two profiles in turn, one row each with ratios to the first, a
-    run each in the history, bars coloured by profile; the profile in use loaded back."""
+    """Compare profiles: the question asked under two profiles in turn, a column each with ratios to the first,
+    fitting the panel at 1400 and 400 px; a run each in the history; the profile in use loaded back, and the load
+    readout showing that load."""
     ctx, url = served
     _, example = long_document
     loaded_before = (ctx.session.model_ref, ctx.session.profile_name)

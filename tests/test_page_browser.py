@@ -194,9 +194,10 @@ def test_a_reload_says_what_is_loading_then_what_loaded(browser, served):
         page.get_by_label("Hardware profile", exact=True).click()
         page.get_by_role("option", name=next(label for label, value in choices if value == "baseline-fp32"),
                          exact=True).click()
+        # the line and the button are outputs of one update, which gradio applies one after the other
         wait_until(lambda: "Loaded" in status_text(page, "#load-status")
-                   and "baseline-fp32" in status_text(page, "#load-status"))
-        assert page.get_by_role("button", name="Ask", exact=True).is_enabled()
+                   and "baseline-fp32" in status_text(page, "#load-status")
+                   and page.get_by_role("button", name="Ask", exact=True).is_enabled())
     finally:
         app.load_selection(ctx, "cpu", str(served[0].session.model_ref))
 
