@@ -52,7 +52,7 @@ from starlette.middleware import Middleware
 
 import page_help
 import ui_format
-from compare_panel import PageHooks, build_compare_panel, build_history_panel, recolour_after
+from compare_panel import PageHooks, build_compare_panel, build_history_panel, plot_outputs, recolour_after
 from plan_panel import build_plan_panel
 from longqa.arguments import positive_int
 from longqa.backend import Backend
@@ -589,6 +589,14 @@ def stop_check(ctx: AppContext, request: gr.Request | None) -> Callable[[], bool
     return lambda: key is not None and key in ctx.stops
 
 
+def stop_pressed_from_now(ctx: AppContext, request: gr.Request | None) -> Callable[[], bool]:
+    """Whether this page session presses Stop from now on: a press before is not for what begins now."""
+    key = page_session(request)
+    if key is not None:
+        ctx.stops.pop(key, None)
+    return stop_check(ctx, request)
+
+
 def noting_outcome(ctx: AppContext, handler: Callable, outputs) -> Callable:
     """`handler` (an answer through the page) keeping how it ended for the answer area (`show_outcome`): an error's
     message, raised on as before; a Stop of this page session, after which every output is left as it was; the
@@ -764,8 +772,8 @@ def ask(ctx: AppContext, files, pasted_text, question, top_k, reading, history, 
     for notice in result.notices:
         gr.Warning(escape(notice))
     remember(ctx.outcomes, page_session(request), Outcome(readout=readout))  # for the page's answer area
-    history = [*(history or []), ui_format.history_entry(readout, len(history or []) + 1)]
-    plotted = ui_format.history_frame(history)  # the plots' data: one bar per run
+    earlier = list(history or [])
+    history = [*earlier, ui_format.history_entry(readout, len(earlier) + 1)]
     best = result.answers[0] if result.answers else None
     passage = (ui_format.evidence(documents[best.document_index].text, best.start_char, best.end_char)
                if best is not None and best.document_index >= 0 else [])
@@ -782,8 +790,7 @@ def ask(ctx: AppContext, files, pasted_text, question, top_k, reading, history, 
         "run": pd.DataFrame(ui_format.run_rows(readout), columns=ui_format.RUN_HEADERS),
         "history": history,
         "history_table": pd.DataFrame(ui_format.history_rows(history), columns=ui_format.HISTORY_HEADERS),
-        "memory_plot": plot_update(plotted),
-        "latency_plot": plot_update(plotted),
+        **plot_outputs(earlier, history),  # the plots' data: one bar per run
         "seen": seen_now(ctx),
         "readout": readout.to_json(),
     }
@@ -851,12 +858,6 @@ def reading_or_default(value) -> str:
     if value not in READING_MODES:
         raise InputError(f"Reading must be one of {', '.join(READING_MODES)}, got {value!r}.")
     return value
-
-
-def plot_update(frame: pd.DataFrame) -> dict:
-    """A bar plot's new data and no other property (see build_history_panel); one update per plot, as gradio
-    processes an update in place."""
-    return gr.update(value=frame)
 
 
 def refresh_gpu_gauge():
@@ -1003,9 +1004,23 @@ def build_model_panel(ctx: AppContext) -> dict[str, Block]:
         apply_btn = gr.Button("Load custom profile", visible=False, scale=1, min_width=160)
     load_table = gr.Dataframe(headers=ui_format.LOAD_HEADERS, label="Load readout", interactive=False, wrap=True,
                               render=False, column_widths=LOAD_COLUMN_WIDTHS)
-    load_json = gr.JSON(label="Load readout (JSON)", render=False)
+    load_json = gr.JSON(label="Load readout (JSON)", render=False, elem_id="load-json")
     return {"banner": banner_box, "profile": profile_dd, "model": model_dd, "load_status": status,
             "strategies": strategies_cb, "apply": apply_btn, "load_table": load_table, "load_json": load_json}
+
+
+def loaded_outputs(model: dict[str, Block], question: dict[str, Block]) -> dict[str, Block]:
+    """What `show_loaded` fills: the dropdowns, the load readouts, the line over the page and the ask buttons."""
+    return {**{name: model[name] for name in ("profile", "model", "strategies", "banner", "load_table", "load_json",
+                                              "load_status")},
+            "ask": question["ask"], "full": question["full"]}
+
+
+def show_loaded_after(ctx: AppContext, event, model: dict[str, Block], question: dict[str, Block]) -> None:
+    """After `event` (a comparison: it reloads the model for each profile and loads back the one used before), done
+    or refused or stopped, the page shows what is loaded: its dropdowns, load readouts and the line over it."""
+    for outcome in (event.success, event.failure):  # `then` alone would not run after an error
+        listen(outcome, bind(show_loaded, ctx), outputs=loaded_outputs(model, question), api_visibility="private")
 
 
 def wire_model_panel(ctx: AppContext, demo: gr.Blocks, seen: gr.State, model: dict[str, Block],
@@ -1014,8 +1029,7 @@ def wire_model_panel(ctx: AppContext, demo: gr.Blocks, seen: gr.State, model: di
     progress shows the elapsed time) and Ask is disabled."""
     readouts = {name: model[name] for name in ("banner", "load_table", "load_json")}
     selection = {name: model[name] for name in ("profile", "model", "strategies")}
-    after = {**selection, **readouts, "load_status": model["load_status"], "ask": question["ask"],
-             "full": question["full"]}
+    after = loaded_outputs(model, question)
     listen(demo.load, bind(on_page_load, ctx),
            outputs={**selection, "seen": seen, **readouts, "load_status": model["load_status"]},
            concurrency_limit=None, api_visibility="private", show_progress_on=[model["load_status"]])
@@ -1167,6 +1181,7 @@ def page_hooks(ctx: AppContext) -> PageHooks:
     """What the compare panel borrows from the page: errors, an exclusive turn on the model, the first load."""
     return PageHooks(errors=user_errors,
                      model_turn=lambda request, progress: model_turn(ctx, request, progress, exclusive=True),
+                     stop_pressed=lambda request: stop_pressed_from_now(ctx, request),
                      ensure_loaded=lambda progress: ensure_loaded(ctx, progress),
                      loaded_now=lambda: loaded_now(ctx), seen_now=lambda: seen_now(ctx))
 
@@ -1218,7 +1233,8 @@ def build_blocks(ctx: AppContext, queue_size: int = DEFAULT_QUEUE_SIZE) -> gr.Bl
         question = build_question_panel(ctx)
         wire_model_panel(ctx, demo, seen, model, question)
         history = build_answer_panel(ctx, question, seen, intro)
-        build_compare_panel(ctx, question, history, seen, page_hooks(ctx))
+        compared = build_compare_panel(ctx, question, history, seen, page_hooks(ctx))
+        show_loaded_after(ctx, compared["event"], model, question)
         with gr.Accordion("Loaded model", open=True):
             model["load_table"].render()
             with gr.Accordion("Load readout (JSON)", open=False):

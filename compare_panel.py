@@ -19,7 +19,7 @@ import pandas as pd
 import ui_format
 from longqa.compare import Comparison, choices_from, compare_profiles
 from longqa.session import read_request
-from longqa_core.errors import ProfileError
+from longqa_core.errors import Cancelled, ProfileError
 from longqa_core.reading import DEFAULT_READING
 from longqa.serving import policy
 from strategies.profiles import PROFILES, describe_profiles
@@ -28,21 +28,23 @@ from strategies.registry import strategy_cards
 # Wide enough for each header on two lines; the table scrolls sideways where the page is narrower.
 HISTORY_COLUMN_WIDTHS = ["56px", "150px", "110px", "240px", "140px", "140px", "80px", "80px", "80px", "110px",
                          "100px", "100px", "90px", "120px"]
-COMPARE_COLUMN_WIDTHS = ["170px", "130px", "160px", "160px", "130px", "110px", "200px"]
 DEFAULT_COMPARED = ("cpu", "baseline-fp32")  # where both run here: the profile for a CPU against the original
 LOCKED = ("This deployment fixes the model and profile ({loaded}): comparing profiles reloads the model for each "
           "one, so it is turned off here. Run the page yourself (`python app.py`) to compare.")
+STOPPED = "Comparison stopped: {loaded} is loaded again."
 
 
 @dataclass
 class PageHooks:
     """What the panel borrows from the page: its error handling (`errors(action)`: domain errors become gr.Error),
-    an exclusive turn on the model (`model_turn(request, progress)`, yielding the key of its stop check), loading
-    the first model if none is yet (`ensure_loaded(progress)`), what is loaded in words (`loaded_now()`), and
-    what a visitor has seen loaded (`seen_now()`)."""
+    an exclusive turn on the model (`model_turn(request, progress)`, yielding the key of its stop check), whether
+    the visitor's page presses Stop from now on (`stop_pressed(request)`, a check), loading the first model if none
+    is yet (`ensure_loaded(progress)`), what is loaded in words (`loaded_now()`), and what a visitor has seen loaded
+    (`seen_now()`)."""
 
     errors: Callable[[str], AbstractContextManager]
     model_turn: Callable[[object, object], AbstractContextManager]
+    stop_pressed: Callable[[object], Callable[[], bool]]
     ensure_loaded: Callable[[object], None]
     loaded_now: Callable[[], str]
     seen_now: Callable[[], dict]
@@ -65,6 +67,10 @@ def build_history_panel() -> dict:
     #   profile it does not know is not drawn. So the data goes first, and an event after it (`recolour_after`)
     #   sets the colours of the profiles in the history, which redraws the chart from the data it now holds when a
     #   new profile arrives (the map changes only then).
+    # - Except the first data, which comes with the colours (`plot_outputs`): gradio applies an update's keys one
+    #   at a time, its value last, so the colour map is set while the plot has no chart yet and the data then
+    #   draws the chart once, coloured. Sent after it, the map would start a second drawing while the first was
+    #   still loading Vega, and whichever finished last stayed: in default colours 3 times in 6 under load.
     # Run numbers stand upright: twenty of them fit side by side in a plot on a 400 px phone.
     plot = dict(x="run", color="profile", y_lim=[0, None], x_label_angle=-90,
                 tooltip=["profile", "strategies", "reading"], color_title="profile")
@@ -76,10 +82,24 @@ def build_history_panel() -> dict:
             "latency_plot": latency_plot}
 
 
+def profile_colours(runs: list[dict]) -> dict[str, str]:
+    """The plots' colour for each profile in the history."""
+    return ui_format.profile_colours(list(PROFILES), runs)
+
+
+def plot_outputs(earlier: list[dict], runs: list[dict]) -> dict:
+    """Both plots' new data, one bar per run of `runs`, after `earlier` runs: the data alone, but for the page's
+    first data, which comes with the profiles' colours (see build_history_panel)."""
+    plotted = ui_format.history_frame(runs)
+    colours = {} if earlier else {"color_map": profile_colours(runs)}
+    # one update per plot: gradio takes the value out of the update it processes
+    return {"memory_plot": gr.update(value=plotted, **colours), "latency_plot": gr.update(value=plotted, **colours)}
+
+
 def recolour_after(history: dict, *events) -> None:
     """After each event that adds runs: the plots' colours for the profiles in the history (see build_history_panel)."""
     def recolour(runs):
-        colours = ui_format.profile_colours(list(PROFILES), runs or [])
+        colours = profile_colours(runs or [])
         return gr.update(color_map=colours), gr.update(color_map=colours)
 
     for event in events:
@@ -94,12 +114,14 @@ def comparable_profiles(hardware) -> list[str]:
 
 def build_compare_panel(ctx, question: dict, history: dict, seen, hooks: PageHooks) -> dict:
     """Lays out the panel and wires its button and the `/compare` endpoint to the question panel's inputs (`ctx` is
-    the page's AppContext); returns its components and the event (for Stop to cancel)."""
+    the page's AppContext); returns its components and the event (the page shows what is loaded when it ends).
+    The page's Stop ends a comparison between steps or inside a read (it does not cancel the event, so the
+    comparison ends as it does on an error: the profile used before loaded back, then the page shows it)."""
     available = comparable_profiles(ctx.hardware)
     chosen = [name for name in DEFAULT_COMPARED if name in available] or available[:2]
     with gr.Accordion("Compare profiles", open=False, elem_id="compare-panel"):
         gr.Markdown("Asks the question above, over the documents above, under each profile ticked here, one after "
-                    "another, loading the model afresh for each; then loads back the profile you had. One row per "
+                    "another, loading the model afresh for each; then loads back the profile you had. One column per "
                     "profile, with ratios to the first one ticked. Stop ends it.")
         if ctx.lock_profile:
             gr.Markdown(ui_format.escape_markdown(LOCKED.format(loaded=hooks.loaded_now())), elem_id="compare-locked")
@@ -109,8 +131,8 @@ def build_compare_panel(ctx, question: dict, history: dict, seen, hooks: PageHoo
         strategies = gr.CheckboxGroup([card["name"] for card in strategy_cards()], label="Strategies for custom",
                                       visible="custom" in chosen)
         compare_btn = gr.Button("Compare profiles", interactive=not ctx.lock_profile)
-        table = gr.Dataframe(headers=ui_format.COMPARE_HEADERS, label="Profile comparison", interactive=False,
-                             wrap=True, elem_id="compare-table", column_widths=COMPARE_COLUMN_WIDTHS)
+        table = gr.Dataframe(comparison_frame(None), label="Profile comparison", interactive=False, wrap=True,
+                             elem_id="compare-table", column_widths=comparison_widths(0))
         summary = gr.Markdown(elem_id="compare-summary")
         with gr.Accordion("Comparison (JSON: what /compare and `python -m longqa compare --json` return)",
                           open=False):
@@ -128,15 +150,23 @@ def build_compare_panel(ctx, question: dict, history: dict, seen, hooks: PageHoo
             choices = choices_from(list(names or []), custom_strategies or [])
             documents, extract_s = read_request(files or [], pasted_text, question_text,
                                                 max_bytes=ctx.max_file_bytes, max_total_tokens=ctx.max_total_tokens)
+            stop_pressed = hooks.stop_pressed(request)
             with hooks.model_turn(request, progress) as stop_key:
+                abandoned = policy.stop_check(stop_key) or (lambda: False)
                 hooks.ensure_loaded(progress)
-                comparison = compare_profiles(
-                    ctx.session, ctx.selection["model"], choices, documents, question_text, reading or DEFAULT_READING,
-                    extract_s=extract_s, should_stop=policy.stop_check(stop_key),
-                    on_progress=lambda fraction, message: progress(fraction, desc=message),
-                    top_k=int(top_k) if top_k not in (None, "") else None, max_total_tokens=ctx.max_total_tokens,
-                    no_answer_below=None if not str(no_answer_below or "").strip() else no_answer_below)
-        return {"table": pd.DataFrame(ui_format.compare_rows(comparison), columns=ui_format.COMPARE_HEADERS),
+                try:
+                    comparison = compare_profiles(
+                        ctx.session, ctx.selection["model"], choices, documents, question_text,
+                        reading or DEFAULT_READING, extract_s=extract_s,
+                        should_stop=lambda: stop_pressed() or abandoned(),
+                        on_progress=lambda fraction, message: progress(fraction, desc=message),
+                        top_k=int(top_k) if top_k not in (None, "") else None, max_total_tokens=ctx.max_total_tokens,
+                        no_answer_below=None if not str(no_answer_below or "").strip() else no_answer_below)
+                except Cancelled:
+                    if not stop_pressed():
+                        raise
+                    raise Cancelled(STOPPED.format(loaded=hooks.loaded_now())) from None
+        return {"table": gr.update(value=comparison_frame(comparison), column_widths=comparison_widths(len(comparison.runs))),
                 "summary": ui_format.compare_summary(comparison), **history_outputs(runs, comparison),
                 "seen": hooks.seen_now(), "json": comparison.to_json()}
 
@@ -147,21 +177,35 @@ def build_compare_panel(ctx, question: dict, history: dict, seen, hooks: PageHoo
     recolour_after(history, comparing)
     profiles.change(lambda names: gr.update(visible="custom" in (names or [])), inputs=profiles, outputs=strategies,
                     queue=False, api_visibility="private")
-    question["stop"].click(None, cancels=[comparing])
     return {"profiles": profiles, "strategies": strategies, "compare": compare_btn, "table": table,
             "summary": summary, "json": comparison_json, "event": comparing}
 
 
+def comparison_frame(comparison: Comparison | None) -> pd.DataFrame:
+    """The comparison table: a row per measure, a column per profile (`ui_format.compare_rows`); before any
+    comparison, the measures alone."""
+    if comparison is None:
+        return pd.DataFrame([[measure] for measure in ui_format.COMPARE_MEASURES], columns=[ui_format.COMPARE_MEASURE])
+    return pd.DataFrame(ui_format.compare_rows(comparison), columns=ui_format.compare_headers(comparison))
+
+
+def comparison_widths(profiles: int) -> list[str]:
+    """Column widths that share the panel's width, whatever it is: the measures' column, then an equal share per
+    profile (gradio resolves percentages against the table's width, so nothing scrolls sideways)."""
+    if not profiles:
+        return ["100%"]
+    return ["30%", *[f"{70 / profiles:.2f}%"] * profiles]
+
+
 def history_outputs(runs: list[dict] | None, comparison: Comparison) -> dict:
-    """The history with one run per profile compared, its table, and the plots' data (their data only: see
-    build_history_panel)."""
-    runs = list(runs or [])
+    """The history with one run per profile compared, its table, and the plots' data (`plot_outputs`)."""
+    earlier = list(runs or [])
+    runs = list(earlier)
     for run in comparison.runs:
         runs.append(ui_format.history_entry(run.readout, len(runs) + 1, comparison.documents))
-    plotted = ui_format.history_frame(runs)
     return {"history": runs, "history_table": pd.DataFrame(ui_format.history_rows(runs),
                                                            columns=ui_format.HISTORY_HEADERS),
-            "memory_plot": gr.update(value=plotted), "latency_plot": gr.update(value=plotted)}
+            **plot_outputs(earlier, runs)}
 
 
 def keyed(handler: Callable, outputs: dict) -> Callable:

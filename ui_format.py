@@ -306,25 +306,35 @@ def profile_colours(profiles: list[str], history: list[dict]) -> dict[str, str]:
     return {name: PROFILE_COLOURS[order.index(name) % len(PROFILE_COLOURS)] for name in seen}
 
 
-COMPARE_HEADERS = ["profile", "time", "peak memory (process)", "this request's own peak", "windows/s",
-                   "same answer as the first", "answer"]
+COMPARE_MEASURE = "measure"  # the first column's header; a column per profile follows
+COMPARE_MEASURES = ["time", "peak memory (process)", "this request's own peak", "windows/s",
+                    "same answer as the first", "answer"]
+
+
+def compare_headers(comparison) -> list[str]:
+    """The comparison table's headers: the measures' column, then each profile compared, in order ("auto → cpu"
+    where a profile answered as another)."""
+    headings = []
+    for run in comparison.runs:
+        answered = f" → {run.profile}" if run.profile and run.profile != run.choice.name else ""
+        headings.append(f"{run.choice.label}{answered}")
+    return [COMPARE_MEASURE, *headings]
 
 
 def compare_rows(comparison) -> list[list]:
-    """One row per profile of a comparison (`longqa.compare.Comparison`, fields read), each figure with its ratio to
-    the first profile's: "1.20 s (0.52×)"."""
-    rows = []
+    """A comparison (`longqa.compare.Comparison`, fields read) as rows of COMPARE_MEASURES with a column per profile
+    (`compare_headers`: the two or three profiles usually compared fit a phone's width side by side), each figure
+    with its ratio to the first profile's: "1.20 s (0.52×)"."""
+    columns = []
     for run in comparison.runs:
         ratios = comparison.ratios(run)
-        answered = f" → {run.profile}" if run.profile and run.profile != run.choice.name else ""
-        rows.append([f"{run.choice.label}{answered}",
-                     with_ratio(format_seconds(run.time_s), ratios["time"]),
-                     with_ratio(format_bytes(run.peak_bytes), ratios["peak"]),
-                     with_ratio(format_bytes(run.request_peak_bytes), ratios["request_peak"]),
-                     with_ratio(MISSING if run.windows_per_s is None else f"{run.windows_per_s:.2f}",
-                                ratios["windows_per_s"]),
-                     "yes" if comparison.same_answer(run) else "no", run.answer_text or "(not found)"])
-    return rows
+        columns.append([with_ratio(format_seconds(run.time_s), ratios["time"]),
+                        with_ratio(format_bytes(run.peak_bytes), ratios["peak"]),
+                        with_ratio(format_bytes(run.request_peak_bytes), ratios["request_peak"]),
+                        with_ratio(MISSING if run.windows_per_s is None else f"{run.windows_per_s:.2f}",
+                                   ratios["windows_per_s"]),
+                        "yes" if comparison.same_answer(run) else "no", run.answer_text or "(not found)"])
+    return [[measure, *(column[index] for column in columns)] for index, measure in enumerate(COMPARE_MEASURES)]
 
 
 def with_ratio(text: str, ratio: float | None) -> str:
@@ -332,7 +342,7 @@ def with_ratio(text: str, ratio: float | None) -> str:
 
 
 def compare_summary(comparison) -> str:
-    """Markdown under the table: what was compared, and what the memory columns measure."""
+    """Markdown under the table: what was compared, and what the memory rows measure."""
     first = comparison.first
     if first is None:
         return ""

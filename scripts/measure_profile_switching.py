@@ -3,10 +3,12 @@ under profiles switched back and forth in one process (`longqa.compare.compare_p
 afresh), with the process's peak, the baseline right before the request and the request's own peak above it:
 
     python scripts/measure_profile_switching.py [--model arch:base] [--profiles cpu,baseline-fp32,cpu,...]
-        [--out docs/memory-switching] [--no-trim]
+        [--out docs/memory-switching] [--no-trim] [--glibc-allocator] [--stem NAME]
 
-`--no-trim` measures the code as it was before the free heap was handed back (no malloc_trim at unload nor before a
-request), in the same way, for the before/after table. Writes switching-<kind>[-no-trim].json and .md.
+The process starts with the page's allocator settings (`policy.tune_allocator`, as `python app.py` does);
+`--glibc-allocator` leaves glibc's own (and so do MALLOC_* variables in the environment). `--no-trim` measures the
+code as it was before the free heap was handed back (no malloc_trim at unload nor before a request), in the same
+way, for the before/after table. Writes switching-<kind>[-glibc][-no-trim].json and .md (or --stem's).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from longqa import loader  # noqa: E402
 from longqa.bench.floor import kind_name  # noqa: E402
 from longqa.bench.runner import measured_here, write_measurement  # noqa: E402
 from longqa.compare import ProfileChoice, compare_profiles  # noqa: E402
+from longqa.serving import policy  # noqa: E402
 from longqa.session import SAMPLES_DIR, Session, read_documents, sample_examples  # noqa: E402
 from longqa_core import telemetry  # noqa: E402
 from strategies.hardware import detect_hardware  # noqa: E402
@@ -72,7 +75,8 @@ def markdown(result: dict, trimmed: bool) -> str:
     machine = result["machine"]
     lines = [f"# The same request after switching profiles ({'with' if trimmed else 'without'} the heap trims)", "",
              f"{result['model']}, {result['document']}, full read; {machine['cpu_model']} (kind {machine['kind']}), "
-             f"torch {machine['torch']}{', loaded machine' if machine['loaded'] else ''}.", "",
+             f"torch {machine['torch']}{', loaded machine' if machine['loaded'] else ''}; allocator: "
+             f"{result['allocator']}.", "",
              "| run | profile | process peak | baseline before the request | request's own peak | time |",
              "|---|---|---|---|---|---|"]
     for index, run in enumerate(result["runs"], 1):
@@ -100,12 +104,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profiles", default=DEFAULT_PROFILES)
     parser.add_argument("--out", default="docs/memory-switching")
     parser.add_argument("--no-trim", action="store_true")
+    parser.add_argument("--glibc-allocator", action="store_true", help="leave glibc's allocator settings alone")
+    parser.add_argument("--stem", help="the output files' name (default: from the machine and the flags)")
     args = parser.parse_args(argv)
+    allocator = {} if args.glibc_allocator else policy.tune_allocator()  # before anything large is allocated
     if args.no_trim:
         without_trims()
     result = measured_here(lambda: measure(args.model, args.profiles.split(",")))
     result["trimmed"] = not args.no_trim
-    stem = f"switching-{kind_name(detect_hardware())}{'-no-trim' if args.no_trim else ''}"
+    result["allocator"] = allocator or "glibc's own settings"
+    stem = args.stem or (f"switching-{kind_name(detect_hardware())}{'-glibc' if args.glibc_allocator else ''}"
+                         f"{'-no-trim' if args.no_trim else ''}")
     write_measurement(args.out, stem, result, markdown(result, not args.no_trim))
     return 0
 

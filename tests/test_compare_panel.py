@@ -4,6 +4,9 @@ reason; the plots are coloured by profile."""
 
 from __future__ import annotations
 
+import re
+from types import SimpleNamespace
+
 import gradio as gr
 import pytest
 
@@ -37,11 +40,14 @@ def test_the_button_compares_the_profiles_and_adds_their_runs_to_the_history(ctx
                 "peak_allocated_bytes": None, "host_peak_rss_bytes": 2, "latency_s": 0.1, "tokens_per_s": 10.0}]
     shown = compare(demo, ["baseline-fp32", "custom"], earlier, strategies=["int8_dynamic"])
     values = {component: value for component, value in shown.items()}
-    table = next(value for component, value in values.items() if getattr(component, "label", "") ==
-                 "Profile comparison")
-    assert table.columns.tolist() == ui_format.COMPARE_HEADERS
-    assert table["profile"].tolist() == ["baseline-fp32", "custom (int8_dynamic)"]
-    assert table["time"].iloc[0].endswith("(1.00×)") and table["same answer as the first"].iloc[0] == "yes"
+    update = next(value for component, value in values.items() if getattr(component, "label", "") ==
+                  "Profile comparison")
+    table = update["value"].set_index("measure")  # a row per measure, a column per profile
+    assert table.columns.tolist() == ["baseline-fp32", "custom (int8_dynamic)"]
+    assert table.index.tolist() == ui_format.COMPARE_MEASURES
+    assert table.loc["time", "baseline-fp32"].endswith("(1.00×)")
+    assert table.loc["same answer as the first", "baseline-fp32"] == "yes"
+    assert update["column_widths"] == ["30%", "35.00%", "35.00%"]  # the panel's width shared: nothing scrolls
     comparison = next(value for component, value in values.items() if getattr(component, "label", "") ==
                       "Comparison (JSON)")
     assert [run["profile"] for run in comparison["runs"]] == ["baseline-fp32", "custom"]
@@ -58,6 +64,30 @@ def test_the_button_compares_the_profiles_and_adds_their_runs_to_the_history(ctx
     assert set(plot) == {"__type__", "value"} and plot["value"]["profile"].tolist() == ["cpu", "baseline-fp32",
                                                                                          "custom"]
     assert ctx.session.requested == (ctx.session.model_ref, "cpu")  # the page's profile loaded back
+
+
+@pytest.mark.slow  # a load and part of a read of the tiny model, then one load back
+def test_the_pages_stop_ends_a_comparison_and_loads_back_the_profile_used_before(ctx, monkeypatch):
+    """Stop, pressed in the visitor's tab while the first profile loads: the comparison ends with a message (not a
+    cancelled event, so the page then shows what is loaded: tests/test_app_browser.py), the page's profile loaded
+    back. A Stop pressed before the comparison began is not for it."""
+    demo = app.build_blocks(ctx)
+    tab = SimpleNamespace(session_hash="tab-1", headers={})
+    app.press_stop(ctx, tab)  # an earlier press
+    load, loads = ctx.session.load, ctx.session.loads
+
+    def load_then_stop(*args, **kwargs):
+        loaded = load(*args, **kwargs)
+        app.press_stop(ctx, tab)
+        return loaded
+
+    monkeypatch.setattr(ctx.session, "load", load_then_stop)
+    example = make_example(5, 9_000)
+    with pytest.raises(gr.Error, match=re.escape(f"Comparison stopped: {ctx.session.model_ref} with profile cpu is loaded")):
+        handler(demo, "compare")([], example.text, example.question, 3, "full", "", ["baseline-fp32", "custom"], [],
+                                 [], request=tab)
+    assert ctx.session.loads == loads + 2  # baseline-fp32, then the page's profile back: custom never loaded
+    assert ctx.session.requested == (ctx.session.model_ref, "cpu")
 
 
 def test_a_locked_deployment_refuses_to_compare_and_says_why(tiny_model_dir):

@@ -17,7 +17,7 @@ import page_help
 from longqa.demo_model.demo_task import make_example
 from longqa.session import Session
 from tests.conftest import CHROMIUM, served_page
-from tests.test_app_browser import TIMEOUT_MS, launch, wait_until
+from tests.test_app_browser import SIDEWAYS, TIMEOUT_MS, launch, wait_until
 
 pytestmark = [
     pytest.mark.browser,
@@ -208,10 +208,10 @@ def test_a_reload_says_what_is_loading_then_what_loaded(browser, served):
         page.get_by_label("Hardware profile", exact=True).click()
         page.get_by_role("option", name=next(label for label, value in choices if value == "baseline-fp32"),
                          exact=True).click()
+        # the line and the button are outputs of one update, which gradio applies one after the other
         wait_until(lambda: "Loaded" in status_text(page, "#load-status")
-                   and "baseline-fp32" in status_text(page, "#load-status"))
-        # the same reply enables Ask, though gradio may draw it a moment after the line (one loaded run saw that)
-        wait_until(lambda: page.get_by_role("button", name="Ask", exact=True).is_enabled())
+                   and "baseline-fp32" in status_text(page, "#load-status")
+                   and page.get_by_role("button", name="Ask", exact=True).is_enabled())
     finally:
         app.load_selection(ctx, "cpu", str(served[0].session.model_ref))
 
@@ -223,9 +223,13 @@ def test_at_400_px_the_panels_stack_and_nothing_runs_off_the_side(browser, serve
     wait_for_status(page, "confidence")
     page.get_by_text("Profiles and strategies", exact=True).click()
     page.get_by_text("Glossary: the terms on this page", exact=True).click()
+    page.get_by_text("Compare profiles", exact=True).first.click()  # its table: a row per measure
+    page.get_by_role("grid", name="Profile comparison", exact=True).wait_for()
     time.sleep(0.5)
     width = page.evaluate("document.documentElement.scrollWidth")
     assert width <= PHONE["width"], f"the page is {width} px wide on a {PHONE['width']} px screen"
+    # a comparison's table, with its profiles, is checked at 400 px in test_app_browser.test_the_comparison_table
+    assert page.evaluate(SIDEWAYS, "#compare-table") == [], "the comparison table scrolls sideways"
     documents = page.locator("#documents").bounding_box()
     answer = page.locator("#best-answer").bounding_box()
     assert answer["y"] > documents["y"] + documents["height"] - 1, "the answer column stacks under the inputs"
