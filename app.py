@@ -1017,8 +1017,9 @@ def loaded_outputs(model: dict[str, Block], question: dict[str, Block]) -> dict[
 
 
 def show_loaded_after(ctx: AppContext, event, model: dict[str, Block], question: dict[str, Block]) -> None:
-    """After `event` (a comparison: it reloads the model for each profile and loads back the one used before), done
-    or refused or stopped, the page shows what is loaded: its dropdowns, load readouts and the line over it."""
+    """After `event` (a reload, or a comparison: it reloads the model for each profile and loads back the one used
+    before), done or refused or stopped, the page shows what is loaded: its dropdowns, load readouts and the line
+    over it, and Ask is enabled."""
     for outcome in (event.success, event.failure):  # `then` alone would not run after an error
         listen(outcome, bind(show_loaded, ctx), outputs=loaded_outputs(model, question), api_visibility="private")
 
@@ -1029,7 +1030,6 @@ def wire_model_panel(ctx: AppContext, demo: gr.Blocks, seen: gr.State, model: di
     progress shows the elapsed time) and Ask is disabled."""
     readouts = {name: model[name] for name in ("banner", "load_table", "load_json")}
     selection = {name: model[name] for name in ("profile", "model", "strategies")}
-    after = loaded_outputs(model, question)
     listen(demo.load, bind(on_page_load, ctx),
            outputs={**selection, "seen": seen, **readouts, "load_status": model["load_status"]},
            concurrency_limit=None, api_visibility="private", show_progress_on=[model["load_status"]])
@@ -1048,9 +1048,8 @@ def wire_model_panel(ctx: AppContext, demo: gr.Blocks, seen: gr.State, model: di
                          outputs={"seen": seen, **readouts}, concurrency_id=MODEL_CONCURRENCY, api_name=api_name,
                          show_progress_on=[model["load_status"]], api_visibility="public" if api_name else "private")
         # done or refused, the dropdowns then show what is loaded: the demo model after a fallback, the previous
-        # choice after a refusal, and what `auto` picked (`then` alone would not run after a refusal)
-        for outcome in (loading.success, loading.failure):
-            listen(outcome, bind(show_loaded, ctx), outputs=after, api_visibility="private")
+        # choice after a refusal, and what `auto` picked
+        show_loaded_after(ctx, loading, model, question)
 
 
 def build_question_panel(ctx: AppContext) -> dict[str, Block]:

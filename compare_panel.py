@@ -166,7 +166,8 @@ def build_compare_panel(ctx, question: dict, history: dict, seen, hooks: PageHoo
                     if not stop_pressed():
                         raise
                     raise Cancelled(STOPPED.format(loaded=hooks.loaded_now())) from None
-        return {"table": gr.update(value=comparison_frame(comparison), column_widths=comparison_widths(len(comparison.runs))),
+        return {"table": gr.update(value=comparison_frame(comparison),
+                                   column_widths=comparison_widths(len(comparison.runs))),
                 "summary": ui_format.compare_summary(comparison), **history_outputs(runs, comparison),
                 "seen": hooks.seen_now(), "json": comparison.to_json()}
 

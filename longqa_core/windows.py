@@ -123,7 +123,7 @@ def _chunk_end(text: str, start: int, chunk_chars: int) -> tuple[int, bool]:
         return len(text), False
     lowest = max(start + 1, end - _CUT_SEARCH_CHARS)
     for cut in range(end, lowest, -1):  # the chunk ends before the space, the next one starts with it
-        if text[cut] == " " and not text[cut - 1].isspace() and cut + 1 < len(text) and not text[cut + 1].isspace():
+        if text[cut] == " " and _cut_kind(text, cut) == "space":
             return cut, False
     return end, True
 
