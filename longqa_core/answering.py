@@ -201,7 +201,7 @@ def _read_full(runner, tokenizer, plan: RequestPlan, batch_state, measurement, s
     with measurement.stage("tokenize"):
         if plan.cuts:
             windows, stats = cut_windows(tokenizer, plan.question, plan.documents, plan.document_tokens,
-                                         plan.cuts), plan.stats
+                                         plan.cuts, should_stop=should_stop), plan.stats
         else:
             windows, stats = make_windows(tokenizer, plan.question, plan.documents, settings,
                                           should_stop=should_stop)

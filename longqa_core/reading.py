@@ -332,7 +332,7 @@ def read_windows(runner: Runner, tokenizer, plan, indices: list[int], read: Guid
     measured to `read`; progress counts on from the windows `read` already holds."""
     with measurement.stage("tokenize"):
         new = cut_windows(tokenizer, plan.question, plan.documents, plan.document_tokens,
-                          [plan.cuts[i] for i in indices])
+                          [plan.cuts[i] for i in indices], should_stop=should_stop)
     done_before, windows_total = len(read.windows), len(plan.cuts)
 
     def progress(state: WindowProgress) -> None:
