@@ -66,17 +66,16 @@ static void load_tiles(void) {
     _tile_loadconfig(&config);
 }
 
-/* 2^x for x <= 0 in the lanes `keep` holds, 0 in the others (whatever x is there): x = n + f, f in [-1/2, 1/2], degree-5 polynomial
-   for 2^f (relative error under 3e-6, far below the bf16 rounding that follows), exact scaling by 2^n. */
+/* 2^x for x <= 0 in the lanes `keep` holds, 0 in the others (whatever x is there): x = n + f, f in [-1/2, 1/2], a
+   degree-3 polynomial for 2^f (fitted for relative error: under 7.5e-5, against the 2e-3 of the bf16 rounding that
+   follows; degree 5, 3e-6, cost two more multiply-adds on every score), exact scaling by 2^n. */
 static inline __m512 exp2_ps(__m512 x, __mmask16 keep) {
     __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m512 f = _mm512_sub_ps(x, n);
-    __m512 p = _mm512_set1_ps(1.3333558146e-3f);
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.6181291076e-3f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5504108665e-2f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4022650696e-1f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.9314718056e-1f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+    __m512 p = _mm512_set1_ps(5.5171321434e-2f);
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4261054228e-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.9326098561e-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.9992810936e-1f));
     return _mm512_maskz_scalef_ps(keep, p, n); /* 0 where not kept */
 }
 
@@ -253,57 +252,56 @@ static inline __mmask16 band_mask(uint16_t bits, long j, long lo, long hi) {
     return (__mmask16)(in & bits);
 }
 
-/* Softmax numerators of one row of `scale` * scores over the columns j < n that `bits` (one per column) allows and
-   that lie in [0, n_global) or [lo, hi]: probs[j] = e^(scale * (s_j - max)) rounded to bf16, 0 elsewhere (all n
-   columns written). Returns 1 / the fp32 sum of the numerators (before rounding), as PyTorch's fused CPU attention
-   divides the output by it; 0 when nothing is allowed (a row of zeros). Only the vectors holding [lo, hi] are read
-   from the band; the masks of the first and last of them are cut to [lo, hi], those between are the bits alone.
-   Four accumulators of the maximum and the sum, so the adds do not wait on each other. */
+/* Softmax numerators of one row of `scale` * scores over the columns j < n (n a multiple of 16) that `bits` (one per
+   column) allows and that lie in [0, n_global) or [lo, hi]: probs[j] = e^(scale * (s_j - max)) rounded to bf16, 0
+   elsewhere (all n columns written). Returns 1 / the fp32 sum of the numerators (before rounding), as PyTorch's fused
+   CPU attention divides the output by it; 0 when nothing is allowed (a row of zeros). Only the vectors holding
+   [lo, hi] are read from the band; the masks of the first and last of them are cut to [lo, hi], those between are
+   the bits alone; the vectors around them get zeros. Two accumulators of the maximum and the sum, so the
+   instructions do not wait on each other. */
 static inline float softmax_row(const float *scores, const uint16_t *bits, size_t n, long n_global, long lo, long hi,
                                 float scale, bf16 *probs) {
     const long band0 = lo & ~15L, band_last = hi & ~15L; /* first and last vectors of the band */
-    const long count = (band_last - band0) / 16 + 1;     /* vectors of the band */
-    const long n_vectors = n_global / 16 + count;
-    __mmask16 masks[n_vectors];
-    const float *x[n_vectors];
-    for (long v = 0; v < n_global / 16; v++) masks[v] = (__mmask16)bits[v], x[v] = scores + v * 16;
-    for (long v = 0; v < count; v++) {
-        const long j = band0 + v * 16;
-        masks[n_global / 16 + v] = v == 0 || v == count - 1 ? band_mask(bits[j / 16], j, lo, hi) : bits[j / 16];
-        x[n_global / 16 + v] = scores + j;
+    const __mmask16 first = band_mask(bits[band0 / 16], band0, lo, hi);
+    const __mmask16 last = band_last > band0 ? band_mask(bits[band_last / 16], band_last, lo, hi) : 0;
+    __m512 m0 = _mm512_set1_ps(-INFINITY), m1 = m0;
+    for (long j = 0; j < n_global; j += 16)
+        m0 = _mm512_mask_max_ps(m0, (__mmask16)bits[j / 16], m0, _mm512_loadu_ps(scores + j));
+    m1 = _mm512_mask_max_ps(m1, first, m1, _mm512_loadu_ps(scores + band0));
+    m0 = _mm512_mask_max_ps(m0, last, m0, _mm512_loadu_ps(scores + band_last));
+    long j = band0 + 16;
+    for (; j + 16 < band_last; j += 32) {
+        m0 = _mm512_mask_max_ps(m0, (__mmask16)bits[j / 16], m0, _mm512_loadu_ps(scores + j));
+        m1 = _mm512_mask_max_ps(m1, (__mmask16)bits[j / 16 + 1], m1, _mm512_loadu_ps(scores + j + 16));
     }
-    __m512 m0 = _mm512_set1_ps(-INFINITY), m1 = m0, m2 = m0, m3 = m0;
-    long v = 0;
-    for (; v + 4 <= n_vectors; v += 4) {
-        m0 = _mm512_mask_max_ps(m0, masks[v], m0, _mm512_loadu_ps(x[v]));
-        m1 = _mm512_mask_max_ps(m1, masks[v + 1], m1, _mm512_loadu_ps(x[v + 1]));
-        m2 = _mm512_mask_max_ps(m2, masks[v + 2], m2, _mm512_loadu_ps(x[v + 2]));
-        m3 = _mm512_mask_max_ps(m3, masks[v + 3], m3, _mm512_loadu_ps(x[v + 3]));
-    }
-    for (; v < n_vectors; v++) m0 = _mm512_mask_max_ps(m0, masks[v], m0, _mm512_loadu_ps(x[v]));
-    const float max = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_max_ps(m0, m1), _mm512_max_ps(m2, m3)));
+    if (j < band_last) m0 = _mm512_mask_max_ps(m0, (__mmask16)bits[j / 16], m0, _mm512_loadu_ps(scores + j));
+    const float max = _mm512_reduce_max_ps(_mm512_max_ps(m0, m1));
     if (max == -INFINITY) {
         memset(probs, 0, n * sizeof(bf16));
         return 0.0f;
     }
     const float c = scale * 1.44269504088896341f; /* e^(scale * y) = 2^(c * y) */
     const __m512 vc = _mm512_set1_ps(c), vcmax = _mm512_set1_ps(c * max);
-    memset(probs + n_global, 0, (size_t)(band0 - n_global) * sizeof(bf16));
-    const long written = band_last + 16;
-    if (written < (long)n) memset(probs + written, 0, (size_t)((long)n - written) * sizeof(bf16));
+    const __m256i zero = _mm256_setzero_si256(); /* the columns around the band: 0 (a vector or two each side) */
+    for (long z = n_global; z < band0; z += 16) _mm256_storeu_si256((__m256i *)(probs + z), zero);
+    for (long z = band_last + 16; z < (long)n; z += 16) _mm256_storeu_si256((__m256i *)(probs + z), zero);
     __m512 s0 = _mm512_setzero_ps(), s1 = s0;
-#define EXP_STEP(v, sum)                                                                                            \
+#define EXP_AT(j, mask, sum)                                                                                        \
     do {                                                                                                            \
-        __m512 e = exp2_ps(_mm512_fmsub_ps(_mm512_loadu_ps(x[v]), vc, vcmax), masks[v]);                            \
+        __m512 e = exp2_ps(_mm512_fmsub_ps(_mm512_loadu_ps(scores + (j)), vc, vcmax), mask);                         \
         sum = _mm512_add_ps(sum, e);                                                                                \
-        _mm256_storeu_si256((__m256i *)(probs + (x[v] - scores)), (__m256i)_mm512_cvtneps_pbh(e));                  \
+        _mm256_storeu_si256((__m256i *)(probs + (j)), (__m256i)_mm512_cvtneps_pbh(e));                              \
     } while (0)
-    for (v = 0; v + 2 <= n_vectors; v += 2) {
-        EXP_STEP(v, s0);
-        EXP_STEP(v + 1, s1);
+    for (long g = 0; g < n_global; g += 16) EXP_AT(g, (__mmask16)bits[g / 16], s0);
+    EXP_AT(band0, first, s1);
+    j = band0 + 16;
+    for (; j + 16 < band_last; j += 32) {
+        EXP_AT(j, (__mmask16)bits[j / 16], s0);
+        EXP_AT(j + 16, (__mmask16)bits[j / 16 + 1], s1);
     }
-    if (v < n_vectors) EXP_STEP(v, s0);
-#undef EXP_STEP
+    if (j < band_last) EXP_AT(j, (__mmask16)bits[j / 16], s0);
+    if (band_last > band0) EXP_AT(band_last, last, s1);
+#undef EXP_AT
     return 1.0f / _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
 }
 
@@ -384,6 +382,7 @@ int longqa_band_attention_amx_bf16(const longqa_band_args *args) {
             load_tiles();
             memset(qbuf, 0, ROWS * (size_t)dp * 2); /* the padding past d stays zero */
         }
+        int64_t bits_row = -1; /* the row okbits holds */
 #pragma omp for schedule(dynamic, 1)
         for (int64_t bh = 0; bh < B * H; bh++) {
             if (!ready) continue;
@@ -394,8 +393,9 @@ int longqa_band_attention_amx_bf16(const longqa_band_args *args) {
                 pack_keys(kgt, gp, kg + (b * H + h) * G * d, d, 0, (long)G, (int)d, dp);
                 pack_values(vgp, gp, vg + (b * H + h) * G * d, d, 0, (long)G, (int)d);
             }
-            /* one bit per column: the global slots used (gp columns), then the local keys (n columns) */
-            for (size_t t = 0; t < (gp + n) / 16; t++) {
+            /* one bit per column: the global slots used (gp columns), then the local keys (n columns); the same
+               for every head of a row, so made when the thread's row changes */
+            for (size_t t = 0; t < (gp + n) / 16 && b != bits_row; t++) {
                 uint16_t bits = 0;
                 for (int j = 0; j < 16; j++) {
                     size_t col = t * 16 + (size_t)j;
@@ -409,6 +409,7 @@ int longqa_band_attention_amx_bf16(const longqa_band_args *args) {
                 }
                 okbits[t] = bits;
             }
+            bits_row = b;
             const bf16 *qh = q + b * q_strides[0] + h * q_strides[2];
             bf16 *oh = out + (b * L * H + h) * d;
             head(qh, q_strides[1], kt, vpk, kgt, vgp, gp, okbits, qbuf, scores, probs, obuf, bits, width, oh, H * d,
