@@ -34,6 +34,8 @@ class BandPlan:
     key_ok: torch.Tensor  # (B, L) whether the token is a local key (neither padding nor global)
     bias: torch.Tensor | None  # (B*nb, 1, w, G+3w) 0 where a query may attend, -inf elsewhere, in the query dtype;
     # None for the band kernel, which masks as it goes
+    has_padding: bool = True  # whether any token is padding: without, no layer masks its global rows' keys or zeroes
+    # padding rows (on one CPU thread 1 ms a layer of `masked_fill_` and the global rows' mask at 4,096 tokens)
 
 
 def band_plan(is_pad: torch.Tensor, is_global: torch.Tensor, w: int, dtype: torch.dtype, block: int,
@@ -49,8 +51,9 @@ def band_plan(is_pad: torch.Tensor, is_global: torch.Tensor, w: int, dtype: torc
     order = torch.argsort((~is_global).to(torch.int8), dim=1, stable=True)[:, :n_global]  # (B, G)
     slot_used = torch.gather(is_global, 1, order)  # (B, G)
     key_ok = ~(is_pad | is_global)
+    has_padding = bool(is_pad.any())
     if not with_bias:
-        return BandPlan(n_global, order, slot_used, key_ok, None)
+        return BandPlan(n_global, order, slot_used, key_ok, None, has_padding)
     offsets = (torch.arange(span, device=is_pad.device)[None, :] - torch.arange(block, device=is_pad.device)[:, None]
                - w)  # (c, c+2w): position of key j of the band minus that of query a of the block
     is_local_key = F.pad(key_ok, (w, w), value=False).unfold(1, span, block)  # (B, nb, c+2w)
@@ -61,7 +64,8 @@ def band_plan(is_pad: torch.Tensor, is_global: torch.Tensor, w: int, dtype: torc
     allowed = torch.cat([global_ok, band_ok | pad_rows], dim=-1)  # (B, nb, c, G+c+2w)
     # An additive mask in the query dtype: a boolean one costs a conversion per call inside SDPA.
     bias = torch.zeros(allowed.shape, dtype=dtype, device=is_pad.device).masked_fill_(~allowed, float("-inf"))
-    return BandPlan(n_global, order, slot_used, key_ok, bias.view(batch * n_blocks, 1, block, n_global + span))
+    return BandPlan(n_global, order, slot_used, key_ok, bias.view(batch * n_blocks, 1, block, n_global + span),
+                    has_padding)
 
 
 class BandPlanCache:
@@ -227,8 +231,8 @@ class SlidingWindowSelfAttention(nn.Module):
         hidden_global = torch.gather(hidden_states, 1, embed_index)  # (B, G, D)
         qg = self._heads(self.query_global(hidden_global))  # (B, H, G, d)
         kg, vg = k_all.transpose(1, 2), v_all.transpose(1, 2)  # (B, H, L, d)
-        global_out = F.scaled_dot_product_attention(qg, kg, vg, attn_mask=(~is_pad)[:, None, None, :],
-                                                    dropout_p=dropout)  # (B, H, G, d)
+        key_mask = (~is_pad)[:, None, None, :] if plan.has_padding else None
+        global_out = F.scaled_dot_product_attention(qg, kg, vg, attn_mask=key_mask, dropout_p=dropout)  # (B, H, G, d)
         global_out = global_out.transpose(1, 2).reshape(out.shape[0], n_global, self.embed_dim)  # (B, G, D)
         keep = torch.gather(out, 1, embed_index)  # unused slots point at local rows: write those back unchanged
         global_out = torch.where(slot_used[:, :, None], global_out.to(out.dtype), keep)
@@ -242,6 +246,8 @@ class SlidingWindowSelfAttention(nn.Module):
         new_rows = global_out.reshape(batch * n_global, self.embed_dim)  # (B*G, D)
         flat = flat.index_copy_(0, rows, new_rows) if in_place else flat.index_copy(0, rows, new_rows)
         out = flat.view(batch, length, self.embed_dim)
+        if not plan.has_padding:
+            return (out,)
         padding = is_pad[:, :, None]  # (B, L, 1)
         return (out.masked_fill_(padding, 0.0) if in_place else out.masked_fill(padding, 0.0),)
 

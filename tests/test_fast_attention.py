@@ -9,7 +9,7 @@ import torch
 from transformers import LongformerConfig, LongformerForQuestionAnswering
 
 from longqa.models import architecture_config
-from strategies.fast_attention import SlidingWindowSelfAttention, swap_attention
+from strategies.fast_attention import SlidingWindowSelfAttention, band_plan, swap_attention
 
 
 def pair(config: LongformerConfig, seed: int = 0):
@@ -54,7 +54,7 @@ def test_tiny_model_matches_eager_in_fp32(batch, length):
     assert gap < 1e-4
 
 
-@pytest.mark.parametrize("batch, length", [(3, 777), (2, 65)])
+@pytest.mark.parametrize("batch, length", [(3, 777), (2, 65), (1, 4096)])
 def test_the_sdpa_band_matches_eager_in_fp32(monkeypatch, batch, length):
     """The band on SDPA, as where no band kernel runs (the tests above take the fp32 kernel where it does)."""
     monkeypatch.setattr(SlidingWindowSelfAttention, "use_band_kernel", False)
@@ -102,6 +102,18 @@ def test_half_precision_stays_within_eagers_own_rounding(dtype):
     eager_error = max_logit_gap(reference, eager_half, x["attention_mask"])
     fast_error = max_logit_gap(reference, fast_half, x["attention_mask"])
     assert fast_error <= 1.5 * eager_error + 1e-3
+
+
+def test_a_plan_knows_whether_any_token_is_padding():
+    """Without padding the layers skip the global rows' key mask and zeroing padding rows (1 ms a layer at 4,096
+    tokens): (1, 4096) above runs that path, the padded shapes the other."""
+    is_global = torch.zeros(2, 128, dtype=torch.bool)
+    is_global[:, :3] = True
+    is_pad = torch.zeros(2, 128, dtype=torch.bool)
+    assert not band_plan(is_pad, is_global, 32, torch.float32, 32, with_bias=False).has_padding
+    assert not band_plan(is_pad, is_global, 32, torch.float32, 32).has_padding
+    is_pad[1, 127] = True
+    assert band_plan(is_pad, is_global, 32, torch.float32, 32, with_bias=False).has_padding
 
 
 def test_it_compiles_without_graph_breaks_on_its_own():
