@@ -2,16 +2,20 @@
 a base-model window (4,096 tokens, 12 heads of 64, w = 256, a question of 24 global tokens), interleaved over rounds,
 the best time of each, its GFLOP/s of needed work (2w+1 keys per query) and the ratio:
 
-    python scripts/measure_band_kernels.py [--out docs/cpu-floor] [--rounds 8] [--threads N]
+    python scripts/measure_band_kernels.py [--out docs/cpu-floor] [--rounds 8] [--threads N] [--also REV]
 
-Writes band-kernels-<kind>.json and .md. Process CPU time is recorded beside wall time: on a loaded machine it is the
+`--also REV` times the AMX kernel as it was at git revision REV beside them (built from that revision's source and
+header), for a before-and-after in one process. Writes band-kernels-<kind>.json and .md. Process CPU time is recorded beside wall time: on a loaded machine it is the
 steadier of the two (a single thread's CPU seconds are its own work).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -21,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from longqa.bench.runner import measured_here, write_measurement  # noqa: E402
 from strategies import band_kernel  # noqa: E402
 
+ROOT = Path(__file__).resolve().parents[1]
 SHAPE = {"batch": 1, "length": 4096, "heads": 12, "head_dim": 64, "window": 256, "n_global": 24}
 
 
@@ -42,7 +47,21 @@ def needed_flops(batch, length, heads, head_dim, window, n_global) -> float:
     return 2.0 * 2 * batch * length * heads * head_dim * (2 * window + 1)
 
 
-def measure(rounds: int) -> dict:
+def kernel_at(revision: str) -> band_kernel.BandKernel:
+    """The AMX kernel as it was at a git revision: that revision's source and header, built in a scratch folder."""
+    folder = Path(tempfile.mkdtemp(prefix="band-kernel-"))
+    for name in (band_kernel.AMX_BUILD.source.name, band_kernel.HEADER.name):
+        shown = subprocess.run(["git", "show", f"{revision}:strategies/{name}"], cwd=ROOT, capture_output=True,
+                               text=True, check=True)
+        (folder / name).write_text(shown.stdout)
+    spec = dataclasses.replace(band_kernel.AMX_BUILD, source=folder / band_kernel.AMX_BUILD.source.name,
+                               name=f"AMX at {revision}")
+    kernel = band_kernel.BandKernel(spec, band_kernel.build(spec, folder=folder))
+    kernel.prepare()
+    return kernel
+
+
+def measure(rounds: int, also: str | None = None) -> dict:
     kernels, skipped = {}, {}
     for spec in band_kernel.variants(torch.bfloat16):
         loaded = band_kernel.skip_reason(spec) or band_kernel.open_variant(spec)
@@ -50,6 +69,8 @@ def measure(rounds: int) -> dict:
             kernels[spec.name] = loaded
         else:
             skipped[spec.name] = str(loaded)
+    if also:
+        kernels[f"AMX at {also}"] = kernel_at(also)
     case = band_case(**SHAPE)
     wall = {name: float("inf") for name in kernels}
     cpu = dict(wall)
@@ -62,12 +83,13 @@ def measure(rounds: int) -> dict:
             cpu[name] = min(cpu[name], time.process_time() - began_cpu)
     flops = needed_flops(**SHAPE)
     names = list(kernels)
-    gap = ((outputs[names[0]].float() - outputs[names[1]].float()).abs().max().item() if len(names) > 1 else None)
+    first = outputs[names[0]].float()
     return {"shape": SHAPE, "needed_flops": flops, "rounds": rounds, "threads": torch.get_num_threads(),
             "kernels": {name: {"best_wall_s": wall[name], "best_cpu_s": cpu[name],
-                               "gflops_per_s": flops / wall[name] / 1e9,
-                               "file": kernels[name].path.name} for name in names},
-            "skipped": skipped, "max_abs_difference": gap}
+                               "gflops_per_s": flops / wall[name] / 1e9, "file": kernels[name].path.name,
+                               "max_abs_difference_from_first": (outputs[name].float() - first).abs().max().item()}
+                        for name in names},
+            "skipped": skipped}
 
 
 def format_markdown(result: dict) -> str:
@@ -80,17 +102,17 @@ def format_markdown(result: dict) -> str:
              f"One layer's band of a base-model window: {result['shape']}; "
              f"{result['needed_flops'] / 1e9:.1f} GFLOP of needed work (2w+1 keys per query, both products). "
              f"Best of {result['rounds']} interleaved rounds.", "",
-             "| kernel | best wall s | GFLOP/s of needed work | best CPU s (all threads) | × the slowest |",
-             "|---|---|---|---|---|"]
+             f"| kernel | best wall s | GFLOP/s of needed work | best CPU s (all threads) | × the slowest | "
+             f"largest difference from {next(iter(result['kernels']))} |",
+             "|---|---|---|---|---|---|"]
     slowest = max(k["best_wall_s"] for k in result["kernels"].values())
     for name, k in result["kernels"].items():
         lines.append(f"| {name} (`{k['file']}`) | {k['best_wall_s']:.4f} | {k['gflops_per_s']:.0f} | "
-                     f"{k['best_cpu_s']:.4f} | {slowest / k['best_wall_s']:.2f} |")
-    lines += [f"| {name} | not run: {why} | | | |" for name, why in result["skipped"].items()]
-    if result["max_abs_difference"] is not None:
-        lines += ["", f"Largest difference between the two outputs: {result['max_abs_difference']:.4f} "
-                  "(values of unit scale; bf16 rounding: the AMX kernel rounds the softmax's numerators, the "
-                  "AVX-512 kernel the probabilities)."]
+                     f"{k['best_cpu_s']:.4f} | {slowest / k['best_wall_s']:.2f} | "
+                     f"{k['max_abs_difference_from_first']:.4f} |")
+    lines += [f"| {name} | not run: {why} | | | | |" for name, why in result["skipped"].items()]
+    lines += ["", "Outputs are of unit scale: differences are bf16 rounding (the AMX kernel rounds the softmax's "
+              "numerators, the AVX-512 kernel the probabilities)."]
     return "\n".join(lines) + "\n"
 
 
@@ -99,13 +121,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="docs/cpu-floor")
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--threads", type=int, default=None, help="default: torch's")
+    parser.add_argument("--also", metavar="REV", help="also time the AMX kernel as it was at this git revision")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    result = measured_here(lambda: measure(args.rounds))
+    result = measured_here(lambda: measure(args.rounds, args.also))
     result["command"] = "python scripts/measure_band_kernels.py" + (
         f" --threads {args.threads}" if args.threads else "") + (
-        f" --rounds {args.rounds}" if args.rounds != 8 else "")
+        f" --rounds {args.rounds}" if args.rounds != 8 else "") + (f" --also {args.also}" if args.also else "")
     stem = f"band-kernels-{result['machine']['kind']}" + (f"-{args.threads}-thread" if args.threads else "")
     write_measurement(args.out, stem, result, format_markdown(result))
     return 0

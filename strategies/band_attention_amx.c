@@ -5,12 +5,15 @@
    and the used global slots, then the weighted sum of the values. Scores and softmax in fp32; the softmax's
    numerators e^(s - max) rounded to bf16 for the second product, values summed in fp32 and divided by the fp32 sum
    of the numerators at the end, as PyTorch's fused CPU attention does (band_attention.c rounds the normalized
-   probabilities instead: the two differ by bf16 rounding); the output rounded to bf16. Queries go in groups of 16 (one tile's rows) against the group's band of 16 + 2w keys rounded up to 32
-   (about 1.06x the needed products at w = 256).
+   probabilities instead: the two differ by bf16 rounding); the output rounded to bf16. Queries go in groups of 32
+   (two tiles' rows) against the group's band of 32 + 2w keys rounded up to 32 (about 1.12x the needed products at
+   w = 256; groups of 16 did 1.06x but loaded every key and value tile for 16 queries only: 6 % slower in all).
 
    Tiles: scores C[16 x 16] += Q[16 x 32 dims] . K^T[32 dims x 16 keys] (tdpbf16ps), keys packed per 16-key tile in
    pairs of dimensions; outputs C[16 x 16 dims] += P[16 x 32 keys] . V[32 keys x 16 dims], values packed in pairs of
-   keys. The softmax between the two products runs on AVX-512 (16 rows at a time).
+   keys; each key or value tile loaded serves both halves of the group. The softmax between the two products runs on
+   AVX-512, a row at a time. (The tile unit and the vector units did not overlap here: interleaving the next group's
+   score tiles with this group's softmax rows took as long as running them one after the other.)
 
    Arguments, layout and status codes: band_attention.h (the struct every band kernel takes). A row with no allowed
    key gets zeros.
@@ -33,7 +36,8 @@
 
 typedef uint16_t bf16;
 
-#define ROWS 16       /* query rows per group: one tile's rows */
+#define ROWS 16       /* query rows of one tile */
+#define GROUP 32      /* query rows per group: two tiles' rows */
 #define KEYS 32       /* keys per step of the value product (one A tile of bf16) */
 #define TILE_COLS 16  /* fp32 columns of an accumulator tile */
 #define ARCH_REQ_XCOMP_PERM 0x1023
@@ -55,9 +59,9 @@ typedef struct {
     uint8_t rows[16];
 } tile_config;
 
-/* Every tile 16 rows x 64 bytes: 0-3 fp32 accumulators (16 x 16), 4-5 left operands (16 rows x 32 bf16: queries or
-   probabilities), 6-7 right operands (16 pair rows x 16 words: keys or values). Two of each operand kind, used in
-   turn, so a load need not wait for the product still reading the other. */
+/* Every tile 16 rows x 64 bytes: 0-3 fp32 accumulators (16 x 16: two row halves by two column tiles), 4-5 left
+   operands (16 rows x 32 bf16: queries or probabilities of the two row halves), 6-7 right operands (16 pair rows x 16
+   words: keys or values of two column tiles). */
 static void load_tiles(void) {
     tile_config config;
     memset(&config, 0, sizeof config);
@@ -159,88 +163,76 @@ static void pack_values(bf16 *vp, size_t n, const bf16 *src, int64_t stride, lon
     }
 }
 
-/* scores[r][c] = q_r . key(c) (unscaled) for the 16 rows of qbuf (16 x dp bf16, dp = d rounded up to 32, zero
+/* scores[r][c] = q_r . key(c) (unscaled) for the 32 rows of qbuf (32 x dp bf16, dp = d rounded up to 32, zero
    padded) and `cols` keys (a multiple of 32) of kt (tiled as pack_keys leaves it, dp / 2 pairs per key), starting at
-   key col0 (a multiple of 16); ld: the row stride of scores. Groups of 4 accumulator tiles (a last one of 2). */
+   key col0 (a multiple of 16); ld: the row stride of scores. Per 32 keys, 4 accumulator tiles (two row halves by two
+   key tiles): each key tile loaded once serves both halves. */
 static void score_tiles(float *scores, size_t ld, const bf16 *qbuf, const uint32_t *kt, size_t col0, size_t cols,
                         int dp) {
     const size_t pairs = (size_t)dp / 2;
-    const int chunks = dp / 32, resident = chunks <= 2; /* the queries stay in tiles 4-5 for the whole call */
+    const int chunks = dp / 32, resident = chunks == 1; /* one chunk: the queries stay in tiles 4-5 */
     if (resident) {
         _tile_loadd(4, qbuf, dp * 2);
-        if (chunks == 2) _tile_loadd(5, qbuf + 32, dp * 2);
+        _tile_loadd(5, qbuf + ROWS * dp, dp * 2);
     }
 #define KEYS_TILE(t, chunk) (kt + (((col0 + c) / 16 + (t)) * pairs + (size_t)(chunk) * 16) * 16)
-#define STEP4(a, chunk)                                                                                           \
-    _tile_loadd(6, KEYS_TILE(0, chunk), 64); _tile_dpbf16ps(0, a, 6);                                              \
-    _tile_loadd(7, KEYS_TILE(1, chunk), 64); _tile_dpbf16ps(1, a, 7);                                              \
-    _tile_loadd(6, KEYS_TILE(2, chunk), 64); _tile_dpbf16ps(2, a, 6);                                              \
-    _tile_loadd(7, KEYS_TILE(3, chunk), 64); _tile_dpbf16ps(3, a, 7);
-#define STEP2(a, chunk)                                                                                           \
-    _tile_loadd(6, KEYS_TILE(0, chunk), 64); _tile_dpbf16ps(0, a, 6);                                              \
-    _tile_loadd(7, KEYS_TILE(1, chunk), 64); _tile_dpbf16ps(1, a, 7);
-    for (size_t c = 0; c < cols; c += 4 * TILE_COLS) {
-        const int four = cols - c >= 4 * TILE_COLS;
-        _tile_zero(0); _tile_zero(1);
-        if (four) { _tile_zero(2); _tile_zero(3); }
-        for (int k = 0; k < chunks; k += 2) {
-            if (!resident) _tile_loadd(4, qbuf + k * 32, dp * 2);
-            if (four) { STEP4(4, k) } else { STEP2(4, k) }
-            if (k + 1 == chunks) break;
-            if (!resident) _tile_loadd(5, qbuf + (k + 1) * 32, dp * 2);
-            if (four) { STEP4(5, k + 1) } else { STEP2(5, k + 1) }
+    for (size_t c = 0; c < cols; c += 2 * TILE_COLS) {
+        _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+        for (int k = 0; k < chunks; k++) {
+            if (!resident) {
+                _tile_loadd(4, qbuf + k * 32, dp * 2);
+                _tile_loadd(5, qbuf + ROWS * dp + k * 32, dp * 2);
+            }
+            _tile_loadd(6, KEYS_TILE(0, k), 64);
+            _tile_dpbf16ps(0, 4, 6);
+            _tile_loadd(7, KEYS_TILE(1, k), 64);
+            _tile_dpbf16ps(1, 4, 7);
+            _tile_dpbf16ps(2, 5, 6);
+            _tile_dpbf16ps(3, 5, 7);
         }
         float *dst = scores + c;
         _tile_stored(0, dst, ld * 4);
         _tile_stored(1, dst + TILE_COLS, ld * 4);
-        if (four) {
-            _tile_stored(2, dst + 2 * TILE_COLS, ld * 4);
-            _tile_stored(3, dst + 3 * TILE_COLS, ld * 4);
-        }
+        _tile_stored(2, dst + ROWS * ld, ld * 4);
+        _tile_stored(3, dst + ROWS * ld + TILE_COLS, ld * 4);
     }
-#undef STEP4
-#undef STEP2
 #undef KEYS_TILE
 }
 
-/* obuf[r][c] (+)= sum over keys of probs[r][key] . value(key)[c] for `keys` keys (a multiple of 32) of probs (16
-   rows, row stride ld) against vp (pairs of keys, as pack_values leaves it, d dimensions) from key first_key (even);
-   accumulating onto obuf when `accumulate`. Groups of up to 4 accumulator tiles over the dimensions. */
+/* obuf[r][c] (+)= sum over keys of probs[r][key] . value(key)[c] for the 32 rows of probs (row stride ld) and `keys`
+   keys (a multiple of 32) of vp (pairs of keys, as pack_values leaves it, d dimensions) from key first_key (even);
+   accumulating onto obuf (32 x d fp32) when `accumulate`. 32 dimensions at a time, 4 accumulator tiles (two row
+   halves by two dimension tiles): each value tile loaded once serves both halves. */
 static void value_tiles(float *obuf, const bf16 *probs, size_t ld, const bf16 *vp, size_t first_key, size_t keys,
                         int d, int accumulate) {
-    for (int c0 = 0; c0 < d; c0 += 4 * TILE_COLS) {
-        const int count = (d - c0) / TILE_COLS < 4 ? (d - c0) / TILE_COLS : 4;
+    for (int c0 = 0; c0 < d; c0 += 2 * TILE_COLS) {
+        const int two = d - c0 >= 2 * TILE_COLS;
         float *o = obuf + c0;
         if (accumulate) {
             _tile_loadd(0, o, d * 4);
-            if (count > 1) _tile_loadd(1, o + TILE_COLS, d * 4);
-            if (count > 2) { _tile_loadd(2, o + 2 * TILE_COLS, d * 4); _tile_loadd(3, o + 3 * TILE_COLS, d * 4); }
+            _tile_loadd(2, o + ROWS * d, d * 4);
+            if (two) { _tile_loadd(1, o + TILE_COLS, d * 4); _tile_loadd(3, o + ROWS * d + TILE_COLS, d * 4); }
         } else {
-            _tile_zero(0);
-            if (count > 1) _tile_zero(1);
-            if (count > 2) { _tile_zero(2); _tile_zero(3); }
+            _tile_zero(0); _tile_zero(2);
+            if (two) { _tile_zero(1); _tile_zero(3); }
         }
 #define VALUES_TILE(t) (vp + ((first_key + j) / 2 * (size_t)d + (size_t)(c0 + (t) * TILE_COLS)) * 2)
-#define STEP(a)                                                                                                   \
-    _tile_loadd(a, probs + j, ld * 2);                                                                            \
-    _tile_loadd(6, VALUES_TILE(0), d * 4); _tile_dpbf16ps(0, a, 6);                                               \
-    if (count > 1) { _tile_loadd(7, VALUES_TILE(1), d * 4); _tile_dpbf16ps(1, a, 7); }                            \
-    if (count > 2) {                                                                                              \
-        _tile_loadd(6, VALUES_TILE(2), d * 4); _tile_dpbf16ps(2, a, 6);                                           \
-        _tile_loadd(7, VALUES_TILE(3), d * 4); _tile_dpbf16ps(3, a, 7);                                           \
-    }
-        for (size_t j = 0; j < keys; j += 2 * KEYS) {
-            STEP(4)
-            if (j + KEYS >= keys) break;
-            j += KEYS;
-            STEP(5)
-            j -= KEYS;
+        for (size_t j = 0; j < keys; j += KEYS) {
+            _tile_loadd(4, probs + j, ld * 2);
+            _tile_loadd(5, probs + ROWS * ld + j, ld * 2);
+            _tile_loadd(6, VALUES_TILE(0), d * 4);
+            _tile_dpbf16ps(0, 4, 6);
+            _tile_dpbf16ps(2, 5, 6);
+            if (two) {
+                _tile_loadd(7, VALUES_TILE(1), d * 4);
+                _tile_dpbf16ps(1, 4, 7);
+                _tile_dpbf16ps(3, 5, 7);
+            }
         }
-#undef STEP
 #undef VALUES_TILE
         _tile_stored(0, o, d * 4);
-        if (count > 1) _tile_stored(1, o + TILE_COLS, d * 4);
-        if (count > 2) { _tile_stored(2, o + 2 * TILE_COLS, d * 4); _tile_stored(3, o + 3 * TILE_COLS, d * 4); }
+        _tile_stored(2, o + ROWS * d, d * 4);
+        if (two) { _tile_stored(1, o + TILE_COLS, d * 4); _tile_stored(3, o + ROWS * d + TILE_COLS, d * 4); }
     }
 }
 
@@ -305,21 +297,21 @@ static inline float softmax_row(const float *scores, const uint16_t *bits, size_
     return 1.0f / _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
 }
 
-/* One (batch, head): keys and values packed once, then every group of 16 queries. */
+/* One (batch, head): keys and values packed once, then every group of 32 queries. */
 static void head(const bf16 *qh, int64_t q_step, const uint32_t *kt, const bf16 *vpk, const uint32_t *kgt,
                  const bf16 *vgp, size_t gp, const uint16_t *okbits, bf16 *qbuf, float *scores, bf16 *probs,
                  float *obuf, uint16_t *bits, size_t width, bf16 *oh, int64_t o_step, long L, long w, size_t wp, int d, int dp, float scale) {
-    for (long i0 = 0; i0 < L; i0 += ROWS) {
+    for (long i0 = 0; i0 < L; i0 += GROUP) {
         const size_t col0 = (size_t)(i0 + (long)wp - w) & ~(size_t)15; /* first band column, a tile's first key */
-        const size_t nb = round_up((size_t)(i0 + ROWS + (long)wp + w) - col0, KEYS);
-        for (int r = 0; r < ROWS; r++) memcpy(qbuf + r * dp, qh + (i0 + r < L ? i0 + r : L - 1) * q_step, d * 2);
+        const size_t nb = round_up((size_t)(i0 + GROUP + (long)wp + w) - col0, KEYS);
+        for (int r = 0; r < GROUP; r++) memcpy(qbuf + r * dp, qh + (i0 + r < L ? i0 + r : L - 1) * q_step, d * 2);
         if (gp) score_tiles(scores, width, qbuf, kgt, 0, gp, dp);
         score_tiles(scores + gp, width, qbuf, kt, col0, nb, dp);
         /* the row's allowed bits: the global slots', then the band's from col0 (a multiple of 16) */
         memcpy(bits, okbits, gp / 16 * sizeof(uint16_t));
         memcpy(bits + gp / 16, okbits + gp / 16 + col0 / 16, nb / 16 * sizeof(uint16_t));
-        float inverse_sum[ROWS];
-        for (int r = 0; r < ROWS; r++) {
+        float inverse_sum[GROUP];
+        for (int r = 0; r < GROUP; r++) {
             long i = i0 + r;
             if (i >= L) {
                 memset(probs + r * width, 0, (gp + nb) * sizeof(bf16));
@@ -332,7 +324,7 @@ static void head(const bf16 *qh, int64_t q_step, const uint32_t *kt, const bf16 
         }
         if (gp) value_tiles(obuf, probs, width, vgp, 0, gp, d, 0);
         value_tiles(obuf, probs + gp, width, vpk, col0, nb, d, gp != 0);
-        for (int r = 0; r < ROWS && i0 + r < L; r++) {
+        for (int r = 0; r < GROUP && i0 + r < L; r++) {
             const __m512 inverse = _mm512_set1_ps(inverse_sum[r]);
             for (int c = 0; c < d; c += 16)
                 _mm256_storeu_si256((__m256i *)(oh + (i0 + r) * o_step + c),
@@ -356,10 +348,10 @@ int longqa_band_attention_amx_bf16(const longqa_band_args *args) {
     const float scale = args->scale;
     if (d != 16 && d != 32 && d != 64 && d != 128) return LONGQA_BAND_BAD_HEAD_SIZE;
     const size_t wp = round_up((size_t)w, 32); /* zero columns before position 0: column = position + wp */
-    const size_t n = round_up(2 * wp + (size_t)L + KEYS + ROWS, 32);
+    const size_t n = round_up(2 * wp + (size_t)L + KEYS + GROUP, 32);
     const size_t gp = round_up((size_t)G, KEYS);
     const int dp = d < 32 ? 32 : (int)d; /* the queries' and keys' dimensions as the tiles hold them, zero padded */
-    const size_t width = gp + round_up(ROWS + 2 * (size_t)w + 1 + 15, KEYS) + KEYS;
+    const size_t width = gp + round_up(GROUP + 2 * (size_t)w + 1 + 15, KEYS) + KEYS;
     int failed = 0;
 #pragma omp parallel num_threads(args->threads)
     {
@@ -368,10 +360,10 @@ int longqa_band_attention_amx_bf16(const longqa_band_args *args) {
         uint32_t *kgt = aligned_alloc(64, round_up(gp * (size_t)dp * 2 + 64, 64));
         bf16 *vgp = aligned_alloc(64, round_up(gp * (size_t)d * 2 + 64, 64));
         uint16_t *okbits = aligned_alloc(64, round_up((gp + n) / 16 * sizeof(uint16_t) + 64, 64));
-        bf16 *qbuf = aligned_alloc(64, round_up(ROWS * (size_t)dp * 2, 64));
-        float *scores = aligned_alloc(64, round_up(ROWS * width * sizeof(float), 64));
-        bf16 *probs = aligned_alloc(64, round_up(ROWS * width * sizeof(bf16), 64));
-        float *obuf = aligned_alloc(64, round_up(ROWS * (size_t)d * sizeof(float), 64));
+        bf16 *qbuf = aligned_alloc(64, round_up(GROUP * (size_t)dp * 2, 64));
+        float *scores = aligned_alloc(64, round_up(GROUP * width * sizeof(float), 64));
+        bf16 *probs = aligned_alloc(64, round_up(GROUP * width * sizeof(bf16), 64));
+        float *obuf = aligned_alloc(64, round_up(GROUP * (size_t)d * sizeof(float), 64));
         uint16_t *bits = aligned_alloc(64, round_up(width / 16 * sizeof(uint16_t), 64));
         int ready = kt && vpk && kgt && vgp && okbits && qbuf && scores && probs && obuf && bits;
         if (!ready) {
@@ -380,7 +372,7 @@ int longqa_band_attention_amx_bf16(const longqa_band_args *args) {
         }
         if (ready) {
             load_tiles();
-            memset(qbuf, 0, ROWS * (size_t)dp * 2); /* the padding past d stays zero */
+            memset(qbuf, 0, GROUP * (size_t)dp * 2); /* the padding past d stays zero */
         }
         int64_t bits_row = -1; /* the row okbits holds */
 #pragma omp for schedule(dynamic, 1)
