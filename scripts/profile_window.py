@@ -2,7 +2,7 @@
 torch.profiler, operators' self CPU time grouped by kind, tokenizing and decoding timed around it, beside this
 CPU's measured floor:
 
-    python scripts/profile_window.py [--out docs/cpu-floor] [--cpu-kind detected|avx2|avx512-bf16]
+    python scripts/profile_window.py [--out docs/cpu-floor] [--cpu-kind detected|avx2|avx512-bf16] [--threads N]
 
 Writes window-breakdown-<kind>.json and .md. An operator counts to the group of the nearest of itself and the
 operators that called it that names a group (a `copy_` inside `addmm` is the Linear layer's bias, inside `_to_copy`
@@ -276,7 +276,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default=MODEL, help="default arch:base (random weights)")
     parser.add_argument("--tokens", type=int, default=4096)
     parser.add_argument("--repeat", type=int, default=2, help="unprofiled runs after the warm-up (median)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch's threads for the floor and the window (default: torch's own); with it, the "
+                             "files are named ...-N-thread")
     args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     hardware = hardware_for(args.cpu_kind)
     floor = measure_floor(args.model, tokens=args.tokens, hardware=detect_hardware())
     cpuinfo = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
@@ -289,13 +294,14 @@ def main(argv: list[str] | None = None) -> int:
     flops = window_flops(Shapes.from_config(model_config(args.model)), breakdown["window_tokens"])
     command = "python scripts/profile_window.py" + "".join(
         f" {flag} {value}" for flag, value in (("--model", args.model), ("--out", args.out),
-                                               ("--cpu-kind", args.cpu_kind))
+                                               ("--cpu-kind", args.cpu_kind), ("--threads", args.threads))
         if value != parser.get_default(flag.lstrip("-").replace("-", "_")))
     result = {"command": command, "model": args.model, "tokens": args.tokens, "machine": machine,
               "floor": floor.to_dict(),
               "window_flops": {"linear": flops.linear, "band": flops.band, "total": flops.total},
               "breakdown": breakdown}
-    write_measurement(args.out, f"window-breakdown-{kind_name(hardware)}", result, format_markdown(result))
+    stem = f"window-breakdown-{kind_name(hardware)}" + (f"-{args.threads}-thread" if args.threads else "")
+    write_measurement(args.out, stem, result, format_markdown(result))
     return 0
 
 
