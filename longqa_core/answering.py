@@ -16,6 +16,7 @@ from longqa_core import no_answer, reading, telemetry
 from longqa_core.batching import BatchState, ForwardSample, Runner, WindowProgress, release_memory, run_windows
 from longqa_core.documents import Document
 from longqa_core.errors import LongQAError
+from longqa_core.index_cache import IndexCache
 from longqa_core.limits import EngineSettings, StopCheck, check_tokens, no_answer_rule, stop_check
 from longqa_core.plan import RequestPlan, plan_request
 from longqa_core.spans import Answer, decode
@@ -96,7 +97,7 @@ class QAResult:
 def answer(runner: Runner, tokenizer, documents: list[Document], question: str, settings: EngineSettings, *,
            batch_state: BatchState | None = None, extract_s: float = 0.0, should_stop: StopCheck | None = None,
            on_window_progress: Callable[[WindowProgress], None] | None = None, reading_mode: str = "full",
-           index_cache: dict | None = None, weak_answer_score: float | None = None) -> QAResult:
+           index_cache: IndexCache | None = None, weak_answer_score: float | None = None) -> QAResult:
     """Plan the request (`plan_request`) and answer it (`answer_plan`): for callers with no lane between the two
     (the CLI, the bench, tests). `reading_mode` "full" reads every window; "guided" reads the windows the ranking
     picks, round by round while the answer is weak, falling back to the full read where ranking cannot serve;

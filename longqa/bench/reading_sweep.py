@@ -71,7 +71,7 @@ def measure(spec: SweepSpec) -> dict:
     documents, extract_s = read_documents([spec.path])
     result = answering.answer(loaded.runner, loaded.tokenizer, documents, spec.question, loaded.settings,
                               batch_state=loaded.batch_state, extract_s=extract_s, reading_mode=spec.mode,
-                              index_cache={}, weak_answer_score=spec.weak_answer_score)
+                              weak_answer_score=spec.weak_answer_score)
     best = result.answers[0] if result.answers else None
     read = result.reading.read
     return {
