@@ -42,14 +42,14 @@ class ReadingReadout:
     requested: str
     windows_read: int
     windows_total: int
-    windows_total_estimated: bool  # kept for the JSON's readers: every plan now counts its windows, so false
     reason: str
     read: list[ReadSpan]
     code: str = field(default="asked_full", repr=False)  # why, for programs (`reading.REASONS`); not in the JSON
 
     def to_json(self) -> dict:
         return {"mode": self.mode, "requested": self.requested, "windows_read": self.windows_read,
-                "windows_total": self.windows_total, "windows_total_estimated": self.windows_total_estimated,
+                "windows_total": self.windows_total,
+                "windows_total_estimated": False,  # kept for the JSON's readers: every plan counts its windows
                 "reason": self.reason, "read": [vars(span).copy() for span in self.read]}
 
 
@@ -211,7 +211,7 @@ def _read_full(runner, tokenizer, plan: RequestPlan, batch_state, measurement, s
     with measurement.stage("forward"):
         logits, used_size, sample = run_windows(runner, windows, tokenizer.pad_token_id, settings, batch_state,
                                                 should_stop=should_stop, on_window_progress=on_window_progress)
-    readout = ReadingReadout("full", plan.requested, len(windows), len(windows), False, plan.reading.reason,
+    readout = ReadingReadout("full", plan.requested, len(windows), len(windows), plan.reading.reason,
                              [ReadSpan(**window_span(w)) for w in windows], plan.reading.code)
     return _Read(windows, logits, stats, tokens, used_size, list(plan.notices), readout, sample.tokens,
                  sample.windows, sample.seconds)
@@ -242,7 +242,7 @@ def _read_guided(runner, tokenizer, plan: RequestPlan, batch_state, measurement,
             reading.read_windows(runner, tokenizer, plan, left, guided, batch_state, measurement,
                                  should_stop=should_stop, on_window_progress=on_window_progress)
     _, windows, logits = guided.in_document_order()  # went on: the full read's windows, so its answers
-    readout = ReadingReadout("full" if went_on else "guided", plan.requested, len(windows), len(plan.cuts), False,
+    readout = ReadingReadout("full" if went_on else "guided", plan.requested, len(windows), len(plan.cuts),
                              why.reason, [ReadSpan(**window_span(w)) for w in windows], why.code)
     tokens = plan.tokens if went_on else sum(int(w.context.sum()) for w in windows)
     return _Read(windows, logits, plan.stats, tokens, guided.batch_size, notices, readout, guided.forward_tokens,

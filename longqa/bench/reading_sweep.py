@@ -78,7 +78,7 @@ def measure(spec: SweepSpec) -> dict:
         "mode": spec.mode, "resolved_mode": result.reading.mode, "doc_tokens": spec.doc_tokens,
         "chars": documents[0].n_chars, "tokens_read": result.tokens, "windows_read": result.reading.windows_read,
         "windows_total": result.reading.windows_total,
-        "windows_total_estimated": result.reading.windows_total_estimated, "reason": result.reading.reason,
+        "reason": result.reading.reason,
         "latency_s": result.latency_s, "host_peak_rss_bytes": result.memory.host_peak_rss_bytes,
         "answer": best.text if best else None, "answer_start": best.start_char if best else None,
         "fact_read": any(r.start_char <= spec.answer_start < r.end_char for r in read),
