@@ -36,9 +36,6 @@ class ReadLimits:
         self.should_stop = should_stop
         self.on_wait = on_wait
 
-    def is_stopped(self) -> bool:
-        return self.should_stop is not None and self.should_stop()
-
     def stopped_message(self, name: str, progress: str) -> str:
         """What a reader's Cancelled says when the request was stopped while it was `progress` `name`."""
         return f"The request was stopped while {progress} '{name}'."
