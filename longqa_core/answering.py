@@ -103,12 +103,8 @@ def answer(runner: Runner, tokenizer, documents: list[Document], question: str, 
     picks, round by round while the answer is weak, falling back to the full read where ranking cannot serve;
     "auto" is guided past a few windows. A refused request hands its memory back before raising."""
     batch_state = batch_state or BatchState(settings.batch_size)
-    try:
-        plan = plan_request(tokenizer, documents, question, settings, reading_mode, batch_state=batch_state,
-                            index_cache=index_cache, should_stop=should_stop, weak_answer_score=weak_answer_score)
-    except LongQAError:
-        release_memory()
-        raise
+    plan = plan_request(tokenizer, documents, question, settings, reading_mode, batch_state=batch_state,
+                        index_cache=index_cache, should_stop=should_stop, weak_answer_score=weak_answer_score)
     return answer_plan(runner, tokenizer, plan, batch_state=batch_state, extract_s=extract_s,
                        should_stop=should_stop, on_window_progress=on_window_progress)
 

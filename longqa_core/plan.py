@@ -14,6 +14,7 @@ from longqa_core import reading
 from longqa_core.batching import BatchState
 from longqa_core.documents import Document
 from longqa_core.errors import InputError
+from longqa_core.host_memory import trim_heap
 from longqa_core.index_cache import IndexCache
 from longqa_core.limits import (EngineSettings, StopCheck, check_chars, check_predicted_time, check_tokens,
                                 document_room, truncate_question, validate_request)
@@ -97,30 +98,34 @@ def plan_request(tokenizer, documents: list[Document], question: str, settings: 
     `mode` "guided" (and "auto" past a few windows) tokenizes the documents, cuts the full read's windows and ranks
     them for the question, with the index and tokens from `index_cache` when the same documents were ranked before.
     `weak_answer_score` replaces the score under which guided reading goes on. Use it from one thread at a time per
-    tokenizer.
+    tokenizer. A refused plan hands the heap it freed back to the system before raising (`trim_heap`).
     """
-    reading.check_mode(mode)
-    question = validate_request(documents, question)
-    settings = settings.resolved(tokenizer)
-    check_chars(documents, settings.max_total_tokens)
-    plan = RequestPlan(documents, question, settings, mode, reading.full_read(reading.FULL_ASKED), [])
-    with plan.stage("tokenize"):
-        plan.question, notice = truncate_question(tokenizer, question, settings.max_question_len)
-        plan.notices = [notice] if notice else []
-        plan.question_tokens = len(tokenizer(plan.question, add_special_tokens=False)["input_ids"])
-        plan.room = room = document_room(tokenizer, settings, plan.question_tokens)
-    if mode != "full":
-        _rank(plan, tokenizer, index_cache, should_stop)
-        if weak_answer_score is not None:
-            plan.reading.weak_answer_score = weak_answer_score
-    if plan.mode == "full":
-        if not plan.cuts:
-            with plan.stage("tokenize"):
-                _count(plan, tokenizer, room, should_stop)
-        plan.tokens_per_s = batch_state.tokens_per_s if batch_state is not None else None
-        plan.predicted_s = plan.window_tokens / plan.tokens_per_s if plan.tokens_per_s else None
-        plan.check_time()
-    return plan
+    try:
+        reading.check_mode(mode)
+        question = validate_request(documents, question)
+        settings = settings.resolved(tokenizer)
+        check_chars(documents, settings.max_total_tokens)
+        plan = RequestPlan(documents, question, settings, mode, reading.full_read(reading.FULL_ASKED), [])
+        with plan.stage("tokenize"):
+            plan.question, notice = truncate_question(tokenizer, question, settings.max_question_len)
+            plan.notices = [notice] if notice else []
+            plan.question_tokens = len(tokenizer(plan.question, add_special_tokens=False)["input_ids"])
+            plan.room = room = document_room(tokenizer, settings, plan.question_tokens)
+        if mode != "full":
+            _rank(plan, tokenizer, index_cache, should_stop)
+            if weak_answer_score is not None:
+                plan.reading.weak_answer_score = weak_answer_score
+        if plan.mode == "full":
+            if not plan.cuts:
+                with plan.stage("tokenize"):
+                    _count(plan, tokenizer, room, should_stop)
+            plan.tokens_per_s = batch_state.tokens_per_s if batch_state is not None else None
+            plan.predicted_s = plan.window_tokens / plan.tokens_per_s if plan.tokens_per_s else None
+            plan.check_time()
+        return plan
+    except BaseException:
+        trim_heap()  # a refused plan may have counted millions of tokens
+        raise
 
 
 def _count(plan: RequestPlan, tokenizer, room: int, should_stop: StopCheck | None) -> None:
