@@ -35,8 +35,8 @@ def trim_heap() -> bool:
 
 
 def tune_allocator() -> dict[str, int]:
-    """Set glibc's arena count for this process (SERVER_ARENA_MAX); nothing when the environment sets any of glibc's own MALLOC_*
-    variables (the operator's settings win). Returns what was set, by glibc's variable name."""
+    """Set glibc's arena count for this process (SERVER_ARENA_MAX); nothing when the environment sets any of glibc's
+    own MALLOC_* variables (the operator's settings win). Returns what was set, by glibc's variable name."""
     libc = _libc()
     if libc is None or any(name.startswith("MALLOC_") for name in os.environ):
         return {}
