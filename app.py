@@ -777,9 +777,8 @@ def ask(ctx: AppContext, files, pasted_text, question, top_k, reading, history, 
     best = result.answers[0] if result.answers else None
     passage = (ui_format.evidence(documents[best.document_index].text, best.start_char, best.end_char)
                if best is not None and best.document_index >= 0 else [])
-    estimated = result.reading is not None and result.reading.windows_total_estimated
     return {
-        "documents": pd.DataFrame(ui_format.document_rows(result.documents, estimated),
+        "documents": pd.DataFrame(ui_format.document_rows(result.documents),
                                   columns=ui_format.DOCUMENT_HEADERS),
         "answer": ui_format.best_answer(result),
         "answers": pd.DataFrame(ui_format.answer_rows(result.answers), columns=ui_format.ANSWER_HEADERS),

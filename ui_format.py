@@ -60,11 +60,8 @@ def format_rate(tokens_per_s: float | None) -> str:
     return MISSING if tokens_per_s is None else f"{tokens_per_s:,.0f} tokens/s"
 
 
-def document_rows(documents: list, estimated: bool = False) -> list[list]:
-    """One row per document (`DocumentStats`); `estimated` counts (a guided read tokenizes only what it reads) say
-    "about"."""
-    if estimated:
-        return [[d.name, d.chars, f"about {d.tokens:,}", f"about {d.windows:,}"] for d in documents]
+def document_rows(documents: list) -> list[list]:
+    """One row per document (`DocumentStats`): its counted characters, tokens and windows."""
     return [[d.name, d.chars, d.tokens, d.windows] for d in documents]
 
 
@@ -203,8 +200,7 @@ def reading_summary(readout) -> str:
     reading = result.reading
     if reading is None:
         return MISSING
-    about = "about " if reading.windows_total_estimated else ""
-    text = (f"read {reading.windows_read:,} of {about}{reading.windows_total:,} windows ({reading.mode}) "
+    text = (f"read {reading.windows_read:,} of {reading.windows_total:,} windows ({reading.mode}) "
             f"in {format_seconds(result.latency_s.get('total'))}")
     if readout.full_read_s is not None:
         text += f"; a full read would take about {format_seconds(readout.full_read_s)}"

@@ -174,8 +174,8 @@ def run_ask(args) -> int:
         print(f"note: {verdict.message}; --no-answer-below SCORE gives a threshold", file=sys.stderr)
     print(f"{result.windows} windows, {result.tokens} tokens, batch {result.batch_size}, "
           f"{result.latency_s['total']:.2f} s, model {readout.model}, profile {readout.profile}; "
-          f"read {reading.windows_read} of {'about ' if reading.windows_total_estimated else ''}"
-          f"{reading.windows_total} windows, {reading.mode}: {reading.reason}", file=sys.stderr)
+          f"read {reading.windows_read} of {reading.windows_total} windows, {reading.mode}: {reading.reason}",
+          file=sys.stderr)
     return 0
 
 

@@ -218,9 +218,6 @@ class Session:
             plan = plan_request(tokenizer, documents, question, with_overrides(loaded.settings, overrides), reading,
                                 batch_state=loaded.batch_state, index_cache=self.index_cache,
                                 should_stop=should_stop)
-        except BaseException:
-            trim_heap()  # a refused plan may have counted millions of tokens
-            raise
         finally:
             self._return_tokenizer(loaded, tokenizer)
         plan.generation, plan.overrides = loaded.generation, {k: v for k, v in overrides.items() if v is not None}

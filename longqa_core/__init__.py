@@ -33,6 +33,8 @@ the public names of each:
 - `host_memory`: handing freed memory back to the system (`trim_heap`) and a server's allocator settings
   (`tune_allocator`).
 - `openmp_wait`: how long idle OpenMP threads spin (`limit_spin_wait`), set by the entry points before torch loads.
+- `waiting`: `wait_until`, the one loop with which a request waiting for something (an index another request builds,
+  a turn in line, a child process, a remote call) hears that it was stopped.
 - `errors`: the domain errors (`InputError`, `RequestTooLongError`, `Cancelled`, `OutOfMemoryError`, ...).
 - `cache`: the project's one cache folder.
 """

@@ -16,6 +16,7 @@ from longqa_core import no_answer, reading, telemetry
 from longqa_core.batching import BatchState, ForwardSample, Runner, WindowProgress, release_memory, run_windows
 from longqa_core.documents import Document
 from longqa_core.errors import LongQAError
+from longqa_core.index_cache import IndexCache
 from longqa_core.limits import EngineSettings, StopCheck, check_tokens, no_answer_rule, stop_check
 from longqa_core.plan import RequestPlan, plan_request
 from longqa_core.spans import Answer, decode
@@ -41,14 +42,14 @@ class ReadingReadout:
     requested: str
     windows_read: int
     windows_total: int
-    windows_total_estimated: bool  # kept for the JSON's readers: every plan now counts its windows, so false
     reason: str
     read: list[ReadSpan]
     code: str = field(default="asked_full", repr=False)  # why, for programs (`reading.REASONS`); not in the JSON
 
     def to_json(self) -> dict:
         return {"mode": self.mode, "requested": self.requested, "windows_read": self.windows_read,
-                "windows_total": self.windows_total, "windows_total_estimated": self.windows_total_estimated,
+                "windows_total": self.windows_total,
+                "windows_total_estimated": False,  # kept for the JSON's readers: every plan counts its windows
                 "reason": self.reason, "read": [vars(span).copy() for span in self.read]}
 
 
@@ -96,18 +97,14 @@ class QAResult:
 def answer(runner: Runner, tokenizer, documents: list[Document], question: str, settings: EngineSettings, *,
            batch_state: BatchState | None = None, extract_s: float = 0.0, should_stop: StopCheck | None = None,
            on_window_progress: Callable[[WindowProgress], None] | None = None, reading_mode: str = "full",
-           index_cache: dict | None = None, weak_answer_score: float | None = None) -> QAResult:
+           index_cache: IndexCache | None = None, weak_answer_score: float | None = None) -> QAResult:
     """Plan the request (`plan_request`) and answer it (`answer_plan`): for callers with no lane between the two
     (the CLI, the bench, tests). `reading_mode` "full" reads every window; "guided" reads the windows the ranking
     picks, round by round while the answer is weak, falling back to the full read where ranking cannot serve;
     "auto" is guided past a few windows. A refused request hands its memory back before raising."""
     batch_state = batch_state or BatchState(settings.batch_size)
-    try:
-        plan = plan_request(tokenizer, documents, question, settings, reading_mode, batch_state=batch_state,
-                            index_cache=index_cache, should_stop=should_stop, weak_answer_score=weak_answer_score)
-    except LongQAError:
-        release_memory()
-        raise
+    plan = plan_request(tokenizer, documents, question, settings, reading_mode, batch_state=batch_state,
+                        index_cache=index_cache, should_stop=should_stop, weak_answer_score=weak_answer_score)
     return answer_plan(runner, tokenizer, plan, batch_state=batch_state, extract_s=extract_s,
                        should_stop=should_stop, on_window_progress=on_window_progress)
 
@@ -210,7 +207,7 @@ def _read_full(runner, tokenizer, plan: RequestPlan, batch_state, measurement, s
     with measurement.stage("forward"):
         logits, used_size, sample = run_windows(runner, windows, tokenizer.pad_token_id, settings, batch_state,
                                                 should_stop=should_stop, on_window_progress=on_window_progress)
-    readout = ReadingReadout("full", plan.requested, len(windows), len(windows), False, plan.reading.reason,
+    readout = ReadingReadout("full", plan.requested, len(windows), len(windows), plan.reading.reason,
                              [ReadSpan(**window_span(w)) for w in windows], plan.reading.code)
     return _Read(windows, logits, stats, tokens, used_size, list(plan.notices), readout, sample.tokens,
                  sample.windows, sample.seconds)
@@ -241,7 +238,7 @@ def _read_guided(runner, tokenizer, plan: RequestPlan, batch_state, measurement,
             reading.read_windows(runner, tokenizer, plan, left, guided, batch_state, measurement,
                                  should_stop=should_stop, on_window_progress=on_window_progress)
     _, windows, logits = guided.in_document_order()  # went on: the full read's windows, so its answers
-    readout = ReadingReadout("full" if went_on else "guided", plan.requested, len(windows), len(plan.cuts), False,
+    readout = ReadingReadout("full" if went_on else "guided", plan.requested, len(windows), len(plan.cuts),
                              why.reason, [ReadSpan(**window_span(w)) for w in windows], why.code)
     tokens = plan.tokens if went_on else sum(int(w.context.sum()) for w in windows)
     return _Read(windows, logits, plan.stats, tokens, guided.batch_size, notices, readout, guided.forward_tokens,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from longqa_core.errors import Cancelled, CharLimitError, DocumentError
+from longqa_core.errors import CharLimitError, DocumentError
 
 # A book of 5,000 pages holds far more text than the default token limit lets through (about 3,000 pages of
 # prose); more pages than that is a file built to make extraction slow.
@@ -36,11 +36,9 @@ class ReadLimits:
         self.should_stop = should_stop
         self.on_wait = on_wait
 
-    def is_stopped(self) -> bool:
-        return self.should_stop is not None and self.should_stop()
-
-    def stopped_error(self, name: str, progress: str) -> Cancelled:
-        return Cancelled(f"The request was stopped while {progress} '{name}'.")
+    def stopped_message(self, name: str, progress: str) -> str:
+        """What a reader's Cancelled says when the request was stopped while it was `progress` `name`."""
+        return f"The request was stopped while {progress} '{name}'."
 
     def elapsed_s(self) -> float:
         return time.perf_counter() - self.began

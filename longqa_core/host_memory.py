@@ -1,5 +1,5 @@
 """Handing freed host memory back to the system: glibc's heap trim, and the allocator settings a long-running server
-starts with (docs/crowd.md measures what they change).
+starts with (docs/crowd-lane.md measures what they change).
 
 It frees nothing itself and measures nothing; where glibc is absent (macOS, musl, Windows) each call does nothing.
 """
@@ -10,17 +10,12 @@ import ctypes
 import functools
 import os
 
-# mallopt parameters (glibc's malloc.h)
-M_TRIM_THRESHOLD = -1
-M_MMAP_THRESHOLD = -3
-M_ARENA_MAX = -8
+M_ARENA_MAX = -8  # mallopt's parameter (glibc's malloc.h)
 # Allocator settings for a server: few arenas, so that memory freed by one request thread is reused by the next
 # instead of sitting in a thread's own arena. A fixed mmap threshold (buffers from 4 MB up mapped on their own, freed
 # at once) was measured too and is not set: every large tensor of a forward pass then faults in fresh pages, and a
 # window of the base architecture took 1.40x as long (docs/crowd-lane.md). The environment's MALLOC_* settings win.
 SERVER_ARENA_MAX = 2
-_ENVIRONMENT = {M_ARENA_MAX: "MALLOC_ARENA_MAX", M_MMAP_THRESHOLD: "MALLOC_MMAP_THRESHOLD_",
-                M_TRIM_THRESHOLD: "MALLOC_TRIM_THRESHOLD_"}
 
 
 @functools.cache
@@ -39,16 +34,10 @@ def trim_heap() -> bool:
     return libc is not None and bool(libc.malloc_trim(0))
 
 
-def tune_allocator(arena_max: int | None = SERVER_ARENA_MAX,
-                   mmap_threshold_bytes: int | None = None) -> dict[str, int]:
-    """Set glibc's arena count and mmap threshold for this process (each left alone when None); nothing when the
-    environment sets any of glibc's own MALLOC_* variables (the operator's settings win). Returns what was set, by
-    glibc's variable name."""
+def tune_allocator() -> dict[str, int]:
+    """Set glibc's arena count for this process (SERVER_ARENA_MAX); nothing when the environment sets any of glibc's
+    own MALLOC_* variables (the operator's settings win). Returns what was set, by glibc's variable name."""
     libc = _libc()
     if libc is None or any(name.startswith("MALLOC_") for name in os.environ):
         return {}
-    done = {}
-    for parameter, value in ((M_ARENA_MAX, arena_max), (M_MMAP_THRESHOLD, mmap_threshold_bytes)):
-        if value is not None and libc.mallopt(parameter, int(value)) == 1:
-            done[_ENVIRONMENT[parameter]] = int(value)
-    return done
+    return {"MALLOC_ARENA_MAX": SERVER_ARENA_MAX} if libc.mallopt(M_ARENA_MAX, SERVER_ARENA_MAX) == 1 else {}

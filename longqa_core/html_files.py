@@ -20,6 +20,7 @@ from typing import Iterator
 from longqa_core.document_limits import ReadLimits
 from longqa_core.errors import DocumentError
 from longqa_core.text_files import clean_text, decode_non_binary
+from longqa_core.waiting import wait_until
 
 
 def read_html_file(data: bytes, name: str, limits: ReadLimits) -> str:
@@ -134,9 +135,9 @@ class HtmlReaders:
 
     def _wait(self, token, cap_bytes: int, name: str, limits: ReadLimits) -> None:
         ahead = None
-        while not self._may_run(token, cap_bytes):
-            if limits.is_stopped():
-                raise limits.stopped_error(name, "waiting to read")
+
+        def report_and_wait() -> None:
+            nonlocal ahead
             if limits.is_over_time():
                 raise limits.time_error(name, "waiting for an HTML reader")
             now_ahead = self._waiting.index(token) + self._running
@@ -144,6 +145,9 @@ class HtmlReaders:
                 limits.on_wait(now_ahead)
             ahead = now_ahead
             self._condition.wait(_POLL_S)
+
+        wait_until(lambda _: self._may_run(token, cap_bytes), limits.should_stop,
+                   limits.stopped_message(name, "waiting to read"), _POLL_S, between=report_and_wait)
 
 
 READERS = HtmlReaders()
@@ -199,16 +203,22 @@ def _page_file(page: bytes):
 
 def _communicate(child: subprocess.Popen, n_chars: int, name: str, limits: ReadLimits) -> tuple[bytes, bytes]:
     """The child's output once it exits, polling for a cancel and the time limit meanwhile."""
-    while True:
+    output: list[tuple[bytes, bytes]] = []
+
+    def exited(poll_s: float) -> bool:
         remaining_s = limits.remaining_s()
         try:
-            return child.communicate(timeout=_POLL_S if remaining_s is None else min(_POLL_S, remaining_s))
+            output.append(child.communicate(timeout=poll_s if remaining_s is None else min(poll_s, remaining_s)))
+            return True
         except subprocess.TimeoutExpired:  # no output is lost: the next call goes on collecting it
-            pass
-        if limits.is_stopped():
-            raise limits.stopped_error(name, "reading")
+            return False
+
+    def within_time() -> None:
         if limits.is_over_time():
             raise limits.time_error(name, f"parsing {n_chars:,} characters of HTML")
+
+    wait_until(exited, limits.should_stop, limits.stopped_message(name, "reading"), _POLL_S, between=within_time)
+    return output[0]
 
 
 _META_CHARSET = re.compile(rb"""<meta\b[^>]*?\bcharset\s*=\s*["']?\s*([A-Za-z0-9_.:+-]+)""", re.IGNORECASE)

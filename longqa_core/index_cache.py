@@ -15,12 +15,13 @@ from typing import Callable
 
 import numpy as np
 
-from longqa_core.errors import Cancelled
 from longqa_core.limits import StopCheck, stop_check
+from longqa_core.waiting import wait_until
 
 DEFAULT_MAX_BYTES = 512 * 1024 * 1024  # every cached index together (a 6 MB upload's index is about 60 MB)
 DEFAULT_BUILDERS = 1  # indexes built at once: building holds the interpreter, which every other request needs
 WAIT_POLL_S = 0.25  # how often a request waiting for a build checks whether it was abandoned
+STOPPED = "The request was stopped while it waited for its documents' index."
 
 
 class IndexCache:
@@ -64,9 +65,9 @@ class IndexCache:
                 if pending is None:
                     pending = self._building[key] = threading.Event()
                     break
-            _wait(pending.wait, stop)  # another request builds it: take it from the cache when it is done
+            wait_until(pending.wait, stop, STOPPED, WAIT_POLL_S)  # another request builds it: then it is cached
         try:
-            _wait(lambda timeout: self._builders.acquire(timeout=timeout), stop)
+            wait_until(lambda timeout_s: self._builders.acquire(timeout=timeout_s), stop, STOPPED, WAIT_POLL_S)
             try:
                 index = build()
                 self.builds += 1
@@ -87,12 +88,6 @@ class IndexCache:
             self._indexes[key] = (index, size)
             while sum(s for _, s in self._indexes.values()) > self.max_bytes:
                 self._indexes.popitem(last=False)
-
-
-def _wait(wait: Callable[[float], bool], stop: Callable[[], bool]) -> None:
-    while not wait(WAIT_POLL_S):
-        if stop():
-            raise Cancelled("The request was stopped while it waited for its documents' index.")
 
 
 def index_bytes(index) -> int:

@@ -14,6 +14,7 @@ from longqa_core import reading
 from longqa_core.batching import BatchState
 from longqa_core.documents import Document
 from longqa_core.errors import InputError
+from longqa_core.host_memory import trim_heap
 from longqa_core.index_cache import IndexCache
 from longqa_core.limits import (EngineSettings, StopCheck, check_chars, check_predicted_time, check_tokens,
                                 document_room, truncate_question, validate_request)
@@ -24,7 +25,6 @@ from longqa_core.windows import (DocumentStats, DocumentTokens, WindowCut, chars
 # A ranked request is refused on its estimated tokens, before tokenizing, only past this margin over the limit (the
 # estimate from samples may be off by a few percent); its tokens are then counted and checked exactly.
 _ESTIMATE_SLACK = 1.05
-CACHED_INDEXES = 3  # the last few uploads' ranking indexes and tokens a plain dict keeps (a server's IndexCache: bytes)
 
 
 @dataclass
@@ -87,7 +87,7 @@ class RequestPlan:
 
 def plan_request(tokenizer, documents: list[Document], question: str, settings: EngineSettings,
                  mode: str = "full", *, batch_state: BatchState | None = None,
-                 index_cache: IndexCache | dict | None = None, should_stop: StopCheck | None = None,
+                 index_cache: IndexCache | None = None, should_stop: StopCheck | None = None,
                  weak_answer_score: float | None = None) -> RequestPlan:
     """Check a request against every limit, cheapest check first, and plan its read; no model work.
 
@@ -98,30 +98,34 @@ def plan_request(tokenizer, documents: list[Document], question: str, settings: 
     `mode` "guided" (and "auto" past a few windows) tokenizes the documents, cuts the full read's windows and ranks
     them for the question, with the index and tokens from `index_cache` when the same documents were ranked before.
     `weak_answer_score` replaces the score under which guided reading goes on. Use it from one thread at a time per
-    tokenizer.
+    tokenizer. A refused plan hands the heap it freed back to the system before raising (`trim_heap`).
     """
-    reading.check_mode(mode)
-    question = validate_request(documents, question)
-    settings = settings.resolved(tokenizer)
-    check_chars(documents, settings.max_total_tokens)
-    plan = RequestPlan(documents, question, settings, mode, reading.full_read(reading.FULL_ASKED), [])
-    with plan.stage("tokenize"):
-        plan.question, notice = truncate_question(tokenizer, question, settings.max_question_len)
-        plan.notices = [notice] if notice else []
-        plan.question_tokens = len(tokenizer(plan.question, add_special_tokens=False)["input_ids"])
-        plan.room = room = document_room(tokenizer, settings, plan.question_tokens)
-    if mode != "full":
-        _rank(plan, tokenizer, index_cache, should_stop)
-        if weak_answer_score is not None:
-            plan.reading.weak_answer_score = weak_answer_score
-    if plan.mode == "full":
-        if not plan.cuts:
-            with plan.stage("tokenize"):
-                _count(plan, tokenizer, room, should_stop)
-        plan.tokens_per_s = batch_state.tokens_per_s if batch_state is not None else None
-        plan.predicted_s = plan.window_tokens / plan.tokens_per_s if plan.tokens_per_s else None
-        plan.check_time()
-    return plan
+    try:
+        reading.check_mode(mode)
+        question = validate_request(documents, question)
+        settings = settings.resolved(tokenizer)
+        check_chars(documents, settings.max_total_tokens)
+        plan = RequestPlan(documents, question, settings, mode, reading.full_read(reading.FULL_ASKED), [])
+        with plan.stage("tokenize"):
+            plan.question, notice = truncate_question(tokenizer, question, settings.max_question_len)
+            plan.notices = [notice] if notice else []
+            plan.question_tokens = len(tokenizer(plan.question, add_special_tokens=False)["input_ids"])
+            plan.room = room = document_room(tokenizer, settings, plan.question_tokens)
+        if mode != "full":
+            _rank(plan, tokenizer, index_cache, should_stop)
+            if weak_answer_score is not None:
+                plan.reading.weak_answer_score = weak_answer_score
+        if plan.mode == "full":
+            if not plan.cuts:
+                with plan.stage("tokenize"):
+                    _count(plan, tokenizer, room, should_stop)
+            plan.tokens_per_s = batch_state.tokens_per_s if batch_state is not None else None
+            plan.predicted_s = plan.window_tokens / plan.tokens_per_s if plan.tokens_per_s else None
+            plan.check_time()
+        return plan
+    except BaseException:
+        trim_heap()  # a refused plan may have counted millions of tokens
+        raise
 
 
 def _count(plan: RequestPlan, tokenizer, room: int, should_stop: StopCheck | None) -> None:
@@ -148,7 +152,7 @@ def _count(plan: RequestPlan, tokenizer, room: int, should_stop: StopCheck | Non
     plan.expected_windows, plan.expected_window_tokens = plan.windows, window_tokens
 
 
-def _rank(plan: RequestPlan, tokenizer, index_cache: IndexCache | dict | None,
+def _rank(plan: RequestPlan, tokenizer, index_cache: IndexCache | None,
           should_stop: StopCheck | None) -> None:
     """A guided (or auto) read: the documents' tokens estimated from their characters first (auto reads a few
     windows whole without more), else tokenized (or taken from `index_cache`), the full read's windows cut from them
@@ -191,12 +195,11 @@ def _cut(plan: RequestPlan, tokens: list[DocumentTokens]) -> None:
     plan.expected_windows, plan.expected_window_tokens = plan.windows, plan.window_tokens
 
 
-def _cached_upload(plan: RequestPlan, tokenizer, index_cache: IndexCache | dict | None,
+def _cached_upload(plan: RequestPlan, tokenizer, index_cache: IndexCache | None,
                    should_stop: StopCheck | None) -> tuple[reading.DocumentIndex, list[DocumentTokens]]:
     """The documents' ranking index and tokens: from `index_cache` when these documents were prepared for this
-    tokenizer, else built and kept there. A server's `IndexCache` shares one build per upload between the requests
-    that need it and bounds its bytes; a plain dict keeps the most recently used last, CACHED_INDEXES at most (each
-    can hold millions of characters' passages and tokens, about 12 bytes a token)."""
+    tokenizer, else built and kept there (one build per upload however many requests need it, bounded in bytes);
+    built and not kept without a cache."""
     documents = plan.documents
 
     def build() -> tuple[reading.DocumentIndex, list[DocumentTokens]]:
@@ -205,17 +208,9 @@ def _cached_upload(plan: RequestPlan, tokenizer, index_cache: IndexCache | dict 
         with plan.stage("rank"):
             return reading.build_index(documents, should_stop=should_stop), tokens
 
-    key = reading.content_key(documents, _tokenizer_key(tokenizer))
-    if isinstance(index_cache, IndexCache):
-        return index_cache.get_or_build(key, build, should_stop)
-    entry = index_cache.pop(key, None) if index_cache is not None else None
-    if entry is None:
-        entry = build()
-    if index_cache is not None:
-        while len(index_cache) >= CACHED_INDEXES:
-            index_cache.pop(next(iter(index_cache)))
-        index_cache[key] = entry
-    return entry
+    if index_cache is None:
+        return build()
+    return index_cache.get_or_build(reading.content_key(documents, _tokenizer_key(tokenizer)), build, should_stop)
 
 
 def _tokenizer_key(tokenizer) -> str:

@@ -310,7 +310,7 @@ def attack_row(out: crowd_attacks.AttackOutcome) -> dict:
             "crowd": kinds, "refusals": refusals, **out.extra}
 
 
-def html_and_upload_attacks(work: Path, port: int = 7897) -> dict:
+def html_and_upload_attacks(work: Path) -> dict:
     """Issue 40 items 3 and 5 against a fresh `python app.py --model demo` with default settings: twelve fresh
     clients with 4 MB of dense HTML each, one client sending 34 slow HTML pages at once, a cancel during a slow
     HTML read, and four threads posting 50 MB uploads that never ask for 40 s (more than the 2 GB cap)."""
@@ -322,7 +322,7 @@ def html_and_upload_attacks(work: Path, port: int = 7897) -> dict:
     uploads = work / "gradio-uploads"
     shutil.rmtree(uploads, ignore_errors=True)  # the upload folder holds this server's files only
     uploads.mkdir()
-    server, url = crowd_attacks.start_server(port, uploads)
+    server, url = crowd_attacks.start_demo_server(uploads)
     try:
         visitor(url)()
         right, alone, _ = visitor(url)()
@@ -337,7 +337,7 @@ def html_and_upload_attacks(work: Path, port: int = 7897) -> dict:
                                            visitor_after_s=30.0)),
         }
     finally:
-        crowd_attacks.stop_server(server)
+        load_check.stop_server(server)
     return {"visitor_alone_s": round(alone, 1), "visitor_alone_right": right, "rows": rows}
 
 

@@ -31,9 +31,8 @@ CATEGORIES = ("literal", "paraphrased", "notes")
 def place(item, tokenizer, settings) -> dict:
     """Where the window holding the item's fact ranks for its question."""
     documents = [Document(item.name, item.text)]
-    cache: dict = {}
-    guide = plan.plan_request(tokenizer, documents, item.question, settings, "guided", index_cache=cache)
-    index, _ = next(iter(cache.values()))  # the index the plan was made from
+    guide = plan.plan_request(tokenizer, documents, item.question, settings, "guided")
+    index = reading.build_index(documents)  # the index the plan was made from: built from the documents alone
     ranking = reading.rank(index, item.question, guide.cuts)
     order = [int(r) for r in ranking.order]
     holding = min((i for i, c in enumerate(guide.cuts) if c.start_char <= item.fact_start and

@@ -5,30 +5,27 @@ child within a second, and the upload folder stays within its cap."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
-from longqa.serving import crowd_attacks, crowd_check
+from longqa.serving import crowd_attacks, crowd_check, load_check
 from longqa.session import SAMPLES_DIR
 from longqa_core.html_files import DEFAULT_HTML_READERS
 
 pytestmark = pytest.mark.slow
 MB = 2**20
 GB = 1024 * MB
-PORT = 7931
 UPLOADS_TOTAL_MB = 600
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     uploads = tmp_path_factory.mktemp("gradio-uploads")
-    process, url = crowd_attacks.start_server(PORT, uploads, "--uploads-total-mb", str(UPLOADS_TOTAL_MB))
+    process, url = crowd_attacks.start_demo_server(uploads, "--uploads-total-mb", str(UPLOADS_TOTAL_MB))
     try:
         visitor(url)()  # warm
         yield process, url, uploads
     finally:
-        crowd_attacks.stop_server(process)
+        load_check.stop_server(process)
 
 
 def visitor(url):

@@ -273,6 +273,7 @@ from longqa_core.documents import read_document  # noqa: E402
 from longqa_core.batching import WindowProgress, run_windows  # noqa: E402
 from longqa_core.errors import Cancelled, RequestTooLongError  # noqa: E402
 from longqa_core.limits import CHARS_PER_TOKEN_BOUND, max_chars_for, validate_request  # noqa: E402
+from longqa_core import plan as planning  # noqa: E402
 from longqa_core.plan import plan_request  # noqa: E402
 from longqa_core.windows import count_tokens, count_windows  # noqa: E402
 
@@ -341,6 +342,17 @@ def test_the_plan_predicts_the_windows_and_tokens_that_make_windows_builds(tiny_
     assert plan.windows == len(windows) and plan.tokens == sum(s.tokens for s in stats)
     assert plan.window_tokens == sum(len(w.input_ids) for w in windows)
     assert plan.predicted_s is None  # no throughput measured yet
+
+
+def test_a_refused_plan_hands_the_heap_back_and_an_accepted_one_does_not_trim(tiny_tokenizer, monkeypatch):
+    trims = []
+    monkeypatch.setattr(planning, "trim_heap", lambda: trims.append(1))
+    documents = [Document("a.txt", prose(3, 40_000))]
+    with pytest.raises(InputError, match="over the limit of 1,000"):
+        plan_request(tiny_tokenizer, documents, "Who?", EngineSettings(max_total_tokens=1_000))
+    assert trims == [1]
+    plan_request(tiny_tokenizer, documents, "Who?", EngineSettings())
+    assert trims == [1]
 
 
 def test_a_question_that_leaves_no_room_past_the_overlap_is_refused(tiny_tokenizer):

@@ -19,10 +19,10 @@ import app
 from longqa.demo_model import eval_task
 from longqa.backend import Backend
 from longqa.serving.load_check import requests_for, run_alone, run_concurrent, run_load, summarize
-from longqa.serving.ray_replicas import RaySession, check_room, deployment_failure, replica_resources
+from longqa.serving.ray_replicas import RaySession, check_room, deployment_failure, replica_resources, wait_for
 from longqa_core import batching
 from longqa_core.documents import Document
-from longqa_core.errors import ModelLoadError
+from longqa_core.errors import Cancelled, ModelLoadError
 from strategies.hardware import Gpu, detect_hardware
 
 # The page's machine claims a T4 the replicas do not have: the "bad profile on that node" of a real cluster,
@@ -178,6 +178,34 @@ def test_merged_forward_passes_give_each_request_the_logits_it_gets_alone(tiny_m
         n = batch["input_ids"].shape[1]
         torch.testing.assert_close(s_together[:, :n], s_alone[:, :n], atol=1e-4, rtol=1e-4)
         torch.testing.assert_close(e_together[:, :n], e_alone[:, :n], atol=1e-4, rtol=1e-4)
+
+
+class PendingResponse:
+    """A handle call's response that answers after `polls` polls, as a DeploymentResponse does (TimeoutError)."""
+
+    def __init__(self, polls: int):
+        self.polls, self.cancelled = polls, False
+
+    def result(self, timeout_s: float):
+        self.polls -= 1
+        if self.polls < 0:
+            return "the readout"
+        raise TimeoutError(f"no result within {timeout_s} s")
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+def test_a_handle_call_is_awaited_with_progress_at_every_poll_and_cancelled_when_the_visitor_stops():
+    polled = []
+    response = PendingResponse(polls=2)
+    assert wait_for(response, lambda: False, lambda: polled.append(1)) == "the readout"
+    assert polled == [1, 1] and not response.cancelled
+    stop = threading.Event()
+    response = PendingResponse(polls=5)
+    with pytest.raises(Cancelled, match="The request was cancelled"):
+        wait_for(response, stop.is_set, stop.set)
+    assert response.cancelled and response.polls == 3  # ended at the first poll after Stop
 
 
 def test_resources_one_gpu_each_where_there_are_gpus_else_the_cpus_split(monkeypatch):

@@ -167,28 +167,27 @@ def test_run_rows_show_the_prediction_beside_the_measured_peak():
 
 def test_reading_summary_says_what_was_read_and_the_full_reads_prediction():
     readout = readout_of({"extract": 0.5, "tokenize": 0.5, "rank": 0.2, "forward": 12.0, "decode": 0.1, "total": 13.3},
-                         ReadingReadout("guided", "auto", 6, 51, True, "ranked", []), full_read_s=110.0)
+                         ReadingReadout("guided", "auto", 6, 51, "ranked", []), full_read_s=110.0)
     text = ui_format.reading_summary(readout)
-    assert text.startswith("read 6 of about 51 windows (guided) in 13.30 s")
+    assert text.startswith("read 6 of 51 windows (guided) in 13.30 s")
     assert text.endswith("; a full read would take about 110.00 s")
-    full = readout_of({"forward": 3.0, "total": 3.5}, ReadingReadout("full", "full", 4, 4, False, "asked", []))
+    full = readout_of({"forward": 3.0, "total": 3.5}, ReadingReadout("full", "full", 4, 4, "asked", []))
     assert "would take" not in ui_format.reading_summary(full)
     assert ui_format.reading_summary(readout_of()) == ui_format.MISSING
 
 
 def test_the_full_read_is_predicted_at_the_models_measured_seconds_a_window():
     guided = readout_of({"extract": 0.5, "tokenize": 0.5, "forward": 12.0, "decode": 0.1, "total": 13.3},
-                        ReadingReadout("guided", "auto", 6, 51, True, "ranked", [])).result
+                        ReadingReadout("guided", "auto", 6, 51, "ranked", [])).result
     assert predict_full_read_s(guided, 2.0) == pytest.approx(0.5 + ((0.5 + 0.1) / 6 + 2.0) * 51)
     assert predict_full_read_s(guided, None) is None
-    full = readout_of({"forward": 3.0}, ReadingReadout("full", "full", 4, 4, False, "asked", [])).result
+    full = readout_of({"forward": 3.0}, ReadingReadout("full", "full", 4, 4, "asked", [])).result
     assert predict_full_read_s(full, 2.0) is None
 
 
-def test_document_rows_say_about_when_a_guided_read_estimated_them():
+def test_document_rows_give_each_documents_counts():
     documents = [DocumentStats("a.txt", 600_000, 190_000, 48)]
     assert ui_format.document_rows(documents) == [["a.txt", 600_000, 190_000, 48]]
-    assert ui_format.document_rows(documents, estimated=True) == [["a.txt", 600_000, "about 190,000", "about 48"]]
 
 
 def test_the_history_keeps_the_request_the_answer_and_customs_strategies():

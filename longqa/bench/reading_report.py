@@ -42,7 +42,7 @@ def format_markdown(results: dict) -> str:
              "|---" * (len(STAGES) + 6) + "|"]
     for row in sorted((r for r in results["rows"] if not r.get("error")), key=lambda r: (r["doc_tokens"], r["mode"])):
         latency = row["latency_s"]
-        total = f"{'about ' if row.get('windows_total_estimated') else ''}{row['windows_total']:,}"
+        total = f"{row['windows_total']:,}"
         speed = row.get("speedup_vs_full")
         speed_text = "—" if speed is None else f"{speed:,.1f}×{' (full predicted)' if row.get('speedup_predicted') else ''}"
         share = row.get("before_forward_share")

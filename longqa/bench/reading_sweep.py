@@ -71,14 +71,14 @@ def measure(spec: SweepSpec) -> dict:
     documents, extract_s = read_documents([spec.path])
     result = answering.answer(loaded.runner, loaded.tokenizer, documents, spec.question, loaded.settings,
                               batch_state=loaded.batch_state, extract_s=extract_s, reading_mode=spec.mode,
-                              index_cache={}, weak_answer_score=spec.weak_answer_score)
+                              weak_answer_score=spec.weak_answer_score)
     best = result.answers[0] if result.answers else None
     read = result.reading.read
     return {
         "mode": spec.mode, "resolved_mode": result.reading.mode, "doc_tokens": spec.doc_tokens,
         "chars": documents[0].n_chars, "tokens_read": result.tokens, "windows_read": result.reading.windows_read,
         "windows_total": result.reading.windows_total,
-        "windows_total_estimated": result.reading.windows_total_estimated, "reason": result.reading.reason,
+        "reason": result.reading.reason,
         "latency_s": result.latency_s, "host_peak_rss_bytes": result.memory.host_peak_rss_bytes,
         "answer": best.text if best else None, "answer_start": best.start_char if best else None,
         "fact_read": any(r.start_char <= spec.answer_start < r.end_char for r in read),

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import threading
 import time
 import urllib.error
@@ -23,9 +22,9 @@ from typing import Callable
 import psutil
 from gradio_client import Client, handle_file
 
-from longqa.serving.crowd_check import MAX_CLIENTS, ask_job, outcome_of, settle
+from longqa.serving.crowd_check import MAX_CLIENTS, MemorySampler, ask_job, children, outcome_of, settle, tree_rss
+from longqa.serving.load_check import start_server
 
-ROOT = Path(__file__).resolve().parents[2]
 MIB = 2**20
 UPLOAD_ROUTE = "gradio_api/upload"
 
@@ -42,94 +41,11 @@ def misnested_html(n_bytes: int) -> str:
     return unit * max(1, n_bytes // len(unit))
 
 
-def start_server(port: int, temp_dir: Path, *args: str, timeout_s: float = 180.0) -> tuple[subprocess.Popen, str]:
-    """`python app.py --model demo` on 127.0.0.1:`port`, its uploads in `temp_dir`, once it answers."""
+def start_demo_server(temp_dir: Path, *app_args: str) -> tuple[subprocess.Popen, str]:
+    """`python app.py --model demo` with default settings but `app_args`, on a free loopback port, its uploads in
+    `temp_dir`, once it answers: (process, url); `load_check.stop_server` stops it (it deletes its uploads)."""
     env = {**os.environ, "GRADIO_TEMP_DIR": str(temp_dir), "GRADIO_ANALYTICS_ENABLED": "False"}
-    server = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--model", "demo", "--profile", "cpu",
-                               "--port", str(port), *args], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}/"
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            raise RuntimeError(f"the server exited with {server.returncode}")
-        try:
-            urllib.request.urlopen(url, timeout=2).read()
-            return server, url
-        except (urllib.error.URLError, OSError):
-            time.sleep(0.5)
-    server.kill()
-    raise RuntimeError(f"the server did not answer within {timeout_s:.0f} s")
-
-
-def stop_server(server: subprocess.Popen) -> None:
-    server.terminate()
-    try:
-        server.wait(60)  # it deletes its uploads on the way out
-    except subprocess.TimeoutExpired:
-        server.kill()
-        server.wait(10)
-
-
-def tree_rss(pid: int) -> int:
-    """Resident bytes of a process and all its children."""
-    process = psutil.Process(pid)
-    total = process.memory_info().rss
-    for child in process.children(recursive=True):
-        try:
-            total += child.memory_info().rss
-        except psutil.NoSuchProcess:
-            pass
-    return total
-
-
-def children(pid: int) -> int:
-    return len(psutil.Process(pid).children(recursive=True))
-
-
-def folder_bytes(folder: Path) -> int:
-    """Bytes of the files under `folder`, each file once: gradio renames an upload from a temporary name into its
-    own folder, and a walk during the rename could meet it under both names."""
-    seen, total = set(), 0
-    for root, _, files in os.walk(folder):
-        for name in files:
-            try:
-                info = os.lstat(os.path.join(root, name))
-            except OSError:
-                continue
-            if (info.st_dev, info.st_ino) not in seen:
-                seen.add((info.st_dev, info.st_ino))
-                total += info.st_size
-    return total
-
-
-class Sampler:
-    """Peaks of a server, sampled every `every_s` until `stop()`: its memory with children, its children at once,
-    and the bytes in its upload folder."""
-
-    def __init__(self, pid: int, folder: Path | None = None, every_s: float = 0.1):
-        self.pid, self.folder, self.every_s = pid, folder, every_s
-        self.rss_peak = tree_rss(pid)
-        self.children_peak = 0
-        self.folder_peak = folder_bytes(folder) if folder else 0
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._done.wait(self.every_s):
-            try:
-                self.rss_peak = max(self.rss_peak, tree_rss(self.pid))
-                self.children_peak = max(self.children_peak, children(self.pid))
-            except psutil.NoSuchProcess:
-                return
-            if self.folder:
-                self.folder_peak = max(self.folder_peak, folder_bytes(self.folder))
-
-    def stop(self) -> "Sampler":
-        self._done.set()
-        self._thread.join(10)
-        return self
+    return start_server(["--model", "demo", "--profile", "cpu", *app_args], env=env)
 
 
 @dataclass
@@ -156,53 +72,54 @@ def visit(outcome: AttackOutcome, visitor: Callable[[], tuple[bool, float, dict]
 def html_crowd(url: str, pid: int, files: list[Path], visitor, *, visitor_after_s: float = 2.0,
                wait_s: float = 2.0, settle_s: float = 60.0) -> AttackOutcome:
     """One fresh client per HTML file (at most MAX_CLIENTS), then the visitor; the crowd is cancelled after it."""
-    outcome = AttackOutcome(rss_idle=tree_rss(pid))
-    sampler = Sampler(pid)
+    server = psutil.Process(pid)
+    outcome = AttackOutcome(rss_idle=tree_rss(server))
+    sampler = MemorySampler(pid)
     jobs = [ask_job(url, path, "What is the tide of Harrowgate?", "auto") for path in files[:MAX_CLIENTS]]
     time.sleep(visitor_after_s)
     visit(outcome, visitor)
     outcome.crowd, _ = settle(jobs, wait_s, settle_s)
-    sampler.stop()
-    outcome.rss_peak, outcome.children_peak = sampler.rss_peak, sampler.children_peak
+    outcome.rss_peak, outcome.children_peak = sampler.stop(), sampler.children_peak
     time.sleep(2.0)
-    outcome.rss_after = tree_rss(pid)
+    outcome.rss_after = tree_rss(server)
     return outcome
 
 
 def one_client_many_html(url: str, pid: int, path: Path, visitor, *, requests: int = 34,
                          visitor_after_s: float = 2.0, settle_s: float = 60.0) -> AttackOutcome:
     """One client (one gradio session) submits `requests` slow HTML questions at once, then the visitor asks."""
-    outcome = AttackOutcome(rss_idle=tree_rss(pid))
-    sampler = Sampler(pid)
+    server = psutil.Process(pid)
+    outcome = AttackOutcome(rss_idle=tree_rss(server))
+    sampler = MemorySampler(pid)
     greedy = Client(url, verbose=False)
     jobs = [greedy.submit([handle_file(str(path))], "", "What is the tide of Harrowgate?", 1, "auto",
                           api_name="/ask") for _ in range(requests)]
     time.sleep(visitor_after_s)
     visit(outcome, visitor)
     outcome.crowd, _ = settle(jobs, 1.0, settle_s)
-    sampler.stop()
-    outcome.rss_peak, outcome.children_peak = sampler.rss_peak, sampler.children_peak
-    outcome.rss_after = tree_rss(pid)
+    outcome.rss_peak, outcome.children_peak = sampler.stop(), sampler.children_peak
+    outcome.rss_after = tree_rss(server)
     return outcome
 
 
 def cancel_during_html(url: str, pid: int, path: Path, *, cancel_after_s: float = 2.0) -> AttackOutcome:
     """A slow HTML question, cancelled once its child runs: seconds until the server has no child left."""
-    outcome = AttackOutcome(rss_idle=tree_rss(pid))
-    sampler = Sampler(pid)
+    server = psutil.Process(pid)
+    outcome = AttackOutcome(rss_idle=tree_rss(server))
+    sampler = MemorySampler(pid)
     job = ask_job(url, path, "What is the tide of Harrowgate?", "auto")
     deadline = time.monotonic() + 30
-    while children(pid) == 0 and time.monotonic() < deadline:
+    while children(server) == 0 and time.monotonic() < deadline:
         time.sleep(0.05)
-    outcome.children_peak = children(pid)
+    outcome.children_peak = children(server)
     time.sleep(cancel_after_s)
     job.cancel()
     cancelled = time.monotonic()
-    while children(pid) and time.monotonic() - cancelled < 30:
+    while children(server) and time.monotonic() - cancelled < 30:
         time.sleep(0.02)
     outcome.extra = {"child_gone_after_cancel_s": round(time.monotonic() - cancelled, 2),
-                     "children_left": children(pid)}
-    outcome.rss_peak, outcome.rss_after = sampler.stop().rss_peak, tree_rss(pid)
+                     "children_left": children(server)}
+    outcome.rss_peak, outcome.rss_after = sampler.stop(), tree_rss(server)
     ended = outcome_of(job, 5.0)
     outcome.crowd = ["answered" if ended == "answered" else "cancelled"]  # cancelled by us: the client's own error
     return outcome
@@ -228,8 +145,9 @@ def upload_flood(url: str, pid: int, folder: Path, visitor, *, uploaders: int = 
                  seconds: float = 20.0, visitor_after_s: float = 8.0) -> AttackOutcome:
     """`uploaders` threads post distinct `file_mb` files to the upload route for `seconds`, never asking; the
     visitor asks `visitor_after_s` in. The upload folder's peak bytes, what was accepted and refused."""
-    outcome = AttackOutcome(rss_idle=tree_rss(pid))
-    sampler = Sampler(pid, folder, every_s=0.2)
+    server = psutil.Process(pid)
+    outcome = AttackOutcome(rss_idle=tree_rss(server))
+    sampler = MemorySampler(pid, every_s=0.2, folder=folder)
     counts = {"accepted": 0, "refused": 0, "accepted_bytes": 0, "refusal": ""}
     lock = threading.Lock()
     stop_at = time.monotonic() + seconds
@@ -256,8 +174,7 @@ def upload_flood(url: str, pid: int, folder: Path, visitor, *, uploaders: int = 
     visit(outcome, visitor)
     for thread in threads:
         thread.join(seconds + 120)
-    sampler.stop()
-    outcome.rss_peak, outcome.folder_peak = sampler.rss_peak, sampler.folder_peak
-    outcome.rss_after = tree_rss(pid)
+    outcome.rss_peak, outcome.folder_peak = sampler.stop(), sampler.folder_peak
+    outcome.rss_after = tree_rss(server)
     outcome.extra = counts
     return outcome

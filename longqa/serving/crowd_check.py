@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import threading
 import time
 from concurrent.futures import CancelledError
@@ -63,6 +64,27 @@ def tree_rss(process: psutil.Process) -> int:
     return total
 
 
+def children(process: psutil.Process) -> int:
+    """How many children a process has now (HTML readers, index builders), theirs included."""
+    return len(process.children(recursive=True))
+
+
+def folder_bytes(folder: Path) -> int:
+    """Bytes of the files under `folder`, each file once: gradio renames an upload from a temporary name into its
+    own folder, and a walk during the rename could meet it under both names."""
+    seen, total = set(), 0
+    for root, _, files in os.walk(folder):
+        for name in files:
+            try:
+                info = os.lstat(os.path.join(root, name))
+            except OSError:
+                continue
+            if (info.st_dev, info.st_ino) not in seen:
+                seen.add((info.st_dev, info.st_ino))
+                total += info.st_size
+    return total
+
+
 def process_cpu_s(process: psutil.Process) -> float:
     """The CPU seconds a process has used, all its threads together (its children not)."""
     times = process.cpu_times()
@@ -70,11 +92,15 @@ def process_cpu_s(process: psutil.Process) -> float:
 
 
 class MemorySampler:
-    """The peak RSS of a process and its children, sampled every `every_s` in a thread until `stop()`."""
+    """Peaks of a process, sampled every `every_s` in a thread until `stop()` (or until the process ends): its RSS
+    with its children's (`peak`), its children at once (`children_peak`) and, given a `folder` (a server's uploads),
+    the bytes in it (`folder_peak`)."""
 
-    def __init__(self, pid: int, every_s: float = 0.1):
-        self.process = psutil.Process(pid)
+    def __init__(self, pid: int, every_s: float = 0.1, folder: Path | None = None):
+        self.process, self.folder = psutil.Process(pid), folder
         self.peak = tree_rss(self.process)
+        self.children_peak = 0
+        self.folder_peak = folder_bytes(folder) if folder is not None else 0
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self.every_s = every_s
@@ -82,7 +108,13 @@ class MemorySampler:
 
     def _run(self) -> None:
         while not self._done.wait(self.every_s):
-            self.peak = max(self.peak, tree_rss(self.process))
+            try:
+                self.peak = max(self.peak, tree_rss(self.process))
+                self.children_peak = max(self.children_peak, children(self.process))
+            except psutil.NoSuchProcess:
+                return
+            if self.folder is not None:
+                self.folder_peak = max(self.folder_peak, folder_bytes(self.folder))
 
     def stop(self) -> int:
         self._done.set()

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
 from longqa.readout import QueueReadout
-from longqa_core.errors import Cancelled, InputError
+from longqa_core.errors import InputError
+from longqa_core.waiting import wait_until
 
 WAIT_POLL_S = 0.25  # how often a waiting request checks whether it was abandoned
 MAX_ACTIVE = 2  # requests larger than a few batches that hold their tokenized windows at once (memory)
@@ -244,15 +245,17 @@ class ModelLane:
     def _wait(self, ticket: Ticket, may_go: Callable[[Ticket], bool], should_stop, on_wait, stopped: str) -> None:
         began = time.monotonic()
         ahead = None
+
+        def report_and_wait() -> None:
+            nonlocal ahead
+            now_ahead = self._ahead(ticket)
+            if on_wait is not None and now_ahead != ahead:
+                on_wait(now_ahead)
+            ahead = now_ahead
+            self._condition.wait(WAIT_POLL_S)
+
         try:
-            while not may_go(ticket):
-                if should_stop is not None and should_stop():
-                    raise Cancelled(stopped)
-                now_ahead = self._ahead(ticket)
-                if on_wait is not None and now_ahead != ahead:
-                    on_wait(now_ahead)
-                ahead = now_ahead
-                self._condition.wait(WAIT_POLL_S)
+            wait_until(lambda _: may_go(ticket), should_stop, stopped, WAIT_POLL_S, between=report_and_wait)
         finally:
             ticket.waited_s += time.monotonic() - began
         self._condition.notify_all()  # the next in line may fit beside this one

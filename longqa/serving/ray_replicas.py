@@ -35,7 +35,8 @@ from longqa_core.answering import answer_plan
 from longqa_core.batching import BatchState, WindowProgress, is_out_of_memory, split_rows, stack_batches
 from longqa_core.limits import EngineSettings
 from longqa_core.plan import RequestPlan
-from longqa_core.errors import Cancelled, InputError, LongQAError, ModelLoadError
+from longqa_core.errors import InputError, LongQAError, ModelLoadError
+from longqa_core.waiting import wait_until
 from strategies.hardware import Hardware, detect_hardware
 from strategies.profiles import Profile
 
@@ -408,15 +409,23 @@ def replica_resources(replicas: int, cpus_per_replica: float | None) -> dict:
 def wait_for(response, should_stop, on_poll=None):
     """A handle call's result, cancelled (Cancelled) as soon as `should_stop` says the visitor stopped it;
     `on_poll()` runs at every poll while it waits (the page's progress)."""
-    while True:
+    result = []
+
+    def answered(poll_s: float) -> bool:
         try:
-            return response.result(timeout_s=POLL_S)
+            result.append(response.result(timeout_s=poll_s))
+            return True
         except TimeoutError:
-            if should_stop is not None and should_stop():
-                response.cancel()
-                raise Cancelled("The request was cancelled.") from None
-            if on_poll is not None:
-                on_poll()
+            return False
+
+    def stopped() -> bool:
+        if should_stop is None or not should_stop():
+            return False
+        response.cancel()  # the replica ends the engine between batches
+        return True
+
+    wait_until(answered, stopped, "The request was cancelled.", POLL_S, between=on_poll)
+    return result[0]
 
 
 def posting_progress(target) -> Callable[[WindowProgress], None] | None:
