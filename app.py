@@ -308,22 +308,34 @@ def check_model_allowed(ctx: AppContext, model_ref: str) -> None:
                              f"{str(model_ref)[:200]!r} is not one of them.")
 
 
+def falls_back_to_demo(model_ref: str) -> bool:
+    """Whether a load of `model_ref` that cannot fetch it from the Hub loads the bundled demo model instead (the
+    default model does, so that the page always starts with something that answers; any other is refused)."""
+    return model_ref == DEFAULT_MODEL
+
+
 def check_model_reachable(model_ref: str) -> None:
     """A Hub model that is not in the local cache while downloads are off is refused in plain words before the
     loader tries (the default model still falls back to the demo model there, as the loader decides)."""
-    if model_ref != DEFAULT_MODEL and is_offline() and needs_download(model_ref):
+    if not falls_back_to_demo(model_ref) and is_offline() and needs_download(model_ref):
         raise ModelLoadError(f"Could not fetch {model_ref!r} from the Hugging Face Hub: it is not in this machine's "
                              "cache, and downloads are off here (HF_HUB_OFFLINE is set). Pick a model not marked "
                              "'cannot load here', such as the bundled demo model.")
 
 
 def model_note(ref: str) -> str:
-    """What the Model dropdown adds to a model's name: that it cannot load here (offline, not in the cache), or
-    that its first load downloads it; nothing for a model on disk."""
+    """What the Model dropdown adds to a model's name where it is not on this machine: that its first load downloads
+    it, or, offline, that it cannot load here; for a model that falls back to the bundled demo model when it cannot
+    be fetched (`falls_back_to_demo`), that the demo model answers instead. Nothing for a model on disk."""
     if not needs_download(ref):
         return ""
     if is_offline():
+        if falls_back_to_demo(ref):
+            return " (not in the local cache, and downloads are off: the bundled demo model answers instead)"
         return " (cannot load here: not in the local cache, and downloads are off)"
+    if falls_back_to_demo(ref):
+        return (" (not in the local cache: the first load downloads it from the Hub; if it cannot, the bundled demo "
+                "model answers instead)")
     return " (not in the local cache: the first load downloads it from the Hub)"
 
 
@@ -350,7 +362,7 @@ def load_selection(ctx: AppContext, profile_name: str, model_ref: str, strategie
         check_model_allowed(ctx, model_ref)
         check_model_reachable(model_ref)
         profile = ctx.session.runnable_profile(profile_name, strategies)
-        ctx.session.load(model_ref, profile, on_progress=on_progress, fallback_to_demo=model_ref == DEFAULT_MODEL,
+        ctx.session.load(model_ref, profile, on_progress=on_progress, fallback_to_demo=falls_back_to_demo(model_ref),
                          force=profile.name == "custom",
                          strategies=tuple(strategies or ()) if profile.name == "custom" else ())
     except LongQAError as exc:

@@ -158,6 +158,27 @@ def test_hub_models_not_in_the_cache_are_marked_and_refused_in_plain_words_offli
     assert app.model_note(DEFAULT_MODEL).startswith(" (not in the local cache")
 
 
+@pytest.mark.skipif(not any(DEMO_MODEL_DIR.glob("*.safetensors")), reason="the demo model has no weights yet")
+def test_offline_the_default_model_is_marked_as_answered_by_the_demo_model_which_then_answers(monkeypatch, tmp_path):
+    """The default model falls back to the bundled demo model when it cannot be fetched: offline its mark says so
+    (not "cannot load here"), and picking it loads the demo model, as the mark said."""
+    import huggingface_hub.constants
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))  # an empty cache
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    ctx = app.make_context(Session(), models=[DEFAULT_MODEL], default_model="demo", default_profile="cpu")
+    labels = dict((value, label) for label, value in app.model_choices(ctx))
+    assert "cannot load here" not in labels[DEFAULT_MODEL]
+    assert labels[DEFAULT_MODEL].endswith("(not in the local cache, and downloads are off: the bundled demo model "
+                                          "answers instead)")
+    app.load_profile(ctx, "cpu", DEFAULT_MODEL)
+    assert ctx.session.model_ref == "demo" and ctx.session.loaded.readout.fallback_reason
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    assert app.model_note(DEFAULT_MODEL).endswith("if it cannot, the bundled demo model answers instead)")
+
+
 def test_every_term_of_art_the_page_shows_is_in_the_glossary():
     shown = " ".join([*(card["description"] for card in strategy_cards()), *ui_format.MEMORY_HEADERS,
                       *ui_format.LOAD_HEADERS, *ui_format.RUN_HEADERS])
