@@ -52,6 +52,7 @@ from starlette.middleware import Middleware
 
 import page_help
 import ui_format
+from page_events import bind, listen
 from compare_panel import PageHooks, build_compare_panel, build_history_panel, plot_outputs, recolour_after
 from plan_panel import build_plan_panel
 from longqa.arguments import positive_int
@@ -933,32 +934,6 @@ def strategies_frame() -> pd.DataFrame:
     cards = strategy_cards()
     columns = [key for key in (cards[0] if cards else {}) if key != "description"]
     return pd.DataFrame([[card.get(key) for key in columns] for card in cards], columns=columns)
-
-
-def bind(handler: Callable, ctx: AppContext) -> Callable:
-    """`handler` with its context bound, keeping the signature and type hints gradio reads to pass gr.Request and
-    gr.Progress (a functools.partial hides the hints)."""
-    @functools.wraps(handler)
-    def bound(*args, **kwargs):
-        return handler(ctx, *args, **kwargs)
-
-    signature = inspect.signature(handler)
-    bound.__signature__ = signature.replace(parameters=list(signature.parameters.values())[1:])
-    return bound
-
-
-def keyed(handler: Callable, outputs: dict[str, Block]) -> Callable:
-    """`handler`, whose values come by name, answering gradio with {component: value} (same signature and hints)."""
-    @functools.wraps(handler)
-    def by_component(*args, **kwargs):
-        return {outputs[name]: value for name, value in handler(*args, **kwargs).items()}
-
-    return by_component
-
-
-def listen(trigger, handler: Callable, *, outputs: dict[str, Block], **event):
-    """Wire `handler` (values by name) to `trigger`: the order of `outputs` is the event's, written once."""
-    return trigger(keyed(handler, outputs), outputs=list(outputs.values()), **event)
 
 
 def strategy_choices(hardware: Hardware) -> list[tuple[str, str]]:

@@ -8,7 +8,6 @@ imports it), so what it borrows from the page (its error handling, its turn on t
 
 from __future__ import annotations
 
-import functools
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Callable
@@ -17,6 +16,7 @@ import gradio as gr
 import pandas as pd
 
 import ui_format
+from page_events import listen
 from longqa.compare import Comparison, choices_from, compare_profiles
 from longqa.session import read_request
 from longqa_core.errors import Cancelled, ProfileError
@@ -173,8 +173,8 @@ def build_compare_panel(ctx, question: dict, history: dict, seen, hooks: PageHoo
 
     inputs = [question["files"], question["pasted"], question["question"], question["top_k"], question["reading"],
               question["no_answer_below"], profiles, strategies, history["history"]]
-    comparing = compare_btn.click(keyed(compare, outputs), inputs=inputs, outputs=list(outputs.values()), api_name="compare",
-                                  concurrency_id="model", show_progress_on=[table])
+    comparing = listen(compare_btn.click, compare, inputs=inputs, outputs=outputs, api_name="compare",
+                       concurrency_id="model", show_progress_on=[table])
     recolour_after(history, comparing)
     profiles.change(lambda names: gr.update(visible="custom" in (names or [])), inputs=profiles, outputs=strategies,
                     queue=False, api_visibility="private")
@@ -208,12 +208,3 @@ def history_outputs(runs: list[dict] | None, comparison: Comparison) -> dict:
                                                            columns=ui_format.HISTORY_HEADERS),
             **plot_outputs(earlier, runs)}
 
-
-def keyed(handler: Callable, outputs: dict) -> Callable:
-    """`handler`, whose values come by name, answering gradio with {component: value}; its signature and hints
-    kept, which gradio reads to pass gr.Request and gr.Progress."""
-    @functools.wraps(handler)
-    def by_component(*args, **kwargs):
-        return {outputs[name]: value for name, value in handler(*args, **kwargs).items()}
-
-    return by_component
