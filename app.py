@@ -52,8 +52,8 @@ from starlette.middleware import Middleware
 
 import page_help
 import ui_format
+from compare_panel import PageHooks, build_compare_panel, build_history_panel, history_outputs, recolour_after
 from page_events import bind, listen
-from compare_panel import PageHooks, build_compare_panel, build_history_panel, plot_outputs, recolour_after
 from plan_panel import build_plan_panel
 from longqa.arguments import positive_int
 from longqa.backend import Backend
@@ -785,8 +785,6 @@ def ask(ctx: AppContext, files, pasted_text, question, top_k, reading, history, 
     for notice in result.notices:
         gr.Warning(escape(notice))
     remember(ctx.outcomes, page_session(request), Outcome(readout=readout))  # for the page's answer area
-    earlier = list(history or [])
-    history = [*earlier, ui_format.history_entry(readout, len(earlier) + 1)]
     best = result.answers[0] if result.answers else None
     passage = (ui_format.evidence(documents[best.document_index].text, best.start_char, best.end_char)
                if best is not None and best.document_index >= 0 else [])
@@ -801,9 +799,7 @@ def ask(ctx: AppContext, files, pasted_text, question, top_k, reading, history, 
                                 columns=ui_format.LATENCY_HEADERS),
         "memory": pd.DataFrame(ui_format.memory_rows(result.memory), columns=ui_format.MEMORY_HEADERS),
         "run": pd.DataFrame(ui_format.run_rows(readout), columns=ui_format.RUN_HEADERS),
-        "history": history,
-        "history_table": pd.DataFrame(ui_format.history_rows(history), columns=ui_format.HISTORY_HEADERS),
-        **plot_outputs(earlier, history),  # the plots' data: one bar per run
+        **history_outputs(history, [readout]),  # the history, its table and the plots' data: one bar per run
         "seen": seen_now(ctx),
         "readout": readout.to_json(),
     }

@@ -18,6 +18,7 @@ import pandas as pd
 import ui_format
 from page_events import listen
 from longqa.compare import Comparison, choices_from, compare_profiles
+from longqa.readout import Readout
 from longqa.session import read_request
 from longqa_core.errors import Cancelled, ProfileError
 from longqa_core.reading import DEFAULT_READING
@@ -96,6 +97,18 @@ def plot_outputs(earlier: list[dict], runs: list[dict]) -> dict:
     return {"memory_plot": gr.update(value=plotted, **colours), "latency_plot": gr.update(value=plotted, **colours)}
 
 
+def history_outputs(runs: list[dict] | None, readouts: list[Readout], documents: list[str] | None = None) -> dict:
+    """The history (the page's state) with one run added per readout (`documents`: their names, else each readout's
+    own), its table, and the plots' data (`plot_outputs`): what an answer and a comparison both show."""
+    earlier = list(runs or [])
+    runs = list(earlier)
+    for readout in readouts:
+        runs.append(ui_format.history_entry(readout, len(runs) + 1, documents))
+    return {"history": runs, "history_table": pd.DataFrame(ui_format.history_rows(runs),
+                                                           columns=ui_format.HISTORY_HEADERS),
+            **plot_outputs(earlier, runs)}
+
+
 def recolour_after(history: dict, *events) -> None:
     """After each event that adds runs: the plots' colours for the profiles in the history (see build_history_panel)."""
     def recolour(runs):
@@ -168,7 +181,7 @@ def build_compare_panel(ctx, question: dict, history: dict, seen, hooks: PageHoo
                     raise Cancelled(STOPPED.format(loaded=hooks.loaded_now())) from None
         return {"table": gr.update(value=comparison_frame(comparison),
                                    column_widths=comparison_widths(len(comparison.runs))),
-                "summary": ui_format.compare_summary(comparison), **history_outputs(runs, comparison),
+                "summary": ui_format.compare_summary(comparison), **history_outputs(runs, [run.readout for run in comparison.runs], comparison.documents),
                 "seen": hooks.seen_now(), "json": comparison.to_json()}
 
     inputs = [question["files"], question["pasted"], question["question"], question["top_k"], question["reading"],
@@ -196,15 +209,4 @@ def comparison_widths(profiles: int) -> list[str]:
     if not profiles:
         return ["100%"]
     return ["30%", *[f"{70 / profiles:.2f}%"] * profiles]
-
-
-def history_outputs(runs: list[dict] | None, comparison: Comparison) -> dict:
-    """The history with one run per profile compared, its table, and the plots' data (`plot_outputs`)."""
-    earlier = list(runs or [])
-    runs = list(earlier)
-    for run in comparison.runs:
-        runs.append(ui_format.history_entry(run.readout, len(runs) + 1, comparison.documents))
-    return {"history": runs, "history_table": pd.DataFrame(ui_format.history_rows(runs),
-                                                           columns=ui_format.HISTORY_HEADERS),
-            **plot_outputs(earlier, runs)}
 
