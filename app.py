@@ -496,14 +496,14 @@ def preview_documents(ctx: AppContext, files, pasted_text, question, request: gr
     counts toward the visitor's requests, as an answer does."""
     if not files and not (pasted_text or "").strip():
         return pd.DataFrame([], columns=ui_format.DOCUMENT_HEADERS)
-    with user_errors("Reading the documents"), ctx.lane.door(visitor_keys(ctx, request)):
-        documents, _ = read_uploads(ctx, files, pasted_text, None)
-        if ctx.session.loaded is None:
-            rows = [[d.name, d.n_chars, None, None] for d in documents]
-        else:
-            plan = ctx.session.plan(documents, (question or "").strip() or "?", "full",
-                                    max_total_tokens=ctx.max_total_tokens)
-            rows = ui_format.document_rows(plan.stats)
+    with user_errors("Reading the documents"):
+        with read_at_door(ctx, files, pasted_text, None, request) as (documents, _, _):
+            if ctx.session.loaded is None:
+                rows = [[d.name, d.n_chars, None, None] for d in documents]
+            else:
+                plan = ctx.session.plan(documents, (question or "").strip() or "?", "full",
+                                        max_total_tokens=ctx.max_total_tokens)
+                rows = ui_format.document_rows(plan.stats)
     return pd.DataFrame(rows, columns=ui_format.DOCUMENT_HEADERS)
 
 
@@ -520,6 +520,39 @@ def read_uploads(ctx: AppContext, files, pasted_text, question, progress=None):
         return read_request(files, pasted_text, question, max_bytes=ctx.max_file_bytes,
                             max_total_tokens=ctx.max_total_tokens, should_stop=abandonment_check(),
                             on_wait=reader_wait_shown(progress))
+
+
+@contextlib.contextmanager
+def read_at_door(ctx: AppContext, files, pasted_text, question, request: gr.Request | None, progress=None):
+    """A request's place at the lane's door (counted toward the visitor's share and the queue: LaneBusyError past
+    either, before anything is read) and its documents read there (`read_uploads`), held while the body plans it:
+    yields (documents, seconds reading them, the place). What an answer, a preview and a comparison all read by."""
+    with ctx.lane.door(visitor_keys(ctx, request)) as place:
+        if progress is not None:
+            progress(0.0, desc="Reading the documents")
+        documents, extract_s = read_uploads(ctx, files, pasted_text, question, progress)
+        yield documents, extract_s, place
+
+
+def read_before_turn(ctx: AppContext, files, pasted_text, question, request: gr.Request | None, progress=None):
+    """A request's documents and the seconds reading them (`read_at_door`), its place at the door left once they
+    are read: for a comparison, whose exclusive turn on the model waits for every request in line before it, its
+    own place included."""
+    with read_at_door(ctx, files, pasted_text, question, request, progress) as (documents, extract_s, _):
+        return documents, extract_s
+
+
+def request_settings(ctx: AppContext, top_k, reading, no_answer_below) -> tuple[str, dict]:
+    """A request's reading mode and engine settings from the page or the API, cleaned before any work (top-k a
+    whole number, else its default; the reading one of the modes, empty: the default; an empty not-found threshold:
+    the model's own rule, anything else the settings check), with this deployment's limits: what an answer and a
+    comparison both plan with."""
+    top_k = count_or_default(top_k, "Top-k", DEFAULT_TOP_K)
+    if isinstance(no_answer_below, str) and not no_answer_below.strip():
+        no_answer_below = None
+    return reading_or_default(reading), {"top_k": top_k, "no_answer_below": no_answer_below,
+                                         "max_total_tokens": ctx.max_total_tokens,
+                                         "max_request_s": ctx.max_request_s}
 
 
 def reader_wait_shown(progress) -> Callable[[int], None]:
@@ -758,19 +791,12 @@ def ask(ctx: AppContext, files, pasted_text, question, top_k, reading, history, 
     `reading` is "auto", "full" or "guided" (empty: auto); `no_answer_below` a score in (0, 1) under which the answer
     is "not found" (empty: the model's own rule)."""
     with user_errors("Answering"):
-        top_k = count_or_default(top_k, "Top-k", DEFAULT_TOP_K)
-        if isinstance(no_answer_below, str) and not no_answer_below.strip():
-            no_answer_below = None  # the empty field: the model's own rule; anything else the settings check
-        reading = reading_or_default(reading)
+        reading, settings = request_settings(ctx, top_k, reading, no_answer_below)
         # Its place in the lane first: reading, indexing and planning count toward the visitor's share and the queue.
-        with ctx.lane.door(visitor_keys(ctx, request)) as place:
-            progress(0.0, desc="Reading the documents")
-            documents, extract_s = read_uploads(ctx, files, pasted_text, question, progress)
+        with read_at_door(ctx, files, pasted_text, question, request, progress) as (documents, extract_s, place):
             ensure_loaded(ctx, progress)
             progress(0.0, desc="Ranking the windows" if reading != "full" else "Planning the read")
-            plan = ctx.session.plan(documents, question, reading, should_stop=abandonment_check(), top_k=top_k,
-                                    max_total_tokens=ctx.max_total_tokens, max_request_s=ctx.max_request_s,
-                                    no_answer_below=no_answer_below)
+            plan = ctx.session.plan(documents, question, reading, should_stop=abandonment_check(), **settings)
             with request_turn(ctx, request, progress, windows=plan.expected_windows, place=place) as (stop_key,
                                                                                                       ticket):
                 changed = changed_since(ctx, seen)
@@ -1160,8 +1186,13 @@ def build_answer_panel(ctx: AppContext, question: dict[str, Block], seen: gr.Sta
 
 
 def page_hooks(ctx: AppContext) -> PageHooks:
-    """What the compare panel borrows from the page: errors, an exclusive turn on the model, the first load."""
+    """What the compare panel borrows from the page: errors, the cleaning of a request's settings and the reading
+    of its documents (an answer's), an exclusive turn on the model, the first load."""
     return PageHooks(errors=user_errors,
+                     settings=lambda top_k, reading, no_answer_below: request_settings(ctx, top_k, reading,
+                                                                                       no_answer_below),
+                     read_documents=lambda files, pasted_text, question, request, progress: read_before_turn(
+                         ctx, files, pasted_text, question, request, progress),
                      model_turn=lambda request, progress: model_turn(ctx, request, progress, exclusive=True),
                      stop_pressed=lambda request: stop_pressed_from_now(ctx, request),
                      ensure_loaded=lambda progress: ensure_loaded(ctx, progress),
@@ -1363,7 +1394,8 @@ def main(argv: list[str] | None = None) -> int:
         ctx = context_from(args, session)
         if not load_before_serving(ctx, args):
             return 2
-        serve(build_blocks(ctx, args.queue_size), host=args.host, port=args.port, share=args.share, max_file_mb=args.max_file_mb)
+        serve(build_blocks(ctx, args.queue_size), host=args.host, port=args.port, share=args.share,
+              max_file_mb=args.max_file_mb)
         return 0
     finally:
         session.close()

@@ -3,7 +3,8 @@
 model for each, as one table with ratios to the first profile; plus the `/compare` API endpoint.
 
 UI only: the comparison is `longqa.compare`'s, the formatting `ui_format`'s. It cannot import the page (app.py
-imports it), so what it borrows from the page (its error handling, its turn on the model, ...) comes in `PageHooks`.
+imports it), so what it borrows from the page (its error handling, an answer's reading and cleaning of the request,
+its turn on the model, ...) comes in `PageHooks`.
 """
 
 from __future__ import annotations
@@ -19,9 +20,7 @@ import ui_format
 from page_events import listen
 from longqa.compare import Comparison, choices_from, compare_profiles
 from longqa.readout import Readout
-from longqa.session import read_request
 from longqa_core.errors import Cancelled, ProfileError
-from longqa_core.reading import DEFAULT_READING
 from longqa.serving import policy
 from strategies.profiles import PROFILES, describe_profiles
 from strategies.registry import strategy_cards
@@ -38,12 +37,17 @@ STOPPED = "Comparison stopped: {loaded} is loaded again."
 @dataclass
 class PageHooks:
     """What the panel borrows from the page: its error handling (`errors(action)`: domain errors become gr.Error),
-    an exclusive turn on the model (`model_turn(request, progress)`, yielding the key of its stop check), whether
-    the visitor's page presses Stop from now on (`stop_pressed(request)`, a check), loading the first model if none
-    is yet (`ensure_loaded(progress)`), what is loaded in words (`loaded_now()`), and what a visitor has seen loaded
+    an answer's cleaning of the request's settings (`settings(top_k, reading, no_answer_below)`: the reading mode
+    and the engine settings, limits included) and reading of its documents (`read_documents(files, pasted_text,
+    question, request, progress)`: the documents and the seconds reading them, at the lane's door), an exclusive
+    turn on the model (`model_turn(request, progress)`, yielding the key of its stop check), whether the visitor's
+    page presses Stop from now on (`stop_pressed(request)`, a check), loading the first model if none is yet
+    (`ensure_loaded(progress)`), what is loaded in words (`loaded_now()`), and what a visitor has seen loaded
     (`seen_now()`)."""
 
     errors: Callable[[str], AbstractContextManager]
+    settings: Callable[[object, object, object], tuple[str, dict]]
+    read_documents: Callable[[object, object, object, object, object], tuple[list, float]]
     model_turn: Callable[[object, object], AbstractContextManager]
     stop_pressed: Callable[[object], Callable[[], bool]]
     ensure_loaded: Callable[[object], None]
@@ -161,27 +165,25 @@ def build_compare_panel(ctx, question: dict, history: dict, seen, hooks: PageHoo
             if ctx.lock_profile:
                 raise ProfileError(LOCKED.format(loaded=hooks.loaded_now()))
             choices = choices_from(list(names or []), custom_strategies or [])
-            documents, extract_s = read_request(files or [], pasted_text, question_text,
-                                                max_bytes=ctx.max_file_bytes, max_total_tokens=ctx.max_total_tokens)
+            reading, settings = hooks.settings(top_k, reading, no_answer_below)
+            documents, extract_s = hooks.read_documents(files, pasted_text, question_text, request, progress)
             stop_pressed = hooks.stop_pressed(request)
             with hooks.model_turn(request, progress) as stop_key:
                 abandoned = policy.stop_check(stop_key) or (lambda: False)
                 hooks.ensure_loaded(progress)
                 try:
                     comparison = compare_profiles(
-                        ctx.session, ctx.selection["model"], choices, documents, question_text,
-                        reading or DEFAULT_READING, extract_s=extract_s,
-                        should_stop=lambda: stop_pressed() or abandoned(),
-                        on_progress=lambda fraction, message: progress(fraction, desc=message),
-                        top_k=int(top_k) if top_k not in (None, "") else None, max_total_tokens=ctx.max_total_tokens,
-                        no_answer_below=None if not str(no_answer_below or "").strip() else no_answer_below)
+                        ctx.session, ctx.selection["model"], choices, documents, question_text, reading,
+                        extract_s=extract_s, should_stop=lambda: stop_pressed() or abandoned(),
+                        on_progress=lambda fraction, message: progress(fraction, desc=message), **settings)
                 except Cancelled:
                     if not stop_pressed():
                         raise
                     raise Cancelled(STOPPED.format(loaded=hooks.loaded_now())) from None
         return {"table": gr.update(value=comparison_frame(comparison),
                                    column_widths=comparison_widths(len(comparison.runs))),
-                "summary": ui_format.compare_summary(comparison), **history_outputs(runs, [run.readout for run in comparison.runs], comparison.documents),
+                "summary": ui_format.compare_summary(comparison),
+                **history_outputs(runs, [run.readout for run in comparison.runs], comparison.documents),
                 "seen": hooks.seen_now(), "json": comparison.to_json()}
 
     inputs = [question["files"], question["pasted"], question["question"], question["top_k"], question["reading"],
