@@ -24,10 +24,11 @@ import shutil
 import signal
 import sys
 import tempfile
+import threading
 import time
 import traceback
 import uuid
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -673,12 +674,15 @@ def noting_outcome(ctx: AppContext, handler: Callable, outputs) -> Callable:
 
 @dataclass
 class Outcome:
-    """How a page session's last request ended, for the answer area: its readout, or the message it ended with
-    (an error's), or how far it got before Stop."""
+    """How a page session's last request ended, for the answer area: its readout (with the JSON and the history
+    table the answer showed), or the message it ended with (an error's), or how far it got before Stop."""
 
     readout: Readout | None = None
     message: str | None = None
     stopped: tuple[int, int] | None = None  # (windows read, windows planned)
+    # what the answer showed, built once, for the downloads: the readout's JSON and the history's table
+    readout_json: dict | None = None
+    history_table: pd.DataFrame | None = None
 
 
 def waiting_shown(progress) -> Callable[[int], None]:
@@ -810,11 +814,15 @@ def ask(ctx: AppContext, files, pasted_text, question, top_k, reading, history, 
         result.notices.insert(0, changed)
     for notice in result.notices:
         gr.Warning(escape(notice))
-    remember(ctx.outcomes, page_session(request), Outcome(readout=readout))  # for the page's answer area
     best = result.answers[0] if result.answers else None
     passage = (ui_format.evidence(documents[best.document_index].text, best.start_char, best.end_char)
                if best is not None and best.document_index >= 0 else [])
     estimated = result.reading is not None and result.reading.windows_total_estimated
+    runs = history_outputs(history, [readout])  # the history, its table and the plots' data: one bar per run
+    readout_json = readout.to_json()
+    # for the page's answer area, which offers both as downloads
+    remember(ctx.outcomes, page_session(request), Outcome(readout=readout, readout_json=readout_json,
+                                                          history_table=runs["history_table"]))
     return {
         "documents": pd.DataFrame(ui_format.document_rows(result.documents, estimated),
                                   columns=ui_format.DOCUMENT_HEADERS),
@@ -825,9 +833,9 @@ def ask(ctx: AppContext, files, pasted_text, question, top_k, reading, history, 
                                 columns=ui_format.LATENCY_HEADERS),
         "memory": pd.DataFrame(ui_format.memory_rows(result.memory), columns=ui_format.MEMORY_HEADERS),
         "run": pd.DataFrame(ui_format.run_rows(readout), columns=ui_format.RUN_HEADERS),
-        **history_outputs(history, [readout]),  # the history, its table and the plots' data: one bar per run
+        **runs,
         "seen": seen_now(ctx),
-        "readout": readout.to_json(),
+        "readout": readout_json,
     }
 
 
@@ -850,9 +858,9 @@ def clear_answer(status: str) -> dict:
     return {"status": status, **CLEARED, **tables}
 
 
-def show_outcome(ctx: AppContext, history, request: gr.Request = None) -> dict:
+def show_outcome(ctx: AppContext, request: gr.Request = None) -> dict:
     """After an answer through the page: over the answer, whether it was found (or the error's message, or how far
-    a Stop got), and the readout and history to download."""
+    a Stop got), and the readout and history the answer showed, to download."""
     outcome = ctx.outcomes.pop(page_session(request), None)
     if outcome is None:
         return {"status": gr.skip(), "download_json": gr.skip(), "download_csv": gr.skip()}
@@ -860,30 +868,50 @@ def show_outcome(ctx: AppContext, history, request: gr.Request = None) -> dict:
         status = (ui_format.stopped_status(*outcome.stopped) if outcome.stopped is not None
                   else ui_format.failed_status(outcome.message or "The request failed."))
         return {"status": status, "download_json": NO_DOWNLOAD, "download_csv": NO_DOWNLOAD}
-    folder = download_folder()
+    folder = DOWNLOADS.new()
     readout_path = folder / "longqa-readout.json"
-    readout_path.write_text(json.dumps(outcome.readout.to_json(), indent=2, ensure_ascii=False), encoding="utf-8")
+    readout_path.write_text(json.dumps(outcome.readout_json, indent=2, ensure_ascii=False), encoding="utf-8")
     history_path = folder / "longqa-history.csv"
-    pd.DataFrame(ui_format.history_rows(history or []), columns=ui_format.HISTORY_HEADERS).to_csv(history_path,
-                                                                                                  index=False)
+    outcome.history_table.to_csv(history_path, index=False)
     return {"status": ui_format.answer_status(outcome.readout.result),
             "download_json": gr.update(value=str(readout_path), visible=True),
             "download_csv": gr.update(value=str(history_path), visible=True)}
 
 
-DOWNLOADS_DIR = Path(tempfile.gettempdir()) / "longqa-downloads"
+class DownloadFolders:
+    """The answers' download folders under `root` (gradio serves its own copy of each file): a new folder per answer,
+    and those older than `keep_s` removed as new ones come. `root` is listed once, at the first answer, for the
+    folders an earlier run of the page left; after that the folders made here are known, in the order made, so an
+    answer lists nothing."""
+
+    def __init__(self, root: Path, keep_s: float, clock: Callable[[], float] = time.time):
+        self.root, self.keep_s, self.clock = root, keep_s, clock
+        self._made: deque[tuple[float, Path]] | None = None  # (made at, folder), oldest first
+        self._lock = threading.Lock()  # answers end on several threads at once
+
+    def new(self) -> Path:
+        """A new, empty folder for one answer's downloads, after removing those past their time."""
+        with self._lock:
+            self.root.mkdir(parents=True, exist_ok=True)
+            if self._made is None:
+                self._made = deque(sorted(self._left_before()))
+            now = self.clock()
+            while self._made and now - self._made[0][0] > self.keep_s:
+                shutil.rmtree(self._made.popleft()[1], ignore_errors=True)
+            folder = Path(tempfile.mkdtemp(dir=self.root))
+            self._made.append((now, folder))
+            return folder
+
+    def _left_before(self) -> list[tuple[float, Path]]:
+        """The folders already in `root`, with the time each was last changed."""
+        found = []
+        for folder in self.root.iterdir():
+            with contextlib.suppress(OSError):
+                found.append((folder.stat().st_mtime, folder))
+        return found
 
 
-def download_folder() -> Path:
-    """A new folder for one answer's downloads (gradio serves its own copy); folders older than DOWNLOADS_KEEP_S
-    go."""
-    DOWNLOADS_DIR.mkdir(parents=True, exist_ok=True)
-    now = time.time()
-    for old in DOWNLOADS_DIR.iterdir():
-        with contextlib.suppress(OSError):
-            if now - old.stat().st_mtime > DOWNLOADS_KEEP_S:
-                shutil.rmtree(old)
-    return Path(tempfile.mkdtemp(dir=DOWNLOADS_DIR))
+DOWNLOADS = DownloadFolders(Path(tempfile.gettempdir()) / "longqa-downloads", DOWNLOADS_KEEP_S)
 
 
 def reading_or_default(value) -> str:
@@ -1163,8 +1191,8 @@ def build_answer_panel(ctx: AppContext, question: dict[str, Block], seen: gr.Sta
         asking = listen(clearing.then, noting_outcome(ctx, bind(handler, ctx), outputs), inputs=handler_inputs,
                         outputs=outputs, **request, **event)
         for outcome in (asking.success, asking.failure):  # `then` alone would not run after an error
-            listen(outcome, bind(show_outcome, ctx), inputs=history["history"], outputs=ended, queue=False,
-                   show_progress="hidden", api_visibility="private")
+            listen(outcome, bind(show_outcome, ctx), outputs=ended, queue=False, show_progress="hidden",
+                   api_visibility="private")
         return asking
 
     asked = [asks_after(question["ask"].click, ask, inputs, api_name="ask"),
