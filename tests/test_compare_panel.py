@@ -115,34 +115,28 @@ def test_an_unrunnable_profile_or_none_is_refused_before_any_load(ctx):
     assert ctx.session.loads == loads
 
 
-@pytest.mark.parametrize("case", ["a deleted upload", "top-k not a number", "top-k not whole", "an unknown reading",
-                                  "no question", "over the token limit"])
-def test_a_comparison_reads_and_checks_its_request_as_an_answer_does(ctx, tmp_path, case):
+def test_a_comparison_reads_and_checks_its_request_as_an_answer_does(ctx, tmp_path):
     """The documents read by the page's own upload path, the settings cleaned by an answer's rules, under the same
     limits: each bad request is refused with the answer's own message, before anything loads."""
-    request = {"files": [], "pasted": "The colour of Zorbin is teal. " * 20, "question": "What is the colour of Zorbin?",
-               "top_k": 3, "reading": "full"}
-    if case == "a deleted upload":  # the path a page still holds after its upload was deleted
-        request["files"] = [str(tmp_path / "abc123" / "notes.txt")]
-    elif case == "top-k not a number":
-        request["top_k"] = "three"
-    elif case == "top-k not whole":
-        request["top_k"] = "2.5"
-    elif case == "an unknown reading":
-        request["reading"] = "sideways"
-    elif case == "no question":
-        request["question"] = "  "
-    else:
-        ctx.max_total_tokens = 50
+    good = {"files": [], "pasted": "The colour of Zorbin is teal. " * 20, "question": "What is the colour of Zorbin?",
+            "top_k": 3, "reading": "full"}
+    bad = {"a deleted upload": {"files": [str(tmp_path / "abc123" / "notes.txt")]},  # a page's path to a gone upload
+           "top-k not a number": {"top_k": "three"}, "top-k not whole": {"top_k": "2.5"},
+           "an unknown reading": {"reading": "sideways"}, "no question": {"question": "  "},
+           "over the token limit": {}}
     demo = app.build_blocks(ctx)
     loads = ctx.session.loads
-    with pytest.raises(gr.Error) as answered:
-        app.ask(ctx, request["files"], request["pasted"], request["question"], request["top_k"], request["reading"],
-                [])
-    with pytest.raises(gr.Error) as compared:
-        handler(demo, "compare")(request["files"], request["pasted"], request["question"], request["top_k"],
-                                 request["reading"], "", ["cpu", "baseline-fp32"], [], [])
-    assert compared.value.message == answered.value.message
+    for case, changed in bad.items():
+        request = {**good, **changed}
+        if case == "over the token limit":
+            ctx.max_total_tokens = 50
+        with pytest.raises(gr.Error) as answered:
+            app.ask(ctx, request["files"], request["pasted"], request["question"], request["top_k"],
+                    request["reading"], [])
+        with pytest.raises(gr.Error) as compared:
+            handler(demo, "compare")(request["files"], request["pasted"], request["question"], request["top_k"],
+                                     request["reading"], "", ["cpu", "baseline-fp32"], [], [])
+        assert compared.value.message == answered.value.message, case
     assert ctx.session.loads == loads
 
 
