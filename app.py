@@ -1217,10 +1217,8 @@ def page_hooks(ctx: AppContext) -> PageHooks:
     """What the compare panel borrows from the page: errors, the cleaning of a request's settings and the reading
     of its documents (an answer's), an exclusive turn on the model, the first load."""
     return PageHooks(errors=user_errors,
-                     settings=lambda top_k, reading, no_answer_below: request_settings(ctx, top_k, reading,
-                                                                                       no_answer_below),
-                     read_documents=lambda files, pasted_text, question, request, progress: read_before_turn(
-                         ctx, files, pasted_text, question, request, progress),
+                     settings=functools.partial(request_settings, ctx),
+                     read_documents=functools.partial(read_before_turn, ctx),
                      model_turn=lambda request, progress: model_turn(ctx, request, progress, exclusive=True),
                      stop_pressed=lambda request: stop_pressed_from_now(ctx, request),
                      ensure_loaded=lambda progress: ensure_loaded(ctx, progress),
