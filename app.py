@@ -24,10 +24,11 @@ import shutil
 import signal
 import sys
 import tempfile
+import threading
 import time
 import traceback
 import uuid
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -52,7 +53,8 @@ from starlette.middleware import Middleware
 
 import page_help
 import ui_format
-from compare_panel import PageHooks, build_compare_panel, build_history_panel, plot_outputs, recolour_after
+from compare_panel import PageHooks, build_compare_panel, build_history_panel, history_outputs, recolour_after
+from page_events import bind, listen
 from plan_panel import build_plan_panel
 from longqa.arguments import positive_int
 from longqa.backend import Backend
@@ -308,22 +310,34 @@ def check_model_allowed(ctx: AppContext, model_ref: str) -> None:
                              f"{str(model_ref)[:200]!r} is not one of them.")
 
 
+def falls_back_to_demo(model_ref: str) -> bool:
+    """Whether a load of `model_ref` that cannot fetch it from the Hub loads the bundled demo model instead (the
+    default model does, so that the page always starts with something that answers; any other is refused)."""
+    return model_ref == DEFAULT_MODEL
+
+
 def check_model_reachable(model_ref: str) -> None:
     """A Hub model that is not in the local cache while downloads are off is refused in plain words before the
     loader tries (the default model still falls back to the demo model there, as the loader decides)."""
-    if model_ref != DEFAULT_MODEL and is_offline() and needs_download(model_ref):
+    if not falls_back_to_demo(model_ref) and is_offline() and needs_download(model_ref):
         raise ModelLoadError(f"Could not fetch {model_ref!r} from the Hugging Face Hub: it is not in this machine's "
                              "cache, and downloads are off here (HF_HUB_OFFLINE is set). Pick a model not marked "
                              "'cannot load here', such as the bundled demo model.")
 
 
 def model_note(ref: str) -> str:
-    """What the Model dropdown adds to a model's name: that it cannot load here (offline, not in the cache), or
-    that its first load downloads it; nothing for a model on disk."""
+    """What the Model dropdown adds to a model's name where it is not on this machine: that its first load downloads
+    it, or, offline, that it cannot load here; for a model that falls back to the bundled demo model when it cannot
+    be fetched (`falls_back_to_demo`), that the demo model answers instead. Nothing for a model on disk."""
     if not needs_download(ref):
         return ""
     if is_offline():
+        if falls_back_to_demo(ref):
+            return " (not in the local cache, and downloads are off: the bundled demo model answers instead)"
         return " (cannot load here: not in the local cache, and downloads are off)"
+    if falls_back_to_demo(ref):
+        return (" (not in the local cache: the first load downloads it from the Hub; if it cannot, the bundled demo "
+                "model answers instead)")
     return " (not in the local cache: the first load downloads it from the Hub)"
 
 
@@ -350,7 +364,7 @@ def load_selection(ctx: AppContext, profile_name: str, model_ref: str, strategie
         check_model_allowed(ctx, model_ref)
         check_model_reachable(model_ref)
         profile = ctx.session.runnable_profile(profile_name, strategies)
-        ctx.session.load(model_ref, profile, on_progress=on_progress, fallback_to_demo=model_ref == DEFAULT_MODEL,
+        ctx.session.load(model_ref, profile, on_progress=on_progress, fallback_to_demo=falls_back_to_demo(model_ref),
                          force=profile.name == "custom",
                          strategies=tuple(strategies or ()) if profile.name == "custom" else ())
     except LongQAError as exc:
@@ -483,14 +497,14 @@ def preview_documents(ctx: AppContext, files, pasted_text, question, request: gr
     counts toward the visitor's requests, as an answer does."""
     if not files and not (pasted_text or "").strip():
         return pd.DataFrame([], columns=ui_format.DOCUMENT_HEADERS)
-    with user_errors("Reading the documents"), ctx.lane.door(visitor_keys(ctx, request)):
-        documents, _ = read_uploads(ctx, files, pasted_text, None)
-        if ctx.session.loaded is None:
-            rows = [[d.name, d.n_chars, None, None] for d in documents]
-        else:
-            plan = ctx.session.plan(documents, (question or "").strip() or "?", "full",
-                                    max_total_tokens=ctx.max_total_tokens)
-            rows = ui_format.document_rows(plan.stats)
+    with user_errors("Reading the documents"):
+        with read_at_door(ctx, files, pasted_text, None, request) as (documents, _, _):
+            if ctx.session.loaded is None:
+                rows = [[d.name, d.n_chars, None, None] for d in documents]
+            else:
+                plan = ctx.session.plan(documents, (question or "").strip() or "?", "full",
+                                        max_total_tokens=ctx.max_total_tokens)
+                rows = ui_format.document_rows(plan.stats)
     return pd.DataFrame(rows, columns=ui_format.DOCUMENT_HEADERS)
 
 
@@ -507,6 +521,39 @@ def read_uploads(ctx: AppContext, files, pasted_text, question, progress=None):
         return read_request(files, pasted_text, question, max_bytes=ctx.max_file_bytes,
                             max_total_tokens=ctx.max_total_tokens, should_stop=abandonment_check(),
                             on_wait=reader_wait_shown(progress))
+
+
+@contextlib.contextmanager
+def read_at_door(ctx: AppContext, files, pasted_text, question, request: gr.Request | None, progress=None):
+    """A request's place at the lane's door (counted toward the visitor's share and the queue: LaneBusyError past
+    either, before anything is read) and its documents read there (`read_uploads`), held while the body plans it:
+    yields (documents, seconds reading them, the place). What an answer, a preview and a comparison all read by."""
+    with ctx.lane.door(visitor_keys(ctx, request)) as place:
+        if progress is not None:
+            progress(0.0, desc="Reading the documents")
+        documents, extract_s = read_uploads(ctx, files, pasted_text, question, progress)
+        yield documents, extract_s, place
+
+
+def read_before_turn(ctx: AppContext, files, pasted_text, question, request: gr.Request | None, progress=None):
+    """A request's documents and the seconds reading them (`read_at_door`), its place at the door left once they
+    are read: for a comparison, whose exclusive turn on the model waits for every request in line before it, its
+    own place included."""
+    with read_at_door(ctx, files, pasted_text, question, request, progress) as (documents, extract_s, _):
+        return documents, extract_s
+
+
+def request_settings(ctx: AppContext, top_k, reading, no_answer_below) -> tuple[str, dict]:
+    """A request's reading mode and engine settings from the page or the API, cleaned before any work (top-k a
+    whole number, else its default; the reading one of the modes, empty: the default; an empty not-found threshold:
+    the model's own rule, anything else the settings check), with this deployment's limits: what an answer and a
+    comparison both plan with."""
+    top_k = count_or_default(top_k, "Top-k", DEFAULT_TOP_K)
+    if isinstance(no_answer_below, str) and not no_answer_below.strip():
+        no_answer_below = None
+    return reading_or_default(reading), {"top_k": top_k, "no_answer_below": no_answer_below,
+                                         "max_total_tokens": ctx.max_total_tokens,
+                                         "max_request_s": ctx.max_request_s}
 
 
 def reader_wait_shown(progress) -> Callable[[int], None]:
@@ -627,12 +674,15 @@ def noting_outcome(ctx: AppContext, handler: Callable, outputs) -> Callable:
 
 @dataclass
 class Outcome:
-    """How a page session's last request ended, for the answer area: its readout, or the message it ended with
-    (an error's), or how far it got before Stop."""
+    """How a page session's last request ended, for the answer area: its readout (with the JSON and the history
+    table the answer showed), or the message it ended with (an error's), or how far it got before Stop."""
 
     readout: Readout | None = None
     message: str | None = None
     stopped: tuple[int, int] | None = None  # (windows read, windows planned)
+    # what the answer showed, built once, for the downloads: the readout's JSON and the history's table
+    readout_json: dict | None = None
+    history_table: pd.DataFrame | None = None
 
 
 def waiting_shown(progress) -> Callable[[int], None]:
@@ -745,19 +795,12 @@ def ask(ctx: AppContext, files, pasted_text, question, top_k, reading, history, 
     `reading` is "auto", "full" or "guided" (empty: auto); `no_answer_below` a score in (0, 1) under which the answer
     is "not found" (empty: the model's own rule)."""
     with user_errors("Answering"):
-        top_k = count_or_default(top_k, "Top-k", DEFAULT_TOP_K)
-        if isinstance(no_answer_below, str) and not no_answer_below.strip():
-            no_answer_below = None  # the empty field: the model's own rule; anything else the settings check
-        reading = reading_or_default(reading)
+        reading, settings = request_settings(ctx, top_k, reading, no_answer_below)
         # Its place in the lane first: reading, indexing and planning count toward the visitor's share and the queue.
-        with ctx.lane.door(visitor_keys(ctx, request)) as place:
-            progress(0.0, desc="Reading the documents")
-            documents, extract_s = read_uploads(ctx, files, pasted_text, question, progress)
+        with read_at_door(ctx, files, pasted_text, question, request, progress) as (documents, extract_s, place):
             ensure_loaded(ctx, progress)
             progress(0.0, desc="Ranking the windows" if reading != "full" else "Planning the read")
-            plan = ctx.session.plan(documents, question, reading, should_stop=abandonment_check(), top_k=top_k,
-                                    max_total_tokens=ctx.max_total_tokens, max_request_s=ctx.max_request_s,
-                                    no_answer_below=no_answer_below)
+            plan = ctx.session.plan(documents, question, reading, should_stop=abandonment_check(), **settings)
             with request_turn(ctx, request, progress, windows=plan.expected_windows, place=place) as (stop_key,
                                                                                                       ticket):
                 changed = changed_since(ctx, seen)
@@ -771,12 +814,14 @@ def ask(ctx: AppContext, files, pasted_text, question, top_k, reading, history, 
         result.notices.insert(0, changed)
     for notice in result.notices:
         gr.Warning(escape(notice))
-    remember(ctx.outcomes, page_session(request), Outcome(readout=readout))  # for the page's answer area
-    earlier = list(history or [])
-    history = [*earlier, ui_format.history_entry(readout, len(earlier) + 1)]
     best = result.answers[0] if result.answers else None
     passage = (ui_format.evidence(documents[best.document_index].text, best.start_char, best.end_char)
                if best is not None and best.document_index >= 0 else [])
+    runs = history_outputs(history, [readout])  # the history, its table and the plots' data: one bar per run
+    readout_json = readout.to_json()
+    # for the page's answer area, which offers both as downloads
+    remember(ctx.outcomes, page_session(request), Outcome(readout=readout, readout_json=readout_json,
+                                                          history_table=runs["history_table"]))
     return {
         "documents": pd.DataFrame(ui_format.document_rows(result.documents),
                                   columns=ui_format.DOCUMENT_HEADERS),
@@ -787,11 +832,9 @@ def ask(ctx: AppContext, files, pasted_text, question, top_k, reading, history, 
                                 columns=ui_format.LATENCY_HEADERS),
         "memory": pd.DataFrame(ui_format.memory_rows(result.memory), columns=ui_format.MEMORY_HEADERS),
         "run": pd.DataFrame(ui_format.run_rows(readout), columns=ui_format.RUN_HEADERS),
-        "history": history,
-        "history_table": pd.DataFrame(ui_format.history_rows(history), columns=ui_format.HISTORY_HEADERS),
-        **plot_outputs(earlier, history),  # the plots' data: one bar per run
+        **runs,
         "seen": seen_now(ctx),
-        "readout": readout.to_json(),
+        "readout": readout_json,
     }
 
 
@@ -814,9 +857,9 @@ def clear_answer(status: str) -> dict:
     return {"status": status, **CLEARED, **tables}
 
 
-def show_outcome(ctx: AppContext, history, request: gr.Request = None) -> dict:
+def show_outcome(ctx: AppContext, request: gr.Request = None) -> dict:
     """After an answer through the page: over the answer, whether it was found (or the error's message, or how far
-    a Stop got), and the readout and history to download."""
+    a Stop got), and the readout and history the answer showed, to download."""
     outcome = ctx.outcomes.pop(page_session(request), None)
     if outcome is None:
         return {"status": gr.skip(), "download_json": gr.skip(), "download_csv": gr.skip()}
@@ -824,30 +867,50 @@ def show_outcome(ctx: AppContext, history, request: gr.Request = None) -> dict:
         status = (ui_format.stopped_status(*outcome.stopped) if outcome.stopped is not None
                   else ui_format.failed_status(outcome.message or "The request failed."))
         return {"status": status, "download_json": NO_DOWNLOAD, "download_csv": NO_DOWNLOAD}
-    folder = download_folder()
+    folder = DOWNLOADS.new()
     readout_path = folder / "longqa-readout.json"
-    readout_path.write_text(json.dumps(outcome.readout.to_json(), indent=2, ensure_ascii=False), encoding="utf-8")
+    readout_path.write_text(json.dumps(outcome.readout_json, indent=2, ensure_ascii=False), encoding="utf-8")
     history_path = folder / "longqa-history.csv"
-    pd.DataFrame(ui_format.history_rows(history or []), columns=ui_format.HISTORY_HEADERS).to_csv(history_path,
-                                                                                                  index=False)
+    outcome.history_table.to_csv(history_path, index=False)
     return {"status": ui_format.answer_status(outcome.readout.result),
             "download_json": gr.update(value=str(readout_path), visible=True),
             "download_csv": gr.update(value=str(history_path), visible=True)}
 
 
-DOWNLOADS_DIR = Path(tempfile.gettempdir()) / "longqa-downloads"
+class DownloadFolders:
+    """The answers' download folders under `root` (gradio serves its own copy of each file): a new folder per answer,
+    and those older than `keep_s` removed as new ones come. `root` is listed once, at the first answer, for the
+    folders an earlier run of the page left; after that the folders made here are known, in the order made, so an
+    answer lists nothing."""
+
+    def __init__(self, root: Path, keep_s: float, clock: Callable[[], float] = time.time):
+        self.root, self.keep_s, self.clock = root, keep_s, clock
+        self._made: deque[tuple[float, Path]] | None = None  # (made at, folder), oldest first
+        self._lock = threading.Lock()  # answers end on several threads at once
+
+    def new(self) -> Path:
+        """A new, empty folder for one answer's downloads, after removing those past their time."""
+        with self._lock:
+            self.root.mkdir(parents=True, exist_ok=True)
+            if self._made is None:
+                self._made = deque(sorted(self._left_before()))
+            now = self.clock()
+            while self._made and now - self._made[0][0] > self.keep_s:
+                shutil.rmtree(self._made.popleft()[1], ignore_errors=True)
+            folder = Path(tempfile.mkdtemp(dir=self.root))
+            self._made.append((now, folder))
+            return folder
+
+    def _left_before(self) -> list[tuple[float, Path]]:
+        """The folders already in `root`, with the time each was last changed."""
+        found = []
+        for folder in self.root.iterdir():
+            with contextlib.suppress(OSError):
+                found.append((folder.stat().st_mtime, folder))
+        return found
 
 
-def download_folder() -> Path:
-    """A new folder for one answer's downloads (gradio serves its own copy); folders older than DOWNLOADS_KEEP_S
-    go."""
-    DOWNLOADS_DIR.mkdir(parents=True, exist_ok=True)
-    now = time.time()
-    for old in DOWNLOADS_DIR.iterdir():
-        with contextlib.suppress(OSError):
-            if now - old.stat().st_mtime > DOWNLOADS_KEEP_S:
-                shutil.rmtree(old)
-    return Path(tempfile.mkdtemp(dir=DOWNLOADS_DIR))
+DOWNLOADS = DownloadFolders(Path(tempfile.gettempdir()) / "longqa-downloads", DOWNLOADS_KEEP_S)
 
 
 def reading_or_default(value) -> str:
@@ -920,32 +983,6 @@ def strategies_frame() -> pd.DataFrame:
     cards = strategy_cards()
     columns = [key for key in (cards[0] if cards else {}) if key != "description"]
     return pd.DataFrame([[card.get(key) for key in columns] for card in cards], columns=columns)
-
-
-def bind(handler: Callable, ctx: AppContext) -> Callable:
-    """`handler` with its context bound, keeping the signature and type hints gradio reads to pass gr.Request and
-    gr.Progress (a functools.partial hides the hints)."""
-    @functools.wraps(handler)
-    def bound(*args, **kwargs):
-        return handler(ctx, *args, **kwargs)
-
-    signature = inspect.signature(handler)
-    bound.__signature__ = signature.replace(parameters=list(signature.parameters.values())[1:])
-    return bound
-
-
-def keyed(handler: Callable, outputs: dict[str, Block]) -> Callable:
-    """`handler`, whose values come by name, answering gradio with {component: value} (same signature and hints)."""
-    @functools.wraps(handler)
-    def by_component(*args, **kwargs):
-        return {outputs[name]: value for name, value in handler(*args, **kwargs).items()}
-
-    return by_component
-
-
-def listen(trigger, handler: Callable, *, outputs: dict[str, Block], **event):
-    """Wire `handler` (values by name) to `trigger`: the order of `outputs` is the event's, written once."""
-    return trigger(keyed(handler, outputs), outputs=list(outputs.values()), **event)
 
 
 def strategy_choices(hardware: Hardware) -> list[tuple[str, str]]:
@@ -1153,8 +1190,8 @@ def build_answer_panel(ctx: AppContext, question: dict[str, Block], seen: gr.Sta
         asking = listen(clearing.then, noting_outcome(ctx, bind(handler, ctx), outputs), inputs=handler_inputs,
                         outputs=outputs, **request, **event)
         for outcome in (asking.success, asking.failure):  # `then` alone would not run after an error
-            listen(outcome, bind(show_outcome, ctx), inputs=history["history"], outputs=ended, queue=False,
-                   show_progress="hidden", api_visibility="private")
+            listen(outcome, bind(show_outcome, ctx), outputs=ended, queue=False, show_progress="hidden",
+                   api_visibility="private")
         return asking
 
     asked = [asks_after(question["ask"].click, ask, inputs, api_name="ask"),
@@ -1176,8 +1213,11 @@ def build_answer_panel(ctx: AppContext, question: dict[str, Block], seen: gr.Sta
 
 
 def page_hooks(ctx: AppContext) -> PageHooks:
-    """What the compare panel borrows from the page: errors, an exclusive turn on the model, the first load."""
+    """What the compare panel borrows from the page: errors, the cleaning of a request's settings and the reading
+    of its documents (an answer's), an exclusive turn on the model, the first load."""
     return PageHooks(errors=user_errors,
+                     settings=functools.partial(request_settings, ctx),
+                     read_documents=functools.partial(read_before_turn, ctx),
                      model_turn=lambda request, progress: model_turn(ctx, request, progress, exclusive=True),
                      stop_pressed=lambda request: stop_pressed_from_now(ctx, request),
                      ensure_loaded=lambda progress: ensure_loaded(ctx, progress),
@@ -1379,7 +1419,8 @@ def main(argv: list[str] | None = None) -> int:
         ctx = context_from(args, session)
         if not load_before_serving(ctx, args):
             return 2
-        serve(build_blocks(ctx, args.queue_size), host=args.host, port=args.port, share=args.share, max_file_mb=args.max_file_mb)
+        serve(build_blocks(ctx, args.queue_size), host=args.host, port=args.port, share=args.share,
+              max_file_mb=args.max_file_mb)
         return 0
     finally:
         session.close()

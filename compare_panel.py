@@ -3,12 +3,12 @@
 model for each, as one table with ratios to the first profile; plus the `/compare` API endpoint.
 
 UI only: the comparison is `longqa.compare`'s, the formatting `ui_format`'s. It cannot import the page (app.py
-imports it), so what it borrows from the page (its error handling, its turn on the model, ...) comes in `PageHooks`.
+imports it), so what it borrows from the page (its error handling, an answer's reading and cleaning of the request,
+its turn on the model, ...) comes in `PageHooks`.
 """
 
 from __future__ import annotations
 
-import functools
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Callable
@@ -17,10 +17,10 @@ import gradio as gr
 import pandas as pd
 
 import ui_format
+from page_events import listen
 from longqa.compare import Comparison, choices_from, compare_profiles
-from longqa.session import read_request
+from longqa.readout import Readout
 from longqa_core.errors import Cancelled, ProfileError
-from longqa_core.reading import DEFAULT_READING
 from longqa.serving import policy
 from strategies.profiles import PROFILES, describe_profiles
 from strategies.registry import strategy_cards
@@ -37,12 +37,17 @@ STOPPED = "Comparison stopped: {loaded} is loaded again."
 @dataclass
 class PageHooks:
     """What the panel borrows from the page: its error handling (`errors(action)`: domain errors become gr.Error),
-    an exclusive turn on the model (`model_turn(request, progress)`, yielding the key of its stop check), whether
-    the visitor's page presses Stop from now on (`stop_pressed(request)`, a check), loading the first model if none
-    is yet (`ensure_loaded(progress)`), what is loaded in words (`loaded_now()`), and what a visitor has seen loaded
+    an answer's cleaning of the request's settings (`settings(top_k, reading, no_answer_below)`: the reading mode
+    and the engine settings, limits included) and reading of its documents (`read_documents(files, pasted_text,
+    question, request, progress)`: the documents and the seconds reading them, at the lane's door), an exclusive
+    turn on the model (`model_turn(request, progress)`, yielding the key of its stop check), whether the visitor's
+    page presses Stop from now on (`stop_pressed(request)`, a check), loading the first model if none is yet
+    (`ensure_loaded(progress)`), what is loaded in words (`loaded_now()`), and what a visitor has seen loaded
     (`seen_now()`)."""
 
     errors: Callable[[str], AbstractContextManager]
+    settings: Callable[[object, object, object], tuple[str, dict]]
+    read_documents: Callable[[object, object, object, object, object], tuple[list, float]]
     model_turn: Callable[[object, object], AbstractContextManager]
     stop_pressed: Callable[[object], Callable[[], bool]]
     ensure_loaded: Callable[[object], None]
@@ -94,6 +99,18 @@ def plot_outputs(earlier: list[dict], runs: list[dict]) -> dict:
     colours = {} if earlier else {"color_map": profile_colours(runs)}
     # one update per plot: gradio takes the value out of the update it processes
     return {"memory_plot": gr.update(value=plotted, **colours), "latency_plot": gr.update(value=plotted, **colours)}
+
+
+def history_outputs(runs: list[dict] | None, readouts: list[Readout], documents: list[str] | None = None) -> dict:
+    """The history (the page's state) with one run added per readout (`documents`: their names, else each readout's
+    own), its table, and the plots' data (`plot_outputs`): what an answer and a comparison both show."""
+    earlier = list(runs or [])
+    runs = list(earlier)
+    for readout in readouts:
+        runs.append(ui_format.history_entry(readout, len(runs) + 1, documents))
+    return {"history": runs, "history_table": pd.DataFrame(ui_format.history_rows(runs),
+                                                           columns=ui_format.HISTORY_HEADERS),
+            **plot_outputs(earlier, runs)}
 
 
 def recolour_after(history: dict, *events) -> None:
@@ -148,33 +165,31 @@ def build_compare_panel(ctx, question: dict, history: dict, seen, hooks: PageHoo
             if ctx.lock_profile:
                 raise ProfileError(LOCKED.format(loaded=hooks.loaded_now()))
             choices = choices_from(list(names or []), custom_strategies or [])
-            documents, extract_s = read_request(files or [], pasted_text, question_text,
-                                                max_bytes=ctx.max_file_bytes, max_total_tokens=ctx.max_total_tokens)
+            reading, settings = hooks.settings(top_k, reading, no_answer_below)
+            documents, extract_s = hooks.read_documents(files, pasted_text, question_text, request, progress)
             stop_pressed = hooks.stop_pressed(request)
             with hooks.model_turn(request, progress) as stop_key:
                 abandoned = policy.stop_check(stop_key) or (lambda: False)
                 hooks.ensure_loaded(progress)
                 try:
                     comparison = compare_profiles(
-                        ctx.session, ctx.selection["model"], choices, documents, question_text,
-                        reading or DEFAULT_READING, extract_s=extract_s,
-                        should_stop=lambda: stop_pressed() or abandoned(),
-                        on_progress=lambda fraction, message: progress(fraction, desc=message),
-                        top_k=int(top_k) if top_k not in (None, "") else None, max_total_tokens=ctx.max_total_tokens,
-                        no_answer_below=None if not str(no_answer_below or "").strip() else no_answer_below)
+                        ctx.session, ctx.selection["model"], choices, documents, question_text, reading,
+                        extract_s=extract_s, should_stop=lambda: stop_pressed() or abandoned(),
+                        on_progress=lambda fraction, message: progress(fraction, desc=message), **settings)
                 except Cancelled:
                     if not stop_pressed():
                         raise
                     raise Cancelled(STOPPED.format(loaded=hooks.loaded_now())) from None
         return {"table": gr.update(value=comparison_frame(comparison),
                                    column_widths=comparison_widths(len(comparison.runs))),
-                "summary": ui_format.compare_summary(comparison), **history_outputs(runs, comparison),
+                "summary": ui_format.compare_summary(comparison),
+                **history_outputs(runs, [run.readout for run in comparison.runs], comparison.documents),
                 "seen": hooks.seen_now(), "json": comparison.to_json()}
 
     inputs = [question["files"], question["pasted"], question["question"], question["top_k"], question["reading"],
               question["no_answer_below"], profiles, strategies, history["history"]]
-    comparing = compare_btn.click(keyed(compare, outputs), inputs=inputs, outputs=list(outputs.values()), api_name="compare",
-                                  concurrency_id="model", show_progress_on=[table])
+    comparing = listen(compare_btn.click, compare, inputs=inputs, outputs=outputs, api_name="compare",
+                       concurrency_id="model", show_progress_on=[table])
     recolour_after(history, comparing)
     profiles.change(lambda names: gr.update(visible="custom" in (names or [])), inputs=profiles, outputs=strategies,
                     queue=False, api_visibility="private")
@@ -197,23 +212,3 @@ def comparison_widths(profiles: int) -> list[str]:
         return ["100%"]
     return ["30%", *[f"{70 / profiles:.2f}%"] * profiles]
 
-
-def history_outputs(runs: list[dict] | None, comparison: Comparison) -> dict:
-    """The history with one run per profile compared, its table, and the plots' data (`plot_outputs`)."""
-    earlier = list(runs or [])
-    runs = list(earlier)
-    for run in comparison.runs:
-        runs.append(ui_format.history_entry(run.readout, len(runs) + 1, comparison.documents))
-    return {"history": runs, "history_table": pd.DataFrame(ui_format.history_rows(runs),
-                                                           columns=ui_format.HISTORY_HEADERS),
-            **plot_outputs(earlier, runs)}
-
-
-def keyed(handler: Callable, outputs: dict) -> Callable:
-    """`handler`, whose values come by name, answering gradio with {component: value}; its signature and hints
-    kept, which gradio reads to pass gr.Request and gr.Progress."""
-    @functools.wraps(handler)
-    def by_component(*args, **kwargs):
-        return {outputs[name]: value for name, value in handler(*args, **kwargs).items()}
-
-    return by_component

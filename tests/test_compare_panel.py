@@ -4,6 +4,7 @@ reason; the plots are coloured by profile."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 from types import SimpleNamespace
 
@@ -13,6 +14,7 @@ import pytest
 import app
 import compare_panel
 import ui_format
+import longqa.session
 from longqa.demo_model.demo_task import make_example
 from longqa.session import Session
 
@@ -111,6 +113,54 @@ def test_an_unrunnable_profile_or_none_is_refused_before_any_load(ctx):
     with pytest.raises(gr.Error, match="GPU"):
         compare(demo, ["cpu", "t4-16gb"])
     assert ctx.session.loads == loads
+
+
+def test_a_comparison_reads_and_checks_its_request_as_an_answer_does(ctx, tmp_path):
+    """The documents read by the page's own upload path, the settings cleaned by an answer's rules, under the same
+    limits: each bad request is refused with the answer's own message, before anything loads."""
+    good = {"files": [], "pasted": "The colour of Zorbin is teal. " * 20, "question": "What is the colour of Zorbin?",
+            "top_k": 3, "reading": "full"}
+    bad = {"a deleted upload": {"files": [str(tmp_path / "abc123" / "notes.txt")]},  # a page's path to a gone upload
+           "top-k not a number": {"top_k": "three"}, "top-k not whole": {"top_k": "2.5"},
+           "an unknown reading": {"reading": "sideways"}, "no question": {"question": "  "},
+           "over the token limit": {}}
+    demo = app.build_blocks(ctx)
+    loads = ctx.session.loads
+    for case, changed in bad.items():
+        request = {**good, **changed}
+        if case == "over the token limit":
+            ctx.max_total_tokens = 50
+        with pytest.raises(gr.Error) as answered:
+            app.ask(ctx, request["files"], request["pasted"], request["question"], request["top_k"],
+                    request["reading"], [])
+        with pytest.raises(gr.Error) as compared:
+            handler(demo, "compare")(request["files"], request["pasted"], request["question"], request["top_k"],
+                                     request["reading"], "", ["cpu", "baseline-fp32"], [], [])
+        assert compared.value.message == answered.value.message, case
+    assert ctx.session.loads == loads
+
+
+def test_a_visitor_past_its_share_is_refused_a_comparison_before_its_documents_are_read(ctx, monkeypatch):
+    """A comparison takes its place at the lane's door, as an answer does: past the visitor's share it is refused
+    before anything is read or loaded."""
+    demo = app.build_blocks(ctx)
+    reads, loads = [], ctx.session.loads
+    read = longqa.session.read_documents
+
+    def counted(*args, **kwargs):
+        reads.append(args)
+        return read(*args, **kwargs)
+
+    monkeypatch.setattr(longqa.session, "read_documents", counted)
+    tab = SimpleNamespace(session_hash="greedy", headers={})
+    with contextlib.ExitStack() as inside:  # requests of this visitor being read elsewhere
+        for _ in range(ctx.lane.per_visitor):
+            inside.enter_context(ctx.lane.door(("session:greedy",)))
+        with pytest.raises(gr.Error, match="You already have 3 requests being read: wait for them"):
+            handler(demo, "compare")([], "The colour of Zorbin is teal.", "What is the colour of Zorbin?", 3, "full",
+                                     "", ["cpu", "baseline-fp32"], [], [], request=tab)
+    assert reads == [] and ctx.session.loads == loads
+    assert ctx.lane.waiting() == 0 and not ctx.lane.is_busy()
 
 
 def test_the_panel_offers_the_profiles_this_machine_runs(ctx):

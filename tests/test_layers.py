@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-LAYERS = {"longqa_core": 0, "strategies": 1, "longqa": 2, "app": 3, "ui_format": 3, "plan_panel": 3,
-          "page_help": 3}  # package -> rank
+PAGE_MODULES = ("app", "ui_format", "plan_panel", "page_help", "compare_panel", "page_events")  # the UI layer's files
+LAYERS = {"longqa_core": 0, "strategies": 1, "longqa": 2, **dict.fromkeys(PAGE_MODULES, 3)}  # package -> rank
 NAMES = {0: "core", 1: "strategies", 2: "composition", 3: "UI"}
 # The composition layer's rooms, bottom to top: the demo task's generators, the request path, the jobs built on it
 # (serving, the bench: side by side, neither imports the other), the command line that starts any of them, and
@@ -21,8 +21,7 @@ ROOMS = {"longqa.demo_model": 0, "longqa": 1, "longqa.serving": 2, "longqa.bench
 
 def project_modules() -> dict[str, Path]:
     """Dotted module name -> file, for every module of the four layers."""
-    modules = {"app": ROOT / "app.py", "ui_format": ROOT / "ui_format.py", "plan_panel": ROOT / "plan_panel.py",
-               "page_help": ROOT / "page_help.py"}
+    modules = {name: ROOT / f"{name}.py" for name in PAGE_MODULES}
     for package in ("longqa_core", "strategies", "longqa"):
         for path in sorted((ROOT / package).rglob("*.py")):
             parts = path.relative_to(ROOT).with_suffix("").parts

@@ -5,7 +5,9 @@ downloads, and the glossary covering every term of art the page shows."""
 from __future__ import annotations
 
 import json
+import os
 import re
+from pathlib import Path
 from types import SimpleNamespace
 
 import gradio as gr
@@ -16,6 +18,7 @@ import app
 import page_help
 import ui_format
 from longqa.models import DEFAULT_MODEL, DEMO_MODEL_DIR
+from longqa.readout import Readout
 from longqa.session import SAMPLES_DIR, Session
 from longqa_core.errors import Cancelled
 from strategies.hardware import CPU_ONLY
@@ -43,7 +46,7 @@ def asked(ctx, request, pasted="The colour of Zorbin is teal.", question="What i
     handler = app.noting_outcome(ctx, app.bind(app.ask, ctx), OUTPUTS)
     out = handler([], pasted, question, 1, "auto", [], None, no_answer_below, request=request,
                   progress=lambda *a, **k: None)
-    return out, app.show_outcome(ctx, out.get("history"), request=request)
+    return out, app.show_outcome(ctx, request=request)
 
 
 def test_an_answer_says_whether_it_was_found_and_offers_both_downloads(ctx):
@@ -56,6 +59,41 @@ def test_an_answer_says_whether_it_was_found_and_offers_both_downloads(ctx):
     assert shown["download_json"]["visible"] and shown["download_csv"]["visible"]
 
 
+def test_an_answer_builds_its_json_and_history_table_once_for_the_page_and_its_downloads(ctx, monkeypatch):
+    calls = {"to_json": 0, "history_rows": 0}
+    for owner, name in ((Readout, "to_json"), (ui_format, "history_rows")):
+        def counted(*args, _original=getattr(owner, name), _name=name, **kwargs):
+            calls[_name] += 1
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(owner, name, counted)
+    out, shown = asked(ctx, visitor("tab-once"))
+    assert calls == {"to_json": 1, "history_rows": 1}
+    assert json.loads(open(shown["download_json"]["value"], encoding="utf-8").read()) == out["readout"]
+    assert pd.read_csv(shown["download_csv"]["value"]).astype(str).values.tolist() == \
+        out["history_table"].astype(str).values.tolist()
+
+
+def test_download_folders_go_after_their_time_and_the_folder_is_listed_once(tmp_path, monkeypatch):
+    now = [10_000.0]
+    old, recent = tmp_path / "left-by-an-earlier-run", tmp_path / "recent"
+    for folder, changed_at in ((old, 5_000.0), (recent, 9_950.0)):
+        folder.mkdir()
+        os.utime(folder, (changed_at, changed_at))
+    listed, iterdir = [], Path.iterdir
+    monkeypatch.setattr(Path, "iterdir", lambda self: listed.append(self) or iterdir(self))
+    folders = app.DownloadFolders(tmp_path, keep_s=100.0, clock=lambda: now[0])
+    first = folders.new()
+    assert first.is_dir() and not any(first.iterdir()) and recent.exists() and not old.exists()
+    now[0] = 10_060.0  # the recent folder is now 110 s old, the first 60 s
+    second = folders.new()
+    assert not recent.exists() and first.exists() and second.is_dir() and second != first
+    now[0] = 10_150.0
+    folders.new()
+    assert not first.exists() and second.exists()
+    assert listed.count(tmp_path) == 1, "each answer must not list the downloads folder"
+
+
 def test_under_the_threshold_the_answer_area_says_not_found(ctx):
     out, shown = asked(ctx, visitor(), no_answer_below="0.999")
     assert shown["status"].startswith("### Not found in the documents")
@@ -66,11 +104,11 @@ def test_an_error_shows_its_message_in_the_answer_area_and_no_download(ctx):
     request = visitor()
     with pytest.raises(gr.Error) as raised:
         asked(ctx, request, pasted="")
-    shown = app.show_outcome(ctx, [], request=request)
+    shown = app.show_outcome(ctx, request=request)
     assert shown["status"].startswith("### The request failed")
     assert ui_format.escape_markdown(raised.value.message)[:40] in shown["status"]
     assert shown["download_json"]["visible"] is False and shown["download_csv"]["visible"] is False
-    assert app.show_outcome(ctx, [], request=request)["status"] is not None  # told once, then left as it is
+    assert app.show_outcome(ctx, request=request)["status"] is not None  # told once, then left as it is
 
 
 def test_an_error_naming_a_file_shows_its_name_as_text_once_escaped(ctx, tmp_path):
@@ -80,7 +118,7 @@ def test_an_error_naming_a_file_shows_its_name_as_text_once_escaped(ctx, tmp_pat
     handler = app.noting_outcome(ctx, app.bind(app.ask, ctx), OUTPUTS)
     with pytest.raises(gr.Error, match="a&lt;b&gt;_notes"):  # the toast renders HTML: escaped once
         handler([str(empty)], "", "What?", 1, "auto", [], None, "", request=request, progress=lambda *a, **k: None)
-    status = app.show_outcome(ctx, [], request=request)["status"]
+    status = app.show_outcome(ctx, request=request)["status"]
     assert "a&lt;b&gt;\\_notes" in status and "&amp;" not in status  # Markdown shows the name as typed
 
 
@@ -158,6 +196,27 @@ def test_hub_models_not_in_the_cache_are_marked_and_refused_in_plain_words_offli
     assert app.model_note(DEFAULT_MODEL).startswith(" (not in the local cache")
 
 
+@pytest.mark.skipif(not any(DEMO_MODEL_DIR.glob("*.safetensors")), reason="the demo model has no weights yet")
+def test_offline_the_default_model_is_marked_as_answered_by_the_demo_model_which_then_answers(monkeypatch, tmp_path):
+    """The default model falls back to the bundled demo model when it cannot be fetched: offline its mark says so
+    (not "cannot load here"), and picking it loads the demo model, as the mark said."""
+    import huggingface_hub.constants
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))  # an empty cache
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    ctx = app.make_context(Session(), models=[DEFAULT_MODEL], default_model="demo", default_profile="cpu")
+    labels = dict((value, label) for label, value in app.model_choices(ctx))
+    assert "cannot load here" not in labels[DEFAULT_MODEL]
+    assert labels[DEFAULT_MODEL].endswith("(not in the local cache, and downloads are off: the bundled demo model "
+                                          "answers instead)")
+    app.load_profile(ctx, "cpu", DEFAULT_MODEL)
+    assert ctx.session.model_ref == "demo" and ctx.session.loaded.readout.fallback_reason
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    assert app.model_note(DEFAULT_MODEL).endswith("if it cannot, the bundled demo model answers instead)")
+
+
 def test_every_term_of_art_the_page_shows_is_in_the_glossary():
     shown = " ".join([*(card["description"] for card in strategy_cards()), *ui_format.MEMORY_HEADERS,
                       *ui_format.LOAD_HEADERS, *ui_format.RUN_HEADERS])
@@ -180,7 +239,7 @@ def test_the_demo_model_says_not_found_for_a_name_the_documents_never_mention():
     asked_about = {}
     for question in (example["question"], "What is the frequency of Zebulon Quarrimax?"):
         out = handler(files, "", question, 1, "auto", [], None, "", request=request, progress=lambda *a, **k: None)
-        asked_about[question] = (out["answer"], app.show_outcome(ctx, out["history"], request=request)["status"])
+        asked_about[question] = (out["answer"], app.show_outcome(ctx, request=request)["status"])
     answer, status = asked_about[example["question"]]
     assert answer == example["answer"] and status.startswith("### Found")
     answer, status = asked_about["What is the frequency of Zebulon Quarrimax?"]
