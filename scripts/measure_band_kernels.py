@@ -12,20 +12,17 @@ steadier of the two (a single thread's CPU seconds are its own work).
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from longqa.bench.kernel_revisions import kernel_at  # noqa: E402
 from longqa.bench.runner import measured_here, write_measurement  # noqa: E402
 from strategies import band_kernel  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
 SHAPE = {"batch": 1, "length": 4096, "heads": 12, "head_dim": 64, "window": 256, "n_global": 24}
 
 
@@ -45,20 +42,6 @@ def band_case(batch, length, heads, head_dim, window, n_global, seed=0):
 def needed_flops(batch, length, heads, head_dim, window, n_global) -> float:
     """Both products over each query's 2w+1 band keys (the floor's count; global keys left out as there)."""
     return 2.0 * 2 * batch * length * heads * head_dim * (2 * window + 1)
-
-
-def kernel_at(revision: str) -> band_kernel.BandKernel:
-    """The AMX kernel as it was at a git revision: that revision's source and header, built in a scratch folder."""
-    folder = Path(tempfile.mkdtemp(prefix="band-kernel-"))
-    for name in (band_kernel.AMX_BUILD.source.name, band_kernel.HEADER.name):
-        shown = subprocess.run(["git", "show", f"{revision}:strategies/{name}"], cwd=ROOT, capture_output=True,
-                               text=True, check=True)
-        (folder / name).write_text(shown.stdout)
-    spec = dataclasses.replace(band_kernel.AMX_BUILD, source=folder / band_kernel.AMX_BUILD.source.name,
-                               name=f"AMX at {revision}")
-    kernel = band_kernel.BandKernel(spec, band_kernel.build(spec, folder=folder))
-    kernel.prepare()
-    return kernel
 
 
 def measure(rounds: int, also: str | None = None) -> dict:

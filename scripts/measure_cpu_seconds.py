@@ -8,9 +8,10 @@ memory bandwidth still shared). In one process, interleaved over rounds, best of
 - the `cpu` forward of one window, with each bf16 band kernel variant that runs here (AMX, AVX-512 BF16), and the
   CPU seconds its Linear layers took inside it (per shape, against the same shapes alone).
 
-    python scripts/measure_cpu_seconds.py [--out docs/cpu-floor] [--rounds 4]
+    python scripts/measure_cpu_seconds.py [--out docs/cpu-floor] [--rounds 4] [--also REV]
 
-Writes cpu-seconds-<kind>.json and .md.
+`--also REV` adds the window with the AMX band kernel as it was at git revision REV, for a before-and-after in one
+process. Writes cpu-seconds-<kind>.json and .md.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from longqa.bench.floor import Shapes, band_products, linear_shapes, window_flops  # noqa: E402
+from longqa.bench.kernel_revisions import computing_with, kernel_at  # noqa: E402
 from longqa.bench.runner import measured_here, write_measurement  # noqa: E402
 from longqa.loader import load_model  # noqa: E402
 from longqa.models import model_config  # noqa: E402
@@ -111,7 +113,7 @@ def band_variant(key: str | None):
     return Variant()
 
 
-def measure(rounds: int) -> dict:
+def measure(rounds: int, also: str | None = None) -> dict:
     torch.set_num_threads(1)
     shapes = Shapes.from_config(model_config(MODEL))
     flops = window_flops(shapes, TOKENS)
@@ -119,9 +121,12 @@ def measure(rounds: int) -> dict:
     loaded = load_model(MODEL, "cpu", hardware=detect_hardware())
     spent = time_linears_inside(loaded.model)
     inputs = window_inputs()
-    variants = {spec.name: spec.key for spec in band_kernel.variants(torch.bfloat16)
+    variants = {spec.name: (lambda key=spec.key: band_variant(key)) for spec in band_kernel.variants(torch.bfloat16)
                 if not isinstance(band_kernel.skip_reason(spec) or band_kernel.open_variant(spec),
                                   band_kernel.KernelUnavailable)}
+    if also:
+        old = kernel_at(also)
+        variants[old.spec.name] = lambda: computing_with(old)
     best = defaultdict(lambda: float("inf"))
     linear_inside = {}
     with torch.inference_mode():
@@ -130,8 +135,8 @@ def measure(rounds: int) -> dict:
                 seconds = cpu_seconds(call)
                 if round_:
                     best[name] = min(best[name], seconds)
-            for name, key in variants.items():
-                with band_variant(key):
+            for name, variant in variants.items():
+                with variant():
                     spent.clear()
                     seconds = cpu_seconds(lambda: loaded.model(**inputs))
                 if round_ and seconds < best[f"window, band kernel on {name}"]:
@@ -201,10 +206,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="docs/cpu-floor")
     parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--also", metavar="REV", help="also the window with the AMX kernel as it was at this revision")
     args = parser.parse_args(argv)
-    result = measured_here(lambda: measure(args.rounds))
-    result["command"] = "python scripts/measure_cpu_seconds.py" + (f" --rounds {args.rounds}"
-                                                                   if args.rounds != 4 else "")
+    result = measured_here(lambda: measure(args.rounds, args.also))
+    result["command"] = "python scripts/measure_cpu_seconds.py" + (
+        f" --rounds {args.rounds}" if args.rounds != 4 else "") + (f" --also {args.also}" if args.also else "")
     write_measurement(args.out, f"cpu-seconds-{result['machine']['kind']}", result, format_markdown(result))
     return 0
 
