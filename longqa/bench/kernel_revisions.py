@@ -18,14 +18,16 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def kernel_at(revision: str, spec: band_kernel.KernelBuild = band_kernel.AMX_BUILD) -> band_kernel.BandKernel:
     """The variant `spec` (default: the AMX kernel) as it was at `revision`: that revision's source and header,
-    built in a scratch folder and prepared. CalledProcessError when git has no such file at that revision."""
-    folder = Path(tempfile.mkdtemp(prefix="band-kernel-"))
-    for name in (spec.source.name, band_kernel.HEADER.name):
-        shown = subprocess.run(["git", "show", f"{revision}:strategies/{name}"], cwd=ROOT, capture_output=True,
-                               text=True, check=True)
-        (folder / name).write_text(shown.stdout)
-    old = dataclasses.replace(spec, source=folder / spec.source.name, name=f"{spec.name} at {revision}")
-    kernel = band_kernel.BandKernel(old, band_kernel.build(old, folder=folder))
+    built in a scratch folder (removed once the library is loaded) and prepared. CalledProcessError when git has no
+    such file at that revision."""
+    with tempfile.TemporaryDirectory(prefix="band-kernel-") as scratch:
+        folder = Path(scratch)
+        for name in (spec.source.name, band_kernel.HEADER.name):
+            shown = subprocess.run(["git", "show", f"{revision}:strategies/{name}"], cwd=ROOT, capture_output=True,
+                                   text=True, check=True)
+            (folder / name).write_text(shown.stdout)
+        old = dataclasses.replace(spec, source=folder / spec.source.name, name=f"{spec.name} at {revision}")
+        kernel = band_kernel.BandKernel(old, band_kernel.build(old, folder=folder))
     kernel.prepare()
     return kernel
 
