@@ -226,9 +226,11 @@ def download(repo_id: str) -> Path:
             folder = Path(snapshot_download(repo_id, allow_patterns=HUB_PATTERNS + HUB_BIN_PATTERNS))
     except (OSError, ValueError) as exc:  # offline, unknown repository, gated, network: all OSError subclasses
         offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False")
-        hint = (" (HF_HUB_OFFLINE is set and it is not in the local cache)" if offline else
-                ": not all of it is in the local cache, and the Hub could not be reached or does not serve it")
-        raise _FetchError(f"Could not fetch {repo_id!r} from the Hugging Face Hub{hint}. Details: "
+        if offline:  # the whole story: the library's own message only repeats it, less plainly
+            raise _FetchError(f"Could not fetch {repo_id!r} from the Hugging Face Hub: it is not in the local cache "
+                              "and downloads are off (HF_HUB_OFFLINE is set).") from None
+        raise _FetchError(f"Could not fetch {repo_id!r} from the Hugging Face Hub: not all of it is in the local "
+                          "cache, and the Hub could not be reached or does not serve it. Details: "
                           f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
     if not (has_safetensors(folder) or has_bin(folder)):
         raise _FetchError(f"{repo_id!r} has no PyTorch weights (model.safetensors or pytorch_model.bin).")

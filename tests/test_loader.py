@@ -188,8 +188,10 @@ def test_unknown_references_are_load_errors():
 
 # ------------------------------------------------------------------------------------------ offline fallback
 def test_offline_hub_model_is_a_load_error_naming_it(offline):
-    with pytest.raises(ModelLoadError, match="longqa-tests/no-such-model.*HF_HUB_OFFLINE"):
+    with pytest.raises(ModelLoadError, match="longqa-tests/no-such-model.*HF_HUB_OFFLINE") as refused:
         load_model("longqa-tests/no-such-model", "baseline-fp32", hardware=CPU)
+    assert "not in the local cache and downloads are off" in str(refused.value)
+    assert "Error:" not in str(refused.value)  # the page's banner shows it: no library exception's own words
 
 
 def test_offline_hub_model_falls_back_to_the_demo(offline, monkeypatch, folder):
