@@ -879,22 +879,23 @@ def show_outcome(ctx: AppContext, request: gr.Request = None) -> dict:
 
 class DownloadFolders:
     """The answers' download folders under `root` (gradio serves its own copy of each file): a new folder per answer,
-    and those older than `keep_s` removed as new ones come. `root` is listed once, at the first answer, for the
-    folders an earlier run of the page left; after that the folders made here are known, in the order made, so an
-    answer lists nothing."""
+    and those older than `keep_s` removed as new ones come. `root` is listed at the first answer and then once every
+    `keep_s`, for the folders an earlier run of the page or another process sharing `root` left; between listings
+    the folders made here are known, in the order made, so an answer lists nothing."""
 
     def __init__(self, root: Path, keep_s: float, clock: Callable[[], float] = time.time):
         self.root, self.keep_s, self.clock = root, keep_s, clock
         self._made: deque[tuple[float, Path]] | None = None  # (made at, folder), oldest first
+        self._listed_at = 0.0
         self._lock = threading.Lock()  # answers end on several threads at once
 
     def new(self) -> Path:
         """A new, empty folder for one answer's downloads, after removing those past their time."""
         with self._lock:
             self.root.mkdir(parents=True, exist_ok=True)
-            if self._made is None:
-                self._made = deque(sorted(self._left_before()))
             now = self.clock()
+            if self._made is None or now - self._listed_at > self.keep_s:
+                self._made, self._listed_at = deque(sorted(self._left_before())), now
             while self._made and now - self._made[0][0] > self.keep_s:
                 shutil.rmtree(self._made.popleft()[1], ignore_errors=True)
             folder = Path(tempfile.mkdtemp(dir=self.root))

@@ -74,7 +74,7 @@ def test_an_answer_builds_its_json_and_history_table_once_for_the_page_and_its_d
         out["history_table"].astype(str).values.tolist()
 
 
-def test_download_folders_go_after_their_time_and_the_folder_is_listed_once(tmp_path, monkeypatch):
+def test_download_folders_go_after_their_time_and_the_folder_is_listed_once_in_their_time(tmp_path, monkeypatch):
     now = [10_000.0]
     old, recent = tmp_path / "left-by-an-earlier-run", tmp_path / "recent"
     for folder, changed_at in ((old, 5_000.0), (recent, 9_950.0)):
@@ -88,10 +88,16 @@ def test_download_folders_go_after_their_time_and_the_folder_is_listed_once(tmp_
     now[0] = 10_060.0  # the recent folder is now 110 s old, the first 60 s
     second = folders.new()
     assert not recent.exists() and first.exists() and second.is_dir() and second != first
-    now[0] = 10_150.0
-    folders.new()
-    assert not first.exists() and second.exists()
     assert listed.count(tmp_path) == 1, "each answer must not list the downloads folder"
+    for folder, made_at in ((first, 10_000.0), (second, 10_060.0)):  # on the test's clock, as a listing reads them
+        os.utime(folder, (made_at, made_at))
+    sibling = tmp_path / "made-by-another-process"  # e.g. a second page sharing the folder
+    sibling.mkdir()
+    os.utime(sibling, (10_040.0, 10_040.0))
+    now[0] = 10_150.0  # keep_s after the first listing: listed again
+    folders.new()
+    assert not first.exists() and not sibling.exists() and second.exists()
+    assert listed.count(tmp_path) == 2
 
 
 def test_under_the_threshold_the_answer_area_says_not_found(ctx):
