@@ -16,6 +16,7 @@ from typing import Callable
 
 import torch
 from huggingface_hub import snapshot_download
+from huggingface_hub.errors import LocalEntryNotFoundError
 from transformers import AutoConfig, AutoTokenizer, LongformerForQuestionAnswering
 
 from longqa import models
@@ -226,7 +227,7 @@ def download(repo_id: str) -> Path:
             folder = Path(snapshot_download(repo_id, allow_patterns=HUB_PATTERNS + HUB_BIN_PATTERNS))
     except (OSError, ValueError) as exc:  # offline, unknown repository, gated, network: all OSError subclasses
         offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False")
-        if offline:  # the whole story: the library's own message only repeats it, less plainly
+        if offline and isinstance(exc, LocalEntryNotFoundError):  # the library's own message only repeats this
             raise _FetchError(f"Could not fetch {repo_id!r} from the Hugging Face Hub: it is not in the local cache "
                               "and downloads are off (HF_HUB_OFFLINE is set).") from None
         raise _FetchError(f"Could not fetch {repo_id!r} from the Hugging Face Hub: not all of it is in the local "

@@ -124,7 +124,7 @@ def measure(rounds: int, also: str | None = None) -> dict:
     variants = {spec.name: (lambda key=spec.key: band_variant(key)) for spec in band_kernel.variants(torch.bfloat16)
                 if not isinstance(band_kernel.skip_reason(spec) or band_kernel.open_variant(spec),
                                   band_kernel.KernelUnavailable)}
-    if also:
+    if also and band_kernel.skip_reason(band_kernel.AMX_BUILD) is None:  # the AMX kernel's past, where it runs
         old = kernel_at(also)
         variants[old.spec.name] = lambda: computing_with(old)
     best = defaultdict(lambda: float("inf"))

@@ -6,8 +6,9 @@
    numerators e^(s - max) rounded to bf16 for the second product, values summed in fp32 and divided by the fp32 sum
    of the numerators at the end, as PyTorch's fused CPU attention does (band_attention.c rounds the normalized
    probabilities instead: the two differ by bf16 rounding); the output rounded to bf16. Queries go in groups of 32
-   (two tiles' rows) against the group's band of 32 + 2w keys rounded up to 32 (about 1.12x the needed products at
-   w = 256; groups of 16 did 1.06x but loaded every key and value tile for 16 queries only: 6 % slower in all).
+   (two tiles' rows) against the group's band of 32 + 2w keys rounded up to 32 (at w = 256, 544 keys for each query's
+   513: 1.06x the needed products, as groups of 16 did; those loaded every key and value tile for 16 queries only,
+   6 % slower in all).
 
    Tiles: scores C[16 x 16] += Q[16 x 32 dims] . K^T[32 dims x 16 keys] (tdpbf16ps), keys packed per 16-key tile in
    pairs of dimensions; outputs C[16 x 16 dims] += P[16 x 32 keys] . V[32 keys x 16 dims], values packed in pairs of
@@ -20,7 +21,7 @@
 
    Linux gives a process the tile state only on request: longqa_amx_request() asks (arch_prctl ARCH_REQ_XCOMP_PERM
    for XTILEDATA) and must succeed before the first call. Built at first use by strategies/band_kernel.py
-   (cc -O3 -mamx-tile -mamx-bf16 -mavx512bf16 -fopenmp); called through ctypes, parallel over (batch, head) with the
+   (cc -O3 -mamx-tile -mamx-bf16 -mavx512bf16 -mavx512dq -fopenmp: vreduceps is AVX512DQ); called through ctypes, parallel over (batch, head) with the
    OpenMP runtime torch already loaded; each thread loads its own tile configuration (tile state is per thread). */
 
 #include <errno.h>

@@ -33,5 +33,7 @@ def test_the_kernel_at_head_computes_what_todays_does_and_is_swapped_in_then_out
 
 
 def test_a_revision_without_the_file_is_an_error():
+    first = subprocess.run(["git", "rev-list", "--max-parents=0", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                           check=True).stdout.split()[0]  # the repository's first commit: no kernel yet
     with pytest.raises(subprocess.CalledProcessError):
-        kernel_at("0000000", FP32)
+        kernel_at(first, FP32)
