@@ -1075,7 +1075,8 @@ def show_loaded_after(ctx: AppContext, event, model: dict[str, Block], question:
 def wire_model_panel(ctx: AppContext, demo: gr.Blocks, seen: gr.State, model: dict[str, Block],
                      question: dict[str, Block]) -> None:
     """Load on a visit and on each pick: while a reload runs, the line over the page says what is loading (its
-    progress shows the elapsed time) and Ask is disabled."""
+    progress shows the elapsed time) and Ask is disabled. A pick loads what the select event says was picked, and a
+    visit's outputs reach the page in turn with the reloads, so that neither undoes the other."""
     readouts = {name: model[name] for name in ("banner", "load_table", "load_json")}
     selection = {name: model[name] for name in ("profile", "model", "strategies")}
     # In the reloads' group (one at a time, in order): a visit's outputs, what was loaded when it ran, then reach the
