@@ -465,6 +465,18 @@ def start_loading(ctx: AppContext, profile_name: str, model_ref: str) -> dict:
             "ask": gr.update(interactive=False), "full": gr.update(interactive=False)}
 
 
+def start_profile_pick(ctx: AppContext, profile_name: str, model_ref: str, picked: gr.SelectData) -> dict:
+    """A profile picked: `start_loading` for the pick, which the dropdown is set to again. The load that follows
+    reads the dropdown, and another event's outputs (a visit's `on_page_load`, computed before the pick) may have
+    set it back in between: the pick itself is the event's data."""
+    return {**start_loading(ctx, picked.value, model_ref), "profile": gr.update(value=picked.value)}
+
+
+def start_model_pick(ctx: AppContext, profile_name: str, model_ref: str, picked: gr.SelectData) -> dict:
+    """A model picked: as `start_profile_pick`, for the model dropdown."""
+    return {**start_loading(ctx, profile_name, picked.value), "model": gr.update(value=picked.value)}
+
+
 def show_loaded(ctx: AppContext) -> dict:
     """After a load, done or refused: the dropdowns, the readouts and the line over the page show what is loaded
     now, and asking is enabled again."""
@@ -1064,22 +1076,26 @@ def show_loaded_after(ctx: AppContext, event, model: dict[str, Block], question:
 def wire_model_panel(ctx: AppContext, demo: gr.Blocks, seen: gr.State, model: dict[str, Block],
                      question: dict[str, Block]) -> None:
     """Load on a visit and on each pick: while a reload runs, the line over the page says what is loading (its
-    progress shows the elapsed time) and Ask is disabled."""
+    progress shows the elapsed time) and Ask is disabled. A pick loads what the select event says was picked, and a
+    visit's outputs reach the page in turn with the reloads, so that neither undoes the other."""
     readouts = {name: model[name] for name in ("banner", "load_table", "load_json")}
     selection = {name: model[name] for name in ("profile", "model", "strategies")}
+    # In the reloads' group (one at a time, in order): a visit's outputs, what was loaded when it ran, then reach the
+    # page before those of a reload asked for after it, and never undo the reload's `show_loaded`.
     listen(demo.load, bind(on_page_load, ctx),
            outputs={**selection, "seen": seen, **readouts, "load_status": model["load_status"]},
-           concurrency_limit=None, api_visibility="private", show_progress_on=[model["load_status"]])
+           concurrency_id=MODEL_CONCURRENCY, api_visibility="private", show_progress_on=[model["load_status"]])
     listen(model["profile"].change, show_custom_controls, inputs=model["profile"],
            outputs={"strategies": model["strategies"], "apply": model["apply"]}, queue=False,
            api_visibility="private")
     # `select`, not `input`: a dropdown fires `input` twice per pick in gradio 6.31 (two loads, two errors).
-    for trigger, api_name in ((model["profile"].select, "load_profile"), (model["model"].select, None),
-                              (model["apply"].click, None)):
-        starting = listen(trigger, bind(start_loading, ctx), inputs=[model["profile"], model["model"]],
+    for trigger, start, api_name in ((model["profile"].select, start_profile_pick, "load_profile"),
+                                     (model["model"].select, start_model_pick, None),
+                                     (model["apply"].click, start_loading, None)):
+        starting = listen(trigger, bind(start, ctx), inputs=[model["profile"], model["model"]],
                           outputs={"load_status": model["load_status"], "ask": question["ask"],
-                                   "full": question["full"]}, queue=False, api_visibility="private",
-                          show_progress="hidden")
+                                   "full": question["full"], "profile": model["profile"], "model": model["model"]},
+                          queue=False, api_visibility="private", show_progress="hidden")
         loading = listen(starting.then, bind(load_profile, ctx),
                          inputs=[model["profile"], model["model"], model["strategies"], seen],
                          outputs={"seen": seen, **readouts}, concurrency_id=MODEL_CONCURRENCY, api_name=api_name,

@@ -461,6 +461,9 @@ def test_named_endpoints_and_queue_bounds(ctx):
     # requests read side by side, then take turns on the model in the lane, as reloads do
     assert by_name["ask"].concurrency_id == by_name["training_step"].concurrency_id == app.REQUEST_CONCURRENCY
     assert by_name["load_profile"].concurrency_id == app.MODEL_CONCURRENCY
+    # a visit takes its turn with the reloads: its outputs (what was loaded when it ran) never land after a reload's
+    visit = next(fn for fn in demo.fns.values() if fn.targets and fn.targets[0][1] == "load")
+    assert visit.concurrency_id == app.MODEL_CONCURRENCY
     assert demo._queue.max_size == 7 and demo._queue.default_concurrency_limit == 1
     assert ctx.lane.max_waiting == 7
     assert by_name["ask"].outputs[-1].label == "Full readout (JSON)"

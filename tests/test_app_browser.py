@@ -119,6 +119,29 @@ def answered(page, press) -> str:
     return page.locator("#best-answer textarea").input_value()
 
 
+def close_toasts(page) -> None:
+    """Close the notices still shown. Each closes by itself after its duration (10 s for an error), so one listed
+    may be gone before its close button is clicked: that one is skipped, not waited for."""
+    closes = page.locator("[data-testid=toast-close]")
+
+    def none_left() -> bool:
+        if closes.count():
+            click_if_there(closes.first)
+        return closes.count() == 0
+
+    wait_until(none_left)
+
+
+def click_if_there(locator) -> None:
+    """Click `locator`, unless it is gone (or going) within a few seconds."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeoutError  # deferred, as in conftest.py
+
+    try:
+        locator.click(timeout=5_000)
+    except PlaywrightTimeoutError:
+        pass
+
+
 def choose(page, label: str, option: str) -> None:
     page.get_by_label(label, exact=True).click()
     page.get_by_role("option", name=option, exact=True).click()
@@ -273,8 +296,7 @@ def test_upload_ask_highlight_readouts_switch_profile_and_plots(page, served, lo
         assert "Running on the bundled demo model" not in page.content()
     assert_plots_match_history(page, 3)
     assert_dropdowns_show_loaded(page, ctx)
-    for close in page.locator("[data-testid=toast-close]").all():
-        close.click()
+    close_toasts(page)
     shot = tmp_path / "page.png"  # scripts/refresh_screenshot.py writes docs/screenshot.png, on demand
     page.screenshot(path=str(shot), full_page=True)
     assert shot.stat().st_size > 50_000

@@ -176,6 +176,20 @@ def test_a_reload_says_what_is_loading_and_disables_asking_until_it_ends(ctx, ti
     assert after["ask"]["interactive"] is True and after["load_status"].startswith("Loaded **")
 
 
+def test_a_pick_loads_what_was_picked_even_when_the_dropdown_was_set_back(ctx, tiny_model_dir):
+    """A pick's first step names the pick from the event's data, and sets the dropdown to it again: the load that
+    follows reads the dropdown, which a visit's outputs may have set back to the old value in between."""
+    import gradio as gr
+
+    picked = gr.SelectData(None, {"index": 1, "value": "baseline-fp32"})
+    starting = app.start_profile_pick(ctx, "cpu", str(tiny_model_dir), picked)  # the dropdown read still cpu
+    assert starting["profile"]["value"] == "baseline-fp32" and "profile baseline\\-fp32…" in starting["load_status"]
+    assert starting["ask"]["interactive"] is False
+    model = gr.SelectData(None, {"index": 0, "value": "demo"})
+    starting = app.start_model_pick(ctx, "cpu", str(tiny_model_dir), model)
+    assert starting["model"]["value"] == "demo" and starting["load_status"].startswith("**Loading demo with profile")
+
+
 def test_gpu_only_strategies_are_marked_with_why_on_a_cpu_machine():
     labels = dict((value, label) for label, value in app.strategy_choices(CPU_ONLY))
     assert set(labels) == {card["name"] for card in strategy_cards()}

@@ -8,8 +8,10 @@ browser set-up it shares.
 
 from __future__ import annotations
 
+import threading
 import time
 
+import gradio as gr
 import pytest
 
 import app
@@ -29,6 +31,7 @@ pytestmark = [
 FIRST_SCREEN = {"width": 1400, "height": 900}
 PHONE = {"width": 400, "height": 860}
 BATCH_DELAY_S = 0.4  # what each batch of windows takes in the Stop test: long enough to press Stop mid-read
+VISIT_HELD_S = 10.0  # how long the race test's visit waits for a reload that cannot start while the visit runs
 
 
 class SlowBatches(Session):
@@ -247,3 +250,80 @@ def test_the_introductions_example_asks_in_one_click(browser, served):
     assert page.get_by_label("Question", exact=True).input_value() == example["question"]
     assert example["file"] in page.get_by_role("grid", name="Documents read", exact=True).inner_text()
     assert answer_shown(page)
+
+
+def test_a_pick_made_before_the_visits_outputs_land_is_what_loads(browser, tiny_model_dir, monkeypatch):
+    """The race seen under load: a visit's `on_page_load` reads what is loaded (cpu), the visitor picks
+    baseline-fp32, and the visit's outputs land after the pick, setting the dropdown back to cpu before the load
+    that follows reads it. Forced here: the visit's handler returns only once the pick has started, and the pick's
+    first step waits a moment so that the visit's outputs land during it. The pick must still be what loads, and
+    the page must end showing it, with Ask enabled."""
+    picked = threading.Event()
+    page_load, start_pick = app.on_page_load, app.start_profile_pick
+
+    def late_page_load(ctx, progress=gr.Progress()):
+        shown = page_load(ctx, progress)  # what is loaded before the pick
+        picked.wait(TIMEOUT_MS / 1000)
+        return shown
+
+    def slow_start_pick(ctx, profile_name, model_ref, picked_data: gr.SelectData):
+        picked.set()
+        time.sleep(2.0)  # the visit's outputs land meanwhile (the check below does not depend on it)
+        return start_pick(ctx, profile_name, model_ref, picked_data)
+
+    monkeypatch.setattr(app, "on_page_load", late_page_load)
+    monkeypatch.setattr(app, "start_profile_pick", slow_start_pick)
+    with served_page(Session(), tiny_model_dir, launch) as (ctx, url):
+        page = open_page(browser, url)
+        choices = app.profile_choices(ctx.hardware, ctx.session.auto_profile(ctx.session.model_ref))
+        label = next(label for label, value in choices if value == "baseline-fp32")
+        page.get_by_label("Hardware profile", exact=True).click()
+        page.get_by_role("option", name=label, exact=True).click()
+        try:
+            wait_until(lambda: "Loaded" in status_text(page, "#load-status")
+                       and "baseline-fp32" in status_text(page, "#load-status")
+                       and page.get_by_role("button", name="Ask", exact=True).is_enabled())
+        except AssertionError:
+            raise AssertionError(f"the line says {status_text(page, '#load-status')!r}, the session has "
+                                 f"{ctx.session.profile_name!r} loaded") from None
+        assert ctx.session.profile_name == "baseline-fp32"
+        assert page.get_by_label("Hardware profile", exact=True).input_value() == label
+
+
+def test_a_visits_outputs_never_land_after_a_reload_and_undo_it(browser, tiny_model_dir, monkeypatch):
+    """The other order of the same race: a visit's `on_page_load` reads what is loaded (cpu), and the visitor's pick
+    of baseline-fp32 loads and shows it before the visit's outputs land. Forced here: the visit's handler waits
+    (at most VISIT_HELD_S) for the pick's load to end before it returns what it read. A visit takes its turn with
+    the reloads, so the load waits for it instead; either way the page must end showing what is loaded."""
+    page_load, visited = app.on_page_load, threading.Event()
+
+    def late_page_load(ctx, progress=gr.Progress()):
+        try:
+            shown = page_load(ctx, progress)  # what is loaded before the pick
+            deadline = time.monotonic() + VISIT_HELD_S
+            while ctx.session.profile_name != "baseline-fp32" and time.monotonic() < deadline:
+                time.sleep(0.1)
+            time.sleep(1.0)  # and until the reload's own outputs have had time to land
+            return shown
+        finally:
+            visited.set()
+
+    monkeypatch.setattr(app, "on_page_load", late_page_load)
+    with served_page(Session(), tiny_model_dir, launch) as (ctx, url):
+        page = open_page(browser, url)
+        choices = app.profile_choices(ctx.hardware, ctx.session.auto_profile(ctx.session.model_ref))
+        label = next(label for label, value in choices if value == "baseline-fp32")
+        page.get_by_label("Hardware profile", exact=True).click()
+        page.get_by_role("option", name=label, exact=True).click()
+        assert visited.wait(TIMEOUT_MS / 1000)
+        wait_until(lambda: ctx.session.profile_name == "baseline-fp32")
+        try:
+            wait_until(lambda: "Loaded" in status_text(page, "#load-status")
+                       and "baseline-fp32" in status_text(page, "#load-status")
+                       and page.get_by_role("button", name="Ask", exact=True).is_enabled())
+            time.sleep(2.0)  # settled: nothing lands after it to undo it
+        except AssertionError:
+            raise AssertionError(f"the line says {status_text(page, '#load-status')!r}, the session has "
+                                 f"{ctx.session.profile_name!r} loaded") from None
+        assert "baseline-fp32" in status_text(page, "#load-status")
+        assert page.get_by_label("Hardware profile", exact=True).input_value() == label
