@@ -19,7 +19,7 @@ import page_help
 from longqa.demo_model.demo_task import make_example
 from longqa.session import Session
 from tests.conftest import CHROMIUM, served_page
-from tests.test_app_browser import SIDEWAYS, TIMEOUT_MS, launch, wait_until
+from tests.test_app_browser import SIDEWAYS, TIMEOUT_MS, choose, launch, wait_until
 
 pytestmark = [
     pytest.mark.browser,
@@ -252,6 +252,27 @@ def test_the_introductions_example_asks_in_one_click(browser, served):
     assert answer_shown(page)
 
 
+def pick_fp32(page, ctx) -> str:
+    """Pick baseline-fp32 in the Hardware profile dropdown; its label there."""
+    choices = app.profile_choices(ctx.hardware, ctx.session.auto_profile(ctx.session.model_ref))
+    label = next(label for label, value in choices if value == "baseline-fp32")
+    choose(page, "Hardware profile", label)
+    return label
+
+
+def shows_fp32_loaded(page) -> bool:
+    """Whether the line over the page says baseline-fp32 is loaded and Ask is enabled."""
+    line = status_text(page, "#load-status")
+    ask = page.get_by_role("button", name="Ask", exact=True)
+    return "Loaded" in line and "baseline-fp32" in line and ask.is_enabled()
+
+
+def what_is_loaded(page, ctx) -> str:
+    """For a failure's message: what the line over the page says and what the session has loaded."""
+    return (f"the line says {status_text(page, '#load-status')!r}, the session has {ctx.session.profile_name!r} "
+            "loaded")
+
+
 def test_a_pick_made_before_the_visits_outputs_land_is_what_loads(browser, tiny_model_dir, monkeypatch):
     """The race seen under load: a visit's `on_page_load` reads what is loaded (cpu), the visitor picks
     baseline-fp32, and the visit's outputs land after the pick, setting the dropdown back to cpu before the load
@@ -275,17 +296,11 @@ def test_a_pick_made_before_the_visits_outputs_land_is_what_loads(browser, tiny_
     monkeypatch.setattr(app, "start_profile_pick", slow_start_pick)
     with served_page(Session(), tiny_model_dir, launch) as (ctx, url):
         page = open_page(browser, url)
-        choices = app.profile_choices(ctx.hardware, ctx.session.auto_profile(ctx.session.model_ref))
-        label = next(label for label, value in choices if value == "baseline-fp32")
-        page.get_by_label("Hardware profile", exact=True).click()
-        page.get_by_role("option", name=label, exact=True).click()
+        label = pick_fp32(page, ctx)
         try:
-            wait_until(lambda: "Loaded" in status_text(page, "#load-status")
-                       and "baseline-fp32" in status_text(page, "#load-status")
-                       and page.get_by_role("button", name="Ask", exact=True).is_enabled())
+            wait_until(lambda: shows_fp32_loaded(page))
         except AssertionError:
-            raise AssertionError(f"the line says {status_text(page, '#load-status')!r}, the session has "
-                                 f"{ctx.session.profile_name!r} loaded") from None
+            raise AssertionError(what_is_loaded(page, ctx)) from None
         assert ctx.session.profile_name == "baseline-fp32"
         assert page.get_by_label("Hardware profile", exact=True).input_value() == label
 
@@ -311,19 +326,13 @@ def test_a_visits_outputs_never_land_after_a_reload_and_undo_it(browser, tiny_mo
     monkeypatch.setattr(app, "on_page_load", late_page_load)
     with served_page(Session(), tiny_model_dir, launch) as (ctx, url):
         page = open_page(browser, url)
-        choices = app.profile_choices(ctx.hardware, ctx.session.auto_profile(ctx.session.model_ref))
-        label = next(label for label, value in choices if value == "baseline-fp32")
-        page.get_by_label("Hardware profile", exact=True).click()
-        page.get_by_role("option", name=label, exact=True).click()
+        label = pick_fp32(page, ctx)
         assert visited.wait(TIMEOUT_MS / 1000)
         wait_until(lambda: ctx.session.profile_name == "baseline-fp32")
         try:
-            wait_until(lambda: "Loaded" in status_text(page, "#load-status")
-                       and "baseline-fp32" in status_text(page, "#load-status")
-                       and page.get_by_role("button", name="Ask", exact=True).is_enabled())
+            wait_until(lambda: shows_fp32_loaded(page))
             time.sleep(2.0)  # settled: nothing lands after it to undo it
         except AssertionError:
-            raise AssertionError(f"the line says {status_text(page, '#load-status')!r}, the session has "
-                                 f"{ctx.session.profile_name!r} loaded") from None
+            raise AssertionError(what_is_loaded(page, ctx)) from None
         assert "baseline-fp32" in status_text(page, "#load-status")
         assert page.get_by_label("Hardware profile", exact=True).input_value() == label
