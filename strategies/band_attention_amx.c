@@ -21,8 +21,9 @@
 
    Linux gives a process the tile state only on request: longqa_amx_request() asks (arch_prctl ARCH_REQ_XCOMP_PERM
    for XTILEDATA) and must succeed before the first call. Built at first use by strategies/band_kernel.py
-   (cc -O3 -mamx-tile -mamx-bf16 -mavx512bf16 -mavx512dq -fopenmp: vreduceps is AVX512DQ); called through ctypes, parallel over (batch, head) with the
-   OpenMP runtime torch already loaded; each thread loads its own tile configuration (tile state is per thread). */
+   (cc -O3 -mamx-tile -mamx-bf16 -mavx512bf16 -mavx512dq -fopenmp: vreduceps is AVX512DQ); called through ctypes,
+   parallel over (batch, head) with the OpenMP runtime torch already loaded; each thread loads its own tile
+   configuration (tile state is per thread). */
 
 #include <errno.h>
 #include <immintrin.h>
@@ -339,6 +340,26 @@ static void head(const bf16 *qh, int64_t q_step, const uint32_t *kt, const bf16 
     }
 }
 
+/* One bit per column of a batch row: the global slots used (gp columns, G of them real), then the local keys (n
+   columns, column = position + wp). */
+static void row_bits(uint16_t *okbits, size_t gp, size_t n, size_t wp, int64_t G, int64_t L, const uint8_t *slot_used,
+                     const uint8_t *key_ok) {
+    for (size_t t = 0; t < (gp + n) / 16; t++) {
+        uint16_t bits = 0;
+        for (int j = 0; j < 16; j++) {
+            size_t col = t * 16 + (size_t)j;
+            int ok;
+            if (col < gp) ok = (int64_t)col < G && slot_used[col];
+            else {
+                long pos = (long)(col - gp) - (long)wp;
+                ok = pos >= 0 && pos < (long)L && key_ok[pos];
+            }
+            bits |= (uint16_t)(ok ? 1u << j : 0u);
+        }
+        okbits[t] = bits;
+    }
+}
+
 /* The band attention of every (batch, head) (band_attention.h: the arguments, their layout, the status codes).
    longqa_amx_request() must have returned 0 in this process first. */
 int longqa_band_attention_amx_bf16(const longqa_band_args *args) {
@@ -390,23 +411,10 @@ int longqa_band_attention_amx_bf16(const longqa_band_args *args) {
                 pack_keys(kgt, gp, kg + (b * H + h) * G * d, d, 0, (long)G, (int)d, dp);
                 pack_values(vgp, gp, vg + (b * H + h) * G * d, d, 0, (long)G, (int)d);
             }
-            /* one bit per column: the global slots used (gp columns), then the local keys (n columns); the same
-               for every head of a row, so made when the thread's row changes */
-            for (size_t t = 0; t < (gp + n) / 16 && b != bits_row; t++) {
-                uint16_t bits = 0;
-                for (int j = 0; j < 16; j++) {
-                    size_t col = t * 16 + (size_t)j;
-                    int ok;
-                    if (col < gp) ok = (int64_t)col < G && slot_used[b * G + (int64_t)col];
-                    else {
-                        long pos = (long)(col - gp) - (long)wp;
-                        ok = pos >= 0 && pos < (long)L && key_ok[b * L + pos];
-                    }
-                    bits |= (uint16_t)(ok ? 1u << j : 0u);
-                }
-                okbits[t] = bits;
+            if (b != bits_row) { /* the same for every head of a row: made when the thread's row changes */
+                row_bits(okbits, gp, n, wp, G, L, slot_used + b * G, key_ok + b * L);
+                bits_row = b;
             }
-            bits_row = b;
             const bf16 *qh = q + b * q_strides[0] + h * q_strides[2];
             bf16 *oh = out + (b * L * H + h) * d;
             head(qh, q_strides[1], kt, vpk, kgt, vgp, gp, okbits, qbuf, scores, probs, obuf, bits, width, oh, H * d,
