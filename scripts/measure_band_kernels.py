@@ -53,11 +53,12 @@ def measure(rounds: int, also: str | None = None) -> dict:
             kernels[spec.name] = loaded
         else:
             skipped[spec.name] = str(loaded)
-    if also:  # where the AMX kernel runs: the variants above say why not elsewhere
-        if band_kernel.skip_reason(band_kernel.AMX_BUILD) is None:
+    if also:  # where the AMX kernel runs
+        why_not = band_kernel.skip_reason(band_kernel.AMX_BUILD)
+        if why_not is None:
             kernels[f"AMX at {also}"] = kernel_at(also)
         else:
-            skipped[f"AMX at {also}"] = str(band_kernel.skip_reason(band_kernel.AMX_BUILD))
+            skipped[f"AMX at {also}"] = str(why_not)
     case = band_case(**SHAPE)
     wall = {name: float("inf") for name in kernels}
     cpu = dict(wall)
