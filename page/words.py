@@ -78,3 +78,5 @@ GLOSSARY = {
 def glossary_markdown() -> str:
     """The glossary as a Markdown list, in the order above."""
     return "\n".join(f"- **{term}**: {text}" for term, text in GLOSSARY.items())
+
+PICK_MODEL = "Pick a model or profile above."  # after a message saying why no model is loaded
