@@ -22,7 +22,7 @@ from page.turns import noting_outcome, press_stop
 
 GPU_REFRESH_S = 2.0
 # Column widths of the wide tables, so that at 1400 px every column shows and long cells wrap (in the order of
-# ui_format's headers).
+# page.format's headers).
 ANSWER_COLUMN_WIDTHS = ["7%", "22%", "12%", "13%", "26%", "20%"]
 
 
@@ -127,7 +127,7 @@ def build_answer_panel(ctx: AppContext, question: dict[str, Block], seen: gr.Sta
 
     timer.tick(refresh_gpu_gauge, outputs=gauge, concurrency_limit=None, show_progress="hidden",
                api_visibility="private")
-    # The not-found threshold comes last: a call made before it was added sends one value less (Page pads it).
+    # The not-found threshold comes last: a call made before it was added sends one value less (`hardening.harden` pads it).
     inputs = [question["files"], question["pasted"], question["question"], question["top_k"], question["reading"],
               history["history"], seen, question["no_answer_below"]]
     in_full = [question["files"], question["pasted"], question["question"], question["top_k"], history["history"],

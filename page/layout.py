@@ -87,6 +87,8 @@ def build_training_panel(ctx: AppContext) -> None:
 
 
 def build_blocks(ctx: AppContext, queue_size: int = DEFAULT_QUEUE_SIZE) -> gr.Blocks:
+    """The page for `ctx`: the panels top to bottom, the queue bounded by `queue_size` (the model lane's bound too),
+    hardened (`page.hardening`). Launch it with `css=CSS`, as `page.cli.serve` does."""
     ctx.lane.max_waiting = queue_size  # the page's queue bound is the model lane's
     with gr.Blocks(title="Long-document QA with Longformer", analytics_enabled=False,
                    delete_cache=(3600, 3600)) as demo:  # what gradio itself writes; uploads are swept sooner

@@ -15,6 +15,7 @@ from page.picks import (auto_profile, load_profile, load_status, model_choices, 
                         show_loaded, start_loading, start_model_pick, start_profile_pick, strategy_choices)
 from strategies.profiles import profile_choices
 
+# at 1400 px every column of the load readout shows and long cells wrap (in the order of page.format's LOAD_HEADERS)
 LOAD_COLUMN_WIDTHS = ["11%", "7%", "14%", "7%", "6%", "9%", "11%", "9%", "10%", "16%"]
 
 

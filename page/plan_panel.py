@@ -2,7 +2,7 @@
 see every profile's predicted memory there, the profile `auto` would choose, and the article's advice beside it;
 plus the `/plan` API endpoint, which returns what `python -m longqa plan --json` prints.
 
-UI only: the plan is `longqa.gpu_plan`'s, the formatting `ui_format`'s; domain errors become `gr.Error` here.
+UI only: the plan is `longqa.gpu_plan`'s, the formatting `page.format`'s; domain errors become `gr.Error` here.
 It never loads a model, and it reads configs only of the models the page offers.
 """
 

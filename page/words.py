@@ -2,7 +2,7 @@
 shows, and the short `info` lines under its controls.
 
 Text only: no gradio, no model, no numbers (measured figures live in docs/ and the README, and the readouts show
-their own). The page (`app.py`) places these; tests check that every term a readout shows is explained here.
+their own). The panels place these; tests check that every term a readout shows is explained here.
 """
 
 from __future__ import annotations
