@@ -127,7 +127,8 @@ def build_answer_panel(ctx: AppContext, question: dict[str, Block], seen: gr.Sta
 
     timer.tick(refresh_gpu_gauge, outputs=gauge, concurrency_limit=None, show_progress="hidden",
                api_visibility="private")
-    # The not-found threshold comes last: a call made before it was added sends one value less (`hardening.harden` pads it).
+    # The not-found threshold comes last: a call made before it was added sends one value less (`hardening.harden`
+    # pads it).
     inputs = [question["files"], question["pasted"], question["question"], question["top_k"], question["reading"],
               history["history"], seen, question["no_answer_below"]]
     in_full = [question["files"], question["pasted"], question["question"], question["top_k"], history["history"],

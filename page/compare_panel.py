@@ -38,7 +38,8 @@ def comparable_profiles(hardware) -> list[str]:
 
 def build_compare_panel(ctx: AppContext, question: dict, history: dict, seen) -> dict:
     """Lays out the panel and wires its button and the `/compare` endpoint to the question panel's inputs; returns
-    its components and the event (the page shows what is loaded when it ends). The page's Stop ends a comparison between steps or inside a read (it does not cancel the event, so the
+    its components and the event (the page shows what is loaded when it ends).
+    The page's Stop ends a comparison between steps or inside a read (it does not cancel the event, so the
     comparison ends as it does on an error: the profile used before loaded back, then the page shows it)."""
     available = comparable_profiles(ctx.hardware)
     chosen = [name for name in DEFAULT_COMPARED if name in available] or available[:2]
