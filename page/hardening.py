@@ -6,7 +6,7 @@ not gradio's public API, and why it is needed (each pinned by tests/test_hardeni
 - `Blocks.preprocess_data` and `Blocks.validate_inputs`: gradio refuses a file that was never uploaded and a value
   of the wrong shape before any handler runs, and with `show_error=False` (which keeps the server's paths out of
   messages) its reply carries no message at all; an API call made before the not-found threshold was added sends
-  one value less. No event option reaches there (`validator=` runs after both).
+  one value less. No event option runs before them (a `validator=` receives the values they produced).
 - `gradio.context.LocalContext`, `Blocks._queue`, its `active_jobs` and `pending_messages_per_session`, and an
   event's `_id` and `alive`: a sync handler's thread cannot be killed, so a long read asks between batches whether
   its event is still wanted; gradio offers no public way to ask.
