@@ -15,13 +15,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from refresh_screenshot import CHROMIUM, CHROMIUM_ARGS, ROOT, TIMEOUT_S, wait_until  # noqa: E402
 
-import app  # noqa: E402
-from longqa.session import SAMPLES_DIR, Session  # noqa: E402
+from longqa.session import SAMPLES_DIR, Session, sample_examples  # noqa: E402
+from page.context import make_context  # noqa: E402
+from page.layout import CSS, build_blocks  # noqa: E402
+from page.picks import ensure_loaded  # noqa: E402
 
 
 def compare(page, rounds: int) -> None:
     """Paste the first sample and its question, open the panel and compare `rounds` times (two runs each)."""
-    example = app.sample_examples()[0]
+    example = sample_examples()[0]
     page.get_by_label("Or paste text", exact=True).fill((SAMPLES_DIR / example["file"]).read_text()[:3000])
     page.get_by_label("Question", exact=True).fill(example["question"])
     page.get_by_text("Compare profiles", exact=True).first.click()
@@ -58,10 +60,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "docs")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args(argv)
-    ctx = app.make_context(Session(), models=["demo"], default_model="demo", default_profile="cpu")
-    app.ensure_loaded(ctx)
-    demo = app.build_blocks(ctx)
-    _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", quiet=True, css=app.CSS)
+    ctx = make_context(Session(), models=["demo"], default_model="demo", default_profile="cpu")
+    ensure_loaded(ctx)
+    demo = build_blocks(ctx)
+    _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", quiet=True, css=CSS)
     try:
         args.out.mkdir(parents=True, exist_ok=True)
         take_screenshots(url, args.out, args.rounds)

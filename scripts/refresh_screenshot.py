@@ -18,8 +18,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the demo model is bundled: nothing to fetch
 
-import app  # noqa: E402
-from longqa.session import Session  # noqa: E402
+from longqa.session import Session, sample_examples  # noqa: E402
+from page.context import make_context  # noqa: E402
+from page.layout import CSS, build_blocks  # noqa: E402
+from page.picks import ensure_loaded  # noqa: E402
+from strategies.profiles import PROFILES  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
@@ -49,7 +52,7 @@ def ask_example(page, example: dict, runs: int) -> None:
 def take_screenshot(url: str, path: Path, width: int, first_screen: Path | None = None) -> None:
     from playwright.sync_api import sync_playwright  # deferred: a test-only dependency (requirements-dev.txt)
 
-    examples = app.sample_examples()
+    examples = sample_examples()
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         try:
@@ -77,12 +80,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="only this width (repeatable; default: every width)")
     parser.add_argument("--first-screen", action="store_true",
                         help="also save what the first 900 px show (first-screen-WIDTH.png beside them)")
-    parser.add_argument("--profile", default="auto", choices=list(app.PROFILES))
+    parser.add_argument("--profile", default="auto", choices=list(PROFILES))
     args = parser.parse_args(argv)
-    ctx = app.make_context(Session(), models=["demo"], default_model="demo", default_profile=args.profile)
-    app.ensure_loaded(ctx)
-    demo = app.build_blocks(ctx)
-    _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", quiet=True, css=app.CSS)
+    ctx = make_context(Session(), models=["demo"], default_model="demo", default_profile=args.profile)
+    ensure_loaded(ctx)
+    demo = build_blocks(ctx)
+    _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", quiet=True, css=CSS)
     try:
         args.out.mkdir(parents=True, exist_ok=True)
         for width in args.width or list(WIDTHS):

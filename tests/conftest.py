@@ -97,12 +97,13 @@ def browser():
 @pytest.fixture()
 def ctx(tiny_model_dir):
     """The page's context with the tiny model loaded on the `cpu` profile (a test's own, not shared)."""
-    import app  # deferred: most tests never build the page
     from longqa.session import Session
+    from page.context import make_context  # deferred: most tests never build the page
+    from page.picks import ensure_loaded
 
-    context = app.make_context(Session(), models=[str(tiny_model_dir)], default_model=str(tiny_model_dir),
-                               default_profile="cpu")
-    app.ensure_loaded(context)
+    context = make_context(Session(), models=[str(tiny_model_dir)], default_model=str(tiny_model_dir),
+                           default_profile="cpu")
+    ensure_loaded(context)
     return context
 
 
@@ -110,11 +111,12 @@ def ctx(tiny_model_dir):
 def served_page(session, model_dir, launch, models: list[str] | None = None):
     """The page served on loopback with `model_dir` loaded on the `cpu` profile (`launch(ctx)` gives the page and its
     address): yields (context, address) and closes the page after."""
-    import app  # deferred: most tests never build the page
+    from page.context import make_context  # deferred: most tests never build the page
+    from page.picks import ensure_loaded
 
-    ctx = app.make_context(session, models=models or [str(model_dir)], default_model=str(model_dir),
-                           default_profile="cpu")
-    app.ensure_loaded(ctx)
+    ctx = make_context(session, models=models or [str(model_dir)], default_model=str(model_dir),
+                       default_profile="cpu")
+    ensure_loaded(ctx)
     demo, url = launch(ctx)
     try:
         yield ctx, url

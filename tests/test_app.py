@@ -12,15 +12,18 @@ import gradio as gr
 import pytest
 
 import app
-import ui_format
+from page.context import make_context
+from page.layout import build_blocks
+from page import answer_panel, asking, cli, context, picks, zerogpu
+from page import format as ui_format
 from longqa.demo_model.demo_task import make_example
 from longqa.models import DEFAULT_MODEL, DEMO_MODEL_DIR, KNOWN_MODELS, model_config
 from longqa.serving import policy
-from longqa.session import Session, read_documents
+from longqa.session import read_documents, sample_examples, SAMPLES_DIR, Session
 from longqa_core.documents import Document
 from strategies.auto import resolve_auto
 from strategies.hardware import Gpu, Hardware
-from strategies.profiles import profile_choices, select_strategies
+from strategies.profiles import profile_choices, PROFILES, select_strategies
 
 READOUT_KEYS = {"question", "answers", "documents", "windows", "tokens", "batch_size", "backoffs", "latency_s",
                 "memory", "notices", "tokens_per_s", "model", "profile", "window_tokens",
@@ -43,8 +46,8 @@ def broken_model_dir(tmp_path):
 
 def ask(ctx, files=(), pasted="", question="What is the colour of Zorbin?", top_k=3, history=None, seen=None,
         reading="auto", no_answer_below="") -> dict:
-    return app.ask(ctx, [str(f) for f in files], pasted, question, top_k, reading, history or [], seen,
-                   no_answer_below)
+    return asking.ask(ctx, [str(f) for f in files], pasted, question, top_k, reading, history or [], seen,
+                      no_answer_below)
 
 
 def component(demo, label: str):
@@ -113,7 +116,7 @@ def test_run_history_grows_per_page_and_feeds_the_plots(ctx):
             # the first data comes with the colours, so the chart is drawn once, coloured
             extra = {"color_map"} if runs == 1 else set()
             assert set(out[plot]) == {"__type__", "value"} | extra and len(out[plot]["value"]) == runs
-    assert first["memory_plot"]["color_map"] == first["latency_plot"]["color_map"] == {"cpu": ui_format.PROFILE_COLOURS[list(app.PROFILES).index("cpu")]}
+    assert first["memory_plot"]["color_map"] == first["latency_plot"]["color_map"] == {"cpu": ui_format.PROFILE_COLOURS[list(PROFILES).index("cpu")]}
     assert second["memory_plot"]["value"]["run"].tolist() == ["01", "02"]
     assert second["memory_plot"]["value"]["profile"].tolist() == ["cpu", "cpu"]  # the bars' colour
     assert second["memory_plot"]["value"]["reading"].tolist() == ["full", "full"]  # short: auto reads whole
@@ -124,7 +127,7 @@ def test_run_history_grows_per_page_and_feeds_the_plots(ctx):
 
 
 def test_the_plots_start_without_data_and_their_axes_at_zero(ctx):
-    demo = app.build_blocks(ctx)
+    demo = build_blocks(ctx)
     for label in ("Peak memory by run", "Latency by run"):
         plot = component(demo, label)
         assert plot.y_lim == [0, None] and plot.x == "run"
@@ -178,14 +181,14 @@ def test_an_upload_deleted_after_its_time_is_named_and_asked_for_again(ctx, tmp_
 def test_a_visitor_past_its_share_is_refused_before_its_documents_are_read(ctx, monkeypatch):
     request = type("Request", (), {"session_hash": "greedy", "headers": {}})()
     reads = []
-    monkeypatch.setattr(app, "read_request", lambda *args, **kwargs: reads.append(args))
+    monkeypatch.setattr(asking, "read_request", lambda *args, **kwargs: reads.append(args))
     inside = [ctx.lane.door(("session:greedy",)) for _ in range(ctx.lane.per_visitor)]
     for request_inside in inside:  # requests of this visitor being read elsewhere
         request_inside.__enter__()
     try:
         with pytest.raises(gr.Error, match="You already have 3 requests being read: wait for them"):
-            app.ask(ctx, [], "The colour of Zorbin is teal.", "What is the colour of Zorbin?", 3, "auto", [],
-                    request=request, progress=lambda *a, **k: None)
+            asking.ask(ctx, [], "The colour of Zorbin is teal.", "What is the colour of Zorbin?", 3, "auto", [],
+                       request=request, progress=lambda *a, **k: None)
         assert reads == []
     finally:
         for request_inside in inside:
@@ -223,7 +226,7 @@ def test_control_and_zero_width_characters_are_dropped_from_documents_and_questi
 
 @pytest.mark.slow
 def test_load_profile_switches_and_returns_the_load_readout(ctx, tiny_model_dir):
-    out = app.load_profile(ctx, "baseline-fp32", str(tiny_model_dir))
+    out = picks.load_profile(ctx, "baseline-fp32", str(tiny_model_dir))
     readout, table = out["load_json"], out["load_table"]
     assert readout["profile"] == "baseline-fp32" and readout["strategies"] == [] and readout["dtype"] == "float32"
     assert readout["weight_bytes_per_device"]["cpu"] > 0 and readout["load_time_s"] > 0
@@ -232,23 +235,23 @@ def test_load_profile_switches_and_returns_the_load_readout(ctx, tiny_model_dir)
     assert ctx.session.profile_name == "baseline-fp32" and ctx.selection["profile"] == "baseline-fp32"
     assert ask(ctx, pasted="The colour of Zorbin is teal.")["readout"]["profile"] == "baseline-fp32"
 
-    readout = app.load_profile(ctx, "auto", str(tiny_model_dir))["load_json"]
+    readout = picks.load_profile(ctx, "auto", str(tiny_model_dir))["load_json"]
     assert readout["profile"] == "cpu" and readout["strategies"] == list(select_strategies(
         ctx.session.runnable_profile("cpu"), ctx.hardware))
     assert ctx.selection["profile"] == "auto"
     # the loader got `auto` itself and picked by its own rule (the fastest that fits the model's config)
     assert ctx.session.requested == (str(tiny_model_dir), "auto")
     assert ctx.session.auto_profile(str(tiny_model_dir)) is ctx.session.loaded.profile
-    shown = app.show_loaded(ctx)["profile"]
+    shown = picks.show_loaded(ctx)["profile"]
     assert shown["value"] == "auto" and dict((v, label) for label, v in shown["choices"])["auto"].endswith("→ cpu")
 
 
 def test_an_unavailable_profile_is_refused_and_nothing_is_reloaded(ctx, tiny_model_dir):
     loaded = ctx.session.loaded
     with pytest.raises(gr.Error, match=r"'t4-16gb' cannot run on this machine: needs a CUDA GPU.*Still using"):
-        app.load_profile(ctx, "t4-16gb", str(tiny_model_dir))
+        picks.load_profile(ctx, "t4-16gb", str(tiny_model_dir))
     assert ctx.session.loaded is loaded and ctx.selection["profile"] == "cpu"
-    shown = app.show_loaded(ctx)  # the dropdowns go back to what is still loaded
+    shown = picks.show_loaded(ctx)  # the dropdowns go back to what is still loaded
     assert shown["profile"]["value"] == "cpu" and shown["model"]["value"] == str(tiny_model_dir)
 
 
@@ -280,15 +283,15 @@ def test_a_failed_load_keeps_the_previous_model_and_says_why(tiny_model_dir, bro
                  "corrupt weights": str(corrupt_weights_dir(tmp_path, tiny_model_dir)),
                  "not a QA model": str(broken_model_dir),
                  "a Longformer without a QA head": str(tiny_encoder_checkpoint())}[case]
-    ctx = app.make_context(Session(), models=[str(tiny_model_dir), model_ref], default_model=str(tiny_model_dir),
-                           default_profile="cpu")
-    app.ensure_loaded(ctx)
+    ctx = make_context(Session(), models=[str(tiny_model_dir), model_ref], default_model=str(tiny_model_dir),
+                       default_profile="cpu")
+    picks.ensure_loaded(ctx)
     loaded = ctx.session.loaded
     with pytest.raises(gr.Error, match=rf"{why}.*Still using .* with profile cpu"):
-        app.load_profile(ctx, "cpu", model_ref)
+        picks.load_profile(ctx, "cpu", model_ref)
     assert ctx.session.model_ref == str(tiny_model_dir) and ctx.session.profile_name == "cpu"
     assert ctx.selection["model"] == str(tiny_model_dir)
-    shown = app.show_loaded(ctx)  # the dropdowns go back to what is still loaded
+    shown = picks.show_loaded(ctx)  # the dropdowns go back to what is still loaded
     assert (shown["profile"]["value"], shown["model"]["value"]) == ("cpu", str(tiny_model_dir))
     assert shown["load_json"]["model_ref"] == str(tiny_model_dir)
     out = ask(ctx, pasted="The colour of Zorbin is teal.")
@@ -302,9 +305,9 @@ def test_a_load_that_fails_half_way_leaves_nothing_half_loaded(tiny_model_dir, m
     """On both CPU kinds (`cpu` is bf16 + fast attention with bf16, int8 + fast attention without)."""
     from strategies.gradient_checkpointing import GradientCheckpointing
 
-    ctx = app.make_context(Session(), models=[str(tiny_model_dir)], default_model=str(tiny_model_dir),
-                           default_profile="cpu", hardware=Hardware(cpu_bf16=cpu_bf16))
-    app.ensure_loaded(ctx)
+    ctx = make_context(Session(), models=[str(tiny_model_dir)], default_model=str(tiny_model_dir),
+                       default_profile="cpu", hardware=Hardware(cpu_bf16=cpu_bf16))
+    picks.ensure_loaded(ctx)
     before = ask(ctx, pasted="The colour of Zorbin is teal.")["readout"]["answers"]
     strategies = ctx.session.loaded.readout.strategies
     assert ("int8_dynamic" in strategies) is not cpu_bf16
@@ -315,7 +318,7 @@ def test_a_load_that_fails_half_way_leaves_nothing_half_loaded(tiny_model_dir, m
 
     monkeypatch.setattr(GradientCheckpointing, "transform", fail)
     with pytest.raises(gr.Error, match=r"simulated failure.*Still using .* with profile cpu"):
-        app.load_profile(ctx, "custom", str(tiny_model_dir), ["gradient_checkpointing"])
+        picks.load_profile(ctx, "custom", str(tiny_model_dir), ["gradient_checkpointing"])
     loaded = ctx.session.loaded
     assert loaded.profile.name == "cpu" and loaded.readout.strategies == strategies
     assert {type(m) for m in loaded.model.modules()} == module_types  # the cpu profile's model, whole
@@ -327,31 +330,31 @@ def test_a_load_that_fails_half_way_leaves_nothing_half_loaded(tiny_model_dir, m
 def test_only_listed_models_can_be_loaded_from_the_page(ctx, model_ref):
     loaded = ctx.session.loaded
     with pytest.raises(gr.Error, match="can only load the listed models"):
-        app.load_profile(ctx, "cpu", model_ref)
+        picks.load_profile(ctx, "cpu", model_ref)
     assert ctx.session.loaded is loaded
 
 
 def test_the_registry_and_the_command_line_model_are_listed():
-    ctx = app.make_context(Session(), default_model="/srv/models/mine")
+    ctx = make_context(Session(), default_model="/srv/models/mine")
     assert ctx.models == [*KNOWN_MODELS, "/srv/models/mine"]
-    assert dict((value, label) for label, value in app.model_choices(ctx))["/srv/models/mine"].endswith(
+    assert dict((value, label) for label, value in picks.model_choices(ctx))["/srv/models/mine"].endswith(
         "given with --model")
 
 
 def test_custom_profile_applies_the_ticked_strategies_and_refuses_conflicts(ctx, tiny_model_dir):
-    readout = app.load_profile(ctx, "custom", str(tiny_model_dir), ["int8_dynamic"])["load_json"]
+    readout = picks.load_profile(ctx, "custom", str(tiny_model_dir), ["int8_dynamic"])["load_json"]
     assert readout["profile"] == "custom" and readout["strategies"] == ["int8_dynamic"]
     assert "int8" in readout["dtype"]
-    readout = app.load_profile(ctx, "custom", str(tiny_model_dir), [])["load_json"]
+    readout = picks.load_profile(ctx, "custom", str(tiny_model_dir), [])["load_json"]
     assert readout["strategies"] == [] and readout["dtype"] == "float32"
     with pytest.raises(gr.Error, match="'half_precision' and 'autocast' conflict"):
-        app.load_profile(ctx, "custom", str(tiny_model_dir), ["half_precision", "autocast"])
+        picks.load_profile(ctx, "custom", str(tiny_model_dir), ["half_precision", "autocast"])
     assert ctx.session.loaded.readout.strategies == []
 
 
 def test_custom_controls_show_only_for_the_custom_profile():
-    shown = app.show_custom_controls("custom")
-    hidden = app.show_custom_controls("cpu")
+    shown = picks.show_custom_controls("custom")
+    hidden = picks.show_custom_controls("cpu")
     assert {name: u["visible"] for name, u in shown.items()} == {"strategies": True, "apply": True}
     assert {name: u["visible"] for name, u in hidden.items()} == {"strategies": False, "apply": False}
 
@@ -362,22 +365,22 @@ def test_offline_the_default_model_falls_back_to_the_demo_model_and_the_page_say
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
-    ctx = app.make_context(Session(), models=[DEFAULT_MODEL], default_model=DEFAULT_MODEL, default_profile="cpu")
-    shown = app.on_page_load(ctx)
+    ctx = make_context(Session(), models=[DEFAULT_MODEL], default_model=DEFAULT_MODEL, default_profile="cpu")
+    shown = picks.on_page_load(ctx)
     assert ctx.session.model_ref == "demo" and ctx.session.loaded.readout.fallback_reason
     assert shown["model"]["value"] == "demo", "the Model dropdown shows the model that is loaded"
-    assert "demo" in [value for _, value in app.model_choices(ctx)]
+    assert "demo" in [value for _, value in picks.model_choices(ctx)]
     assert shown["profile"]["value"] == "cpu" and shown["load_json"]["model_ref"] == "demo"
     assert shown["banner"]["visible"] is True and "Running on the bundled demo model" in shown["banner"]["value"]
     assert f"not {ui_format.escape_markdown(DEFAULT_MODEL)}" in shown["banner"]["value"]  # the model asked for
     assert "Could not fetch" in shown["banner"]["value"]
-    assert app.show_loaded(ctx)["model"]["value"] == "demo"
+    assert picks.show_loaded(ctx)["model"]["value"] == "demo"
 
 
 def test_page_load_without_a_loadable_model_shows_why_and_keeps_the_page(broken_model_dir):
-    ctx = app.make_context(Session(), models=[str(broken_model_dir)], default_model=str(broken_model_dir),
-                           default_profile="cpu")
-    shown = app.on_page_load(ctx)
+    ctx = make_context(Session(), models=[str(broken_model_dir)], default_model=str(broken_model_dir),
+                       default_profile="cpu")
+    shown = picks.on_page_load(ctx)
     assert shown["banner"]["visible"] is True and "No model is loaded" in shown["banner"]["value"]
     assert shown["profile"]["value"] == "cpu" and shown["load_json"] == {} and shown["load_table"].empty
     assert shown["model"]["value"] == str(broken_model_dir)
@@ -401,7 +404,7 @@ def test_a_preview_does_not_wait_for_the_model(ctx, long_document):
     try:
         assert held.wait(30)
         began = time.monotonic()
-        preview = app.preview_documents(ctx, [str(path)], "", example.question)
+        preview = asking.preview_documents(ctx, [str(path)], "", example.question)
         assert time.monotonic() - began < 10 and not release.is_set()
         assert preview.values.tolist()[0][2] > 4096
     finally:
@@ -411,16 +414,16 @@ def test_a_preview_does_not_wait_for_the_model(ctx, long_document):
 
 def test_preview_shows_characters_tokens_and_windows_before_asking(ctx, long_document):
     path, example = long_document
-    preview = app.preview_documents(ctx, [str(path)], "The colour of Zorbin is teal.", example.question)
+    preview = asking.preview_documents(ctx, [str(path)], "The colour of Zorbin is teal.", example.question)
     asked = ask(ctx, [path], pasted="The colour of Zorbin is teal.", question=example.question)
     assert preview.values.tolist() == asked["documents"].values.tolist()
     assert preview.values.tolist()[1][0] == "pasted text"
-    assert app.preview_documents(ctx, None, "  ", "").empty
+    assert asking.preview_documents(ctx, None, "  ", "").empty
 
 
 @pytest.mark.slow
 def test_training_step_accordion_shows_both_peaks_and_times(ctx):
-    out = app.run_training_step(ctx, 256)
+    out = asking.run_training_step(ctx, 256)
     table, summary = out["table"], out["summary"]
     rows = table.values.tolist()
     assert [r[0] for r in rows] == ["without checkpointing", "with checkpointing"]
@@ -429,7 +432,7 @@ def test_training_step_accordion_shows_both_peaks_and_times(ctx):
 
 
 def test_dropdowns_come_from_the_registries(ctx):
-    demo = app.build_blocks(ctx)
+    demo = build_blocks(ctx)
     by_label = {getattr(block, "label", None): block for block in demo.blocks.values()}
     choices = by_label["Hardware profile"].choices
     auto = ctx.session.auto_profile(ctx.selection["model"])
@@ -444,10 +447,10 @@ def test_dropdowns_come_from_the_registries(ctx):
 @pytest.mark.parametrize("model_ref", [DEFAULT_MODEL, "demo"])
 def test_the_auto_label_names_what_the_loader_picks_for_the_model(tiny_model_dir, model_ref):
     """On a T4 the GPU's size alone calls for t4-16gb; the loader picks the fastest profile that fits the model."""
-    ctx = app.make_context(Session(), models=[str(tiny_model_dir), model_ref], default_model=model_ref, hardware=T4)
+    ctx = make_context(Session(), models=[str(tiny_model_dir), model_ref], default_model=model_ref, hardware=T4)
     loaders_pick = resolve_auto(T4, model_config(model_ref))
     assert loaders_pick.name != resolve_auto(T4).name  # the two rules differ here, so the label tells them apart
-    demo = app.build_blocks(ctx)
+    demo = build_blocks(ctx)
     labels = dict((value, label) for label, value in component(demo, "Hardware profile").choices)
     assert labels["auto"] == f"auto: 1× Tesla T4, 15.6 GB → {loaders_pick.name}"
     assert component(demo, "Profiles on this machine").value["data"][0][2] == ", ".join(
@@ -455,15 +458,15 @@ def test_the_auto_label_names_what_the_loader_picks_for_the_model(tiny_model_dir
 
 
 def test_named_endpoints_and_queue_bounds(ctx):
-    demo = app.build_blocks(ctx, queue_size=7)
+    demo = build_blocks(ctx, queue_size=7)
     by_name = {fn.api_name: fn for fn in demo.fns.values() if fn.api_visibility == "public"}
     assert set(by_name) == {"ask", "load_profile", "training_step", "plan", "compare"}  # plan_panel, compare_panel
     # requests read side by side, then take turns on the model in the lane, as reloads do
-    assert by_name["ask"].concurrency_id == by_name["training_step"].concurrency_id == app.REQUEST_CONCURRENCY
-    assert by_name["load_profile"].concurrency_id == app.MODEL_CONCURRENCY
+    assert by_name["ask"].concurrency_id == by_name["training_step"].concurrency_id == context.REQUEST_CONCURRENCY
+    assert by_name["load_profile"].concurrency_id == context.MODEL_CONCURRENCY
     # a visit takes its turn with the reloads: its outputs (what was loaded when it ran) never land after a reload's
     visit = next(fn for fn in demo.fns.values() if fn.targets and fn.targets[0][1] == "load")
-    assert visit.concurrency_id == app.MODEL_CONCURRENCY
+    assert visit.concurrency_id == context.MODEL_CONCURRENCY
     assert demo._queue.max_size == 7 and demo._queue.default_concurrency_limit == 1
     assert ctx.lane.max_waiting == 7
     assert by_name["ask"].outputs[-1].label == "Full readout (JSON)"
@@ -474,19 +477,19 @@ def test_gpu_functions_are_plain_functions_without_the_spaces_package(monkeypatc
     def handler():
         return 1
 
-    monkeypatch.setattr(app, "spaces", None)
-    assert app.gpu_function(duration=60)(handler) is handler
+    monkeypatch.setattr(zerogpu, "spaces", None)
+    assert zerogpu.gpu_function(duration=60)(handler) is handler
 
 
 def test_a_locked_deployment_refuses_switches_from_the_page_and_the_api(tiny_model_dir):
-    ctx = app.make_context(Session(), models=[str(tiny_model_dir)], default_model=str(tiny_model_dir),
-                           default_profile="cpu", lock_profile=True)
-    app.ensure_loaded(ctx)
+    ctx = make_context(Session(), models=[str(tiny_model_dir)], default_model=str(tiny_model_dir),
+                       default_profile="cpu", lock_profile=True)
+    picks.ensure_loaded(ctx)
     loaded = ctx.session.loaded
     with pytest.raises(gr.Error, match=r"fixes the model and profile: it runs \S+ with profile cpu, and they cannot"):
-        app.load_profile(ctx, "baseline-fp32", str(tiny_model_dir))
+        picks.load_profile(ctx, "baseline-fp32", str(tiny_model_dir))
     assert ctx.session.loaded is loaded and ctx.session.profile_name == "cpu"
-    demo = app.build_blocks(ctx)
+    demo = build_blocks(ctx)
     dropdowns = [block for block in demo.blocks.values() if getattr(block, "label", None) in ("Hardware profile",
                                                                                                "Model")]
     assert len(dropdowns) == 2 and all(block.interactive is False for block in dropdowns)
@@ -497,13 +500,13 @@ def test_a_visitor_is_told_when_someone_else_switched_the_profile(ctx, tiny_mode
     mine = ask(ctx, pasted="The colour of Zorbin is teal.")
     assert not any("another visitor" in n for n in mine["readout"]["notices"])
     theirs_seen = ask(ctx, pasted="The colour of Zorbin is teal.")["seen"]
-    app.load_profile(ctx, "baseline-fp32", str(tiny_model_dir), seen=theirs_seen)  # another tab switches
+    picks.load_profile(ctx, "baseline-fp32", str(tiny_model_dir), seen=theirs_seen)  # another tab switches
     again = ask(ctx, pasted="The colour of Zorbin is teal.", seen=mine["seen"])
     notice = again["readout"]["notices"][0]
     assert "changed by another visitor" in notice and "baseline-fp32" in notice and "was " in notice
     after = ask(ctx, pasted="The colour of Zorbin is teal.", seen=again["seen"])
     assert not any("another visitor" in n for n in after["readout"]["notices"])  # told once
-    seen = app.load_profile(ctx, "cpu", str(tiny_model_dir), seen=after["seen"])["seen"]  # my own switch
+    seen = picks.load_profile(ctx, "cpu", str(tiny_model_dir), seen=after["seen"])["seen"]  # my own switch
     mine_again = ask(ctx, pasted="The colour of Zorbin is teal.", seen=seen)
     assert not any("another visitor" in n for n in mine_again["readout"]["notices"])
 
@@ -518,12 +521,12 @@ def test_a_top_k_that_is_not_a_whole_number_is_refused(ctx, top_k):
 def test_gpu_duration_grows_with_the_request(ctx):
     short = ctx.session.plan([Document("a.txt", "word " * 1_000)], "q?", "full")
     long = ctx.session.plan([Document("b.txt", "word " * 200_000)], "q?", "full")
-    assert app.answer_duration(ctx.key, short) < app.answer_duration(ctx.key, long)
-    assert app.answer_duration(ctx.key, dataclasses.replace(long, window_tokens=10**9)) == policy.GPU_DURATION_MAX_S
-    before = app.answer_duration(ctx.key, long)
+    assert zerogpu.answer_duration(ctx.key, short) < zerogpu.answer_duration(ctx.key, long)
+    assert zerogpu.answer_duration(ctx.key, dataclasses.replace(long, window_tokens=10**9)) == policy.GPU_DURATION_MAX_S
+    before = zerogpu.answer_duration(ctx.key, long)
     ctx.session.loaded.batch_state.record_forward(10**8, 1.0, windows=10**4)  # a faster model asks for less
-    assert app.answer_duration(ctx.key, long) < before
-    assert app.answer_duration(ctx.key, long) == pytest.approx(
+    assert zerogpu.answer_duration(ctx.key, long) < before
+    assert zerogpu.answer_duration(ctx.key, long) == pytest.approx(
         policy.GPU_DURATION_BASE_S + long.window_tokens / ctx.tokens_per_s())
 
 
@@ -536,8 +539,8 @@ def test_gpu_duration_follows_what_the_ranking_will_read(ctx):
     full = ctx.session.plan(documents, "What is the tide of Harrowgate?", "full")
     assert full.mode == "full" and full.expected_chars == len(text)
     assert full.expected_windows > plan.expected_windows > 0
-    guided_s = app.answer_duration(ctx.key, plan)
-    assert policy.GPU_DURATION_BASE_S < guided_s < app.answer_duration(ctx.key, full)
+    guided_s = zerogpu.answer_duration(ctx.key, plan)
+    assert policy.GPU_DURATION_BASE_S < guided_s < zerogpu.answer_duration(ctx.key, full)
 
 
 @pytest.mark.parametrize("reading", ["skim", 3])
@@ -550,34 +553,34 @@ def test_an_unknown_reading_mode_is_refused_before_any_work(ctx, reading):
 def test_command_line_defaults_and_limits(monkeypatch):
     monkeypatch.delenv("GRADIO_SERVER_NAME", raising=False)
     monkeypatch.delenv("GRADIO_SERVER_PORT", raising=False)
-    args = app.build_parser().parse_args([])
+    args = cli.build_parser().parse_args([])
     assert (args.model, args.profile, args.host, args.port, args.share, args.max_file_mb) == (
         "allenai/longformer-large-4096-finetuned-triviaqa", "auto", "127.0.0.1", 7860, False, 50.0)
-    assert args.queue_size == app.DEFAULT_QUEUE_SIZE
+    assert args.queue_size == context.DEFAULT_QUEUE_SIZE
     with pytest.raises(SystemExit):
-        app.build_parser().parse_args(["--profile", "no-such-profile"])
+        cli.build_parser().parse_args(["--profile", "no-such-profile"])
     monkeypatch.setenv("GRADIO_SERVER_NAME", "0.0.0.0")  # as on Hugging Face Spaces
-    assert app.build_parser().parse_args([]).host == "0.0.0.0"
+    assert cli.build_parser().parse_args([]).host == "0.0.0.0"
 
 
 def test_the_profile_is_locked_by_default_on_a_space_only(monkeypatch):
     monkeypatch.delenv("LONGQA_LOCK_PROFILE", raising=False)
     monkeypatch.delenv("SPACE_ID", raising=False)
-    assert app.build_parser().parse_args([]).lock_profile is False
-    assert app.build_parser().parse_args(["--lock-profile"]).lock_profile is True
+    assert cli.build_parser().parse_args([]).lock_profile is False
+    assert cli.build_parser().parse_args(["--lock-profile"]).lock_profile is True
     monkeypatch.setenv("SPACE_ID", "someone/longqa")  # Spaces set it
-    assert app.build_parser().parse_args([]).lock_profile is True
-    assert app.build_parser().parse_args(["--no-lock-profile"]).lock_profile is False
+    assert cli.build_parser().parse_args([]).lock_profile is True
+    assert cli.build_parser().parse_args(["--no-lock-profile"]).lock_profile is False
     monkeypatch.setenv("LONGQA_LOCK_PROFILE", "0")  # the Space's owner chose a switchable demo
-    assert app.build_parser().parse_args([]).lock_profile is False
+    assert cli.build_parser().parse_args([]).lock_profile is False
 
 
 def test_serve_with_share_offline_warns_and_keeps_serving_locally(ctx, capsys):
     import urllib.request
 
-    demo = app.build_blocks(ctx)
+    demo = build_blocks(ctx)
     try:
-        local_url, share_url = app.serve(demo, host="127.0.0.1", port=7871, share=True, block=False)
+        local_url, share_url = cli.serve(demo, host="127.0.0.1", port=7871, share=True, block=False)
         assert share_url is None
         assert urllib.request.urlopen(local_url, timeout=30).status == 200
         assert demo.max_file_size == 50 * 1024 * 1024  # gradio refuses bigger uploads before saving them
@@ -588,10 +591,10 @@ def test_serve_with_share_offline_warns_and_keeps_serving_locally(ctx, capsys):
 
 
 def test_examples_point_at_bundled_samples_with_the_stated_facts():
-    rows = app.example_rows()
+    rows = answer_panel.example_rows()
     assert rows, "scripts/make_samples.py writes longqa/samples/examples.json"
-    for example in app.sample_examples():
-        text = (app.SAMPLES_DIR / example["file"]).read_text(encoding="utf-8")
+    for example in sample_examples():
+        text = (SAMPLES_DIR / example["file"]).read_text(encoding="utf-8")
         assert 5_000 <= len(text) <= 60_000
         attribute_entity = example["question"].removeprefix("What is the ").removesuffix("?")
         attribute, entity = attribute_entity.split(" of ", 1)
@@ -601,10 +604,10 @@ def test_examples_point_at_bundled_samples_with_the_stated_facts():
 @pytest.mark.slow
 @pytest.mark.skipif(not any(DEMO_MODEL_DIR.glob("*.safetensors")), reason="the demo model has no weights yet")
 def test_examples_are_answered_by_the_bundled_demo_model():
-    ctx = app.make_context(Session(), models=["demo"], default_model="demo", default_profile="baseline-fp32")
-    for files, pasted, question, top_k in app.example_rows():
+    ctx = make_context(Session(), models=["demo"], default_model="demo", default_profile="baseline-fp32")
+    for files, pasted, question, top_k in answer_panel.example_rows():
         out = ask(ctx, files, pasted, question, top_k)
-        expected = next(e["answer"] for e in app.sample_examples() if e["question"] == question)
+        expected = next(e["answer"] for e in sample_examples() if e["question"] == question)
         assert out["answer"] == expected, question
 
 
@@ -630,30 +633,30 @@ def test_out_of_memory_is_a_clear_error_naming_profiles_and_the_next_request_wor
 
 
 def test_the_gpu_gauge_shows_where_a_gpu_is_detected(tiny_model_dir, monkeypatch):
-    ctx = app.make_context(Session(), models=[str(tiny_model_dir)], default_model=str(tiny_model_dir),
-                           default_profile="cpu", hardware=T4)
-    demo = app.build_blocks(ctx)
+    ctx = make_context(Session(), models=[str(tiny_model_dir)], default_model=str(tiny_model_dir),
+                       default_profile="cpu", hardware=T4)
+    demo = build_blocks(ctx)
     blocks = list(demo.blocks.values())
     assert next(b for b in blocks if getattr(b, "label", None) == "Live GPU memory (NVML)").visible is True
     timer = next(b for b in blocks if isinstance(b, gr.Timer))
-    assert timer.active is True and timer.value == app.GPU_REFRESH_S
-    monkeypatch.setattr(app, "gpu_snapshot", lambda: [
+    assert timer.active is True and timer.value == answer_panel.GPU_REFRESH_S
+    monkeypatch.setattr(answer_panel, "gpu_snapshot", lambda: [
         {"index": 0, "name": "Tesla T4", "nvml_used_bytes": 3_900_000_000, "nvml_total_bytes": 15_600_000_000}])
-    assert app.refresh_gpu_gauge() == {"GPU 0 Tesla T4: 3.9 GB / 15.6 GB": 0.25}
+    assert answer_panel.refresh_gpu_gauge() == {"GPU 0 Tesla T4: 3.9 GB / 15.6 GB": 0.25}
 
 
 def test_importing_the_app_loads_no_model():
-    handlers = [fn.fn for fn in app.demo.fns.values() if fn.fn is not None and inspect.unwrap(fn.fn) is app.ask]
-    assert handlers and app.context.session.loaded is None and not app.ZERO_GPU
+    handlers = [fn.fn for fn in app.demo.fns.values() if fn.fn is not None and inspect.unwrap(fn.fn) is asking.ask]
+    assert handlers and app.context.session.loaded is None and not zerogpu.ZERO_GPU
 
 
 def test_main_loads_then_serves_with_the_command_line_limits(tiny_model_dir, monkeypatch, capsys):
     served, built = {}, []
-    monkeypatch.setattr(app, "serve", lambda demo, **kwargs: served.update(kwargs, demo=demo))
+    monkeypatch.setattr(cli, "serve", lambda demo, **kwargs: served.update(kwargs, demo=demo))
     for name in ("make_context", "build_blocks"):  # `python app.py` builds one context and one page
-        real = getattr(app, name)
-        monkeypatch.setattr(app, name, lambda *a, _real=real, _name=name, **k: built.append(_name) or _real(*a, **k))
-    assert app.main(["--model", str(tiny_model_dir), "--profile", "cpu", "--port", "7999", "--max-file-mb", "2",
+        real = getattr(cli, name)
+        monkeypatch.setattr(cli, name, lambda *a, _real=real, _name=name, **k: built.append(_name) or _real(*a, **k))
+    assert cli.main(["--model", str(tiny_model_dir), "--profile", "cpu", "--port", "7999", "--max-file-mb", "2",
                      "--queue-size", "5"]) == 0
     assert built == ["make_context", "build_blocks"]
     assert served["port"] == 7999 and served["max_file_mb"] == 2.0 and served["share"] is False
@@ -662,18 +665,18 @@ def test_main_loads_then_serves_with_the_command_line_limits(tiny_model_dir, mon
 
 
 def test_main_refuses_a_profile_this_machine_cannot_run(monkeypatch, capsys):
-    monkeypatch.setattr(app, "serve", lambda demo, **kwargs: pytest.fail("must not serve"))
-    assert app.main(["--model", "demo", "--profile", "t4-16gb"]) == 2
+    monkeypatch.setattr(cli, "serve", lambda demo, **kwargs: pytest.fail("must not serve"))
+    assert cli.main(["--model", "demo", "--profile", "t4-16gb"]) == 2
     assert "cannot run on this machine: needs a CUDA GPU" in capsys.readouterr().err
 
 
 @pytest.mark.requires_cuda
 def test_on_a_gpu_the_memory_readout_and_the_gauge_show_the_device(tiny_model_dir):
-    ctx = app.make_context(Session(), models=[str(tiny_model_dir)], default_model=str(tiny_model_dir),
-                           default_profile="baseline-fp32")  # device "best": the GPU
+    ctx = make_context(Session(), models=[str(tiny_model_dir)], default_model=str(tiny_model_dir),
+                       default_profile="baseline-fp32")  # device "best": the GPU
     out = ask(ctx, pasted=make_example(3, 3000).text)
     devices = out["readout"]["memory"]["devices"]
     assert devices and devices[0]["peak_allocated_bytes"] > 0 and devices[0]["reserved_bytes"] > 0
     assert out["memory"].values.tolist()[0][0].startswith("cuda:0")
-    gauge = app.refresh_gpu_gauge()
+    gauge = answer_panel.refresh_gpu_gauge()
     assert gauge and all(0 < fraction <= 1 for fraction in gauge.values())

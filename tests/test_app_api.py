@@ -17,8 +17,11 @@ from gradio_client.exceptions import AppError
 from gradio_client.utils import Status
 
 import app
+from page.context import make_context
+from page.layout import build_blocks
+from page import asking, cli, context, picks
 import longqa.session
-from longqa.session import Session, read_documents
+from longqa.session import read_documents, SAMPLES_DIR, Session
 from tests.conftest import served_page
 from tests.test_documents import blank_page_pdf, encrypt_pdf, make_pdf
 from tests.tiny import CountingRunner
@@ -46,16 +49,16 @@ class SlowSession(Session):
         return super().ask(*args, **kwargs)
 
 
-def serve_slow(tiny_model_dir, queue_size=app.DEFAULT_QUEUE_SIZE):
+def serve_slow(tiny_model_dir, queue_size=context.DEFAULT_QUEUE_SIZE):
     """A server on the tiny model whose answers take SlowSession.delay_s, so requests queue behind them."""
-    ctx = app.make_context(SlowSession(), models=[str(tiny_model_dir)], default_model=str(tiny_model_dir),
-                           default_profile="cpu")
-    app.ensure_loaded(ctx)
+    ctx = make_context(SlowSession(), models=[str(tiny_model_dir)], default_model=str(tiny_model_dir),
+                       default_profile="cpu")
+    picks.ensure_loaded(ctx)
     return (ctx, *serve(ctx, queue_size))
 
 
-def serve(ctx, queue_size=app.DEFAULT_QUEUE_SIZE):
-    demo = app.build_blocks(ctx, queue_size)
+def serve(ctx, queue_size=context.DEFAULT_QUEUE_SIZE):
+    demo = build_blocks(ctx, queue_size)
     _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", quiet=True)
     return demo, url
 
@@ -126,7 +129,7 @@ def test_ask_takes_a_not_found_threshold_and_refuses_one_outside_zero_one(client
             client.predict([], pasted, question, 3, "auto", outside, api_name="/ask")
 
 
-@pytest.mark.parametrize("top_k, expected", [(None, app.DEFAULT_TOP_K), ("2", 2), (" 3 ", 3), (2.0, 2)])
+@pytest.mark.parametrize("top_k, expected", [(None, asking.DEFAULT_TOP_K), ("2", 2), (" 3 ", 3), (2.0, 2)])
 def test_top_k_none_means_the_default_and_a_numeric_string_its_number(client, top_k, expected):
     readout = client.predict([], "The colour of Zorbin is teal. " * 20, "What is the colour of Zorbin?", top_k,
                              api_name="/ask")[-1]
@@ -167,9 +170,9 @@ def test_an_upload_past_the_servers_total_is_refused_before_it_is_written_and_up
         tiny_model_dir, tmp_path):
     from longqa.serving.uploads import MIB, UploadStore
     store = UploadStore(total_bytes=MIB, evict_after_s=600)  # the first upload is not old enough to make room
-    ctx = app.make_context(Session(), models=[str(tiny_model_dir)], default_model=str(tiny_model_dir),
-                           default_profile="cpu", uploads=store)
-    app.ensure_loaded(ctx)
+    ctx = make_context(Session(), models=[str(tiny_model_dir)], default_model=str(tiny_model_dir),
+                       default_profile="cpu", uploads=store)
+    picks.ensure_loaded(ctx)
     demo, url = serve(ctx)
     try:
         client = Client(url, verbose=False)
@@ -279,7 +282,7 @@ def test_load_profile_refuses_unlisted_models_and_unavailable_profiles(client, s
 @pytest.mark.parametrize("path", [
     "/etc/passwd",  # outside the app
     str(Path(app.__file__).resolve().parent / "README.md"),  # inside the app's own folder (gradio's working dir)
-    str(app.SAMPLES_DIR / "harbour_records.txt"),  # a bundled sample, by path rather than through the examples
+    str(SAMPLES_DIR / "harbour_records.txt"),  # a bundled sample, by path rather than through the examples
     "README.md",  # relative to the working directory
 ])
 def test_a_file_path_that_was_not_uploaded_is_refused(server, path):
@@ -296,11 +299,11 @@ def test_a_file_path_that_was_not_uploaded_is_refused(server, path):
 
 
 def test_a_refused_path_does_not_show_the_servers_folders(tiny_model_dir):
-    ctx = app.make_context(Session(), models=[str(tiny_model_dir)], default_model=str(tiny_model_dir),
-                           default_profile="cpu")
-    app.ensure_loaded(ctx)
-    demo = app.build_blocks(ctx)
-    url, _ = app.serve(demo, host="127.0.0.1", port=7873, block=False)  # launched as `python app.py` does
+    ctx = make_context(Session(), models=[str(tiny_model_dir)], default_model=str(tiny_model_dir),
+                       default_profile="cpu")
+    picks.ensure_loaded(ctx)
+    demo = build_blocks(ctx)
+    url, _ = cli.serve(demo, host="127.0.0.1", port=7873, block=False)  # launched as `python app.py` does
     try:
         payload = {"data": [[{"path": "README.md", "meta": {"_type": "gradio.FileData"}}], "", "Who?", 3, "auto", None,
                             None]}
@@ -330,9 +333,9 @@ def test_uploads_are_read_from_gradios_upload_folder_and_deleted_with_its_cache(
         return read_documents(files, *args, **kwargs)
 
     monkeypatch.setattr(longqa.session, "read_documents", spy)  # the page reads through the session's door
-    ctx = app.make_context(Session(), models=[str(tiny_model_dir)], default_model=str(tiny_model_dir),
-                           default_profile="cpu")
-    app.ensure_loaded(ctx)
+    ctx = make_context(Session(), models=[str(tiny_model_dir)], default_model=str(tiny_model_dir),
+                       default_profile="cpu")
+    picks.ensure_loaded(ctx)
     demo, url = serve(ctx)
     assert demo.delete_cache is not None  # gradio's cleanup of the files this app received
     document = tmp_path / "report.txt"

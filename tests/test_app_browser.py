@@ -15,10 +15,13 @@ from pathlib import Path
 
 import pytest
 
-import app
-import ui_format
+from page.context import make_context
+from page.layout import build_blocks
+from strategies.profiles import profile_choices, PROFILES
+from page import layout, picks
+from page import format as ui_format
 from longqa.models import DEFAULT_MODEL, DEMO_MODEL_DIR
-from longqa.session import Session
+from longqa.session import sample_examples, Session
 from tests.conftest import CHROMIUM, served_page
 
 TIMEOUT_MS = 120_000
@@ -62,8 +65,8 @@ def wait_until(predicate, timeout_s: float = TIMEOUT_MS / 1000) -> None:
 
 
 def launch(ctx):
-    demo = app.build_blocks(ctx)
-    _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", quiet=True, css=app.CSS)
+    demo = build_blocks(ctx)
+    _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", quiet=True, css=layout.CSS)
     return demo, url
 
 
@@ -192,7 +195,7 @@ def assert_plots_match_history(page, runs: int) -> None:
 def assert_bars_coloured_by_profile(page, ctx) -> None:
     """Each plot fills each bar with its run's profile's colour (`ui_format.profile_colours`)."""
     profiles = [ctx_profile.split(" (")[0] for ctx_profile in history_column(page, "profile")]
-    colours = ui_format.profile_colours(list(app.PROFILES), [{"profile": name} for name in profiles])
+    colours = ui_format.profile_colours(list(PROFILES), [{"profile": name} for name in profiles])
     expected = {plot: [colours[name] for name in profiles] for plot in PLOTS}
     try:
         wait_until(lambda: page.evaluate(DRAWN_FILLS) == expected, timeout_s=PLOT_SETTLE_S)
@@ -204,9 +207,9 @@ def assert_bars_coloured_by_profile(page, ctx) -> None:
 def assert_dropdowns_show_loaded(page, ctx) -> None:
     """The pickers name what is loaded now: the profile chosen (as the registry labels it here) and the model
     that loaded."""
-    profiles = {value: label for label, value in app.profile_choices(
+    profiles = {value: label for label, value in profile_choices(
         ctx.hardware, ctx.session.auto_profile(ctx.session.model_ref))}
-    models = {value: label for label, value in app.model_choices(ctx)}
+    models = {value: label for label, value in picks.model_choices(ctx)}
     wanted = (profiles[ctx.selection["profile"]], models[ctx.session.model_ref])
     try:
         wait_until(lambda: (page.get_by_label("Hardware profile", exact=True).input_value(),
@@ -266,7 +269,7 @@ def test_upload_ask_highlight_readouts_switch_profile_and_plots(page, served, lo
     assert "laced_report.txt" in documents
     assert answer in grid_text(page, "Top answers")
 
-    choices = app.profile_choices(ctx.hardware, ctx.session.auto_profile(ctx.session.model_ref))
+    choices = profile_choices(ctx.hardware, ctx.session.auto_profile(ctx.session.model_ref))
     choose(page, "Hardware profile", next(label for label, value in choices if value == "baseline-fp32"))
     wait_until(lambda: ctx.session.profile_name == "baseline-fp32")
     wait_until(lambda: "baseline-fp32" in grid_text(page, "Load readout"))
@@ -286,10 +289,10 @@ def test_upload_ask_highlight_readouts_switch_profile_and_plots(page, served, lo
     assert_dropdowns_show_loaded(page, ctx)
 
     if HAS_DEMO:  # the bundled demo model answering a bundled example
-        choose(page, "Model", next(label for label, value in app.model_choices(ctx) if value == "demo"))
+        choose(page, "Model", next(label for label, value in picks.model_choices(ctx) if value == "demo"))
         wait_until(lambda: ctx.session.model_ref == "demo")
         wait_until(lambda: page.get_by_label("Model", exact=True).input_value().startswith("demo:"))
-    first = app.sample_examples()[0]
+    first = sample_examples()[0]
     answer = ask_example(page, first)
     assert page.locator("#evidence .highlighted").inner_text().strip() == answer.strip()
     if HAS_DEMO:
@@ -327,7 +330,7 @@ def test_offline_the_demo_model_stands_in_and_the_page_shows_it(browser, monkeyp
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
-    ctx = app.make_context(Session(), models=[DEFAULT_MODEL], default_model=DEFAULT_MODEL, default_profile="cpu")
+    ctx = make_context(Session(), models=[DEFAULT_MODEL], default_model=DEFAULT_MODEL, default_profile="cpu")
     demo, url = launch(ctx)  # nothing loaded yet: the first visit loads, and falls back
     try:
         page = open_page(browser, url)
@@ -338,10 +341,10 @@ def test_offline_the_demo_model_stands_in_and_the_page_shows_it(browser, monkeyp
         wait_until(lambda: model.input_value().startswith("demo:"))
         assert "demo" in grid_text(page, "Load readout")
 
-        default = next(label for label, value in app.model_choices(ctx) if value == DEFAULT_MODEL)
+        default = next(label for label, value in picks.model_choices(ctx) if value == DEFAULT_MODEL)
         choose(page, "Model", default)  # asked for again: the demo model still stands in, and the page says so
         wait_until(lambda: model.input_value().startswith("demo:"))
-        first = app.sample_examples()[0]
+        first = sample_examples()[0]
         answer = ask_example(page, first)
         assert answer and page.locator("#evidence .highlighted").inner_text().strip() == answer.strip()
         assert_plots_match_history(page, 1)

@@ -11,9 +11,11 @@ from types import SimpleNamespace
 import gradio as gr
 import pytest
 
-import app
-import compare_panel
-import ui_format
+from page.context import make_context
+from page.layout import build_blocks
+from page import asking, picks, turns
+from page import compare_panel
+from page import format as ui_format
 import longqa.session
 from longqa.demo_model.demo_task import make_example
 from longqa.session import Session
@@ -36,7 +38,7 @@ def compare(demo, profiles, history=(), strategies=(), pasted=None, question=Non
 
 @pytest.mark.slow  # two loads and two reads of the tiny model, then one load back
 def test_the_button_compares_the_profiles_and_adds_their_runs_to_the_history(ctx):
-    demo = app.build_blocks(ctx)
+    demo = build_blocks(ctx)
     earlier = [{"run": 1, "profile": "cpu", "model": "m", "strategies": [], "question": "q", "documents": ["d"],
                 "answer": "a", "reading": "full", "tokens": 1, "windows": 1, "request_peak_bytes": 1,
                 "peak_allocated_bytes": None, "host_peak_rss_bytes": 2, "latency_s": 0.1, "tokens_per_s": 10.0}]
@@ -73,14 +75,14 @@ def test_the_pages_stop_ends_a_comparison_and_loads_back_the_profile_used_before
     """Stop, pressed in the visitor's tab while the first profile loads: the comparison ends with a message (not a
     cancelled event, so the page then shows what is loaded: tests/test_app_browser.py), the page's profile loaded
     back. A Stop pressed before the comparison began is not for it."""
-    demo = app.build_blocks(ctx)
+    demo = build_blocks(ctx)
     tab = SimpleNamespace(session_hash="tab-1", headers={})
-    app.press_stop(ctx, tab)  # an earlier press
+    turns.press_stop(ctx, tab)  # an earlier press
     load, loads = ctx.session.load, ctx.session.loads
 
     def load_then_stop(*args, **kwargs):
         loaded = load(*args, **kwargs)
-        app.press_stop(ctx, tab)
+        turns.press_stop(ctx, tab)
         return loaded
 
     monkeypatch.setattr(ctx.session, "load", load_then_stop)
@@ -93,11 +95,11 @@ def test_the_pages_stop_ends_a_comparison_and_loads_back_the_profile_used_before
 
 
 def test_a_locked_deployment_refuses_to_compare_and_says_why(tiny_model_dir):
-    ctx = app.make_context(Session(), models=[str(tiny_model_dir)], default_model=str(tiny_model_dir),
-                           default_profile="cpu", lock_profile=True)
-    app.ensure_loaded(ctx)
+    ctx = make_context(Session(), models=[str(tiny_model_dir)], default_model=str(tiny_model_dir),
+                       default_profile="cpu", lock_profile=True)
+    picks.ensure_loaded(ctx)
     loads = ctx.session.loads
-    demo = app.build_blocks(ctx)
+    demo = build_blocks(ctx)
     with pytest.raises(gr.Error, match="fixes the model and profile .* comparing profiles reloads the model"):
         compare(demo, ["cpu", "baseline-fp32"])
     assert ctx.session.loads == loads
@@ -106,7 +108,7 @@ def test_a_locked_deployment_refuses_to_compare_and_says_why(tiny_model_dir):
 
 
 def test_an_unrunnable_profile_or_none_is_refused_before_any_load(ctx):
-    demo = app.build_blocks(ctx)
+    demo = build_blocks(ctx)
     loads = ctx.session.loads
     with pytest.raises(gr.Error, match="at least one"):
         compare(demo, [])
@@ -124,15 +126,15 @@ def test_a_comparison_reads_and_checks_its_request_as_an_answer_does(ctx, tmp_pa
            "top-k not a number": {"top_k": "three"}, "top-k not whole": {"top_k": "2.5"},
            "an unknown reading": {"reading": "sideways"}, "no question": {"question": "  "},
            "over the token limit": {}}
-    demo = app.build_blocks(ctx)
+    demo = build_blocks(ctx)
     loads = ctx.session.loads
     for case, changed in bad.items():
         request = {**good, **changed}
         if case == "over the token limit":
             ctx.max_total_tokens = 50
         with pytest.raises(gr.Error) as answered:
-            app.ask(ctx, request["files"], request["pasted"], request["question"], request["top_k"],
-                    request["reading"], [])
+            asking.ask(ctx, request["files"], request["pasted"], request["question"], request["top_k"],
+                       request["reading"], [])
         with pytest.raises(gr.Error) as compared:
             handler(demo, "compare")(request["files"], request["pasted"], request["question"], request["top_k"],
                                      request["reading"], "", ["cpu", "baseline-fp32"], [], [])
@@ -143,7 +145,7 @@ def test_a_comparison_reads_and_checks_its_request_as_an_answer_does(ctx, tmp_pa
 def test_a_visitor_past_its_share_is_refused_a_comparison_before_its_documents_are_read(ctx, monkeypatch):
     """A comparison takes its place at the lane's door, as an answer does: past the visitor's share it is refused
     before anything is read or loaded."""
-    demo = app.build_blocks(ctx)
+    demo = build_blocks(ctx)
     reads, loads = [], ctx.session.loads
     read = longqa.session.read_documents
 
@@ -164,7 +166,7 @@ def test_a_visitor_past_its_share_is_refused_a_comparison_before_its_documents_a
 
 
 def test_the_panel_offers_the_profiles_this_machine_runs(ctx):
-    demo = app.build_blocks(ctx)
+    demo = build_blocks(ctx)
     box = next(block for block in demo.blocks.values() if getattr(block, "label", None) == "Profiles to compare")
     offered = [value for _, value in box.choices]
     assert offered == compare_panel.comparable_profiles(ctx.hardware) and "t4-16gb" not in offered
@@ -177,6 +179,6 @@ def test_the_plots_are_coloured_by_profile_with_a_colour_each():
     assert list(colours) == ["cpu", "baseline-fp32", "custom", "mine"]
     assert len(set(colours.values())) == 4
     assert ui_format.profile_colours(["auto", "cpu"], [{"profile": "cpu"}])["cpu"] == colours["cpu"]
-    demo = app.build_blocks(app.make_context(Session()))
+    demo = build_blocks(make_context(Session()))
     plots = [block for block in demo.blocks.values() if isinstance(block, gr.BarPlot)]
     assert len(plots) == 2 and all(plot.color == "profile" for plot in plots)

@@ -17,11 +17,14 @@ import pytest
 from gradio_client import Client, handle_file
 
 import app
+from page.context import make_context
+from page.layout import build_blocks
+from page import picks
 import longqa_core.reading
 import longqa_core.spans
 import longqa_core.windows
 from longqa.serving import crowd_check, load_check
-from longqa.session import Session
+from longqa.session import SAMPLES_DIR, Session
 
 pytestmark = pytest.mark.slow
 MB = 1024 * 1024
@@ -31,12 +34,12 @@ GB = 1024 * MB
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     os.environ.setdefault("GRADIO_TEMP_DIR", str(tmp_path_factory.mktemp("gradio")))  # not another run's uploads
-    ctx = app.make_context(Session(), models=["demo"], default_model="demo", default_profile="cpu")
-    app.ensure_loaded(ctx)
-    demo = app.build_blocks(ctx)
+    ctx = make_context(Session(), models=["demo"], default_model="demo", default_profile="cpu")
+    picks.ensure_loaded(ctx)
+    demo = build_blocks(ctx)
     _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", quiet=True, max_file_size=50 * MB)
     try:
-        visitor = crowd_check.sample_visitor(url, app.SAMPLES_DIR)
+        visitor = crowd_check.sample_visitor(url, SAMPLES_DIR)
         visitor()  # warm
         yield ctx, url, visitor
     finally:

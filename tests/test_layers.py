@@ -1,5 +1,6 @@
-"""The import graph, built from the code itself: imports go one way, core <- strategies <- composition <- UI,
-with no package or module cycle, in-function imports counted; the page reaches the model only through the backend."""
+"""The import graph, built from the code itself: imports go one way, core <- strategies <- composition <- page <-
+app.py, with no package or module cycle, in-function imports counted; the page reaches the model only through the
+backend."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGE_MODULES = ("app", "ui_format", "plan_panel", "page_help", "compare_panel", "page_events")  # the UI layer's files
-LAYERS = {"longqa_core": 0, "strategies": 1, "longqa": 2, **dict.fromkeys(PAGE_MODULES, 3)}  # package -> rank
-NAMES = {0: "core", 1: "strategies", 2: "composition", 3: "UI"}
+PACKAGES = ("longqa_core", "strategies", "longqa", "page")
+LAYERS = {"longqa_core": 0, "strategies": 1, "longqa": 2, "page": 3, "app": 4}  # package -> rank
+NAMES = {0: "core", 1: "strategies", 2: "composition", 3: "page", 4: "entry point"}
 # The composition layer's rooms, bottom to top: the demo task's generators, the request path, the jobs built on it
 # (serving, the bench: side by side, neither imports the other), the command line that starts any of them, and
 # `python -m longqa` that starts the command line.
@@ -21,8 +22,8 @@ ROOMS = {"longqa.demo_model": 0, "longqa": 1, "longqa.serving": 2, "longqa.bench
 
 def project_modules() -> dict[str, Path]:
     """Dotted module name -> file, for every module of the four layers."""
-    modules = {name: ROOT / f"{name}.py" for name in PAGE_MODULES}
-    for package in ("longqa_core", "strategies", "longqa"):
+    modules = {"app": ROOT / "app.py"}
+    for package in PACKAGES:
         for path in sorted((ROOT / package).rglob("*.py")):
             parts = path.relative_to(ROOT).with_suffix("").parts
             modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
@@ -116,7 +117,7 @@ def test_the_graph_sees_every_layer_and_in_function_imports(tmp_path):
                                                                                 ("app", True)}
 
 
-def test_imports_go_one_way_core_strategies_composition_ui():
+def test_imports_go_one_way_core_strategies_composition_page_app():
     wrong = []
     modules = project_modules()
     for name, path in modules.items():
@@ -175,11 +176,28 @@ PAGE_CORE = {"longqa_core.documents", "longqa_core.errors", "longqa_core.gpu_dev
 
 
 def test_the_page_reaches_the_model_only_through_the_backend():
-    modules = project_modules()
-    core = {t for t, _, _ in imports_of(modules["app"], modules) if package_of(t) == "longqa_core"}
+    edges = graph()
+    page = set().union(*(targets for name, targets in edges.items() if package_of(name) in ("page", "app")))
+    core = {target for target in page if package_of(target) == "longqa_core"}
     assert core <= PAGE_CORE, sorted(core - PAGE_CORE)
-    assert {"longqa.session", "longqa.backend"} <= graph()["app"]
-    assert graph()["ui_format"] == set()  # formatting knows nothing of ours
+    assert {"longqa.session", "longqa.backend"} <= page
+    assert edges["page.format"] == set()  # formatting knows nothing of ours
+
+
+def test_the_page_is_the_top_layer_and_app_py_only_its_entry_point():
+    """Only the page's own modules and app.py import the page; app.py imports the page and errors, nothing else of
+    ours; no other page file lies at the root."""
+    edges = graph()
+    importers = {name for name, targets in edges.items() if any(package_of(t) == "page" for t in targets)}
+    assert {package_of(name) for name in importers} == {"page", "app"}
+    assert {package_of(t) for t in edges["app"]} <= {"page", "longqa_core"}
+    assert sorted(path.name for path in ROOT.glob("*.py")) == ["app.py"]
+    assert len((ROOT / "app.py").read_text().splitlines()) <= 150
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "page").glob("*.py")), ids=lambda path: path.name)
+def test_no_page_module_is_over_600_lines(path):
+    assert len(path.read_text().splitlines()) <= 600
 
 
 def test_no_module_re_exports_names_for_another_to_import():
@@ -191,7 +209,7 @@ def test_no_module_re_exports_names_for_another_to_import():
     assert not found, found
 
 
-@pytest.mark.parametrize("package", ["longqa_core", "strategies", "longqa", "app"])
+@pytest.mark.parametrize("package", [*PACKAGES, "app"])
 def test_deferred_imports_are_only_heavy_optional_ones_and_say_so(package):
     """Imports sit at the top of files; one inside a function is a heavy optional dependency, and its comment says
     it is deferred."""

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-import app
+from page.context import make_context
+from page.layout import build_blocks
+from page import context, picks
 from longqa.serving.load_check import is_numeric_fact, requests_for, run_load, start_server, summarize
 from longqa.session import Session
 
@@ -15,13 +17,13 @@ WORKERS = 4  # fewer request workers than calls, so that calls really wait in gr
 
 @pytest.fixture(scope="module")
 def demo_url():
-    ctx = app.make_context(Session(), models=["demo"], default_model="demo", default_profile="cpu")
-    app.ensure_loaded(ctx)
-    default_workers, app.REQUEST_WORKERS = app.REQUEST_WORKERS, WORKERS
+    ctx = make_context(Session(), models=["demo"], default_model="demo", default_profile="cpu")
+    picks.ensure_loaded(ctx)
+    default_workers, context.REQUEST_WORKERS = context.REQUEST_WORKERS, WORKERS
     try:
-        demo = app.build_blocks(ctx)
+        demo = build_blocks(ctx)
     finally:
-        app.REQUEST_WORKERS = default_workers
+        context.REQUEST_WORKERS = default_workers
     _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", quiet=True)
     yield url
     demo.close()

@@ -91,11 +91,17 @@ def test_the_command_line_sets_it_before_torch_is_imported():
 
 
 def test_the_page_sets_it_before_its_first_library_import():
-    """app.py calls limit_spin_wait before it imports gradio, spaces (which may load torch) or the project."""
-    tree = ast.parse((ROOT / "app.py").read_text())
+    """The page package calls limit_spin_wait before any of its modules imports gradio, spaces (which may load torch)
+    or the project, and app.py imports the page before anything else not in the standard library."""
+    stdlib = set(sys.stdlib_module_names) | {"__future__"}
+    app = ast.parse((ROOT / "app.py").read_text())
+    imported_by_app = [node.module if isinstance(node, ast.ImportFrom) else node.names[0].name for node in app.body
+                       if isinstance(node, (ast.Import, ast.ImportFrom))]
+    first = next(name for name in imported_by_app if name.split(".")[0] not in stdlib)
+    assert first.split(".")[0] == "page", f"app.py imports {first} before the page package"
+    tree = ast.parse((ROOT / "page" / "__init__.py").read_text())
     call_line = next(node.lineno for node in tree.body if isinstance(node, ast.Expr)
                      and isinstance(node.value, ast.Call) and getattr(node.value.func, "id", "") == "limit_spin_wait")
-    stdlib = set(sys.stdlib_module_names) | {"__future__"}
     for node in tree.body:
         imported = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
                     else [node.module or ""] if isinstance(node, ast.ImportFrom)
@@ -103,4 +109,5 @@ def test_the_page_sets_it_before_its_first_library_import():
                           for alias in inner.names] if isinstance(node, ast.Try) else [])
         for name in imported:
             if name.split(".")[0] not in stdlib and name != "longqa_core.openmp_wait":
-                assert node.lineno > call_line, f"app.py imports {name} (line {node.lineno}) before the spin count"
+                assert node.lineno > call_line, (f"page/__init__.py imports {name} (line {node.lineno}) before the "
+                                                 "spin count")

@@ -14,12 +14,14 @@ import gradio as gr
 import pandas as pd
 import pytest
 
-import app
-import page_help
-import ui_format
+from collections import OrderedDict
+from page.context import make_context
+from page import asking, downloads, events, picks, turns
+from page import words as page_help
+from page import format as ui_format
 from longqa.models import DEFAULT_MODEL, DEMO_MODEL_DIR
 from longqa.readout import Readout
-from longqa.session import SAMPLES_DIR, Session
+from longqa.session import sample_examples, SAMPLES_DIR, Session
 from longqa_core.errors import Cancelled
 from strategies.hardware import CPU_ONLY
 from strategies.registry import strategy_cards
@@ -27,9 +29,9 @@ from strategies.registry import strategy_cards
 
 @pytest.fixture(scope="module")
 def ctx(tiny_model_dir):
-    ctx = app.make_context(Session(), models=[str(tiny_model_dir)], default_model=str(tiny_model_dir),
-                           default_profile="cpu")
-    app.ensure_loaded(ctx)
+    ctx = make_context(Session(), models=[str(tiny_model_dir)], default_model=str(tiny_model_dir),
+                       default_profile="cpu")
+    picks.ensure_loaded(ctx)
     return ctx
 
 
@@ -43,10 +45,10 @@ def visitor(name: str = "tab-1"):
 def asked(ctx, request, pasted="The colour of Zorbin is teal.", question="What is the colour of Zorbin?",
           no_answer_below=""):
     """The page's Ask as gradio runs it: the handler wrapped to note how it ended, then the answer area after."""
-    handler = app.noting_outcome(ctx, app.bind(app.ask, ctx), OUTPUTS)
+    handler = turns.noting_outcome(ctx, events.bind(asking.ask, ctx), OUTPUTS)
     out = handler([], pasted, question, 1, "auto", [], None, no_answer_below, request=request,
                   progress=lambda *a, **k: None)
-    return out, app.show_outcome(ctx, request=request)
+    return out, asking.show_outcome(ctx, request=request)
 
 
 def test_an_answer_says_whether_it_was_found_and_offers_both_downloads(ctx):
@@ -82,7 +84,7 @@ def test_download_folders_go_after_their_time_and_the_folder_is_listed_once_in_t
         os.utime(folder, (changed_at, changed_at))
     listed, iterdir = [], Path.iterdir
     monkeypatch.setattr(Path, "iterdir", lambda self: listed.append(self) or iterdir(self))
-    folders = app.DownloadFolders(tmp_path, keep_s=100.0, clock=lambda: now[0])
+    folders = downloads.DownloadFolders(tmp_path, keep_s=100.0, clock=lambda: now[0])
     first = folders.new()
     assert first.is_dir() and not any(first.iterdir()) and recent.exists() and not old.exists()
     now[0] = 10_060.0  # the recent folder is now 110 s old, the first 60 s
@@ -110,21 +112,21 @@ def test_an_error_shows_its_message_in_the_answer_area_and_no_download(ctx):
     request = visitor()
     with pytest.raises(gr.Error) as raised:
         asked(ctx, request, pasted="")
-    shown = app.show_outcome(ctx, request=request)
+    shown = asking.show_outcome(ctx, request=request)
     assert shown["status"].startswith("### The request failed")
     assert ui_format.escape_markdown(raised.value.message)[:40] in shown["status"]
     assert shown["download_json"]["visible"] is False and shown["download_csv"]["visible"] is False
-    assert app.show_outcome(ctx, request=request)["status"] is not None  # told once, then left as it is
+    assert asking.show_outcome(ctx, request=request)["status"] is not None  # told once, then left as it is
 
 
 def test_an_error_naming_a_file_shows_its_name_as_text_once_escaped(ctx, tmp_path):
     request = visitor("tab-markup")
     empty = tmp_path / "a<b>_notes.txt"
     empty.write_text("", encoding="utf-8")
-    handler = app.noting_outcome(ctx, app.bind(app.ask, ctx), OUTPUTS)
+    handler = turns.noting_outcome(ctx, events.bind(asking.ask, ctx), OUTPUTS)
     with pytest.raises(gr.Error, match="a&lt;b&gt;_notes"):  # the toast renders HTML: escaped once
         handler([str(empty)], "", "What?", 1, "auto", [], None, "", request=request, progress=lambda *a, **k: None)
-    status = app.show_outcome(ctx, request=request)["status"]
+    status = asking.show_outcome(ctx, request=request)["status"]
     assert "a&lt;b&gt;\\_notes" in status and "&amp;" not in status  # Markdown shows the name as typed
 
 
@@ -132,47 +134,47 @@ def test_stop_on_the_page_ends_the_answer_and_says_how_far_it_got(ctx, monkeypat
     request = visitor("tab-stop")
 
     def stopped_half_way(*args, **kwargs):
-        app.press_stop(ctx, request)  # pressed while the windows are read
-        assert app.stop_check(ctx, request)()
+        turns.press_stop(ctx, request)  # pressed while the windows are read
+        assert turns.stop_check(ctx, request)()
         raise gr.Error("cancelled") from Cancelled("cancelled", windows_done=3, windows_total=8)
 
-    monkeypatch.setattr(app, "answer_on_gpu", stopped_half_way)
+    monkeypatch.setattr(asking, "answer_on_gpu", stopped_half_way)
     out, shown = asked(ctx, request)
     assert all(value == gr.skip() for value in out.values()) and set(out) == set(OUTPUTS)
     assert shown["status"].startswith("### Stopped after 3 of 8 windows")
-    assert not app.stop_check(ctx, request)(), "a Stop lasts for one answer"
+    assert not turns.stop_check(ctx, request)(), "a Stop lasts for one answer"
 
 
 def test_a_stop_pressed_before_an_answer_does_not_stop_it(ctx):
     request = visitor("tab-early")
-    app.press_stop(ctx, request)
+    turns.press_stop(ctx, request)
     out, shown = asked(ctx, request)
     assert out["answer"] and "confidence" in shown["status"]
 
 
 def test_visitor_notes_are_bounded():
-    notes = app.OrderedDict()
-    for n in range(app.MAX_VISITOR_NOTES + 5):
-        app.remember(notes, f"tab-{n}", n)
-    assert len(notes) == app.MAX_VISITOR_NOTES and "tab-0" not in notes
-    app.remember(notes, None, 1)
+    notes = OrderedDict()
+    for n in range(turns.MAX_VISITOR_NOTES + 5):
+        turns.remember(notes, f"tab-{n}", n)
+    assert len(notes) == turns.MAX_VISITOR_NOTES and "tab-0" not in notes
+    turns.remember(notes, None, 1)
     assert None not in notes
 
 
 def test_a_new_run_clears_every_answer_output():
-    cleared = app.clear_answer(ui_format.ASKING_STATUS)
+    cleared = asking.clear_answer(ui_format.ASKING_STATUS)
     assert cleared["status"] == ui_format.ASKING_STATUS and cleared["answer"] == ""
     assert cleared["evidence"] is None and cleared["readout"] is None
-    assert all(cleared[name].empty for name in app.CLEARED_TABLES)
+    assert all(cleared[name].empty for name in asking.CLEARED_TABLES)
     assert cleared["download_json"]["visible"] is False
 
 
 def test_a_reload_says_what_is_loading_and_disables_asking_until_it_ends(ctx, tiny_model_dir):
-    starting = app.start_loading(ctx, "baseline-fp32", str(tiny_model_dir))
+    starting = picks.start_loading(ctx, "baseline-fp32", str(tiny_model_dir))
     assert starting["load_status"].startswith(f"**Loading {ui_format.escape_markdown(str(tiny_model_dir))} with "
                                               "profile baseline\\-fp32…**")
     assert starting["ask"]["interactive"] is False and starting["full"]["interactive"] is False
-    after = app.show_loaded(ctx)
+    after = picks.show_loaded(ctx)
     assert after["ask"]["interactive"] is True and after["load_status"].startswith("Loaded **")
 
 
@@ -182,16 +184,16 @@ def test_a_pick_loads_what_was_picked_even_when_the_dropdown_was_set_back(ctx, t
     import gradio as gr
 
     picked = gr.SelectData(None, {"index": 1, "value": "baseline-fp32"})
-    starting = app.start_profile_pick(ctx, "cpu", str(tiny_model_dir), picked)  # the dropdown read still cpu
+    starting = picks.start_profile_pick(ctx, "cpu", str(tiny_model_dir), picked)  # the dropdown read still cpu
     assert starting["profile"]["value"] == "baseline-fp32" and "profile baseline\\-fp32…" in starting["load_status"]
     assert starting["ask"]["interactive"] is False
     model = gr.SelectData(None, {"index": 0, "value": "demo"})
-    starting = app.start_model_pick(ctx, "cpu", str(tiny_model_dir), model)
+    starting = picks.start_model_pick(ctx, "cpu", str(tiny_model_dir), model)
     assert starting["model"]["value"] == "demo" and starting["load_status"].startswith("**Loading demo with profile")
 
 
 def test_gpu_only_strategies_are_marked_with_why_on_a_cpu_machine():
-    labels = dict((value, label) for label, value in app.strategy_choices(CPU_ONLY))
+    labels = dict((value, label) for label, value in picks.strategy_choices(CPU_ONLY))
     assert set(labels) == {card["name"] for card in strategy_cards()}
     for name in ("offload", "model_split", "replicas"):
         assert "cannot run here: needs" in labels[name] and "CUDA GPU" in labels[name]
@@ -205,15 +207,15 @@ def test_hub_models_not_in_the_cache_are_marked_and_refused_in_plain_words_offli
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path))
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     hub = "valhalla/longformer-base-4096-finetuned-squadv1"
-    ctx = app.make_context(Session(), models=[hub, "demo"], default_model="demo", default_profile="cpu")
-    labels = dict((value, label) for label, value in app.model_choices(ctx))
+    ctx = make_context(Session(), models=[hub, "demo"], default_model="demo", default_profile="cpu")
+    labels = dict((value, label) for label, value in picks.model_choices(ctx))
     assert labels[hub].endswith("(cannot load here: not in the local cache, and downloads are off)")
     assert "cannot load" not in labels["demo"]
     with pytest.raises(gr.Error, match=r"not in this machine's cache, and downloads are off here"):
-        app.load_profile(ctx, "cpu", hub)
+        picks.load_profile(ctx, "cpu", hub)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
-    assert app.model_note(hub) == " (not in the local cache: the first load downloads it from the Hub)"
-    assert app.model_note(DEFAULT_MODEL).startswith(" (not in the local cache")
+    assert picks.model_note(hub) == " (not in the local cache: the first load downloads it from the Hub)"
+    assert picks.model_note(DEFAULT_MODEL).startswith(" (not in the local cache")
 
 
 @pytest.mark.skipif(not any(DEMO_MODEL_DIR.glob("*.safetensors")), reason="the demo model has no weights yet")
@@ -226,15 +228,15 @@ def test_offline_the_default_model_is_marked_as_answered_by_the_demo_model_which
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
-    ctx = app.make_context(Session(), models=[DEFAULT_MODEL], default_model="demo", default_profile="cpu")
-    labels = dict((value, label) for label, value in app.model_choices(ctx))
+    ctx = make_context(Session(), models=[DEFAULT_MODEL], default_model="demo", default_profile="cpu")
+    labels = dict((value, label) for label, value in picks.model_choices(ctx))
     assert "cannot load here" not in labels[DEFAULT_MODEL]
     assert labels[DEFAULT_MODEL].endswith("(not in the local cache, and downloads are off: the bundled demo model "
                                           "answers instead)")
-    app.load_profile(ctx, "cpu", DEFAULT_MODEL)
+    picks.load_profile(ctx, "cpu", DEFAULT_MODEL)
     assert ctx.session.model_ref == "demo" and ctx.session.loaded.readout.fallback_reason
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
-    assert app.model_note(DEFAULT_MODEL).endswith("if it cannot, the bundled demo model answers instead)")
+    assert picks.model_note(DEFAULT_MODEL).endswith("if it cannot, the bundled demo model answers instead)")
 
 
 def test_every_term_of_art_the_page_shows_is_in_the_glossary():
@@ -250,16 +252,16 @@ def test_every_term_of_art_the_page_shows_is_in_the_glossary():
 @pytest.mark.slow
 @pytest.mark.skipif(not any(DEMO_MODEL_DIR.glob("*.safetensors")), reason="the demo model has no weights yet")
 def test_the_demo_model_says_not_found_for_a_name_the_documents_never_mention():
-    ctx = app.make_context(Session(), models=["demo"], default_model="demo", default_profile="cpu")
-    app.ensure_loaded(ctx)
-    example = app.sample_examples()[0]
+    ctx = make_context(Session(), models=["demo"], default_model="demo", default_profile="cpu")
+    picks.ensure_loaded(ctx)
+    example = sample_examples()[0]
     files = [str(SAMPLES_DIR / example["file"])]
-    handler = app.noting_outcome(ctx, app.bind(app.ask, ctx), OUTPUTS)
+    handler = turns.noting_outcome(ctx, events.bind(asking.ask, ctx), OUTPUTS)
     request = visitor("tab-demo")
     asked_about = {}
     for question in (example["question"], "What is the frequency of Zebulon Quarrimax?"):
         out = handler(files, "", question, 1, "auto", [], None, "", request=request, progress=lambda *a, **k: None)
-        asked_about[question] = (out["answer"], app.show_outcome(ctx, request=request)["status"])
+        asked_about[question] = (out["answer"], asking.show_outcome(ctx, request=request)["status"])
     answer, status = asked_about[example["question"]]
     assert answer == example["answer"] and status.startswith("### Found")
     answer, status = asked_about["What is the frequency of Zebulon Quarrimax?"]

@@ -14,8 +14,9 @@ import time
 import gradio as gr
 import pytest
 
-import app
-import page_help
+from strategies.profiles import profile_choices
+from page import answer_panel, hardening, model_panel, picks
+from page import words as page_help
 from longqa.demo_model.demo_task import make_example
 from longqa.session import Session
 from tests.conftest import CHROMIUM, served_page
@@ -148,7 +149,7 @@ def test_the_not_found_state_shows_at_the_top_next_to_ask(browser, served):
     page = open_page(browser, served[1])
     paste(page, "The colour of Zorbin is teal.")
     page.get_by_text("Reading options", exact=True).click()
-    threshold = page.locator(f"#{app.LATER_INPUT} textarea")  # its `info` line is part of its label
+    threshold = page.locator(f"#{hardening.LATER_INPUT} textarea")  # its `info` line is part of its label
     threshold.wait_for(state="visible")
     fill_until_kept(threshold, "0.999")  # no span of the tiny model scores that high
     page.get_by_label("Question", exact=True).fill("What is the colour of Zorbin?")
@@ -206,7 +207,7 @@ def test_stop_says_how_many_windows_were_read_and_shows_no_answer(browser, serve
 def test_a_reload_says_what_is_loading_then_what_loaded(browser, served):
     ctx, url = served
     page = open_page(browser, url)
-    choices = app.profile_choices(ctx.hardware, ctx.session.auto_profile(ctx.session.model_ref))
+    choices = profile_choices(ctx.hardware, ctx.session.auto_profile(ctx.session.model_ref))
     try:
         page.get_by_label("Hardware profile", exact=True).click()
         page.get_by_role("option", name=next(label for label, value in choices if value == "baseline-fp32"),
@@ -216,7 +217,7 @@ def test_a_reload_says_what_is_loading_then_what_loaded(browser, served):
                    and "baseline-fp32" in status_text(page, "#load-status")
                    and page.get_by_role("button", name="Ask", exact=True).is_enabled())
     finally:
-        app.load_selection(ctx, "cpu", str(served[0].session.model_ref))
+        picks.load_selection(ctx, "cpu", str(served[0].session.model_ref))
 
 
 def test_at_400_px_the_panels_stack_and_nothing_runs_off_the_side(browser, served):
@@ -243,7 +244,7 @@ def test_at_400_px_the_panels_stack_and_nothing_runs_off_the_side(browser, serve
 
 def test_the_introductions_example_asks_in_one_click(browser, served):
     page = open_page(browser, served[1])
-    example = app.first_example()
+    example = answer_panel.first_example()
     assert "profile" in page.locator("#intro").inner_text()
     page.get_by_role("button", name=page_help.TRY_LABEL.format(question=example["question"]), exact=True).click()
     wait_for_status(page, "confidence")
@@ -254,7 +255,7 @@ def test_the_introductions_example_asks_in_one_click(browser, served):
 
 def pick_fp32(page, ctx) -> str:
     """Pick baseline-fp32 in the Hardware profile dropdown; its label there."""
-    choices = app.profile_choices(ctx.hardware, ctx.session.auto_profile(ctx.session.model_ref))
+    choices = profile_choices(ctx.hardware, ctx.session.auto_profile(ctx.session.model_ref))
     label = next(label for label, value in choices if value == "baseline-fp32")
     choose(page, "Hardware profile", label)
     return label
@@ -280,7 +281,7 @@ def test_a_pick_made_before_the_visits_outputs_land_is_what_loads(browser, tiny_
     first step waits a moment so that the visit's outputs land during it. The pick must still be what loads, and
     the page must end showing it, with Ask enabled."""
     picked = threading.Event()
-    page_load, start_pick = app.on_page_load, app.start_profile_pick
+    page_load, start_pick = picks.on_page_load, picks.start_profile_pick
 
     def late_page_load(ctx, progress=gr.Progress()):
         shown = page_load(ctx, progress)  # what is loaded before the pick
@@ -292,8 +293,8 @@ def test_a_pick_made_before_the_visits_outputs_land_is_what_loads(browser, tiny_
         time.sleep(2.0)  # the visit's outputs land meanwhile (the check below does not depend on it)
         return start_pick(ctx, profile_name, model_ref, picked_data)
 
-    monkeypatch.setattr(app, "on_page_load", late_page_load)
-    monkeypatch.setattr(app, "start_profile_pick", slow_start_pick)
+    monkeypatch.setattr(model_panel, "on_page_load", late_page_load)
+    monkeypatch.setattr(model_panel, "start_profile_pick", slow_start_pick)
     with served_page(Session(), tiny_model_dir, launch) as (ctx, url):
         page = open_page(browser, url)
         label = pick_fp32(page, ctx)
@@ -310,7 +311,7 @@ def test_a_visits_outputs_never_land_after_a_reload_and_undo_it(browser, tiny_mo
     of baseline-fp32 loads and shows it before the visit's outputs land. Forced here: the visit's handler waits
     (at most VISIT_HELD_S) for the pick's load to end before it returns what it read. A visit takes its turn with
     the reloads, so the load waits for it instead; either way the page must end showing what is loaded."""
-    page_load, visited = app.on_page_load, threading.Event()
+    page_load, visited = picks.on_page_load, threading.Event()
 
     def late_page_load(ctx, progress=gr.Progress()):
         try:
@@ -323,7 +324,7 @@ def test_a_visits_outputs_never_land_after_a_reload_and_undo_it(browser, tiny_mo
         finally:
             visited.set()
 
-    monkeypatch.setattr(app, "on_page_load", late_page_load)
+    monkeypatch.setattr(model_panel, "on_page_load", late_page_load)
     with served_page(Session(), tiny_model_dir, launch) as (ctx, url):
         page = open_page(browser, url)
         label = pick_fp32(page, ctx)

@@ -8,8 +8,8 @@ import pytest
 from gradio_client import Client
 from gradio_client.exceptions import AppError
 
-import plan_panel
-import ui_format
+from page import plan_panel
+from page import format as ui_format
 from longqa.gpu_plan import plan_request
 
 LARGE = "allenai/longformer-large-4096-finetuned-triviaqa"

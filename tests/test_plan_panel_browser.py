@@ -7,7 +7,7 @@ from __future__ import annotations
 import gradio as gr
 import pytest
 
-import plan_panel
+from page import plan_panel
 
 from tests.conftest import CHROMIUM
 LARGE = "allenai/longformer-large-4096-finetuned-triviaqa"

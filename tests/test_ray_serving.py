@@ -15,7 +15,9 @@ import pytest
 import torch
 from gradio_client import Client
 
-import app
+from page.context import make_context
+from page.layout import build_blocks
+from page import picks
 from longqa.demo_model import eval_task
 from longqa.backend import Backend
 from longqa.serving.load_check import requests_for, run_alone, run_concurrent, run_load, summarize
@@ -35,10 +37,10 @@ def served():
     """The page over a RaySession of 2 replicas on a local Ray instance (the slow tests: a few minutes)."""
     session = RaySession(replicas=2, hardware=PAGE_HARDWARE)
     try:
-        ctx = app.make_context(session, models=["demo"], default_model="demo", default_profile="cpu")
+        ctx = make_context(session, models=["demo"], default_model="demo", default_profile="cpu")
         assert isinstance(session, Backend)
-        app.ensure_loaded(ctx)
-        demo = app.build_blocks(ctx)
+        picks.ensure_loaded(ctx)
+        demo = build_blocks(ctx)
         _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", quiet=True)
         yield url, session
         demo.close()

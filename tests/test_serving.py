@@ -17,22 +17,24 @@ import psutil
 import pytest
 from gradio_client import Client, handle_file
 
-import app
+from page.context import make_context
+from page.layout import build_blocks
+from page import picks
 from longqa.serving import crowd_check, policy
-from longqa.session import Session
+from longqa.session import SAMPLES_DIR, Session
 from tests.hostile import combining_marks_text, shared_stream_pdf
 from tests.tiny import CountingRunner
 
 pytestmark = pytest.mark.slow
-EXAMPLE = json.loads((app.SAMPLES_DIR / "examples.json").read_text())[0]
+EXAMPLE = json.loads((SAMPLES_DIR / "examples.json").read_text())[0]
 MB = 1024 * 1024
 
 
 @pytest.fixture(scope="module")
 def served():
-    ctx = app.make_context(Session(), models=["demo"], default_model="demo", default_profile="cpu")
-    app.ensure_loaded(ctx)
-    demo = app.build_blocks(ctx)
+    ctx = make_context(Session(), models=["demo"], default_model="demo", default_profile="cpu")
+    picks.ensure_loaded(ctx)
+    demo = build_blocks(ctx)
     _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", quiet=True,
                             max_file_size=50 * MB)
     try:
@@ -44,7 +46,7 @@ def served():
 def normal_request(url) -> tuple[str, float]:
     """The bundled sample's first question, as a visitor asks it: (top answer, seconds until answered)."""
     began = time.monotonic()
-    *_, readout = Client(url, verbose=False).predict([handle_file(str(app.SAMPLES_DIR / EXAMPLE["file"]))], "",
+    *_, readout = Client(url, verbose=False).predict([handle_file(str(SAMPLES_DIR / EXAMPLE["file"]))], "",
                                                      EXAMPLE["question"], 1, api_name="/ask")
     return readout["answers"][0]["text"].strip(), time.monotonic() - began
 
@@ -247,7 +249,7 @@ GB = 1024 * MB
 
 def visitor_asks(url):
     """The normal visitor of a crowd test: the bundled sample's question from a fresh client; (right, s, queue)."""
-    return crowd_check.sample_visitor(url, app.SAMPLES_DIR)
+    return crowd_check.sample_visitor(url, SAMPLES_DIR)
 
 
 def lane_is_idle(ctx) -> bool:

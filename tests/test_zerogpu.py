@@ -60,8 +60,9 @@ def gpu_calls(log: Path) -> list[dict]:
 def test_the_stand_in_is_the_spaces_package_the_app_imports():
     env = dict(os.environ, SPACES_ZERO_GPU="true",
                PYTHONPATH=os.pathsep.join([str(ROOT / "tests" / "zerogpu_standin"), str(ROOT)]))
-    probe = subprocess.run([sys.executable, "-c", "import app; print(app.spaces.__file__, app.ZERO_GPU, "
-                            "app.context.lock_profile, app.context.session.loaded is not None)"],
+    probe = subprocess.run([sys.executable, "-c", "import app; from page import zerogpu; "
+                            "print(zerogpu.spaces.__file__, zerogpu.ZERO_GPU, app.context.lock_profile, "
+                            "app.context.session.loaded is not None)"],
                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert probe.returncode == 0, probe.stderr[-2000:]
     path, zero_gpu, locked, loaded = probe.stdout.split()

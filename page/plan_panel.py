@@ -2,7 +2,7 @@
 see every profile's predicted memory there, the profile `auto` would choose, and the article's advice beside it;
 plus the `/plan` API endpoint, which returns what `python -m longqa plan --json` prints.
 
-UI only: the plan is `longqa.gpu_plan`'s, the formatting `ui_format`'s; domain errors become `gr.Error` here.
+UI only: the plan is `longqa.gpu_plan`'s, the formatting `page.format`'s; domain errors become `gr.Error` here.
 It never loads a model, and it reads configs only of the models the page offers.
 """
 
@@ -12,7 +12,7 @@ import html
 
 import gradio as gr
 
-import ui_format
+from page import format as fmt
 from longqa.gpu_plan import DEFAULT_HOST_GB, LongQAError, MachinePlan, plan_request
 from longqa.models import DEFAULT_MODEL
 from strategies.gpu_catalog import GPU_MODELS
@@ -102,7 +102,7 @@ def build_plan_panel(allowed_models: list[str], default_model: str) -> dict:
                 ours = gr.Markdown(elem_id="plan-ours")
             with gr.Column(min_width=320):
                 article = gr.Markdown(elem_id="plan-article")
-        table = gr.Dataframe(headers=ui_format.PLAN_HEADERS, label="Every profile on that machine (predicted)",
+        table = gr.Dataframe(headers=fmt.PLAN_HEADERS, label="Every profile on that machine (predicted)",
                              interactive=False, wrap=True, column_widths=PLAN_COLUMN_WIDTHS)
         with gr.Accordion("Plan (JSON: what /plan and `python -m longqa plan --json` return)", open=False):
             plan_json = gr.JSON(label="Plan (JSON)")
@@ -116,8 +116,8 @@ def build_plan_panel(allowed_models: list[str], default_model: str) -> dict:
         plan = checked_plan(allowed_models, model_ref, tokens=whole(window_tokens), batch=whole(batch_size),
                             cpu_bf16=bool(host_bf16),
                             **machine_arguments(gpu_name, gpu_memory_gb, compute_capability, gpu_count, host_gb))
-        return {ours: ui_format.plan_recommendation(plan), article: ui_format.plan_article(plan),
-                table: ui_format.plan_rows(plan), plan_json: plan.to_json()}
+        return {ours: fmt.plan_recommendation(plan), article: fmt.plan_article(plan),
+                table: fmt.plan_rows(plan), plan_json: plan.to_json()}
 
     def plan(model: str, gpu: str | None = None, gpu_memory_gb: float | None = None, gpus: int = 1,
              tokens: int | None = None, batch: int | None = None, cpu_memory_gb: float | None = None,

@@ -2,7 +2,7 @@
 shows, and the short `info` lines under its controls.
 
 Text only: no gradio, no model, no numbers (measured figures live in docs/ and the README, and the readouts show
-their own). The page (`app.py`) places these; tests check that every term a readout shows is explained here.
+their own). The panels place these; tests check that every term a readout shows is explained here.
 """
 
 from __future__ import annotations
@@ -78,3 +78,5 @@ GLOSSARY = {
 def glossary_markdown() -> str:
     """The glossary as a Markdown list, in the order above."""
     return "\n".join(f"- **{term}**: {text}" for term, text in GLOSSARY.items())
+
+PICK_MODEL = "Pick a model or profile above."  # after a message saying why no model is loaded

@@ -3,7 +3,7 @@ come by name answering gradio by component (`keyed`), and both wired to a trigge
 once (`listen`).
 
 UI only, and nothing of the page's own: it knows gradio's events and handlers' signatures, not the page's context,
-components or models, so that app.py and the panels it imports can all use it.
+components or models, so that every panel can use it.
 """
 
 from __future__ import annotations

@@ -1,0 +1,175 @@
+"""The question and answer panels: the documents, the question, Ask and Stop, the answer area and every readout one
+answer updates, with their events. Not what asking does (`page.asking`) nor the other panels.
+"""
+
+from __future__ import annotations
+
+import gradio as gr
+from gradio.blocks import Block
+
+from longqa.session import SAMPLES_DIR, sample_examples
+from longqa_core.documents import SUPPORTED_EXTENSIONS
+from longqa_core.gpu_devices import gpu_snapshot
+from longqa_core.reading import DEFAULT_READING, READING_MODES
+from page import format as fmt
+from page import words
+from page.asking import DEFAULT_TOP_K, ask, ask_in_full, clear_answer, preview_documents, show_outcome
+from page.context import REQUEST_CONCURRENCY, AppContext, request_workers
+from page.events import bind, listen
+from page.hardening import LATER_INPUT, accept_counts_as_text
+from page.history_panel import build_history_panel, recolour_after
+from page.turns import noting_outcome, press_stop
+
+GPU_REFRESH_S = 2.0
+# Column widths of the wide tables, so that at 1400 px every column shows and long cells wrap (in the order of
+# page.format's headers).
+ANSWER_COLUMN_WIDTHS = ["7%", "22%", "12%", "13%", "26%", "20%"]
+
+
+def example_rows(per_file: int = 2) -> list[list]:
+    rows, seen = [], {}
+    for example in sample_examples():
+        seen[example["file"]] = seen.get(example["file"], 0) + 1
+        if seen[example["file"]] <= per_file:
+            rows.append([[str(SAMPLES_DIR / example["file"])], "", example["question"], DEFAULT_TOP_K])
+    return rows
+
+
+def first_example() -> dict:
+    """The bundled example the introduction offers to try: its document and question."""
+    return sample_examples()[0]
+
+
+def fill_first_example() -> dict:
+    """The introduction's example clicked: its bundled document and question in the inputs, pasted text cleared."""
+    example = first_example()
+    return {"files": [str(SAMPLES_DIR / example["file"])], "pasted": "", "question": example["question"]}
+
+
+def refresh_gpu_gauge():
+    return fmt.gpu_gauge(gpu_snapshot())
+
+
+def build_question_panel(ctx: AppContext) -> dict[str, Block]:
+    """Side by side (one above the other on a phone): the documents, the question, Ask and Stop, and the reading
+    options; and the answer area right beside them, on the first screen: whether the answer was found, the answer
+    with a copy button, its passage with the answer highlighted, the downloads, and the documents' preview
+    (updated as they change). The answer panel wires Ask and Stop."""
+    with gr.Row(elem_id="ask-row"):
+        with gr.Column(min_width=320):
+            files = gr.File(file_count="multiple", file_types=list(SUPPORTED_EXTENSIONS), type="filepath",
+                            label="Documents", elem_id="documents", height=140)
+            pasted = gr.Textbox(label="Or paste text", lines=3, max_lines=8, placeholder="Paste a document here")
+            question = gr.Textbox(label="Question",  # no `info`: it would join the label, which tests select by
+                                  placeholder="What is the frequency of Chiomklian Oustklaeth? (Enter asks)")
+            with gr.Row():
+                ask_btn = gr.Button("Ask", variant="primary", min_width=90)
+                full_btn = gr.Button("Read the whole document", min_width=90)
+                stop_btn = gr.Button("Stop", variant="stop", min_width=90)
+            with gr.Accordion("Reading options", open=False):
+                top_k = accept_counts_as_text(gr.Slider(1, 10, value=DEFAULT_TOP_K, step=1, label="Top-k answers",
+                                                        info=words.TOP_K_INFO))
+                reading = gr.Radio(list(READING_MODES), value=DEFAULT_READING, label="Reading",
+                                   info="auto: guided past a few windows; guided: read where the question's words "
+                                        "point, more while the answer is weak; full: every window")
+                no_answer_below = gr.Textbox("", label="Not-found threshold (optional)", placeholder="e.g. 0.001",
+                                             elem_id=LATER_INPUT,
+                                             info="say 'not found' when the best answer scores under this (between "
+                                                  "0 and 1); empty: the model's own rule, where it has one")
+        with gr.Column(min_width=320):
+            status = gr.Markdown(fmt.NO_ANSWER_YET, elem_id="answer-status")
+            answer_box = gr.Textbox(label="Answer", interactive=False, elem_id="best-answer", buttons=["copy"])
+            evidence_box = gr.HighlightedText(label="Evidence: the answer in its passage", elem_id="evidence",
+                                              color_map={"answer": "yellow"}, show_legend=False,
+                                              show_inline_category=False)
+            with gr.Row():
+                download_json = gr.DownloadButton("Readout (JSON)", visible=False, size="sm", min_width=140,
+                                                  elem_id="download-readout")
+                download_csv = gr.DownloadButton("History (CSV)", visible=False, size="sm", min_width=140,
+                                                 elem_id="download-history")
+            doc_table = gr.Dataframe(headers=fmt.DOCUMENT_HEADERS, label="Documents read", interactive=False,
+                                     wrap=True, column_widths=["43%", "19%", "19%", "19%"])
+    rows = example_rows()
+    examples = gr.Examples(rows, inputs=[files, pasted, question, top_k], label=words.EXAMPLES_LABEL,
+                           example_labels=[row[2] for row in rows],  # the questions: a list that fits a phone
+                           api_visibility="private")
+
+    for trigger in (files.change, pasted.blur):
+        trigger(bind(preview_documents, ctx), inputs=[files, pasted, question], outputs=doc_table,
+                api_visibility="private")
+    return {"files": files, "pasted": pasted, "question": question, "top_k": top_k, "reading": reading,
+            "no_answer_below": no_answer_below, "ask": ask_btn, "full": full_btn, "stop": stop_btn,
+            "documents": doc_table, "examples": examples, "status": status, "answer": answer_box,
+            "evidence": evidence_box, "download_json": download_json, "download_csv": download_csv}
+
+
+def build_answer_panel(ctx: AppContext, question: dict[str, Block], seen: gr.State,
+                       intro: dict[str, Block]) -> dict[str, Block]:
+    """The top answers, latency, memory and run readouts, the live GPU gauge, the run history, and the full readout:
+    all that one answer updates with the answer area, so Ask, Stop, the examples and the introduction's example
+    are wired here. Each way of asking first clears the previous answer, and after it the answer area says how it
+    ended. Returns the history's components (the compare panel adds runs to it)."""
+    has_gpu = bool(ctx.hardware.usable_gpus)
+    with gr.Row():
+        answers_table = gr.Dataframe(headers=fmt.ANSWER_HEADERS, label="Top answers", interactive=False,
+                                     wrap=True, min_width=320, scale=3, column_widths=ANSWER_COLUMN_WIDTHS)
+        run_table = gr.Dataframe(headers=fmt.RUN_HEADERS, label="Run", interactive=False, wrap=True,
+                                 min_width=320, scale=2, column_widths=["30%", "70%"])
+    with gr.Row():
+        latency_table = gr.Dataframe(headers=fmt.LATENCY_HEADERS, label="Latency by stage", interactive=False,
+                                     wrap=True, min_width=320, scale=2)
+        memory_table = gr.Dataframe(headers=fmt.MEMORY_HEADERS, label="Memory", interactive=False, wrap=True,
+                                    min_width=320, scale=3, column_widths=["24%", "22%", "22%", "16%", "16%"])
+    gauge = gr.Label(label="Live GPU memory (NVML)", visible=has_gpu)
+    timer = gr.Timer(GPU_REFRESH_S, active=has_gpu)
+    history = build_history_panel()
+    readout_json = gr.JSON(label="Full readout (JSON)", elem_id="readout")
+
+    timer.tick(refresh_gpu_gauge, outputs=gauge, concurrency_limit=None, show_progress="hidden",
+               api_visibility="private")
+    # The not-found threshold comes last: a call made before it was added sends one value less (`hardening.harden`
+    # pads it).
+    inputs = [question["files"], question["pasted"], question["question"], question["top_k"], question["reading"],
+              history["history"], seen, question["no_answer_below"]]
+    in_full = [question["files"], question["pasted"], question["question"], question["top_k"], history["history"],
+               seen, question["no_answer_below"]]
+    outputs = {"documents": question["documents"], "answer": question["answer"], "answers": answers_table,
+               "evidence": question["evidence"], "latency": latency_table, "memory": memory_table, "run": run_table,
+               **history, "seen": seen,
+               "readout": readout_json}  # last: API clients take the readout as `*_, readout = predict(...)`
+    cleared = {"status": question["status"], "answer": question["answer"], "evidence": question["evidence"],
+               "answers": answers_table, "latency": latency_table, "memory": memory_table, "run": run_table,
+               "readout": readout_json, "download_json": question["download_json"],
+               "download_csv": question["download_csv"]}
+    ended = {name: question[name] for name in ("status", "download_json", "download_csv")}
+    # Every event of the requests group names the same limit: gradio lowers a group to its smallest one.
+    request = dict(concurrency_id=REQUEST_CONCURRENCY, concurrency_limit=request_workers(ctx),
+                   show_progress_on=[question["answer"]])
+
+    def asks_after(trigger, handler, handler_inputs, **event):
+        """`trigger` clears the answer area, then asks with `handler`, then says how it ended."""
+        clearing = listen(trigger, lambda: clear_answer(fmt.ASKING_STATUS), outputs=cleared, queue=False,
+                          show_progress="hidden", api_visibility="private")
+        asking = listen(clearing.then, noting_outcome(ctx, bind(handler, ctx), outputs), inputs=handler_inputs,
+                        outputs=outputs, **request, **event)
+        for outcome in (asking.success, asking.failure):  # `then` alone would not run after an error
+            listen(outcome, bind(show_outcome, ctx), outputs=ended, queue=False, show_progress="hidden",
+                   api_visibility="private")
+        return asking
+
+    asked = [asks_after(question["ask"].click, ask, inputs, api_name="ask"),
+             asks_after(question["question"].submit, ask, inputs, api_visibility="private"),
+             asks_after(question["full"].click, ask_in_full, in_full, api_visibility="private"),
+             asks_after(question["examples"].load_input_event.then, ask, inputs, api_visibility="private")]
+    filling = listen(intro["try"].click, fill_first_example, outputs={name: question[name] for name in
+                                                                      ("files", "pasted", "question")},
+                     queue=False, api_visibility="private")
+    asked.append(asks_after(filling.then, ask, inputs, api_visibility="private"))
+    recolour_after(history, *asked)
+    question["stop"].click(bind(press_stop, ctx), queue=False, api_visibility="private")
+    # New documents: the answer to the old ones goes (the examples and the introduction set them, and ask, above).
+    for trigger in (question["files"].upload, question["files"].clear, question["files"].delete,
+                    question["pasted"].input):
+        listen(trigger, lambda: clear_answer(fmt.NEW_DOCUMENTS_STATUS), outputs=cleared, queue=False,
+               show_progress="hidden", api_visibility="private")
+    return history

@@ -1,0 +1,121 @@
+"""The page's "Compare profiles" panel: the action that asks the question above under each chosen profile in turn,
+reloading the model for each, as one table with ratios to the first profile, the runs added to the history; plus
+the `/compare` API endpoint.
+
+UI only: the comparison is `longqa.compare`'s, the formatting `page.format`'s; it reads and cleans a request as an
+answer does (`page.asking`) and takes an exclusive turn on the model (`page.turns`).
+"""
+
+from __future__ import annotations
+
+import gradio as gr
+import pandas as pd
+
+from longqa.compare import Comparison, choices_from, compare_profiles
+from longqa.serving import policy
+from longqa_core.errors import Cancelled, ProfileError
+from page import format as fmt
+from page.asking import read_before_turn, request_settings
+from page.context import MODEL_CONCURRENCY, AppContext
+from page.errors import user_errors
+from page.events import listen
+from page.history_panel import history_outputs, recolour_after
+from page.picks import ensure_loaded, loaded_now, seen_now
+from page.turns import model_turn, stop_pressed_from_now
+from strategies.profiles import describe_profiles
+from strategies.registry import strategy_cards
+
+DEFAULT_COMPARED = ("cpu", "baseline-fp32")  # where both run here: the profile for a CPU against the original
+LOCKED = ("This deployment fixes the model and profile ({loaded}): comparing profiles reloads the model for each "
+          "one, so it is turned off here. Run the page yourself (`python app.py`) to compare.")
+STOPPED = "Comparison stopped: {loaded} is loaded again."
+
+
+def comparable_profiles(hardware) -> list[str]:
+    """The profiles that can run on this machine, in the registry's order."""
+    return [row["name"] for row in describe_profiles(hardware) if row["available"]]
+
+
+def build_compare_panel(ctx: AppContext, question: dict, history: dict, seen) -> dict:
+    """Lays out the panel and wires its button and the `/compare` endpoint to the question panel's inputs; returns
+    its components and the event (the page shows what is loaded when it ends).
+    The page's Stop ends a comparison between steps or inside a read (it does not cancel the event, so the
+    comparison ends as it does on an error: the profile used before loaded back, then the page shows it)."""
+    available = comparable_profiles(ctx.hardware)
+    chosen = [name for name in DEFAULT_COMPARED if name in available] or available[:2]
+    with gr.Accordion("Compare profiles", open=False, elem_id="compare-panel"):
+        gr.Markdown("Asks the question above, over the documents above, under each profile ticked here, one after "
+                    "another, loading the model afresh for each; then loads back the profile you had. One column per "
+                    "profile, with ratios to the first one ticked. Stop ends it.")
+        if ctx.lock_profile:
+            gr.Markdown(fmt.escape_markdown(LOCKED.format(loaded=loaded_now(ctx))), elem_id="compare-locked")
+        profiles = gr.CheckboxGroup(available, value=chosen, label="Profiles to compare",
+                                    info="the first one ticked is the reference for the ratios",
+                                    interactive=not ctx.lock_profile)
+        strategies = gr.CheckboxGroup([card["name"] for card in strategy_cards()], label="Strategies for custom",
+                                      visible="custom" in chosen)
+        compare_btn = gr.Button("Compare profiles", interactive=not ctx.lock_profile)
+        table = gr.Dataframe(comparison_frame(None), label="Profile comparison", interactive=False, wrap=True,
+                             elem_id="compare-table", column_widths=comparison_widths(0))
+        summary = gr.Markdown(elem_id="compare-summary")
+        with gr.Accordion("Comparison (JSON: what /compare and `python -m longqa compare --json` return)",
+                          open=False):
+            comparison_json = gr.JSON(label="Comparison (JSON)")
+
+    outputs = {"table": table, "summary": summary, **history, "seen": seen, "json": comparison_json}
+
+    def compare(files, pasted_text, question_text, top_k, reading, no_answer_below, names, custom_strategies,
+                runs, request: gr.Request = None, progress=gr.Progress()):
+        """The question asked under each chosen profile in turn (each loaded afresh): the comparison's rows with
+        ratios to the first, the history with one run per profile, and the comparison's JSON (last)."""
+        with user_errors("Comparing profiles"):
+            if ctx.lock_profile:
+                raise ProfileError(LOCKED.format(loaded=loaded_now(ctx)))
+            choices = choices_from(list(names or []), custom_strategies or [])
+            reading, settings = request_settings(ctx, top_k, reading, no_answer_below)
+            documents, extract_s = read_before_turn(ctx, files, pasted_text, question_text, request, progress)
+            stop_pressed = stop_pressed_from_now(ctx, request)
+            with model_turn(ctx, request, progress, exclusive=True) as stop_key:
+                abandoned = policy.stop_check(stop_key) or (lambda: False)
+                ensure_loaded(ctx, progress)
+                try:
+                    comparison = compare_profiles(
+                        ctx.session, ctx.selection["model"], choices, documents, question_text, reading,
+                        extract_s=extract_s, should_stop=lambda: stop_pressed() or abandoned(),
+                        on_progress=lambda fraction, message: progress(fraction, desc=message), **settings)
+                except Cancelled:
+                    if not stop_pressed():
+                        raise
+                    raise Cancelled(STOPPED.format(loaded=loaded_now(ctx))) from None
+        return {"table": gr.update(value=comparison_frame(comparison),
+                                   column_widths=comparison_widths(len(comparison.runs))),
+                "summary": fmt.compare_summary(comparison),
+                **history_outputs(runs, [run.readout for run in comparison.runs], comparison.documents),
+                "seen": seen_now(ctx), "json": comparison.to_json()}
+
+    inputs = [question["files"], question["pasted"], question["question"], question["top_k"], question["reading"],
+              question["no_answer_below"], profiles, strategies, history["history"]]
+    comparing = listen(compare_btn.click, compare, inputs=inputs, outputs=outputs, api_name="compare",
+                       concurrency_id=MODEL_CONCURRENCY, show_progress_on=[table])
+    recolour_after(history, comparing)
+    profiles.change(lambda names: gr.update(visible="custom" in (names or [])), inputs=profiles, outputs=strategies,
+                    queue=False, api_visibility="private")
+    return {"profiles": profiles, "strategies": strategies, "compare": compare_btn, "table": table,
+            "summary": summary, "json": comparison_json, "event": comparing}
+
+
+def comparison_frame(comparison: Comparison | None) -> pd.DataFrame:
+    """The comparison table: a row per measure, a column per profile (`fmt.compare_rows`); before any
+    comparison, the measures alone."""
+    if comparison is None:
+        return pd.DataFrame([[measure] for measure in fmt.COMPARE_MEASURES], columns=[fmt.COMPARE_MEASURE])
+    return pd.DataFrame(fmt.compare_rows(comparison), columns=fmt.compare_headers(comparison))
+
+
+def comparison_widths(profiles: int) -> list[str]:
+    """Column widths that share the panel's width, whatever it is: the measures' column, then an equal share per
+    profile (gradio resolves percentages against the table's width, so nothing scrolls sideways)."""
+    if not profiles:
+        return ["100%"]
+    return ["30%", *[f"{70 / profiles:.2f}%"] * profiles]
+

@@ -1,0 +1,111 @@
+"""The page's context: the shared backend, this machine, the limits set on the command line, and the queue's groups.
+Not a handler: every handler takes an `AppContext` first; nothing here knows gradio's components.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from longqa.backend import Backend
+from longqa.models import DEFAULT_MODEL, KNOWN_MODELS
+from longqa.serving.lane import MAX_ACTIVE, MAX_QUEUED_WINDOWS, ModelLane
+from longqa.serving.uploads import UploadStore
+from longqa.session import Session
+from longqa_core.limits import DEFAULT_MAX_TOTAL_TOKENS
+from strategies.hardware import Hardware, detect_hardware
+from strategies.profiles import get_profile
+
+MB = 1024 * 1024
+DEFAULT_QUEUE_SIZE = 64
+DEFAULT_MAX_FILE_MB = 50.0
+MODEL_CONCURRENCY = "model"  # model reloads, one at a time
+# Requests (answers, training steps) run their reading and checks side by side, then take turns on the model in
+# the context's lane: a slow upload delays only its own visitor, and a reload waits for the answer in flight.
+REQUEST_CONCURRENCY = "requests"
+REQUEST_WORKERS = 32  # threads that read and then wait in the lane, which orders their turns on the model
+
+
+@dataclass
+class AppContext:
+    """What every handler needs: the shared backend, this machine, and the limits set on the command line."""
+
+    session: Backend
+    hardware: Hardware
+    models: list[str]  # the only models the page may load: the registry plus the command line's --model
+    max_file_bytes: int
+    max_total_tokens: int
+    start: dict = field(default_factory=dict)  # what to load first: profile, model, strategies
+    load_error: str | None = None
+    lock_profile: bool = False  # a shared deployment: the profile and model cannot be changed from the page or API
+    max_request_s: float | None = None  # refuse requests predicted to take longer (None: no limit)
+    lane: ModelLane = field(default_factory=ModelLane)  # requests take turns on the model between batches
+    uploads: UploadStore = field(default_factory=UploadStore)  # the uploads on disk, bounded and deleted
+    visitor_header: str | None = None  # the proxy's header naming the visitor's address (None: a direct connection)
+    key: str = field(default_factory=lambda: uuid.uuid4().hex)  # how GPU functions find this context
+    # Per page session (gradio's session hash), bounded: how its last request ended, for the answer area (an error's
+    # message, a Stop, or the readout), and when it last pressed Stop.
+    outcomes: OrderedDict = field(default_factory=OrderedDict)
+    stops: OrderedDict = field(default_factory=OrderedDict)
+
+    @property
+    def selection(self) -> dict:
+        """What the dropdowns show: what the loaded model was asked for (with the model that did load: the demo
+        model after a fallback), or before any load, what the page starts with."""
+        requested = self.session.requested
+        if not requested:
+            return self.start
+        return {"profile": requested[1], "model": self.session.model_ref,
+                "strategies": list(requested[2]) if len(requested) > 2 else []}
+
+    def window_s(self) -> float | None:
+        """Seconds a window takes on the loaded model (its one throughput estimate), or None before any ran."""
+        measured = self.measured()
+        return measured.window_s if measured is not None else None
+
+    def tokens_per_s(self) -> float | None:
+        """Window tokens a second on the loaded model (the same estimate), or None before any ran."""
+        measured = self.measured()
+        return measured.tokens_per_s if measured is not None else None
+
+    def measured(self):
+        """The loaded model's record of its forward passes (`BatchState`), or None without a model."""
+        loaded = self.session.loaded
+        return loaded.batch_state if loaded is not None else None
+
+
+# The contexts GPU functions reach by key. ZeroGPU pickles a GPU function's arguments to a forked worker, so those
+# arguments are the request's own inputs and the key; the worker inherits this module state, model included.
+CONTEXTS: dict[str, AppContext] = {}
+
+
+def make_context(session: Backend | None = None, *, models=None, default_model: str = DEFAULT_MODEL,
+                 default_profile: str = "auto", max_file_mb: float = DEFAULT_MAX_FILE_MB,
+                 max_total_tokens: int = DEFAULT_MAX_TOTAL_TOKENS,
+                 hardware: Hardware | None = None, lock_profile: bool = False, max_request_s: float | None = None,
+                 queue_size: int = DEFAULT_QUEUE_SIZE, visitor_header: str | None = None,
+                 max_queued_windows: int | None = MAX_QUEUED_WINDOWS, uploads: UploadStore | None = None
+                 ) -> AppContext:
+    get_profile(default_profile)
+    allowed = list(dict.fromkeys([*(models if models is not None else KNOWN_MODELS), default_model]))
+    if DEFAULT_MODEL in allowed and "demo" not in allowed:
+        allowed.append("demo")  # the default falls back to the demo model offline: the dropdown must show it
+    session = session or Session()
+    hardware = hardware or session.hardware or detect_hardware()
+    session.hardware = hardware  # profiles resolve for the machine the page describes, in the page and the loader
+    ctx = AppContext(session=session, hardware=hardware, models=allowed,
+                     max_file_bytes=int(max_file_mb * 1024 * 1024), max_total_tokens=max_total_tokens,
+                     start={"profile": default_profile, "model": default_model, "strategies": []},
+                     lock_profile=lock_profile, max_request_s=max_request_s or None,
+                     visitor_header=visitor_header or None, uploads=uploads or UploadStore())
+    ctx.lane = ModelLane(max_waiting=queue_size, capacity=session.capacity,
+                         max_active=max(MAX_ACTIVE, session.capacity), max_queued_windows=max_queued_windows or None,
+                         window_s=ctx.window_s)
+    CONTEXTS[ctx.key] = ctx
+    return ctx
+
+
+def request_workers(ctx: AppContext) -> int:
+    """Requests read and checked side by side: at least as many as the model lane lets answer at once."""
+    return max(REQUEST_WORKERS, ctx.lane.capacity)

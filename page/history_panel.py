@@ -1,0 +1,85 @@
+"""The page's run history: a table and two bar plots coloured by profile, one bar per run, kept per browser tab; an
+answer and a comparison each add their runs. Not the runs themselves: the answer and compare panels make them.
+"""
+
+from __future__ import annotations
+
+import gradio as gr
+import pandas as pd
+
+from longqa.readout import Readout
+from page import format as fmt
+from strategies.profiles import PROFILES
+
+# Wide enough for each header on two lines; the table scrolls sideways where the page is narrower.
+HISTORY_COLUMN_WIDTHS = ["56px", "150px", "110px", "240px", "140px", "140px", "80px", "80px", "80px", "110px",
+                         "100px", "100px", "90px", "120px"]
+
+
+def build_history_panel() -> dict:
+    """This page's runs: a table and two bar plots with one bar per row of the table, coloured by profile (the answer
+    and compare panels fill them)."""
+    history = gr.State([])
+    history_table = gr.Dataframe(headers=fmt.HISTORY_HEADERS, label="Run history (this page)",
+                                 interactive=False, wrap=True, max_height=420, column_widths=HISTORY_COLUMN_WIDTHS)
+    # What gradio 6.31 draws right (tests/test_app_browser.py counts the bars drawn in Chromium):
+    # - An update carries the plot's data only. An update that also changes a plot property (y_lim, sort, ...)
+    #   rebuilds the chart from the data the plot held before the update, while the new data goes to the chart
+    #   being replaced: the bars lagged one answer behind the table. So the y axis is fixed from zero here (left
+    #   alone, it starts at the smallest bar and hides it).
+    # - No data until the first answer: a chart first drawn from an empty frame keeps that frame's layout after
+    #   data arrives, its axis titles and labels cut; with none, the first answer draws it whole.
+    # - Colour by profile: the chart's colour scale keeps the profiles of the data it was drawn from, and a bar of a
+    #   profile it does not know is not drawn. So the data goes first, and an event after it (`recolour_after`)
+    #   sets the colours of the profiles in the history, which redraws the chart from the data it now holds when a
+    #   new profile arrives (the map changes only then).
+    # - Except the first data, which comes with the colours (`plot_outputs`): gradio applies an update's keys one
+    #   at a time, its value last, so the colour map is set while the plot has no chart yet and the data then
+    #   draws the chart once, coloured. Sent after it, the map would start a second drawing while the first was
+    #   still loading Vega, and whichever finished last stayed: in default colours 3 times in 6 under load.
+    # Run numbers stand upright: twenty of them fit side by side in a plot on a 400 px phone.
+    plot = dict(x="run", color="profile", y_lim=[0, None], x_label_angle=-90,
+                tooltip=["profile", "strategies", "reading"], color_title="profile")
+    with gr.Row(elem_id="plots"):
+        memory_plot = gr.BarPlot(None, y=fmt.PLOT_MEMORY, label="Peak memory by run",
+                                 y_title="peak memory (MB, GPU else host RSS)", min_width=300, **plot)
+        latency_plot = gr.BarPlot(None, y=fmt.PLOT_LATENCY, label="Latency by run", min_width=300, **plot)
+    return {"history": history, "history_table": history_table, "memory_plot": memory_plot,
+            "latency_plot": latency_plot}
+
+
+def profile_colours(runs: list[dict]) -> dict[str, str]:
+    """The plots' colour for each profile in the history."""
+    return fmt.profile_colours(list(PROFILES), runs)
+
+
+def plot_outputs(earlier: list[dict], runs: list[dict]) -> dict:
+    """Both plots' new data, one bar per run of `runs`, after `earlier` runs: the data alone, but for the page's
+    first data, which comes with the profiles' colours (see build_history_panel)."""
+    plotted = fmt.history_frame(runs)
+    colours = {} if earlier else {"color_map": profile_colours(runs)}
+    # one update per plot: gradio takes the value out of the update it processes
+    return {"memory_plot": gr.update(value=plotted, **colours), "latency_plot": gr.update(value=plotted, **colours)}
+
+
+def history_outputs(runs: list[dict] | None, readouts: list[Readout], documents: list[str] | None = None) -> dict:
+    """The history (the page's state) with one run added per readout (`documents`: their names, else each readout's
+    own), its table, and the plots' data (`plot_outputs`): what an answer and a comparison both show."""
+    earlier = list(runs or [])
+    runs = list(earlier)
+    for readout in readouts:
+        runs.append(fmt.history_entry(readout, len(runs) + 1, documents))
+    return {"history": runs, "history_table": pd.DataFrame(fmt.history_rows(runs),
+                                                           columns=fmt.HISTORY_HEADERS),
+            **plot_outputs(earlier, runs)}
+
+
+def recolour_after(history: dict, *events) -> None:
+    """After each event that adds runs: the plots' colours for the profiles in the history (see build_history_panel)."""
+    def recolour(runs):
+        colours = profile_colours(runs or [])
+        return gr.update(color_map=colours), gr.update(color_map=colours)
+
+    for event in events:
+        event.then(recolour, inputs=history["history"], outputs=[history["memory_plot"], history["latency_plot"]],
+                   queue=False, show_progress="hidden", api_visibility="private")

@@ -1,0 +1,111 @@
+"""The page's layout: the introduction, each panel in its place, the training and reference panels, and the queue.
+Not the panels' own components and events: each panel's module lays out and wires its own.
+"""
+
+from __future__ import annotations
+
+import gradio as gr
+import pandas as pd
+from gradio.blocks import Block
+
+from page import format as fmt
+from page import words
+from page.answer_panel import build_answer_panel, build_question_panel, first_example
+from page.asking import DEFAULT_TRAINING_WINDOW, run_training_step
+from page.compare_panel import build_compare_panel
+from page.context import DEFAULT_QUEUE_SIZE, REQUEST_CONCURRENCY, AppContext, request_workers
+from page.events import bind, listen
+from page.hardening import harden
+from page.model_panel import build_model_panel, show_loaded_after, wire_model_panel
+from page.picks import auto_profile
+from page.plan_panel import build_plan_panel
+from strategies.hardware import Hardware
+from strategies.profiles import Profile, describe_profiles
+from strategies.registry import strategy_cards
+
+CSS = """
+#best-answer textarea { font-size: 1.8rem !important; font-weight: 600; line-height: 1.3; }
+#banner { border: 2px solid #f59e0b; border-radius: 8px; padding: 0.25rem 1rem; background: #fffbeb; }
+#answer-status h3 { margin: 0 0 0.2rem 0; }
+#answer-status, #load-status { min-height: 2.5rem; }
+/* a phone: nothing wider than the screen; long words and cells wrap */
+.gradio-container { overflow-wrap: anywhere; }
+@media (max-width: 640px) { .gradio-container { padding-left: 4px !important; padding-right: 4px !important; } }
+"""
+PROFILE_COLUMN_WIDTHS = ["12%", "20%", "28%", "7%", "7%", "26%"]  # profile ... runs here
+STRATEGY_COLUMN_WIDTHS = ["12%", "8%", "27%", "27%", "26%"]  # name, phase, saves, costs, requires: wrapped
+
+
+def build_intro() -> dict[str, Block]:
+    """What the page does, what the demo model answers (with one example to click) and what a profile is; the
+    glossary of every term of art the page shows."""
+    gr.Markdown(f"{words.TITLE}\n{words.INTRO}", elem_id="intro")
+    with gr.Row():
+        try_btn = gr.Button(words.TRY_LABEL.format(question=first_example()["question"]), size="sm",
+                            elem_id="try-example", min_width=300)
+        with gr.Column(min_width=300):
+            with gr.Accordion("Glossary: the terms on this page", open=False, elem_id="glossary"):
+                gr.Markdown(words.glossary_markdown())
+    return {"try": try_btn}
+
+
+def profiles_frame(hardware: Hardware, auto: Profile | None = None) -> pd.DataFrame:
+    rows = [[row["name"], row["targets"], ", ".join(row["strategies_here"] or row["strategies"]) or "none",
+             row["batch_size"], row["device"], "yes" if row["available"] else f"no: {row['reason']}"]
+            for row in describe_profiles(hardware, auto)]
+    return pd.DataFrame(rows, columns=["profile", "targets", "strategies", "batch size", "device", "runs here"])
+
+
+def strategies_frame() -> pd.DataFrame:
+    """The registry's cards as they come (name, order of composition, saves, costs, requires), one row each."""
+    cards = strategy_cards()
+    columns = [key for key in (cards[0] if cards else {}) if key != "description"]
+    return pd.DataFrame([[card.get(key) for key in columns] for card in cards], columns=columns)
+
+
+def build_reference_panel(ctx: AppContext) -> None:
+    """What each profile and strategy is, and which profiles run on this machine."""
+    with gr.Accordion("Profiles and strategies", open=False):
+        gr.Dataframe(profiles_frame(ctx.hardware, auto_profile(ctx)), label="Profiles on this machine",
+                     interactive=False, wrap=True, column_widths=PROFILE_COLUMN_WIDTHS)
+        gr.Dataframe(strategies_frame(), label="Strategies", interactive=False, wrap=True,
+                     column_widths=STRATEGY_COLUMN_WIDTHS)
+
+
+def build_training_panel(ctx: AppContext) -> None:
+    """One training step with and without gradient checkpointing: where that strategy saves memory."""
+    with gr.Accordion("Training-step memory: gradient checkpointing", open=False):
+        gr.Markdown("One forward+backward step on a window of a bundled sample, with and without gradient "
+                    "checkpointing. This is where that strategy saves memory; at inference it saves nothing.")
+        window_slider = gr.Slider(128, 4096, value=DEFAULT_TRAINING_WINDOW, step=64, label="Window (tokens)")
+        train_btn = gr.Button("Run one training step")
+        training_table = gr.Dataframe(headers=fmt.TRAINING_HEADERS, label="Training step", interactive=False)
+        training_text = gr.Markdown()
+    listen(train_btn.click, bind(run_training_step, ctx), inputs=window_slider,
+           outputs={"table": training_table, "summary": training_text}, concurrency_id=REQUEST_CONCURRENCY,
+           concurrency_limit=request_workers(ctx), api_name="training_step")
+
+
+def build_blocks(ctx: AppContext, queue_size: int = DEFAULT_QUEUE_SIZE) -> gr.Blocks:
+    """The page for `ctx`: the panels top to bottom, the queue bounded by `queue_size` (the model lane's bound too),
+    hardened (`page.hardening`). Launch it with `css=CSS`, as `page.cli.serve` does."""
+    ctx.lane.max_waiting = queue_size  # the page's queue bound is the model lane's
+    with gr.Blocks(title="Long-document QA with Longformer", analytics_enabled=False,
+                   delete_cache=(3600, 3600)) as demo:  # what gradio itself writes; uploads are swept sooner
+        intro = build_intro()
+        seen = gr.State({})  # what this tab has seen loaded, to tell it when another visitor switched
+        model = build_model_panel(ctx)
+        question = build_question_panel(ctx)
+        wire_model_panel(ctx, demo, seen, model, question)
+        history = build_answer_panel(ctx, question, seen, intro)
+        compared = build_compare_panel(ctx, question, history, seen)
+        show_loaded_after(ctx, compared["event"], model, question)
+        with gr.Accordion("Loaded model", open=True):
+            model["load_table"].render()
+            with gr.Accordion("Load readout (JSON)", open=False):
+                model["load_json"].render()
+        build_training_panel(ctx)
+        build_plan_panel(ctx.models, ctx.selection["model"])
+        build_reference_panel(ctx)
+    demo.queue(default_concurrency_limit=1, max_size=queue_size)
+    return harden(demo, ctx.uploads, ctx.visitor_header)

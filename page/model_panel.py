@@ -1,0 +1,90 @@
+"""The model panel: the notice, the profile and model pickers, the line saying what is loaded, the custom
+strategies, and their events (a visit's load, each pick's reload). Not what loading does (`page.picks`).
+"""
+
+from __future__ import annotations
+
+import gradio as gr
+from gradio.blocks import Block
+
+from page import format as fmt
+from page import words
+from page.context import MODEL_CONCURRENCY, AppContext
+from page.events import bind, listen
+from page.picks import (auto_profile, load_profile, load_status, model_choices, on_page_load, show_custom_controls,
+                        show_loaded, start_loading, start_model_pick, start_profile_pick, strategy_choices)
+from strategies.profiles import profile_choices
+
+# at 1400 px every column of the load readout shows and long cells wrap (in the order of page.format's LOAD_HEADERS)
+LOAD_COLUMN_WIDTHS = ["11%", "7%", "14%", "7%", "6%", "9%", "11%", "9%", "10%", "16%"]
+
+
+def build_model_panel(ctx: AppContext) -> dict[str, Block]:
+    """The notice, the profile and model pickers, the line saying what is loaded (or loading), and the custom
+    strategies. The load readout (table and JSON) is made here and placed lower on the page (`render`)."""
+    banner_box = gr.Markdown(visible=False, elem_id="banner", label="Notice")
+    with gr.Row():
+        locked = " Fixed on this deployment." if ctx.lock_profile else ""
+        profile_dd = gr.Dropdown(profile_choices(ctx.hardware, auto_profile(ctx)), value=ctx.selection["profile"],
+                                 label="Hardware profile",
+                                 info=f"{words.PROFILE_INFO} Detected: {ctx.hardware.describe()}.{locked}",
+                                 interactive=not ctx.lock_profile, scale=2, min_width=300)
+        model_dd = gr.Dropdown(model_choices(ctx), value=ctx.selection["model"], label="Model",
+                               info=words.MODEL_INFO, interactive=not ctx.lock_profile, scale=2, min_width=300)
+    status = gr.Markdown(load_status(ctx), elem_id="load-status")
+    with gr.Row():
+        strategies_cb = gr.CheckboxGroup(strategy_choices(ctx.hardware), label="Custom strategies",
+                                         info=words.STRATEGIES_INFO, visible=False, scale=4, min_width=300)
+        apply_btn = gr.Button("Load custom profile", visible=False, scale=1, min_width=160)
+    load_table = gr.Dataframe(headers=fmt.LOAD_HEADERS, label="Load readout", interactive=False, wrap=True,
+                              render=False, column_widths=LOAD_COLUMN_WIDTHS)
+    load_json = gr.JSON(label="Load readout (JSON)", render=False, elem_id="load-json")
+    return {"banner": banner_box, "profile": profile_dd, "model": model_dd, "load_status": status,
+            "strategies": strategies_cb, "apply": apply_btn, "load_table": load_table, "load_json": load_json}
+
+
+def loaded_outputs(model: dict[str, Block], question: dict[str, Block]) -> dict[str, Block]:
+    """What `show_loaded` fills: the dropdowns, the load readouts, the line over the page and the ask buttons."""
+    return {**{name: model[name] for name in ("profile", "model", "strategies", "banner", "load_table", "load_json",
+                                              "load_status")},
+            "ask": question["ask"], "full": question["full"]}
+
+
+def show_loaded_after(ctx: AppContext, event, model: dict[str, Block], question: dict[str, Block]) -> None:
+    """After `event` (a reload, or a comparison: it reloads the model for each profile and loads back the one used
+    before), done or refused or stopped, the page shows what is loaded: its dropdowns, load readouts and the line
+    over it, and Ask is enabled."""
+    for outcome in (event.success, event.failure):  # `then` alone would not run after an error
+        listen(outcome, bind(show_loaded, ctx), outputs=loaded_outputs(model, question), api_visibility="private")
+
+
+def wire_model_panel(ctx: AppContext, demo: gr.Blocks, seen: gr.State, model: dict[str, Block],
+                     question: dict[str, Block]) -> None:
+    """Load on a visit and on each pick: while a reload runs, the line over the page says what is loading (its
+    progress shows the elapsed time) and Ask is disabled. A pick loads what the select event says was picked, and a
+    visit's outputs reach the page in turn with the reloads, so that neither undoes the other."""
+    readouts = {name: model[name] for name in ("banner", "load_table", "load_json")}
+    selection = {name: model[name] for name in ("profile", "model", "strategies")}
+    # In the reloads' group (one at a time, in order): a visit's outputs, what was loaded when it ran, then reach the
+    # page before those of a reload asked for after it, and never undo the reload's `show_loaded`.
+    listen(demo.load, bind(on_page_load, ctx),
+           outputs={**selection, "seen": seen, **readouts, "load_status": model["load_status"]},
+           concurrency_id=MODEL_CONCURRENCY, api_visibility="private", show_progress_on=[model["load_status"]])
+    listen(model["profile"].change, show_custom_controls, inputs=model["profile"],
+           outputs={"strategies": model["strategies"], "apply": model["apply"]}, queue=False,
+           api_visibility="private")
+    # `select`, not `input`: a dropdown fires `input` twice per pick in gradio 6.31 (two loads, two errors).
+    for trigger, start, api_name in ((model["profile"].select, start_profile_pick, "load_profile"),
+                                     (model["model"].select, start_model_pick, None),
+                                     (model["apply"].click, start_loading, None)):
+        starting = listen(trigger, bind(start, ctx), inputs=[model["profile"], model["model"]],
+                          outputs={"load_status": model["load_status"], "ask": question["ask"],
+                                   "full": question["full"], "profile": model["profile"], "model": model["model"]},
+                          queue=False, api_visibility="private", show_progress="hidden")
+        loading = listen(starting.then, bind(load_profile, ctx),
+                         inputs=[model["profile"], model["model"], model["strategies"], seen],
+                         outputs={"seen": seen, **readouts}, concurrency_id=MODEL_CONCURRENCY, api_name=api_name,
+                         show_progress_on=[model["load_status"]], api_visibility="public" if api_name else "private")
+        # done or refused, the dropdowns then show what is loaded: the demo model after a fallback, the previous
+        # choice after a refusal, and what `auto` picked
+        show_loaded_after(ctx, loading, model, question)

@@ -1,0 +1,235 @@
+"""The profile and model picks: which models the page may load, loading the one picked (or the first on a visit),
+and what the dropdowns, the banner and the load readout show. Not the panel's layout (`page.model_panel`).
+"""
+
+from __future__ import annotations
+
+import gradio as gr
+import pandas as pd
+
+from longqa.models import DEFAULT_MODEL, KNOWN_MODELS, is_offline, needs_download
+from longqa.session import NO_MODEL
+from longqa_core.errors import LongQAError, ModelLoadError, ProfileError
+from page import format as fmt
+from page.context import AppContext
+from page.errors import user_errors
+from page.turns import model_turn
+from page.words import PICK_MODEL
+from strategies.hardware import Hardware
+from strategies.profiles import Profile, custom_profile, device_for, profile_choices
+from strategies.registry import make_strategy, strategy_cards
+
+def check_model_allowed(ctx: AppContext, model_ref: str) -> None:
+    if model_ref not in ctx.models:
+        raise ModelLoadError(f"This page can only load the listed models ({', '.join(ctx.models)}); "
+                             f"{str(model_ref)[:200]!r} is not one of them.")
+
+
+def falls_back_to_demo(model_ref: str) -> bool:
+    """Whether a load of `model_ref` that cannot fetch it from the Hub loads the bundled demo model instead (the
+    default model does, so that the page always starts with something that answers; any other is refused)."""
+    return model_ref == DEFAULT_MODEL
+
+
+def check_model_reachable(model_ref: str) -> None:
+    """A Hub model that is not in the local cache while downloads are off is refused in plain words before the
+    loader tries (the default model still falls back to the demo model there, as the loader decides)."""
+    if not falls_back_to_demo(model_ref) and is_offline() and needs_download(model_ref):
+        raise ModelLoadError(f"Could not fetch {model_ref!r} from the Hugging Face Hub: it is not in this machine's "
+                             "cache, and downloads are off here (HF_HUB_OFFLINE is set). Pick a model not marked "
+                             "'cannot load here', such as the bundled demo model.")
+
+
+def model_note(ref: str) -> str:
+    """What the Model dropdown adds to a model's name where it is not on this machine: that its first load downloads
+    it, or, offline, that it cannot load here; for a model that falls back to the bundled demo model when it cannot
+    be fetched (`falls_back_to_demo`), that the demo model answers instead. Nothing for a model on disk."""
+    if not needs_download(ref):
+        return ""
+    if is_offline():
+        if falls_back_to_demo(ref):
+            return " (not in the local cache, and downloads are off: the bundled demo model answers instead)"
+        return " (cannot load here: not in the local cache, and downloads are off)"
+    if falls_back_to_demo(ref):
+        return (" (not in the local cache: the first load downloads it from the Hub; if it cannot, the bundled demo "
+                "model answers instead)")
+    return " (not in the local cache: the first load downloads it from the Hub)"
+
+
+def model_choices(ctx: AppContext) -> list[tuple[str, str]]:
+    """The models the page may load, each with what it is and, where it is not on this machine, whether it can
+    load here (`model_note`)."""
+    return [(f"{ref}: {KNOWN_MODELS.get(ref, 'given with --model')}{model_note(ref)}", ref) for ref in ctx.models]
+
+
+def strategy_choices(hardware: Hardware) -> list[tuple[str, str]]:
+    """The custom strategies as the checkbox group shows them: each with what it does, and, where this machine
+    cannot run it (a GPU-only strategy on a CPU, a kernel this torch build lacks), why."""
+    choices = []
+    for card in strategy_cards():
+        device = device_for(custom_profile([card["name"]]), hardware)  # where `custom` would put the model here
+        reason = make_strategy(card["name"], hardware, device).unavailable_reason(hardware)
+        why_not = f" (cannot run here: {reason})" if reason else ""
+        choices.append((f"{card['name']}: {card['description']}{why_not}", card["name"]))
+    return choices
+
+
+def current_model(ctx: AppContext) -> str:
+    session = ctx.session
+    if session.loaded is None:
+        return "No model is loaded now."
+    return f"Still using {loaded_now(ctx)}."
+
+
+def loaded_now(ctx: AppContext) -> str:
+    """The model loaded now, in words: "demo with profile cpu" (or that none is)."""
+    session = ctx.session
+    if session.loaded is None:
+        return "no model loaded yet"
+    return f"{session.model_ref} with profile {session.profile_name}"
+
+
+def load_selection(ctx: AppContext, profile_name: str, model_ref: str, strategies=(), progress=None) -> None:
+    """Load (model, profile) into the session; on failure the previous model stays and the error says so. The
+    selection then names the model that did load: the bundled demo model when the default could not be fetched."""
+    on_progress = (lambda fraction, message: progress(fraction, desc=message)) if progress else None
+    try:
+        check_model_allowed(ctx, model_ref)
+        check_model_reachable(model_ref)
+        profile = ctx.session.runnable_profile(profile_name, strategies)
+        ctx.session.load(model_ref, profile, on_progress=on_progress, fallback_to_demo=falls_back_to_demo(model_ref),
+                         force=profile.name == "custom",
+                         strategies=tuple(strategies or ()) if profile.name == "custom" else ())
+    except LongQAError as exc:
+        raise type(exc)(f"{exc} {current_model(ctx)}") from exc
+    ctx.load_error = None
+
+
+def ensure_loaded(ctx: AppContext, progress=None) -> None:
+    """Load the selected model if none is loaded yet (the first visit or request after start)."""
+    if ctx.session.loaded is not None:
+        return
+    with ctx.session.lock:
+        if ctx.session.loaded is not None:
+            return
+        try:
+            load_selection(ctx, ctx.start["profile"], ctx.start["model"], ctx.start["strategies"], progress)
+        except LongQAError as exc:
+            ctx.load_error = str(exc)
+            raise
+
+
+def banner(ctx: AppContext) -> dict:
+    """The warning over the page: running on the demo model instead of the chosen one, or nothing loaded."""
+    loaded = ctx.session.loaded
+    if loaded is None and ctx.load_error:
+        text = f"**{NO_MODEL}** {fmt.escape_markdown(ctx.load_error)} {PICK_MODEL}"
+    elif loaded is not None and loaded.readout.fallback_reason:
+        wanted = ctx.session.requested[0] if ctx.session.requested else DEFAULT_MODEL
+        text = (f"**Running on the bundled demo model**, not {fmt.escape_markdown(wanted)}. "
+                f"{fmt.escape_markdown(loaded.readout.fallback_reason)} The demo model is tiny: it answers "
+                "questions like *What is the frequency of …?* about sentences *The frequency of … is ….*, "
+                "as in the examples below.")
+    else:
+        return gr.update(value="", visible=False)
+    return gr.update(value=text, visible=True)
+
+
+def load_status(ctx: AppContext) -> str:
+    """One line over the page: what is loaded now, and how long its load took."""
+    loaded = ctx.session.loaded
+    if loaded is None:
+        return "**No model loaded yet.**"
+    readout = loaded.readout
+    return (f"Loaded **{fmt.escape_markdown(ctx.session.model_ref)}** with profile "
+            f"**{fmt.escape_markdown(ctx.session.profile_name)}** in "
+            f"{fmt.format_seconds(readout.load_time_s)}.")
+
+
+def load_outputs(ctx: AppContext) -> dict:
+    """The banner and the load readout (table and JSON) for the model loaded now."""
+    loaded = ctx.session.loaded
+    rows = [dict(fmt.load_rows(loaded.readout))] if loaded is not None else []
+    return {"banner": banner(ctx), "load_table": pd.DataFrame(rows, columns=fmt.LOAD_HEADERS),
+            "load_json": loaded.readout.to_dict() if loaded is not None else {}}
+
+
+def auto_profile(ctx: AppContext) -> Profile | None:
+    """What `auto` stands for with the model shown, by the loader's own rule (see `Session.auto_profile`)."""
+    return ctx.session.auto_profile(ctx.selection["model"])
+
+
+def shown_selection(ctx: AppContext) -> dict:
+    """The dropdowns as they must read now: the profile chosen, with `auto` naming what it picked for the model;
+    the model loaded (the demo model after a fallback); the strategies ticked."""
+    selection = ctx.selection
+    return {"profile": gr.update(choices=profile_choices(ctx.hardware, auto_profile(ctx)), value=selection["profile"]),
+            "model": gr.update(value=selection["model"]), "strategies": gr.update(value=selection["strategies"])}
+
+
+def seen_now(ctx: AppContext) -> dict:
+    """What a visitor has seen loaded (kept per browser tab): the session's load generation and its names."""
+    return {"generation": ctx.session.generation, "model": ctx.session.model_ref,
+            "profile": ctx.session.profile_name}
+
+
+def changed_since(ctx: AppContext, seen) -> str | None:
+    """A notice when another visitor switched the model or profile since this visitor's last answer or load."""
+    if not seen or seen.get("generation") in (None, ctx.session.generation):
+        return None
+    return (f"The model or profile was changed by another visitor since your last answer: now {ctx.session.model_ref} "
+            f"with profile {ctx.session.profile_name} (was {seen.get('model')} with {seen.get('profile')}).")
+
+
+def on_page_load(ctx: AppContext, progress=gr.Progress()) -> dict:
+    """A new visitor: load the model if none is yet, and show what is selected and loaded now."""
+    try:
+        ensure_loaded(ctx, progress)
+    except LongQAError:
+        pass  # the banner shows why; the page stays usable to pick another model
+    return {**shown_selection(ctx), "seen": seen_now(ctx), **load_outputs(ctx), "load_status": load_status(ctx)}
+
+
+def load_profile(ctx: AppContext, profile_name: str, model_ref: str, strategies=None, seen=None,
+                 request: gr.Request = None, progress=gr.Progress()) -> dict:
+    """Reload with another profile or model, in turn with the answers; a failed load keeps the previous model.
+    Refused when locked."""
+    with user_errors("Loading"):
+        if ctx.lock_profile:
+            raise ProfileError(f"This deployment fixes the model and profile: it runs {loaded_now(ctx)}, and "
+                               "they cannot be changed from the page or the API.")
+        with model_turn(ctx, request, progress, exclusive=True):
+            load_selection(ctx, profile_name, model_ref, strategies or [], progress)
+    return {"seen": seen_now(ctx), **load_outputs(ctx)}
+
+
+def start_loading(ctx: AppContext, profile_name: str, model_ref: str) -> dict:
+    """The moment a reload is asked for: say what is loading, and disable asking until it ends (`show_loaded`)."""
+    wanted = model_ref or ctx.selection["model"]
+    return {"load_status": f"**Loading {fmt.escape_markdown(wanted)} with profile "
+                           f"{fmt.escape_markdown(profile_name)}…** Ask is disabled until it ends.",
+            "ask": gr.update(interactive=False), "full": gr.update(interactive=False)}
+
+
+def start_profile_pick(ctx: AppContext, profile_name: str, model_ref: str, picked: gr.SelectData) -> dict:
+    """A profile picked: `start_loading` for the pick, which the dropdown is set to again. The load that follows
+    reads the dropdown, and another event's outputs (a visit's `on_page_load`, computed before the pick) may have
+    set it back in between: the pick itself is the event's data."""
+    return {**start_loading(ctx, picked.value, model_ref), "profile": gr.update(value=picked.value)}
+
+
+def start_model_pick(ctx: AppContext, profile_name: str, model_ref: str, picked: gr.SelectData) -> dict:
+    """A model picked: as `start_profile_pick`, for the model dropdown."""
+    return {**start_loading(ctx, profile_name, picked.value), "model": gr.update(value=picked.value)}
+
+
+def show_loaded(ctx: AppContext) -> dict:
+    """After a load, done or refused: the dropdowns, the readouts and the line over the page show what is loaded
+    now, and asking is enabled again."""
+    return {**shown_selection(ctx), **load_outputs(ctx), "load_status": load_status(ctx),
+            "ask": gr.update(interactive=True), "full": gr.update(interactive=True)}
+
+
+def show_custom_controls(profile_name: str) -> dict:
+    custom = profile_name == "custom"
+    return {"strategies": gr.update(visible=custom), "apply": gr.update(visible=custom)}
