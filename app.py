@@ -134,11 +134,11 @@ class AppContext:
     def selection(self) -> dict:
         """What the dropdowns show: what the loaded model was asked for (with the model that did load: the demo
         model after a fallback), or before any load, what the page starts with."""
-        requested = self.session.requested
-        if not requested:
+        selection = self.session.selection
+        if selection is None:
             return self.start
-        return {"profile": requested[1], "model": self.session.model_ref,
-                "strategies": list(requested[2]) if len(requested) > 2 else []}
+        return {"profile": selection.profile, "model": self.session.model_ref,
+                "strategies": list(selection.strategies)}
 
     def window_s(self) -> float | None:
         """Seconds a window takes on the loaded model (its one throughput estimate), or None before any ran."""
@@ -392,7 +392,7 @@ def banner(ctx: AppContext) -> dict:
     if loaded is None and ctx.load_error:
         text = f"**{NO_MODEL}** {ui_format.escape_markdown(ctx.load_error)} {PICK_MODEL}"
     elif loaded is not None and loaded.readout.fallback_reason:
-        wanted = ctx.session.requested[0] if ctx.session.requested else DEFAULT_MODEL
+        wanted = ctx.session.selection.model if ctx.session.selection else DEFAULT_MODEL
         text = (f"**Running on the bundled demo model**, not {ui_format.escape_markdown(wanted)}. "
                 f"{ui_format.escape_markdown(loaded.readout.fallback_reason)} The demo model is tiny: it answers "
                 "questions like *What is the frequency of …?* about sentences *The frequency of … is ….*, "

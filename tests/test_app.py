@@ -13,6 +13,7 @@ import pytest
 
 import app
 import ui_format
+from longqa.backend import Selection
 from longqa.demo_model.demo_task import make_example
 from longqa.models import DEFAULT_MODEL, DEMO_MODEL_DIR, KNOWN_MODELS, model_config
 from longqa.serving import policy
@@ -238,7 +239,7 @@ def test_load_profile_switches_and_returns_the_load_readout(ctx, tiny_model_dir)
         ctx.session.runnable_profile("cpu"), ctx.hardware))
     assert ctx.selection["profile"] == "auto"
     # the loader got `auto` itself and picked by its own rule (the fastest that fits the model's config)
-    assert ctx.session.requested == (str(tiny_model_dir), "auto")
+    assert ctx.session.selection == Selection(str(tiny_model_dir), "auto")
     assert ctx.session.auto_profile(str(tiny_model_dir)) is ctx.session.loaded.profile
     shown = app.show_loaded(ctx)["profile"]
     assert shown["value"] == "auto" and dict((v, label) for label, v in shown["choices"])["auto"].endswith("→ cpu")
