@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 
 from longqa_core.errors import InputError
-from longqa_core.words import content_words
+from longqa_core.ranker import content_words
 
 NULL_SCORE = "null-score"  # SQuAD 2.0 checkpoints: the best span must beat the lowest "<s>" score of the windows read
 THRESHOLD = "threshold"  # a best-span score measured on held-out data, under which nothing is found

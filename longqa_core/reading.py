@@ -28,7 +28,7 @@ from longqa_core.limits import (EngineSettings, StopCheck, check_predicted_time,
                                 stop_check)
 from longqa_core.spans import decode
 from longqa_core.windows import Window, WindowCut, cut_windows
-from longqa_core.words import tokenize
+from longqa_core.ranker import tokenize
 
 READING_MODES = ("auto", "full", "guided")
 DEFAULT_READING = "auto"
