@@ -78,7 +78,7 @@ _PRONOUN = re.compile(r"\b(?:it|its|he|him|his|she|her|they|them|their)\b", re.I
 EVIDENCE_SENTENCES_BEFORE = 0
 PRONOUN_SENTENCES = 3
 _REACH_CHARS = 4_000  # no sentence is looked for further than this from the answer
-_WORD = re.compile(r"(?u)\b\w\w+\b")  # bm25s's words: two or more letters or digits
+_WORD = re.compile(r"(?u)\b\w\w+\b")  # the ranker's words: two or more letters or digits
 
 
 def answer_neighbourhood(text: str, start: int, end: int, sentences_before: int | None = None) -> str:
