@@ -359,7 +359,7 @@ class Session:
         if loaded is None:
             return Readout(result, None, None)
         return Readout(result, loaded.model_ref, loaded.profile.name, memory_prediction(loaded, result),
-                       full_read_s=predict_full_read_s(result, loaded.batch_state.window_s),
+                       full_read_s=predict_full_read_s(result, loaded.batch_state),
                        strategies=list(loaded.readout.strategies))
 
 

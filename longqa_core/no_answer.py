@@ -118,6 +118,7 @@ class Evidence:
     _asked: dict[str, str] = field(default_factory=dict, init=False, repr=False)  # stem -> the question's word
     _used: dict[int, set[str]] = field(default_factory=dict, init=False, repr=False)
     _lowered: dict[int, str] = field(default_factory=dict, init=False, repr=False)
+    _missing: dict[tuple[int, int, int], list[str]] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self):
         for word in _WORD.findall(self.question):
@@ -152,7 +153,14 @@ class Evidence:
 
     def missing(self, document_index: int, start: int, end: int) -> list[str]:
         """The question's words (as the question writes them) that the document uses but that are not near the
-        answer at text[start:end]; every place the answer's text occurs is tried, and the best one counts."""
+        answer at text[start:end]; every place the answer's text occurs is tried, and the best one counts. Asked
+        once per span: a guided round's best answer is often the request's."""
+        span = (document_index, start, end)
+        if span not in self._missing:
+            self._missing[span] = self._find_missing(document_index, start, end)
+        return list(self._missing[span])
+
+    def _find_missing(self, document_index: int, start: int, end: int) -> list[str]:
         wanted = self._document_words(document_index)
         if not wanted:
             return []

@@ -120,7 +120,7 @@ def plan_request(tokenizer, documents: list[Document], question: str, settings: 
                 with plan.stage("tokenize"):
                     _count(plan, tokenizer, room, should_stop)
             plan.tokens_per_s = batch_state.tokens_per_s if batch_state is not None else None
-            plan.predicted_s = plan.window_tokens / plan.tokens_per_s if plan.tokens_per_s else None
+            plan.predicted_s = batch_state.seconds_for_tokens(plan.window_tokens) if batch_state is not None else None
             plan.check_time()
         return plan
     except BaseException:

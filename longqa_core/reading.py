@@ -234,8 +234,8 @@ def plan_reading(mode: str, index: DocumentIndex | None, ranking: Ranking | None
                  n_windows: int, *, estimated: bool = False) -> ReadingPlan:
     """Resolve `mode` ("auto", "full", "guided") into what to read of the full read's `n_windows` windows (counted,
     or `estimated` from the characters before tokenizing), with the reason. Guided reading falls back to the full
-    read where ranking cannot serve; auto also reads short documents whole."""
-    check_mode(mode)
+    read where ranking cannot serve; auto also reads short documents whole. `mode` is checked once per request,
+    by `longqa_core.plan.plan_request`."""
     if mode == "full":
         return full_read(FULL_ASKED)
     if (mode == "auto" and n_windows <= AUTO_MIN_WINDOWS) or n_windows <= FIRST_ROUND_WINDOWS:
@@ -335,16 +335,18 @@ def read_windows(runner: Runner, tokenizer, plan, indices: list[int], read: Guid
 
 def read_rounds(runner: Runner, tokenizer, plan, batch_state: BatchState, measurement, *,
                 should_stop: StopCheck | None = None,
-                on_window_progress: Callable[[WindowProgress], None] | None = None) -> GuidedRead:
+                on_window_progress: Callable[[WindowProgress], None] | None = None,
+                evidence: no_answer.Evidence | None = None) -> GuidedRead:
     """Read a guided plan's rounds (`longqa_core.plan.RequestPlan`: windows of the full read) in order, deciding
-    after each whether the answer so far is enough; a later round that would pass the time budget is not read."""
+    after each whether the answer so far is enough; a later round that would pass the time budget is not read.
+    `evidence`: the request's one `no_answer.Evidence` (built here when not given), which a rule that needs
+    evidence asks of each round's best answer."""
     settings, rounds = plan.settings, plan.reading
     read = GuidedRead(batch_size=batch_state.size if settings.adaptive_batching else settings.batch_size)
-    evidence = None  # built at the first answer a rule that needs evidence judges
     for round_index, round_windows in enumerate(rounds.rounds):
         new_tokens = plan.cut_tokens(round_windows)
         rate = batch_state.tokens_per_s
-        predicted = new_tokens / rate if rate else None
+        predicted = batch_state.seconds_for_tokens(new_tokens)
         forward_after = None if predicted is None else measurement.latency_s.get("forward", 0.0) + predicted
         if round_index > 0 and passes_time_limit(forward_after, settings.max_request_s):
             read.notices.append(f"Read {len(read.windows):,} windows; reading {len(round_windows):,} more would pass "
@@ -364,7 +366,7 @@ def read_rounds(runner: Runner, tokenizer, plan, batch_state: BatchState, measur
         missing = None
         if rule.needs_evidence and decoded.answers:
             best = decoded.answers[0]
-            evidence = evidence or no_answer.Evidence(plan.question, [d.text for d in plan.documents])
+            evidence = evidence or no_answer.Evidence(plan.question, [d.text for d in plan.documents])  # built once
             missing = evidence.missing(best.document_index, best.start_char, best.end_char)
         if no_answer.is_found(rule, read.best_score, decoded.null_score, missing) is False:
             read.best_score = None  # what the request's rule calls "not found" is as weak as no answer: read on
@@ -377,10 +379,10 @@ def rest_passes_limit(settings: EngineSettings, batch_state: BatchState, forward
                       window_tokens_left: int) -> str | None:
     """The notice to give when reading the `windows_left` windows not read yet (`window_tokens_left` tokens) would
     pass `settings.max_request_s` at the measured rate (counting the `forward_s` already spent), else None."""
-    rate = batch_state.tokens_per_s
-    if settings.max_request_s is None or not rate:
+    left_s = batch_state.seconds_for_tokens(window_tokens_left)
+    if settings.max_request_s is None or left_s is None:
         return None
-    predicted = forward_s + window_tokens_left / rate
+    predicted = forward_s + left_s
     if predicted <= settings.max_request_s:
         return None
     return (f"The answer is weak, and reading the other {windows_left:,} windows would take about "
