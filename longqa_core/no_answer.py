@@ -115,21 +115,26 @@ class Evidence:
 
     question: str
     texts: list[str]
-    _asked: dict[str, str] = field(default_factory=dict, init=False, repr=False)  # stem -> the question's word
+    _asked: dict[str, str] | None = field(default=None, init=False, repr=False)  # stem -> the question's word
     _used: dict[int, set[str]] = field(default_factory=dict, init=False, repr=False)
     _lowered: dict[int, str] = field(default_factory=dict, init=False, repr=False)
     _missing: dict[tuple[int, int, int], list[str]] = field(default_factory=dict, init=False, repr=False)
 
-    def __post_init__(self):
-        for word in _WORD.findall(self.question):
-            for stem in content_words(word):
-                self._asked.setdefault(stem, word)
+    def asked(self) -> dict[str, str]:
+        """The question's stems and the words it writes them as: found at the first answer checked (a request whose
+        rule needs no evidence never splits its question)."""
+        if self._asked is None:
+            self._asked = {}
+            for word in _WORD.findall(self.question):
+                for stem in content_words(word):
+                    self._asked.setdefault(stem, word)
+        return self._asked
 
     def _document_words(self, index: int) -> set[str]:
         """The question's stems that document `index` uses somewhere: each looked for by the letters it shares with
         the question's word, the first word found with that stem ends the search (no tokenizing the whole text)."""
         if index not in self._used:
-            self._used[index] = {stem for stem, word in self._asked.items() if self._uses(index, stem, word)}
+            self._used[index] = {stem for stem, word in self.asked().items() if self._uses(index, stem, word)}
         return self._used[index]
 
     def _uses(self, index: int, stem: str, word: str) -> bool:
@@ -174,7 +179,7 @@ class Evidence:
                 best = lacking
             if not best:
                 break
-        return sorted(self._asked[stem] for stem in best)
+        return sorted(self.asked()[stem] for stem in best)
 
 
 def is_found(rule: NoAnswerRule, best_score: float | None, min_null_score: float | None,

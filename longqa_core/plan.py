@@ -148,7 +148,7 @@ def _count(plan: RequestPlan, tokenizer, room: int, should_stop: StopCheck | Non
             + (n_windows - 1) * settings.doc_stride
         stats.append(DocumentStats(document.name, len(document.text), count.tokens, n_windows))
     plan.stats, plan.window_tokens = stats, window_tokens
-    plan.expected_chars = sum(d.n_chars for d in plan.documents)
+    plan.expected_chars = sum(len(d.text) for d in plan.documents)
     plan.expected_windows, plan.expected_window_tokens = plan.windows, window_tokens
 
 
@@ -191,7 +191,7 @@ def _cut(plan: RequestPlan, tokens: list[DocumentTokens]) -> None:
     plan.stats = [DocumentStats(d.name, len(d.text), len(t), count_windows(len(t), plan.room, settings.doc_stride))
                   for d, t in zip(plan.documents, tokens)]
     plan.window_tokens = plan.cut_tokens(range(len(plan.cuts)))
-    plan.expected_chars = sum(d.n_chars for d in plan.documents)
+    plan.expected_chars = sum(len(d.text) for d in plan.documents)
     plan.expected_windows, plan.expected_window_tokens = plan.windows, plan.window_tokens
 
 
