@@ -149,12 +149,12 @@ def plan_lines(plan: MachinePlan) -> list[str]:
 
 def run_ask(args) -> int:
     documents, extract_s = read_documents(args.files, max_bytes=int(args.max_file_mb * 1024 * 1024))
-    validate_request(documents, args.question)  # refuse bad input before any model work
+    question = validate_request(documents, args.question)  # refuse bad input before any model work, once
     session = Session()
     loaded = session.load(args.model, args.profile, fallback_to_demo=(args.model == DEFAULT_MODEL))
     if loaded.fallback_reason:
         print(f"note: {loaded.fallback_reason}", file=sys.stderr)
-    plan = session.plan(documents, args.question, args.reading, max_seq_len=args.max_seq_len,
+    plan = session.plan(documents, question, args.reading, max_seq_len=args.max_seq_len,
                         doc_stride=args.doc_stride, max_answer_len=args.max_answer_len, top_k=args.top_k,
                         no_answer_below=args.no_answer_below)
     readout = session.ask(plan, extract_s=extract_s)
@@ -181,9 +181,9 @@ def run_ask(args) -> int:
 
 def run_compare(args) -> int:
     documents, extract_s = read_documents(args.files, max_bytes=int(args.max_file_mb * 1024 * 1024))
-    validate_request(documents, args.question)  # refuse bad input before any model work
+    question = validate_request(documents, args.question)  # refuse bad input before any model work, once
     choices = choices_from(args.profiles.split(","), [s for s in args.strategies.split(",") if s])
-    comparison = compare_profiles(Session(), args.model, choices, documents, args.question, args.reading,
+    comparison = compare_profiles(Session(), args.model, choices, documents, question, args.reading,
                                   extract_s=extract_s, fallback_to_demo=args.model == DEFAULT_MODEL, top_k=args.top_k)
     if args.json:
         print(json.dumps(comparison.to_json()))

@@ -20,6 +20,7 @@ from huggingface_hub.errors import LocalEntryNotFoundError
 from transformers import AutoConfig, AutoTokenizer, LongformerForQuestionAnswering
 
 from longqa import models
+from longqa.backend import Selection
 from longqa.models import ModelSource, architecture_config, resolve_model
 from longqa_core.cache import cache_dir
 from longqa_core.batching import BatchState, ModelRunner, release_memory
@@ -79,7 +80,7 @@ class LoadedModel:
     hardware: Hardware | None = None  # what the profile was resolved for (the memory planner predicts for it)
     # Set by the session that loaded it: what was asked for (the model, the profile's name, custom strategies) and
     # which load of that session this is. With the fields above, the one record of what is loaded.
-    requested: tuple = ()
+    selection: Selection | None = None
     generation: int = 0
 
     def unload(self) -> None:

@@ -21,12 +21,14 @@ the public names of each:
 - `batching`: `run_windows` (batches, stop checks, out-of-memory back-off), `ModelRunner`, `collate`,
   `stack_batches`/`split_rows` for shared passes, and `BatchState`: a loaded model's batch size and its one
   throughput estimate (`window_s`, `tokens_per_s`).
-- `reading`: question-guided reading: the BM25 ranking of the full read's windows, its `ReadingPlan` (mode, reason
+- `reading`: question-guided reading: the ranking of the full read's windows, its `ReadingPlan` (mode, reason
   code and text, rounds) and `read_rounds` / `read_windows`, the loops that read those rounds and the windows left.
 - `spans`: answer spans from logits (`decode_answers`, `Answer`).
 - `no_answer`: the "not found" rules (`NoAnswerRule`, `judge`, `Verdict`, `confidence`) and the evidence check
   (`Evidence`, `answer_neighbourhood`).
-- `words`: content words (`STOPWORDS`, `tokenize`, `content_words`) that the ranking and the evidence check share.
+- `ranker`: the one module that knows the ranker is BM25 (bm25s): `PassageIndex` (`score`, `nbytes`,
+  `vocabulary`), `index_passages`, and the content words (`STOPWORDS`, `content_words`, `question_words`) that the
+  ranking and the evidence check share.
 - `answering`: `answer_plan` answers a plan into a `QAResult` (with `ReadingReadout`); `answer` plans and answers.
 - `telemetry`: `measure` (latency by stage, `MemoryReadout`), `HostPeak`, `timed`, `current_rss_bytes`.
 - `gpu_devices`: the NVML wrapper (`nvml`, `nvml_handle`, `device_memory`, `gpu_snapshot`, `cuda_device_indices`).

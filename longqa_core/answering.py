@@ -129,17 +129,17 @@ def answer_plan(runner: Runner, tokenizer, plan: RequestPlan, *, batch_state: Ba
             measurement.latency_s["extract"] = extract_s
             for stage, seconds in plan.latency_s.items():
                 measurement.latency_s[stage] = measurement.latency_s.get(stage, 0.0) + seconds
+            evidence = no_answer.Evidence(plan.question, [d.text for d in plan.documents])  # one per request
             if plan.mode == "full":
                 read = _read_full(runner, tokenizer, plan, batch_state, measurement, should_stop,
                                   on_window_progress)
             else:
                 read = _read_guided(runner, tokenizer, plan, batch_state, measurement, should_stop,
-                                    on_window_progress, before_wider_read)
+                                    on_window_progress, before_wider_read, evidence)
             with measurement.stage("decode"):
                 decoded = decode(read.windows, read.logits, plan.documents, settings, stop_check(should_stop))
             answers, verdict = judge_answers(decoded, settings,
-                                             read.readout.windows_read == read.readout.windows_total,
-                                             no_answer.Evidence(plan.question, [d.text for d in plan.documents]))
+                                             read.readout.windows_read == read.readout.windows_total, evidence)
     except LongQAError as exc:
         # The traceback keeps every frame it passed through, and with them the windows and logits: drop them.
         read = None
@@ -214,14 +214,14 @@ def _read_full(runner, tokenizer, plan: RequestPlan, batch_state, measurement, s
 
 
 def _read_guided(runner, tokenizer, plan: RequestPlan, batch_state, measurement, should_stop,
-                 on_window_progress, before_wider_read=None) -> _Read:
+                 on_window_progress, before_wider_read=None, evidence: no_answer.Evidence | None = None) -> _Read:
     """The plan's rounds (`reading.read_rounds`) of the full read's windows; still weak after every window the
     ranking could point to, the windows not read yet, so that guided reading never ends on less than the full read
     would find and never reads a window twice (the answer is then the full read's) -- unless that would pass the
     time budget, where the answer read so far is kept and says so. `before_wider_read(windows)` hears how many
     windows are left before they are read."""
     guided = reading.read_rounds(runner, tokenizer, plan, batch_state, measurement, should_stop=should_stop,
-                                 on_window_progress=on_window_progress)
+                                 on_window_progress=on_window_progress, evidence=evidence)
     notices = plan.notices + guided.notices
     why, went_on = plan.reading, False
     read = set(guided.indices)

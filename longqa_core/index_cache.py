@@ -91,26 +91,19 @@ class IndexCache:
 
 
 def index_bytes(index) -> int:
-    """About the memory an index (`longqa_core.reading.DocumentIndex`, or a tuple of it and the documents' tokens)
-    holds: its arrays, its passages and its retriever's vocabulary and score matrix."""
+    """About the memory an index holds (its `nbytes`: `longqa_core.reading.DocumentIndex`), or a tuple of it and
+    the documents' tokens."""
     if isinstance(index, (tuple, list)):
         return sys.getsizeof(index) + sum(index_bytes(part) for part in index)
-    total = sys.getsizeof(index)
-    for value in vars(index).values():
-        total += _size(value)
-    retriever = getattr(index, "retriever", None)
-    if retriever is not None:
-        total += sum(_size(v) for v in vars(retriever).values())
-    return total
+    nbytes = getattr(index, "nbytes", None)
+    if nbytes is not None:
+        return int(nbytes)
+    return sys.getsizeof(index) + sum(_size(value) for value in vars(index).values())
 
 
 def _size(value) -> int:
     if isinstance(value, np.ndarray):
         return value.nbytes
-    if isinstance(value, dict):
-        return sys.getsizeof(value) + sum(_size(k) + _size(v) for k, v in value.items())
-    if isinstance(value, (list, tuple, set, frozenset)):
+    if isinstance(value, (list, tuple)):
         return sys.getsizeof(value) + sum(_size(v) for v in value)
-    if hasattr(value, "__dataclass_fields__"):
-        return sys.getsizeof(value) + sum(sys.getsizeof(v) for v in vars(value).values())
     return sys.getsizeof(value) if isinstance(value, (str, bytes, int, float)) else 0

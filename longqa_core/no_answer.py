@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 
 from longqa_core.errors import InputError
-from longqa_core.words import content_words
+from longqa_core.ranker import content_words
 
 NULL_SCORE = "null-score"  # SQuAD 2.0 checkpoints: the best span must beat the lowest "<s>" score of the windows read
 THRESHOLD = "threshold"  # a best-span score measured on held-out data, under which nothing is found
@@ -78,7 +78,7 @@ _PRONOUN = re.compile(r"\b(?:it|its|he|him|his|she|her|they|them|their)\b", re.I
 EVIDENCE_SENTENCES_BEFORE = 0
 PRONOUN_SENTENCES = 3
 _REACH_CHARS = 4_000  # no sentence is looked for further than this from the answer
-_WORD = re.compile(r"(?u)\b\w\w+\b")  # bm25s's words: two or more letters or digits
+_WORD = re.compile(r"(?u)\b\w\w+\b")  # the ranker's words: two or more letters or digits
 
 
 def answer_neighbourhood(text: str, start: int, end: int, sentences_before: int | None = None) -> str:
@@ -115,20 +115,26 @@ class Evidence:
 
     question: str
     texts: list[str]
-    _asked: dict[str, str] = field(default_factory=dict, init=False, repr=False)  # stem -> the question's word
+    _asked: dict[str, str] | None = field(default=None, init=False, repr=False)  # stem -> the question's word
     _used: dict[int, set[str]] = field(default_factory=dict, init=False, repr=False)
     _lowered: dict[int, str] = field(default_factory=dict, init=False, repr=False)
+    _missing: dict[tuple[int, int, int], list[str]] = field(default_factory=dict, init=False, repr=False)
 
-    def __post_init__(self):
-        for word in _WORD.findall(self.question):
-            for stem in content_words(word):
-                self._asked.setdefault(stem, word)
+    def asked(self) -> dict[str, str]:
+        """The question's stems and the words it writes them as: found at the first answer checked (a request whose
+        rule needs no evidence never splits its question)."""
+        if self._asked is None:
+            self._asked = {}
+            for word in _WORD.findall(self.question):
+                for stem in content_words(word):
+                    self._asked.setdefault(stem, word)
+        return self._asked
 
     def _document_words(self, index: int) -> set[str]:
         """The question's stems that document `index` uses somewhere: each looked for by the letters it shares with
         the question's word, the first word found with that stem ends the search (no tokenizing the whole text)."""
         if index not in self._used:
-            self._used[index] = {stem for stem, word in self._asked.items() if self._uses(index, stem, word)}
+            self._used[index] = {stem for stem, word in self.asked().items() if self._uses(index, stem, word)}
         return self._used[index]
 
     def _uses(self, index: int, stem: str, word: str) -> bool:
@@ -152,7 +158,14 @@ class Evidence:
 
     def missing(self, document_index: int, start: int, end: int) -> list[str]:
         """The question's words (as the question writes them) that the document uses but that are not near the
-        answer at text[start:end]; every place the answer's text occurs is tried, and the best one counts."""
+        answer at text[start:end]; every place the answer's text occurs is tried, and the best one counts. Asked
+        once per span: a guided round's best answer is often the request's."""
+        span = (document_index, start, end)
+        if span not in self._missing:
+            self._missing[span] = self._find_missing(document_index, start, end)
+        return list(self._missing[span])
+
+    def _find_missing(self, document_index: int, start: int, end: int) -> list[str]:
         wanted = self._document_words(document_index)
         if not wanted:
             return []
@@ -166,7 +179,7 @@ class Evidence:
                 best = lacking
             if not best:
                 break
-        return sorted(self._asked[stem] for stem in best)
+        return sorted(self.asked()[stem] for stem in best)
 
 
 def is_found(rule: NoAnswerRule, best_score: float | None, min_null_score: float | None,

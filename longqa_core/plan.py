@@ -25,6 +25,10 @@ from longqa_core.windows import (DocumentStats, DocumentTokens, WindowCut, chars
 # A ranked request is refused on its estimated tokens, before tokenizing, only past this margin over the limit (the
 # estimate from samples may be off by a few percent); its tokens are then counted and checked exactly.
 _ESTIMATE_SLACK = 1.05
+# A full read estimated under this share of the token limit is tokenized once, with offsets, and its windows cut
+# from those tokens; nearer the limit its tokens are counted first (no offsets, stopping at the limit: a text of about
+# a token a character is refused after the limit's worth of tokens), and tokenized again to cut its windows.
+_TOKENIZE_ONCE_SHARE = 0.5
 
 
 @dataclass
@@ -118,9 +122,12 @@ def plan_request(tokenizer, documents: list[Document], question: str, settings: 
         if plan.mode == "full":
             if not plan.cuts:
                 with plan.stage("tokenize"):
-                    _count(plan, tokenizer, room, should_stop)
+                    if _estimated_tokens(plan, tokenizer) < _TOKENIZE_ONCE_SHARE * settings.max_total_tokens:
+                        _cut(plan, _tokenize_within_limit(plan, tokenizer, should_stop))
+                    else:
+                        _count(plan, tokenizer, room, should_stop)
             plan.tokens_per_s = batch_state.tokens_per_s if batch_state is not None else None
-            plan.predicted_s = plan.window_tokens / plan.tokens_per_s if plan.tokens_per_s else None
+            plan.predicted_s = batch_state.seconds_for_tokens(plan.window_tokens) if batch_state is not None else None
             plan.check_time()
         return plan
     except BaseException:
@@ -148,8 +155,32 @@ def _count(plan: RequestPlan, tokenizer, room: int, should_stop: StopCheck | Non
             + (n_windows - 1) * settings.doc_stride
         stats.append(DocumentStats(document.name, len(document.text), count.tokens, n_windows))
     plan.stats, plan.window_tokens = stats, window_tokens
-    plan.expected_chars = sum(d.n_chars for d in plan.documents)
+    plan.expected_chars = sum(len(d.text) for d in plan.documents)
     plan.expected_windows, plan.expected_window_tokens = plan.windows, window_tokens
+
+
+def _estimated_tokens(plan: RequestPlan, tokenizer) -> int:
+    """The documents' tokens: as estimated from their characters where the plan has (auto), else from samples."""
+    if plan.stats:
+        return plan.tokens
+    return sum(round(len(d.text) / chars_per_token(tokenizer, d.text)) for d in plan.documents if d.text)
+
+
+def _tokenize_within_limit(plan: RequestPlan, tokenizer, should_stop: StopCheck | None) -> list[DocumentTokens]:
+    """A full read: every document's tokens, which the engine cuts its windows from (tokenized once per request),
+    stopping soon past the limit: InputError naming where."""
+    limit = plan.settings.max_total_tokens
+    tokens: list[DocumentTokens] = []
+    for document in plan.documents:
+        used = sum(len(t) for t in tokens)
+        doc_tokens = tokenize_document(tokenizer, document.text, should_stop=should_stop, limit=limit - used)
+        if used + len(doc_tokens) > limit:
+            reached = int(doc_tokens.offsets[-1, 1])
+            raise InputError(f"The documents have more than {limit:,} tokens (counting stopped {reached:,} of "
+                             f"{len(document.text):,} characters into '{document.name}', at "
+                             f"{used + len(doc_tokens):,} tokens), over the limit of {limit:,}.")
+        tokens.append(doc_tokens)
+    return tokens
 
 
 def _rank(plan: RequestPlan, tokenizer, index_cache: IndexCache | None,
@@ -191,7 +222,7 @@ def _cut(plan: RequestPlan, tokens: list[DocumentTokens]) -> None:
     plan.stats = [DocumentStats(d.name, len(d.text), len(t), count_windows(len(t), plan.room, settings.doc_stride))
                   for d, t in zip(plan.documents, tokens)]
     plan.window_tokens = plan.cut_tokens(range(len(plan.cuts)))
-    plan.expected_chars = sum(d.n_chars for d in plan.documents)
+    plan.expected_chars = sum(len(d.text) for d in plan.documents)
     plan.expected_windows, plan.expected_window_tokens = plan.windows, plan.window_tokens
 
 

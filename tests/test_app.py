@@ -16,6 +16,7 @@ from page.context import make_context
 from page.layout import build_blocks
 from page import answer_panel, asking, cli, context, picks, zerogpu
 from page import format as ui_format
+from longqa.backend import Selection
 from longqa.demo_model.demo_task import make_example
 from longqa.models import DEFAULT_MODEL, DEMO_MODEL_DIR, KNOWN_MODELS, model_config
 from longqa.serving import policy
@@ -34,6 +35,7 @@ MEMORY_KEYS = {"peak_allocated_bytes", "reserved_bytes", "nvml_used_bytes", "nvm
                "host_peak_rss_bytes", "devices", "host_baseline_rss_bytes", "host_request_peak_bytes"}
 LATENCY_KEYS = {"total", "extract", "tokenize", "forward", "decode"}
 T4 = Hardware(gpus=(Gpu(0, "Tesla T4", 15_600_000_000, (7, 5)),), cuda_available=True)
+SMALL_CARD = Hardware(gpus=(Gpu(0, "Tesla T4", 500_000_000, (7, 5)),), cuda_available=True)
 
 
 @pytest.fixture()
@@ -240,7 +242,7 @@ def test_load_profile_switches_and_returns_the_load_readout(ctx, tiny_model_dir)
         ctx.session.runnable_profile("cpu"), ctx.hardware))
     assert ctx.selection["profile"] == "auto"
     # the loader got `auto` itself and picked by its own rule (the fastest that fits the model's config)
-    assert ctx.session.requested == (str(tiny_model_dir), "auto")
+    assert ctx.session.selection == Selection(str(tiny_model_dir), "auto")
     assert ctx.session.auto_profile(str(tiny_model_dir)) is ctx.session.loaded.profile
     shown = picks.show_loaded(ctx)["profile"]
     assert shown["value"] == "auto" and dict((v, label) for label, v in shown["choices"])["auto"].endswith("→ cpu")
@@ -446,13 +448,15 @@ def test_dropdowns_come_from_the_registries(ctx):
 
 @pytest.mark.parametrize("model_ref", [DEFAULT_MODEL, "demo"])
 def test_the_auto_label_names_what_the_loader_picks_for_the_model(tiny_model_dir, model_ref):
-    """On a T4 the GPU's size alone calls for t4-16gb; the loader picks the fastest profile that fits the model."""
-    ctx = make_context(Session(), models=[str(tiny_model_dir), model_ref], default_model=model_ref, hardware=T4)
-    loaders_pick = resolve_auto(T4, model_config(model_ref))
-    assert loaders_pick.name != resolve_auto(T4).name  # the two rules differ here, so the label tells them apart
+    """On a 0.5 GB card the GPU's size alone calls for consumer-gpu; the loader picks the card's profile only where
+    the model fits it."""
+    ctx = make_context(Session(), models=[str(tiny_model_dir), model_ref], default_model=model_ref,
+                       hardware=SMALL_CARD)
+    loaders_pick = resolve_auto(SMALL_CARD, model_config(model_ref))
+    assert loaders_pick.name != resolve_auto(SMALL_CARD).name  # the two rules differ here: the label tells them apart
     demo = build_blocks(ctx)
     labels = dict((value, label) for label, value in component(demo, "Hardware profile").choices)
-    assert labels["auto"] == f"auto: 1× Tesla T4, 15.6 GB → {loaders_pick.name}"
+    assert labels["auto"] == f"auto: 1× Tesla T4, 0.5 GB → {loaders_pick.name}"
     assert component(demo, "Profiles on this machine").value["data"][0][2] == ", ".join(
         select_strategies(loaders_pick, T4))
 

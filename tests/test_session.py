@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import sys
 import weakref
+from pathlib import Path
 
 import pytest
 
@@ -171,3 +173,50 @@ def test_a_guided_read_asks_its_gate_for_the_full_reads_place_before_falling_bac
                           "What is the tide of Harrowgate?", "guided", max_seq_len=256)
     gate = RecordingGate()
     assert session.ask(strong, gate=gate).result.reading.mode == "guided" and gate.widened == []
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def modules_down_to_the_forward(call) -> list[str]:
+    """The project modules (outside tests/) whose functions `call` enters, in order, before the model's first
+    forward pass (sys.setprofile: every Python call in this thread)."""
+    entered, reached = [], []
+
+    def profile(frame, event, arg):
+        if event != "call" or reached:
+            return
+        code = frame.f_code
+        if code.co_name == "forward" and "longformer" in code.co_filename:
+            reached.append(True)
+            return
+        path = Path(code.co_filename)
+        if not path.is_absolute() or not path.is_relative_to(ROOT) or path.is_relative_to(ROOT / "tests"):
+            return
+        module = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        if module not in entered:
+            entered.append(module)
+
+    sys.setprofile(profile)
+    try:
+        call()
+    finally:
+        sys.setprofile(None)
+    assert reached, "the model's forward was never entered"
+    return entered
+
+
+@pytest.mark.parametrize("reading, bound", [("full", 12), ("guided", 14)])
+def test_a_request_enters_few_modules_from_the_session_to_the_model(tiny_model_dir, long_document, reading, bound):
+    """Issue 47: one request, one pass. From the session's entry (plan, then ask) to the model's forward: a full
+    read enters 12 modules (13 before: the documents' module too), a guided one 14 (15 before): the index cache and
+    the ranker more."""
+    session = Session()
+    session.load(str(tiny_model_dir), "cpu")
+    _, example = long_document
+    documents = [Document("report.txt", example.text)]
+    session.ask(session.plan(documents, example.question, reading))  # the first request imports and warms
+    modules = modules_down_to_the_forward(lambda: session.ask(session.plan(documents, example.question, reading)))
+    assert modules[:2] == ["longqa.session", "longqa_core.plan"]
+    assert len(modules) <= bound, modules
+    assert ("longqa_core.ranker" in modules) == (reading == "guided")  # a full read ranks nothing

@@ -11,6 +11,7 @@ from longqa.loader import LoadReadout
 from longqa.readout import MemoryPrediction, QueueReadout, Readout, predict_full_read_s
 from longqa_core import no_answer
 from longqa_core.answering import QAResult, ReadingReadout
+from longqa_core.batching import BatchState
 from longqa_core.spans import Answer
 from longqa_core.telemetry import DeviceMemory, MemoryReadout
 from longqa_core.windows import DocumentStats
@@ -179,10 +180,12 @@ def test_reading_summary_says_what_was_read_and_the_full_reads_prediction():
 def test_the_full_read_is_predicted_at_the_models_measured_seconds_a_window():
     guided = readout_of({"extract": 0.5, "tokenize": 0.5, "forward": 12.0, "decode": 0.1, "total": 13.3},
                         ReadingReadout("guided", "auto", 6, 51, "ranked", [])).result
-    assert predict_full_read_s(guided, 2.0) == pytest.approx(0.5 + ((0.5 + 0.1) / 6 + 2.0) * 51)
-    assert predict_full_read_s(guided, None) is None
+    two_s_a_window = BatchState(1)
+    two_s_a_window.record_forward(4096, 2.0, 1)
+    assert predict_full_read_s(guided, two_s_a_window) == pytest.approx(0.5 + ((0.5 + 0.1) / 6 + 2.0) * 51)
+    assert predict_full_read_s(guided, BatchState(1)) is None  # nothing measured yet
     full = readout_of({"forward": 3.0}, ReadingReadout("full", "full", 4, 4, "asked", [])).result
-    assert predict_full_read_s(full, 2.0) is None
+    assert predict_full_read_s(full, two_s_a_window) is None
 
 
 def test_document_rows_give_each_documents_counts():
