@@ -13,8 +13,8 @@ import huggingface_hub.constants
 from huggingface_hub import try_to_load_from_cache
 from transformers import AutoConfig, LongformerConfig
 
-from longqa_core.errors import ModelLoadError
 from longqa.demo_model.fact import FORM_NOTICE, QUESTION_FORM
+from longqa_core.errors import ModelLoadError
 from longqa_core.no_answer import NO_RULE, NULL_SCORE, THRESHOLD, NoAnswerRule, QuestionForm
 
 DEMO_MODEL_DIR = Path(__file__).resolve().parent / "demo_model"

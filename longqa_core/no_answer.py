@@ -137,7 +137,7 @@ def _ends_sentence(text: str, brk: re.Match) -> bool:
 # "What is the <attribute> of <name>?" in any model's question: the attribute's last word names what is asked ("stock
 # ticker": a ticker). Other questions name it by their words not written as names (capitalised past the first word,
 # or with a digit): "How many Kestrel barometers were sold in 1978?" asks about barometers sold.
-_ATTRIBUTE_OF = re.compile(r"\s*(?:what|which)\s+(?:is|was|are|were)\s+the\s+(.+?)\s+of\s+\S.*", re.I | re.S)
+_ATTRIBUTE_OF = re.compile(r"\s*(?:what|which)\s+(?:is|was|are|were)\s+the\s+(.+?)\s+of\s+\S.*", re.IGNORECASE | re.DOTALL)
 # Nouns that name only the kind of a value: texts give dates, names and numbers without the noun ("It opens on 14
 # August"), so they ask for nothing ("opening date" asks for "opening", "name" for nothing).
 VALUE_NOUNS = frozenset({"name", "date", "day", "year", "time", "number", "amount", "value", "figure", "total"})
