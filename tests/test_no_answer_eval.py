@@ -100,3 +100,22 @@ def test_the_demo_models_rule_meets_the_targets_on_other_seeds():
     assert sum(found is False for found in other_entity) / len(other_entity) >= 0.8  # the kind the score missed
     print(f"right answers found {sum(right)} of {len(right)}; unanswerable not found "
           f"{sum(found is False for found in unanswerable)} of {len(unanswerable)}")
+
+
+def test_before_and_after_counts_issue_38s_rule_against_the_engines_found():
+    def record(kind, gold, score, missing, found, right=False, absent=(), outside=False):
+        return {"kind": kind, "source": "generated", "gold": gold, "score": score, "missing_words": list(missing),
+                "found": found, "right": right, "absent_words": list(absent), "outside_form": outside}
+
+    records = [record("paraphrased", "x", 1e-3, [], None, right=True, absent=["shut"], outside=True),
+               record("paraphrased", "x", 1e-3, ["crest"], False, outside=True),
+               record("answerable", "x", 1e-9, [], False),
+               record("general", None, 1e-3, [], None, outside=True)]
+    table = no_answer_eval.before_and_after(records, 4.2e-8)
+    assert table["paraphrased (generated)"] == {
+        "n": 2, "right": 1, "found_before": 1, "found_now": 0, "not_found_before": 1, "not_found_now": 1,
+        "no_verdict_now": 1, "right_found_before": 1, "right_found_now": 0, "attribute_absent": 1, "outside_form": 2}
+    answerable = table["answerable (generated)"]
+    assert answerable["not_found_before"] == 1 and answerable["found_now"] == 0
+    assert table["general (generated)"]["found_before"] == 1 and table["general (generated)"]["no_verdict_now"] == 1
+    assert "other_entity (generated)" not in table  # kinds without records are left out
