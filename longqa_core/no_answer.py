@@ -347,7 +347,7 @@ class Verdict:
             return f"No verdict: {OUTSIDE_FORM if self.outside_form else NOT_CALIBRATED}"
         if self.found:
             return "Found"
-        return NOT_FOUND if self.read_whole else NOT_FOUND_IN_PART
+        return NOT_FOUND if self.read_whole or self.absent else NOT_FOUND_IN_PART  # absence is the whole text's
 
     @property
     def confidence(self) -> str | None:

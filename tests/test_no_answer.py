@@ -182,6 +182,8 @@ def test_an_absent_attribute_is_never_found_under_any_rule():
     assert verdict.confidence == "high"
     assert verdict.explanation == "Not found in the documents (high confidence): no document mentions 'ticker'."
     assert verdict.to_json()["absent_words"] == ["ticker"]
+    # absence is the whole text's: a guided read cut short still says "not found in the documents"
+    assert no_answer.judge(threshold, 0.9, None, False, [], ["ticker"]).message == no_answer.NOT_FOUND
     # a question of another shape names its attribute less surely (a paraphrase's verb): never found, not "not found"
     paraphrase = no_answer.judge(null, 0.9, 0.1, True, [], ["established"], "Who established the Guild?")
     assert paraphrase.found is None and paraphrase.confidence == "low"
