@@ -97,15 +97,9 @@ GPU_REFRESH_S = 2.0
 PICK_MODEL = "Pick a model or profile above."  # after a message saying why no model is loaded
 MAX_VISITOR_NOTES = 256  # visitors whose last outcome or Stop the page keeps (the oldest go first)
 DOWNLOADS_KEEP_S = 3600.0  # a download file is removed after an hour (gradio serves its own copy)
-CSS = """
-#best-answer textarea { font-size: 1.8rem !important; font-weight: 600; line-height: 1.3; }
-#banner { border: 2px solid #f59e0b; border-radius: 8px; padding: 0.25rem 1rem; background: #fffbeb; }
-#answer-status h3 { margin: 0 0 0.2rem 0; }
-#answer-status, #load-status { min-height: 2.5rem; }
-/* a phone: nothing wider than the screen; long words and cells wrap */
-.gradio-container { overflow-wrap: anywhere; }
-@media (max-width: 640px) { .gradio-container { padding-left: 4px !important; padding-right: 4px !important; } }
-"""
+PAGE_DIR = Path(__file__).resolve().parent / "page"  # the page's stylesheet and script (every launch gets them)
+CSS = (PAGE_DIR / "style.css").read_text(encoding="utf-8")
+JS = (PAGE_DIR / "behaviour.js").read_text(encoding="utf-8")
 
 
 @dataclass
@@ -223,11 +217,13 @@ class Page(gr.Blocks):
     visitor_header: str | None = None
 
     def launch(self, *args, app_kwargs: dict | None = None, **kwargs):
-        """gradio's launch, with the page's upload route bounded (`UploadGate`) and its uploads swept, however the
-        page is launched (`serve`, tests, a Space)."""
+        """gradio's launch, with the page's upload route bounded (`UploadGate`) and its uploads swept, and its
+        stylesheet and script (`CSS`, `JS`), however the page is launched (`serve`, tests, a Space). The stylesheet
+        goes in the head as it is: gradio's `css=` scopes each rule of a media query to its main column, which
+        leaves out the notices (toasts)."""
         if self.uploads is not None:
             app_kwargs = {**upload_bounds(self), **(app_kwargs or {})}
-        return super().launch(*args, app_kwargs=app_kwargs, **kwargs)
+        return super().launch(*args, app_kwargs=app_kwargs, **{"head": f"<style>{CSS}</style>", "js": JS, **kwargs})
 
     async def preprocess_data(self, *args, **kwargs):
         try:
@@ -1174,7 +1170,7 @@ def build_answer_panel(ctx: AppContext, question: dict[str, Block], seen: gr.Sta
         latency_table = gr.Dataframe(headers=ui_format.LATENCY_HEADERS, label="Latency by stage", interactive=False,
                                      wrap=True, min_width=320, scale=2)
         memory_table = gr.Dataframe(headers=ui_format.MEMORY_HEADERS, label="Memory", interactive=False, wrap=True,
-                                    min_width=320, scale=3, column_widths=["24%", "22%", "22%", "16%", "16%"])
+                                    min_width=320, scale=3, column_widths=["14%", "20%", "22%", "20%", "12%", "12%"])
     gauge = gr.Label(label="Live GPU memory (NVML)", visible=has_gpu)
     timer = gr.Timer(GPU_REFRESH_S, active=has_gpu)
     history = build_history_panel()
@@ -1262,10 +1258,10 @@ def request_workers(ctx: AppContext) -> int:
 
 # Column widths of the wide tables, so that at 1400 px every column shows and long cells wrap (in the order of
 # ui_format's headers).
-ANSWER_COLUMN_WIDTHS = ["7%", "22%", "12%", "13%", "26%", "20%"]
+ANSWER_COLUMN_WIDTHS = ["8%", "21%", "12%", "15%", "24%", "20%"]
 LOAD_COLUMN_WIDTHS = ["11%", "7%", "14%", "7%", "6%", "9%", "11%", "9%", "10%", "16%"]
 PROFILE_COLUMN_WIDTHS = ["12%", "20%", "28%", "7%", "7%", "26%"]  # profile ... runs here
-STRATEGY_COLUMN_WIDTHS = ["12%", "8%", "27%", "27%", "26%"]  # name, phase, saves, costs, requires: wrapped
+STRATEGY_COLUMN_WIDTHS = ["16%", "9%", "25%", "25%", "25%"]  # name, phase, saves, costs, requires: wrapped
 
 
 def build_reference_panel(ctx: AppContext) -> None:
@@ -1309,7 +1305,7 @@ def serve(demo: gr.Blocks, *, host: str = "127.0.0.1", port: int = 7860, share: 
         print("note: --share makes a PUBLIC link: anyone who has it can use this app on this machine.", flush=True)
     # show_error=False: our own errors are gr.Error and always reach the visitor; what gradio raises before a
     # handler runs (a crafted call naming a server path) would otherwise echo the server's absolute paths.
-    launch = dict(server_name=host, server_port=port, max_file_size=int(max_file_mb * 1024 * 1024), css=CSS,
+    launch = dict(server_name=host, server_port=port, max_file_size=int(max_file_mb * 1024 * 1024),
                   prevent_thread_lock=True, show_error=False)
     try:
         _, local_url, share_url = demo.launch(share=share, **launch)

@@ -26,7 +26,7 @@ from strategies.profiles import PROFILES, describe_profiles
 from strategies.registry import strategy_cards
 
 # Wide enough for each header on two lines; the table scrolls sideways where the page is narrower.
-HISTORY_COLUMN_WIDTHS = ["56px", "150px", "110px", "240px", "140px", "140px", "80px", "80px", "80px", "110px",
+HISTORY_COLUMN_WIDTHS = ["56px", "150px", "110px", "240px", "140px", "140px", "80px", "80px", "90px", "110px",
                          "100px", "100px", "90px", "120px"]
 DEFAULT_COMPARED = ("cpu", "baseline-fp32")  # where both run here: the profile for a CPU against the original
 LOCKED = ("This deployment fixes the model and profile ({loaded}): comparing profiles reloads the model for each "

@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     ctx = app.make_context(Session(), models=["demo"], default_model="demo", default_profile=args.profile)
     app.ensure_loaded(ctx)
     demo = app.build_blocks(ctx)
-    _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", quiet=True, css=app.CSS)
+    _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", quiet=True)
     try:
         args.out.mkdir(parents=True, exist_ok=True)
         for width in args.width or list(WIDTHS):

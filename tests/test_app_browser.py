@@ -63,7 +63,7 @@ def wait_until(predicate, timeout_s: float = TIMEOUT_MS / 1000) -> None:
 
 def launch(ctx):
     demo = app.build_blocks(ctx)
-    _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", quiet=True, css=app.CSS)
+    _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", quiet=True)
     return demo, url
 
 
