@@ -2,8 +2,8 @@
   /* The page's behaviour beyond gradio's, run once when the page loads (app.py passes it to `launch(js=...)`):
      after any way of asking, the answer is scrolled into view when it shows; a table's columns are widened to
      hold their longest words, and a table too wide for its box is marked (data-sideways) so that the stylesheet
-     can say it scrolls. Reads gradio 6.31's public markup (element
-     ids, labels, roles) and never changes what gradio renders. */
+     can say it scrolls. Reads gradio 6.31's markup (the page's element ids, labels, roles, data-testid); writes
+     only a table's minimum width and its data-sideways mark, and scrolls the window. */
   const ANSWER = { top: "#answer-status", bottom: "#best-answer" };
   const COMPARISON = { top: "#compare-table", bottom: "#compare-table" };
   const ASKING = "Asking";  // how the answer area starts while an ask runs (ui_format.ASKING_STATUS)
