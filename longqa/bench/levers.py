@@ -10,7 +10,7 @@ BF16), query blocks of w/2 and w/4 (SDPA), batches of 2 and 4 windows, glibc's h
 4× more threads than CPUs, and with --compile `torch.compile` (static shapes, freezing) of the encoder layers.
 `--cpu-kind avx2` measures the stack `cpu` resolves to on a CPU without native bf16 (int8 Linear layers, the fp32
 band) on this machine, against its int8 floor: written as levers-avx2-stack-on-<this kind>. Writes
-levers-<kind>.json and .md. (Threads under a CPU quota, as on a Space: scripts/measure_threads.py.)
+levers-<kind>.json and .md. (Threads under a CPU quota, as on a Space: docs/cpu-floor.md.)
 """
 
 from __future__ import annotations

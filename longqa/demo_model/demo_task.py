@@ -85,9 +85,10 @@ def _is_prose(sentence: str) -> bool:
 @lru_cache(maxsize=1)
 def prose_sentences() -> tuple[str, ...]:
     """Real English sentences from the Python standard library's docstrings, in a fixed order: read from
-    data/prose.txt, frozen by scripts/freeze_prose.py. Not extracted at run time: which members a module has
-    depends on the Python version and on what was imported before (some packages replace standard-library
-    functions), and every seeded document must read the same in every process and on every Python."""
+    data/prose.txt, frozen once by scripts/freeze_prose.py (retired after commit 16a8273). Not extracted at run
+    time: which members a module has depends on the Python version and on what was imported before (some packages
+    replace standard-library functions), and every seeded document must read the same in every process and on every
+    Python."""
     return tuple(PROSE_PATH.read_text(encoding="utf-8").splitlines())
 
 
