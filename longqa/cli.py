@@ -1,4 +1,4 @@
-"""Command line: `python -m longqa ask|compare|profiles|plan|bench`.
+"""Command line: `python -m longqa ask|compare|profiles|plan|bench` (also the `longqa` console script).
 
 Parses arguments, calls the session and the profiles, prints. Errors become one line on stderr and a non-zero
 exit code, never a traceback.
@@ -14,7 +14,7 @@ import warnings
 
 from transformers.utils import logging as hf_logging
 
-from longqa.bench import reading_sweep
+from longqa.bench import band_kernels, cpu_seconds, levers, reading_sweep, window_profile
 from longqa.bench import runner as bench_module
 from longqa.arguments import positive_int
 from longqa.compare import Comparison, choices_from, compare_profiles
@@ -31,6 +31,14 @@ from strategies.memory_planner import plan_profile
 from strategies.profiles import PROFILES, describe_profiles
 
 EXIT_USAGE = 2
+# `python -m longqa bench NAME ...`: the CPU floor's measurements (docs/cpu-floor.md), each with its own arguments
+# (`bench NAME --help`); plain `bench` measures every profile.
+MEASUREMENTS = {
+    "window": window_profile,  # where one window's time goes, under torch.profiler
+    "levers": levers,  # the cpu stack's levers one at a time, side by side
+    "cpu-seconds": cpu_seconds,  # one window against its floors in one thread's CPU seconds
+    "kernels": band_kernels,  # the bf16 band kernels side by side
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -83,7 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
     plan = commands.add_parser("plan", help="predict each profile's memory on a GPU or CPU you do not have")
     add_plan_arguments(plan)
 
-    bench = commands.add_parser("bench", help="measure memory and latency of every profile")
+    bench = commands.add_parser("bench", help="measure memory and latency of every profile",
+                                epilog="measurements with their own arguments: python -m longqa bench "
+                                       f"{{{','.join(MEASUREMENTS)}}} ... (see docs/cpu-floor.md)")
     bench_module.add_arguments(bench)
     reading_sweep.add_arguments(bench)
     return parser
@@ -249,9 +259,13 @@ def quiet_libraries() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    measurement = MEASUREMENTS.get(argv[1]) if argv[:1] == ["bench"] and len(argv) > 1 else None
+    args = None if measurement else build_parser().parse_args(argv)
     quiet_libraries()
     try:
+        if measurement:
+            return measurement.main(argv[2:])
         if args.command == "ask":
             return run_ask(args)
         if args.command == "compare":

@@ -8,9 +8,11 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
+from longqa import cli
 from longqa.cli import main
 
 
@@ -250,3 +252,18 @@ def test_compare_refuses_a_profile_this_machine_cannot_run_in_one_line(capsys, l
     code, out, err = run_cli(capsys, "compare", str(long_file), "--model", "demo", "--profiles", "cpu,t4-16gb",
                              "-q", "What is the river of Tarnholm?")
     assert code == 2 and out == "" and err.startswith("error: ") and "t4-16gb" in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("name", ["window", "levers", "cpu-seconds", "kernels"])
+def test_each_bench_measurement_answers_to_its_name_with_its_own_arguments(capsys, name):
+    with pytest.raises(SystemExit) as stopped:
+        main(["bench", name, "--help"])
+    assert stopped.value.code == 0
+    assert capsys.readouterr().out.startswith(f"usage: python -m longqa bench {name} ")
+
+
+def test_a_bench_measurement_gets_the_arguments_after_its_name(monkeypatch):
+    seen = []
+    monkeypatch.setitem(cli.MEASUREMENTS, "window", SimpleNamespace(main=lambda argv: seen.append(argv) or 3))
+    assert main(["bench", "window", "--tokens", "1024", "--out", "x"]) == 3
+    assert seen == [["--tokens", "1024", "--out", "x"]]
