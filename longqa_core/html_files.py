@@ -27,7 +27,8 @@ def read_html_file(data: bytes, name: str, limits: ReadLimits) -> tuple[str, lis
     # Per line, not with a regular expression: " +\n" would rescan a long run of spaces from each of its starts.
     text = "\n".join(line.rstrip(" ") for line in text.split("\n"))
     text = clean_text(_BLANK_LINES.sub("\n\n", text).strip("\n"))
-    return text, locate_headings(text, headings)
+    body_start = text.find("\n\n") + 2 if title and body else 0  # a heading that repeats the title is the body's
+    return text, locate_headings(text, headings, body_start)
 
 
 _BLANK_LINES = re.compile(r"\n{3,}")
@@ -90,12 +91,12 @@ def _extract_html_text(source: str, name: str, limits: ReadLimits) -> tuple[str,
     return parts["title"], body, [(int(level), title) for level, title in parts["headings"]]
 
 
-def locate_headings(text: str, headings: list[tuple[int, str]]) -> list[Heading]:
+def locate_headings(text: str, headings: list[tuple[int, str]], start: int = 0) -> list[Heading]:
     """Where each heading (level, text), in document order, stands in the page's final `text`: searched for in
-    order, each after the one before. A heading not found (hidden, or cut by cleaning) is left out; the searches
-    for missing ones stop once they have scanned the text a few times over, so a page of hidden headings costs
-    linear time."""
-    located, position, missed_budget = [], 0, 4 * len(text)
+    order from `start`, each after the one before. A heading not found (hidden, or cut by cleaning) is left out;
+    the searches for missing ones stop once they have scanned the text a few times over, so a page of hidden
+    headings costs linear time."""
+    located, position, missed_budget = [], start, 4 * len(text)
     for level, title in headings:
         title = clean_text(title).strip()
         if not title:

@@ -3,7 +3,8 @@ reader's text goes through, and a Markdown file's headings (`Heading`, which HTM
 
 Encodings are decided from a BOM, UTF-16 NULs, UTF-8 validity, a declared label, then charset-normalizer's guess.
 It does not pick a reader by extension or check file sizes (`documents`), and parses no markup: Markdown stays
-literal text (the UI escapes it; only its headings are found, to say where an answer stands); HTML pages are `html_files`' job, which decodes them with `decode_non_binary`.
+literal text (the UI escapes it; only its headings are found, to say where an answer stands); HTML pages are
+`html_files`' job, which decodes them with `decode_non_binary`.
 """
 
 from __future__ import annotations

@@ -11,9 +11,9 @@ import psutil
 import pytest
 
 from longqa_core import html_files
-from longqa_core.reader_children import ReaderChildren
 from longqa_core.documents import read_document
 from longqa_core.errors import Cancelled, DocumentError
+from longqa_core.reader_children import ReaderChildren
 
 MIB = 2**20
 SLEEPING_WORKER = "import sys, time; time.sleep(float(sys.stdin.read().split('<!--')[1].split('-->')[0]))"
