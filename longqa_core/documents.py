@@ -59,6 +59,9 @@ class Location:
     heading: str | None = None
     line: int | None = None
 
+    def __str__(self) -> str:
+        return format_location(self)
+
 
 def locate(document: Document, start_char: int, end_char: int) -> Location:
     """Where `document.text[start_char:end_char]` stands: its page, nearest heading and line, as the document has
