@@ -9,18 +9,22 @@ checks the targets) and bounds every crowd in count and time.
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import threading
 import time
 import urllib.error
 import urllib.request
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 import psutil
 from gradio_client import Client, handle_file
+from pypdf import PdfWriter
+from pypdf.generic import DictionaryObject, NameObject, StreamObject
 
 from longqa.serving.crowd_check import MAX_CLIENTS, MemorySampler, ask_job, children, outcome_of, settle, tree_rss
 from longqa.serving.load_check import start_server
@@ -39,6 +43,26 @@ def misnested_html(n_bytes: int) -> str:
     """Misnested formatting tags: quadratic for lexbor (2 MB take about 13 s)."""
     unit = "<b><i>x</b>"
     return unit * max(1, n_bytes // len(unit))
+
+
+def inflating_pdf(text_bytes: int = 70_000_000) -> bytes:
+    """One page whose Flate stream (about 200 KB for 70 MB) inflates to `text_bytes` of text operators (issue 48):
+    pypdf parses the whole stream before any of its text callbacks run, in about 0.45 GB for 70 MB."""
+    line = b"(all work and no play makes a dull reader ) Tj T* "
+    stream = StreamObject()
+    stream.set_data(zlib.compress(b"BT /F1 12 Tf 14 TL 72 720 Td " + line * (text_bytes // len(line)) + b"ET", 9))
+    stream[NameObject("/Filter")] = NameObject("/FlateDecode")
+    writer = PdfWriter()
+    page = writer.add_blank_page(612, 792)
+    font = writer._add_object(DictionaryObject({NameObject("/Type"): NameObject("/Font"),
+                                                NameObject("/Subtype"): NameObject("/Type1"),
+                                                NameObject("/BaseFont"): NameObject("/Helvetica")}))
+    fonts = DictionaryObject({NameObject("/F1"): font})
+    page[NameObject("/Resources")] = DictionaryObject({NameObject("/Font"): fonts})
+    page[NameObject("/Contents")] = writer._add_object(stream)
+    buffer = io.BytesIO()
+    writer.write(buffer)
+    return buffer.getvalue()
 
 
 def start_demo_server(temp_dir: Path, *app_args: str) -> tuple[subprocess.Popen, str]:
