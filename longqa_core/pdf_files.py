@@ -35,12 +35,12 @@ PDF_GRACE_S = 1.0
 # The child gets the limits as JSON and writes one line of JSON (where each page starts, or the error that stopped
 # it), then the text.
 _PDF_WORKER = f"""
-import json, time
+import json
 from longqa_core.document_limits import ReadLimits
 from longqa_core.errors import CharLimitError, DocumentError
 from longqa_core.pdf_files import extract_pdf_text
-name, max_chars, max_pages, max_read_s, elapsed_s = json.loads(args[0])
-limits = ReadLimits(max_chars, max_pages, max_read_s, time.perf_counter() - elapsed_s)
+name, max_chars, max_pages, max_read_s, began = json.loads(args[0])
+limits = ReadLimits(max_chars, max_pages, max_read_s, began)
 text = ""
 try:
     text, page_starts = extract_pdf_text(sys.stdin.buffer.read(), name, limits)
@@ -64,7 +64,9 @@ def read_pdf_file(data: bytes, name: str, limits: ReadLimits) -> tuple[str, list
     """The text of every page, pages joined by a blank line, and the character offset where each page starts,
     extracted by `_PDF_WORKER` within the limits, in a turn of `READERS`."""
     cap_bytes = pdf_memory_cap(len(data), READERS)
-    request = json.dumps([name, limits.max_chars, limits.max_pages, limits.max_read_s, limits.elapsed_s()])
+    # The time limit counts from when reading began in this process: perf_counter is the system's monotonic clock,
+    # the same in the child, so the child counts the wait for its turn too.
+    request = json.dumps([name, limits.max_chars, limits.max_pages, limits.max_read_s, limits.began])
     returncode, stdout, stderr = read_in_child(READERS, _PDF_WORKER, data, cap_bytes, name, limits,
                                                "extracting its text", args=(request,), grace_s=PDF_GRACE_S)
     if returncode == OUT_OF_MEMORY_EXIT:
@@ -148,8 +150,8 @@ def _extract_pages(reader: PdfReader, n_pages: int, name: str, limits: ReadLimit
 
     for number in range(n_pages):
         page_chars = 0
-        check_time()
         try:
+            check_time()  # inside: between pages, as between a page's operators, the time error names the page
             page_text = reader.pages[number].extract_text(visitor_text=count_text,
                                                          visitor_operand_before=check_time) or ""
         except _StopReading:

@@ -107,3 +107,11 @@ def test_the_hostile_page_with_default_limits_ends_within_the_read_limit(hostile
         read_document(hostile_pdf, name="bomb.pdf", max_chars=16_000_000)
     assert time.monotonic() - began < DEFAULT_MAX_READ_S + 15
     assert not my_children()
+
+
+def test_the_childs_time_limit_counts_from_when_the_request_began_reading():
+    # 0.02 s of the request's 5.5 left when the child is started: starting it (the interpreter, pypdf) takes longer
+    limits = pdf_files.ReadLimits(max_read_s=5.5, began=time.perf_counter() - 5.48)
+    with pytest.raises(DocumentError, match=r"^'late\.pdf': reading stopped after [\d.]+ s \(on page 1 of 3 pages, 0 "
+                                            r"characters read\), over the time limit of 5\.5 s"):
+        pdf_files.read_pdf_file(text_pdf("one", "two", "three"), "late.pdf", limits)
