@@ -21,6 +21,7 @@ from longqa.compare import Comparison, choices_from, compare_profiles
 from longqa.gpu_plan import MachinePlan, plan_request
 from longqa.models import DEFAULT_MODEL, model_config
 from longqa.session import Session, read_documents
+from longqa_core.documents import format_location
 from longqa_core.errors import LongQAError
 from longqa_core.limits import validate_request
 from longqa_core.reading import DEFAULT_READING, READING_MODES
@@ -178,7 +179,8 @@ def run_ask(args) -> int:
     if result.found is False:
         print(f"{verdict.message}. The best span, for the curious:")
     for rank, answer in enumerate(result.answers, 1):
-        where = f"{answer.document} chars {answer.start_char}-{answer.end_char}" if answer.document else "no answer"
+        place = format_location(answer.location) if answer.location else answer.document
+        where = f"{place}, chars {answer.start_char}-{answer.end_char}" if answer.document else "no answer"
         print(f"{rank}. {answer.text!r}  score {answer.score:.4g}, {answer.confidence} confidence  ({where})")
     if result.found is None and not verdict.outside_form:  # outside the form, the notice above said why
         print(f"note: {verdict.message}; --no-answer-below SCORE gives a threshold", file=sys.stderr)

@@ -30,7 +30,8 @@ READOUT_KEYS = {"question", "answers", "documents", "windows", "tokens", "batch_
                 "memory", "notices", "tokens_per_s", "model", "profile", "window_tokens",
                 "memory_prediction", "reading", "queue", "found", "no_answer",  # the last two: issue 38
                 "strategies", "request_memory"}  # issue 39: custom's strategies, the request's own memory
-ANSWER_KEYS = {"text", "score", "document", "document_index", "start_char", "end_char", "confidence"}
+ANSWER_KEYS = {"text", "score", "document", "document_index", "start_char", "end_char", "confidence",
+               "location"}  # the last: issue 50
 MEMORY_KEYS = {"peak_allocated_bytes", "reserved_bytes", "nvml_used_bytes", "nvml_total_bytes", "host_rss_bytes",
                "host_peak_rss_bytes", "devices", "host_baseline_rss_bytes", "host_request_peak_bytes"}
 LATENCY_KEYS = {"total", "extract", "tokenize", "forward", "decode"}
