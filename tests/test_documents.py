@@ -591,7 +591,7 @@ def test_the_hostile_pdf_is_small_and_its_pages_really_hold_that_much_text(share
 def test_pdf_extraction_stops_in_the_middle_of_a_page_once_past_the_character_limit(shared_stream_pdf):
     # Before: all 40 pages (about 70 million characters) were extracted first, 5.5 s a page here.
     message, seconds = timed_read_error(shared_stream_pdf, name="bomb.pdf", max_chars=1_000_000)
-    assert seconds < 5
+    assert seconds < 15  # 3x its target, 5 s (the page in progress up to the limit); all 40 pages took 220 s
     match = re.fullmatch(r"'bomb\.pdf': read ([\d,]+) characters from 1 of 40 pages, over the limit of "
                          r"1,000,000 characters\.", message)
     assert match, message

@@ -1,10 +1,11 @@
 """Issue 40's attacks on HTML reading and uploads, against a real server (`python app.py --model demo`) on loopback:
 a crowd of fresh clients each sending dense HTML, one client sending many HTML pages at once, a cancel during a
 slow HTML read, and a flood of uploads that never ask. Each returns numbers: the normal visitor's wait and answer,
-the server's memory with its children, the HTML children seen at once, the upload folder's bytes.
+the server's memory with its children, the HTML children seen at once, the upload folder's bytes, and whether the
+targets (`crowd_check`'s) were met.
 
 It measures; it formats nothing (scripts/measure_crowd.py writes the JSON and the table, tests/test_crowd_uploads.py
-checks the targets) and bounds every crowd in count and time.
+holds the targets with a margin) and bounds every crowd in count and time.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from typing import Callable
 import psutil
 from gradio_client import Client, handle_file
 
-from longqa.serving.crowd_check import MAX_CLIENTS, MemorySampler, ask_job, children, outcome_of, settle, tree_rss
+from longqa.serving.crowd_check import (CHILD_GONE_TARGET_S, MAX_CLIENTS, MemorySampler, ask_job, children, outcome_of,
+                                        settle, tree_rss, visitor_within_target)
 from longqa.serving.load_check import start_server
 
 MIB = 2**20
@@ -60,6 +62,15 @@ class AttackOutcome:
     folder_peak: int = 0
     crowd: list[str] = field(default_factory=list)
     extra: dict = field(default_factory=dict)
+
+    @property
+    def meets_target(self) -> bool:
+        """The visitor (where one asked) was answered rightly within the crowd's target, and a cancelled read's
+        child (where one was cancelled) was gone within CHILD_GONE_TARGET_S."""
+        gone_s = self.extra.get("child_gone_after_cancel_s")
+        visited = self.visitor_right is not None or self.visitor_error is not None
+        return (not visited or visitor_within_target(self.visitor_right, self.visitor_s)) and \
+            (gone_s is None or (gone_s <= CHILD_GONE_TARGET_S and self.extra.get("children_left") == 0))
 
 
 def visit(outcome: AttackOutcome, visitor: Callable[[], tuple[bool, float, dict]]) -> None:
