@@ -100,7 +100,7 @@ def test_guided_reads_that_fall_back_are_admitted_as_full_reads(served, tmp_path
     assert lane_is_idle(ctx)
 
 
-def test_ten_clients_indexing_two_uploads_build_ten_indexes_and_leave_a_visitor_a_short_wait(served, tmp_path):
+def test_ten_clients_indexing_two_uploads_build_their_own_indexes_and_a_visitor_waits_little(served, tmp_path):
     ctx, url, visitor = served
     texts = [crowd_check.fact_text(2 * MB, 4100 + u) for u in range(2)]
     crowd = []
@@ -114,8 +114,10 @@ def test_ten_clients_indexing_two_uploads_build_ten_indexes_and_leave_a_visitor_
     assert outcome.visitor_s < VISITOR_WAIT_BOUND_S, \
         f"the visitor waited {outcome.visitor_s:.1f} s behind the indexing crowd"
     # One per visitor and upload: each fresh client is a visitor of its own, whose index is never another's (issue 48
-    # item 5: no timing oracle); one build per key however many requests ask is tests/test_index_cache.py's.
-    assert ctx.session.index_cache.builds - builds == len(crowd)
+    # item 5: no timing oracle), so every client answered built its own (one the crowd's end cancelled may not have);
+    # one build per key however many requests ask is tests/test_index_cache.py's.
+    answered = sum(o == "answered" for o in outcome.crowd)
+    assert answered <= ctx.session.index_cache.builds - builds <= len(crowd), (answered, outcome.crowd)
     assert ctx.session.index_cache.bytes <= ctx.session.index_cache.max_bytes
     assert all(is_clear(o) for o in outcome.crowd), outcome.crowd
     assert outcome.rss_peak - outcome.rss_idle < 2.5 * GB
