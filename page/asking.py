@@ -141,7 +141,8 @@ def ask(ctx: AppContext, files, pasted_text, question, top_k, reading, history, 
         with read_at_door(ctx, files, pasted_text, question, request, progress) as (documents, extract_s, place):
             ensure_loaded(ctx, progress)
             progress(0.0, desc="Ranking the windows" if reading != "full" else "Planning the read")
-            plan = ctx.session.plan(documents, question, reading, should_stop=abandonment_check(), **settings)
+            plan = ctx.session.plan(documents, question, reading, should_stop=abandonment_check(),
+                                    visitor=" ".join(visitor_keys(ctx, request)) or None, **settings)
             with request_turn(ctx, request, progress, windows=plan.expected_windows, place=place) as (stop_key,
                                                                                                       ticket):
                 changed = changed_since(ctx, seen)

@@ -685,3 +685,21 @@ def test_on_a_gpu_the_memory_readout_and_the_gauge_show_the_device(tiny_model_di
     assert out["memory"].values.tolist()[0][0].startswith("cuda:0")
     gauge = answer_panel.refresh_gpu_gauge()
     assert gauge and all(0 < fraction <= 1 for fraction in gauge.values())
+
+
+def test_the_page_keeps_each_visitors_ranking_index_apart(ctx):
+    """Issue 48 item 5: a visitor asking about the same text as another builds its own index (its readout's cost is
+    its own), and reuses it for its next question."""
+    text = "The colour of Zorbin is teal. " + "The boats stayed in that morning. " * 200
+
+    def ask_as(session_hash: str) -> None:
+        request = type("Request", (), {"session_hash": session_hash, "headers": {}})()
+        asking.ask(ctx, [], text, "What is the colour of Zorbin?", 3, "guided", [], request=request,
+                   progress=lambda *a, **k: None)
+
+    ask_as("first")
+    assert ctx.session.index_cache.builds == 1
+    ask_as("second")
+    assert ctx.session.index_cache.builds == 2 and len(ctx.session.index_cache) == 2
+    ask_as("first")
+    assert ctx.session.index_cache.builds == 2

@@ -3,10 +3,10 @@ app.py --model demo`) on loopback: a crowd of fresh clients each sending dense H
 pages at once, a cancel during a slow HTML read, a flood of uploads that never ask, six clients sending a PDF page
 that inflates to 70 MB of text, and a cancel during its read. Each returns numbers: the normal visitor's wait and
 answer, the server's memory with its children, the reading children seen at once, the upload folder's bytes, the
-CPU seconds after a cancel.
+CPU seconds after a cancel, and whether the targets (`crowd_check`'s) were met.
 
 It measures; it formats nothing (scripts/measure_crowd.py writes the JSON and the table, tests/test_crowd_uploads.py
-checks the targets) and bounds every crowd in count and time.
+holds the targets with a margin) and bounds every crowd in count and time.
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ from gradio_client import Client, handle_file
 from pypdf import PdfWriter
 from pypdf.generic import DictionaryObject, NameObject, StreamObject
 
-from longqa.serving.crowd_check import MAX_CLIENTS, MemorySampler, ask_job, children, outcome_of, settle, tree_rss
+from longqa.serving.crowd_check import (CHILD_GONE_TARGET_S, MAX_CLIENTS, MemorySampler, ask_job, children, outcome_of,
+                                        settle, tree_rss, visitor_within_target)
 from longqa.serving.load_check import start_server, stop_server
 
 MIB = 2**20
@@ -86,6 +87,15 @@ class AttackOutcome:
     folder_peak: int = 0
     crowd: list[str] = field(default_factory=list)
     extra: dict = field(default_factory=dict)
+
+    @property
+    def meets_target(self) -> bool:
+        """The visitor (where one asked) was answered rightly within the crowd's target, and a cancelled read's
+        child (where one was cancelled) was gone within CHILD_GONE_TARGET_S."""
+        gone_s = self.extra.get("child_gone_after_cancel_s")
+        visited = self.visitor_right is not None or self.visitor_error is not None
+        return (not visited or visitor_within_target(self.visitor_right, self.visitor_s)) and \
+            (gone_s is None or (gone_s <= CHILD_GONE_TARGET_S and self.extra.get("children_left") == 0))
 
 
 def visit(outcome: AttackOutcome, visitor: Callable[[], tuple[bool, float, dict]]) -> None:
