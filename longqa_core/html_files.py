@@ -75,15 +75,8 @@ def _extract_html_text(source: str, name: str, limits: ReadLimits) -> tuple[str,
     # "replace": a lone surrogate, which none of our decoders produces, would become "?" rather than an error.
     page = source.encode("utf-8", errors="replace")
     cap_bytes = html_memory_cap(len(page), READERS)
-    returncode, stdout, stderr = read_in_child(READERS, _HTML_WORKER, page, cap_bytes, name, limits,
-                                               f"parsing {len(source):,} characters of HTML")
-    if returncode == OUT_OF_MEMORY_EXIT:
-        raise DocumentError(f"'{name}' could not be read: its HTML needs more than the {cap_bytes / 2**30:.2g} GB "
-                            f"of memory that reading a page of {len(page) / MIB:.1f} MB may use.")
-    if returncode < 0:
-        raise DocumentError(f"'{name}' could not be read: the HTML reader stopped on it (signal {-returncode}).")
-    if returncode:
-        raise RuntimeError(f"the HTML reader failed: {stderr.decode('utf-8', errors='replace').strip()}")
+    stdout = read_in_child(READERS, _HTML_WORKER, page, cap_bytes, name, limits,
+                           f"parsing {len(source):,} characters of HTML", kind="HTML", unit="page")
     if not stdout:  # nothing written: no title, no text
         return "", "", []
     head, _, body = stdout.decode("utf-8").partition("\n")

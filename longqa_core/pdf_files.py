@@ -67,15 +67,8 @@ def read_pdf_file(data: bytes, name: str, limits: ReadLimits) -> tuple[str, list
     # The time limit counts from when reading began in this process: perf_counter is the system's monotonic clock,
     # the same in the child, so the child counts the wait for its turn too.
     request = json.dumps([name, limits.max_chars, limits.max_pages, limits.max_read_s, limits.began])
-    returncode, stdout, stderr = read_in_child(READERS, _PDF_WORKER, data, cap_bytes, name, limits,
-                                               "extracting its text", args=(request,), grace_s=PDF_GRACE_S)
-    if returncode == OUT_OF_MEMORY_EXIT:
-        raise DocumentError(f"'{name}' could not be read: its PDF needs more than the {cap_bytes / 2**30:.2g} GB of "
-                            f"memory that reading a file of {len(data) / MIB:.1f} MB may use.")
-    if returncode < 0:
-        raise DocumentError(f"'{name}' could not be read: the PDF reader stopped on it (signal {-returncode}).")
-    if returncode:
-        raise RuntimeError(f"the PDF reader failed: {stderr.decode('utf-8', errors='replace').strip()}")
+    stdout = read_in_child(READERS, _PDF_WORKER, data, cap_bytes, name, limits, "extracting its text", kind="PDF",
+                           unit="file", args=(request,), grace_s=PDF_GRACE_S)
     head, _, text = stdout.decode("utf-8").partition("\n")
     parts = json.loads(head)
     if "n_chars" in parts:

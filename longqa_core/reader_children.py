@@ -128,11 +128,12 @@ READERS = ReaderChildren()
 
 
 def read_in_child(readers: ReaderChildren, code: str, data: bytes, cap_bytes: int, name: str, limits: ReadLimits,
-                  doing: str, *, args: tuple[str, ...] = (), grace_s: float = 0.0) -> tuple[int, bytes, bytes]:
-    """Run the reader `code` on `data` (its stdin) in a child under `cap_bytes` of address space, in a turn of
-    `readers`; its code finds `args` (strings) in `args`. Killed at once (and waited
-    for) when the request is stopped, or `grace_s` after its time is up (the time error then says it was `doing`
-    `name`). Returns its exit code, stdout and stderr."""
+                  doing: str, *, kind: str, unit: str, args: tuple[str, ...] = (), grace_s: float = 0.0) -> bytes:
+    """Run the `kind` reader (`"PDF"`, `"HTML"`) `code` on `data` (its stdin: a `unit` such as "file" or "page") in
+    a child under `cap_bytes` of address space, in a turn of `readers`; its code finds `args` (strings) in `args`.
+    Killed at once (and waited for) when the request is stopped, or `grace_s` after its time is up (the time error
+    then says it was `doing` `name`). Returns its stdout; DocumentError when the child ran out of its memory or was
+    stopped by a signal, RuntimeError (with its stderr) when it failed otherwise."""
     with readers.slot(cap_bytes, name, limits):
         command = [sys.executable, "-I", "-S", "-c", _PRELUDE + code, str(cap_bytes), str(len(args)), *args,
                    *sys.path]
@@ -145,7 +146,15 @@ def read_in_child(readers: ReaderChildren, code: str, data: bytes, cap_bytes: in
             if child.poll() is None:
                 child.kill()
                 child.communicate()  # reaps it and closes the pipes
-    return child.returncode, stdout, stderr
+    returncode = child.returncode
+    if returncode == OUT_OF_MEMORY_EXIT:
+        raise DocumentError(f"'{name}' could not be read: its {kind} needs more than the {cap_bytes / 2**30:.2g} GB "
+                            f"of memory that reading a {unit} of {len(data) / 2**20:.1f} MB may use.")
+    if returncode < 0:
+        raise DocumentError(f"'{name}' could not be read: the {kind} reader stopped on it (signal {-returncode}).")
+    if returncode:
+        raise RuntimeError(f"the {kind} reader failed: {stderr.decode('utf-8', errors='replace').strip()}")
+    return stdout
 
 
 def _input_file(data: bytes):
