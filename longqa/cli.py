@@ -14,7 +14,7 @@ import warnings
 
 from transformers.utils import logging as hf_logging
 
-from longqa.bench import band_kernels, cpu_seconds, levers, reading_sweep, window_profile
+from longqa.bench import band_kernels, cpu_seconds, first_answer, levers, reading_sweep, window_profile
 from longqa.bench import runner as bench_module
 from longqa.arguments import positive_int
 from longqa.compare import Comparison, choices_from, compare_profiles
@@ -39,6 +39,7 @@ MEASUREMENTS = {
     "levers": levers,  # the cpu stack's levers one at a time, side by side
     "cpu-seconds": cpu_seconds,  # one window against its floors in one thread's CPU seconds
     "kernels": band_kernels,  # the bf16 band kernels side by side
+    "first-answer": first_answer,  # a 100-page PDF read whole, guided, and guided in sized windows: the first answer
 }
 
 
