@@ -98,6 +98,7 @@ def timed_read(loaded, documents, question: str, mode: str, settings, weak_answe
 
 
 def measure(model: str, profile: str, pages: int, sized_tokens: int, rounds: int) -> dict:
+    machine = machine_info(detect_hardware())  # the load before the reads
     loaded = load_model(model, profile)
     pdf, item = make_pdf(pages)
     documents, extract_s = read_documents([(f"report-{pages}-pages.pdf", pdf)])
@@ -115,7 +116,7 @@ def measure(model: str, profile: str, pages: int, sized_tokens: int, rounds: int
     rows.append({"round": 0, **timed_read(loaded, documents, item.question, "full", whole, weak)})
     return {"model": model, "profile": profile, "pages": pages, "chars": documents[0].n_chars,
             "extract_s": extract_s, "threads": torch.get_num_threads(), "question": item.question,
-            "answer": item.answer, "machine": machine_info(detect_hardware()),
+            "answer": item.answer, "machine": machine,
             "load_average_end": list(os.getloadavg()), "weak_answer_score": weak, "rows": rows}
 
 
