@@ -98,7 +98,7 @@ def build_blocks(ctx: AppContext, queue_size: int = DEFAULT_QUEUE_SIZE) -> gr.Bl
         question = build_question_panel(ctx)
         wire_model_panel(ctx, demo, seen, model, question)
         history = build_answer_panel(ctx, question, seen, intro)
-        compared = build_compare_panel(ctx, question, history, seen)
+        compared = build_compare_panel(ctx, question, history, seen, model["load_status"])
         show_loaded_after(ctx, compared["event"], model, question)
         with gr.Accordion("Loaded model", open=True):
             model["load_table"].render()
