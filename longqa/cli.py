@@ -170,7 +170,7 @@ def run_ask(args) -> int:
     for rank, answer in enumerate(result.answers, 1):
         where = f"{answer.document} chars {answer.start_char}-{answer.end_char}" if answer.document else "no answer"
         print(f"{rank}. {answer.text!r}  score {answer.score:.4g}, {answer.confidence} confidence  ({where})")
-    if result.found is None:
+    if result.found is None and not verdict.outside_form:  # outside the form, the notice above said why
         print(f"note: {verdict.message}; --no-answer-below SCORE gives a threshold", file=sys.stderr)
     print(f"{result.windows} windows, {result.tokens} tokens, batch {result.batch_size}, "
           f"{result.latency_s['total']:.2f} s, model {readout.model}, profile {readout.profile}; "

@@ -148,7 +148,8 @@ def answer_plan(runner: Runner, tokenizer, plan: RequestPlan, *, batch_state: Ba
         raise
     measurement.latency_s["total"] += extract_s + sum(plan.latency_s.values())
     return QAResult(plan.question, answers, read.stats, len(read.windows), read.tokens, read.batch_size,
-                    batch_state.backoffs - backoffs_before, measurement.latency_s, measurement.memory, read.notices,
+                    batch_state.backoffs - backoffs_before, measurement.latency_s, measurement.memory,
+                    read.notices + verdict.notices,
                     window_tokens=max(len(w.input_ids) for w in read.windows), reading=read.readout,
                     forward=ForwardSample(read.forward_tokens, read.forward_windows, read.forward_s),
                     verdict=verdict)
@@ -156,14 +157,21 @@ def answer_plan(runner: Runner, tokenizer, plan: RequestPlan, *, batch_state: Ba
 
 def judge_answers(decoded, settings: EngineSettings, read_whole: bool,
                   evidence: no_answer.Evidence | None = None) -> tuple[list[Answer], no_answer.Verdict]:
-    """The answers with their confidence in words, and the verdict on the best one under the request's rule (the
-    model's, or the threshold the request gave); a rule that needs evidence asks `evidence` of each answer."""
+    """The answers with their confidence in words (monotone in the score; all "low" where the asked attribute is
+    absent from the documents or the question is outside the rule's form), and the verdict on the best one under
+    the request's rule (the model's, or the threshold the request gave); a rule that needs evidence asks `evidence`
+    of each answer, and every rule asks it whether the documents name the asked attribute."""
     rule = no_answer_rule(settings)
     missing = [missing_words(rule, evidence, answer) for answer in decoded.answers]
+    absent = evidence.absent() if evidence is not None else []
     best = decoded.answers[0].score if decoded.answers else None
-    verdict = no_answer.judge(rule, best, decoded.null_score, read_whole, missing[0] if missing else None)
-    for answer, lacking in zip(decoded.answers, missing):
-        answer.confidence = no_answer.confidence(rule, answer.score, decoded.null_score, lacking)
+    verdict = no_answer.judge(rule, best, decoded.null_score, read_whole, missing[0] if missing else None, absent,
+                              evidence.question if evidence is not None else None)
+    words = ["low" if absent or verdict.outside_form else
+             no_answer.confidence(rule, answer.score, decoded.null_score, lacking)
+             for answer, lacking in zip(decoded.answers, missing)]
+    for answer, word in zip(decoded.answers, no_answer.in_score_order(words, [a.score for a in decoded.answers])):
+        answer.confidence = word
     return decoded.answers, verdict
 
 

@@ -24,7 +24,7 @@ from longqa_core.html_files import READERS as HTML_READERS
 from longqa_core.limits import DEFAULT_MAX_TOTAL_TOKENS
 from page import format as fmt
 from page.context import DEFAULT_MAX_FILE_MB, DEFAULT_QUEUE_SIZE, MB, AppContext, make_context
-from page.layout import CSS, build_blocks
+from page.layout import build_blocks
 from page.picks import ensure_loaded
 from page.zerogpu import ZERO_GPU
 from strategies.profiles import PROFILES
@@ -40,7 +40,7 @@ def serve(demo: gr.Blocks, *, host: str = "127.0.0.1", port: int = 7860, share: 
         print("note: --share makes a PUBLIC link: anyone who has it can use this app on this machine.", flush=True)
     # show_error=False: our own errors are gr.Error and always reach the visitor; what gradio raises before a
     # handler runs (a crafted call naming a server path) would otherwise echo the server's absolute paths.
-    launch = dict(server_name=host, server_port=port, max_file_size=int(max_file_mb * 1024 * 1024), css=CSS,
+    launch = dict(server_name=host, server_port=port, max_file_size=int(max_file_mb * 1024 * 1024),
                   prevent_thread_lock=True, show_error=False)
     try:
         _, local_url, share_url = demo.launch(share=share, **launch)

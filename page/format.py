@@ -84,7 +84,7 @@ def best_answer(result) -> str:
     if best is None:
         return "(no answer found in the documents)"
     if verdict is not None and verdict.found is False:
-        return f"{verdict.message}."  # the spans stay in the top answers, marked low confidence
+        return verdict.explanation  # the spans stay in the top answers, marked low confidence
     return best.text  # without a rule, the run table and the JSON say the confidence is not calibrated
 
 
@@ -98,10 +98,12 @@ def answer_status(result) -> str:
     where = (f"In {escape_markdown(best.document)}, characters {best.start_char:,}–{best.end_char:,}; "
              f"score {best.score:.3g}.")
     if verdict is not None and verdict.found is False:
-        return (f"### {escape_markdown(verdict.message)}\nRule: {escape_markdown(verdict.basis)}. The spans the "
-                "model liked best are in Top answers, marked low confidence.")
+        return (f"### {escape_markdown(verdict.message)} ({verdict.confidence} confidence)\nThe spans the model "
+                "liked best are in Top answers, marked low confidence.")
     if verdict is not None and verdict.found:
         return f"### Found ({best.confidence or MISSING} confidence)\n{where}"
+    if verdict is not None and verdict.confidence == "low":  # outside the model's question form, or a word absent
+        return f"### {escape_markdown(verdict.explanation)}\n{where}"
     if best.confidence == "low":
         return (f"### Low confidence\n{where} This model has no not-found rule: the span is unlikely, and may not "
                 "answer the question.")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -208,3 +209,19 @@ def test_the_history_keeps_the_request_the_answer_and_customs_strategies():
     assert ui_format.history_entry(readout, 1, ["a.txt", "b.pdf"])["documents"] == ["a.txt", "b.pdf"]
     plain = Readout(readout.result, "demo", "cpu", strategies=["half_precision"])
     assert ui_format.history_entry(plain, 1)["strategies"] == []  # a named profile is its name
+
+
+def test_not_found_shows_one_short_sentence_with_a_confidence_word_and_no_rule_numbers():
+    answers = [Answer("teal", 3e-11, "a.txt", 0, 1200, 1204, "low")]
+    rule = no_answer.NoAnswerRule(no_answer.THRESHOLD, 4.2e-8, "docs/no-answer.md: measured, 97.3 % kept")
+    result = SimpleNamespace(answers=answers, verdict=no_answer.judge(rule, 3e-11, None, True))
+    shown, status = ui_format.best_answer(result), ui_format.answer_status(result)
+    assert shown == "Not found in the documents (high confidence): no passage answers the question clearly enough."
+    assert status.startswith("### Not found in the documents (high confidence)\n")
+    assert "4.2e-08" not in shown + status and "97.3" not in shown + status  # the numbers are the disclosure's
+    form = no_answer.QuestionForm("What is the <attribute> of <name>?", "One form only.")
+    guess = no_answer.judge(replace(rule, question_form=form), 0.3, None, True, [], [], "Who founded Acme?")
+    outside = SimpleNamespace(answers=[Answer("teal", 0.3, "a.txt", 0, 1200, 1204, "low")], verdict=guess)
+    assert ui_format.best_answer(outside) == "teal"  # the answer still shows, marked as a guess
+    status = ui_format.answer_status(outside)  # markdown-escaped
+    assert status.startswith("### A guess \\(low confidence\\): this model answers") and "&lt;attribute&gt;" in status
