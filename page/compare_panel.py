@@ -114,7 +114,7 @@ def start_comparing(ctx: AppContext, names, custom_strategies) -> dict:
     named = [f"custom ({', '.join(custom_strategies)})" if name == "custom" and custom_strategies else name
              for name in names or []]
     which = f"{', '.join(named[:-1])} and {named[-1]}" if len(named) > 1 else (named[0] if named else "none")
-    return {"load_status": f"**Comparing profiles {fmt.escape_markdown(which)}** on the question above, each loaded "
+    return {"load_status": f"**Comparing profiles {fmt.escape_markdown(which)}** on your question, each loaded "
                            f"in turn; then {fmt.escape_markdown(loaded_now(ctx))} is loaded back. Ask is disabled "
                            "until it ends.",
             "ask": gr.update(interactive=False), "full": gr.update(interactive=False)}
