@@ -210,20 +210,28 @@ class Session:
                 loaded.unload()
 
     def plan(self, documents: list[Document], question: str, reading: str = DEFAULT_READING, *,
-             should_stop: StopCheck | None = None, **overrides) -> RequestPlan:
+             should_stop: StopCheck | None = None, visitor: str | None = None, **overrides) -> RequestPlan:
         """Read and plan a request once, before its turn on the model and without its lock: every limit checked,
         the reading ranked (`longqa_core.plan.plan_request`), the time predicted from the loaded model's measured
-        throughput. `overrides` replace engine settings (top_k, max_total_tokens, max_request_s, ...)."""
+        throughput. `overrides` replace engine settings (top_k, max_total_tokens, max_request_s, ...). `visitor`
+        names whose ranking indexes the request may reuse and keep (one visitor's are never another's:
+        docs/serving.md, "No timing oracle"); a request that names none keeps none."""
         loaded = self._loaded()
         tokenizer = self._borrow_tokenizer(loaded)
         try:
-            plan = plan_request(tokenizer, documents, question, with_overrides(loaded.settings, overrides), reading,
-                                batch_state=loaded.batch_state, index_cache=self.index_cache,
-                                should_stop=should_stop)
+            plan = self._plan(tokenizer, documents, question, with_overrides(loaded.settings, overrides), reading,
+                              loaded, visitor, should_stop)
         finally:
             self._return_tokenizer(loaded, tokenizer)
         plan.generation, plan.overrides = loaded.generation, {k: v for k, v in overrides.items() if v is not None}
+        plan.visitor = visitor
         return plan
+
+    def _plan(self, tokenizer, documents, question, settings, reading, loaded, visitor, should_stop=None):
+        """`plan_request` with the loaded model's throughput, and `visitor`'s share of the index cache (if any)."""
+        return plan_request(tokenizer, documents, question, settings, reading, batch_state=loaded.batch_state,
+                            index_cache=self.index_cache if visitor is not None else None, should_stop=should_stop,
+                            visitor=visitor or "")
 
     def ask(self, plan: RequestPlan, *, extract_s: float = 0.0, gate: Gate | None = None,
             should_stop: StopCheck | None = None,
@@ -254,12 +262,11 @@ class Session:
             return plan
         tokenizer = self._borrow_tokenizer(loaded)
         try:
-            replanned = plan_request(tokenizer, plan.documents, plan.question,
-                                     with_overrides(loaded.settings, plan.overrides), plan.requested,
-                                     batch_state=loaded.batch_state, index_cache=self.index_cache)
+            replanned = self._plan(tokenizer, plan.documents, plan.question, with_overrides(loaded.settings,
+                                   plan.overrides), plan.requested, loaded, plan.visitor)
         finally:
             self._return_tokenizer(loaded, tokenizer)
-        replanned.generation, replanned.overrides = loaded.generation, plan.overrides
+        replanned.generation, replanned.overrides, replanned.visitor = loaded.generation, plan.overrides, plan.visitor
         return replanned
 
     def learn(self, readout: Readout) -> None:

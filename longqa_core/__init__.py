@@ -6,10 +6,12 @@ One request goes documents -> plan -> answering (windows, batching, reading, spa
 the public names of each:
 
 - `documents`: reading files and pasted text into `Document`s (`read_document`, `from_text`, `SUPPORTED_EXTENSIONS`,
-  `DEFAULT_MAX_FILE_BYTES`), the size and extension checks and the reader for each kind; the readers:
-  `text_files` (`decode_text`, `UnknownEncodingError`, `clean_text`, the cleaning every reader's text goes through),
-  `pdf_files` (`read_pdf_file`) and `html_files` (`read_html_file`; `HtmlReaders` and its one instance `READERS`,
-  the bounds on its child processes), all within one document's `ReadLimits`
+  `DEFAULT_MAX_FILE_BYTES`), the size and extension checks and the reader for each kind, and where a stretch of
+  text stands (`Location`, `locate`, `format_location`: page, heading, line); the readers:
+  `text_files` (`decode_text`, `UnknownEncodingError`, `clean_text`, the cleaning every reader's text goes through;
+  `Heading`, `markdown_headings`), `pdf_files` (`read_pdf_file`) and `html_files` (`read_html_file`), whose
+  parsers run in the children of `reader_children` (`ReaderChildren` and its one instance `READERS`: so many at
+  once, one memory budget; `read_in_child`), all within one document's `ReadLimits`
   (`document_limits`: `DEFAULT_MAX_PAGES`, `DEFAULT_MAX_READ_S`).
 - `limits`: `EngineSettings` (windows, batch, limits, the time budget) and the checks made before any model work
   (`validate_request`, `check_chars`, `check_tokens`, `check_predicted_time`, `max_chars_for`, `whole_number`).

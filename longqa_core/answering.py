@@ -84,7 +84,7 @@ class QAResult:
 
     def to_json(self) -> dict:
         """The JSON of the answer itself, in the order the CLI's --json and the web API have always had."""
-        return {"question": self.question, "answers": [vars(a).copy() for a in self.answers],
+        return {"question": self.question, "answers": [a.to_json() for a in self.answers],
                 "documents": [vars(d).copy() for d in self.documents], "windows": self.windows,
                 "tokens": self.tokens, "batch_size": self.batch_size, "backoffs": self.backoffs,
                 "latency_s": dict(self.latency_s), "memory": self.memory.to_json(), "notices": list(self.notices),

@@ -1,6 +1,7 @@
-"""The ranking indexes a server keeps between questions, bounded by their size in bytes: one build per upload
-however many requests ask for it at once (the others wait for that build), a bounded number of builds at a time,
-and no lock held while building, so a request that needs no index never waits for one.
+"""The ranking indexes a server keeps between questions, bounded by their size in bytes: one build per key (an upload
+for one visitor: `longqa_core.plan` makes the key) however many requests ask for it at once (the others wait for that
+build), a bounded number of builds at a time, and no lock held while building, so a request that needs no index
+never waits for one.
 
 It keeps and shares indexes; it does not build them (the caller passes how, `longqa_core.reading.build_index`) nor
 decide when a request may plan (the lane's door does).
@@ -25,8 +26,9 @@ STOPPED = "The request was stopped while it waited for its documents' index."
 
 
 class IndexCache:
-    """Indexes by content key, the most recently used last, `max_bytes` in all (an index larger than that is
-    built for its request and not kept); at most `builders` builds at once, one per key."""
+    """Indexes by key (the key names one visitor: no index is shared between visitors), the most recently used
+    last, `max_bytes` in all (an index larger than that is built for its request and not kept); at most `builders`
+    builds at once, one per key."""
 
     def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES, builders: int = DEFAULT_BUILDERS,
                  size_of: Callable[[object], int] | None = None):

@@ -58,6 +58,7 @@ class RequestPlan:
     latency_s: dict[str, float] = field(default_factory=dict)  # seconds planning took, by stage (tokenize, rank)
     generation: int = 0  # the caller's count of the model loads: which model this plan was made for
     overrides: dict = field(default_factory=dict)  # the settings the request set itself (the rest: the model's)
+    visitor: str | None = None  # whose cached index it may use (None: no cache; see plan_request's `visitor`)
 
     @property
     def mode(self) -> str:
@@ -92,7 +93,7 @@ class RequestPlan:
 def plan_request(tokenizer, documents: list[Document], question: str, settings: EngineSettings,
                  mode: str = "full", *, batch_state: BatchState | None = None,
                  index_cache: IndexCache | None = None, should_stop: StopCheck | None = None,
-                 weak_answer_score: float | None = None) -> RequestPlan:
+                 weak_answer_score: float | None = None, visitor: str = "") -> RequestPlan:
     """Check a request against every limit, cheapest check first, and plan its read; no model work.
 
     InputError for an empty question or no document, characters over `max_chars_for(max_total_tokens)` (refused
@@ -100,7 +101,9 @@ def plan_request(tokenizer, documents: list[Document], question: str, settings: 
     estimates them from samples of its characters first, then counts them as it tokenizes); RequestTooLongError when `settings.max_request_s` is set and
     the throughput measured in `batch_state` predicts more; Cancelled when `should_stop` says so between chunks.
     `mode` "guided" (and "auto" past a few windows) tokenizes the documents, cuts the full read's windows and ranks
-    them for the question, with the index and tokens from `index_cache` when the same documents were ranked before.
+    them for the question, with the index and tokens from `index_cache` when the same documents were ranked before
+    for the same `visitor`: one visitor's cached index is never another's, so that its cost (in the readout and in
+    the wait) does not tell whether someone else asked about the same documents (docs/serving.md).
     `weak_answer_score` replaces the score under which guided reading goes on. Use it from one thread at a time per
     tokenizer. A refused plan hands the heap it freed back to the system before raising (`trim_heap`).
     """
@@ -116,7 +119,7 @@ def plan_request(tokenizer, documents: list[Document], question: str, settings: 
             plan.question_tokens = len(tokenizer(plan.question, add_special_tokens=False)["input_ids"])
             plan.room = room = document_room(tokenizer, settings, plan.question_tokens)
         if mode != "full":
-            _rank(plan, tokenizer, index_cache, should_stop)
+            _rank(plan, tokenizer, index_cache, should_stop, visitor)
             if weak_answer_score is not None:
                 plan.reading.weak_answer_score = weak_answer_score
         if plan.mode == "full":
@@ -184,7 +187,7 @@ def _tokenize_within_limit(plan: RequestPlan, tokenizer, should_stop: StopCheck 
 
 
 def _rank(plan: RequestPlan, tokenizer, index_cache: IndexCache | None,
-          should_stop: StopCheck | None) -> None:
+          should_stop: StopCheck | None, visitor: str = "") -> None:
     """A guided (or auto) read: the documents' tokens estimated from their characters first (auto reads a few
     windows whole without more), else tokenized (or taken from `index_cache`), the full read's windows cut from them
     and ranked on the documents' passages (indexed once per upload), and the rounds planned. No model work: cheap
@@ -201,7 +204,7 @@ def _rank(plan: RequestPlan, tokenizer, index_cache: IndexCache | None,
     if plan.requested == "auto" and plan.windows <= reading.AUTO_MIN_WINDOWS:
         plan.reading = reading.plan_reading("auto", None, None, plan.question, plan.windows, estimated=True)
         return  # read whole: counted like any full read
-    index, tokens = _cached_upload(plan, tokenizer, index_cache, should_stop)
+    index, tokens = _cached_upload(plan, tokenizer, index_cache, should_stop, visitor)
     _cut(plan, tokens)
     with plan.stage("rank"):
         ranking = reading.rank(index, plan.question, plan.cuts)
@@ -226,11 +229,11 @@ def _cut(plan: RequestPlan, tokens: list[DocumentTokens]) -> None:
     plan.expected_windows, plan.expected_window_tokens = plan.windows, plan.window_tokens
 
 
-def _cached_upload(plan: RequestPlan, tokenizer, index_cache: IndexCache | None,
-                   should_stop: StopCheck | None) -> tuple[reading.DocumentIndex, list[DocumentTokens]]:
+def _cached_upload(plan: RequestPlan, tokenizer, index_cache: IndexCache | None, should_stop: StopCheck | None,
+                   visitor: str = "") -> tuple[reading.DocumentIndex, list[DocumentTokens]]:
     """The documents' ranking index and tokens: from `index_cache` when these documents were prepared for this
-    tokenizer, else built and kept there (one build per upload however many requests need it, bounded in bytes);
-    built and not kept without a cache."""
+    visitor and tokenizer, else built and kept there (one build per visitor and upload however many of its requests
+    need it, bounded in bytes); built and not kept without a cache."""
     documents = plan.documents
 
     def build() -> tuple[reading.DocumentIndex, list[DocumentTokens]]:
@@ -241,7 +244,8 @@ def _cached_upload(plan: RequestPlan, tokenizer, index_cache: IndexCache | None,
 
     if index_cache is None:
         return build()
-    return index_cache.get_or_build(reading.content_key(documents, _tokenizer_key(tokenizer)), build, should_stop)
+    key = reading.content_key(documents, f"{len(visitor)}:{visitor}:{_tokenizer_key(tokenizer)}")
+    return index_cache.get_or_build(key, build, should_stop)
 
 
 def _tokenizer_key(tokenizer) -> str:

@@ -119,11 +119,11 @@ def build_parser() -> argparse.ArgumentParser:
     bounds.add_argument("--uploads-keep-min", type=float, default=DEFAULT_KEEP_S / 60,
                         help="minutes an upload is kept (unless it is being read) before it is deleted")
     bounds.add_argument("--html-readers", type=positive_int, default=HTML_READERS.readers,
-                        help="HTML pages parsed at once, each in its own child process (default: one per core); "
-                             "more wait their turn, their place shown")
+                        help="HTML pages and PDFs parsed at once, each in its own child process (default: one per "
+                             "core); more wait their turn, their place shown")
     bounds.add_argument("--html-memory-mb", type=float, default=HTML_READERS.memory_bytes / MB,
-                        help="memory all HTML children may use together; each may use 64 MB + 256 bytes per byte "
-                             "of its page, within this")
+                        help="memory all reading children (HTML and PDF) may use together; an HTML child may use "
+                             "64 MB + 256 bytes per byte of its page, a PDF child 256 MB + 32 per byte, within this")
     scale = parser.add_argument_group("past one machine (Ray Serve; pip install -r requirements-ray.txt)")
     scale.add_argument("--engine", choices=["embedded", "ray"], default="embedded",
                        help="embedded: the model in this process (default); ray: in Ray Serve replicas")

@@ -71,7 +71,7 @@ def answer_rows(answers: list) -> list[list]:
         if answer.document is None:
             where, document = MISSING, "(no answer)"
         else:
-            where, document = f"{answer.start_char:,}–{answer.end_char:,}", answer.document
+            where, document = f"{answer.start_char:,}–{answer.end_char:,}", str(answer.location or answer.document)
         rows.append([rank, answer.text, f"{answer.score:.4g}", answer.confidence or MISSING, document, where])
     return rows
 
@@ -97,8 +97,8 @@ def answer_status(result, evaluation_url: str | None = None) -> str:
     best = result.answers[0] if result.answers and result.answers[0].document is not None else None
     if best is None:
         return "### Not found in the documents\nThe model found no answer span in the text it read."
-    where = (f"In {escape_markdown(best.document)}, characters {best.start_char:,}–{best.end_char:,}; "
-             f"score {best.score:.3g}.")
+    where = (f"In {escape_markdown(str(best.location or best.document))}, characters "
+             f"{best.start_char:,}–{best.end_char:,}; score {best.score:.3g}.")
     if verdict is not None and verdict.found is False:
         return (f"### {escape_markdown(verdict.message)} ({verdict.confidence} confidence)\nThe closest passages "
                 "are below, nothing in them marked as the answer; the spans the model liked best are in Top answers, "

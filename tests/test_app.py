@@ -30,7 +30,8 @@ READOUT_KEYS = {"question", "answers", "documents", "windows", "tokens", "batch_
                 "memory", "notices", "tokens_per_s", "model", "profile", "window_tokens",
                 "memory_prediction", "reading", "queue", "found", "no_answer",  # the last two: issue 38
                 "strategies", "request_memory"}  # issue 39: custom's strategies, the request's own memory
-ANSWER_KEYS = {"text", "score", "document", "document_index", "start_char", "end_char", "confidence"}
+ANSWER_KEYS = {"text", "score", "document", "document_index", "start_char", "end_char", "confidence",
+               "location"}  # the last: issue 50
 MEMORY_KEYS = {"peak_allocated_bytes", "reserved_bytes", "nvml_used_bytes", "nvml_total_bytes", "host_rss_bytes",
                "host_peak_rss_bytes", "devices", "host_baseline_rss_bytes", "host_request_peak_bytes"}
 LATENCY_KEYS = {"total", "extract", "tokenize", "forward", "decode"}
@@ -704,3 +705,21 @@ def test_on_a_gpu_the_memory_readout_and_the_gauge_show_the_device(tiny_model_di
     assert out["memory"].values.tolist()[0][0].startswith("cuda:0")
     gauge = answer_panel.refresh_gpu_gauge()
     assert gauge and all(0 < fraction <= 1 for fraction in gauge.values())
+
+
+def test_the_page_keeps_each_visitors_ranking_index_apart(ctx):
+    """Issue 48 item 5: a visitor asking about the same text as another builds its own index (its readout's cost is
+    its own), and reuses it for its next question."""
+    text = "The colour of Zorbin is teal. " + "The boats stayed in that morning. " * 200
+
+    def ask_as(session_hash: str) -> None:
+        request = type("Request", (), {"session_hash": session_hash, "headers": {}})()
+        asking.ask(ctx, [], text, "What is the colour of Zorbin?", 3, "guided", [], request=request,
+                   progress=lambda *a, **k: None)
+
+    ask_as("first")
+    assert ctx.session.index_cache.builds == 1
+    ask_as("second")
+    assert ctx.session.index_cache.builds == 2 and len(ctx.session.index_cache) == 2
+    ask_as("first")
+    assert ctx.session.index_cache.builds == 2

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 import weakref
 from pathlib import Path
 
@@ -220,3 +221,28 @@ def test_a_request_enters_few_modules_from_the_session_to_the_model(tiny_model_d
     assert modules[:2] == ["longqa.session", "longqa_core.plan"]
     assert len(modules) <= bound, modules
     assert ("longqa_core.ranker" in modules) == (reading == "guided")  # a full read ranks nothing
+
+
+def test_a_visitor_never_reuses_another_visitors_index_so_its_readout_tells_nothing_of_them(tiny_model_dir,
+                                                                                           monkeypatch):
+    """Issue 48 item 5: the index is cached per visitor. The build is made 0.3 s slower, so a readout's "rank"
+    shows whether its request built the index (at least 0.3 s) or found it cached (milliseconds)."""
+    from longqa_core import reading
+
+    real_build = reading.build_index
+    monkeypatch.setattr(reading, "build_index", lambda *a, **k: time.sleep(0.3) or real_build(*a, **k))
+    session = Session()
+    session.load(str(tiny_model_dir), "cpu")
+    document = [Document("d", "The harbor of Velka is 42. " + "The boats stayed in that morning. " * 200)]
+
+    def rank_s(visitor: str | None) -> float:
+        plan = session.plan(document, "What is the harbor of Velka?", "guided", visitor=visitor, max_seq_len=256,
+                            doc_stride=64)
+        assert plan.visitor == visitor and plan.mode == "guided"
+        return session.ask(plan).to_json()["latency_s"]["rank"]
+
+    assert rank_s("session:first") >= 0.3 and session.index_cache.builds == 1
+    assert rank_s("session:second") >= 0.3 and session.index_cache.builds == 2  # not the first visitor's index
+    assert rank_s("session:first") < 0.1 and session.index_cache.builds == 2  # its own, cached
+    assert rank_s(None) >= 0.3 and session.index_cache.builds == 2 and len(session.index_cache) == 2  # none kept
+    assert session.index_cache.bytes <= session.index_cache.max_bytes

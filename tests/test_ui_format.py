@@ -13,6 +13,7 @@ from longqa.readout import MemoryPrediction, QueueReadout, Readout, predict_full
 from longqa_core import no_answer
 from longqa_core.answering import QAResult, ReadingReadout
 from longqa_core.batching import BatchState
+from longqa_core.documents import Location
 from longqa_core.spans import Answer
 from longqa_core.telemetry import DeviceMemory, MemoryReadout
 from longqa_core.windows import DocumentStats
@@ -73,6 +74,15 @@ def test_answer_rows_and_best_answer():
     found = no_answer.judge(no_answer.NoAnswerRule(no_answer.THRESHOLD, 1e-5, "measured"), 0.91234, 0.01, True)
     assert ui_format.best_answer(SimpleNamespace(answers=answers, verdict=found)) == "teal"
     assert ui_format.best_answer(SimpleNamespace(answers=answers[1:], verdict=found)).startswith("(no answer")
+
+
+def test_a_located_answer_names_its_page_and_section_in_the_table_and_over_the_answer():
+    location = Location("report.pdf", 31_990, 31_995, page=37, heading="3.2 Results")
+    answers = [Answer("teal", 0.91234, "report.pdf", 0, 31_990, 31_995, "high", location)]
+    assert ui_format.answer_rows(answers)[0][4:] == ["report.pdf, page 37, § 3.2 Results", "31,990–31,995"]
+    found = no_answer.judge(no_answer.NoAnswerRule(no_answer.THRESHOLD, 1e-5, "measured"), 0.91234, 0.01, True)
+    status = ui_format.answer_status(SimpleNamespace(answers=answers, verdict=found))
+    assert "In report\\.pdf, page 37, § 3\\.2 Results, characters 31,990–31,995" in status  # escaped Markdown
 
 
 def test_a_question_the_documents_do_not_answer_shows_not_found_and_the_best_span_as_low_confidence():
