@@ -156,8 +156,8 @@ def build_answer_panel(ctx: AppContext, question: dict[str, Block], seen: gr.Sta
                **history, "seen": seen,
                "readout": readout_json}  # last: API clients take the readout as `*_, readout = predict(...)`
     cleared = {"status": question["status"], "answer": question["answer"], "evidence": question["evidence"],
-               "answers": answers_table, "latency": latency_table, "wait": wait, "memory": memory_table, "run": run_table,
-               "readout": readout_json, "download_json": question["download_json"],
+               "answers": answers_table, "latency": latency_table, "wait": wait, "memory": memory_table,
+               "run": run_table, "readout": readout_json, "download_json": question["download_json"],
                "download_csv": question["download_csv"]}
     ended = {name: question[name] for name in ("status", "evidence", "download_json", "download_csv")}
     # Every event of the requests group names the same limit: gradio lowers a group to its smallest one.

@@ -188,7 +188,8 @@ def test_the_plots_are_coloured_by_profile_with_a_colour_each():
 def test_starting_a_comparison_says_what_is_compared_and_disables_asking(ctx):
     shown = compare_panel.start_comparing(ctx, ["cpu", "baseline-fp32", "custom"], ["sdpa"])
     line = shown["load_status"]
-    assert line.startswith(f"**Comparing profiles {ui_format.escape_markdown('cpu, baseline-fp32 and custom (sdpa)')}**")
+    compared = ui_format.escape_markdown("cpu, baseline-fp32 and custom (sdpa)")
+    assert line.startswith(f"**Comparing profiles {compared}**")
     assert ui_format.escape_markdown(picks.loaded_now(ctx)) in line
     assert shown["ask"]["interactive"] is False and shown["full"]["interactive"] is False
     assert "Comparing profiles cpu**" in compare_panel.start_comparing(ctx, ["cpu"], [])["load_status"]
