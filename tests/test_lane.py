@@ -367,3 +367,70 @@ def test_a_planned_request_over_the_work_bound_is_refused_and_leaves_the_line():
             with lane.request("v", windows=60, ticket=place):
                 pass
     assert lane.waiting() == 0 and lane._tickets == []
+
+
+# ------------------------------------------------------------------------------- every endpoint's share (issue 48)
+def test_a_visitor_has_one_exclusive_turn_in_line_and_a_second_is_refused_at_once():
+    lane, order, release, started = ModelLane(per_visitor=3), [], threading.Event(), threading.Event()
+    first = hold(lane, "v", order, release, started, exclusive=True)
+    assert started.wait(5)
+    began = time.monotonic()
+    with pytest.raises(LaneBusyError, match="already have a reload or a comparison"):
+        with lane.turn("v", exclusive=True):
+            pass
+    assert time.monotonic() - began < 1.0
+    with lane.door("w"):  # another visitor's place is taken at once
+        pass
+    release.set()
+    first.join(5)
+    with lane.turn("v", exclusive=True):  # once the first has ended, the next is taken
+        pass
+
+
+def test_a_door_after_exclusive_turns_waits_for_the_ones_before_it_only():
+    lane, order, release, started = ModelLane(), [], threading.Event(), threading.Event()
+    reload = hold(lane, "r", order, release, started, exclusive=True)
+    assert started.wait(5)
+    seen = []
+
+    def visit():
+        with lane.door("visit", after_exclusive=True):
+            seen.append(list(order))
+
+    thread = threading.Thread(target=visit, daemon=True)
+    thread.start()
+    time.sleep(0.3)
+    assert seen == []  # it waits while the reload before it runs
+    release.set()
+    thread.join(5)
+    reload.join(5)
+    assert seen == [["r"]]
+    with lane.door("visit", after_exclusive=True):  # nothing before it: at once
+        pass
+
+
+def test_whole_turns_count_as_large_so_a_small_request_waits_for_at_most_the_ones_in_progress():
+    """Twelve training steps (whole turns of six windows) and then a small answer: the answer is served after the
+    whole turns in progress (max_active), not after all twelve."""
+    lane = ModelLane(max_active=2, per_visitor=1)
+    order, lock = [], threading.Lock()
+
+    def step(name: str) -> None:
+        with lane.request(name, windows=6, whole=True) as ticket:
+            with lane.batch(ticket):
+                with lock:
+                    order.append(name)
+                time.sleep(0.05)
+
+    threads = [threading.Thread(target=step, args=(f"t{i}",), daemon=True) for i in range(12)]
+    for thread in threads:
+        thread.start()
+        time.sleep(0.005)
+    time.sleep(0.02)
+    with lane.request("small", windows=1) as ticket:
+        with lane.batch(ticket):
+            with lock:
+                order.append("small")
+    for thread in threads:
+        thread.join(10)
+    assert order.index("small") <= 4, order

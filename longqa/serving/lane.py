@@ -2,8 +2,8 @@
 request waits about one batch per other request in progress, not for their whole reads; bounds per visitor, on the
 requests in progress and on the work queued, so that no visitor (nor a crowd of fresh clients) can hold everybody
 else's turn. A request counts from the door, while it is read and planned; one that grows (a guided read falling
-back to every window) is admitted again as what it becomes before it reads more. An exclusive turn (a reload, a training step) waits for every request that came before it and holds the
-model alone.
+back to every window) is admitted again as what it becomes before it reads more. An exclusive turn (a reload, a
+comparison) waits for every request that came before it and holds the model alone; a visitor may have one at a time.
 
 It orders and bounds who may use the model next; it knows nothing of models, documents or gradio (the page says who
 a visitor is, how much work a request predicts and how to tell that it was abandoned).
@@ -47,6 +47,7 @@ class Ticket:
     waited_s: float = 0.0  # for activation, for every batch turn and for widening, together
     ahead_at_start: int = 0  # requests in the lane when it arrived
     planning: bool = False  # at the door: its documents are being read and planned, its windows not known yet
+    whole: bool = False  # takes one turn for all its work (a training step, a ZeroGPU read): never small
     started_after_s: float = 0.0  # waited before it was in progress (its place among large requests)
     widened_after_s: float | None = None  # waited to become large again before a wider read (None: never widened)
 
@@ -97,19 +98,30 @@ class ModelLane:
             return any(t.holding for t in self._tickets)
 
     def is_small(self, ticket: Ticket) -> bool:
-        return not ticket.exclusive and 0 < ticket.windows <= self.small_windows
+        return not ticket.exclusive and not ticket.whole and 0 < ticket.windows <= self.small_windows
 
     # ---------------------------------------------------------------------------------------------- turns
     @contextlib.contextmanager
-    def door(self, visitors=None) -> Iterator[Ticket]:
+    def door(self, visitors=None, *, after_exclusive: bool = False, should_stop: Callable[[], bool] | None = None,
+             on_wait: Callable[[int], None] | None = None) -> Iterator[Ticket]:
         """A request's place from the moment it arrives, while its documents are read and planned (its windows not
         known yet): LaneBusyError at once when the visitor already has its share or the queue is full, so reading,
-        indexing and planning count toward both; `request(..., ticket=place)` then takes it on with its windows."""
+        indexing and planning count toward both; `request(..., ticket=place)` then takes it on with its windows.
+        An exclusive turn that comes later waits for it. `after_exclusive`: it first waits (Cancelled when
+        `should_stop` says so) for the exclusive turns that came before it, as a page visit does, so that what it
+        shows is what they loaded."""
         ticket = Ticket(_keys(visitors), planning=True)
         with self._condition:
             self._admit_visitor(ticket)
             ticket.ahead_at_start = len(self._tickets)
             self._tickets.append(ticket)
+            if after_exclusive:
+                try:
+                    self._wait(ticket, self._after_exclusive, should_stop, on_wait,
+                               "The request was stopped while it waited for a reload.")
+                except BaseException:
+                    self._leave(ticket)
+                    raise
         try:
             yield ticket
         finally:
@@ -118,18 +130,20 @@ class ModelLane:
 
     @contextlib.contextmanager
     def request(self, visitors=None, *, windows: int = 0, should_stop: Callable[[], bool] | None = None,
-                on_wait: Callable[[int], None] | None = None, ticket: Ticket | None = None) -> Iterator[Ticket]:
+                on_wait: Callable[[int], None] | None = None, ticket: Ticket | None = None,
+                whole: bool = False) -> Iterator[Ticket]:
         """A request in the lane, from the door (or from `ticket`, its place taken at the `door`) to its last
         batch: LaneBusyError at once when over a bound, then a wait (Cancelled when `should_stop` says so) until it
         may be in progress; the body takes its batch turns with `batch(ticket)`. `on_wait(ahead)` hears how many
-        requests are ahead whenever that changes."""
+        requests are ahead whenever that changes. `whole`: it takes one batch turn for all its work, alone on the
+        model, and counts as a large request (never among the small ones let in whatever waits)."""
         with self._condition:
             if ticket is None:
-                ticket = Ticket(_keys(visitors), windows=max(0, int(windows)))
+                ticket = Ticket(_keys(visitors), windows=max(0, int(windows)), whole=whole)
                 ticket.served = next(self._turns)
                 self._join(ticket, self._may_activate, should_stop, on_wait)
             else:
-                ticket.windows, ticket.served = max(0, int(windows)), next(self._turns)
+                ticket.windows, ticket.served, ticket.whole = max(0, int(windows)), next(self._turns), whole
                 try:
                     self._admit_work(ticket)
                     ticket.planning = False
@@ -138,6 +152,7 @@ class ModelLane:
                 except BaseException:
                     self._leave(ticket)
                     raise
+            ticket.served = next(self._turns)  # its round robin begins in progress, behind those already there
             ticket.active = True
             ticket.started_after_s = ticket.waited_s
         try:
@@ -210,11 +225,13 @@ class ModelLane:
                 self._leave(ticket)
 
     # ---------------------------------------------------------------------------------------------- rules
+    def _after_exclusive(self, ticket: Ticket) -> bool:
+        return not any(t.exclusive for t in self._tickets[:self._tickets.index(ticket)])
+
     def _may_activate(self, ticket: Ticket) -> bool:
         """In progress once no exclusive turn came before it, and (unless small) a slot for large requests is free
         and it is the first large one waiting."""
-        position = self._tickets.index(ticket)
-        if any(t.exclusive for t in self._tickets[:position]):
+        if not self._after_exclusive(ticket):
             return False
         if self.is_small(ticket):
             return True
@@ -229,11 +246,14 @@ class ModelLane:
         running = [t for t in self._tickets if t.holding]
         if len(running) >= self.capacity or any(t.exclusive for t in running):
             return False
+        if any(t.whole for t in running) or (ticket.whole and running):
+            return False  # a whole turn (a training step changes the model's mode) holds the model alone
         ready = sorted((t for t in self._tickets if t.ready and not t.holding), key=self._priority)
         return ticket in ready[: self.capacity - len(running)]
 
     def _priority(self, ticket: Ticket) -> tuple:
-        """Round robin: the request served longest ago first (a new one counts as served when it arrived).
+        """Round robin: the request served longest ago first (a new one counts as served when it came into
+        progress).
         Shortest first: the least predicted work left (unknown work last), then round robin."""
         if self.order == "shortest_first":
             return (ticket.remaining if ticket.windows else float("inf"), ticket.served)
@@ -290,9 +310,13 @@ class ModelLane:
         self._admit_work(ticket)
 
     def _admit_visitor(self, ticket: Ticket) -> None:
-        """LaneBusyError when the visitor already has its share, or the queue is full."""
+        """LaneBusyError when the visitor already has its share (of requests, or its one exclusive turn), or the
+        queue is full."""
         for key in ticket.visitors:
             mine = [t for t in self._tickets if key in t.visitors]
+            if ticket.exclusive and any(t.exclusive for t in mine):
+                raise LaneBusyError("You already have a reload or a comparison in line: wait for it to finish (or "
+                                    "stop it) before sending another.")
             if len(mine) >= self.per_visitor:
                 reading = sum(t.planning for t in mine)  # documents being read and planned, not yet waiting
                 waiting = sum(not t.holding and not t.planning for t in mine)
