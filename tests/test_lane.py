@@ -409,28 +409,24 @@ def test_a_door_after_exclusive_turns_waits_for_the_ones_before_it_only():
         pass
 
 
-def test_whole_turns_count_as_large_so_a_small_request_waits_for_at_most_the_ones_in_progress():
-    """Twelve training steps (whole turns of six windows) and then a small answer: the answer is served after the
-    whole turns in progress (max_active), not after all twelve."""
-    lane = ModelLane(max_active=2, per_visitor=1)
-    order, lock = [], threading.Lock()
-
-    def step(name: str) -> None:
-        with lane.request(name, windows=6, whole=True) as ticket:
-            with lane.batch(ticket):
-                with lock:
-                    order.append(name)
-                time.sleep(0.05)
-
-    threads = [threading.Thread(target=step, args=(f"t{i}",), daemon=True) for i in range(12)]
-    for thread in threads:
-        thread.start()
-        time.sleep(0.005)
-    time.sleep(0.02)
-    with lane.request("small", windows=1) as ticket:
-        with lane.batch(ticket):
-            with lock:
-                order.append("small")
-    for thread in threads:
-        thread.join(10)
-    assert order.index("small") <= 4, order
+def test_the_lane_takes_one_exclusive_turn_of_a_kind_at_a_time_whoever_asks():
+    """Twelve visitors' training steps: one holds the model, the others are refused at once, and another visitor's
+    answer waits for that one step only."""
+    lane, order, release, started = ModelLane(window_s=lambda: 2.0), [], threading.Event(), threading.Event()
+    first = hold(lane, "t0", order, release, started, exclusive=True, only_one="training step")
+    assert started.wait(5)
+    began = time.monotonic()
+    for visitor in range(1, 12):
+        with pytest.raises(LaneBusyError, match="A training step is already running or waiting.*in about 10 s"):
+            with lane.turn(f"t{visitor}", exclusive=True, only_one="training step"):
+                pass
+    assert time.monotonic() - began < 1.0
+    at_once = threading.Event()
+    at_once.set()
+    compare = hold(lane, "c", order, at_once, exclusive=True, only_one="comparison")  # waits its turn
+    time.sleep(0.3)
+    assert order == ["t0"]
+    release.set()
+    first.join(5)
+    compare.join(15)
+    assert order == ["t0", "c"]

@@ -3,7 +3,8 @@ request waits about one batch per other request in progress, not for their whole
 requests in progress and on the work queued, so that no visitor (nor a crowd of fresh clients) can hold everybody
 else's turn. A request counts from the door, while it is read and planned; one that grows (a guided read falling
 back to every window) is admitted again as what it becomes before it reads more. An exclusive turn (a reload, a
-comparison) waits for every request that came before it and holds the model alone; a visitor may have one at a time.
+comparison, a training step) waits for every request that came before it and holds the model alone; a visitor may
+have one in line at a time, and the lane one comparison and one training step.
 
 It orders and bounds who may use the model next; it knows nothing of models, documents or gradio (the page says who
 a visitor is, how much work a request predicts and how to tell that it was abandoned).
@@ -47,7 +48,7 @@ class Ticket:
     waited_s: float = 0.0  # for activation, for every batch turn and for widening, together
     ahead_at_start: int = 0  # requests in the lane when it arrived
     planning: bool = False  # at the door: its documents are being read and planned, its windows not known yet
-    whole: bool = False  # takes one turn for all its work (a training step, a ZeroGPU read): never small
+    only_one: str | None = None  # a kind of exclusive turn the lane takes one of at a time (a training step)
     started_after_s: float = 0.0  # waited before it was in progress (its place among large requests)
     widened_after_s: float | None = None  # waited to become large again before a wider read (None: never widened)
 
@@ -98,7 +99,7 @@ class ModelLane:
             return any(t.holding for t in self._tickets)
 
     def is_small(self, ticket: Ticket) -> bool:
-        return not ticket.exclusive and not ticket.whole and 0 < ticket.windows <= self.small_windows
+        return not ticket.exclusive and 0 < ticket.windows <= self.small_windows
 
     # ---------------------------------------------------------------------------------------------- turns
     @contextlib.contextmanager
@@ -130,20 +131,18 @@ class ModelLane:
 
     @contextlib.contextmanager
     def request(self, visitors=None, *, windows: int = 0, should_stop: Callable[[], bool] | None = None,
-                on_wait: Callable[[int], None] | None = None, ticket: Ticket | None = None,
-                whole: bool = False) -> Iterator[Ticket]:
+                on_wait: Callable[[int], None] | None = None, ticket: Ticket | None = None) -> Iterator[Ticket]:
         """A request in the lane, from the door (or from `ticket`, its place taken at the `door`) to its last
         batch: LaneBusyError at once when over a bound, then a wait (Cancelled when `should_stop` says so) until it
         may be in progress; the body takes its batch turns with `batch(ticket)`. `on_wait(ahead)` hears how many
-        requests are ahead whenever that changes. `whole`: it takes one batch turn for all its work, alone on the
-        model, and counts as a large request (never among the small ones let in whatever waits)."""
+        requests are ahead whenever that changes."""
         with self._condition:
             if ticket is None:
-                ticket = Ticket(_keys(visitors), windows=max(0, int(windows)), whole=whole)
+                ticket = Ticket(_keys(visitors), windows=max(0, int(windows)))
                 ticket.served = next(self._turns)
                 self._join(ticket, self._may_activate, should_stop, on_wait)
             else:
-                ticket.windows, ticket.served, ticket.whole = max(0, int(windows)), next(self._turns), whole
+                ticket.windows, ticket.served = max(0, int(windows)), next(self._turns)
                 try:
                     self._admit_work(ticket)
                     ticket.planning = False
@@ -152,7 +151,6 @@ class ModelLane:
                 except BaseException:
                     self._leave(ticket)
                     raise
-            ticket.served = next(self._turns)  # its round robin begins in progress, behind those already there
             ticket.active = True
             ticket.started_after_s = ticket.waited_s
         try:
@@ -205,16 +203,19 @@ class ModelLane:
 
     @contextlib.contextmanager
     def turn(self, visitor=None, *, should_stop: Callable[[], bool] | None = None,
-             on_wait: Callable[[int], None] | None = None, exclusive: bool = False) -> Iterator[None]:
+             on_wait: Callable[[int], None] | None = None, exclusive: bool = False,
+             only_one: str | None = None) -> Iterator[None]:
         """The model for the whole `with` body: alone when `exclusive` (after every request that came before it;
         requests after it wait), else one request holding one batch turn throughout (a read that cannot take
-        turns, such as a ZeroGPU worker's)."""
+        turns, such as a ZeroGPU worker's). `only_one`: the kind of this exclusive turn (a training step, a
+        comparison), of which the lane takes one at a time, whoever asks: another is refused at once, so a crowd of
+        them holds the others back by one turn, not by all of theirs."""
         if not exclusive:
             with self.request(visitor, should_stop=should_stop, on_wait=on_wait) as ticket:
                 with self.batch(ticket, should_stop=should_stop, on_wait=on_wait):
                     yield
             return
-        ticket = Ticket(_keys(visitor), exclusive=True)
+        ticket = Ticket(_keys(visitor), exclusive=True, only_one=only_one)
         with self._condition:
             self._join(ticket, self._may_hold_alone, should_stop, on_wait)
             ticket.active = ticket.holding = True
@@ -246,14 +247,11 @@ class ModelLane:
         running = [t for t in self._tickets if t.holding]
         if len(running) >= self.capacity or any(t.exclusive for t in running):
             return False
-        if any(t.whole for t in running) or (ticket.whole and running):
-            return False  # a whole turn (a training step changes the model's mode) holds the model alone
         ready = sorted((t for t in self._tickets if t.ready and not t.holding), key=self._priority)
         return ticket in ready[: self.capacity - len(running)]
 
     def _priority(self, ticket: Ticket) -> tuple:
-        """Round robin: the request served longest ago first (a new one counts as served when it came into
-        progress).
+        """Round robin: the request served longest ago first (a new one counts as served when it arrived).
         Shortest first: the least predicted work left (unknown work last), then round robin."""
         if self.order == "shortest_first":
             return (ticket.remaining if ticket.windows else float("inf"), ticket.served)
@@ -314,7 +312,7 @@ class ModelLane:
         queue is full."""
         for key in ticket.visitors:
             mine = [t for t in self._tickets if key in t.visitors]
-            if ticket.exclusive and any(t.exclusive for t in mine):
+            if ticket.exclusive and any(t.exclusive for t in mine):  # checked first: the more useful message
                 raise LaneBusyError("You already have a reload or a comparison in line: wait for it to finish (or "
                                     "stop it) before sending another.")
             if len(mine) >= self.per_visitor:
@@ -332,6 +330,10 @@ class ModelLane:
                 them = "them" if len(mine) > 1 else "it"
                 raise LaneBusyError(f"You already have {what}: wait for {them} to finish (or stop {them}) before "
                                     "sending another.")
+        if ticket.only_one and any(t.only_one == ticket.only_one for t in self._tickets):
+            raise LaneBusyError(f"A {ticket.only_one} is already running or waiting: it holds the model alone, so "
+                                f"this deployment takes one at a time. Please try again "
+                                f"{retry_hint(1, self.window_s())}.")
         if len(self._tickets) - self.capacity >= self.max_waiting:
             raise LaneBusyError(f"The queue is full ({len(self._tickets) - self.capacity} requests are waiting for "
                                 "the model). Please try again in a minute.")

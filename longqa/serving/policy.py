@@ -72,11 +72,12 @@ class LaneGate:
 
 @contextlib.contextmanager
 def model_turn(lane: ModelLane, visitors: tuple[str, ...] | str | None, should_stop: Callable[[], bool],
-               on_wait: Callable[[int], None] | None = None, *, exclusive: bool = False) -> Iterator[str]:
+               on_wait: Callable[[int], None] | None = None, *, exclusive: bool = False,
+               only_one: str | None = None) -> Iterator[str]:
     """This request's turn on the model, waiting in line, and the key under which its stop check is found while it
-    runs. Answers share the model up to the lane's capacity; a reload or a comparison (`exclusive`) holds it
-    alone."""
-    with lane.turn(visitors, should_stop=should_stop, on_wait=on_wait, exclusive=exclusive):
+    runs. Answers share the model up to the lane's capacity; a reload, a comparison or a training step
+    (`exclusive`) holds it alone; `only_one` names a kind of turn of which the lane takes one at a time."""
+    with lane.turn(visitors, should_stop=should_stop, on_wait=on_wait, exclusive=exclusive, only_one=only_one):
         stop_key = uuid.uuid4().hex
         STOP_CHECKS[stop_key] = should_stop
         try:
@@ -91,12 +92,10 @@ def request_turn(lane: ModelLane, visitors, should_stop: Callable[[], bool],
                  whole: bool = False, place: Ticket | None = None) -> Iterator[tuple[str, object]]:
     """This request's place in the lane, from the door to its last batch: it waits (without tokenized windows)
     until it may be in progress, then takes a turn on the model per batch of windows (`whole`: one turn for the
-    whole body, alone on the model: a read that runs where the lane cannot reach, a forked ZeroGPU worker, or a
-    training step, which changes the model's mode). Yields the key under
+    whole body, for a read that runs where the lane cannot reach, a forked ZeroGPU worker). Yields the key under
     which its stop check and its gate (`gate`) are found, and its ticket (for the readout's `queue`). `place`: the
     ticket it took at the lane's door before it was planned."""
-    with lane.request(visitors, windows=windows, should_stop=should_stop, on_wait=on_wait, ticket=place,
-                      whole=whole) as ticket:
+    with lane.request(visitors, windows=windows, should_stop=should_stop, on_wait=on_wait, ticket=place) as ticket:
         with lane.batch(ticket, should_stop=should_stop, on_wait=on_wait) if whole else contextlib.nullcontext():
             key = uuid.uuid4().hex
             STOP_CHECKS[key] = should_stop
