@@ -14,21 +14,23 @@ import gradio as gr
 import pandas as pd
 
 from longqa.session import read_request
-from longqa_core.errors import DocumentError, InputError
+from longqa_core.errors import DocumentError, InputError, ProfileError
 from longqa_core.limits import whole_number
 from longqa_core.reading import DEFAULT_READING, READING_MODES
 from page import format as fmt
 from page.context import AppContext
 from page.downloads import DOWNLOADS
-from page.errors import escape, user_errors
+from page.errors import cut, escape, user_errors
 from page.hardening import abandonment_check, number_or_none
 from page.history_panel import history_outputs
 from page.picks import changed_since, ensure_loaded, seen_now
-from page.turns import (Outcome, model_turn, page_session, remember, request_turn, visitor_keys)
+from page.turns import Outcome, model_turn, page_session, remember, request_turn, visitor_keys
 from page.zerogpu import RUNS_IN_WORKER, answer_on_gpu, training_step_on_gpu
 
 DEFAULT_TOP_K = 3
 DEFAULT_TRAINING_WINDOW = 512
+TRAINING_LOCKED = ("This deployment is shared and fixes its model: the training-step readout holds the model alone, "
+                   "so it is turned off here. Run the page yourself (`python app.py`) to try it.")
 NO_DOWNLOAD = gr.update(value=None, visible=False)
 CLEARED = {"answer": "", "evidence": None, "readout": None, "download_json": NO_DOWNLOAD, "download_csv": NO_DOWNLOAD}
 CLEARED_TABLES = {"answers": fmt.ANSWER_HEADERS, "latency": fmt.LATENCY_HEADERS,
@@ -47,7 +49,7 @@ def reading_or_default(value) -> str:
     if value is None or value == "":
         return DEFAULT_READING
     if value not in READING_MODES:
-        raise InputError(f"Reading must be one of {', '.join(READING_MODES)}, got {value!r}.")
+        raise InputError(f"Reading must be one of {', '.join(READING_MODES)}, got {cut(repr(value))}.")
     return value
 
 
@@ -212,10 +214,15 @@ def show_outcome(ctx: AppContext, request: gr.Request = None) -> dict:
 
 
 def run_training_step(ctx: AppContext, window_tokens, request: gr.Request = None, progress=gr.Progress()) -> dict:
-    """The training-step readout: both peaks and times, and what checkpointing saved."""
+    """The training-step readout: both peaks and times, and what checkpointing saved. It holds the model alone (it
+    changes the model's mode), one step at a time whoever asks (`ModelLane.turn`'s `only_one`: another is refused
+    at once), so a crowd of steps holds another visitor's answer back by one step, not by all of them. Off under
+    --lock-profile unless the operator allows it (`--allow-training`)."""
     with user_errors("The training step"):
+        if ctx.lock_profile and not ctx.allow_training:
+            raise ProfileError(TRAINING_LOCKED)
         window_tokens = count_or_default(window_tokens, "The window", DEFAULT_TRAINING_WINDOW)
-        with model_turn(ctx, request, progress, exclusive=True):
+        with model_turn(ctx, request, progress, exclusive=True, only_one="training step"):
             ensure_loaded(ctx, progress)
             progress(0.1, desc="Forward+backward without, then with checkpointing")
             readout, window = training_step_on_gpu(ctx.key, window_tokens)
