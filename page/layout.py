@@ -113,7 +113,7 @@ def build_blocks(ctx: AppContext, queue_size: int = DEFAULT_QUEUE_SIZE) -> gr.Bl
             with gr.Accordion("Load readout (JSON)", open=False):
                 model["load_json"].render()
         build_training_panel(ctx)
-        build_plan_panel(ctx, ctx.models, ctx.selection["model"])
+        build_plan_panel(ctx)
         build_reference_panel(ctx)
     demo.queue(default_concurrency_limit=request_workers(ctx), max_size=queue_size)
     return harden(demo, ctx.uploads, ctx.visitor_header)

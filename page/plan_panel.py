@@ -65,16 +65,15 @@ def checked_fields(model, arguments: dict) -> None:
         expect(field, value, *FIELD_KINDS[field])
 
 
-def checked_plan(ctx: AppContext, allowed_models: list[str], model: str, request: gr.Request | None,
-                 **arguments) -> MachinePlan:
+def checked_plan(ctx: AppContext, model: str, request: gr.Request | None, **arguments) -> MachinePlan:
     """The plan, for a model the page offers only (a visitor's text never names a server folder or a Hub id), its
     fields' types checked and its place taken at the lane's door (LaneBusyError past the visitor's share); domain
     errors as gr.Error, with what the visitor sent cut short."""
     with user_errors("Planning"):
         checked_fields(model, arguments)
-        if model not in allowed_models:
+        if model not in ctx.models:
             raise gr.Error(html.escape(f"Model {cut(repr(model))} is not offered here; choose one of "
-                                       f"{', '.join(allowed_models)}."), print_exception=False)
+                                       f"{', '.join(ctx.models)}."), print_exception=False)
         with ctx.lane.door(visitor_keys(ctx, request)):
             try:
                 return plan_request(model, **arguments)
@@ -100,11 +99,12 @@ def show_machine_fields(gpu: str) -> dict:
             "gpus": gr.update(visible=gpu != NO_GPU)}
 
 
-def build_plan_panel(ctx: AppContext, allowed_models: list[str], default_model: str) -> dict:
-    """Lays out the panel and wires its button and the `/plan` endpoint; returns its components by name. It
-    starts on the registry's default model where the page offers it (the one worth planning a GPU for), else on
-    `default_model`."""
-    default_model = DEFAULT_MODEL if DEFAULT_MODEL in allowed_models else default_model
+def build_plan_panel(ctx: AppContext) -> dict:
+    """Lays out the panel and wires its button and the `/plan` endpoint; returns its components by name. It offers
+    the page's models, and starts on the registry's default model where the page offers it (the one worth planning
+    a GPU for), else on the page's own."""
+    allowed_models = ctx.models
+    default_model = DEFAULT_MODEL if DEFAULT_MODEL in allowed_models else ctx.selection["model"]
     with gr.Accordion("Plan for another machine (predicted memory)", open=False, elem_id="plan-panel"):
         gr.Markdown(NOTE)
         with gr.Row():
@@ -137,7 +137,7 @@ def build_plan_panel(ctx: AppContext, allowed_models: list[str], default_model: 
 
     def show_plan(model_ref, gpu_name, gpu_memory_gb, compute_capability, gpu_count, window_tokens, batch_size,
                   host_gb, host_bf16, request: gr.Request = None):
-        plan = checked_plan(ctx, allowed_models, model_ref, request, tokens=whole(window_tokens),
+        plan = checked_plan(ctx, model_ref, request, tokens=whole(window_tokens),
                             batch=whole(batch_size), cpu_bf16=bool(host_bf16),
                             **machine_arguments(gpu_name, gpu_memory_gb, compute_capability, gpu_count, host_gb))
         return {ours: fmt.plan_recommendation(plan), article: fmt.plan_article(plan),
@@ -150,7 +150,7 @@ def build_plan_panel(ctx: AppContext, allowed_models: list[str], default_model: 
         (`gpu_memory_gb`, with `compute_capability`), `gpus` of them, or a CPU-only machine (`cpu_memory_gb`
         alone), at `tokens` per window and `batch` windows per forward: the JSON `python -m longqa plan --json`
         prints."""
-        return checked_plan(ctx, allowed_models, model, request, gpu=gpu or None, gpu_memory_gb=gpu_memory_gb,
+        return checked_plan(ctx, model, request, gpu=gpu or None, gpu_memory_gb=gpu_memory_gb,
                             gpus=1 if gpus is None else gpus,
                             tokens=tokens, batch=batch, cpu_memory_gb=cpu_memory_gb, cpu_bf16=cpu_bf16,
                             compute_capability=compute_capability).to_json()
