@@ -84,7 +84,7 @@ class QAResult:
 
     def to_json(self) -> dict:
         """The JSON of the answer itself, in the order the CLI's --json and the web API have always had."""
-        return {"question": self.question, "answers": [vars(a).copy() for a in self.answers],
+        return {"question": self.question, "answers": [a.to_json() for a in self.answers],
                 "documents": [vars(d).copy() for d in self.documents], "windows": self.windows,
                 "tokens": self.tokens, "batch_size": self.batch_size, "backoffs": self.backoffs,
                 "latency_s": dict(self.latency_s), "memory": self.memory.to_json(), "notices": list(self.notices),
@@ -129,17 +129,17 @@ def answer_plan(runner: Runner, tokenizer, plan: RequestPlan, *, batch_state: Ba
             measurement.latency_s["extract"] = extract_s
             for stage, seconds in plan.latency_s.items():
                 measurement.latency_s[stage] = measurement.latency_s.get(stage, 0.0) + seconds
+            evidence = no_answer.Evidence(plan.question, [d.text for d in plan.documents])  # one per request
             if plan.mode == "full":
                 read = _read_full(runner, tokenizer, plan, batch_state, measurement, should_stop,
                                   on_window_progress)
             else:
                 read = _read_guided(runner, tokenizer, plan, batch_state, measurement, should_stop,
-                                    on_window_progress, before_wider_read)
+                                    on_window_progress, before_wider_read, evidence)
             with measurement.stage("decode"):
                 decoded = decode(read.windows, read.logits, plan.documents, settings, stop_check(should_stop))
             answers, verdict = judge_answers(decoded, settings,
-                                             read.readout.windows_read == read.readout.windows_total,
-                                             no_answer.Evidence(plan.question, [d.text for d in plan.documents]))
+                                             read.readout.windows_read == read.readout.windows_total, evidence)
     except LongQAError as exc:
         # The traceback keeps every frame it passed through, and with them the windows and logits: drop them.
         read = None
@@ -148,7 +148,8 @@ def answer_plan(runner: Runner, tokenizer, plan: RequestPlan, *, batch_state: Ba
         raise
     measurement.latency_s["total"] += extract_s + sum(plan.latency_s.values())
     return QAResult(plan.question, answers, read.stats, len(read.windows), read.tokens, read.batch_size,
-                    batch_state.backoffs - backoffs_before, measurement.latency_s, measurement.memory, read.notices,
+                    batch_state.backoffs - backoffs_before, measurement.latency_s, measurement.memory,
+                    read.notices + verdict.notices,
                     window_tokens=max(len(w.input_ids) for w in read.windows), reading=read.readout,
                     forward=ForwardSample(read.forward_tokens, read.forward_windows, read.forward_s),
                     verdict=verdict)
@@ -156,14 +157,21 @@ def answer_plan(runner: Runner, tokenizer, plan: RequestPlan, *, batch_state: Ba
 
 def judge_answers(decoded, settings: EngineSettings, read_whole: bool,
                   evidence: no_answer.Evidence | None = None) -> tuple[list[Answer], no_answer.Verdict]:
-    """The answers with their confidence in words, and the verdict on the best one under the request's rule (the
-    model's, or the threshold the request gave); a rule that needs evidence asks `evidence` of each answer."""
+    """The answers with their confidence in words (monotone in the score; all "low" where the asked attribute is
+    absent from the documents or the question is outside the rule's form), and the verdict on the best one under
+    the request's rule (the model's, or the threshold the request gave); a rule that needs evidence asks `evidence`
+    of each answer, and every rule asks it whether the documents name the asked attribute."""
     rule = no_answer_rule(settings)
     missing = [missing_words(rule, evidence, answer) for answer in decoded.answers]
+    absent = evidence.absent() if evidence is not None else []
     best = decoded.answers[0].score if decoded.answers else None
-    verdict = no_answer.judge(rule, best, decoded.null_score, read_whole, missing[0] if missing else None)
-    for answer, lacking in zip(decoded.answers, missing):
-        answer.confidence = no_answer.confidence(rule, answer.score, decoded.null_score, lacking)
+    verdict = no_answer.judge(rule, best, decoded.null_score, read_whole, missing[0] if missing else None, absent,
+                              evidence.question if evidence is not None else None)
+    words = ["low" if absent or verdict.outside_form else
+             no_answer.confidence(rule, answer.score, decoded.null_score, lacking)
+             for answer, lacking in zip(decoded.answers, missing)]
+    for answer, word in zip(decoded.answers, no_answer.in_score_order(words, [a.score for a in decoded.answers])):
+        answer.confidence = word
     return decoded.answers, verdict
 
 
@@ -214,14 +222,14 @@ def _read_full(runner, tokenizer, plan: RequestPlan, batch_state, measurement, s
 
 
 def _read_guided(runner, tokenizer, plan: RequestPlan, batch_state, measurement, should_stop,
-                 on_window_progress, before_wider_read=None) -> _Read:
+                 on_window_progress, before_wider_read=None, evidence: no_answer.Evidence | None = None) -> _Read:
     """The plan's rounds (`reading.read_rounds`) of the full read's windows; still weak after every window the
     ranking could point to, the windows not read yet, so that guided reading never ends on less than the full read
     would find and never reads a window twice (the answer is then the full read's) -- unless that would pass the
     time budget, where the answer read so far is kept and says so. `before_wider_read(windows)` hears how many
     windows are left before they are read."""
     guided = reading.read_rounds(runner, tokenizer, plan, batch_state, measurement, should_stop=should_stop,
-                                 on_window_progress=on_window_progress)
+                                 on_window_progress=on_window_progress, evidence=evidence)
     notices = plan.notices + guided.notices
     why, went_on = plan.reading, False
     read = set(guided.indices)

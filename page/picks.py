@@ -7,6 +7,7 @@ from __future__ import annotations
 import gradio as gr
 import pandas as pd
 
+from longqa.backend import Selection
 from longqa.models import DEFAULT_MODEL, KNOWN_MODELS, is_offline, needs_download
 from longqa.session import NO_MODEL
 from longqa_core.errors import LongQAError, ModelLoadError, ProfileError
@@ -125,7 +126,7 @@ def banner(ctx: AppContext) -> dict:
     if loaded is None and ctx.load_error:
         text = f"**{NO_MODEL}** {fmt.escape_markdown(ctx.load_error)} {PICK_MODEL}"
     elif loaded is not None and loaded.readout.fallback_reason:
-        wanted = ctx.session.requested[0] if ctx.session.requested else DEFAULT_MODEL
+        wanted = ctx.session.selection.model if ctx.session.selection else DEFAULT_MODEL
         text = (f"**Running on the bundled demo model**, not {fmt.escape_markdown(wanted)}. "
                 f"{fmt.escape_markdown(loaded.readout.fallback_reason)} The demo model is tiny: it answers "
                 "questions like *What is the frequency of …?* about sentences *The frequency of … is ….*, "
@@ -217,8 +218,8 @@ def load_profile(ctx: AppContext, profile_name: str, model_ref: str, strategies=
 def is_loaded_now(ctx: AppContext, profile_name: str, model_ref: str, strategies) -> bool:
     """Whether a load of (model, profile, `custom`'s strategies) asks for what is loaded now, as the session tells
     (what was asked for, not what `auto` became)."""
-    custom = [tuple(strategies)] if strategies and profile_name == "custom" else []
-    return ctx.session.loaded is not None and ctx.session.requested == (model_ref, profile_name, *custom)
+    strategies = tuple(strategies) if profile_name == "custom" else ()
+    return ctx.session.loaded is not None and ctx.session.selection == Selection(model_ref, profile_name, strategies)
 
 
 def start_loading(ctx: AppContext, profile_name: str, model_ref: str) -> dict:
