@@ -24,7 +24,7 @@ from page.errors import cut, escape, user_errors
 from page.hardening import abandonment_check, number_or_none
 from page.history_panel import history_outputs
 from page.picks import changed_since, ensure_loaded, seen_now
-from page.turns import Outcome, model_turn, page_session, remember, request_turn, visitor_keys
+from page.turns import Outcome, model_turn, page_session, remember, request_turn, visitor_keys, waiting_shown
 from page.zerogpu import RUNS_IN_WORKER, answer_on_gpu, training_step_on_gpu
 
 DEFAULT_TOP_K = 3
@@ -85,11 +85,13 @@ def read_uploads(ctx: AppContext, files, pasted_text, question, progress=None):
 def read_at_door(ctx: AppContext, files, pasted_text, question, request: gr.Request | None, progress=None):
     """A request's place at the lane's door (counted toward the visitor's share and the queue: LaneBusyError past
     either, before anything is read) and its documents read there (`read_uploads`), held while the body plans it:
-    yields (documents, seconds reading them, the place). What an answer, a preview and a comparison all read by."""
+    yields (documents, seconds reading them, the place), once the reloads that came before it have ended (a plan
+    made while one unloads the model would find none). What an answer, a preview and a comparison all read by."""
     with ctx.lane.door(visitor_keys(ctx, request)) as place:
         if progress is not None:
             progress(0.0, desc="Reading the documents")
         documents, extract_s = read_uploads(ctx, files, pasted_text, question, progress)
+        ctx.lane.after_exclusive(place, abandonment_check(), waiting_shown(progress))
         yield documents, extract_s, place
 
 

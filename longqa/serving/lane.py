@@ -116,18 +116,22 @@ class ModelLane:
             self._admit_visitor(ticket)
             ticket.ahead_at_start = len(self._tickets)
             self._tickets.append(ticket)
-            if after_exclusive:
-                try:
-                    self._wait(ticket, self._after_exclusive, should_stop, on_wait,
-                               "The request was stopped while it waited for a reload.")
-                except BaseException:
-                    self._leave(ticket)
-                    raise
         try:
+            if after_exclusive:
+                self.after_exclusive(ticket, should_stop, on_wait)
             yield ticket
         finally:
             with self._condition:
                 self._leave(ticket)
+
+    def after_exclusive(self, ticket: Ticket, should_stop: Callable[[], bool] | None = None,
+                        on_wait: Callable[[int], None] | None = None) -> None:
+        """Waits (Cancelled when `should_stop` says so) until no exclusive turn that came before `ticket` is in
+        line: what a request plans or shows at the door is then what those reloads loaded, and reloads that come
+        later wait for it."""
+        with self._condition:
+            self._wait(ticket, self._after_exclusive, should_stop, on_wait,
+                       "The request was stopped while it waited for a reload.")
 
     @contextlib.contextmanager
     def request(self, visitors=None, *, windows: int = 0, should_stop: Callable[[], bool] | None = None,
