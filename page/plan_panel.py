@@ -74,7 +74,9 @@ def checked_plan(ctx: AppContext, model: str, request: gr.Request | None, **argu
         if model not in ctx.models:
             raise gr.Error(html.escape(f"Model {cut(repr(model))} is not offered here; choose one of "
                                        f"{', '.join(ctx.models)}."), print_exception=False)
-        with ctx.lane.door(visitor_keys(ctx, request)):
+        # Under the backend's load lock: the planner builds meta-device models with accelerate's init_empty_weights,
+        # which patches torch's modules for every thread while it runs, so a load beside it would fail.
+        with ctx.lane.door(visitor_keys(ctx, request)), ctx.session.lock:
             try:
                 return plan_request(model, **arguments)
             except LongQAError as exc:
