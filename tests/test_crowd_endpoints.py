@@ -1,7 +1,8 @@
 """Issue 48's attacks on the endpoints that wait for a one-at-a-time resource, against a real server (`python app.py
 --model demo`, default settings, loopback), smaller than docs/serving.md's: while one session floods `/plan` or
 `/load_profile` joins, one session sends 4-profile compares of a 1 MB text, or twelve visitors ask for training
-steps at 4,096 tokens, another visitor is never refused and waits within 3x the 10 s target each time."""
+steps at 4,096 tokens, another visitor is never refused and waits within the test margin of its target each time
+(`crowd_check.VISITOR_WAIT_TARGET_S`, `TEST_MARGIN`)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ from longqa.session import SAMPLES_DIR
 
 pytestmark = pytest.mark.slow
 MB = 2**20
-TARGET_S = 10.0
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +32,8 @@ def visitor(url):
 def served_within_target(out: crowd_attacks.AttackOutcome) -> None:
     assert out.visitor_error is None and out.visitor_right, out
     assert out.extra["visitor_refused"] == 0 and out.extra["visitor_asks"] >= 1, out.extra
-    assert out.visitor_s < 3 * TARGET_S, f"the visitor waited {out.visitor_s:.1f} s"
+    bound = crowd_check.TEST_MARGIN * crowd_check.VISITOR_WAIT_TARGET_S
+    assert out.visitor_s < bound, f"the visitor waited {out.visitor_s:.1f} s"
 
 
 @pytest.mark.parametrize("api_name, data", [
