@@ -82,24 +82,28 @@ def read_uploads(ctx: AppContext, files, pasted_text, question, progress=None):
 
 
 @contextlib.contextmanager
-def read_at_door(ctx: AppContext, files, pasted_text, question, request: gr.Request | None, progress=None):
+def read_at_door(ctx: AppContext, files, pasted_text, question, request: gr.Request | None, progress=None,
+                 planned_here: bool = True):
     """A request's place at the lane's door (counted toward the visitor's share and the queue: LaneBusyError past
     either, before anything is read) and its documents read there (`read_uploads`), held while the body plans it:
-    yields (documents, seconds reading them, the place), once the reloads that came before it have ended (a plan
-    made while one unloads the model would find none). What an answer, a preview and a comparison all read by."""
+    yields (documents, seconds reading them, the place), once the reloads that came before it have ended where it is
+    `planned_here` (a plan made while one unloads the model would find none). What an answer, a preview and a
+    comparison all read by."""
     with ctx.lane.door(visitor_keys(ctx, request)) as place:
         if progress is not None:
             progress(0.0, desc="Reading the documents")
         documents, extract_s = read_uploads(ctx, files, pasted_text, question, progress)
-        ctx.lane.after_exclusive(place, abandonment_check(), waiting_shown(progress))
+        if planned_here:
+            ctx.lane.after_exclusive(place, abandonment_check(), waiting_shown(progress))
         yield documents, extract_s, place
 
 
 def read_before_turn(ctx: AppContext, files, pasted_text, question, request: gr.Request | None, progress=None):
     """A request's documents and the seconds reading them (`read_at_door`), its place at the door left once they
     are read: for a comparison, whose exclusive turn on the model waits for every request in line before it, its
-    own place included."""
-    with read_at_door(ctx, files, pasted_text, question, request, progress) as (documents, extract_s, _):
+    own place included, and which plans inside that turn."""
+    with read_at_door(ctx, files, pasted_text, question, request, progress, planned_here=False) as (documents,
+                                                                                                   extract_s, _):
         return documents, extract_s
 
 
