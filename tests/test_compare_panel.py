@@ -232,3 +232,13 @@ def test_a_comparison_past_its_time_limit_ends_and_says_so(ctx, monkeypatch):
         compare(demo, ["baseline-fp32", "cpu"], pasted="The colour of Zorbin is teal.",
                 question="What is the colour of Zorbin?")
     assert ctx.session.profile_name == "cpu"
+
+
+def test_starting_a_comparison_says_what_is_compared_and_disables_asking(ctx):
+    shown = compare_panel.start_comparing(ctx, ["cpu", "baseline-fp32", "custom"], ["sdpa"])
+    line = shown["load_status"]
+    compared = ui_format.escape_markdown("cpu, baseline-fp32 and custom (sdpa)")
+    assert line.startswith(f"**Comparing profiles {compared}**")
+    assert ui_format.escape_markdown(picks.loaded_now(ctx)) in line
+    assert shown["ask"]["interactive"] is False and shown["full"]["interactive"] is False
+    assert "Comparing profiles cpu**" in compare_panel.start_comparing(ctx, ["cpu"], [])["load_status"]
