@@ -14,21 +14,23 @@ import gradio as gr
 import pandas as pd
 
 from longqa.session import read_request
-from longqa_core.errors import DocumentError, InputError
+from longqa_core.errors import DocumentError, InputError, ProfileError
 from longqa_core.limits import whole_number
 from longqa_core.reading import DEFAULT_READING, READING_MODES
 from page import format as fmt
 from page.context import AppContext
 from page.downloads import DOWNLOADS, doc_url
-from page.errors import escape, user_errors
+from page.errors import cut, escape, user_errors
 from page.hardening import abandonment_check, number_or_none
 from page.history_panel import history_outputs
 from page.picks import changed_since, ensure_loaded, seen_now
-from page.turns import (Outcome, model_turn, page_session, remember, request_turn, visitor_keys)
+from page.turns import Outcome, model_turn, page_session, remember, request_turn, visitor_keys, waiting_shown
 from page.zerogpu import RUNS_IN_WORKER, answer_on_gpu, training_step_on_gpu
 
 DEFAULT_TOP_K = 3
 DEFAULT_TRAINING_WINDOW = 512
+TRAINING_LOCKED = ("This deployment is shared and fixes its model: the training-step readout holds the model alone, "
+                   "so it is turned off here. Run the page yourself (`python app.py`) to try it.")
 NO_DOWNLOAD = gr.update(value=None, visible=False)
 CLEARED = {"answer": "", "evidence": None, "readout": None, "download_json": NO_DOWNLOAD, "download_csv": NO_DOWNLOAD,
            "wait": ""}
@@ -48,7 +50,7 @@ def reading_or_default(value) -> str:
     if value is None or value == "":
         return DEFAULT_READING
     if value not in READING_MODES:
-        raise InputError(f"Reading must be one of {', '.join(READING_MODES)}, got {value!r}.")
+        raise InputError(f"Reading must be one of {', '.join(READING_MODES)}, got {cut(repr(value))}.")
     return value
 
 
@@ -81,22 +83,28 @@ def read_uploads(ctx: AppContext, files, pasted_text, question, progress=None):
 
 
 @contextlib.contextmanager
-def read_at_door(ctx: AppContext, files, pasted_text, question, request: gr.Request | None, progress=None):
+def read_at_door(ctx: AppContext, files, pasted_text, question, request: gr.Request | None, progress=None,
+                 planned_here: bool = True):
     """A request's place at the lane's door (counted toward the visitor's share and the queue: LaneBusyError past
     either, before anything is read) and its documents read there (`read_uploads`), held while the body plans it:
-    yields (documents, seconds reading them, the place). What an answer, a preview and a comparison all read by."""
+    yields (documents, seconds reading them, the place), once the reloads that came before it have ended where it is
+    `planned_here` (a plan made while one unloads the model would find none). What an answer, a preview and a
+    comparison all read by."""
     with ctx.lane.door(visitor_keys(ctx, request)) as place:
         if progress is not None:
             progress(0.0, desc="Reading the documents")
         documents, extract_s = read_uploads(ctx, files, pasted_text, question, progress)
+        if planned_here:
+            ctx.lane.after_exclusive(place, abandonment_check(), waiting_shown(progress))
         yield documents, extract_s, place
 
 
 def read_before_turn(ctx: AppContext, files, pasted_text, question, request: gr.Request | None, progress=None):
     """A request's documents and the seconds reading them (`read_at_door`), its place at the door left once they
     are read: for a comparison, whose exclusive turn on the model waits for every request in line before it, its
-    own place included."""
-    with read_at_door(ctx, files, pasted_text, question, request, progress) as (documents, extract_s, _):
+    own place included, and which plans inside that turn."""
+    with read_at_door(ctx, files, pasted_text, question, request, progress, planned_here=False) as (documents,
+                                                                                                   extract_s, _):
         return documents, extract_s
 
 
@@ -223,10 +231,15 @@ def show_outcome(ctx: AppContext, request: gr.Request = None) -> dict:
 
 
 def run_training_step(ctx: AppContext, window_tokens, request: gr.Request = None, progress=gr.Progress()) -> dict:
-    """The training-step readout: both peaks and times, and what checkpointing saved."""
+    """The training-step readout: both peaks and times, and what checkpointing saved. It holds the model alone (it
+    changes the model's mode), one step at a time whoever asks (`ModelLane.turn`'s `only_one`: another is refused
+    at once), so a crowd of steps holds another visitor's answer back by one step, not by all of them. Off under
+    --lock-profile unless the operator allows it (`--allow-training`)."""
     with user_errors("The training step"):
+        if ctx.lock_profile and not ctx.allow_training:
+            raise ProfileError(TRAINING_LOCKED)
         window_tokens = count_or_default(window_tokens, "The window", DEFAULT_TRAINING_WINDOW)
-        with model_turn(ctx, request, progress, exclusive=True):
+        with model_turn(ctx, request, progress, exclusive=True, only_one="training step"):
             ensure_loaded(ctx, progress)
             progress(0.1, desc="Forward+backward without, then with checkpointing")
             readout, window = training_step_on_gpu(ctx.key, window_tokens)

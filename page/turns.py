@@ -71,11 +71,12 @@ def waiting_shown(progress) -> Callable[[int], None]:
 
 
 @contextlib.contextmanager
-def model_turn(ctx: AppContext, request: gr.Request | None, progress=None, *, exclusive: bool = False):
-    """This request's turn on the model (`policy.model_turn`), with the wait shown as progress; yields the key of
-    its abandonment check."""
+def model_turn(ctx: AppContext, request: gr.Request | None, progress=None, *, exclusive: bool = False,
+               only_one: str | None = None):
+    """This request's turn on the model (`policy.model_turn`: `only_one` names a kind of exclusive turn the lane
+    takes one of at a time), with the wait shown as progress; yields the key of its abandonment check."""
     with policy.model_turn(ctx.lane, visitor_keys(ctx, request), abandonment_check(), waiting_shown(progress),
-                           exclusive=exclusive) as stop_key:
+                           exclusive=exclusive, only_one=only_one) as stop_key:
         yield stop_key
 
 
