@@ -11,6 +11,7 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 from typing import Callable, Protocol, runtime_checkable
 
+from longqa_core.answering import Provisional
 from longqa_core.batching import Runner, WindowProgress
 from longqa_core.documents import Document
 from longqa_core.limits import StopCheck
@@ -52,7 +53,8 @@ class Backend(Protocol):
 
     def ask(self, plan: RequestPlan, *, extract_s: float = 0.0, gate: Gate | None = None,
             should_stop: StopCheck | None = None,
-            on_window_progress: Callable[[WindowProgress], None] | None = None): ...
+            on_window_progress: Callable[[WindowProgress], None] | None = None,
+            on_candidate: Callable[[Provisional], None] | None = None): ...
 
     def learn(self, readout) -> None: ...
 
