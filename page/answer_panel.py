@@ -18,6 +18,7 @@ from page.context import REQUEST_CONCURRENCY, AppContext, request_workers
 from page.events import bind, listen
 from page.hardening import LATER_INPUT, accept_counts_as_text
 from page.history_panel import build_history_panel, recolour_after
+from page.streaming import streaming
 from page.turns import noting_outcome, press_stop
 
 GPU_REFRESH_S = 2.0
@@ -78,7 +79,8 @@ def build_question_panel(ctx: AppContext) -> dict[str, Block]:
                                                   "0 and 1); empty: the model's own rule, where it has one")
         with gr.Column(min_width=320):
             status = gr.Markdown(fmt.NO_ANSWER_YET, elem_id="answer-status")
-            answer_box = gr.Textbox(label="Answer", interactive=False, elem_id="best-answer", buttons=["copy"])
+            answer_box = gr.Textbox(label=fmt.answer_label(), interactive=False, elem_id="best-answer",
+                                    buttons=["copy"])
             evidence_box = gr.HighlightedText(label="Evidence: the answer in its passage", elem_id="evidence",
                                               color_map={"answer": "yellow"}, show_legend=False,
                                               show_inline_category=False)
@@ -141,17 +143,18 @@ def build_answer_panel(ctx: AppContext, question: dict[str, Block], seen: gr.Sta
                "answers": answers_table, "latency": latency_table, "memory": memory_table, "run": run_table,
                "readout": readout_json, "download_json": question["download_json"],
                "download_csv": question["download_csv"]}
-    ended = {name: question[name] for name in ("status", "download_json", "download_csv")}
+    ended = {name: question[name] for name in ("status", "download_json", "download_csv", "answer")}
     # Every event of the requests group names the same limit: gradio lowers a group to its smallest one.
     request = dict(concurrency_id=REQUEST_CONCURRENCY, concurrency_limit=request_workers(ctx),
                    show_progress_on=[question["answer"]])
 
     def asks_after(trigger, handler, handler_inputs, **event):
-        """`trigger` clears the answer area, then asks with `handler`, then says how it ended."""
+        """`trigger` clears the answer area, then asks with `handler` (streaming the best answer so far), then says
+        how it ended."""
         clearing = listen(trigger, lambda: clear_answer(fmt.ASKING_STATUS), outputs=cleared, queue=False,
                           show_progress="hidden", api_visibility="private")
-        asking = listen(clearing.then, noting_outcome(ctx, bind(handler, ctx), outputs), inputs=handler_inputs,
-                        outputs=outputs, **request, **event)
+        asking = listen(clearing.then, noting_outcome(ctx, streaming(bind(handler, ctx)), outputs),
+                        inputs=handler_inputs, outputs=outputs, **request, **event)
         for outcome in (asking.success, asking.failure):  # `then` alone would not run after an error
             listen(outcome, bind(show_outcome, ctx), outputs=ended, queue=False, show_progress="hidden",
                    api_visibility="private")

@@ -108,8 +108,40 @@ def answer_status(result) -> str:
     return f"### Answer ({best.confidence or MISSING} confidence, not calibrated for this model)\n{where}"
 
 
-def stopped_status(windows_done: int, windows_total: int) -> str:
-    """Markdown over the answer box after Stop: how far the read got; no answer is shown."""
+ANSWER_LABEL = "Answer"
+PROVISIONAL = "provisional"  # the confidence column of an answer not judged yet
+
+
+def answer_label(state: str | None = None) -> str:
+    """The answer box's label: "Answer", or while a read goes on or after a Stop, what the answer shown is."""
+    return ANSWER_LABEL if state is None else f"{ANSWER_LABEL} ({state})"
+
+
+def provisional_label(best) -> str:
+    """What an answer shown while a read goes on is (`answering.Provisional`)."""
+    return f"best so far, {best.windows_read:,} of {best.windows_total:,} windows read"
+
+
+def partial_label(windows_done: int, windows_total: int) -> str:
+    """What the answer shown after a Stop is."""
+    return f"partial: stopped after {windows_done:,} of {windows_total:,} windows"
+
+
+def provisional_rows(best) -> list[list]:
+    """The top answers while a read goes on: the best so far alone, marked provisional (never found or not)."""
+    answer = best.answer
+    return [["so far", answer.text, f"{answer.score:.4g}", PROVISIONAL, answer.document,
+             f"{answer.start_char:,}–{answer.end_char:,}"]]
+
+
+def stopped_status(windows_done: int, windows_total: int, best=None) -> str:
+    """Markdown over the answer box after Stop: how far the read got, and where a best answer was read before it
+    (`answering.Provisional`), that it is the one shown, not judged found or not found."""
+    if best is not None:
+        answer = best.answer
+        return (f"### Stopped: {partial_label(windows_done, windows_total)}\nThe answer shown is the best of the "
+                f"windows read, not judged found or not found: in {escape_markdown(answer.document)}, characters "
+                f"{answer.start_char:,}–{answer.end_char:,}; score {answer.score:.3g}.")
     if not windows_total:
         return "### Stopped before any window was read\nNo answer is shown."
     return (f"### Stopped after {windows_done:,} of {windows_total:,} windows\nNo answer is shown: the windows "
@@ -122,7 +154,8 @@ def failed_status(message: str) -> str:
 
 
 NO_ANSWER_YET = "Ask a question: the answer shows here, highlighted in its passage."
-ASKING_STATUS = "### Asking…\nThe previous answer is cleared; progress shows in the answer box."
+ASKING_STATUS = ("### Asking…\nThe previous answer is cleared; progress shows in the answer box, and the best answer so "
+                 "far as the windows are read (the final answer replaces it).")
 NEW_DOCUMENTS_STATUS = "### New documents\nPress Ask to answer from them."
 
 

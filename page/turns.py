@@ -22,6 +22,7 @@ import gradio as gr
 import pandas as pd
 
 from longqa.readout import Readout
+from longqa_core.answering import Provisional
 from longqa.serving import policy
 from longqa_core.errors import Cancelled
 from page.context import AppContext
@@ -121,6 +122,7 @@ class Outcome:
     readout: Readout | None = None
     message: str | None = None
     stopped: tuple[int, int] | None = None  # (windows read, windows planned)
+    partial: Provisional | None = None  # after a Stop: the best answer of the windows read, which the page shows
     # what the answer showed, built once, for the downloads: the readout's JSON and the history's table
     readout_json: dict | None = None
     history_table: pd.DataFrame | None = None
@@ -128,27 +130,47 @@ class Outcome:
 
 def noting_outcome(ctx: AppContext, handler: Callable, outputs) -> Callable:
     """`handler` (an answer through the page) keeping how it ended for the answer area (`show_outcome`): an error's
-    message, raised on as before; a Stop of this page session, after which every output is left as it was; the
-    handler notes its readout itself. Same signature and hints."""
+    message, raised on as before; a Stop of this page session, after which every output is left as it was (the best
+    answer so far, where a streaming handler showed one); the handler notes its readout itself. Same signature and
+    hints; a generator handler (`page.streaming`) stays one."""
     signature = inspect.signature(handler)
 
-    @functools.wraps(handler)
-    def noted(*args, **kwargs):
+    @contextlib.contextmanager
+    def noting(args, kwargs):
         key = page_session(signature.bind_partial(*args, **kwargs).arguments.get("request"))
         if key is not None:
             ctx.stops.pop(key, None)  # a Stop pressed before this answer began is not for it
+        stopped = []
         try:
-            return handler(*args, **kwargs)
+            yield stopped
         except gr.Error as exc:
             cause = exc.__cause__
             if key is not None and key in ctx.stops and isinstance(cause, Cancelled):
-                remember(ctx.outcomes, key, Outcome(stopped=(cause.windows_done, cause.windows_total)))
-                return {name: gr.skip() for name in outputs}
+                remember(ctx.outcomes, key, Outcome(stopped=(cause.windows_done, cause.windows_total),
+                                                    partial=cause.best))
+                stopped.append(True)
+                return
             # the toast's message is HTML-escaped (`escape`); the answer area escapes the plain text itself
             remember(ctx.outcomes, key, Outcome(message=html.unescape(str(exc.message))))
             raise
         finally:
             if key is not None:
                 ctx.stops.pop(key, None)
+
+    if inspect.isgeneratorfunction(handler):
+        @functools.wraps(handler)
+        def noted_each(*args, **kwargs):
+            with noting(args, kwargs) as stopped:
+                yield from handler(*args, **kwargs)
+            if stopped:
+                yield {name: gr.skip() for name in outputs}
+
+        return noted_each
+
+    @functools.wraps(handler)
+    def noted(*args, **kwargs):
+        with noting(args, kwargs) as stopped:
+            return handler(*args, **kwargs)
+        return {name: gr.skip() for name in outputs} if stopped else None
 
     return noted
