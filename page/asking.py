@@ -30,7 +30,8 @@ from page.zerogpu import RUNS_IN_WORKER, answer_on_gpu, training_step_on_gpu
 DEFAULT_TOP_K = 3
 DEFAULT_TRAINING_WINDOW = 512
 NO_DOWNLOAD = gr.update(value=None, visible=False)
-CLEARED = {"answer": gr.update(value="", label=fmt.answer_label()), "evidence": None, "readout": None, "download_json": NO_DOWNLOAD, "download_csv": NO_DOWNLOAD}
+CLEARED = {"answer": gr.update(value="", label=fmt.answer_label()), "evidence": None, "readout": None,
+           "download_json": NO_DOWNLOAD, "download_csv": NO_DOWNLOAD}
 CLEARED_TABLES = {"answers": fmt.ANSWER_HEADERS, "latency": fmt.LATENCY_HEADERS,
                   "memory": fmt.MEMORY_HEADERS, "run": fmt.RUN_HEADERS}
 

@@ -109,7 +109,7 @@ def answer_status(result) -> str:
 
 
 ANSWER_LABEL = "Answer"
-PROVISIONAL = "provisional"  # the confidence column of an answer not judged yet
+PROVISIONAL = "pending"  # the confidence column of an answer not judged yet (a word that fits it at 400 px)
 
 
 def answer_label(state: str | None = None) -> str:
@@ -154,8 +154,8 @@ def failed_status(message: str) -> str:
 
 
 NO_ANSWER_YET = "Ask a question: the answer shows here, highlighted in its passage."
-ASKING_STATUS = ("### Asking…\nThe previous answer is cleared; progress shows in the answer box, and the best answer so "
-                 "far as the windows are read (the final answer replaces it).")
+ASKING_STATUS = ("### Asking…\nThe previous answer is cleared; progress shows in the answer box, and the best answer "
+                 "so far as the windows are read (the final answer replaces it).")
 NEW_DOCUMENTS_STATUS = "### New documents\nPress Ask to answer from them."
 
 

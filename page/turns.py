@@ -1,10 +1,12 @@
 """A request's turns and Stop: the keys a visitor counts under, its turn on the model (shown as progress while it
 waits), the page's Stop, and how a page session's last answer ended. Not the request itself (`page.asking`).
 
-Stop is the page's own, not gradio's `cancels=`: gradio's cancel drops the event's outputs, so the answer area could
-not say how far the read got, and it cannot stop a sync handler's thread, which would read on; the read must end
-between batches of windows. The Stop button marks the page session (`press_stop`), and the read's stop check,
-asked between batches, sees the mark. An API client cancels its job instead (`hardening.abandonment_check`).
+Stop is the page's own, not gradio's `cancels=`. The answer streams (`page.streaming`), so a cancel would keep the
+best answer so far on the page; but it ends the handler at once, also once every window is read and the answer is
+being decoded (a Stop then must show the answer: issue 49), the answer area could not say how far the read got, and
+it cannot stop the thread that reads, which would read on; the read must end between batches of windows. The Stop
+button marks the page session (`press_stop`), and the read's stop check, asked between batches, sees the mark. An
+API client cancels its job instead (`hardening.abandonment_check`).
 """
 
 from __future__ import annotations

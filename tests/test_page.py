@@ -300,7 +300,7 @@ def test_a_long_read_shows_the_best_answer_so_far_then_the_answer(ctx):
         assert update["answer"]["label"] == (f"Answer (best so far, {update['readout']['windows_read']} of "
                                              f"{update['readout']['windows_total']} windows read)")
         rank, text, _, confidence, _, _ = update["answers"].iloc[0]
-        assert (rank, text, confidence) == ("so far", best["text"], "provisional")  # never "Found" or a confidence
+        assert (rank, text, confidence) == ("so far", best["text"], ui_format.PROVISIONAL)  # never judged
         assert any(category == "answer" and piece.strip() == best["text"] for piece, category in update["evidence"])
     assert final["readout"]["found"] is None or isinstance(final["readout"]["found"], bool)
     assert shown["answer"]["label"] == "Answer" and "confidence" in shown["status"]  # the answer replaces it
