@@ -14,7 +14,7 @@ import warnings
 
 from transformers.utils import logging as hf_logging
 
-from longqa.bench import reading_sweep
+from longqa.bench import reading_sweep, streaming
 from longqa.bench import runner as bench_module
 from longqa.arguments import positive_int
 from longqa.compare import Comparison, choices_from, compare_profiles
@@ -86,6 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench = commands.add_parser("bench", help="measure memory and latency of every profile")
     bench_module.add_arguments(bench)
     reading_sweep.add_arguments(bench)
+    streaming.add_arguments(bench)
     return parser
 
 
@@ -262,6 +263,8 @@ def main(argv: list[str] | None = None) -> int:
             return run_plan(args)
         if args.reading:
             return reading_sweep.run(args)
+        if args.stream:
+            return streaming.run(args)
         return bench_module.run(args)
     except LongQAError as exc:
         print(f"error: {exc}", file=sys.stderr)

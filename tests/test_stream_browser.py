@@ -109,7 +109,7 @@ def test_a_long_read_shows_the_best_answer_so_far_then_the_answer(served, browse
     page = open_page(browser, served[1], width)
     read_whole(page)
     first = wait_until(lambda: best_so_far_shown(page))
-    read, total, text = first
+    read, total, _ = first
     assert 0 < read < total
     assert page.locator("#best-answer textarea").is_visible()  # not hidden under the progress
     assert PENDING in grid_text(page, "Top answers") and "Found" not in status(page)
