@@ -1,4 +1,5 @@
-"""Entry point for `python -m longqa`."""
+"""Entry point for `python -m longqa` and for the `longqa` console script (which imports this module and calls
+`main`): either way the spin count is set before the command line's imports load torch."""
 
 from longqa_core.openmp_wait import limit_spin_wait
 
@@ -6,4 +7,5 @@ limit_spin_wait()  # before the command line's imports load torch, and with it l
 
 from longqa.cli import main  # noqa: E402
 
-raise SystemExit(main())
+if __name__ == "__main__":
+    raise SystemExit(main())

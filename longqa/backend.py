@@ -1,7 +1,8 @@
 """The one interface between the page and wherever the model runs: a `Backend` loads a model, plans a request
 (before its turn on the model) and answers a plan, with a gate for turns on a shared model, progress and a stop
 check; `Session` (the model in this process) and `longqa.serving.ray_replicas.RaySession` (Ray Serve replicas)
-implement all of it.
+implement all of it, the second by holding a `Session` for its record of what is loaded. A visitor's choice of
+model is a `Selection`, taken whole; the best answer so far while a read goes on, a `Provisional` (the engine's).
 
 Types only: it holds no model and runs nothing.
 """
@@ -9,15 +10,28 @@ Types only: it holds no model and runs nothing.
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from typing import Callable, Protocol, runtime_checkable
 
 from longqa_core.answering import Provisional
-from longqa_core.batching import Runner, WindowProgress
+from longqa_core.batching import BatchState, Runner, WindowProgress
 from longqa_core.documents import Document
-from longqa_core.limits import StopCheck
+from longqa_core.limits import EngineSettings, StopCheck
 from longqa_core.plan import RequestPlan
+from strategies.hardware import Hardware
+from strategies.profiles import Profile
 
 Progress = Callable[[float, str], None]
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What a visitor asked to load: the model, the profile's name (`auto` stays `auto`: what it became is the
+    loaded model's `profile`), and for `custom` the ticked strategies."""
+
+    model: str
+    profile: str
+    strategies: tuple[str, ...] = ()
 
 
 class Gate(Protocol):
@@ -33,13 +47,47 @@ class Gate(Protocol):
     def widen(self, windows: int) -> None: ...
 
 
+class Loaded(Protocol):
+    """The one record of what is loaded (`longqa.loader.LoadedModel` here, `RemoteModel` for Ray's replicas): the
+    model (None where the weights live elsewhere), the profile it became, what was asked for, which load it is, the
+    settings, the tokenizer, and the model's one throughput estimate."""
+
+    model: object
+    model_ref: str
+    profile: Profile
+    settings: EngineSettings
+    tokenizer: object
+    readout: object  # longqa.loader.LoadReadout
+    hardware: Hardware | None
+    batch_state: BatchState
+    selection: Selection | None
+    generation: int
+
+
 @runtime_checkable
 class Backend(Protocol):
-    """Where the model runs. `loaded` is the one record of what is loaded (model, profile, what was asked for,
-    which load it is, settings, tokenizer, and the model's one throughput estimate in `batch_state`)."""
+    """Where the model runs: what the page, the CLI and the comparison use of it, and nothing else. `lock` is held
+    by loads; a load waits for the requests in progress, and requests wait for a load."""
 
-    hardware: object
-    loaded: object
+    hardware: Hardware | None
+    lock: AbstractContextManager
+
+    @property
+    def loaded(self) -> Loaded | None: ...
+
+    @property
+    def model_ref(self) -> str | None: ...
+
+    @property
+    def profile_name(self) -> str | None: ...
+
+    @property
+    def selection(self) -> Selection | None:
+        """What the loaded model was asked for (None: nothing loaded)."""
+
+    @property
+    def generation(self) -> int:
+        """Counts the loads: a visitor can tell that someone else switched the model."""
 
     @property
     def capacity(self) -> int:
@@ -49,7 +97,7 @@ class Backend(Protocol):
              force: bool = False, strategies=()): ...
 
     def plan(self, documents: list[Document], question: str, reading: str = ..., *,
-             should_stop: StopCheck | None = None, **overrides) -> RequestPlan: ...
+             should_stop: StopCheck | None = None, visitor: str | None = None, **overrides) -> RequestPlan: ...
 
     def ask(self, plan: RequestPlan, *, extract_s: float = 0.0, gate: Gate | None = None,
             should_stop: StopCheck | None = None,
@@ -60,8 +108,8 @@ class Backend(Protocol):
 
     def training_step(self, window_tokens: int): ...
 
-    def runnable_profile(self, name: str, strategies=()): ...
+    def runnable_profile(self, name: str, strategies=()) -> Profile: ...
 
-    def auto_profile(self, model_ref: str): ...
+    def auto_profile(self, model_ref: str) -> Profile | None: ...
 
     def close(self) -> None: ...

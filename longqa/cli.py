@@ -1,4 +1,4 @@
-"""Command line: `python -m longqa ask|compare|profiles|plan|bench`.
+"""Command line: `python -m longqa ask|compare|profiles|plan|bench` (also the `longqa` console script).
 
 Parses arguments, calls the session and the profiles, prints. Errors become one line on stderr and a non-zero
 exit code, never a traceback.
@@ -14,13 +14,15 @@ import warnings
 
 from transformers.utils import logging as hf_logging
 
-from longqa.bench import reading_sweep, streaming
+from longqa.bench import (band_kernels, cpu_seconds, levers, reading_sweep, streaming,
+                          window_profile)
 from longqa.bench import runner as bench_module
 from longqa.arguments import positive_int
 from longqa.compare import Comparison, choices_from, compare_profiles
 from longqa.gpu_plan import MachinePlan, plan_request
 from longqa.models import DEFAULT_MODEL, model_config
 from longqa.session import Session, read_documents
+from longqa_core.documents import format_location
 from longqa_core.errors import LongQAError
 from longqa_core.limits import validate_request
 from longqa_core.reading import DEFAULT_READING, READING_MODES
@@ -31,6 +33,14 @@ from strategies.memory_planner import plan_profile
 from strategies.profiles import PROFILES, describe_profiles
 
 EXIT_USAGE = 2
+# `python -m longqa bench NAME ...`: the CPU floor's measurements (docs/cpu-floor.md), each with its own arguments
+# (`bench NAME --help`); plain `bench` measures every profile.
+MEASUREMENTS = {
+    "window": window_profile,  # where one window's time goes, under torch.profiler
+    "levers": levers,  # the cpu stack's levers one at a time, side by side
+    "cpu-seconds": cpu_seconds,  # one window against its floors in one thread's CPU seconds
+    "kernels": band_kernels,  # the bf16 band kernels side by side
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -83,7 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
     plan = commands.add_parser("plan", help="predict each profile's memory on a GPU or CPU you do not have")
     add_plan_arguments(plan)
 
-    bench = commands.add_parser("bench", help="measure memory and latency of every profile")
+    bench = commands.add_parser("bench", help="measure memory and latency of every profile",
+                                epilog="measurements with their own arguments: python -m longqa bench "
+                                       f"{{{','.join(MEASUREMENTS)}}} ... (see docs/cpu-floor.md)")
     bench_module.add_arguments(bench)
     reading_sweep.add_arguments(bench)
     streaming.add_arguments(bench)
@@ -150,12 +162,12 @@ def plan_lines(plan: MachinePlan) -> list[str]:
 
 def run_ask(args) -> int:
     documents, extract_s = read_documents(args.files, max_bytes=int(args.max_file_mb * 1024 * 1024))
-    validate_request(documents, args.question)  # refuse bad input before any model work
+    question = validate_request(documents, args.question)  # refuse bad input before any model work, once
     session = Session()
     loaded = session.load(args.model, args.profile, fallback_to_demo=(args.model == DEFAULT_MODEL))
     if loaded.fallback_reason:
         print(f"note: {loaded.fallback_reason}", file=sys.stderr)
-    plan = session.plan(documents, args.question, args.reading, max_seq_len=args.max_seq_len,
+    plan = session.plan(documents, question, args.reading, max_seq_len=args.max_seq_len,
                         doc_stride=args.doc_stride, max_answer_len=args.max_answer_len, top_k=args.top_k,
                         no_answer_below=args.no_answer_below)
     readout = session.ask(plan, extract_s=extract_s)
@@ -169,9 +181,10 @@ def run_ask(args) -> int:
     if result.found is False:
         print(f"{verdict.message}. The best span, for the curious:")
     for rank, answer in enumerate(result.answers, 1):
-        where = f"{answer.document} chars {answer.start_char}-{answer.end_char}" if answer.document else "no answer"
+        place = format_location(answer.location) if answer.location else answer.document
+        where = f"{place}, chars {answer.start_char}-{answer.end_char}" if answer.document else "no answer"
         print(f"{rank}. {answer.text!r}  score {answer.score:.4g}, {answer.confidence} confidence  ({where})")
-    if result.found is None:
+    if result.found is None and not verdict.outside_form:  # outside the form, the notice above said why
         print(f"note: {verdict.message}; --no-answer-below SCORE gives a threshold", file=sys.stderr)
     print(f"{result.windows} windows, {result.tokens} tokens, batch {result.batch_size}, "
           f"{result.latency_s['total']:.2f} s, model {readout.model}, profile {readout.profile}; "
@@ -182,9 +195,9 @@ def run_ask(args) -> int:
 
 def run_compare(args) -> int:
     documents, extract_s = read_documents(args.files, max_bytes=int(args.max_file_mb * 1024 * 1024))
-    validate_request(documents, args.question)  # refuse bad input before any model work
+    question = validate_request(documents, args.question)  # refuse bad input before any model work, once
     choices = choices_from(args.profiles.split(","), [s for s in args.strategies.split(",") if s])
-    comparison = compare_profiles(Session(), args.model, choices, documents, args.question, args.reading,
+    comparison = compare_profiles(Session(), args.model, choices, documents, question, args.reading,
                                   extract_s=extract_s, fallback_to_demo=args.model == DEFAULT_MODEL, top_k=args.top_k)
     if args.json:
         print(json.dumps(comparison.to_json()))
@@ -250,9 +263,13 @@ def quiet_libraries() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    measurement = MEASUREMENTS.get(argv[1]) if argv[:1] == ["bench"] and len(argv) > 1 else None
+    args = None if measurement else build_parser().parse_args(argv)
     quiet_libraries()
     try:
+        if measurement:
+            return measurement.main(argv[2:])
         if args.command == "ask":
             return run_ask(args)
         if args.command == "compare":

@@ -9,10 +9,10 @@ It formats nothing for people; JSON only in `Comparison.to_json`, for the CLI's 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
-from longqa.backend import Backend, Progress
+from longqa.backend import Backend, Progress, Selection
 from longqa.readout import Readout
 from longqa_core.documents import Document
 from longqa_core.errors import Cancelled, InputError
@@ -180,21 +180,20 @@ def window_progress(progress: Progress, index: int, steps: int, choice: ProfileC
     return on_window_progress
 
 
-def loaded_selection(backend: Backend) -> tuple | None:
-    """What is loaded, as a load would ask for it: (the model that did load, the profile asked for, and `custom`'s
-    strategies where given); None when nothing is."""
-    loaded = backend.loaded
-    if loaded is None:
+def loaded_selection(backend: Backend) -> Selection | None:
+    """What is loaded, as a load would ask for it: the model that did load, the profile asked for, and `custom`'s
+    strategies; None when nothing is."""
+    selection = backend.selection
+    if selection is None:
         return None
-    return (loaded.model_ref, *loaded.requested[1:])
+    return replace(selection, model=backend.model_ref)
 
 
-def restore(backend: Backend, previous: tuple | None, progress: Progress) -> None:
+def restore(backend: Backend, previous: Selection | None, progress: Progress) -> None:
     """Load back what was loaded before the comparison (model, profile, `custom`'s strategies); nothing when nothing
     was loaded, or when it is what is loaded now."""
-    if not previous or loaded_selection(backend) == previous:
+    if previous is None or loaded_selection(backend) == previous:
         return
-    model_ref, name, *rest = previous
-    strategies = tuple(rest[0]) if rest else ()
-    progress(1.0, f"Loading back {model_ref} with {name}")
-    backend.load(model_ref, backend.runnable_profile(name, strategies), strategies=strategies)
+    progress(1.0, f"Loading back {previous.model} with {previous.profile}")
+    backend.load(previous.model, backend.runnable_profile(previous.profile, previous.strategies),
+                 strategies=previous.strategies)

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 from longqa.article_check import ArticleCheck, check_article
 from longqa.models import model_config
 from longqa_core.errors import InputError, LongQAError, ProfileError
-from strategies.auto import resolve_auto
+from strategies.auto import choose_auto
 from strategies.gpu_catalog import GpuModel, gpu_model, parse_compute_capability, planned_hardware
 from strategies.hardware import Hardware
 from strategies.memory_planner import (CPU_PROCESS_BYTES, FIT_MARGIN, ModelShape, MemoryPlan, device_totals,
@@ -239,12 +239,11 @@ def plan_machine(model_ref: str, machine: Machine, *, tokens: int | None = None,
     hardware = machine.hardware
     plans = tuple(plan_one(config, name, profile, hardware, tokens=tokens, batch=batch, auto_candidate=candidate)
                   for name, profile, candidate in candidate_profiles())
-    chosen = resolve_auto(hardware, config, tokens=tokens, batch=batch, runtime_bytes=CPU_PROCESS_BYTES).name
+    chosen, why_chosen = choose_auto(hardware, config, tokens=tokens, batch=batch, runtime_bytes=CPU_PROCESS_BYTES)
     article = check_article(config, hardware, tokens=tokens)
-    if next(plan for plan in plans if plan.name == chosen).fits:
-        reason = (f"the fastest profile predicted to fit every device with a {FIT_MARGIN:.0%} margin, by the rule "
-                  "auto loads with (strategies/auto.py)")
-        return MachinePlan(model_ref, machine, tokens, batch, chosen, reason, plans, article)
+    if next(plan for plan in plans if plan.name == chosen.name).fits:
+        reason = f"{why_chosen}, by the rule auto loads with (strategies/auto.py)"
+        return MachinePlan(model_ref, machine, tokens, batch, chosen.name, reason, plans, article)
     smallest = min((plan for plan in plans if plan.peak_bytes), key=lambda plan: plan.peak_bytes, default=None)
     reason = "nothing fits: " + (f"the smallest predicted need is {smallest.name}'s ({smallest.why})" if smallest
                                  else "no profile can run on this machine")

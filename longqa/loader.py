@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import gc
+import logging
 import os
 import shutil
 import time
@@ -18,8 +19,10 @@ import torch
 from huggingface_hub import snapshot_download
 from huggingface_hub.errors import LocalEntryNotFoundError
 from transformers import AutoConfig, AutoTokenizer, LongformerForQuestionAnswering
+from transformers.utils import logging as hf_logging
 
 from longqa import models
+from longqa.backend import Selection
 from longqa.models import ModelSource, architecture_config, resolve_model
 from longqa_core.cache import cache_dir
 from longqa_core.batching import BatchState, ModelRunner, release_memory
@@ -38,6 +41,21 @@ QA_ARCHITECTURE = "LongformerForQuestionAnswering"
 HUB_PATTERNS = ["*.json", "*.txt", "*.model", "*.safetensors"]  # config, tokenizer files, safe weights
 HUB_BIN_PATTERNS = ["pytorch_model*.bin*"]  # only when a repository has no safetensors
 LOAD_STEPS = {"download": (0.0, 0.3), "load": (0.3, 0.8), "strategies": (0.8, 1.0)}  # share of the progress bar
+# Loggers whose warnings are about a library's own supply, not about this machine or this load: importing
+# bitsandbytes (the strategies probe it) on a CPU with AVX-512 BF16 asks the Hub for an optional 4-bit kernel and,
+# offline or without it, warns "Failed to load CPU gemm_4bit_forward … pip install kernels" and uses its own kernel;
+# `kernels` warns that it skipped a trust check offline. Errors still show.
+QUIET_LOGGERS = ("bitsandbytes", "kernels")
+
+
+def quiet_library_loggers() -> None:
+    """QUIET_LOGGERS at ERROR: set when this module is imported, before any strategy imports bitsandbytes (a page,
+    the command line and a Ray replica all import the loader first)."""
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
+quiet_library_loggers()
 
 
 @dataclass
@@ -79,7 +97,7 @@ class LoadedModel:
     hardware: Hardware | None = None  # what the profile was resolved for (the memory planner predicts for it)
     # Set by the session that loaded it: what was asked for (the model, the profile's name, custom strategies) and
     # which load of that session this is. With the fields above, the one record of what is loaded.
-    requested: tuple = ()
+    selection: Selection | None = None
     generation: int = 0
 
     def unload(self) -> None:
@@ -285,9 +303,23 @@ def _read_tokenizer(folder: Path, ref: str):
         raise ModelLoadError(f"{ref!r} has no usable tokenizer: {exc}") from None
 
 
+@contextlib.contextmanager
+def no_progress_bar():
+    """transformers' own progress bar ("Loading weights 0/73") off for the block: a load reports its progress
+    through `on_progress` (the page's bar), and a console gets our one line per fact."""
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            hf_logging.enable_progress_bar()
+
+
 def _from_pretrained(folder: Path, kwargs: dict, ref: str, profile_name: str):
     try:
-        model, info = LongformerForQuestionAnswering.from_pretrained(folder, output_loading_info=True, **kwargs)
+        with no_progress_bar():
+            model, info = LongformerForQuestionAnswering.from_pretrained(folder, output_loading_info=True, **kwargs)
     except (OSError, ValueError, RuntimeError, ImportError, KeyError, TypeError) as exc:
         raise ModelLoadError(f"Could not load {ref!r} with profile {profile_name!r}: "
                              f"{type(exc).__name__}: {exc}") from None

@@ -13,8 +13,9 @@ import huggingface_hub.constants
 from huggingface_hub import try_to_load_from_cache
 from transformers import AutoConfig, LongformerConfig
 
+from longqa.demo_model.fact import FORM_NOTICE, QUESTION_FORM
 from longqa_core.errors import ModelLoadError
-from longqa_core.no_answer import NO_RULE, NULL_SCORE, THRESHOLD, NoAnswerRule
+from longqa_core.no_answer import NO_RULE, NULL_SCORE, THRESHOLD, NoAnswerRule, QuestionForm
 
 DEMO_MODEL_DIR = Path(__file__).resolve().parent / "demo_model"
 DEFAULT_MODEL = "allenai/longformer-large-4096-finetuned-triviaqa"
@@ -34,7 +35,7 @@ NO_ANSWER_RULES = {
         NULL_SCORE, source="a SQuAD 2.0 checkpoint: the best span against the lowest '<s>' score of the windows "
                            "read, as transformers' pipeline did with handle_impossible_answer"),
     "demo": NoAnswerRule(
-        THRESHOLD, 4.2e-8, needs_evidence=True,
+        THRESHOLD, 4.2e-8, needs_evidence=True, question_form=QuestionForm(QUESTION_FORM, FORM_NOTICE),
         source="docs/no-answer.md: python scripts/evaluate_no_answer.py --n 40 (the independent generator's "
                "documents, the hand-written template and prose notes; best score at least 4.2e-8 and every word of "
                "the question the document uses in the answer's sentence: 97.3 % of right answers kept, 94.6 % of "

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from longqa_core.answering import QAResult
+from longqa_core.batching import BatchState
 from longqa_core.telemetry import MemoryReadout
 
 
@@ -96,14 +97,17 @@ class Readout:
         return out
 
 
-def predict_full_read_s(result: QAResult, window_s: float | None) -> float | None:
+def predict_full_read_s(result: QAResult, measured: BatchState) -> float | None:
     """A guided read's prediction of the full read's time: reading the files once, its own seconds per window for
     tokenizing and decoding, and every window's forward pass at the model's measured seconds a window (None when
     nothing was skipped or nothing was measured)."""
     reading, latency = result.reading, result.latency_s
-    if reading is None or reading.windows_read <= 0 or reading.windows_total <= reading.windows_read or not window_s:
+    if reading is None or reading.windows_read <= 0 or reading.windows_total <= reading.windows_read:
+        return None
+    forward_s = measured.seconds_for_windows(reading.windows_total)
+    if forward_s is None:
         return None
     # Reading the files is paid once whatever is read; tokenizing, the forward passes and decoding grow with the
     # windows.
-    per_window = sum(latency.get(stage, 0.0) for stage in ("tokenize", "decode")) / reading.windows_read + window_s
-    return latency.get("extract", 0.0) + per_window * reading.windows_total
+    per_window = sum(latency.get(stage, 0.0) for stage in ("tokenize", "decode")) / reading.windows_read
+    return latency.get("extract", 0.0) + per_window * reading.windows_total + forward_s

@@ -7,6 +7,7 @@ It holds state (the loaded model) but does no formatting and knows nothing of gr
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Callable
 
 from longqa import loader
-from longqa.backend import Gate, Progress
+from longqa.backend import Gate, Progress, Selection
 from longqa.models import KNOWN_MODELS, model_config, resolve_model
 from longqa.readout import MemoryPrediction, Readout, predict_full_read_s
 from longqa_core.answering import Provisional, QAResult, answer_plan
@@ -151,9 +152,10 @@ class Session:
         return self.loaded.profile.name if self.loaded is not None else None
 
     @property
-    def requested(self) -> tuple | None:
-        """What the loaded model was asked for: (model, profile name), and the ticked strategies of `custom`."""
-        return self.loaded.requested if self.loaded is not None else None
+    def selection(self) -> Selection | None:
+        """What the loaded model was asked for: the model, the profile's name, and the ticked strategies of
+        `custom`."""
+        return self.loaded.selection if self.loaded is not None else None
 
     @property
     def generation(self) -> int:
@@ -170,10 +172,10 @@ class Session:
         with self.lock:
             self._wait_for_asks()
             previous = None
-            requested = (model_ref, getattr(profile, "name", profile), *([tuple(strategies)] if strategies else []))
+            selection = Selection(model_ref, getattr(profile, "name", profile), tuple(strategies))
             if self.loaded is not None:
                 # `auto` resolves to a concrete profile: compare what was asked for, not what it became.
-                if not force and requested == self.loaded.requested:
+                if not force and selection == self.loaded.selection:
                     return self.loaded.readout
                 previous = self.loaded
                 self.unload()
@@ -187,14 +189,14 @@ class Session:
                 self._restore(previous)
                 raise ModelLoadError(f"Could not load {model_ref!r}: {exc}") from exc
             self.loads += 1
-            loaded.requested, loaded.generation = requested, self.loads
+            loaded.selection, loaded.generation = selection, self.loads
             self.loaded = loaded
             return loaded.readout
 
     def _restore(self, previous) -> None:
         if previous is not None:
             self.loaded = self._load_model(previous.model_ref, previous.profile, **self._hardware_kwargs())
-            self.loaded.requested, self.loaded.generation = previous.requested, previous.generation
+            self.loaded.selection, self.loaded.generation = previous.selection, previous.generation
 
     def _hardware_kwargs(self) -> dict:
         return {"hardware": self.hardware} if self.hardware is not None else {}
@@ -208,20 +210,28 @@ class Session:
                 loaded.unload()
 
     def plan(self, documents: list[Document], question: str, reading: str = DEFAULT_READING, *,
-             should_stop: StopCheck | None = None, **overrides) -> RequestPlan:
+             should_stop: StopCheck | None = None, visitor: str | None = None, **overrides) -> RequestPlan:
         """Read and plan a request once, before its turn on the model and without its lock: every limit checked,
         the reading ranked (`longqa_core.plan.plan_request`), the time predicted from the loaded model's measured
-        throughput. `overrides` replace engine settings (top_k, max_total_tokens, max_request_s, ...)."""
+        throughput. `overrides` replace engine settings (top_k, max_total_tokens, max_request_s, ...). `visitor`
+        names whose ranking indexes the request may reuse and keep (one visitor's are never another's:
+        docs/serving.md, "No timing oracle"); a request that names none keeps none."""
         loaded = self._loaded()
         tokenizer = self._borrow_tokenizer(loaded)
         try:
-            plan = plan_request(tokenizer, documents, question, with_overrides(loaded.settings, overrides), reading,
-                                batch_state=loaded.batch_state, index_cache=self.index_cache,
-                                should_stop=should_stop)
+            plan = self._plan(tokenizer, documents, question, with_overrides(loaded.settings, overrides), reading,
+                              loaded, visitor, should_stop)
         finally:
             self._return_tokenizer(loaded, tokenizer)
         plan.generation, plan.overrides = loaded.generation, {k: v for k, v in overrides.items() if v is not None}
+        plan.visitor = visitor
         return plan
+
+    def _plan(self, tokenizer, documents, question, settings, reading, loaded, visitor, should_stop=None):
+        """`plan_request` with the loaded model's throughput, and `visitor`'s share of the index cache (if any)."""
+        return plan_request(tokenizer, documents, question, settings, reading, batch_state=loaded.batch_state,
+                            index_cache=self.index_cache if visitor is not None else None, should_stop=should_stop,
+                            visitor=visitor or "")
 
     def ask(self, plan: RequestPlan, *, extract_s: float = 0.0, gate: Gate | None = None,
             should_stop: StopCheck | None = None,
@@ -233,19 +243,18 @@ class Session:
         `on_window_progress` hears after each batch, and `on_candidate` the best answer so far. Requests run side by side, each tokenizing on its own copy of
         the tokenizer; a load or a training step waits for the requests in progress, and requests wait for it. The
         freed heap goes back to the system after every request, answered or not (`trim_heap`)."""
-        loaded = self._begin_ask()
-        tokenizer = self._borrow_tokenizer(loaded)
-        try:
-            plan = self.current(plan, loaded)
-            runner = gate.runner(loaded.runner) if gate is not None else loaded.runner
-            result = answer_plan(runner, tokenizer, plan, batch_state=loaded.batch_state, extract_s=extract_s,
-                                 should_stop=should_stop, on_window_progress=on_window_progress,
-                                 before_wider_read=gate.widen if gate is not None else None,
-                                 on_candidate=on_candidate)
-        finally:
-            self._return_tokenizer(loaded, tokenizer)
-            self._end_ask()
-            trim_heap()  # the request's windows and logits are gone: their pages go back to the system (issue 40)
+        with self.asking() as loaded:
+            tokenizer = self._borrow_tokenizer(loaded)
+            try:
+                plan = self.current(plan, loaded)
+                runner = gate.runner(loaded.runner) if gate is not None else loaded.runner
+                result = answer_plan(runner, tokenizer, plan, batch_state=loaded.batch_state, extract_s=extract_s,
+                                     should_stop=should_stop, on_window_progress=on_window_progress,
+                                     before_wider_read=gate.widen if gate is not None else None,
+                                     on_candidate=on_candidate)
+            finally:
+                self._return_tokenizer(loaded, tokenizer)
+                trim_heap()  # the request's windows and logits are gone: their pages go back to the system (issue 40)
         return self.readout(result, loaded)
 
     def current(self, plan: RequestPlan, loaded) -> RequestPlan:
@@ -255,12 +264,11 @@ class Session:
             return plan
         tokenizer = self._borrow_tokenizer(loaded)
         try:
-            replanned = plan_request(tokenizer, plan.documents, plan.question,
-                                     with_overrides(loaded.settings, plan.overrides), plan.requested,
-                                     batch_state=loaded.batch_state, index_cache=self.index_cache)
+            replanned = self._plan(tokenizer, plan.documents, plan.question, with_overrides(loaded.settings,
+                                   plan.overrides), plan.requested, loaded, plan.visitor)
         finally:
             self._return_tokenizer(loaded, tokenizer)
-        replanned.generation, replanned.overrides = loaded.generation, plan.overrides
+        replanned.generation, replanned.overrides, replanned.visitor = loaded.generation, plan.overrides, plan.visitor
         return replanned
 
     def learn(self, readout: Readout) -> None:
@@ -275,17 +283,19 @@ class Session:
             raise ModelLoadError(NO_MODEL)
         return loaded
 
-    def _begin_ask(self):
-        """The loaded model, counted in progress so that loads wait for it."""
+    @contextlib.contextmanager
+    def asking(self):
+        """The loaded model for one request, counted in progress while it runs so that loads wait for it (wherever
+        the request runs: here, or in Ray's replicas)."""
         with self.lock:
             loaded = self._loaded()
             self._asks_in_progress += 1
-            return loaded
-
-    def _end_ask(self) -> None:
-        with self.lock:
-            self._asks_in_progress -= 1
-            self._asks_done.notify_all()
+        try:
+            yield loaded
+        finally:
+            with self.lock:
+                self._asks_in_progress -= 1
+                self._asks_done.notify_all()
 
     def _borrow_tokenizer(self, loaded):
         """A copy of `loaded`'s tokenizer for one request or plan alone: a fast tokenizer must not serve two threads
@@ -339,7 +349,7 @@ class Session:
         loaded under `auto`, else the rule applied to its config read without fetching anything (registry,
         bundled, local and random-weight models). None for another Hub model: only its load fetches the config."""
         loaded = self.loaded
-        if loaded is not None and loaded.model_ref == model_ref and loaded.requested[1:2] == ("auto",):
+        if loaded is not None and loaded.model_ref == model_ref and loaded.selection.profile == "auto":
             return loaded.profile
         try:
             if resolve_model(model_ref).kind == "hub" and model_ref not in KNOWN_MODELS:
@@ -358,7 +368,7 @@ class Session:
         if loaded is None:
             return Readout(result, None, None)
         return Readout(result, loaded.model_ref, loaded.profile.name, memory_prediction(loaded, result),
-                       full_read_s=predict_full_read_s(result, loaded.batch_state.window_s),
+                       full_read_s=predict_full_read_s(result, loaded.batch_state),
                        strategies=list(loaded.readout.strategies))
 
 

@@ -6,10 +6,12 @@ One request goes documents -> plan -> answering (windows, batching, reading, spa
 the public names of each:
 
 - `documents`: reading files and pasted text into `Document`s (`read_document`, `from_text`, `SUPPORTED_EXTENSIONS`,
-  `DEFAULT_MAX_FILE_BYTES`), the size and extension checks and the reader for each kind; the readers:
-  `text_files` (`decode_text`, `UnknownEncodingError`, `clean_text`, the cleaning every reader's text goes through),
-  `pdf_files` (`read_pdf_file`) and `html_files` (`read_html_file`; `HtmlReaders` and its one instance `READERS`,
-  the bounds on its child processes), all within one document's `ReadLimits`
+  `DEFAULT_MAX_FILE_BYTES`), the size and extension checks and the reader for each kind, and where a stretch of
+  text stands (`Location`, `locate`, `format_location`: page, heading, line); the readers:
+  `text_files` (`decode_text`, `UnknownEncodingError`, `clean_text`, the cleaning every reader's text goes through;
+  `Heading`, `markdown_headings`), `pdf_files` (`read_pdf_file`) and `html_files` (`read_html_file`), whose
+  parsers run in the children of `reader_children` (`ReaderChildren` and its one instance `READERS`: so many at
+  once, one memory budget; `read_in_child`), all within one document's `ReadLimits`
   (`document_limits`: `DEFAULT_MAX_PAGES`, `DEFAULT_MAX_READ_S`).
 - `limits`: `EngineSettings` (windows, batch, limits, the time budget) and the checks made before any model work
   (`validate_request`, `check_chars`, `check_tokens`, `check_predicted_time`, `max_chars_for`, `whole_number`).
@@ -21,12 +23,14 @@ the public names of each:
 - `batching`: `run_windows` (batches, stop checks, out-of-memory back-off), `ModelRunner`, `collate`,
   `stack_batches`/`split_rows` for shared passes, and `BatchState`: a loaded model's batch size and its one
   throughput estimate (`window_s`, `tokens_per_s`).
-- `reading`: question-guided reading: the BM25 ranking of the full read's windows, its `ReadingPlan` (mode, reason
+- `reading`: question-guided reading: the ranking of the full read's windows, its `ReadingPlan` (mode, reason
   code and text, rounds) and `read_rounds` / `read_windows`, the loops that read those rounds and the windows left.
 - `spans`: answer spans from logits (`decode_answers`, `Answer`).
 - `no_answer`: the "not found" rules (`NoAnswerRule`, `judge`, `Verdict`, `confidence`) and the evidence check
   (`Evidence`, `answer_neighbourhood`).
-- `words`: content words (`STOPWORDS`, `tokenize`, `content_words`) that the ranking and the evidence check share.
+- `ranker`: the one module that knows the ranker is BM25 (bm25s): `PassageIndex` (`score`, `nbytes`,
+  `vocabulary`), `index_passages`, and the content words (`STOPWORDS`, `content_words`, `question_words`) that the
+  ranking and the evidence check share.
 - `answering`: `answer_plan` answers a plan into a `QAResult` (with `ReadingReadout`); `answer` plans and answers.
 - `telemetry`: `measure` (latency by stage, `MemoryReadout`), `HostPeak`, `timed`, `current_rss_bytes`.
 - `gpu_devices`: the NVML wrapper (`nvml`, `nvml_handle`, `device_memory`, `gpu_snapshot`, `cuda_device_indices`).

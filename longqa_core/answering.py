@@ -14,7 +14,7 @@ from typing import Callable
 
 from longqa_core import no_answer, reading, telemetry
 from longqa_core.batching import BatchState, ForwardSample, Runner, WindowProgress, release_memory, run_windows
-from longqa_core.documents import Document
+from longqa_core.documents import Document, locate
 from longqa_core.errors import Cancelled, LongQAError
 from longqa_core.index_cache import IndexCache
 from longqa_core.limits import EngineSettings, StopCheck, check_tokens, no_answer_rule
@@ -84,7 +84,7 @@ class QAResult:
 
     def to_json(self) -> dict:
         """The JSON of the answer itself, in the order the CLI's --json and the web API have always had."""
-        return {"question": self.question, "answers": [vars(a).copy() for a in self.answers],
+        return {"question": self.question, "answers": [a.to_json() for a in self.answers],
                 "documents": [vars(d).copy() for d in self.documents], "windows": self.windows,
                 "tokens": self.tokens, "batch_size": self.batch_size, "backoffs": self.backoffs,
                 "latency_s": dict(self.latency_s), "memory": self.memory.to_json(), "notices": list(self.notices),
@@ -104,7 +104,7 @@ class Provisional:
     windows_total: int
 
     def to_json(self) -> dict:
-        return {"provisional": True, "answer": vars(self.answer).copy(), "windows_read": self.windows_read,
+        return {"provisional": True, "answer": self.answer.to_json(), "windows_read": self.windows_read,
                 "windows_total": self.windows_total}
 
 
@@ -143,8 +143,9 @@ class BestSoFar:
         if self.best is None or state.windows_done == 0:
             return
         best = self.best
-        self.latest = Provisional(Answer(best.text, best.score, self.documents[best.document_index].name,
-                                         best.document_index, best.start_char, best.end_char),
+        document = self.documents[best.document_index]
+        self.latest = Provisional(Answer(best.text, best.score, document.name, best.document_index, best.start_char,
+                                         best.end_char, location=locate(document, best.start_char, best.end_char)),
                                   state.windows_done, state.windows_total)
         self.on_candidate(self.latest)
 
@@ -192,18 +193,18 @@ def answer_plan(runner: Runner, tokenizer, plan: RequestPlan, *, batch_state: Ba
             measurement.latency_s["extract"] = extract_s
             for stage, seconds in plan.latency_s.items():
                 measurement.latency_s[stage] = measurement.latency_s.get(stage, 0.0) + seconds
+            evidence = no_answer.Evidence(plan.question, [d.text for d in plan.documents])  # one per request
             on_batch = best_so_far.on_batch if best_so_far is not None else None
             if plan.mode == "full":
                 read = _read_full(runner, tokenizer, plan, batch_state, measurement, should_stop,
                                   on_window_progress, on_batch)
             else:
                 read = _read_guided(runner, tokenizer, plan, batch_state, measurement, should_stop,
-                                    on_window_progress, before_wider_read, on_batch)
+                                    on_window_progress, before_wider_read, evidence, on_batch)
             with measurement.stage("decode"):
                 decoded = decode(read.windows, read.logits, plan.documents, settings)
             answers, verdict = judge_answers(decoded, settings,
-                                             read.readout.windows_read == read.readout.windows_total,
-                                             no_answer.Evidence(plan.question, [d.text for d in plan.documents]))
+                                             read.readout.windows_read == read.readout.windows_total, evidence)
     except LongQAError as exc:
         # The traceback keeps every frame it passed through, and with them the windows and logits: drop them.
         read = None
@@ -215,7 +216,8 @@ def answer_plan(runner: Runner, tokenizer, plan: RequestPlan, *, batch_state: Ba
         raise
     measurement.latency_s["total"] += extract_s + sum(plan.latency_s.values())
     return QAResult(plan.question, answers, read.stats, len(read.windows), read.tokens, read.batch_size,
-                    batch_state.backoffs - backoffs_before, measurement.latency_s, measurement.memory, read.notices,
+                    batch_state.backoffs - backoffs_before, measurement.latency_s, measurement.memory,
+                    read.notices + verdict.notices,
                     window_tokens=max(len(w.input_ids) for w in read.windows), reading=read.readout,
                     forward=ForwardSample(read.forward_tokens, read.forward_windows, read.forward_s),
                     verdict=verdict)
@@ -234,14 +236,21 @@ def both(first: Callable | None, second: Callable) -> Callable:
 
 def judge_answers(decoded, settings: EngineSettings, read_whole: bool,
                   evidence: no_answer.Evidence | None = None) -> tuple[list[Answer], no_answer.Verdict]:
-    """The answers with their confidence in words, and the verdict on the best one under the request's rule (the
-    model's, or the threshold the request gave); a rule that needs evidence asks `evidence` of each answer."""
+    """The answers with their confidence in words (monotone in the score; all "low" where the asked attribute is
+    absent from the documents or the question is outside the rule's form), and the verdict on the best one under
+    the request's rule (the model's, or the threshold the request gave); a rule that needs evidence asks `evidence`
+    of each answer, and every rule asks it whether the documents name the asked attribute."""
     rule = no_answer_rule(settings)
     missing = [missing_words(rule, evidence, answer) for answer in decoded.answers]
+    absent = evidence.absent() if evidence is not None else []
     best = decoded.answers[0].score if decoded.answers else None
-    verdict = no_answer.judge(rule, best, decoded.null_score, read_whole, missing[0] if missing else None)
-    for answer, lacking in zip(decoded.answers, missing):
-        answer.confidence = no_answer.confidence(rule, answer.score, decoded.null_score, lacking)
+    verdict = no_answer.judge(rule, best, decoded.null_score, read_whole, missing[0] if missing else None, absent,
+                              evidence.question if evidence is not None else None)
+    words = ["low" if absent or verdict.outside_form else
+             no_answer.confidence(rule, answer.score, decoded.null_score, lacking)
+             for answer, lacking in zip(decoded.answers, missing)]
+    for answer, word in zip(decoded.answers, no_answer.in_score_order(words, [a.score for a in decoded.answers])):
+        answer.confidence = word
     return decoded.answers, verdict
 
 
@@ -293,14 +302,15 @@ def _read_full(runner, tokenizer, plan: RequestPlan, batch_state, measurement, s
 
 
 def _read_guided(runner, tokenizer, plan: RequestPlan, batch_state, measurement, should_stop,
-                 on_window_progress, before_wider_read=None, on_batch=None) -> _Read:
+                 on_window_progress, before_wider_read=None, evidence: no_answer.Evidence | None = None,
+                 on_batch=None) -> _Read:
     """The plan's rounds (`reading.read_rounds`) of the full read's windows; still weak after every window the
     ranking could point to, the windows not read yet, so that guided reading never ends on less than the full read
     would find and never reads a window twice (the answer is then the full read's) -- unless that would pass the
     time budget, where the answer read so far is kept and says so. `before_wider_read(windows)` hears how many
     windows are left before they are read."""
     guided = reading.read_rounds(runner, tokenizer, plan, batch_state, measurement, should_stop=should_stop,
-                                 on_window_progress=on_window_progress, on_batch=on_batch)
+                                 on_window_progress=on_window_progress, evidence=evidence, on_batch=on_batch)
     notices = plan.notices + guided.notices
     why, went_on = plan.reading, False
     read = set(guided.indices)

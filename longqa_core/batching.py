@@ -58,6 +58,17 @@ class BatchState:
         """Forward seconds a window takes on this model, or None before any was measured."""
         return self.forward_s / self.forward_windows if self.forward_s > 0 and self.forward_windows > 0 else None
 
+    def seconds_for_tokens(self, tokens: float, assumed_tokens_per_s: float | None = None) -> float | None:
+        """Forward seconds `tokens` window tokens take at the measured rate (`assumed_tokens_per_s` before any was
+        measured; without it, None): the one place where tokens become seconds."""
+        rate = self.tokens_per_s or assumed_tokens_per_s
+        return tokens / rate if rate else None
+
+    def seconds_for_windows(self, windows: float) -> float | None:
+        """Forward seconds `windows` windows take at the measured seconds a window, or None before any ran."""
+        window_s = self.window_s
+        return windows * window_s if window_s else None
+
     def record_forward(self, tokens: int, seconds: float, windows: int = 0) -> None:
         if tokens > 0 and seconds > 0:
             self.forward_tokens = self.forward_tokens / 2 + tokens

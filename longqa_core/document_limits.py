@@ -1,5 +1,5 @@
 """One document's reading limits: characters, PDF pages and seconds of extraction, and the errors that name them;
-with the request's stop check (a cancel) and how it hears that it waits (for an HTML reader).
+with the request's stop check (a cancel) and how it hears that it waits (for a reading child: HTML or PDF).
 
 Every reader (`text_files`, `pdf_files`, `html_files`) checks the `ReadLimits` it is handed; `documents` builds one
 per document. It holds no rule about how many characters a request may have (`limits.max_chars_for`), and reads

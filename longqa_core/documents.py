@@ -1,4 +1,6 @@
-"""Reading user documents (.txt, .md, .pdf, .html) into exact, cleaned text, with errors a user can act on.
+"""Reading user documents (.txt, .md, .pdf, .html) into exact, cleaned text, with errors a user can act on, and
+where a stretch of that text stands in the document as people find it (`Location`: a PDF's page, the nearest
+heading of a page or Markdown file, a text's line).
 
 It checks a file's size and extension and hands its bytes to the reader of its kind (`text_files`, `pdf_files`,
 `html_files`), within the character, page and time limits of `document_limits`; it does not split, tokenize or
@@ -8,6 +10,7 @@ text (the UI escapes it). How many characters a request may have is the limits' 
 
 from __future__ import annotations
 
+import bisect
 import os
 import stat
 from dataclasses import dataclass, field
@@ -18,7 +21,7 @@ from longqa_core.document_limits import DEFAULT_MAX_PAGES, DEFAULT_MAX_READ_S, R
 from longqa_core.errors import DocumentError
 from longqa_core.html_files import read_html_file
 from longqa_core.pdf_files import read_pdf_file
-from longqa_core.text_files import clean_text, read_text_file
+from longqa_core.text_files import Heading, clean_text, markdown_headings, read_text_file
 
 DEFAULT_MAX_FILE_BYTES = 50 * 1024 * 1024
 SUPPORTED_EXTENSIONS = (".txt", ".md", ".pdf", ".html", ".htm")
@@ -28,12 +31,60 @@ _MB = 1024 * 1024
 
 @dataclass(frozen=True)
 class Document:
+    """A document's name and text, and what its reader kept of its places: where each PDF page starts, where the
+    headings of an HTML page or Markdown file stand, and whether its lines are the file's own (text and
+    Markdown files, pasted text). The places do not take part in comparisons: the text is the document."""
+
     name: str
     text: str = field(repr=False)  # can be a million characters: keep it out of reprs and test reports
+    page_starts: tuple[int, ...] = field(default=(), repr=False, compare=False)  # a PDF's, in characters
+    headings: tuple[Heading, ...] = field(default=(), repr=False, compare=False)  # in order of `start_char`
+    has_lines: bool = field(default=True, repr=False, compare=False)
 
     @property
     def n_chars(self) -> int:
         return len(self.text)
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where a stretch of a document's text stands: the document, its characters, and as people find it there: the
+    page (1-based, as a PDF viewer counts), the nearest heading before it, or the line (1-based); None where the
+    document has no such thing."""
+
+    document: str
+    start_char: int
+    end_char: int
+    page: int | None = None
+    heading: str | None = None
+    line: int | None = None
+
+    def __str__(self) -> str:
+        return format_location(self)
+
+
+def locate(document: Document, start_char: int, end_char: int) -> Location:
+    """Where `document.text[start_char:end_char]` stands: its page, nearest heading and line, as the document has
+    them (a binary search each; a line is counted only where it is asked)."""
+    page = bisect.bisect_right(document.page_starts, start_char) if document.page_starts else None
+    heading = None
+    if document.headings:
+        before = bisect.bisect_right([h.start_char for h in document.headings], start_char)
+        heading = document.headings[before - 1].title if before else None
+    line = document.text.count("\n", 0, start_char) + 1 if document.has_lines else None
+    return Location(document.name, start_char, end_char, page, heading, line)
+
+
+def format_location(location: Location) -> str:
+    """A location for people: "report.pdf, page 37", "page.html, § 3.2 Results", "notes.txt, line 120"."""
+    parts = [location.document]
+    if location.page is not None:
+        parts.append(f"page {location.page}")
+    if location.line is not None:
+        parts.append(f"line {location.line:,}")
+    if location.heading:
+        parts.append(f"§ {location.heading}")
+    return ", ".join(parts)
 
 
 def read_document(
@@ -76,11 +127,19 @@ def read_document(
         raise DocumentError(f"'{name}' is empty.")
     if limits.is_over_time():  # the documents before it used the request's time budget
         raise limits.time_error(name, "before reading it")
-    text = _READERS[extension](data, name, limits)
+    page_starts, headings = (), ()
+    if extension == ".pdf":
+        text, page_starts = read_pdf_file(data, name, limits)
+    elif extension in (".html", ".htm"):
+        text, headings = read_html_file(data, name, limits)
+    else:
+        text = read_text_file(data, name, limits)
+        if extension == ".md":
+            headings = markdown_headings(text)
     if not text.strip():
         raise DocumentError(f"'{name}' contains only whitespace, no text.")
     limits.check_chars(name, len(text))
-    return Document(name=name, text=text)
+    return Document(name, text, tuple(page_starts), tuple(headings), has_lines=extension in (".txt", ".md"))
 
 
 def from_text(text: str, name: str = "pasted text", *, max_bytes: int = DEFAULT_MAX_FILE_BYTES,
@@ -139,11 +198,3 @@ def _format_mb(n_bytes: int) -> str:
     n_mb = n_bytes / _MB
     return f"{n_mb:.1f} MB" if n_mb >= 0.1 else f"{n_mb:.4f} MB"
 
-
-_READERS = {
-    ".txt": read_text_file,
-    ".md": read_text_file,
-    ".pdf": read_pdf_file,
-    ".html": read_html_file,
-    ".htm": read_html_file,
-}

@@ -1,6 +1,7 @@
-"""The ranking indexes a server keeps between questions, bounded by their size in bytes: one build per upload
-however many requests ask for it at once (the others wait for that build), a bounded number of builds at a time,
-and no lock held while building, so a request that needs no index never waits for one.
+"""The ranking indexes a server keeps between questions, bounded by their size in bytes: one build per key (an upload
+for one visitor: `longqa_core.plan` makes the key) however many requests ask for it at once (the others wait for that
+build), a bounded number of builds at a time, and no lock held while building, so a request that needs no index
+never waits for one.
 
 It keeps and shares indexes; it does not build them (the caller passes how, `longqa_core.reading.build_index`) nor
 decide when a request may plan (the lane's door does).
@@ -25,8 +26,9 @@ STOPPED = "The request was stopped while it waited for its documents' index."
 
 
 class IndexCache:
-    """Indexes by content key, the most recently used last, `max_bytes` in all (an index larger than that is
-    built for its request and not kept); at most `builders` builds at once, one per key."""
+    """Indexes by key (the key names one visitor: no index is shared between visitors), the most recently used
+    last, `max_bytes` in all (an index larger than that is built for its request and not kept); at most `builders`
+    builds at once, one per key."""
 
     def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES, builders: int = DEFAULT_BUILDERS,
                  size_of: Callable[[object], int] | None = None):
@@ -91,26 +93,19 @@ class IndexCache:
 
 
 def index_bytes(index) -> int:
-    """About the memory an index (`longqa_core.reading.DocumentIndex`, or a tuple of it and the documents' tokens)
-    holds: its arrays, its passages and its retriever's vocabulary and score matrix."""
+    """About the memory an index holds (its `nbytes`: `longqa_core.reading.DocumentIndex`), or a tuple of it and
+    the documents' tokens."""
     if isinstance(index, (tuple, list)):
         return sys.getsizeof(index) + sum(index_bytes(part) for part in index)
-    total = sys.getsizeof(index)
-    for value in vars(index).values():
-        total += _size(value)
-    retriever = getattr(index, "retriever", None)
-    if retriever is not None:
-        total += sum(_size(v) for v in vars(retriever).values())
-    return total
+    nbytes = getattr(index, "nbytes", None)
+    if nbytes is not None:
+        return int(nbytes)
+    return sys.getsizeof(index) + sum(_size(value) for value in vars(index).values())
 
 
 def _size(value) -> int:
     if isinstance(value, np.ndarray):
         return value.nbytes
-    if isinstance(value, dict):
-        return sys.getsizeof(value) + sum(_size(k) + _size(v) for k, v in value.items())
-    if isinstance(value, (list, tuple, set, frozenset)):
+    if isinstance(value, (list, tuple)):
         return sys.getsizeof(value) + sum(_size(v) for v in value)
-    if hasattr(value, "__dataclass_fields__"):
-        return sys.getsizeof(value) + sum(sys.getsizeof(v) for v in vars(value).values())
     return sys.getsizeof(value) if isinstance(value, (str, bytes, int, float)) else 0

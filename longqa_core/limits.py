@@ -109,15 +109,22 @@ def whole_number(name: str, value) -> int:
     return int(value)
 
 
-def validate_request(documents: list[Document], question: str) -> str:
+class Question(str):
+    """A question as `validate_request` cleaned and checked it: planning takes it as it is, without checking again."""
+
+
+def validate_request(documents: list[Document], question: str) -> Question:
     """The question cleaned like document text (no control or zero-width characters, white space collapsed);
-    InputError when nothing is left of it or there is no document."""
+    InputError when nothing is left of it or there is no document. Once per request: a `Question` is not checked
+    again."""
+    if isinstance(question, Question) and documents:
+        return question
     question = " ".join(clean_text(question or "").split())
     if not question:
         raise InputError(EMPTY_QUESTION)
     if not documents:
         raise InputError(NO_DOCUMENT)
-    return question
+    return Question(question)
 
 
 def truncate_question(tokenizer, question: str, max_question_len: int) -> tuple[str, str | None]:

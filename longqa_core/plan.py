@@ -25,6 +25,10 @@ from longqa_core.windows import (DocumentStats, DocumentTokens, WindowCut, chars
 # A ranked request is refused on its estimated tokens, before tokenizing, only past this margin over the limit (the
 # estimate from samples may be off by a few percent); its tokens are then counted and checked exactly.
 _ESTIMATE_SLACK = 1.05
+# A full read estimated under this share of the token limit is tokenized once, with offsets, and its windows cut
+# from those tokens; nearer the limit its tokens are counted first (no offsets, stopping at the limit: a text of about
+# a token a character is refused after the limit's worth of tokens), and tokenized again to cut its windows.
+_TOKENIZE_ONCE_SHARE = 0.5
 
 
 @dataclass
@@ -54,6 +58,7 @@ class RequestPlan:
     latency_s: dict[str, float] = field(default_factory=dict)  # seconds planning took, by stage (tokenize, rank)
     generation: int = 0  # the caller's count of the model loads: which model this plan was made for
     overrides: dict = field(default_factory=dict)  # the settings the request set itself (the rest: the model's)
+    visitor: str | None = None  # whose cached index it may use (None: no cache; see plan_request's `visitor`)
 
     @property
     def mode(self) -> str:
@@ -88,7 +93,7 @@ class RequestPlan:
 def plan_request(tokenizer, documents: list[Document], question: str, settings: EngineSettings,
                  mode: str = "full", *, batch_state: BatchState | None = None,
                  index_cache: IndexCache | None = None, should_stop: StopCheck | None = None,
-                 weak_answer_score: float | None = None) -> RequestPlan:
+                 weak_answer_score: float | None = None, visitor: str = "") -> RequestPlan:
     """Check a request against every limit, cheapest check first, and plan its read; no model work.
 
     InputError for an empty question or no document, characters over `max_chars_for(max_total_tokens)` (refused
@@ -96,7 +101,9 @@ def plan_request(tokenizer, documents: list[Document], question: str, settings: 
     estimates them from samples of its characters first, then counts them as it tokenizes); RequestTooLongError when `settings.max_request_s` is set and
     the throughput measured in `batch_state` predicts more; Cancelled when `should_stop` says so between chunks.
     `mode` "guided" (and "auto" past a few windows) tokenizes the documents, cuts the full read's windows and ranks
-    them for the question, with the index and tokens from `index_cache` when the same documents were ranked before.
+    them for the question, with the index and tokens from `index_cache` when the same documents were ranked before
+    for the same `visitor`: one visitor's cached index is never another's, so that its cost (in the readout and in
+    the wait) does not tell whether someone else asked about the same documents (docs/serving.md).
     `weak_answer_score` replaces the score under which guided reading goes on. Use it from one thread at a time per
     tokenizer. A refused plan hands the heap it freed back to the system before raising (`trim_heap`).
     """
@@ -112,15 +119,18 @@ def plan_request(tokenizer, documents: list[Document], question: str, settings: 
             plan.question_tokens = len(tokenizer(plan.question, add_special_tokens=False)["input_ids"])
             plan.room = room = document_room(tokenizer, settings, plan.question_tokens)
         if mode != "full":
-            _rank(plan, tokenizer, index_cache, should_stop)
+            _rank(plan, tokenizer, index_cache, should_stop, visitor)
             if weak_answer_score is not None:
                 plan.reading.weak_answer_score = weak_answer_score
         if plan.mode == "full":
             if not plan.cuts:
                 with plan.stage("tokenize"):
-                    _count(plan, tokenizer, room, should_stop)
+                    if _estimated_tokens(plan, tokenizer) < _TOKENIZE_ONCE_SHARE * settings.max_total_tokens:
+                        _cut(plan, _tokenize_within_limit(plan, tokenizer, should_stop))
+                    else:
+                        _count(plan, tokenizer, room, should_stop)
             plan.tokens_per_s = batch_state.tokens_per_s if batch_state is not None else None
-            plan.predicted_s = plan.window_tokens / plan.tokens_per_s if plan.tokens_per_s else None
+            plan.predicted_s = batch_state.seconds_for_tokens(plan.window_tokens) if batch_state is not None else None
             plan.check_time()
         return plan
     except BaseException:
@@ -148,12 +158,36 @@ def _count(plan: RequestPlan, tokenizer, room: int, should_stop: StopCheck | Non
             + (n_windows - 1) * settings.doc_stride
         stats.append(DocumentStats(document.name, len(document.text), count.tokens, n_windows))
     plan.stats, plan.window_tokens = stats, window_tokens
-    plan.expected_chars = sum(d.n_chars for d in plan.documents)
+    plan.expected_chars = sum(len(d.text) for d in plan.documents)
     plan.expected_windows, plan.expected_window_tokens = plan.windows, window_tokens
 
 
+def _estimated_tokens(plan: RequestPlan, tokenizer) -> int:
+    """The documents' tokens: as estimated from their characters where the plan has (auto), else from samples."""
+    if plan.stats:
+        return plan.tokens
+    return sum(round(len(d.text) / chars_per_token(tokenizer, d.text)) for d in plan.documents if d.text)
+
+
+def _tokenize_within_limit(plan: RequestPlan, tokenizer, should_stop: StopCheck | None) -> list[DocumentTokens]:
+    """A full read: every document's tokens, which the engine cuts its windows from (tokenized once per request),
+    stopping soon past the limit: InputError naming where."""
+    limit = plan.settings.max_total_tokens
+    tokens: list[DocumentTokens] = []
+    for document in plan.documents:
+        used = sum(len(t) for t in tokens)
+        doc_tokens = tokenize_document(tokenizer, document.text, should_stop=should_stop, limit=limit - used)
+        if used + len(doc_tokens) > limit:
+            reached = int(doc_tokens.offsets[-1, 1])
+            raise InputError(f"The documents have more than {limit:,} tokens (counting stopped {reached:,} of "
+                             f"{len(document.text):,} characters into '{document.name}', at "
+                             f"{used + len(doc_tokens):,} tokens), over the limit of {limit:,}.")
+        tokens.append(doc_tokens)
+    return tokens
+
+
 def _rank(plan: RequestPlan, tokenizer, index_cache: IndexCache | None,
-          should_stop: StopCheck | None) -> None:
+          should_stop: StopCheck | None, visitor: str = "") -> None:
     """A guided (or auto) read: the documents' tokens estimated from their characters first (auto reads a few
     windows whole without more), else tokenized (or taken from `index_cache`), the full read's windows cut from them
     and ranked on the documents' passages (indexed once per upload), and the rounds planned. No model work: cheap
@@ -170,7 +204,7 @@ def _rank(plan: RequestPlan, tokenizer, index_cache: IndexCache | None,
     if plan.requested == "auto" and plan.windows <= reading.AUTO_MIN_WINDOWS:
         plan.reading = reading.plan_reading("auto", None, None, plan.question, plan.windows, estimated=True)
         return  # read whole: counted like any full read
-    index, tokens = _cached_upload(plan, tokenizer, index_cache, should_stop)
+    index, tokens = _cached_upload(plan, tokenizer, index_cache, should_stop, visitor)
     _cut(plan, tokens)
     with plan.stage("rank"):
         ranking = reading.rank(index, plan.question, plan.cuts)
@@ -191,15 +225,15 @@ def _cut(plan: RequestPlan, tokens: list[DocumentTokens]) -> None:
     plan.stats = [DocumentStats(d.name, len(d.text), len(t), count_windows(len(t), plan.room, settings.doc_stride))
                   for d, t in zip(plan.documents, tokens)]
     plan.window_tokens = plan.cut_tokens(range(len(plan.cuts)))
-    plan.expected_chars = sum(d.n_chars for d in plan.documents)
+    plan.expected_chars = sum(len(d.text) for d in plan.documents)
     plan.expected_windows, plan.expected_window_tokens = plan.windows, plan.window_tokens
 
 
-def _cached_upload(plan: RequestPlan, tokenizer, index_cache: IndexCache | None,
-                   should_stop: StopCheck | None) -> tuple[reading.DocumentIndex, list[DocumentTokens]]:
+def _cached_upload(plan: RequestPlan, tokenizer, index_cache: IndexCache | None, should_stop: StopCheck | None,
+                   visitor: str = "") -> tuple[reading.DocumentIndex, list[DocumentTokens]]:
     """The documents' ranking index and tokens: from `index_cache` when these documents were prepared for this
-    tokenizer, else built and kept there (one build per upload however many requests need it, bounded in bytes);
-    built and not kept without a cache."""
+    visitor and tokenizer, else built and kept there (one build per visitor and upload however many of its requests
+    need it, bounded in bytes); built and not kept without a cache."""
     documents = plan.documents
 
     def build() -> tuple[reading.DocumentIndex, list[DocumentTokens]]:
@@ -210,7 +244,8 @@ def _cached_upload(plan: RequestPlan, tokenizer, index_cache: IndexCache | None,
 
     if index_cache is None:
         return build()
-    return index_cache.get_or_build(reading.content_key(documents, _tokenizer_key(tokenizer)), build, should_stop)
+    key = reading.content_key(documents, f"{len(visitor)}:{visitor}:{_tokenizer_key(tokenizer)}")
+    return index_cache.get_or_build(key, build, should_stop)
 
 
 def _tokenizer_key(tokenizer) -> str:

@@ -1,4 +1,4 @@
-"""Question-guided reading: which of the full read's windows a question needs, ranked with BM25 (`bm25s`) over short
+"""Question-guided reading: which of the full read's windows a question needs, ranked (`longqa_core.ranker`) over short
 passages of the documents' own text, the rounds in which to read them (the likely windows first, more when the
 ranking cannot decide or the answer read so far is weak), and the loop that reads windows (`read_rounds`,
 `read_windows`): a read that goes on to the whole document reads only the windows not read yet.
@@ -17,18 +17,17 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
-import bm25s
 import numpy as np
 
 from longqa_core import no_answer
 from longqa_core.batching import BatchState, Runner, WindowProgress, run_windows
 from longqa_core.documents import Document
-from longqa_core.errors import Cancelled, InputError
+from longqa_core.errors import InputError
 from longqa_core.limits import (EngineSettings, StopCheck, check_predicted_time, no_answer_rule, passes_time_limit,
                                 stop_check)
 from longqa_core.spans import decode
 from longqa_core.windows import Window, WindowCut, cut_windows
-from longqa_core.words import tokenize
+from longqa_core.ranker import PassageIndex, index_passages, question_words
 
 READING_MODES = ("auto", "full", "guided")
 DEFAULT_READING = "auto"
@@ -54,23 +53,32 @@ FLAT_SHARE = 0.6
 # at most 1.6e-2 (19 of 20 documents at most 1.6e-4). A weak answer only makes reading go on, so the cost of a
 # threshold set high is time, never a lost answer; windows that tie in the ranking are read whatever the score.
 WEAK_ANSWER_SCORE = 1e-3
-# Scripts bm25s's default token pattern cannot split into words (no spaces between them).
+# Scripts the ranker's words cannot split (no spaces between them).
 _UNSPLIT_SCRIPT = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u0e00-\u0e7f\u1780-\u17ff]")
 UNSPLIT_SHARE = 0.05  # documents with more than this share of such characters are not ranked
 
 
 @dataclass
 class DocumentIndex:
-    """The BM25 index of one set of documents: its passages, where each one's centre lies, and what building it
+    """The ranking index of one set of documents: its passages, where each one's centre lies, and what building it
     cost. Question- and window-independent: build it once per upload and query it per question."""
 
     key: str
     passage_documents: np.ndarray  # (P,) the document of each passage
     passage_centres: np.ndarray  # (P,) the character at each passage's centre, ascending within a document
-    retriever: bm25s.BM25 | None  # None when there was no text worth ranking
-    vocabulary: frozenset[str]
+    ranker: PassageIndex | None  # None when there was no text worth ranking
     unsplit_share: float  # share of all characters in scripts the ranking cannot split into words
     build_s: float
+
+    @property
+    def vocabulary(self) -> frozenset[str]:
+        return self.ranker.vocabulary if self.ranker is not None else frozenset()
+
+    @property
+    def nbytes(self) -> int:
+        """About the memory it holds (what the index cache counts)."""
+        arrays = self.passage_documents.nbytes + self.passage_centres.nbytes
+        return arrays + (self.ranker.nbytes if self.ranker is not None else 0)
 
 
 @dataclass
@@ -169,10 +177,9 @@ def unsplit_share(text: str, sample_chars: int = 200_000) -> float:
 
 
 def build_index(documents: list[Document], *, should_stop: StopCheck | None = None) -> DocumentIndex:
-    """Cut each document into passages and index them. Cancelled when `should_stop` says so: it is asked every
-    `STOP_EVERY_PASSAGES` passages while bm25s splits them into words and while it counts and scores them, so a
-    cancel ends a build of 6 MB (about 10,000 passages) within a fraction of a second; a cancelled build returns
-    nothing to cache."""
+    """Cut each document into passages and index them (`ranker.index_passages`). Cancelled when `should_stop` says
+    so, every few hundred passages, so a cancel ends a build of 6 MB (about 10,000 passages) within a fraction of a
+    second; a cancelled build returns nothing to cache."""
     began = time.perf_counter()
     stop = stop_check(should_stop)
     passages: list[str] = []
@@ -187,33 +194,9 @@ def build_index(documents: list[Document], *, should_stop: StopCheck | None = No
             centres.append(start + len(passage) // 2)
     n_chars = sum(len(d.text) for d in documents)
     share = sum(unsplit_share(d.text) * len(d.text) for d in documents) / n_chars if n_chars else 0.0
-    tokens = tokenize(StopAsking(passages, stop))
-    vocabulary = frozenset(word for word in tokens.vocab if word)
-    retriever = None
-    if vocabulary:
-        retriever = bm25s.BM25()
-        retriever.index(bm25s.tokenization.Tokenized(StopAsking(tokens.ids, stop), tokens.vocab), show_progress=False)
+    ranker = index_passages(passages, stop)
     return DocumentIndex(content_key(documents), np.array(owners, dtype=np.int64),
-                         np.array(centres, dtype=np.int64), retriever, vocabulary, share, time.perf_counter() - began)
-
-
-STOP_EVERY_PASSAGES = 256  # a few ms of bm25s's Python loops (splitting, counting, scoring) between two asks
-
-
-class StopAsking(list):
-    """A list that asks `stop` every `STOP_EVERY_PASSAGES` items as it is walked, and raises Cancelled when told:
-    bm25s walks the passages, and their words, in plain Python loops (`for text in texts`, `for doc in corpus`),
-    which is where a build spends its time; the index it returns keeps none of these lists."""
-
-    def __init__(self, items, stop: Callable[[], bool]):
-        super().__init__(items)
-        self.stop = stop
-
-    def __iter__(self):
-        for i, item in enumerate(super().__iter__()):
-            if i % STOP_EVERY_PASSAGES == 0 and self.stop():
-                raise Cancelled("The request was cancelled while its documents were being indexed.")
-            yield item
+                         np.array(centres, dtype=np.int64), ranker, share, time.perf_counter() - began)
 
 
 def window_passages(index: DocumentIndex, cut: WindowCut) -> tuple[int, int]:
@@ -232,14 +215,13 @@ def window_passages(index: DocumentIndex, cut: WindowCut) -> tuple[int, int]:
 
 
 def rank(index: DocumentIndex, question: str, cuts: list[WindowCut]) -> Ranking:
-    """Each window's best passage score for the question (BM25), and the order best first."""
+    """Each window's best passage score for the question, and the order best first."""
     began = time.perf_counter()
-    terms = tokenize([question]).vocab
-    terms = [t for t in terms if t]
+    terms = question_words(question)
     matched = [t for t in terms if t in index.vocabulary]
     window_scores = np.zeros(len(cuts), dtype=np.float64)  # (W,)
-    if matched and index.retriever is not None:
-        passage_scores = index.retriever.get_scores(matched)  # (P,)
+    if matched and index.ranker is not None:
+        passage_scores = index.ranker.score(matched)  # (P,)
         for w, cut in enumerate(cuts):
             first, end = window_passages(index, cut)
             if end > first:
@@ -252,8 +234,8 @@ def plan_reading(mode: str, index: DocumentIndex | None, ranking: Ranking | None
                  n_windows: int, *, estimated: bool = False) -> ReadingPlan:
     """Resolve `mode` ("auto", "full", "guided") into what to read of the full read's `n_windows` windows (counted,
     or `estimated` from the characters before tokenizing), with the reason. Guided reading falls back to the full
-    read where ranking cannot serve; auto also reads short documents whole."""
-    check_mode(mode)
+    read where ranking cannot serve; auto also reads short documents whole. `mode` is checked once per request,
+    by `longqa_core.plan.plan_request`."""
     if mode == "full":
         return full_read(FULL_ASKED)
     if (mode == "auto" and n_windows <= AUTO_MIN_WINDOWS) or n_windows <= FIRST_ROUND_WINDOWS:
@@ -356,17 +338,18 @@ def read_windows(runner: Runner, tokenizer, plan, indices: list[int], read: Guid
 def read_rounds(runner: Runner, tokenizer, plan, batch_state: BatchState, measurement, *,
                 should_stop: StopCheck | None = None,
                 on_window_progress: Callable[[WindowProgress], None] | None = None,
+                evidence: no_answer.Evidence | None = None,
                 on_batch: Callable[[list[Window], list], None] | None = None) -> GuidedRead:
     """Read a guided plan's rounds (`longqa_core.plan.RequestPlan`: windows of the full read) in order, deciding
     after each whether the answer so far is enough; a later round that would pass the time budget is not read.
-    `on_batch` hears each batch (`batching.run_windows`)."""
+    `evidence`: the request's one `no_answer.Evidence` (built here when not given), which a rule that needs
+    evidence asks of each round's best answer; `on_batch` hears each batch (`batching.run_windows`)."""
     settings, rounds = plan.settings, plan.reading
     read = GuidedRead(batch_size=batch_state.size if settings.adaptive_batching else settings.batch_size)
-    evidence = None  # built at the first answer a rule that needs evidence judges
     for round_index, round_windows in enumerate(rounds.rounds):
         new_tokens = plan.cut_tokens(round_windows)
         rate = batch_state.tokens_per_s
-        predicted = new_tokens / rate if rate else None
+        predicted = batch_state.seconds_for_tokens(new_tokens)
         forward_after = None if predicted is None else measurement.latency_s.get("forward", 0.0) + predicted
         if round_index > 0 and passes_time_limit(forward_after, settings.max_request_s):
             read.notices.append(f"Read {len(read.windows):,} windows; reading {len(round_windows):,} more would pass "
@@ -386,7 +369,7 @@ def read_rounds(runner: Runner, tokenizer, plan, batch_state: BatchState, measur
         missing = None
         if rule.needs_evidence and decoded.answers:
             best = decoded.answers[0]
-            evidence = evidence or no_answer.Evidence(plan.question, [d.text for d in plan.documents])
+            evidence = evidence or no_answer.Evidence(plan.question, [d.text for d in plan.documents])  # built once
             missing = evidence.missing(best.document_index, best.start_char, best.end_char)
         if no_answer.is_found(rule, read.best_score, decoded.null_score, missing) is False:
             read.best_score = None  # what the request's rule calls "not found" is as weak as no answer: read on
@@ -399,10 +382,10 @@ def rest_passes_limit(settings: EngineSettings, batch_state: BatchState, forward
                       window_tokens_left: int) -> str | None:
     """The notice to give when reading the `windows_left` windows not read yet (`window_tokens_left` tokens) would
     pass `settings.max_request_s` at the measured rate (counting the `forward_s` already spent), else None."""
-    rate = batch_state.tokens_per_s
-    if settings.max_request_s is None or not rate:
+    left_s = batch_state.seconds_for_tokens(window_tokens_left)
+    if settings.max_request_s is None or left_s is None:
         return None
-    predicted = forward_s + window_tokens_left / rate
+    predicted = forward_s + left_s
     if predicted <= settings.max_request_s:
         return None
     return (f"The answer is weak, and reading the other {windows_left:,} windows would take about "

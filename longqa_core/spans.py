@@ -20,7 +20,7 @@ from typing import Callable
 
 import numpy as np
 
-from longqa_core.documents import Document
+from longqa_core.documents import Document, Location, format_location, locate
 from longqa_core.errors import Cancelled
 from longqa_core.limits import EngineSettings
 from longqa_core.windows import Window
@@ -281,7 +281,8 @@ def merge_candidates(found: list[Candidate], top_k: int, null_score: float | Non
 
 @dataclass
 class Answer:
-    """One answer of a request: its text, score, where it stands, and its confidence in words ("high", "medium",
+    """One answer of a request: its text, score, where it stands (its document's characters, and its `location` as
+    people find it: page, heading, line; None for no answer), and its confidence in words ("high", "medium",
     "low": `longqa_core.no_answer.confidence`, set once the request's verdict is known)."""
 
     text: str
@@ -291,6 +292,14 @@ class Answer:
     start_char: int
     end_char: int
     confidence: str | None = None
+    location: Location | None = None
+
+    def to_json(self) -> dict:
+        """Its fields, the location as its fields and its `text` for people ("report.pdf, page 37")."""
+        out = vars(self).copy()
+        if self.location is not None:
+            out["location"] = {**vars(self.location), "text": format_location(self.location)}
+        return out
 
 
 @dataclass
@@ -316,7 +325,8 @@ def decode(windows: list[Window], logits, documents: list[Document], settings: E
         found.extend(candidates)
     merged = merge_candidates(found, settings.top_k)
     return Decoded([Answer(c.text, c.score, documents[c.document_index].name, c.document_index, c.start_char,
-                           c.end_char) for c in merged], null_score)
+                           c.end_char, location=locate(documents[c.document_index], c.start_char, c.end_char))
+                    for c in merged], null_score)
 
 
 def decode_answers(windows: list[Window], logits, documents: list[Document],

@@ -1,15 +1,18 @@
-"""Plain text files (.txt, .md): deciding their encoding, refusing binaries, and `clean_text`, the cleaning every
-reader's text goes through.
+"""Plain text files (.txt, .md): deciding their encoding, refusing binaries, `clean_text`, the cleaning every
+reader's text goes through, and a Markdown file's headings (`Heading`, which HTML pages have too).
 
 Encodings are decided from a BOM, UTF-16 NULs, UTF-8 validity, a declared label, then charset-normalizer's guess.
 It does not pick a reader by extension or check file sizes (`documents`), and parses no markup: Markdown stays
-literal text (the UI escapes it); HTML pages are `html_files`' job, which decodes them with `decode_non_binary`.
+literal text (the UI escapes it; only its headings are found, to say where an answer stands); HTML pages are
+`html_files`' job, which decodes them with `decode_non_binary`.
 """
 
 from __future__ import annotations
 
+import bisect
 import codecs
 import re
+from typing import NamedTuple
 
 import charset_normalizer
 
@@ -232,3 +235,31 @@ def read_text_file(data: bytes, name: str, limits: ReadLimits) -> str:
     text = clean_text(decode_non_binary(data, name))
     limits.check_chars(name, len(text))
     return text
+
+
+class Heading(NamedTuple):
+    """A heading of a document's text: where it starts (a character offset), its level (1 for a title) and text."""
+
+    start_char: int
+    level: int
+    title: str
+
+
+# ATX headings ("## Results", closing hashes dropped) and setext ones (a line underlined with "=" or "-").
+_ATX_HEADING = re.compile(r"^ {0,3}(#{1,6})[ \t]+(.*?)(?:[ \t]+#+)?[ \t]*$", re.MULTILINE)
+_SETEXT_HEADING = re.compile(r"^ {0,3}(\S[^\n]*)\n {0,3}(=+|-+)[ \t]*$", re.MULTILINE)
+_CODE_FENCE = re.compile(r"^ {0,3}(```|~~~)", re.MULTILINE)
+
+
+def markdown_headings(text: str) -> list[Heading]:
+    """A Markdown text's headings in order, outside fenced code blocks."""
+    fences = [match.start() for match in _CODE_FENCE.finditer(text)]
+    found = [Heading(m.start(2), len(m.group(1)), m.group(2)) for m in _ATX_HEADING.finditer(text) if m.group(2)]
+    found += [Heading(m.start(1), 1 if m.group(2)[0] == "=" else 2, m.group(1).strip())
+              for m in _SETEXT_HEADING.finditer(text) if not m.group(1).lstrip().startswith(("#", "-", "*", ">"))]
+    return sorted(h for h in found if not _is_fenced(h.start_char, fences))
+
+
+def _is_fenced(position: int, fences: list[int]) -> bool:
+    """Whether `position` falls inside a fenced code block: after an odd number of fence lines."""
+    return bisect.bisect_left(fences, position) % 2 == 1

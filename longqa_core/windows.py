@@ -364,10 +364,10 @@ def _byte_level(tokenizer) -> tuple[bool, bool]:
 
 
 def tokenize_document(tokenizer, text: str, *, should_stop: StopCheck | None = None,
-                      chunk_chars: int = _COUNT_CHUNK_CHARS) -> DocumentTokens:
+                      chunk_chars: int = _COUNT_CHUNK_CHARS, limit: int | None = None) -> DocumentTokens:
     """The tokens of `text` alone (no special tokens), with offsets: the same tokens as the text encoded whole,
     encoded a chunk at a time (`plan_chunks`), a few chunks a call, and Cancelled when `should_stop` says so
-    between calls."""
+    between calls. Past `limit` tokens it stops at the end of that call: the tokens so far, more than `limit`."""
     backend = counting_backend(tokenizer)
     stop = stop_check(should_stop)
     lone_space = lone_space_id(tokenizer)
@@ -393,6 +393,8 @@ def tokenize_document(tokenizer, text: str, *, should_stop: StopCheck | None = N
                 chunk_offsets[0] = chunk_offsets[0, 0] + 1
             ids.append(chunk_ids)
             offsets.append(chunk_offsets)
+        if limit is not None and sum(len(part) for part in ids) > limit:
+            break
     if not ids:
         return DocumentTokens(np.zeros(0, dtype=np.int32), np.zeros((0, 2), dtype=np.int32), lone_space)
     return DocumentTokens(np.concatenate(ids), np.concatenate(offsets), lone_space)

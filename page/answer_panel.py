@@ -24,7 +24,7 @@ from page.turns import noting_outcome, press_stop
 GPU_REFRESH_S = 2.0
 # Column widths of the wide tables, so that at 1400 px every column shows and long cells wrap (in the order of
 # page.format's headers).
-ANSWER_COLUMN_WIDTHS = ["7%", "22%", "12%", "13%", "26%", "20%"]
+ANSWER_COLUMN_WIDTHS = ["8%", "21%", "12%", "15%", "24%", "20%"]
 
 
 def example_rows(per_file: int = 2) -> list[list]:
@@ -121,7 +121,7 @@ def build_answer_panel(ctx: AppContext, question: dict[str, Block], seen: gr.Sta
         latency_table = gr.Dataframe(headers=fmt.LATENCY_HEADERS, label="Latency by stage", interactive=False,
                                      wrap=True, min_width=320, scale=2)
         memory_table = gr.Dataframe(headers=fmt.MEMORY_HEADERS, label="Memory", interactive=False, wrap=True,
-                                    min_width=320, scale=3, column_widths=["24%", "22%", "22%", "16%", "16%"])
+                                    min_width=320, scale=3, column_widths=["14%", "20%", "22%", "20%", "12%", "12%"])
     gauge = gr.Label(label="Live GPU memory (NVML)", visible=has_gpu)
     timer = gr.Timer(GPU_REFRESH_S, active=has_gpu)
     history = build_history_panel()

@@ -67,7 +67,7 @@ def request_settings(ctx: AppContext, top_k, reading, no_answer_below) -> tuple[
 
 def read_uploads(ctx: AppContext, files, pasted_text, question, progress=None):
     """`read_request` for the page: the uploads kept on disk while they are read (a deleted one named as such), a
-    wait for an HTML reader shown as progress, and the read stopped when the request is abandoned."""
+    wait for a document reader shown as progress, and the read stopped when the request is abandoned."""
     files = list(files or [])
     for path in files:
         if not os.path.exists(path):
@@ -101,10 +101,11 @@ def read_before_turn(ctx: AppContext, files, pasted_text, question, request: gr.
 
 
 def reader_wait_shown(progress) -> Callable[[int], None]:
-    """The HTML readers' `on_wait`: how many pages are read or wait ahead, shown as progress."""
+    """The document readers' `on_wait` (PDF and HTML children): how many documents are read or wait ahead, shown
+    as progress."""
     def on_wait(ahead: int) -> None:
         if progress is not None:
-            progress(0.0, desc=f"Waiting for an HTML reader: {ahead} page{'s' if ahead != 1 else ''} ahead")
+            progress(0.0, desc=f"Waiting for a document reader: {ahead} document{'s' if ahead != 1 else ''} ahead")
     return on_wait
 
 
@@ -141,7 +142,8 @@ def ask(ctx: AppContext, files, pasted_text, question, top_k, reading, history, 
         with read_at_door(ctx, files, pasted_text, question, request, progress) as (documents, extract_s, place):
             ensure_loaded(ctx, progress)
             progress(0.0, desc="Ranking the windows" if reading != "full" else "Planning the read")
-            plan = ctx.session.plan(documents, question, reading, should_stop=abandonment_check(), **settings)
+            plan = ctx.session.plan(documents, question, reading, should_stop=abandonment_check(),
+                                    visitor=" ".join(visitor_keys(ctx, request)) or None, **settings)
             with request_turn(ctx, request, progress, windows=plan.expected_windows, place=place) as (stop_key,
                                                                                                       ticket):
                 changed = changed_since(ctx, seen)

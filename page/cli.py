@@ -24,7 +24,7 @@ from longqa_core.html_files import READERS as HTML_READERS
 from longqa_core.limits import DEFAULT_MAX_TOTAL_TOKENS
 from page import format as fmt
 from page.context import DEFAULT_MAX_FILE_MB, DEFAULT_QUEUE_SIZE, MB, AppContext, make_context
-from page.layout import CSS, build_blocks
+from page.layout import build_blocks
 from page.picks import ensure_loaded
 from page.zerogpu import ZERO_GPU
 from strategies.profiles import PROFILES
@@ -40,7 +40,7 @@ def serve(demo: gr.Blocks, *, host: str = "127.0.0.1", port: int = 7860, share: 
         print("note: --share makes a PUBLIC link: anyone who has it can use this app on this machine.", flush=True)
     # show_error=False: our own errors are gr.Error and always reach the visitor; what gradio raises before a
     # handler runs (a crafted call naming a server path) would otherwise echo the server's absolute paths.
-    launch = dict(server_name=host, server_port=port, max_file_size=int(max_file_mb * 1024 * 1024), css=CSS,
+    launch = dict(server_name=host, server_port=port, max_file_size=int(max_file_mb * 1024 * 1024),
                   prevent_thread_lock=True, show_error=False)
     try:
         _, local_url, share_url = demo.launch(share=share, **launch)
@@ -119,11 +119,11 @@ def build_parser() -> argparse.ArgumentParser:
     bounds.add_argument("--uploads-keep-min", type=float, default=DEFAULT_KEEP_S / 60,
                         help="minutes an upload is kept (unless it is being read) before it is deleted")
     bounds.add_argument("--html-readers", type=positive_int, default=HTML_READERS.readers,
-                        help="HTML pages parsed at once, each in its own child process (default: one per core); "
-                             "more wait their turn, their place shown")
+                        help="HTML pages and PDFs parsed at once, each in its own child process (default: one per "
+                             "core); more wait their turn, their place shown")
     bounds.add_argument("--html-memory-mb", type=float, default=HTML_READERS.memory_bytes / MB,
-                        help="memory all HTML children may use together; each may use 64 MB + 256 bytes per byte "
-                             "of its page, within this")
+                        help="memory all reading children (HTML and PDF) may use together; an HTML child may use "
+                             "64 MB + 256 bytes per byte of its page, a PDF child 256 MB + 32 per byte, within this")
     scale = parser.add_argument_group("past one machine (Ray Serve; pip install -r requirements-ray.txt)")
     scale.add_argument("--engine", choices=["embedded", "ray"], default="embedded",
                        help="embedded: the model in this process (default); ray: in Ray Serve replicas")

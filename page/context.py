@@ -53,11 +53,11 @@ class AppContext:
     def selection(self) -> dict:
         """What the dropdowns show: what the loaded model was asked for (with the model that did load: the demo
         model after a fallback), or before any load, what the page starts with."""
-        requested = self.session.requested
-        if not requested:
+        selection = self.session.selection
+        if selection is None:
             return self.start
-        return {"profile": requested[1], "model": self.session.model_ref,
-                "strategies": list(requested[2]) if len(requested) > 2 else []}
+        return {"profile": selection.profile, "model": self.session.model_ref,
+                "strategies": list(selection.strategies)}
 
     def window_s(self) -> float | None:
         """Seconds a window takes on the loaded model (its one throughput estimate), or None before any ran."""

@@ -71,7 +71,7 @@ def answer_rows(answers: list) -> list[list]:
         if answer.document is None:
             where, document = MISSING, "(no answer)"
         else:
-            where, document = f"{answer.start_char:,}–{answer.end_char:,}", answer.document
+            where, document = f"{answer.start_char:,}–{answer.end_char:,}", str(answer.location or answer.document)
         rows.append([rank, answer.text, f"{answer.score:.4g}", answer.confidence or MISSING, document, where])
     return rows
 
@@ -84,7 +84,7 @@ def best_answer(result) -> str:
     if best is None:
         return "(no answer found in the documents)"
     if verdict is not None and verdict.found is False:
-        return f"{verdict.message}."  # the spans stay in the top answers, marked low confidence
+        return verdict.explanation  # the spans stay in the top answers, marked low confidence
     return best.text  # without a rule, the run table and the JSON say the confidence is not calibrated
 
 
@@ -95,13 +95,15 @@ def answer_status(result) -> str:
     best = result.answers[0] if result.answers and result.answers[0].document is not None else None
     if best is None:
         return "### Not found in the documents\nThe model found no answer span in the text it read."
-    where = (f"In {escape_markdown(best.document)}, characters {best.start_char:,}–{best.end_char:,}; "
-             f"score {best.score:.3g}.")
+    where = (f"In {escape_markdown(str(best.location or best.document))}, characters "
+             f"{best.start_char:,}–{best.end_char:,}; score {best.score:.3g}.")
     if verdict is not None and verdict.found is False:
-        return (f"### {escape_markdown(verdict.message)}\nRule: {escape_markdown(verdict.basis)}. The spans the "
-                "model liked best are in Top answers, marked low confidence.")
+        return (f"### {escape_markdown(verdict.message)} ({verdict.confidence} confidence)\nThe spans the model "
+                "liked best are in Top answers, marked low confidence.")
     if verdict is not None and verdict.found:
         return f"### Found ({best.confidence or MISSING} confidence)\n{where}"
+    if verdict is not None and verdict.confidence == "low":  # outside the model's question form, or a word absent
+        return f"### {escape_markdown(verdict.explanation)}\n{where}"
     if best.confidence == "low":
         return (f"### Low confidence\n{where} This model has no not-found rule: the span is unlikely, and may not "
                 "answer the question.")
@@ -130,7 +132,7 @@ def partial_label(windows_done: int, windows_total: int) -> str:
 def provisional_rows(best) -> list[list]:
     """The top answers while a read goes on: the best so far alone, marked provisional (never found or not)."""
     answer = best.answer
-    return [["so far", answer.text, f"{answer.score:.4g}", PROVISIONAL, answer.document,
+    return [["so far", answer.text, f"{answer.score:.4g}", PROVISIONAL, str(answer.location or answer.document),
              f"{answer.start_char:,}–{answer.end_char:,}"]]
 
 
@@ -139,8 +141,9 @@ def stopped_status(windows_done: int, windows_total: int, best=None) -> str:
     (`answering.Provisional`), that it is the one shown, not judged found or not found."""
     if best is not None:
         answer = best.answer
+        where = escape_markdown(str(answer.location or answer.document))
         return (f"### Stopped: {partial_label(windows_done, windows_total)}\nThe answer shown is the best of the "
-                f"windows read, not judged found or not found: in {escape_markdown(answer.document)}, characters "
+                f"windows read, not judged found or not found: in {where}, characters "
                 f"{answer.start_char:,}–{answer.end_char:,}; score {answer.score:.3g}.")
     if not windows_total:
         return "### Stopped before any window was read\nNo answer is shown."

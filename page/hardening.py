@@ -40,17 +40,21 @@ UNUPLOADED_FILE = ("A file named in this request was never uploaded to this serv
 UPLOAD_ROUTE = "/gradio_api/upload"
 
 
-def harden(demo: gr.Blocks, uploads: UploadStore, visitor_header: str | None) -> gr.Blocks:
+def harden(demo: gr.Blocks, uploads: UploadStore, visitor_header: str | None, *, css: str = "",
+           js: str | None = None) -> gr.Blocks:
     """`demo`, telling a caller why its call was refused before any handler ran (a file argument naming a server path
     that was never uploaded, an input of the wrong shape, too few values) and padding a call made before the
     not-found threshold was added; launched however it is (`serve`, tests, a Space), its upload route bounded
-    (`UploadGate`) and its uploads swept. Wraps this one page's methods (see the module's docstring)."""
+    (`UploadGate`) and its uploads swept, with the page's stylesheet and script. The stylesheet goes in the head as
+    it is: gradio's `launch(css=...)` scopes each rule of a media query to its main column, which kept every phone
+    rule off the notices. Wraps this one page's methods (see the module's docstring)."""
     launch, preprocess_data, validate_inputs = demo.launch, demo.preprocess_data, demo.validate_inputs
 
     @functools.wraps(launch)
     def bounded_launch(*args, app_kwargs: dict | None = None, **kwargs):
         app_kwargs = {**upload_bounds(demo, uploads, visitor_header), **(app_kwargs or {})}
-        return launch(*args, app_kwargs=app_kwargs, **kwargs)
+        looks = {"head": f"<style>{css}</style>" if css else None, "js": js}
+        return launch(*args, app_kwargs=app_kwargs, **{**looks, **kwargs})
 
     @functools.wraps(preprocess_data)
     async def telling_preprocess_data(block_fn, inputs, *args, **kwargs):

@@ -12,7 +12,7 @@ from page import format as fmt
 from strategies.profiles import PROFILES
 
 # Wide enough for each header on two lines; the table scrolls sideways where the page is narrower.
-HISTORY_COLUMN_WIDTHS = ["56px", "150px", "110px", "240px", "140px", "140px", "80px", "80px", "80px", "110px",
+HISTORY_COLUMN_WIDTHS = ["56px", "150px", "110px", "240px", "140px", "140px", "80px", "80px", "90px", "110px",
                          "100px", "100px", "90px", "120px"]
 
 

@@ -4,6 +4,8 @@ Not the panels' own components and events: each panel's module lays out and wire
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import gradio as gr
 import pandas as pd
 from gradio.blocks import Block
@@ -23,17 +25,11 @@ from strategies.hardware import Hardware
 from strategies.profiles import Profile, describe_profiles
 from strategies.registry import strategy_cards
 
-CSS = """
-#best-answer textarea { font-size: 1.8rem !important; font-weight: 600; line-height: 1.3; }
-#banner { border: 2px solid #f59e0b; border-radius: 8px; padding: 0.25rem 1rem; background: #fffbeb; }
-#answer-status h3 { margin: 0 0 0.2rem 0; }
-#answer-status, #load-status { min-height: 2.5rem; }
-/* a phone: nothing wider than the screen; long words and cells wrap */
-.gradio-container { overflow-wrap: anywhere; }
-@media (max-width: 640px) { .gradio-container { padding-left: 4px !important; padding-right: 4px !important; } }
-"""
+PAGE_DIR = Path(__file__).resolve().parent
+CSS = (PAGE_DIR / "style.css").read_text(encoding="utf-8")  # the page's look: tables, buttons, notices on a phone
+JS = (PAGE_DIR / "behaviour.js").read_text(encoding="utf-8")  # the answer scrolled into view, one notice at a time
 PROFILE_COLUMN_WIDTHS = ["12%", "20%", "28%", "7%", "7%", "26%"]  # profile ... runs here
-STRATEGY_COLUMN_WIDTHS = ["12%", "8%", "27%", "27%", "26%"]  # name, phase, saves, costs, requires: wrapped
+STRATEGY_COLUMN_WIDTHS = ["16%", "9%", "25%", "25%", "25%"]  # name, phase, saves, costs, requires: wrapped
 
 
 def build_intro() -> dict[str, Block]:
@@ -88,7 +84,7 @@ def build_training_panel(ctx: AppContext) -> None:
 
 def build_blocks(ctx: AppContext, queue_size: int = DEFAULT_QUEUE_SIZE) -> gr.Blocks:
     """The page for `ctx`: the panels top to bottom, the queue bounded by `queue_size` (the model lane's bound too),
-    hardened (`page.hardening`). Launch it with `css=CSS`, as `page.cli.serve` does."""
+    hardened (`page.hardening`). Its stylesheet and script come with every launch (`page.hardening.harden`)."""
     ctx.lane.max_waiting = queue_size  # the page's queue bound is the model lane's
     with gr.Blocks(title="Long-document QA with Longformer", analytics_enabled=False,
                    delete_cache=(3600, 3600)) as demo:  # what gradio itself writes; uploads are swept sooner
@@ -108,4 +104,4 @@ def build_blocks(ctx: AppContext, queue_size: int = DEFAULT_QUEUE_SIZE) -> gr.Bl
         build_plan_panel(ctx.models, ctx.selection["model"])
         build_reference_panel(ctx)
     demo.queue(default_concurrency_limit=1, max_size=queue_size)
-    return harden(demo, ctx.uploads, ctx.visitor_header)
+    return harden(demo, ctx.uploads, ctx.visitor_header, css=CSS, js=JS)

@@ -125,7 +125,7 @@ def banner(ctx: AppContext) -> dict:
     if loaded is None and ctx.load_error:
         text = f"**{NO_MODEL}** {fmt.escape_markdown(ctx.load_error)} {PICK_MODEL}"
     elif loaded is not None and loaded.readout.fallback_reason:
-        wanted = ctx.session.requested[0] if ctx.session.requested else DEFAULT_MODEL
+        wanted = ctx.session.selection.model if ctx.session.selection else DEFAULT_MODEL
         text = (f"**Running on the bundled demo model**, not {fmt.escape_markdown(wanted)}. "
                 f"{fmt.escape_markdown(loaded.readout.fallback_reason)} The demo model is tiny: it answers "
                 "questions like *What is the frequency of …?* about sentences *The frequency of … is ….*, "

@@ -22,7 +22,7 @@ NO_GPU = "No GPU (CPU only)"
 OWN_BATCH = "each profile's own"
 BATCHES = [OWN_BATCH, 1, 2, 4, 8, 16, 32, 64]
 DEFAULT_GPU = "T4"
-PLAN_COLUMN_WIDTHS = ["160px", "90px", "100px", "100px", "420px", "280px"]  # scrolls sideways on a phone
+PLAN_COLUMN_WIDTHS = ["160px", "110px", "100px", "100px", "420px", "280px"]  # scrolls sideways on a phone
 MAX_WINDOW_TOKENS = 4096  # the registry models' limit; the plan checks each model's own
 NOTE = ("Every number here is **predicted** by the memory planner from the model's config, not measured. The GPU "
         "predictions rest on activation formulas fitted on CPU for the eager paths and on stated constants for the "

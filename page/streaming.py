@@ -18,7 +18,7 @@ from typing import Callable, Iterator
 import gradio as gr
 import pandas as pd
 
-from longqa_core.answering import Provisional
+from longqa.backend import Provisional
 from longqa_core.documents import Document
 from longqa_core.errors import Cancelled
 from page import format as fmt

@@ -24,7 +24,7 @@ import gradio as gr
 import pandas as pd
 
 from longqa.readout import Readout
-from longqa_core.answering import Provisional
+from longqa.backend import Provisional
 from longqa.serving import policy
 from longqa_core.errors import Cancelled
 from page.context import AppContext

@@ -36,7 +36,7 @@ def gpu_function(duration):
 def answer_duration(context_key: str, plan, extract_s: float = 0.0, progress=None, stop_key=None) -> float:
     """Seconds of GPU to ask ZeroGPU for (`policy.answer_gpu_seconds`): the windows the plan expects to read (what
     the ranking picked, or every window) at the loaded model's measured throughput."""
-    return policy.answer_gpu_seconds(plan, CONTEXTS[context_key].tokens_per_s())
+    return policy.answer_gpu_seconds(plan, CONTEXTS[context_key].measured())
 
 
 @gpu_function(duration=answer_duration)
@@ -72,7 +72,7 @@ def answer_on_gpu(context_key: str, plan, extract_s: float = 0.0, progress=None,
 def training_duration(context_key: str, window_tokens: int) -> float:
     """Two forward+backward steps of one window (`policy.training_gpu_seconds`) at the loaded model's measured
     throughput."""
-    return policy.training_gpu_seconds(window_tokens, CONTEXTS[context_key].tokens_per_s())
+    return policy.training_gpu_seconds(window_tokens, CONTEXTS[context_key].measured())
 
 
 @gpu_function(duration=training_duration)

@@ -6,7 +6,9 @@ Usage: python scripts/evaluate_no_answer.py [--n 40] [--seed 38] [--profile base
 Items from `longqa.demo_model.no_answer_eval` (the independent generator's documents of 600 to 40,000 characters and
 the hand-written template and prose notes), read whole with windows of 4,096 tokens, top answer only. Per item it
 keeps the top answer's text, score and place, whether it is the gold answer, the question's words its sentence (and
-the one before) lacks (`longqa_core.no_answer.Evidence`), and the readout's `found` under the registry's rule. Per
+the one before) lacks (`longqa_core.no_answer.Evidence`), and the readout's `found` under the registry's rule, with
+what decided it (the asked attribute absent, the question outside the demo model's form, the verdict's confidence
+word; `no_answer_eval.before_and_after` compares it with issue 38's rule). Per
 profile: the scores of each kind, and for a grid of thresholds, with the score alone and with the evidence check,
 the share of answerable questions still found with the right answer (recall) and the share of unanswerable ones said
 not found; the threshold the registry records is chosen from these numbers by `choose_threshold` (with the evidence
@@ -27,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from longqa.demo_model import no_answer_eval  # noqa: E402
 from longqa.loader import load_model  # noqa: E402
+from longqa.models import NO_ANSWER_RULES  # noqa: E402
 from longqa_core.documents import Document  # noqa: E402
 from longqa_core.answering import answer  # noqa: E402
 from longqa_core.no_answer import Evidence  # noqa: E402
@@ -47,7 +50,9 @@ def run_item(loaded, item, settings) -> dict:
             "score": None if best is None else best.score,
             "start_char": None if best is None else best.start_char, "missing_words": missing,
             "right": best is not None and item.answer is not None and best.text == item.answer,
-            "found": result.found, "windows": result.windows}
+            "found": result.found, "windows": result.windows,
+            "absent_words": result.verdict.absent, "outside_form": result.verdict.outside_form,
+            "verdict_confidence": result.verdict.confidence}
 
 
 def is_found(record: dict, threshold: float, evidence: bool) -> bool:
@@ -108,6 +113,7 @@ def score_profile(records: list[dict]) -> dict:
             "score_alone": {"at_chosen": rates(records, threshold, False),
                             "not_found_by_kind": not_found_by_kind(records, threshold, False),
                             "its_own_threshold": alone, "at_its_own": rates(records, alone, False)},
+            "before_and_after": no_answer_eval.before_and_after(records, NO_ANSWER_RULES["demo"].threshold),
             "engine_found": {"found": sum(r["found"] is True for r in records),
                              "agrees_at_chosen": sum(r["found"] is is_found(r, threshold, True) for r in records),
                              "records": len(records)},
@@ -157,7 +163,8 @@ def main() -> None:
         loaded.unload()
     for profile, entry in report["profiles"].items():
         print(json.dumps({"profile": profile, "chosen_threshold": entry["chosen_threshold"],
-                          "at_chosen": entry["at_chosen"], "not_found_by_kind": entry["not_found_by_kind"]},
+                          "at_chosen": entry["at_chosen"], "not_found_by_kind": entry["not_found_by_kind"],
+                          "before_and_after": entry.get("before_and_after")},
                          indent=1), flush=True)
     args.out.write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n")
 

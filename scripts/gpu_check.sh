@@ -3,7 +3,7 @@
 # batch 1 and 8, for every profile and stack one GPU can run, with the planner's prediction beside every row (its
 # peak beside torch's peak allocated bytes, its need with the CUDA context and the allocator's slack beside NVML's
 # used bytes), and `python -m longqa plan` for this GPU and the same model into plan.json.
-# Made for one H200 with no internet: it installs only the wheels scripts/fetch_gpu_wheels.sh put in .whl/, and
+# Made for one H200 with no internet: it installs only the wheels --fetch-wheels put in .whl/, and
 # ends within GPU_CHECK_BUDGET_S (default 470 s): a bench cut short keeps and reports the rows it measured.
 #
 #   scripts/gpu_check.sh [--out DIR]        on the GPU machine; writes DIR (default docs/bench-gpu): results.json,
@@ -11,11 +11,26 @@
 #   scripts/gpu_check.sh --dry [--out DIR]  the same steps on CPU with the bundled demo model at 1,024 tokens, 1
 #                                           check and 1 timed run per row (GPU profiles are listed as skipped),
 #                                           into DIR (default a new temporary folder), never docs/bench-gpu
+#   scripts/gpu_check.sh --fetch-wheels [--out DIR]   on a machine with internet: downloads the wheels the GPU
+#                                           machine lacks into DIR (default .whl/, git-ignored), for the check to
+#                                           install there with pip --no-index. That machine has Python 3.12 on
+#                                           x86-64, no internet, and its own torch, accelerate, tokenizers,
+#                                           huggingface_hub 1.x, numpy, matplotlib, nvidia-ml-py and pytest.
+#   What and why:
+#     transformers 5.23.0   the oldest release our requirements allow; 5.24 and later need huggingface_hub 2.x,
+#                           which needs httpx2 and more, none of them on that machine
+#     regex                 transformers checks regex >= 2025.10.22 at import; the machine's may be older
+#     pypdf                 longqa_core.documents imports it, so every test and bench worker does
+#     bitsandbytes 0.50.2   the bnb_4bit / bnb_8bit rows; its CUDA libraries for other CUDA versions are dropped
+#                           (the wheel is 43 MB with them, about 5 MB without) since the whole working tree that
+#                           travels to the GPU machine is limited to 64 MiB
+#   gradio is not carried (31 MB, plus its dependencies): the one CUDA-gated app test is skipped there.
 #
 # Environment: PYTHON, the interpreter every step runs (default python3 from PATH): name the one that has torch, e.g.
 # PYTHON=.venv/bin/python scripts/gpu_check.sh --dry for a virtual environment that is not activated (relative to
 # where you call from). The script prints it with its version first, and stops before any step when it cannot import
-# torch. Also GPU_CHECK_BUDGET_S, TEST_BUDGET_S (default 150), TOKENS, CHECKS, REPEAT.
+# torch. Also GPU_CHECK_BUDGET_S, TEST_BUDGET_S (default 150), TOKENS, CHECKS, REPEAT; for --fetch-wheels KEEP_CUDA
+# (default 13, the CUDA major version of the GPU machine's torch) and MAX_MIB (default 40).
 # Exit status: 0 when every test passed and every bench row was measured, 1 otherwise, 2 for bad usage, a PYTHON that
 # is missing or cannot import torch, or (on the GPU machine) a torch that sees no GPU.
 set -uo pipefail
@@ -26,6 +41,7 @@ OUT=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --dry) MODE=dry ;;
+        --fetch-wheels) MODE=fetch ;;
         --out) OUT=${2:?--out needs a folder}; shift ;;
         --out=*) OUT=${1#--out=} ;;
         -h|--help) sed -n '2,/^[^#]/{/^#/p}' "$0"; exit 0 ;;  # the comment block above
@@ -55,6 +71,75 @@ BATCHES=1,8
 PROFILES="baseline-fp32,custom:fast_attention,custom:half_precision,custom:half_precision(dtype=bf16)"
 PROFILES+=",custom:half_precision(dtype=bf16)+fast_attention,rtx-3090-24gb,t4-16gb,consumer-gpu,datacenter"
 PROFILES+=",custom:half_precision+bnb_4bit,custom:offload"
+
+fetch_wheels() (  # in a subshell: its steps stop at the first failure, the check's steps do not
+    set -e
+    DEST=$1
+    PACKAGES=(transformers==5.23.0 regex==2026.5.9 pypdf==7.1.1 bitsandbytes==0.50.2)
+    KEEP_CUDA=${KEEP_CUDA:-13}  # CUDA major version of the GPU machine's torch (2.11.0+cu130)
+    MAX_MIB=${MAX_MIB:-40}  # what the wheels may take of the 64 MiB, leaving the rest for the working tree
+
+    mkdir -p "$DEST"
+    "$PYTHON" -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+        --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_24_x86_64 \
+        --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux1_x86_64 --platform any \
+        -d "$DEST" "${PACKAGES[@]}"
+
+    # Keep one version of each of these packages: two wheels of one name stop the whole install there.
+    "$PYTHON" - "$DEST" "${PACKAGES[@]}" <<'EOF'
+import re, sys
+from pathlib import Path
+
+dest, wanted = Path(sys.argv[1]), dict(p.split("==") for p in sys.argv[2:])
+for wheel in dest.glob("*.whl"):
+    name, version = wheel.name.split("-")[:2]
+    key = re.sub(r"[-_.]+", "-", name).lower()
+    if key in wanted and version != wanted[key]:
+        print(f"removing {wheel.name}: another version than {wanted[key]}")
+        wheel.unlink()
+EOF
+
+    # bitsandbytes: drop the CUDA libraries of other CUDA versions and ROCm/XPU (and their RECORD lines).
+    "$PYTHON" - "$KEEP_CUDA" "$DEST"/bitsandbytes-*.whl <<'EOF'
+import re, sys, zipfile
+from pathlib import Path
+
+keep_major, wheel = sys.argv[1], Path(sys.argv[2])
+library = re.compile(r"bitsandbytes/libbitsandbytes_(cuda(\d+)|rocm\d+|xpu\d+)\.(so|dll|dylib)$")
+
+def dropped(name: str) -> bool:
+    match = library.search(name)
+    return bool(match) and not (match.group(2) or "").startswith(keep_major)
+
+with zipfile.ZipFile(wheel) as source:
+    entries = [(info, source.read(info)) for info in source.infolist()]
+if any(dropped(info.filename) for info, _ in entries):
+    pruned = wheel.with_suffix(".pruning")
+    with zipfile.ZipFile(pruned, "w", zipfile.ZIP_DEFLATED) as target:
+        for info, data in entries:
+            if dropped(info.filename):
+                continue
+            if info.filename.endswith(".dist-info/RECORD"):
+                lines = data.decode().splitlines()
+                data = ("\n".join(line for line in lines if not dropped(line.split(",")[0])) + "\n").encode()
+            target.writestr(info, data)
+    pruned.replace(wheel)
+    print(f"pruned {wheel.name} to the CUDA {keep_major}.x libraries: {wheel.stat().st_size / 2**20:.1f} MiB")
+EOF
+
+    total_kib=$(du -sk "$DEST" | cut -f1)
+    ls -la "$DEST"
+    echo "wheels: $((total_kib / 1024)) MiB in $DEST"
+    if [ $((total_kib / 1024)) -gt "$MAX_MIB" ]; then
+        echo "error: more than $MAX_MIB MiB of wheels; the working tree and the wheels must fit in 64 MiB" >&2
+        exit 1
+    fi
+)
+
+if [ "$MODE" = fetch ]; then
+    fetch_wheels "${OUT:-$ROOT/.whl}"
+    exit $?
+fi
 
 if [ "$MODE" = dry ]; then
     MODEL=demo
@@ -105,7 +190,7 @@ install_wheels() {
     # reported; on the GPU machine every one must install.
     local wheel failed=0
     if ! compgen -G ".whl/*.whl" >/dev/null; then
-        echo "no wheels in .whl/ (run scripts/fetch_gpu_wheels.sh where there is internet): using what is installed"
+        echo "no wheels in .whl/ (run scripts/gpu_check.sh --fetch-wheels where there is internet): using what is installed"
         return 0
     fi
     for wheel in .whl/*.whl; do

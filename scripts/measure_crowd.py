@@ -37,10 +37,13 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import app  # noqa: E402
+from longqa.session import SAMPLES_DIR, Session  # noqa: E402
+from page.cli import serve  # noqa: E402
+from page.context import make_context  # noqa: E402
+from page.layout import build_blocks  # noqa: E402
+from page.picks import ensure_loaded  # noqa: E402
 from longqa.serving import crowd_attacks, crowd_check, load_check  # noqa: E402
 from longqa.serving.lane import GatedRunner, ModelLane  # noqa: E402
-from longqa.session import Session  # noqa: E402
 from longqa_core.reading import DEFAULT_READING  # noqa: E402
 
 MB = 1024 * 1024
@@ -54,7 +57,7 @@ def cpu_kind() -> str:
 
 
 def visitor(url: str):
-    return crowd_check.sample_visitor(url, app.SAMPLES_DIR)
+    return crowd_check.sample_visitor(url, SAMPLES_DIR)
 
 
 def crowd_row(url: str, ctx, files: list[Path], reading: str) -> dict:
@@ -359,10 +362,10 @@ def main(argv=None) -> int:
                                  else ROOT / "docs" / "crowd-html-uploads.json")
     os.environ.setdefault("GRADIO_TEMP_DIR", str(ROOT / "bench-results" / "crowd" / "gradio"))
     load_before = os.getloadavg()
-    ctx = app.make_context(Session(), models=["demo"], default_model="demo", default_profile="cpu")
-    app.ensure_loaded(ctx)
-    demo = app.build_blocks(ctx)
-    url, _ = app.serve(demo, host="127.0.0.1", port=7896, block=False)
+    ctx = make_context(Session(), models=["demo"], default_model="demo", default_profile="cpu")
+    ensure_loaded(ctx)
+    demo = build_blocks(ctx)
+    url, _ = serve(demo, host="127.0.0.1", port=7896, block=False)
     work = ROOT / "bench-results" / "crowd"
     work.mkdir(parents=True, exist_ok=True)
     large, slow = [], []

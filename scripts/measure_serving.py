@@ -23,12 +23,15 @@ from gradio_client import Client, handle_file
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import app  # noqa: E402
-from longqa.session import Session  # noqa: E402
+from longqa.session import SAMPLES_DIR, Session  # noqa: E402
+from page.cli import serve  # noqa: E402
+from page.context import make_context  # noqa: E402
+from page.layout import build_blocks  # noqa: E402
+from page.picks import ensure_loaded  # noqa: E402
 from tests.hostile import combining_marks_text, shared_stream_pdf  # noqa: E402
 
 MB = 1024 * 1024
-EXAMPLE = json.loads((app.SAMPLES_DIR / "examples.json").read_text())[0]
+EXAMPLE = json.loads((SAMPLES_DIR / "examples.json").read_text())[0]
 
 
 def rss() -> int:
@@ -38,7 +41,7 @@ def rss() -> int:
 
 def normal(url: str) -> tuple[bool, float]:
     began = time.monotonic()
-    *_, readout = Client(url, verbose=False).predict([handle_file(str(app.SAMPLES_DIR / EXAMPLE["file"]))], "",
+    *_, readout = Client(url, verbose=False).predict([handle_file(str(SAMPLES_DIR / EXAMPLE["file"]))], "",
                                                      EXAMPLE["question"], 1, api_name="/ask")
     return readout["answers"][0]["text"].strip() == EXAMPLE["answer"], time.monotonic() - began
 
@@ -85,10 +88,10 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "serving.json")
     args = parser.parse_args(argv)
-    ctx = app.make_context(Session(), models=["demo"], default_model="demo", default_profile="cpu")
-    app.ensure_loaded(ctx)
-    demo = app.build_blocks(ctx)
-    url, _ = app.serve(demo, host="127.0.0.1", port=7895, block=False)
+    ctx = make_context(Session(), models=["demo"], default_model="demo", default_profile="cpu")
+    ensure_loaded(ctx)
+    demo = build_blocks(ctx)
+    url, _ = serve(demo, host="127.0.0.1", port=7895, block=False)
     work = Path(psutil.Process().cwd()) / "bench-results" / "serving"
     work.mkdir(parents=True, exist_ok=True)
     pdf, marks = work / "expanding.pdf", work / "marks.txt"

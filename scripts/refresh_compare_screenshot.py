@@ -17,7 +17,7 @@ from refresh_screenshot import CHROMIUM, CHROMIUM_ARGS, ROOT, TIMEOUT_S, wait_un
 
 from longqa.session import SAMPLES_DIR, Session, sample_examples  # noqa: E402
 from page.context import make_context  # noqa: E402
-from page.layout import CSS, build_blocks  # noqa: E402
+from page.layout import build_blocks  # noqa: E402
 from page.picks import ensure_loaded  # noqa: E402
 
 
@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     ctx = make_context(Session(), models=["demo"], default_model="demo", default_profile="cpu")
     ensure_loaded(ctx)
     demo = build_blocks(ctx)
-    _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", quiet=True, css=CSS)
+    _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", quiet=True)
     try:
         args.out.mkdir(parents=True, exist_ok=True)
         take_screenshots(url, args.out, args.rounds)

@@ -1,6 +1,8 @@
 """Refresh the page's screenshots: serve the page with the bundled demo model, ask two bundled examples in Debian's
 chromium (a click on an example asks), and take a full-page screenshot once both plots draw a bar per run, at a
-desktop width (docs/screenshot.png, the README's) and a phone's (docs/screenshot-400px.png).
+desktop width (docs/screenshot.png, the README's) and a phone's (docs/screenshot-400px.png); with --first-screen
+and --notice, what the first screen shows after them and after two errors (docs/first-screen-WIDTH.png,
+docs/notice-WIDTH.png).
 
 Run on demand after a change to the page (`python scripts/refresh_screenshot.py`); the tests never write it.
 Needs what the browser test needs: /usr/bin/chromium and the playwright package (never `playwright install`).
@@ -20,7 +22,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the demo model is bundled: nothi
 
 from longqa.session import Session, sample_examples  # noqa: E402
 from page.context import make_context  # noqa: E402
-from page.layout import CSS, build_blocks  # noqa: E402
+from page.layout import build_blocks  # noqa: E402
 from page.picks import ensure_loaded  # noqa: E402
 from strategies.profiles import PROFILES  # noqa: E402
 
@@ -73,6 +75,30 @@ def take_screenshot(url: str, path: Path, width: int, first_screen: Path | None 
             browser.close()
 
 
+def take_notice_screenshot(url: str, path: Path, width: int) -> None:
+    """What the first screen shows after two errors (Ask with no document, then with no question): one notice."""
+    from playwright.sync_api import sync_playwright  # deferred: a test-only dependency (requirements-dev.txt)
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": width, "height": HEIGHT})
+            page.set_default_timeout(TIMEOUT_S * 1000)
+            page.goto(url)
+            page.get_by_label("Question", exact=True).wait_for()
+            texts = page.locator("[data-testid=toast-text]")
+            page.get_by_role("button", name="Ask", exact=True).click()
+            wait_until(lambda: texts.count() > 0, "the first notice")
+            page.get_by_label("Or paste text", exact=True).fill("The frequency of Chiomklian Oustklaeth is 30.")
+            page.get_by_role("button", name="Ask", exact=True).click()
+            wait_until(lambda: "question" in texts.last.inner_text().lower(), "the second notice")
+            time.sleep(1.0)  # the answer area scrolls into view
+            page.mouse.move(0, 0)
+            page.screenshot(path=str(path))
+        finally:
+            browser.close()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "docs", help="folder for the screenshots")
@@ -80,12 +106,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="only this width (repeatable; default: every width)")
     parser.add_argument("--first-screen", action="store_true",
                         help="also save what the first 900 px show (first-screen-WIDTH.png beside them)")
+    parser.add_argument("--notice", action="store_true",
+                        help="also save the first screen after two errors (notice-WIDTH.png beside them)")
     parser.add_argument("--profile", default="auto", choices=list(PROFILES))
     args = parser.parse_args(argv)
     ctx = make_context(Session(), models=["demo"], default_model="demo", default_profile=args.profile)
     ensure_loaded(ctx)
     demo = build_blocks(ctx)
-    _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", quiet=True, css=CSS)
+    _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", quiet=True)
     try:
         args.out.mkdir(parents=True, exist_ok=True)
         for width in args.width or list(WIDTHS):
@@ -93,6 +121,8 @@ def main(argv: list[str] | None = None) -> int:
             first = args.out / f"first-screen-{width}.png" if args.first_screen else None
             take_screenshot(url, path, width, first)
             print(f"wrote {path} ({path.stat().st_size:,} bytes)", file=sys.stderr)
+            if args.notice:
+                take_notice_screenshot(url, args.out / f"notice-{width}.png", width)
     finally:
         demo.close()
     return 0

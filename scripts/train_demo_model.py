@@ -29,7 +29,7 @@ from tokenizers.processors import RobertaProcessing
 from transformers import LongformerConfig, LongformerForQuestionAnswering, PreTrainedTokenizerFast
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from longqa.demo_model import demo_task  # noqa: E402
+from longqa.demo_model import broad_task, demo_task  # noqa: E402
 from strategies.fast_attention import swap_attention  # noqa: E402
 
 MAX_POSITIONS = 4098  # 4,096 usable tokens, like the real checkpoints
@@ -40,8 +40,8 @@ def build_tokenizer(out: Path, vocab_size: int, seed: int = 12345, n_facts: int 
     """A byte-level BPE trained on the training prose and on facts and questions of both the classic and the broad
     task, so names' syllables and the templates' words get whole tokens."""
     classic = demo_task.FactWriter(seed, "train", with_licenses=True)
-    broad = demo_task.BroadFactWriter(seed + 1, "train", with_licenses=True)
-    corpus = list(demo_task.filler_pool("train", True)) + list(demo_task._TRAIN_REGISTERS)
+    broad = broad_task.BroadFactWriter(seed + 1, "train", with_licenses=True)
+    corpus = list(demo_task.filler_pool("train", True)) + list(broad_task._TRAIN_REGISTERS)
     for index in range(n_facts):
         writer = broad if index % 2 else classic
         fact = writer.target()
@@ -110,7 +110,7 @@ def make_batch(tokenizer, rng: random.Random, seed_base: int, stage, batch_size:
     length = rng.randint(lo, hi)
     questions, contexts, answers = [], [], []
     for _ in range(batch_size):
-        writer_class = demo_task.BroadFactWriter if rng.random() < p_broad else demo_task.FactWriter
+        writer_class = broad_task.BroadFactWriter if rng.random() < p_broad else demo_task.FactWriter
         writer = writer_class(rng.getrandbits(48) ^ seed_base, split, with_licenses=(split == "train"))
         target = writer.target()
         others = writer.distractors(target, rng.randint(0, max_a), rng.randint(0, max_e), rng.randint(0, max_u))

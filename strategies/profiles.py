@@ -26,6 +26,12 @@ class Profile:
     doc_stride: int | None = None  # None: the engine's default, min(max_seq_len // 2, 128)
     device: str = "best"  # "cuda" (needs a GPU) | "cpu" | "best" (CUDA when present)
     options: dict = field(default_factory=dict, hash=False)  # {strategy name: keyword options}
+    # Where `auto` and the planner place it: `speed_rank` orders the concrete profiles fastest first (None: not one
+    # `auto` chooses among: `auto` itself, `custom`); a GPU profile is named for the cards with at least
+    # `min_gpus` GPUs of at least `min_gpu_bytes` each.
+    speed_rank: int | None = None
+    min_gpus: int = 1
+    min_gpu_bytes: int = 0
 
     def __post_init__(self):
         object.__setattr__(self, "strategies", compose(self.strategies, self.options))
@@ -72,36 +78,53 @@ def _row(name, targets, strategies=(), **settings) -> Profile:
     return Profile(name, targets, tuple(strategies), **settings)
 
 
+# `speed_rank`: fastest first. On CPU the order is measured (docs/bench-cpu); the GPU order follows the strategies
+# (bigger batches and the fused attention first, quantization and offload last) until a GPU bench row measures it.
 PROFILES: dict[str, Profile] = {profile.name: profile for profile in (
     _row("auto", "whatever is detected (resolves to a profile below)"),  # any machine: NVML/torch decide
     _row("rtx-3090-24gb", "RTX 3090/4090, 24 GB",  # Ampere/Ada consumer cards, 24 GB
          ("half_precision", "gradient_checkpointing", "dynamic_batching"), batch_size=8, device="cuda",
-         options={"half_precision": {"dtype": "fp16"}}),
+         options={"half_precision": {"dtype": "fp16"}}, speed_rank=2, min_gpu_bytes=20 * GB),
     _row("t4-16gb", "T4, 16 GB",  # Colab / free-tier cloud T4 (Turing: fp16 tensor cores, no bf16)
          ("half_precision", "mmap_loading", "dynamic_batching"), batch_size=4, device="cuda",
-         options={"half_precision": {"dtype": "fp16"}}),
+         options={"half_precision": {"dtype": "fp16"}}, speed_rank=3, min_gpu_bytes=14 * GB),
     _row("consumer-gpu", "consumer GPU, 12 GB and less",  # RTX 3060/4070, laptops
          ("half_precision", "bnb_8bit", "offload", "dynamic_batching"), batch_size=2, device="cuda",
-         options={"half_precision": {"dtype": "fp16"}}),
+         options={"half_precision": {"dtype": "fp16"}}, speed_rank=4),
     _row("multi-gpu", "2+ GPUs",  # a box with several cards: one replica per GPU
-         ("half_precision", "replicas", "dynamic_batching"), batch_size=16, device="cuda"),
+         ("half_precision", "replicas", "dynamic_batching"), batch_size=16, device="cuda", speed_rank=0, min_gpus=2),
     _row("datacenter", "40 GB+ (A100/H100/H200)",  # Ampere+ datacenter cards: bf16 and room for big batches
          ("half_precision", "fast_attention", "dynamic_batching"), batch_size=32, device="cuda",
-         options={"half_precision": {"dtype": "bf16"}}),
+         options={"half_precision": {"dtype": "bf16"}}, speed_rank=1, min_gpu_bytes=40 * GB),
     _row("cpu", "no GPU, e.g. the free Spaces tier",  # CPU only: bf16 where the CPU has it, else int8; fused attention;
          ("half_precision|int8_dynamic", "fast_attention", "prepacked_linear"),  # prepacked oneDNN Linear layers
-         batch_size=1, device="cpu"),
+         batch_size=1, device="cpu", speed_rank=5),
     _row("baseline-fp32", "reference: the original model",  # any machine: plain fp32, nothing applied
-         (), batch_size=1, device="best"),
+         (), batch_size=1, device="best", speed_rank=6),
     _row("custom", "any: the strategies you tick",  # any machine
          (), batch_size=1, device="best"),
 )}
+CHOSEN_BY_HAND = ("auto", "custom")  # the profiles with no speed rank: every other one must have one
 
-# Fastest first, for `auto` with a model config: it takes the first that can run here and fits. On CPU the order
-# is measured (docs/bench-cpu); the GPU order follows the strategies (bigger batches and the fused attention first,
-# quantization and offload last) until a GPU bench row measures it.
-SPEED_ORDER = ("multi-gpu", "datacenter", "rtx-3090-24gb", "t4-16gb", "consumer-gpu", "cpu", "baseline-fp32")
-AUTO_FALLBACKS = ("datacenter", "rtx-3090-24gb", "t4-16gb", "consumer-gpu", "cpu", "baseline-fp32")
+
+def speed_order(profiles: dict[str, Profile] = PROFILES) -> tuple[str, ...]:
+    """The profiles `auto` and the planner choose among, fastest first; ProfileError for a profile that has no
+    speed rank (it would silently never be chosen) or shares one."""
+    unranked = [name for name, p in profiles.items() if p.speed_rank is None and name not in CHOSEN_BY_HAND]
+    if unranked:
+        raise ProfileError(f"Profile {unranked[0]!r} has no speed rank: `auto` and the planner would never offer it.")
+    ranked = sorted((p for p in profiles.values() if p.speed_rank is not None), key=lambda p: p.speed_rank)
+    ranks = [p.speed_rank for p in ranked]
+    if len(set(ranks)) != len(ranks):
+        raise ProfileError("Two profiles share a speed rank: the order between them would be the list's.")
+    return tuple(p.name for p in ranked)
+
+
+# Fastest first, for `auto` and the planner.
+SPEED_ORDER = speed_order()
+# What a single card steps down through when the profile named for it cannot run: every ranked profile but those
+# that need more than one GPU.
+AUTO_FALLBACKS = tuple(name for name in SPEED_ORDER if PROFILES[name].min_gpus <= 1)
 
 
 def get_profile(name: str) -> Profile:
@@ -181,32 +204,30 @@ def build_strategies(profile: Profile, hardware: Hardware) -> list[Strategy]:
 
 
 def auto_candidate(hardware: Hardware) -> str:
-    """The profile the detected hardware calls for: by GPU count, then the first GPU's memory."""
+    """The profile named for the detected hardware: the fastest GPU profile whose GPU count and memory thresholds
+    the GPUs meet (the first GPU's memory), or without a GPU the fastest CPU profile."""
     gpus = hardware.usable_gpus
     if not gpus:
-        return "cpu"
-    if len(gpus) >= 2:
-        return "multi-gpu"
-    total = gpus[0].total_bytes
-    if total >= 40 * GB:
-        return "datacenter"
-    if total >= 20 * GB:
-        return "rtx-3090-24gb"
-    if total >= 14 * GB:
-        return "t4-16gb"
-    return "consumer-gpu"
+        return next(name for name in SPEED_ORDER if PROFILES[name].device == "cpu")
+    return next(name for name in SPEED_ORDER if PROFILES[name].device == "cuda"
+                and len(gpus) >= PROFILES[name].min_gpus and gpus[0].total_bytes >= PROFILES[name].min_gpu_bytes)
 
 
 def auto_by_gpu(hardware: Hardware) -> Profile:
     """The profile `auto` stands for when the model is not known yet: the one the GPU's size calls for, or the next
     smaller one that can run here. With the model's config, `strategies.auto.resolve_auto` decides instead."""
-    first = auto_candidate(hardware)
-    one_gpu = auto_candidate(replace(hardware, gpus=hardware.usable_gpus[:1]))  # what a single card would get
-    order = dict.fromkeys([first, *AUTO_FALLBACKS[AUTO_FALLBACKS.index(one_gpu):]])
-    for name in order:
+    for name in card_order(hardware):
         if is_available(PROFILES[name], hardware):
             return PROFILES[name]
     return PROFILES["baseline-fp32"]
+
+
+def card_order(hardware: Hardware) -> tuple[str, ...]:
+    """The profile named for the hardware's cards (`auto_candidate`), then the ones a single such card steps down
+    to, slower and smaller (`AUTO_FALLBACKS`)."""
+    first = auto_candidate(hardware)
+    one_gpu = auto_candidate(replace(hardware, gpus=hardware.usable_gpus[:1]))  # what a single card would get
+    return tuple(dict.fromkeys([first, *AUTO_FALLBACKS[AUTO_FALLBACKS.index(one_gpu):]]))
 
 
 def describe_profiles(hardware: Hardware, auto: Profile | None = None) -> list[dict]:

@@ -102,9 +102,14 @@ def test_ask_a_long_upload_returns_the_answer_and_every_readout_field(client, se
     assert memory["host_rss_bytes"] > 0 and memory["host_peak_rss_bytes"] > 0
     assert len(readout["answers"]) == 3
     for answer in readout["answers"]:
-        assert set(answer) == {"text", "score", "document", "document_index", "start_char", "end_char", "confidence"}
+        assert set(answer) == {"text", "score", "document", "document_index", "start_char", "end_char", "confidence",
+                               "location"}  # the last: issue 50
         assert example.text[answer["start_char"]:answer["end_char"]] == answer["text"]
         assert answer["document"] == path.name and 0 <= answer["score"] <= 1
+        line = example.text.count("\n", 0, answer["start_char"]) + 1
+        assert answer["location"] == {"document": path.name, "start_char": answer["start_char"],
+                                      "end_char": answer["end_char"], "page": None, "heading": None, "line": line,
+                                      "text": f"{path.name}, line {line:,}"}
 
     assert out["answer"] == readout["answers"][0]["text"]
     assert [row[1] for row in out["answers"]["data"]] == [a["text"] for a in readout["answers"]]

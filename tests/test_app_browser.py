@@ -18,7 +18,7 @@ import pytest
 from page.context import make_context
 from page.layout import build_blocks
 from strategies.profiles import profile_choices, PROFILES
-from page import layout, picks
+from page import picks
 from page import format as ui_format
 from longqa.models import DEFAULT_MODEL, DEMO_MODEL_DIR
 from longqa.session import sample_examples, Session
@@ -66,7 +66,7 @@ def wait_until(predicate, timeout_s: float = TIMEOUT_MS / 1000) -> None:
 
 def launch(ctx):
     demo = build_blocks(ctx)
-    _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", quiet=True, css=layout.CSS)
+    _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", quiet=True)
     return demo, url
 
 

@@ -7,11 +7,15 @@ import os
 import re
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
+from longqa import cli
 from longqa.cli import main
+from tests.generated_pdfs import text_pdf
 
 
 @pytest.fixture
@@ -151,12 +155,14 @@ MEASURED = {"latency_s", "memory", "tokens_per_s", "memory_prediction"}  # timin
 ADDED = {"found", "no_answer",  # issue 38 adds the verdict, and each answer's "confidence"
          "strategies", "request_memory"}  # issue 39: what the profile applied, the request's own memory
 ADDED_MEMORY = {"host_baseline_rss_bytes", "host_request_peak_bytes"}  # issue 39: the baseline and the peak above it
+ADDED_ANSWER = {"confidence",  # issue 38
+                "location"}  # issue 50: the page, heading or line
 
 
 def without_additions(answer_json: dict) -> dict:
-    """An answer's JSON without what issues 38 and 39 added, which BEFORE cannot have."""
+    """An answer's JSON without what issues 38, 39 and 50 added, which BEFORE cannot have."""
     out = {key: value for key, value in answer_json.items() if key not in ADDED}
-    out["answers"] = [{k: v for k, v in a.items() if k != "confidence"} for a in answer_json["answers"]]
+    out["answers"] = [{k: v for k, v in a.items() if k not in ADDED_ANSWER} for a in answer_json["answers"]]
     out["memory"] = {k: v for k, v in answer_json["memory"].items() if k not in ADDED_MEMORY}
     return out
 
@@ -250,3 +256,53 @@ def test_compare_refuses_a_profile_this_machine_cannot_run_in_one_line(capsys, l
     code, out, err = run_cli(capsys, "compare", str(long_file), "--model", "demo", "--profiles", "cpu,t4-16gb",
                              "-q", "What is the river of Tarnholm?")
     assert code == 2 and out == "" and err.startswith("error: ") and "t4-16gb" in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("name", ["window", "levers", "cpu-seconds", "kernels"])
+def test_each_bench_measurement_answers_to_its_name_with_its_own_arguments(capsys, name):
+    with pytest.raises(SystemExit) as stopped:
+        main(["bench", name, "--help"])
+    assert stopped.value.code == 0
+    assert capsys.readouterr().out.startswith(f"usage: python -m longqa bench {name} ")
+
+
+def test_a_bench_measurement_gets_the_arguments_after_its_name(monkeypatch):
+    seen = []
+    monkeypatch.setitem(cli.MEASUREMENTS, "window", SimpleNamespace(main=lambda argv: seen.append(argv) or 3))
+    assert main(["bench", "window", "--tokens", "1024", "--out", "x"]) == 3
+    assert seen == [["--tokens", "1024", "--out", "x"]]
+
+
+def test_every_answer_over_a_pdf_and_a_markdown_file_names_its_page_or_line(capsys, tmp_path):
+    """Issue 50: the harbour records as a PDF of one paragraph a page (lines of a few words), beside the expedition
+    notes: each answer's page holds its text, each Markdown answer's line is its line."""
+    paragraphs = (SAMPLES / "harbour_records.txt").read_text().split("\n\n")
+    pages = ["\n".join(textwrap.wrap(paragraph, 70)) for paragraph in paragraphs]
+    pdf = tmp_path / "records.pdf"
+    pdf.write_bytes(text_pdf(*pages))
+    notes = SAMPLES / "expedition_notes.md"
+
+    def ask(question: str) -> list[dict]:
+        code, out, err = run_cli(capsys, "ask", "--model", "demo", "--question", question, str(notes), str(pdf),
+                                 "--top-k", "5", "--reading", "full", "--json")
+        assert code == 0, err
+        return json.loads(out)["answers"]
+
+    from_pdf = ask("What is the frequency of Chiomklian Oustklaeth?")
+    from_notes = ask("What is the salary of Trinshae Ra?")
+    assert from_pdf[0]["text"] == "30" and from_pdf[0]["location"]["page"] == next(
+        n for n, page in enumerate(pages, 1) if "Chiomklian Oustklaeth is 30" in page)
+    assert from_notes[0]["text"] == "tialfurkhuv" and from_notes[0]["document"] == "expedition_notes.md"
+    answers = from_pdf + from_notes
+    notes_text = notes.read_text()
+    for answer in answers:
+        location = answer["location"]
+        assert (location["document"], location["start_char"]) == (answer["document"], answer["start_char"])
+        if answer["document"] == "records.pdf":
+            page = pages[location["page"] - 1]
+            assert answer["text"] in page, (answer, page)
+            assert location["text"] == f"records.pdf, page {location['page']}"
+        else:
+            assert location["page"] is None
+            assert location["line"] == notes_text.count("\n", 0, answer["start_char"]) + 1
+            assert location["text"].startswith(f"expedition_notes.md, line {location['line']:,}")

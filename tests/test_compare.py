@@ -8,6 +8,7 @@ import threading
 
 import pytest
 
+from longqa.backend import Selection
 from longqa.compare import ComparedRun, Comparison, ProfileChoice, choices_from, compare_profiles, ratio
 from longqa.demo_model.demo_task import make_example
 from longqa.readout import RequestMemory
@@ -42,7 +43,7 @@ def test_each_profile_is_loaded_afresh_asked_and_compared_to_the_first(session, 
     assert [run.profile for run in comparison.runs] == ["baseline-fp32", "cpu"]
     # two fresh loads; the profile loaded before (cpu) is the last one compared, so it is not loaded again
     assert session.loads == loads_before + 2
-    assert session.requested[1] == "cpu"
+    assert session.selection.profile == "cpu"
     first, second = comparison.runs
     assert comparison.ratios(first) == {"time": 1.0, "peak": 1.0, "request_peak": ratio(
         first.request_peak_bytes, first.request_peak_bytes), "windows_per_s": 1.0}
@@ -67,7 +68,7 @@ def test_what_was_loaded_before_is_loaded_back(session, tiny_model_dir, request_
     loads_before = session.loads
     compare_profiles(session, str(tiny_model_dir), choices_from(["baseline-fp32"]), documents, question, "full")
     assert session.loads == loads_before + 2  # the comparison's load, then cpu back
-    assert session.requested == (str(tiny_model_dir), "cpu") and session.profile_name == "cpu"
+    assert session.selection == Selection(str(tiny_model_dir), "cpu") and session.profile_name == "cpu"
 
 
 @pytest.mark.slow  # loads and reads the tiny model under two profiles
@@ -112,7 +113,7 @@ def test_stop_ends_the_comparison_and_loads_back_the_previous_profile(session, t
     with pytest.raises(Cancelled):
         compare_profiles(session, str(tiny_model_dir), choices_from(["baseline-fp32", "custom"], ["int8_dynamic"]),
                          documents, question, "full", should_stop=stop, on_progress=on_progress)
-    assert session.requested == (str(tiny_model_dir), "cpu")
+    assert session.selection == Selection(str(tiny_model_dir), "cpu")
 
 
 def test_the_request_memory_is_the_peak_above_the_baseline_before_it():

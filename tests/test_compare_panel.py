@@ -17,6 +17,7 @@ from page import asking, picks, turns
 from page import compare_panel
 from page import format as ui_format
 import longqa.session
+from longqa.backend import Selection
 from longqa.demo_model.demo_task import make_example
 from longqa.session import Session
 
@@ -67,7 +68,7 @@ def test_the_button_compares_the_profiles_and_adds_their_runs_to_the_history(ctx
                 "Peak memory by run")
     assert set(plot) == {"__type__", "value"} and plot["value"]["profile"].tolist() == ["cpu", "baseline-fp32",
                                                                                          "custom"]
-    assert ctx.session.requested == (ctx.session.model_ref, "cpu")  # the page's profile loaded back
+    assert ctx.session.selection == Selection(ctx.session.model_ref, "cpu")  # the page's profile loaded back
 
 
 @pytest.mark.slow  # a load and part of a read of the tiny model, then one load back
@@ -91,7 +92,7 @@ def test_the_pages_stop_ends_a_comparison_and_loads_back_the_profile_used_before
         handler(demo, "compare")([], example.text, example.question, 3, "full", "", ["baseline-fp32", "custom"], [],
                                  [], request=tab)
     assert ctx.session.loads == loads + 2  # baseline-fp32, then the page's profile back: custom never loaded
-    assert ctx.session.requested == (ctx.session.model_ref, "cpu")
+    assert ctx.session.selection == Selection(ctx.session.model_ref, "cpu")
 
 
 def test_a_locked_deployment_refuses_to_compare_and_says_why(tiny_model_dir):

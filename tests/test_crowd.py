@@ -26,6 +26,10 @@ import longqa_core.windows
 from longqa.serving import crowd_check, load_check
 from longqa.session import SAMPLES_DIR, Session
 
+# The crowd targets (crowd_check's, reported in docs/) times the margin a busy machine needs.
+VISITOR_WAIT_BOUND_S = crowd_check.TEST_MARGIN * crowd_check.VISITOR_WAIT_TARGET_S
+CANCEL_CPU_BOUND_S = crowd_check.TEST_MARGIN * crowd_check.CANCEL_CPU_TARGET_S
+
 pytestmark = pytest.mark.slow
 MB = 1024 * 1024
 GB = 1024 * MB
@@ -89,7 +93,8 @@ def test_guided_reads_that_fall_back_are_admitted_as_full_reads(served, tmp_path
                                     wait_answers_s=4.0, settle_s=60.0, idle=lambda: lane_is_idle(ctx))
     watch.stop()
     assert outcome.visitor_error is None and outcome.visitor_right, outcome
-    assert outcome.visitor_s < 10.0, f"the visitor waited {outcome.visitor_s:.1f} s behind the guided crowd"
+    assert outcome.visitor_s < VISITOR_WAIT_BOUND_S, \
+        f"the visitor waited {outcome.visitor_s:.1f} s behind the guided crowd"
     assert len(watch.widened) >= 3  # the crowd did fall back, and waited to
     assert watch.most_large <= ctx.lane.max_active  # no more full reads at once than the lane allows
     assert all(is_clear(o) for o in outcome.crowd), outcome.crowd
@@ -98,7 +103,7 @@ def test_guided_reads_that_fall_back_are_admitted_as_full_reads(served, tmp_path
     assert lane_is_idle(ctx)
 
 
-def test_a_crowd_indexing_two_uploads_builds_two_indexes_and_leaves_a_visitor_a_short_wait(served, tmp_path):
+def test_ten_clients_indexing_two_uploads_build_their_own_indexes_and_a_visitor_waits_little(served, tmp_path):
     ctx, url, visitor = served
     texts = [crowd_check.fact_text(2 * MB, 4100 + u) for u in range(2)]
     crowd = []
@@ -109,8 +114,13 @@ def test_a_crowd_indexing_two_uploads_builds_two_indexes_and_leaves_a_visitor_a_
     outcome = crowd_check.run_crowd(url, os.getpid(), crowd, visitor, reading="guided", visitor_after_s=1.0,
                                     wait_answers_s=20.0, settle_s=60.0, idle=lambda: lane_is_idle(ctx))
     assert outcome.visitor_error is None and outcome.visitor_right, outcome
-    assert outcome.visitor_s < 10.0, f"the visitor waited {outcome.visitor_s:.1f} s behind the indexing crowd"
-    assert ctx.session.index_cache.builds - builds == 2  # one per upload, not one per request
+    assert outcome.visitor_s < VISITOR_WAIT_BOUND_S, \
+        f"the visitor waited {outcome.visitor_s:.1f} s behind the indexing crowd"
+    # One per visitor and upload: each fresh client is a visitor of its own, whose index is never another's (issue 48
+    # item 5: no timing oracle), so every client answered built its own (one the crowd's end cancelled may not have);
+    # one build per key however many requests ask is tests/test_index_cache.py's.
+    answered = sum(o == "answered" for o in outcome.crowd)
+    assert answered <= ctx.session.index_cache.builds - builds <= len(crowd), (answered, outcome.crowd)
     assert ctx.session.index_cache.bytes <= ctx.session.index_cache.max_bytes
     assert all(is_clear(o) for o in outcome.crowd), outcome.crowd
     assert outcome.rss_peak - outcome.rss_idle < 2.5 * GB
@@ -157,8 +167,8 @@ def test_a_request_cancelled_while_it_tokenizes_or_indexes_6_mb_stops_within_a_s
     with crowd_check.watched(owner, name) as watch:
         out = crowd_check.cancel_inside(url, os.getpid(), path, watch, reading=reading)
     assert out.entered and out.stopped_inside, out  # the cancel came while the stage ran, and ended it
-    assert out.cpu_to_stop_s < 1.0, out
-    assert out.quiet_s is not None and out.cpu_to_quiet_s < 1.0, out  # and nothing went on after it
+    assert out.cpu_to_stop_s < CANCEL_CPU_BOUND_S, out
+    assert out.quiet_s is not None and out.cpu_to_quiet_s < CANCEL_CPU_BOUND_S, out  # and nothing went on after it
     assert out.outcome == "cancelled"
     deadline = time.monotonic() + 30
     while not lane_is_idle(ctx) and time.monotonic() < deadline:
@@ -199,9 +209,21 @@ def test_emoji_decode_in_less_than_the_model_time_and_a_cancel_while_decoding_st
     with crowd_check.watched(longqa_core.spans, "window_candidates") as watch:
         out = crowd_check.cancel_inside(url, os.getpid(), cancelled_path, watch, reading="full")
     assert out.entered, out  # it got to decoding
-    assert out.quiet_s is not None and out.cpu_to_quiet_s < 1.0, out
+    assert out.quiet_s is not None and out.cpu_to_quiet_s < CANCEL_CPU_BOUND_S, out
     assert out.outcome == "cancelled"
     deadline = time.monotonic() + 30
     while not lane_is_idle(ctx) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert lane_is_idle(ctx)
+
+
+def test_the_crowd_targets_are_checked_where_they_are_measured():
+    crowd = crowd_check.CrowdOutcome(True, crowd_check.VISITOR_WAIT_TARGET_S, None, None, 0, 0, 0)
+    assert crowd.meets_target
+    assert not crowd_check.CrowdOutcome(True, crowd_check.VISITOR_WAIT_TARGET_S + 0.1, None, None, 0, 0, 0).meets_target
+    assert not crowd_check.CrowdOutcome(False, 1.0, None, None, 0, 0, 0).meets_target  # a wrong answer is no answer
+    quick = crowd_check.CancelOutcome(True, True, 0.2, 0.3, 0.4, 0.5, "cancelled")
+    assert quick.meets_target
+    assert not crowd_check.CancelOutcome(True, True, 0.2, 0.3, 1.4, 1.2, "cancelled").meets_target
+    assert not crowd_check.CancelOutcome(True, True, 0.2, 0.3, None, None, "cancelled").meets_target  # never quiet
+    assert not crowd_check.CancelOutcome(True, False, 0.2, 0.3, 0.4, 0.5, "answered").meets_target

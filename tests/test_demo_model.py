@@ -4,6 +4,7 @@ issue 15's accuracy floor on documents its training never saw, under fp32 and th
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -119,3 +120,42 @@ def test_answers_nine_in_ten_unseen_documents_under_fp32_and_cpu(baseline_fp32):
                                ["exact"] for loaded in (baseline_fp32, cpu))
         assert fp32_hits >= 0.9 * len(items), (name, fp32_hits, len(items))
         assert cpu_hits >= fp32_hits - 1, (name, cpu_hits, fp32_hits)
+
+
+BRINDLEWICK = (Path(__file__).parent / "data" / "brindlewick_history.txt").read_text()  # written by hand for issue 49
+FORM_NOTICE = "The demo model answers questions of the form \u201cWhat is the <attribute> of <name>?\u201d"
+
+
+@pytest.mark.parametrize("question, found, best, confidence", [
+    # issue 49's three: an attribute the text never names, and two questions of another shape (the text answers
+    # the third: 3,412, which the demo model cannot find)
+    ("What is the stock ticker of Brindlewick Instruments?", False, None, "high"),
+    ("Who founded Brindlewick Instruments?", False, None, "low"),
+    ("How many Kestrel barometers were sold in 1978?", False, None, "low"),
+    # the demo model's own form
+    ("What is the headquarters of Brindlewick Instruments?", True, "Coldharbour Mill", "medium"),
+    ("What is the chief engineer of Brindlewick Instruments?", True, "Hester Calloway", "high"),
+    ("What is the curator of the centenary exhibition?", True, "Rowan Ashdown", "medium"),
+    ("What is the founder of Brindlewick Instruments?", False, None, "medium"),  # "founder" names nobody's fact
+])
+def test_a_hand_written_company_history_outside_and_inside_the_demo_form(baseline_fp32, question, found, best,
+                                                                         confidence):
+    """Issue 49: "ticker" appears nowhere, so never "Found"; a question of another shape says which shape the demo
+    model answers and is never "Found" (here its weak answers are not found, with low confidence); questions of its
+    form are answered and found."""
+    loaded = baseline_fp32
+    result = answer(loaded.runner, loaded.tokenizer, [Document("history.txt", BRINDLEWICK)], question,
+                    loaded.settings, batch_state=loaded.batch_state, reading_mode="auto")
+    verdict = result.verdict
+    assert verdict.found is found and verdict.confidence == confidence
+    assert verdict.explanation.count(".") >= 1 and f"({confidence} confidence)" in verdict.explanation
+    outside = not question.startswith("What is the ")
+    assert any(notice.startswith(FORM_NOTICE) for notice in result.notices) is outside is verdict.outside_form
+    if outside:
+        assert "\u201cWhat is the <attribute> of <name>?\u201d" in verdict.explanation
+    if best is not None:
+        assert result.answers[0].text == best
+    else:
+        assert all(a.confidence == "low" for a in result.answers)
+    if "ticker" in question:
+        assert verdict.absent == ["ticker"] and "no document mentions 'ticker'" in verdict.explanation

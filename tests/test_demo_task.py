@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from longqa.demo_model import demo_task
+from longqa.demo_model import broad_task, demo_task
 
 
 def test_the_classic_task_draws_what_it_always_drew():
@@ -25,7 +25,7 @@ def test_the_classic_task_draws_what_it_always_drew():
 def test_broad_examples_hold_their_fact_once_with_the_right_offset(seed):
     rng = random.Random(seed)
     placement = rng.choice(["first", "last", "near", "anywhere", None])
-    example = demo_task.make_broad_example(seed, rng.choice([60, 400, 3000]), placement=placement)
+    example = broad_task.make_broad_example(seed, rng.choice([60, 400, 3000]), placement=placement)
     sentence = example.question.replace("What is the ", "The ", 1)[:-1] + f" is {example.answer}."
     assert example.text.count(sentence) == 1
     assert example.text[example.answer_start:example.answer_end] == example.answer
@@ -38,7 +38,7 @@ def test_broad_examples_hold_their_fact_once_with_the_right_offset(seed):
 
 def test_broad_entities_come_in_the_shapes_of_issue_15():
     rng = random.Random(3)
-    entities = [demo_task.make_broad_entity(rng) for _ in range(3000)]
+    entities = [broad_task.make_broad_entity(rng) for _ in range(3000)]
     assert any(e.startswith("St. ") for e in entities)
     assert any(re.match(r"O'[A-Z]", e) for e in entities)
     assert any("-" in e for e in entities)
@@ -46,15 +46,15 @@ def test_broad_entities_come_in_the_shapes_of_issue_15():
     assert any(re.search(r"\b\d+[A-Z]?$", e) for e in entities)  # "Unit 7"
     assert any(e.startswith("the ") for e in entities)
     assert {len(e.split()) for e in entities} >= {1, 2, 3, 4}
-    open_words = [demo_task.make_open_word(rng) for _ in range(200)]
+    open_words = [broad_task.make_open_word(rng) for _ in range(200)]
     assert all(re.fullmatch(r"([ksthmnyrwgzdbpc]*[aiueo])+n?", w) for w in open_words)  # the second inventory
 
 
 def test_broad_attributes_and_values_come_in_every_shape():
     rng = random.Random(4)
-    attributes = [demo_task.make_broad_attribute(rng) for _ in range(500)]
+    attributes = [broad_task.make_broad_attribute(rng) for _ in range(500)]
     assert any(" " in a for a in attributes) and any(" " not in a for a in attributes)
-    values = [demo_task.make_broad_value(rng) for _ in range(3000)]
+    values = [broad_task.make_broad_value(rng) for _ in range(3000)]
     assert any(re.fullmatch(r"\d{1,3}(,\d{3})+", v) for v in values)
     assert any(re.fullmatch(r"\d{4}", v) for v in values)
     assert any(re.fullmatch(r"\d{1,2} [A-Z][a-z]+ \d{4}", v) for v in values)
@@ -66,7 +66,7 @@ def test_broad_attributes_and_values_come_in_every_shape():
 
 def test_same_attribute_distractors_take_the_targets_kind_of_value():
     for seed in range(100):
-        writer = demo_task.BroadFactWriter(seed, "test")
+        writer = broad_task.BroadFactWriter(seed, "test")
         target = writer.target()
         others = [f for f in writer.distractors(target, 3, 0, 0) if f.attribute == target.attribute]
         assert all(writer.kinds[f] == writer.kinds[target] for f in others), seed
@@ -76,7 +76,7 @@ def test_same_attribute_distractors_take_the_targets_kind_of_value():
 
 
 def test_near_placement_puts_distractors_beside_the_fact():
-    writer = demo_task.BroadFactWriter(5, "test")
+    writer = broad_task.BroadFactWriter(5, "test")
     target = writer.target()
     others = writer.distractors(target, 3, 2, 0)
     example = writer.document(6000, target, others, placement="near")
@@ -88,14 +88,14 @@ def test_near_placement_puts_distractors_beside_the_fact():
 
 
 def test_broad_documents_come_as_running_text_paragraphs_and_lines():
-    texts = [demo_task.make_broad_example(seed, 1500).text for seed in range(200)]
+    texts = [broad_task.make_broad_example(seed, 1500).text for seed in range(200)]
     assert any("\n\n" in t for t in texts)
     assert any("\n" in t and "\n\n" not in t for t in texts)
     assert any("\n" not in t for t in texts)
 
 
 def test_mentions_name_the_asked_fact_without_its_value():
-    writer = demo_task.BroadFactWriter(9, "test")
+    writer = broad_task.BroadFactWriter(9, "test")
     target = writer.target()
     example = writer.document(3000, target, [], mentions=3)
     mentions = writer.mentions(target, 20)
@@ -107,11 +107,11 @@ def test_mentions_name_the_asked_fact_without_its_value():
 def test_near_names_differ_from_the_entity_by_one_word_or_number():
     rng = random.Random(2)
     for _ in range(500):
-        entity = demo_task.make_broad_entity(rng)
-        near = demo_task.near_name(rng, entity)
+        entity = broad_task.make_broad_entity(rng)
+        near = broad_task.near_name(rng, entity)
         assert near != entity
         assert len(set(near.split()) ^ set(entity.split())) <= 3, (entity, near)
-    writer = demo_task.BroadFactWriter(4, "test")
+    writer = broad_task.BroadFactWriter(4, "test")
     found = 0
     for _ in range(200):
         target = writer.target()
@@ -122,7 +122,7 @@ def test_near_names_differ_from_the_entity_by_one_word_or_number():
 
 def test_letter_values_have_no_syllable_code():
     rng = random.Random(6)
-    values = [demo_task.make_broad_value(rng, "letters") for _ in range(300)]
+    values = [broad_task.make_broad_value(rng, "letters") for _ in range(300)]
     assert all(re.fullmatch(r"[A-Za-z]+([ -][A-Za-z]+)*", v) for v in values)
     assert {len(re.split(r"[ -]", v)) for v in values} >= {1, 2, 3, 4}
     assert any(v.isupper() for v in values) and any(v.islower() for v in values)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from longqa.demo_model import demo_task, eval_task
+from longqa.demo_model import broad_task, demo_task, eval_task
 
 SEEDS = range(300)
 HANDWRITTEN = Path(__file__).parent / "data" / "handwritten_qa.json"
@@ -45,7 +45,7 @@ def training_vocabulary(names_and_values_only: bool = False) -> set[str]:
     """Every word of the training generator's lists (classic and broad): attributes, names, values and prose
     templates; or only the lists its names and values are made of. Syllables are checked apart, initials not."""
     words = set() if names_and_values_only else set(demo_task.load_nouns())
-    for name, phrases in word_lists(demo_task).items():
+    for name, phrases in (word_lists(demo_task) | word_lists(broad_task)).items():
         if name in SYLLABLE_LISTS or (names_and_values_only and name in PROSE_LISTS + ("_ATTRIBUTE_MODIFIERS",)):
             continue
         for phrase in phrases:
@@ -60,7 +60,7 @@ def training_syllables() -> list[re.Pattern]:
 
     return [re.compile(f"(?:(?:{alternatives(onsets)})(?:{alternatives(vowels)})(?:{alternatives(codas)}))+")
             for onsets, vowels, codas in [(demo_task._ONSETS, demo_task._VOWELS, demo_task._CODAS),
-                                          (demo_task._OPEN_ONSETS, demo_task._OPEN_VOWELS, demo_task._OPEN_CODAS)]]
+                                          (broad_task._OPEN_ONSETS, broad_task._OPEN_VOWELS, broad_task._OPEN_CODAS)]]
 
 
 def imported_names(tree: ast.Module) -> set[str]:
@@ -73,11 +73,11 @@ def imported_names(tree: ast.Module) -> set[str]:
 
 def test_the_module_does_not_import_the_training_generator():
     tree = ast.parse(Path(eval_task.__file__).read_text())
-    assert not any("demo_task" in name or "nouns" in name for name in imported_names(tree))
+    assert not any("demo_task" in name or "broad_task" in name or "nouns" in name for name in imported_names(tree))
     docstring = ast.get_docstring(tree, clean=False)
     strings = [node.value for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str)
                and node.value != docstring]
-    assert not [s for s in strings if "nouns" in s or "licenses" in s or "demo_task" in s]
+    assert not [s for s in strings if "nouns" in s or "licenses" in s or "demo_task" in s or "broad_task" in s]
 
 
 def test_attributes_share_no_word_with_training():
@@ -94,7 +94,7 @@ def test_entities_share_no_word_with_training_and_no_made_up_word_is_one_trainin
     training = training_vocabulary()
     inventories = training_syllables()
     rng = random.Random(1)
-    assert all(p.fullmatch(w) for p, w in zip(inventories, [demo_task.make_word(rng), demo_task.make_open_word(rng)]))
+    assert all(p.fullmatch(w) for p, w in zip(inventories, [demo_task.make_word(rng), broad_task.make_open_word(rng)]))
     rng = random.Random(7)
     entities = [eval_task.make_entity(rng) for _ in range(3000)]
     for entity in entities:
@@ -103,7 +103,7 @@ def test_entities_share_no_word_with_training_and_no_made_up_word_is_one_trainin
     made_up = [eval_task.made_up_word(rng) for _ in range(3000)]
     assert not [w for w in made_up if any(p.fullmatch(w) for p in inventories)]
     training_names = {demo_task.make_entity(random.Random(seed)) for seed in range(3000)}
-    training_names |= {demo_task.make_broad_entity(random.Random(seed)) for seed in range(3000)}
+    training_names |= {broad_task.make_broad_entity(random.Random(seed)) for seed in range(3000)}
     assert not training_names & set(entities)
 
 

@@ -12,15 +12,17 @@ from transformers import BertConfig
 
 from longqa import cli
 from longqa.article_check import largest_batch
-from longqa.gpu_plan import DEFAULT_HOST_GB, describe_machine, plan_config, plan_machine, plan_request
+from longqa.gpu_plan import (DEFAULT_HOST_GB, candidate_profiles, describe_machine, plan_config, plan_machine,
+                             plan_request)
 from longqa.models import architecture_config
 from longqa.session import Session
-from longqa_core.errors import InputError
+from longqa_core.errors import InputError, ProfileError
+from strategies.auto import resolve_auto
 from strategies.gpu_catalog import GPU_MODELS, gpu_model, planned_hardware
 from strategies.memory_planner import (CPU_PROCESS_BYTES, CUDA_ALLOCATOR_SLACK, CUDA_CONTEXT_BYTES, FIT_MARGIN,
                                        activation_bytes, ModelShape, plan_profile)
 from strategies.offload import HOST_RAM_SHARE, Offload
-from strategies.profiles import PROFILES
+from strategies.profiles import CHOSEN_BY_HAND, PROFILES, SPEED_ORDER, Profile, card_order, speed_order
 
 LARGE = "allenai/longformer-large-4096-finetuned-triviaqa"
 GB = 10**9
@@ -80,8 +82,41 @@ def test_the_recommended_profile_fits_and_is_the_apps_own_auto(plans, name):
     # the page and the loader resolve `auto` through the session: the same rule gives the same profile
     hardware = describe_machine(gpu=name).hardware
     assert Session(hardware=hardware).auto_profile(LARGE).name == plan.recommended
-    faster = [row for row in plan.profiles[:[row.name for row in plan.profiles].index(plan.recommended)]]
-    assert not any(row.fits for row in faster)  # nothing faster fits
+    # the card's own profile where it fits, else the next smaller one: nothing before it in that order fits
+    order = card_order(hardware)
+    assert not any(plan.profile(name).fits for name in order[:order.index(plan.recommended)])
+    assert plan.recommendation_reason.count("\n") == 0 and "named for this card" in plan.recommendation_reason
+
+
+@pytest.mark.parametrize("gpu, named", [("T4", "t4-16gb"), ("RTX 3090", "rtx-3090-24gb"), ("RTX 4090", "rtx-3090-24gb"),
+                                        ("A100 80GB", "datacenter"), ("H100", "datacenter"),
+                                        ("RTX 3060", "consumer-gpu")])
+def test_each_card_is_told_the_profile_named_for_it_when_faster_ones_tie(gpu, named):
+    """Issue 49: a T4 was told rtx-3090-24gb and an RTX 3090 datacenter, because ties went by list order."""
+    plan = plan_request(LARGE, gpu=gpu)
+    assert plan.recommended == named
+    assert plan.recommendation_reason.startswith("the profile named for this card")
+
+
+def test_every_profile_reaches_auto_and_the_planner():
+    """A profile with no speed rank would silently never be offered: the registry refuses it, and every ranked
+    profile is a row of the plan and what `auto` picks on some machine."""
+    concrete = [name for name in PROFILES if name not in CHOSEN_BY_HAND]
+    assert sorted(SPEED_ORDER) == sorted(concrete)
+    rows = [name for name, _, candidate in candidate_profiles() if candidate]
+    assert rows == list(SPEED_ORDER)
+    machines = {"multi-gpu": describe_machine(gpu="T4", gpus=2), "datacenter": describe_machine(gpu="H100"),
+                "rtx-3090-24gb": describe_machine(gpu="RTX 3090"), "t4-16gb": describe_machine(gpu="T4"),
+                "consumer-gpu": describe_machine(gpu="RTX 3060"),
+                "cpu": describe_machine(cpu_memory_gb=16, cpu_bf16=True)}
+    for name, machine in machines.items():
+        assert plan_machine(LARGE, machine).recommended == name
+    tiny_host = describe_machine(cpu_memory_gb=16)  # baseline-fp32: where the cpu profile cannot run
+    assert resolve_auto(tiny_host.hardware, None).name in SPEED_ORDER
+    assert set(machines) | {"baseline-fp32"} == set(SPEED_ORDER)
+    unranked = dict(PROFILES, extra=Profile("extra", "a new card"))
+    with pytest.raises(ProfileError, match="'extra' has no speed rank"):
+        speed_order(unranked)
 
 
 def test_a_gpu_parts_are_weights_activations_slack_and_context(plans):
@@ -195,7 +230,7 @@ def test_the_articles_advice_and_where_it_is_wrong(plans):
     consumer = plans["RTX 3060"].article
     assert consumer.profile == "consumer-gpu"
     assert any(line.startswith("Offload moves nothing here") for line in consumer.corrections)
-    assert plans["RTX 3090"].recommended != rtx.profile  # ours differs: bf16 + fast attention at batch 32
+    assert plans["RTX 3090"].recommended == rtx.profile  # the card's own profile (the article's corrections stand)
 
 
 def test_the_largest_batch_that_fits_is_the_boundary():
@@ -244,7 +279,7 @@ def test_the_command_prints_json_in_the_issues_shape(capsys):
     assert cli.main(["plan", "--model", LARGE, "--gpu", "T4", "--tokens", "2048", "--batch", "2", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert set(data) == JSON_KEYS and data["tokens"] == 2048 and data["batch"] == 2
-    assert data["recommended"] == "rtx-3090-24gb"
+    assert data["recommended"] == "t4-16gb"
     assert all(row["batch"] == 2 for row in data["profiles"] if row["peak_bytes"])
     assert data == plan_request(LARGE, gpu="T4", tokens=2048, batch=2).to_json()
 
@@ -252,7 +287,7 @@ def test_the_command_prints_json_in_the_issues_shape(capsys):
 def test_the_command_prints_a_table_with_predicted_labels(capsys):
     assert cli.main(["plan", "--model", LARGE, "--gpu", "rtx 3090"]) == 0
     out = capsys.readouterr().out
-    assert "predicted" in out.splitlines()[1] and "Recommended: datacenter" in out
+    assert "predicted" in out.splitlines()[1] and "Recommended: rtx-3090-24gb" in out
     assert "cuda:0: 5.42 GB of 24 = weights 0.87 + activations 3.51" in out  # rtx-3090-24gb, batch 8
     assert "CUDA context 0.60" in out and "Gradient checkpointing saves nothing at inference" in out
 

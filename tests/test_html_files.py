@@ -1,5 +1,6 @@
-"""The HTML children's bounds (`html_files.HtmlReaders`): so many at once, memory in proportion to the page and one
-budget for all, a bounded wait in line with the place heard, and a cancel that ends the child at once."""
+"""The reading children's bounds (`reader_children.ReaderChildren`), seen through HTML pages: so many at once,
+memory in proportion to the page and one budget for all, a bounded wait in line with the place heard, and a cancel
+that ends the child at once."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 from longqa_core import html_files
 from longqa_core.documents import read_document
 from longqa_core.errors import Cancelled, DocumentError
+from longqa_core.reader_children import ReaderChildren
 
 MIB = 2**20
 SLEEPING_WORKER = "import sys, time; time.sleep(float(sys.stdin.read().split('<!--')[1].split('-->')[0]))"
@@ -25,7 +27,7 @@ def sleeping_page(seconds: float) -> bytes:
 @pytest.fixture
 def readers(monkeypatch):
     """This test's own bounds, and a worker that sleeps instead of parsing."""
-    pool = html_files.HtmlReaders(readers=1, memory_bytes=512 * MIB, max_waiting=2)
+    pool = ReaderChildren(readers=1, memory_bytes=512 * MIB, max_waiting=2)
     monkeypatch.setattr(html_files, "READERS", pool)
     monkeypatch.setattr(html_files, "_HTML_WORKER", SLEEPING_WORKER)
     return pool
@@ -51,10 +53,11 @@ def my_children() -> list[psutil.Process]:
 
 
 def test_a_child_may_use_memory_in_proportion_to_its_page_and_no_more_than_all_share():
-    pool = html_files.HtmlReaders(memory_bytes=1024 * MIB)
-    assert pool.memory_cap(0) == html_files.HTML_BASE_MEMORY_BYTES
-    assert pool.memory_cap(MIB) == html_files.HTML_BASE_MEMORY_BYTES + html_files.HTML_MEMORY_PER_BYTE * MIB
-    assert pool.memory_cap(50 * MIB) == 1024 * MIB
+    pool = ReaderChildren(memory_bytes=1024 * MIB)
+    assert html_files.html_memory_cap(0, pool) == html_files.HTML_BASE_MEMORY_BYTES
+    assert html_files.html_memory_cap(MIB, pool) == (html_files.HTML_BASE_MEMORY_BYTES
+                                                     + html_files.HTML_MEMORY_PER_BYTE * MIB)
+    assert html_files.html_memory_cap(50 * MIB, pool) == 1024 * MIB
 
 
 def test_dense_markup_is_refused_when_over_its_proportional_cap_and_read_under_it(monkeypatch):
@@ -86,7 +89,7 @@ def test_reads_past_the_waiting_bound_are_refused_at_once(readers):
     threads = [read_in_thread(sleeping_page(0.5), f"p{i}.html", outcome) for i in range(3)]
     time.sleep(0.3)
     began = time.monotonic()
-    with pytest.raises(DocumentError, match=r"'late\.html' cannot be read now: 1 HTML page is being read and 2 "
+    with pytest.raises(DocumentError, match=r"'late\.html' cannot be read now: 1 document is being read and 2 "
                                             r"wait, the most this server takes"):
         read_document(sleeping_page(0.1), name="late.html")
     assert time.monotonic() - began < 0.2
@@ -122,7 +125,7 @@ def test_a_cancel_or_the_time_limit_ends_a_wait_in_line(readers):
     waiting.join(2)
     timed.join(2)
     assert str(outcome["stopped.html"]) == "The request was stopped while waiting to read 'stopped.html'."
-    assert "waiting for an HTML reader" in str(outcome["timed.html"]) and "time limit of 0.5 s" in str(
+    assert "waiting for a document reader" in str(outcome["timed.html"]) and "time limit of 0.5 s" in str(
         outcome["timed.html"])
     assert readers.waiting() == 0
     first.join(5)

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 import shutil
+import subprocess
+import sys
 import weakref
 from pathlib import Path
 
@@ -396,3 +399,29 @@ def test_bitsandbytes_on_a_cpu_only_machine_really_quantizes(name, layer_type):
     document = read_document(DEMO_MODEL_DIR.parent / "samples" / example["file"])
     result = answer(loaded.runner, loaded.tokenizer, [document], example["question"], loaded.settings)
     assert result.answers[0].text.strip() == example["answer"]
+
+
+# A process's start as `python app.py` makes it, offline: the loader imported, the demo model loaded in place of the
+# Hub default, then every strategy's availability probed (bitsandbytes imported) as the page's pickers do.
+QUIET_START = """
+import sys
+from longqa.loader import load_model
+from strategies.bitsandbytes_quantization import bitsandbytes_missing_reason
+from strategies.hardware import detect_hardware
+
+loaded = load_model("allenai/longformer-large-4096-finetuned-triviaqa", "cpu", fallback_to_demo=True)
+print(loaded.model_ref, bitsandbytes_missing_reason(detect_hardware(), on_cuda=False), "bitsandbytes" in sys.modules)
+"""
+
+
+@pytest.mark.slow
+def test_an_offline_start_writes_nothing_to_stderr():
+    """Issue 49 item 12: no "Loading weights 0/73" progress bar, and none of bitsandbytes' warning that a Hub kernel
+    it would like is not cached ("Failed to load CPU gemm_4bit_forward … pip install kernels"), which it gives at
+    import on a CPU with AVX-512 BF16; nothing else either."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run([sys.executable, "-c", QUIET_START], capture_output=True, text=True, env=env,
+                          cwd=Path(__file__).resolve().parents[1], timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["demo", "None", "True"]  # the demo stood in; bitsandbytes was imported and probed
+    assert proc.stderr == ""

@@ -143,17 +143,18 @@ def gpu_box(total_gb: float) -> Hardware:
 
 @pytest.mark.parametrize("total_gb", [8, 16, 24, 80])
 @pytest.mark.parametrize("document_tokens", [4096, 40_000])
-def test_auto_picks_the_fastest_profile_that_fits(total_gb, document_tokens):
+def test_auto_picks_the_profile_named_for_the_card_where_it_fits(total_gb, document_tokens):
     config = architecture_config("arch:large")
     hardware = gpu_box(total_gb)
     chosen = resolve_auto(hardware, config, document_tokens=document_tokens)
     plan = plan_profile(config, chosen, hardware, document_tokens=document_tokens)
     assert plan.fits(hardware)
     assert max(plan.device_need_bytes.values()) <= 0.9 * total_gb * GB
-    assert chosen.name == "datacenter"  # Longformer-large in bf16 fits all four cards for these documents
+    # Longformer-large fits each card's own profile for these documents; the GPU profiles are not measured apart
+    assert chosen.name == {8: "consumer-gpu", 16: "t4-16gb", 24: "rtx-3090-24gb", 80: "datacenter"}[total_gb]
 
 
-def test_auto_steps_down_when_the_fastest_does_not_fit():
+def test_auto_steps_down_when_the_cards_own_does_not_fit():
     config = architecture_config("arch:large")
     tiny_card = gpu_box(3)
     worst_case = resolve_auto(tiny_card, config)  # no document: a full batch of 32 windows must fit

@@ -128,3 +128,107 @@ def test_the_engine_judges_the_best_answer_with_the_evidence_its_document_gives(
     # a user's threshold replaces the model's rule, evidence check included
     _, verdict = judge_answers(decoded("Brisk"), EngineSettings(no_answer=rule, no_answer_below=0.5), True, evidence)
     assert verdict.found is True
+
+
+FORM = no_answer.QuestionForm("What is the <attribute> of <name>?", "This model answers one form only.")
+
+
+def test_a_question_form_fits_its_shape_only():
+    assert FORM.fits("What is the stock ticker of Brindlewick Instruments?")
+    assert FORM.fits("  what is the  capital of Freedonia ")  # case, white space and the question mark free
+    assert not FORM.fits("Who founded Brindlewick Instruments?")
+    assert not FORM.fits("How many Kestrel barometers were sold in 1978?")
+    assert not FORM.fits("What is the balance reported by the treasurer?")
+
+
+@pytest.mark.parametrize("question, words", [
+    ("What is the stock ticker of Brindlewick Instruments?", ["ticker"]),  # the attribute's last word
+    ("What is the opening date of the Harbour Lights festival?", ["opening"]),  # "date" names only a value's kind
+    ("What is the name of the grey cat?", []),
+    ("How many Kestrel barometers were sold in 1978?", ["barometers", "sold"]),  # names and numbers left out
+    ("Who founded Brindlewick Instruments?", ["founded"]),
+])
+def test_attribute_words_name_what_the_question_asks_for(question, words):
+    assert no_answer.attribute_words(question) == words
+
+
+HISTORY = ("Elsbeth Marrow founded Brindlewick Instruments in 1921. Kept in stock, the Wren sold well. "
+           "Ben Torran is 1,034 metres high. The Corner Loaf's owner is Ada. The festival will open on 14 August.")
+
+
+@pytest.mark.parametrize("question, absent", [
+    ("What is the stock ticker of Brindlewick Instruments?", ["ticker"]),  # "stock" is used, "ticker" never
+    ("What is the share price of Brindlewick Instruments?", ["price"]),
+    ("What is the height of Ben Torran?", []),  # "high" gives a height
+    ("Who owns the Corner Loaf?", []),  # "owner" starts with "own"
+    ("What is the opening date of the festival?", []),  # "open"
+    ("Who founded Brindlewick Instruments?", []),
+    ("Who wrote Hamlet?", ["wrote"]),
+])
+def test_evidence_says_when_no_document_uses_the_asked_attribute(question, absent):
+    evidence = no_answer.Evidence(question, ["Nothing to see.", HISTORY])
+    assert evidence.absent() == absent
+
+
+def test_an_absent_attribute_is_never_found_under_any_rule():
+    threshold = NoAnswerRule(no_answer.THRESHOLD, 1e-5, "measured", needs_evidence=True)
+    null = NoAnswerRule(no_answer.NULL_SCORE)
+    free = NoAnswerRule(no_answer.UNCALIBRATED)
+    assert no_answer.judge(threshold, 0.9, None, True, [], ["ticker"]).found is False
+    assert no_answer.judge(null, 0.9, 0.1, True, [], ["ticker"]).found is False
+    loose = no_answer.judge(free, 0.9, None, True, [], ["ticker"])  # claims nothing, but not "Found" either
+    assert loose.found is None and loose.confidence == "low" and "'ticker'" in loose.explanation
+    verdict = no_answer.judge(threshold, 0.9, None, True, [], ["ticker"])
+    assert verdict.confidence == "high"
+    assert verdict.explanation == "Not found in the documents (high confidence): no document mentions 'ticker'."
+    assert verdict.to_json()["absent_words"] == ["ticker"]
+    # absence is the whole text's: a guided read cut short still says "not found in the documents"
+    assert no_answer.judge(threshold, 0.9, None, False, [], ["ticker"]).message == no_answer.NOT_FOUND
+    # a question of another shape names its attribute less surely (a paraphrase's verb): never found, not "not found"
+    paraphrase = no_answer.judge(null, 0.9, 0.1, True, [], ["established"], "Who established the Guild?")
+    assert paraphrase.found is None and paraphrase.confidence == "low"
+    assert paraphrase.explanation == "A guess (low confidence): no document mentions 'established'."
+    assert no_answer.judge(null, 0.05, 0.1, True, [], ["established"], "Who established the Guild?").found is False
+
+
+def test_a_question_outside_the_rules_form_is_never_found_and_says_so():
+    rule = NoAnswerRule(no_answer.THRESHOLD, 1e-5, "measured", needs_evidence=True, question_form=FORM)
+    outside = no_answer.judge(rule, 0.9, None, True, [], [], "Who founded Brindlewick Instruments?")
+    assert outside.found is None and outside.outside_form and outside.confidence == "low"
+    assert outside.notices == [FORM.notice] and "What is the <attribute> of <name>?" in outside.explanation
+    # the same answer to a question of the form is found
+    assert no_answer.judge(rule, 0.9, None, True, [], [], "What is the founder of Brindlewick?").found is True
+    # what the rule does not find stays not found, with low confidence and the form named
+    unlikely = no_answer.judge(rule, 1e-9, None, True, [], ["wrote"], "Who wrote Hamlet?")
+    assert unlikely.found is False and unlikely.confidence == "low" and "<attribute>" in unlikely.explanation
+    # a user's threshold replaces the score rule, not the model's form
+    assert no_answer.effective_rule(rule, 0.5).question_form is FORM
+
+
+def test_a_not_found_verdict_is_one_short_sentence_and_keeps_the_rule_for_a_disclosure():
+    rule = NoAnswerRule(no_answer.THRESHOLD, 4.2e-8, "docs/no-answer.md: python scripts/evaluate_no_answer.py")
+    far, near = no_answer.judge(rule, 1e-12, None, True), no_answer.judge(rule, 2e-8, None, True)
+    assert far.explanation == ("Not found in the documents (high confidence): no passage answers the question "
+                               "clearly enough.")
+    assert near.confidence == "medium" and "4.2e-08" not in near.explanation
+    assert "4.2e-08" in near.details and near.evaluation == "docs/no-answer.md"
+    assert no_answer.judge(NoAnswerRule(no_answer.THRESHOLD, 1e-5, "given by the user"), 1e-9, None,
+                           True).evaluation is None
+    shown = far.to_json()
+    assert shown["verdict"] == no_answer.NOT_FOUND and shown["explanation"] == far.explanation
+    assert shown["details"] == far.details and shown["confidence"] == "high"
+
+
+def test_confidence_words_are_monotone_in_the_score():
+    """Issue 49: rank 2 (1.3e-06, its sentence lacking a word) was "low" while rank 3 (1.1e-07) was "medium"."""
+    from longqa_core.answering import judge_answers
+    from longqa_core.limits import EngineSettings
+    from longqa_core.spans import Answer, Decoded
+
+    rule = NoAnswerRule(no_answer.THRESHOLD, 4.2e-8, "measured", needs_evidence=True)
+    evidence = no_answer.Evidence("What is the capital of Freedonia?", [NOTE])
+    answers = [Answer(v, s, "note", 0, *span(NOTE, v)) for v, s in
+               (("Fredville", 0.6), ("Brisk", 1.3e-6), ("Fredville. It rains", 1.1e-7))]
+    judged, _ = judge_answers(Decoded(answers, None), EngineSettings(no_answer=rule), True, evidence)
+    assert [a.confidence for a in judged] == ["high", "low", "low"]
+    assert no_answer.in_score_order(["low", "medium", "high"], [0.1, 0.1, 0.01]) == ["low", "medium", "low"]

@@ -78,7 +78,10 @@ def test_the_demo_models_rule_meets_the_targets_on_other_seeds():
     """A CI-sized run of scripts/evaluate_no_answer.py's measurement, on seeds the threshold was not chosen on, with
     the registry's rule (score threshold and evidence) applied by the engine itself, reading as the page does (auto):
     issue 38's targets, at least 95 % of the right answers still found and at least 90 % of the questions the
-    documents do not answer said not found, every kind together (another entity's attribute included)."""
+    documents do not answer said not found, every kind together (another entity's attribute included). Issue 49:
+    questions outside the demo model's form are never "Found" (what the rule would find is a guess, `found` None),
+    so the right answers counted are those to questions of the form."""
+    from longqa.models import NO_ANSWER_RULES
     from longqa.loader import load_model
     from longqa_core.answering import answer
     from longqa_core.documents import Document
@@ -91,12 +94,33 @@ def test_the_demo_models_rule_meets_the_targets_on_other_seeds():
                         loaded.settings, batch_state=loaded.batch_state, reading_mode="auto")
         best = result.answers[0] if result.answers else None
         records.append((item, result.found, best is not None and best.text == item.answer))
-    right = [found for item, found, is_right in records if is_right]
+    form = NO_ANSWER_RULES["demo"].question_form
+    right = [found for item, found, is_right in records if is_right and form.fits(item.question)]
     unanswerable = [found for item, found, _ in records if not item.is_answerable]
     other_entity = [found for item, found, _ in records if item.kind == "other_entity"]
-    assert all(found is not None for _, found, _ in records)  # the demo model has a rule
-    assert len(right) >= 35 and sum(right) / len(right) >= 0.95
+    assert all(found is not None for item, found, _ in records if form.fits(item.question))  # the demo has a rule
+    assert not any(found for item, found, _ in records if not form.fits(item.question))  # never "Found" outside it
+    assert len(right) >= 30 and sum(found is True for found in right) / len(right) >= 0.95
     assert sum(found is False for found in unanswerable) / len(unanswerable) >= 0.9
     assert sum(found is False for found in other_entity) / len(other_entity) >= 0.8  # the kind the score missed
     print(f"right answers found {sum(right)} of {len(right)}; unanswerable not found "
           f"{sum(found is False for found in unanswerable)} of {len(unanswerable)}")
+
+
+def test_before_and_after_counts_issue_38s_rule_against_the_engines_found():
+    def record(kind, gold, score, missing, found, right=False, absent=(), outside=False):
+        return {"kind": kind, "source": "generated", "gold": gold, "score": score, "missing_words": list(missing),
+                "found": found, "right": right, "absent_words": list(absent), "outside_form": outside}
+
+    records = [record("paraphrased", "x", 1e-3, [], None, right=True, absent=["shut"], outside=True),
+               record("paraphrased", "x", 1e-3, ["crest"], False, outside=True),
+               record("answerable", "x", 1e-9, [], False),
+               record("general", None, 1e-3, [], None, outside=True)]
+    table = no_answer_eval.before_and_after(records, 4.2e-8)
+    assert table["paraphrased (generated)"] == {
+        "n": 2, "right": 1, "found_before": 1, "found_now": 0, "not_found_before": 1, "not_found_now": 1,
+        "no_verdict_now": 1, "right_found_before": 1, "right_found_now": 0, "attribute_absent": 1, "outside_form": 2}
+    answerable = table["answerable (generated)"]
+    assert answerable["not_found_before"] == 1 and answerable["found_now"] == 0
+    assert table["general (generated)"]["found_before"] == 1 and table["general (generated)"]["no_verdict_now"] == 1
+    assert "other_entity (generated)" not in table  # kinds without records are left out

@@ -105,7 +105,7 @@ def test_download_folders_go_after_their_time_and_the_folder_is_listed_once_in_t
 def test_under_the_threshold_the_answer_area_says_not_found(ctx):
     out, shown = asked(ctx, visitor(), no_answer_below="0.999")
     assert shown["status"].startswith("### Not found in the documents")
-    assert "under" in shown["status"] and "Not found" in out["answer"]
+    assert "confidence)" in shown["status"] and "answers the question clearly enough" in out["answer"]
 
 
 def test_an_error_shows_its_message_in_the_answer_area_and_no_download(ctx):

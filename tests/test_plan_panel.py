@@ -33,7 +33,7 @@ def test_the_plan_endpoint_returns_the_commands_json(panel):
     _, _, client = panel
     answer = client.predict(model=LARGE, gpu="T4", tokens=2048, batch=2, api_name="/plan")
     assert answer == plan_request(LARGE, gpu="T4", tokens=2048, batch=2).to_json()
-    assert answer["predicted"] is True and answer["recommended"] == "rtx-3090-24gb"
+    assert answer["predicted"] is True and answer["recommended"] == "t4-16gb"
     by_memory = client.predict(model=LARGE, gpu_memory_gb=80.0, compute_capability="9.0", api_name="/plan")
     assert by_memory["hardware"]["bf16"] is True and by_memory["recommended"] == "datacenter"
     cpu_only = client.predict(model=LARGE, cpu_memory_gb=16.0, api_name="/plan")
@@ -57,11 +57,11 @@ def test_the_button_fills_ours_the_article_the_table_and_the_json(panel):
     show = handler(demo, "show_plan")
     shown = show(LARGE, "RTX 3090", 16, "", 1, 4096.0, plan_panel.OWN_BATCH, 16, False)
     by_name = {name: shown[component] for name, component in components.items() if component in shown}
-    assert by_name["ours"].startswith("### Ours: `datacenter` (predicted")
+    assert by_name["ours"].startswith("### Ours: `rtx-3090-24gb` (predicted")
     assert "### The article: fp16, gradient checkpointing and batch 8" in by_name["article"]
     assert "saves nothing at inference" in by_name["article"]
     rows = by_name["table"]
-    assert [row[0] for row in rows][:3] == ["multi-gpu", "datacenter (recommended)", "rtx-3090-24gb"]
+    assert [row[0] for row in rows][:3] == ["multi-gpu", "datacenter", "rtx-3090-24gb (recommended)"]
     assert by_name["json"] == plan_request(LARGE, gpu="RTX 3090", tokens=4096, cpu_memory_gb=16).to_json()
     other = show(LARGE, plan_panel.OTHER_GPU, 6, "7.5", 2, 1024, "4", 32, True)
     assert "2× 6 GB GPU" in other[components["ours"]] and "host 32 GB" in other[components["ours"]]

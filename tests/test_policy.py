@@ -8,6 +8,7 @@ import pytest
 
 from longqa.serving import policy
 from longqa.serving.lane import ModelLane
+from longqa_core.batching import BatchState
 
 
 class Clock:
@@ -56,12 +57,18 @@ def planned(window_tokens: int, mode: str = "full"):
     return SimpleNamespace(mode=mode, expected_window_tokens=window_tokens)
 
 
+def measured(tokens_per_s: float) -> BatchState:
+    state = BatchState(1)
+    state.record_forward(int(tokens_per_s * 10), 10.0, 10)
+    return state
+
+
 def test_gpu_seconds_grow_with_the_planned_windows_and_shrink_with_the_measured_speed():
     small, large = policy.answer_gpu_seconds(planned(3_000), None), policy.answer_gpu_seconds(planned(100_000), None)
     assert policy.GPU_DURATION_BASE_S < small < large
     assert large == pytest.approx(policy.GPU_DURATION_BASE_S + 100_000 / policy.ASSUMED_TOKENS_PER_S)
-    assert policy.answer_gpu_seconds(planned(100_000), 10 * policy.ASSUMED_TOKENS_PER_S) < large
-    guided = policy.answer_gpu_seconds(planned(3 * 4096, "guided"), 4096.0)
+    assert policy.answer_gpu_seconds(planned(100_000), measured(10 * policy.ASSUMED_TOKENS_PER_S)) < large
+    guided = policy.answer_gpu_seconds(planned(3 * 4096, "guided"), measured(4096.0))
     assert guided == pytest.approx(policy.GPU_DURATION_BASE_S + 3)  # three whole windows, 1 s a window here
     assert policy.answer_gpu_seconds(planned(10**9), None) == policy.GPU_DURATION_MAX_S
     assert policy.training_gpu_seconds(512, None) == pytest.approx(

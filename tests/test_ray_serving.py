@@ -134,6 +134,36 @@ def test_a_profile_switch_under_load_reaches_every_replica_and_no_request_mixes(
 
 
 @pytest.mark.slow
+def test_a_load_during_a_long_ray_request_waits_for_it_as_when_embedded(served):
+    """The session waits: a load asked for while the replicas answer a request redeploys only once that request is
+    answered, by the generation it began on (Ray Serve's redeploy is never left to drain it)."""
+    _, session = served
+    item = eval_task.make_document(31, 200_000)
+    plan = session.plan([Document("long.txt", item.text)], item.question, "full")
+    generation = session.generation
+    times: dict[str, float] = {}
+    loader = threading.Thread(target=lambda: session.load(
+        "demo", session.runnable_profile("cpu"), force=True,
+        on_progress=lambda *_: times.setdefault("deploy_began", time.monotonic())))
+
+    def on_window_progress(state) -> None:  # the request is in the replicas: load now, and hold the poll a while
+        if "load_asked" not in times:
+            times["load_asked"] = time.monotonic()
+            loader.start()
+            time.sleep(1.0)
+            times["load_waiting"] = loader.is_alive() and "deploy_began" not in times
+
+    readout = session.ask(plan, on_window_progress=on_window_progress)
+    times["answered"] = time.monotonic()
+    loader.join(300)
+    assert "load_asked" in times, "the request ended before any progress: make its document longer"
+    assert times["load_waiting"]  # asked during the request, the load had not begun to redeploy
+    assert times["load_asked"] < times["answered"] <= times["deploy_began"]
+    assert readout.result.answers and readout.to_json()["profile"] == "cpu"
+    assert session.generation == generation + 1 and session.ask(plan).generation > readout.generation
+
+
+@pytest.mark.slow
 def test_a_profile_the_replicas_cannot_load_is_reported_with_its_reason_and_the_old_one_keeps_answering(served):
     url, session = served
     client = Client(url, verbose=False)

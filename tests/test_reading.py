@@ -129,8 +129,8 @@ def test_auto_reads_short_documents_whole_and_full_is_full():
     assert "fit in about 2 windows" in reading.plan_reading("auto", None, None, "q", 2, estimated=True).reason
     assert "fit in 1 window:" in reading.plan_reading("guided", None, None, "q", 1).reason
     assert reading.plan_reading("full", None, None, "q", 500).reason == "the full read was asked for"
-    with pytest.raises(ValueError, match="reading mode"):
-        reading.plan_reading("skim", None, None, "q", 5)
+    with pytest.raises(ValueError, match="reading mode"):  # checked once, where the request is planned
+        plan_request(None, [Document("a", "text")], "q", limits.EngineSettings(), "skim")
 
 
 def test_a_guided_request_on_a_one_window_document_reads_it_whole():

@@ -25,6 +25,9 @@ from longqa.session import SAMPLES_DIR, Session
 from tests.hostile import combining_marks_text, shared_stream_pdf
 from tests.tiny import CountingRunner
 
+# The crowd targets (crowd_check's, reported in docs/) times the margin a busy machine needs.
+VISITOR_WAIT_BOUND_S = crowd_check.TEST_MARGIN * crowd_check.VISITOR_WAIT_TARGET_S
+
 pytestmark = pytest.mark.slow
 EXAMPLE = json.loads((SAMPLES_DIR / "examples.json").read_text())[0]
 MB = 1024 * 1024
@@ -95,7 +98,8 @@ def test_a_small_pdf_that_expands_to_80_mb_of_text_delays_nobody(served, alone_s
     before = rss_bytes()
     answer, waited, error, refused_s = hostile_beside_normal(url, path, tmp_path)
     assert answer == EXAMPLE["answer"]
-    assert waited < alone_s + 10, f"the normal request waited {waited:.1f} s (alone: {alone_s:.1f} s)"
+    assert waited < alone_s + VISITOR_WAIT_BOUND_S, \
+        f"the normal request waited {waited:.1f} s (alone: {alone_s:.1f} s)"
     assert "expanding.pdf" in error and "characters" in error and "limit" in error, error
     assert refused_s < 60, f"refused after {refused_s:.0f} s (it was 144 s before the reading limits)"
     assert rss_bytes() - before < 300 * MB
@@ -107,7 +111,7 @@ def test_a_text_of_combining_marks_is_refused_before_tokenizing_and_returns_its_
     path.write_bytes(combining_marks_text(16 * MB))
     before = rss_bytes()
     answer, waited, error, refused_s = hostile_beside_normal(url, path, tmp_path)
-    assert answer == EXAMPLE["answer"] and waited < alone_s + 10, waited
+    assert answer == EXAMPLE["answer"] and waited < alone_s + VISITOR_WAIT_BOUND_S, waited
     assert "marks.txt" in error and "tokens" in error or "characters" in error, error
     assert refused_s < 40, f"refused after {refused_s:.0f} s (it was 55 s and 6.6 GB before)"
     assert rss_bytes() - before < 300 * MB
@@ -131,7 +135,7 @@ def test_stop_ends_the_engine_between_windows_and_the_next_visitor_goes_on(serve
     assert counting.calls >= 2, "the long request never reached the model"
     job.cancel()  # what the page's Stop button sends
     answer, waited = normal_request(url)
-    assert answer == EXAMPLE["answer"] and waited < alone_s + 10, waited
+    assert answer == EXAMPLE["answer"] and waited < alone_s + VISITOR_WAIT_BOUND_S, waited
     assert counting.calls < 30, f"the cancelled request ran {counting.calls} of about 60 batches"
 
 
@@ -153,7 +157,7 @@ def test_a_client_that_vanishes_stops_its_request(served, alone_s, monkeypatch):
         process.kill()
         process.wait(timeout=30)
         answer, waited = normal_request(url)
-        assert answer == EXAMPLE["answer"] and waited < alone_s + 10, waited
+        assert answer == EXAMPLE["answer"] and waited < alone_s + VISITOR_WAIT_BOUND_S, waited
         assert counting.calls < 30, f"the abandoned request ran {counting.calls} of about 60 batches"
     finally:
         if process.poll() is None:
@@ -177,7 +181,7 @@ def test_a_queue_call_nobody_listens_to_is_ended(served, alone_s, monkeypatch):
     assert not ctx.lane.is_busy(), "the unread request still holds the model"
     assert counting.calls < 60, f"the unread request ran {counting.calls} of about 100 batches"
     answer, waited = normal_request(url)
-    assert answer == EXAMPLE["answer"] and waited < alone_s + 10
+    assert answer == EXAMPLE["answer"] and waited < alone_s + VISITOR_WAIT_BOUND_S
 
 
 class GatedRunner(CountingRunner):
@@ -271,7 +275,7 @@ def test_a_visitor_is_answered_within_seconds_behind_fresh_clients_each_reading_
     outcome = crowd_check.run_crowd(url, os.getpid(), crowd, visitor_asks(url), reading="full", visitor_after_s=3.0,
                                     wait_answers_s=1.0, settle_s=60.0, idle=lambda: lane_is_idle(ctx))
     assert outcome.visitor_error is None and outcome.visitor_right, outcome
-    assert outcome.visitor_s < 10.0, f"the visitor waited {outcome.visitor_s:.1f} s behind the crowd"
+    assert outcome.visitor_s < VISITOR_WAIT_BOUND_S, f"the visitor waited {outcome.visitor_s:.1f} s behind the crowd"
     assert outcome.visitor_queue["ahead_at_start"] >= 4  # it did arrive behind the crowd
     assert all(is_clear(o) for o in outcome.crowd), outcome.crowd
     assert outcome.rss_peak - outcome.rss_idle < 2 * GB
@@ -288,5 +292,5 @@ def test_slow_html_clients_leave_a_visitor_a_short_wait(served, alone_s, tmp_pat
     outcome = crowd_check.run_crowd(url, os.getpid(), crowd, visitor_asks(url), reading="auto", visitor_after_s=1.0,
                                     wait_answers_s=1.0, settle_s=60.0, idle=lambda: lane_is_idle(ctx))
     assert outcome.visitor_error is None and outcome.visitor_right, outcome
-    assert outcome.visitor_s < 10.0, f"the visitor waited {outcome.visitor_s:.1f} s behind slow HTML"
+    assert outcome.visitor_s < VISITOR_WAIT_BOUND_S, f"the visitor waited {outcome.visitor_s:.1f} s behind slow HTML"
     assert all(is_clear(o) for o in outcome.crowd), outcome.crowd

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import sys
+import time
 import weakref
+from pathlib import Path
 
 import pytest
 
@@ -171,3 +174,75 @@ def test_a_guided_read_asks_its_gate_for_the_full_reads_place_before_falling_bac
                           "What is the tide of Harrowgate?", "guided", max_seq_len=256)
     gate = RecordingGate()
     assert session.ask(strong, gate=gate).result.reading.mode == "guided" and gate.widened == []
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def modules_down_to_the_forward(call) -> list[str]:
+    """The project modules (outside tests/) whose functions `call` enters, in order, before the model's first
+    forward pass (sys.setprofile: every Python call in this thread)."""
+    entered, reached = [], []
+
+    def profile(frame, event, arg):
+        if event != "call" or reached:
+            return
+        code = frame.f_code
+        if code.co_name == "forward" and "longformer" in code.co_filename:
+            reached.append(True)
+            return
+        path = Path(code.co_filename)
+        if not path.is_absolute() or not path.is_relative_to(ROOT) or path.is_relative_to(ROOT / "tests"):
+            return
+        module = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        if module not in entered:
+            entered.append(module)
+
+    sys.setprofile(profile)
+    try:
+        call()
+    finally:
+        sys.setprofile(None)
+    assert reached, "the model's forward was never entered"
+    return entered
+
+
+@pytest.mark.parametrize("reading, bound", [("full", 12), ("guided", 14)])
+def test_a_request_enters_few_modules_from_the_session_to_the_model(tiny_model_dir, long_document, reading, bound):
+    """Issue 47: one request, one pass. From the session's entry (plan, then ask) to the model's forward: a full
+    read enters 12 modules (13 before: the documents' module too), a guided one 14 (15 before): the index cache and
+    the ranker more."""
+    session = Session()
+    session.load(str(tiny_model_dir), "cpu")
+    _, example = long_document
+    documents = [Document("report.txt", example.text)]
+    session.ask(session.plan(documents, example.question, reading))  # the first request imports and warms
+    modules = modules_down_to_the_forward(lambda: session.ask(session.plan(documents, example.question, reading)))
+    assert modules[:2] == ["longqa.session", "longqa_core.plan"]
+    assert len(modules) <= bound, modules
+    assert ("longqa_core.ranker" in modules) == (reading == "guided")  # a full read ranks nothing
+
+
+def test_a_visitor_never_reuses_another_visitors_index_so_its_readout_tells_nothing_of_them(tiny_model_dir,
+                                                                                           monkeypatch):
+    """Issue 48 item 5: the index is cached per visitor. The build is made 0.3 s slower, so a readout's "rank"
+    shows whether its request built the index (at least 0.3 s) or found it cached (milliseconds)."""
+    from longqa_core import reading
+
+    real_build = reading.build_index
+    monkeypatch.setattr(reading, "build_index", lambda *a, **k: time.sleep(0.3) or real_build(*a, **k))
+    session = Session()
+    session.load(str(tiny_model_dir), "cpu")
+    document = [Document("d", "The harbor of Velka is 42. " + "The boats stayed in that morning. " * 200)]
+
+    def rank_s(visitor: str | None) -> float:
+        plan = session.plan(document, "What is the harbor of Velka?", "guided", visitor=visitor, max_seq_len=256,
+                            doc_stride=64)
+        assert plan.visitor == visitor and plan.mode == "guided"
+        return session.ask(plan).to_json()["latency_s"]["rank"]
+
+    assert rank_s("session:first") >= 0.3 and session.index_cache.builds == 1
+    assert rank_s("session:second") >= 0.3 and session.index_cache.builds == 2  # not the first visitor's index
+    assert rank_s("session:first") < 0.1 and session.index_cache.builds == 2  # its own, cached
+    assert rank_s(None) >= 0.3 and session.index_cache.builds == 2 and len(session.index_cache) == 2  # none kept
+    assert session.index_cache.bytes <= session.index_cache.max_bytes

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -11,6 +12,8 @@ from longqa.loader import LoadReadout
 from longqa.readout import MemoryPrediction, QueueReadout, Readout, predict_full_read_s
 from longqa_core import no_answer
 from longqa_core.answering import QAResult, ReadingReadout
+from longqa_core.batching import BatchState
+from longqa_core.documents import Location
 from longqa_core.spans import Answer
 from longqa_core.telemetry import DeviceMemory, MemoryReadout
 from longqa_core.windows import DocumentStats
@@ -71,6 +74,15 @@ def test_answer_rows_and_best_answer():
     found = no_answer.judge(no_answer.NoAnswerRule(no_answer.THRESHOLD, 1e-5, "measured"), 0.91234, 0.01, True)
     assert ui_format.best_answer(SimpleNamespace(answers=answers, verdict=found)) == "teal"
     assert ui_format.best_answer(SimpleNamespace(answers=answers[1:], verdict=found)).startswith("(no answer")
+
+
+def test_a_located_answer_names_its_page_and_section_in_the_table_and_over_the_answer():
+    location = Location("report.pdf", 31_990, 31_995, page=37, heading="3.2 Results")
+    answers = [Answer("teal", 0.91234, "report.pdf", 0, 31_990, 31_995, "high", location)]
+    assert ui_format.answer_rows(answers)[0][4:] == ["report.pdf, page 37, § 3.2 Results", "31,990–31,995"]
+    found = no_answer.judge(no_answer.NoAnswerRule(no_answer.THRESHOLD, 1e-5, "measured"), 0.91234, 0.01, True)
+    status = ui_format.answer_status(SimpleNamespace(answers=answers, verdict=found))
+    assert "In report\\.pdf, page 37, § 3\\.2 Results, characters 31,990–31,995" in status  # escaped Markdown
 
 
 def test_a_question_the_documents_do_not_answer_shows_not_found_and_the_best_span_as_low_confidence():
@@ -179,10 +191,12 @@ def test_reading_summary_says_what_was_read_and_the_full_reads_prediction():
 def test_the_full_read_is_predicted_at_the_models_measured_seconds_a_window():
     guided = readout_of({"extract": 0.5, "tokenize": 0.5, "forward": 12.0, "decode": 0.1, "total": 13.3},
                         ReadingReadout("guided", "auto", 6, 51, "ranked", [])).result
-    assert predict_full_read_s(guided, 2.0) == pytest.approx(0.5 + ((0.5 + 0.1) / 6 + 2.0) * 51)
-    assert predict_full_read_s(guided, None) is None
+    two_s_a_window = BatchState(1)
+    two_s_a_window.record_forward(4096, 2.0, 1)
+    assert predict_full_read_s(guided, two_s_a_window) == pytest.approx(0.5 + ((0.5 + 0.1) / 6 + 2.0) * 51)
+    assert predict_full_read_s(guided, BatchState(1)) is None  # nothing measured yet
     full = readout_of({"forward": 3.0}, ReadingReadout("full", "full", 4, 4, "asked", [])).result
-    assert predict_full_read_s(full, 2.0) is None
+    assert predict_full_read_s(full, two_s_a_window) is None
 
 
 def test_document_rows_give_each_documents_counts():
@@ -205,3 +219,19 @@ def test_the_history_keeps_the_request_the_answer_and_customs_strategies():
     assert ui_format.history_entry(readout, 1, ["a.txt", "b.pdf"])["documents"] == ["a.txt", "b.pdf"]
     plain = Readout(readout.result, "demo", "cpu", strategies=["half_precision"])
     assert ui_format.history_entry(plain, 1)["strategies"] == []  # a named profile is its name
+
+
+def test_not_found_shows_one_short_sentence_with_a_confidence_word_and_no_rule_numbers():
+    answers = [Answer("teal", 3e-11, "a.txt", 0, 1200, 1204, "low")]
+    rule = no_answer.NoAnswerRule(no_answer.THRESHOLD, 4.2e-8, "docs/no-answer.md: measured, 97.3 % kept")
+    result = SimpleNamespace(answers=answers, verdict=no_answer.judge(rule, 3e-11, None, True))
+    shown, status = ui_format.best_answer(result), ui_format.answer_status(result)
+    assert shown == "Not found in the documents (high confidence): no passage answers the question clearly enough."
+    assert status.startswith("### Not found in the documents (high confidence)\n")
+    assert "4.2e-08" not in shown + status and "97.3" not in shown + status  # the numbers are the disclosure's
+    form = no_answer.QuestionForm("What is the <attribute> of <name>?", "One form only.")
+    guess = no_answer.judge(replace(rule, question_form=form), 0.3, None, True, [], [], "Who founded Acme?")
+    outside = SimpleNamespace(answers=[Answer("teal", 0.3, "a.txt", 0, 1200, 1204, "low")], verdict=guess)
+    assert ui_format.best_answer(outside) == "teal"  # the answer still shows, marked as a guess
+    status = ui_format.answer_status(outside)  # markdown-escaped
+    assert status.startswith("### A guess \\(low confidence\\): this model answers") and "&lt;attribute&gt;" in status

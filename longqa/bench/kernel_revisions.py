@@ -1,6 +1,6 @@
 """A band kernel as it was at an earlier git revision, built and loaded beside today's, so that a measurement can set
-the two side by side in one process (`scripts/measure_band_kernels.py --also REV`, `scripts/measure_cpu_seconds.py
---also REV`). A measuring tool only: the product never loads an old kernel.
+the two side by side in one process (`python -m longqa bench kernels --also REV`, `python -m longqa bench
+cpu-seconds --also REV`). A measuring tool only: the product never loads an old kernel.
 """
 
 from __future__ import annotations

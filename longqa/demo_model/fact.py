@@ -5,6 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+QUESTION_FORM = "What is the <attribute> of <name>?"  # the one question shape the demo model was trained on
+FORM_NOTICE = (f"The demo model answers questions of the form \u201c{QUESTION_FORM}\u201d. This question is not of "
+               "that form, so the answer shown is a guess.")
+
 
 @dataclass(frozen=True)
 class Fact:

@@ -147,3 +147,29 @@ def make_items(n: int, seed: int, notes: list[dict] | None = None,
     given)."""
     items = [generated_item(kind, seed * 100_000 + i) for kind in KINDS for i in range(n)]
     return items + (note_items(notes, seed) if notes else []) + (prose_items(prose_notes, seed) if prose_notes else [])
+
+
+def before_and_after(records: list[dict], threshold: float) -> dict:
+    """Per kind and source, from `scripts/evaluate_no_answer.py`'s records: how many questions the rule of issue 38
+    (best score at least `threshold`, the best answer's sentence naming the question's words) said "Found", and how
+    many the engine's rule now says found (True), not found (False) or nothing (None: outside the demo model's
+    question form), with the answerable questions' right answers counted apart. Issue 49 added the question form
+    and the asked attribute's absence."""
+    table = {}
+    for kind in KINDS:
+        for source in ("generated", "handwritten"):
+            chosen = [r for r in records if r["kind"] == kind and r["source"] == source]
+            if not chosen:
+                continue
+            before = [(r["score"] or 0.0) >= threshold and not r["missing_words"] for r in chosen]
+            table[f"{kind} ({source})"] = {
+                "n": len(chosen), "right": sum(r["right"] for r in chosen),
+                "found_before": sum(before), "found_now": sum(r["found"] is True for r in chosen),
+                "not_found_before": len(chosen) - sum(before),
+                "not_found_now": sum(r["found"] is False for r in chosen),
+                "no_verdict_now": sum(r["found"] is None for r in chosen),
+                "right_found_before": sum(b and r["right"] for b, r in zip(before, chosen)),
+                "right_found_now": sum(r["found"] is True and r["right"] for r in chosen),
+                "attribute_absent": sum(bool(r["absent_words"]) for r in chosen),
+                "outside_form": sum(r["outside_form"] for r in chosen)}
+    return table

@@ -1,29 +1,36 @@
-"""Issue 40's attacks on HTML reading and uploads, against a real server (`python app.py --model demo`) on loopback:
-a crowd of fresh clients each sending dense HTML, one client sending many HTML pages at once, a cancel during a
-slow HTML read, and a flood of uploads that never ask. Each returns numbers: the normal visitor's wait and answer,
-the server's memory with its children, the HTML children seen at once, the upload folder's bytes.
+"""Issue 40's attacks on HTML reading and uploads, and issue 48's on PDF reading, against a real server (`python
+app.py --model demo`) on loopback: a crowd of fresh clients each sending dense HTML, one client sending many HTML
+pages at once, a cancel during a slow HTML read, a flood of uploads that never ask, six clients sending a PDF page
+that inflates to 70 MB of text, and a cancel during its read. Each returns numbers: the normal visitor's wait and
+answer, the server's memory with its children, the reading children seen at once, the upload folder's bytes, the
+CPU seconds after a cancel, and whether the targets (`crowd_check`'s) were met.
 
 It measures; it formats nothing (scripts/measure_crowd.py writes the JSON and the table, tests/test_crowd_uploads.py
-checks the targets) and bounds every crowd in count and time.
+holds the targets with a margin) and bounds every crowd in count and time.
 """
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import threading
 import time
 import urllib.error
 import urllib.request
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 import psutil
 from gradio_client import Client, handle_file
+from pypdf import PdfWriter
+from pypdf.generic import DictionaryObject, NameObject, StreamObject
 
-from longqa.serving.crowd_check import MAX_CLIENTS, MemorySampler, ask_job, children, outcome_of, settle, tree_rss
-from longqa.serving.load_check import start_server
+from longqa.serving.crowd_check import (CHILD_GONE_TARGET_S, MAX_CLIENTS, MemorySampler, ask_job, children, outcome_of,
+                                        settle, tree_rss, visitor_within_target)
+from longqa.serving.load_check import start_server, stop_server
 
 MIB = 2**20
 UPLOAD_ROUTE = "gradio_api/upload"
@@ -39,6 +46,26 @@ def misnested_html(n_bytes: int) -> str:
     """Misnested formatting tags: quadratic for lexbor (2 MB take about 13 s)."""
     unit = "<b><i>x</b>"
     return unit * max(1, n_bytes // len(unit))
+
+
+def inflating_pdf(text_bytes: int = 70_000_000) -> bytes:
+    """One page whose Flate stream (about 200 KB for 70 MB) inflates to `text_bytes` of text operators (issue 48):
+    pypdf parses the whole stream before any of its text callbacks run, in about 0.45 GB for 70 MB."""
+    line = b"(all work and no play makes a dull reader ) Tj T* "
+    stream = StreamObject()
+    stream.set_data(zlib.compress(b"BT /F1 12 Tf 14 TL 72 720 Td " + line * (text_bytes // len(line)) + b"ET", 9))
+    stream[NameObject("/Filter")] = NameObject("/FlateDecode")
+    writer = PdfWriter()
+    page = writer.add_blank_page(612, 792)
+    font = writer._add_object(DictionaryObject({NameObject("/Type"): NameObject("/Font"),
+                                                NameObject("/Subtype"): NameObject("/Type1"),
+                                                NameObject("/BaseFont"): NameObject("/Helvetica")}))
+    fonts = DictionaryObject({NameObject("/F1"): font})
+    page[NameObject("/Resources")] = DictionaryObject({NameObject("/Font"): fonts})
+    page[NameObject("/Contents")] = writer._add_object(stream)
+    buffer = io.BytesIO()
+    writer.write(buffer)
+    return buffer.getvalue()
 
 
 def start_demo_server(temp_dir: Path, *app_args: str) -> tuple[subprocess.Popen, str]:
@@ -60,6 +87,15 @@ class AttackOutcome:
     folder_peak: int = 0
     crowd: list[str] = field(default_factory=list)
     extra: dict = field(default_factory=dict)
+
+    @property
+    def meets_target(self) -> bool:
+        """The visitor (where one asked) was answered rightly within the crowd's target, and a cancelled read's
+        child (where one was cancelled) was gone within CHILD_GONE_TARGET_S."""
+        gone_s = self.extra.get("child_gone_after_cancel_s")
+        visited = self.visitor_right is not None or self.visitor_error is not None
+        return (not visited or visitor_within_target(self.visitor_right, self.visitor_s)) and \
+            (gone_s is None or (gone_s <= CHILD_GONE_TARGET_S and self.extra.get("children_left") == 0))
 
 
 def visit(outcome: AttackOutcome, visitor: Callable[[], tuple[bool, float, dict]]) -> None:
@@ -178,3 +214,131 @@ def upload_flood(url: str, pid: int, folder: Path, visitor, *, uploaders: int = 
     outcome.rss_after = tree_rss(server)
     outcome.extra = counts
     return outcome
+
+
+class TreeCpu:
+    """The CPU seconds a process and its children (reading children included, while they live) use, sampled every
+    `every_s` in a thread until `stop()`: each process's growth counted, so a child that is killed keeps what it
+    used before."""
+
+    def __init__(self, pid: int, every_s: float = 0.05):
+        self.process = psutil.Process(pid)
+        self.samples: list[tuple[float, float]] = []  # (monotonic seconds, CPU seconds used since the start)
+        self._last: dict[int, float] = {}
+        self._used = 0.0
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self.every_s = every_s
+        self._thread.start()
+
+    def _sample(self) -> None:
+        for each in (self.process, *self.process.children(recursive=True)):
+            try:
+                times = each.cpu_times()
+            except psutil.Error:  # ended meanwhile
+                continue
+            cpu = times.user + times.system
+            if each.pid in self._last:
+                self._used += max(0.0, cpu - self._last[each.pid])
+            self._last[each.pid] = cpu
+        self.samples.append((time.monotonic(), self._used))
+
+    def _run(self) -> None:
+        while True:
+            try:
+                self._sample()
+            except psutil.NoSuchProcess:
+                return
+            if self._done.wait(self.every_s):
+                return
+
+    def stop(self) -> "TreeCpu":
+        self._done.set()
+        self._thread.join(5)
+        return self
+
+    def used_between(self, began: float, ended: float) -> float:
+        """CPU seconds used from the last sample at or before `began` to the first at or after `ended`."""
+        before = max((c for t, c in self.samples if t <= began), default=0.0)
+        after = min((c for t, c in self.samples if t >= ended), default=self.samples[-1][1])
+        return after - before
+
+
+def pdf_crowd(url: str, pid: int, path: Path, visitor, *, clients: int = 6, visitor_after_s: float = 2.0,
+              end_s: float = 120.0) -> AttackOutcome:
+    """`clients` fresh clients ask over the same hostile PDF at once (issue 48), the visitor `visitor_after_s` in;
+    every crowd request is left to end by itself (within `end_s`): how long each took, in `extra`."""
+    server = psutil.Process(pid)
+    outcome = AttackOutcome(rss_idle=tree_rss(server))
+    sampler = MemorySampler(pid)
+    began = time.monotonic()
+    jobs = [ask_job(url, path, "What is the tide of Harrowgate?", "auto") for _ in range(min(clients, MAX_CLIENTS))]
+    ended = [None] * len(jobs)
+
+    def watch() -> None:
+        while time.monotonic() - began < end_s and None in ended:
+            for i, job in enumerate(jobs):
+                if ended[i] is None and job.done():
+                    ended[i] = time.monotonic() - began
+            time.sleep(0.05)
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    time.sleep(visitor_after_s)
+    visit(outcome, visitor)
+    watcher.join(end_s)
+    outcome.crowd = [outcome_of(job, 1.0) for job in jobs]
+    outcome.rss_peak, outcome.children_peak = sampler.stop(), sampler.children_peak
+    time.sleep(2.0)
+    outcome.rss_after = tree_rss(server)
+    outcome.extra = {"crowd_ended_s": [None if s is None else round(s, 1) for s in ended]}
+    return outcome
+
+
+def cancel_during_pdf(url: str, pid: int, path: Path, *, cancel_after_s: float = 5.0,
+                      quiet_window_s: float = 5.0) -> AttackOutcome:
+    """A question over the hostile PDF, cancelled `cancel_after_s` after it was sent: the CPU seconds the server and
+    its children used in the `quiet_window_s` after the cancel, and how soon no child was left."""
+    server = psutil.Process(pid)
+    outcome = AttackOutcome(rss_idle=tree_rss(server))
+    sampler, cpu = MemorySampler(pid), TreeCpu(pid)
+    job = ask_job(url, path, "What is the tide of Harrowgate?", "auto")
+    time.sleep(cancel_after_s)
+    outcome.children_peak = max(sampler.children_peak, children(server))
+    cancelled = time.monotonic()
+    job.cancel()
+    gone_s = None
+    while time.monotonic() - cancelled < quiet_window_s:
+        if gone_s is None and children(server) == 0:
+            gone_s = time.monotonic() - cancelled
+        time.sleep(0.02)
+    time.sleep(0.2)
+    cpu.stop()
+    outcome.rss_peak, outcome.rss_after = sampler.stop(), tree_rss(server)
+    outcome.extra = {"cpu_s_after_cancel": round(cpu.used_between(cancelled, cancelled + quiet_window_s), 2),
+                     "child_gone_after_cancel_s": None if gone_s is None else round(gone_s, 2),
+                     "children_left": children(server)}
+    ended = outcome_of(job, 5.0)
+    outcome.crowd = ["answered" if ended == "answered" else "cancelled"]
+    return outcome
+
+
+def pdf_attacks(work: Path, visitor_for, *, app: Path | None = None) -> dict:
+    """Issue 48 item 2 against a fresh `python app.py --model demo` (`app`: another checkout's, for a before and
+    after) with default settings: six fresh clients each sending the 70 MB-text PDF page at once, and one such read
+    cancelled 5 s in. `visitor_for(url)` is the normal visitor; returns each attack's outcome by name."""
+    path = work / "inflating.pdf"
+    path.write_bytes(inflating_pdf())
+    uploads = work / "gradio-uploads"
+    uploads.mkdir(exist_ok=True)
+    env = {**os.environ, "GRADIO_TEMP_DIR": str(uploads), "GRADIO_ANALYTICS_ENABLED": "False"}
+    server, url = start_server(["--model", "demo", "--profile", "cpu"], env=env,
+                               **({"app": app} if app is not None else {}))
+    try:
+        visitor_for(url)()  # warm
+        right, alone_s, _ = visitor_for(url)()
+        return {"visitor_alone_s": round(alone_s, 2), "visitor_alone_right": right,
+                "six clients, one 200 KB PDF page inflating to 70 MB of text each":
+                    pdf_crowd(url, server.pid, path, visitor_for(url)),
+                "that read cancelled 5 s in": cancel_during_pdf(url, server.pid, path)}
+    finally:
+        stop_server(server)

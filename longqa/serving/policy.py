@@ -14,6 +14,7 @@ from typing import Callable, Iterator
 
 from longqa.serving.lane import GatedRunner, ModelLane, Ticket
 from longqa_core import host_memory
+from longqa_core.batching import BatchState
 
 # A stream that has held more than this many unread messages (progress comes about once a batch) for this long has
 # no reader: the caller has gone. A slow but present reader drains it now and then.
@@ -122,15 +123,19 @@ def gpu_seconds(work_s: float) -> float:
     return min(GPU_DURATION_MAX_S, GPU_DURATION_BASE_S + work_s)
 
 
-def answer_gpu_seconds(plan, tokens_per_s: float | None) -> float:
+def answer_gpu_seconds(plan, measured: BatchState | None) -> float:
     """Seconds of GPU for a planned answer (`longqa_core.plan.RequestPlan`): the windows it expects to read at the
-    loaded model's measured throughput (an assumed one before any was measured)."""
-    return gpu_seconds(plan.expected_window_tokens / (tokens_per_s or ASSUMED_TOKENS_PER_S))
+    loaded model's measured throughput (`measured`; an assumed one before any was measured)."""
+    return gpu_seconds(_forward_s(plan.expected_window_tokens, measured))
 
 
-def training_gpu_seconds(window_tokens: int, tokens_per_s: float | None) -> float:
+def training_gpu_seconds(window_tokens: int, measured: BatchState | None) -> float:
     """Seconds of GPU for the training-step readout on one window of `window_tokens`."""
-    return gpu_seconds(TRAINING_STEP_WINDOWS * window_tokens / (tokens_per_s or ASSUMED_TOKENS_PER_S))
+    return gpu_seconds(_forward_s(TRAINING_STEP_WINDOWS * window_tokens, measured))
+
+
+def _forward_s(tokens: int, measured: BatchState | None) -> float:
+    return (measured or BatchState(1)).seconds_for_tokens(tokens, ASSUMED_TOKENS_PER_S)
 
 
 def tune_allocator() -> dict[str, int]:

@@ -28,13 +28,14 @@ from typing import Callable
 
 import torch
 
-from longqa.backend import Gate
+from longqa.backend import Gate, Selection
 from longqa.readout import Readout
 from longqa.session import NO_MODEL, Session
 from longqa_core.answering import answer_plan
 from longqa_core.batching import BatchState, WindowProgress, is_out_of_memory, split_rows, stack_batches
 from longqa_core.limits import EngineSettings
 from longqa_core.plan import RequestPlan
+from longqa_core.reading import DEFAULT_READING
 from longqa_core.errors import InputError, LongQAError, ModelLoadError
 from longqa_core.waiting import wait_until
 from strategies.hardware import Hardware, detect_hardware
@@ -85,7 +86,7 @@ class RemoteModel:
     readout: object  # the loader's LoadReadout, as one replica measured it
     hardware: Hardware | None
     batch_state: BatchState | None = None  # the replicas' forward time, learned from their answers
-    requested: tuple = ()
+    selection: Selection | None = None
     generation: int = 0
     model = None  # no weights on this side
 
@@ -213,17 +214,22 @@ class SharedRunner:
         return result
 
 
-class RaySession(Session):
-    """A session whose model lives in the replicas of a Ray Serve deployment. Loading (re)deploys it: every replica
-    starts with the new (model, profile) and Ray Serve replaces the old ones, so a request is answered wholly by one
-    replica of one generation, never by a mix. Requests run side by side, up to `capacity`."""
+class RaySession:
+    """A backend (`longqa.backend.Backend`) whose model lives in the replicas of a Ray Serve deployment. Loading
+    (re)deploys it: every replica starts with the new (model, profile) and Ray Serve replaces the old ones, so a
+    request is answered wholly by one replica of one generation, never by a mix. Requests run side by side, up to
+    `capacity`.
+
+    It holds an embedded `Session` whose loader deploys (`_deploy`) for what a session does here: the one record of
+    what is loaded, planning, and counting the requests in progress, so that a load waits for every request the
+    replicas are answering before it redeploys (as when embedded: a load never cuts a request in flight)."""
 
     def __init__(self, replicas: int = 1, address: str | None = None, batch_requests: int = DEFAULT_BATCH_REQUESTS,
                  cpus_per_replica: float | None = None, hardware: Hardware | None = None):
         ray, serve, _ = ray_modules()
         if replicas < 1:
             raise InputError("--replicas must be 1 or more.")
-        super().__init__(load_model=self._deploy)
+        self.local = Session(load_model=self._deploy)
         self.replicas = replicas
         self.batch_requests = max(1, batch_requests)
         # No address: a local Ray instance of our own, on loopback, stopped on close (with Serve). "auto" or
@@ -242,6 +248,55 @@ class RaySession(Session):
         self._closed = False
         self._board = None  # the progress board (a Ray actor), started with the first deployment
         self._board_name: str | None = None
+
+    # What is loaded, where loads wait for requests: the embedded session's record.
+    @property
+    def hardware(self) -> Hardware | None:
+        return self.local.hardware
+
+    @hardware.setter
+    def hardware(self, hardware: Hardware | None) -> None:
+        self.local.hardware = hardware
+
+    @property
+    def lock(self):
+        return self.local.lock
+
+    @property
+    def loaded(self) -> RemoteModel | None:
+        return self.local.loaded
+
+    @property
+    def model_ref(self) -> str | None:
+        return self.local.model_ref
+
+    @property
+    def profile_name(self) -> str | None:
+        return self.local.profile_name
+
+    @property
+    def selection(self) -> Selection | None:
+        return self.local.selection
+
+    @property
+    def generation(self) -> int:
+        return self.local.generation
+
+    def load(self, model_ref: str, profile, **options):
+        """Deploy (model, profile) on every replica, once the requests in progress are answered (`Session.load`)."""
+        return self.local.load(model_ref, profile, **options)
+
+    def plan(self, documents, question, reading=DEFAULT_READING, **options) -> RequestPlan:
+        return self.local.plan(documents, question, reading, **options)
+
+    def learn(self, readout: Readout) -> None:
+        self.local.learn(readout)
+
+    def runnable_profile(self, name: str, strategies=()) -> Profile:
+        return self.local.runnable_profile(name, strategies)
+
+    def auto_profile(self, model_ref: str) -> Profile | None:
+        return self.local.auto_profile(model_ref)
 
     @property
     def capacity(self) -> int:
@@ -280,9 +335,12 @@ class RaySession(Session):
         puts its next batch into the shared forward pass (`serve.batch`), up to `--ray-batch` requests a replica, so
         the page's lane counts a request in the replicas as one turn of its `capacity`. `on_candidate` never hears:
         the best answer so far stays in the replica, and the page shows the final one only."""
-        if self.loaded is None or self.handle is None:
+        with self.local.asking() as loaded:
+            return self._ask(self.local.current(plan, loaded), extract_s, gate, should_stop, on_window_progress)
+
+    def _ask(self, plan: RequestPlan, extract_s: float, gate: Gate | None, should_stop, on_window_progress):
+        if self.handle is None:
             raise ModelLoadError(NO_MODEL)
-        plan = self.current(plan, self.loaded)
         progress = on_poll = None
         if on_window_progress is not None:
             progress = (self.board_name(), uuid.uuid4().hex)
@@ -316,9 +374,10 @@ class RaySession(Session):
         return self._board_name
 
     def training_step(self, window_tokens: int):
-        if self.loaded is None or self.handle is None:
-            raise ModelLoadError(NO_MODEL)
-        return self._call(lambda: self.handle.training_step.remote(window_tokens), None)
+        with self.local.asking():
+            if self.handle is None:
+                raise ModelLoadError(NO_MODEL)
+            return self._call(lambda: self.handle.training_step.remote(window_tokens), None)
 
     def _call(self, send, should_stop, on_poll=None):
         _, _, ray_errors = ray_modules()
@@ -351,7 +410,7 @@ class RaySession(Session):
         if self._closed:
             return
         self._closed = True
-        self.loaded = None
+        self.local.loaded = None
         ray, serve, _ = ray_modules()
         try:
             if self.started_ray:

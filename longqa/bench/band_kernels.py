@@ -2,8 +2,7 @@
 a base-model window (4,096 tokens, 12 heads of 64, w = 256, a question of 24 global tokens), interleaved over rounds,
 the best time of each, its GFLOP/s of needed work (2w+1 keys per query) and the ratio:
 
-    python scripts/measure_band_kernels.py [--out docs/cpu-floor] [--rounds 8] [--threads N]
-                                           [--also REV]
+    python -m longqa bench kernels [--out docs/cpu-floor] [--rounds 8] [--threads N] [--also REV]
 
 `--also REV` times the AMX kernel as it was at git revision REV beside them (built from that revision's source and
 header), for a before-and-after in one process. Writes band-kernels-<kind>.json and .md. Process CPU time is recorded beside wall time: on a loaded machine it is the
@@ -13,16 +12,13 @@ steadier of the two (a single thread's CPU seconds are its own work).
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from longqa.bench.kernel_revisions import kernel_at  # noqa: E402
-from longqa.bench.runner import measured_here, write_measurement  # noqa: E402
-from strategies import band_kernel  # noqa: E402
+from longqa.bench.kernel_revisions import kernel_at
+from longqa.bench.runner import measured_here, write_measurement
+from strategies import band_kernel
 
 SHAPE = {"batch": 1, "length": 4096, "heads": 12, "head_dim": 64, "window": 256, "n_global": 24}
 
@@ -105,7 +101,7 @@ def format_markdown(result: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m longqa bench kernels", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="docs/cpu-floor")
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--threads", type=int, default=None, help="default: torch's")
@@ -114,13 +110,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     result = measured_here(lambda: measure(args.rounds, args.also))
-    result["command"] = "python scripts/measure_band_kernels.py" + (
+    result["command"] = "python -m longqa bench kernels" + (
         f" --threads {args.threads}" if args.threads else "") + (
         f" --rounds {args.rounds}" if args.rounds != 8 else "") + (f" --also {args.also}" if args.also else "")
     stem = f"band-kernels-{result['machine']['kind']}" + (f"-{args.threads}-thread" if args.threads else "")
     write_measurement(args.out, stem, result, format_markdown(result))
     return 0
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -2,7 +2,7 @@
 arch:base (random weights) for each variant of the `cpu` stack this CPU resolves to, interleaved over rounds (best of
 the rounds per variant), beside this CPU's measured floor:
 
-    python scripts/measure_cpu_levers.py [--out docs/cpu-floor] [--rounds 6] [--compile] [--cpu-kind avx2]
+    python -m longqa bench levers [--out docs/cpu-floor] [--rounds 6] [--compile] [--cpu-kind avx2]
 
 Variants: the stack before this work (the attention's plan rebuilt in every layer, the band on SDPA), the plan
 once per forward, prepacked oneDNN Linear layers, the band kernel (today's `cpu` where it runs: bf16 with AVX-512
@@ -10,7 +10,7 @@ BF16), query blocks of w/2 and w/4 (SDPA), batches of 2 and 4 windows, glibc's h
 4× more threads than CPUs, and with --compile `torch.compile` (static shapes, freezing) of the encoder layers.
 `--cpu-kind avx2` measures the stack `cpu` resolves to on a CPU without native bf16 (int8 Linear layers, the fp32
 band) on this machine, against its int8 floor: written as levers-avx2-stack-on-<this kind>. Writes
-levers-<kind>.json and .md. (Threads under a CPU quota, as on a Space: scripts/measure_threads.py.)
+levers-<kind>.json and .md. (Threads under a CPU quota, as on a Space: docs/cpu-floor.md.)
 """
 
 from __future__ import annotations
@@ -18,22 +18,24 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import sys
 import time
-from pathlib import Path
 
 import torch
+import torch._dynamo.config as dynamo_config
+import torch._inductor.config as inductor_config
+from torch.nn import functional as F
+from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+from transformers.masking_utils import create_bidirectional_mask
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from longqa.bench.floor import best_time_s, hardware_for, kind_name, measure_floor, row_precision  # noqa: E402
-from longqa.bench.runner import cpu_flags, cpu_model, write_measurement  # noqa: E402
-from longqa.bench.worker import window_batch  # noqa: E402
-from longqa.loader import load_model  # noqa: E402
-from longqa_core import batching, telemetry  # noqa: E402
-from strategies import band_kernel  # noqa: E402
-from strategies.fast_attention import BandPlanCache, SlidingWindowSelfAttention  # noqa: E402
-from strategies.hardware import detect_hardware  # noqa: E402
-from strategies.profiles import custom_profile, get_profile, select_strategies  # noqa: E402
+from longqa.bench.floor import best_time_s, hardware_for, kind_name, measure_floor, row_precision
+from longqa.bench.runner import cpu_flags, cpu_model, write_measurement
+from longqa.bench.worker import window_batch
+from longqa.loader import load_model
+from longqa_core import batching, telemetry
+from strategies import band_kernel, fast_attention
+from strategies.fast_attention import BandPlanCache, SlidingWindowSelfAttention
+from strategies.hardware import detect_hardware
+from strategies.profiles import custom_profile, get_profile, select_strategies
 
 MODEL = "arch:base"
 TOKENS = 4096
@@ -117,10 +119,6 @@ def band_kernel_variant(key: str):
 def full_padding_mask():
     """transformers' own (B, 1, L, L) padding mask, of which Longformer keeps row 0, for one run (the fast attention
     has it build that row only: strategies/fast_attention.first_row_bidirectional_mask)."""
-    from transformers.masking_utils import create_bidirectional_mask
-
-    from strategies import fast_attention
-
     first_row = fast_attention.first_row_bidirectional_mask
     return (lambda: setattr(fast_attention, "first_row_bidirectional_mask", create_bidirectional_mask),
             lambda: setattr(fast_attention, "first_row_bidirectional_mask", first_row))
@@ -134,9 +132,6 @@ def threads(count):
 def compiled_copy(stack, hardware):
     """The stack without prepacking, its encoder layers compiled with static shapes and freezing (inductor packs
     the weights itself); returns the model and the seconds of compiling (the first call)."""
-    import torch._dynamo.config as dynamo_config
-    import torch._inductor.config as inductor_config
-
     inductor_config.freezing = True
     dynamo_config.recompile_limit = dynamo_config.cache_size_limit = 64  # one graph per layer: each has its weights
     model = load_model(MODEL, custom_profile(stack, device="cpu"), hardware=hardware).model
@@ -151,9 +146,6 @@ def attention_alone(dtype: torch.dtype, rounds: int) -> dict:
     blocks of w queries and their 3w keys as the fast attention calls it, the same blocks' two bare products (no
     mask, no softmax), FlexAttention compiled with a block-sparse mask (blocks of 64 and of 128), and the band
     kernel where it runs (bf16 with AVX-512 BF16)."""
-    from torch.nn import functional as F
-    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
-
     heads, head_dim, w, n_global, length = 12, 64, 256, 24, TOKENS
     blocks = length // w
     q, k, v = (torch.randn(1, heads, length, head_dim, dtype=dtype) for _ in range(3))  # (B, H, L, d)
@@ -193,7 +185,7 @@ def attention_alone(dtype: torch.dtype, rounds: int) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python scripts/measure_cpu_levers.py")
+    parser = argparse.ArgumentParser(prog="python -m longqa bench levers")
     parser.add_argument("--out", default="docs/cpu-floor")
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--compile", action="store_true", help="also time torch.compile of the encoder layers, "
@@ -278,7 +270,7 @@ def main(argv: list[str]) -> int:
              "x_before": v.best_s / variants[0].best_s, "max_abs_logit_gap_vs_before": gaps[v.name],
              "rss_after_last_run_bytes": v.rss_after_bytes}
             for v in variants]
-    result = {"command": "python scripts/measure_cpu_levers.py " + " ".join(argv), "cpu": cpu_model(),
+    result = {"command": "python -m longqa bench levers " + " ".join(argv), "cpu": cpu_model(),
               "cpu_kind": kind, "cpu_flags": cpu_flags(), "threads": cores, "load_average_at_start": load_average,
               "torch": torch.__version__, "python": platform.python_version(), "model": MODEL, "tokens": TOKENS,
               "stack": resolved, "band_kernel": band_kernel.status(attention_dtype), "floor_precision": precision,
@@ -322,6 +314,3 @@ def markdown(result: dict) -> str:
                   f"| FlexAttention, compiled, block-sparse mask, blocks of 128 (compiling {alone['flex_block_128_compile_s']:.0f} s) | {alone['flex_block_128_s']:.4f} |"]
     return "\n".join(lines) + "\n"
 
-
-if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))

@@ -8,7 +8,7 @@ memory bandwidth still shared). In one process, interleaved over rounds, best of
 - the `cpu` forward of one window, with each bf16 band kernel variant that runs here (AMX, AVX-512 BF16), and the
   CPU seconds its Linear layers took inside it (per shape, against the same shapes alone).
 
-    python scripts/measure_cpu_seconds.py [--out docs/cpu-floor] [--rounds 4] [--also REV]
+    python -m longqa bench cpu-seconds [--out docs/cpu-floor] [--rounds 4] [--also REV]
 
 `--also REV` adds the window with the AMX band kernel as it was at git revision REV, for a before-and-after in one
 process. Writes cpu-seconds-<kind>.json and .md.
@@ -18,22 +18,19 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 from collections import defaultdict
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from longqa.bench.floor import Shapes, band_products, linear_shapes, window_flops  # noqa: E402
-from longqa.bench.kernel_revisions import computing_with, kernel_at  # noqa: E402
-from longqa.bench.runner import measured_here, write_measurement  # noqa: E402
-from longqa.loader import load_model  # noqa: E402
-from longqa.models import model_config  # noqa: E402
-from strategies import band_kernel  # noqa: E402
-from strategies.hardware import detect_hardware  # noqa: E402
-from strategies.prepacked_linear import PackedLinear  # noqa: E402
+from longqa.bench.floor import Shapes, band_products, linear_shapes, window_flops
+from longqa.bench.kernel_revisions import computing_with, kernel_at
+from longqa.bench.runner import measured_here, write_measurement
+from longqa.loader import load_model
+from longqa.models import model_config
+from strategies import band_kernel
+from strategies.hardware import detect_hardware
+from strategies.prepacked_linear import PackedLinear
 
 MODEL = "arch:base"
 TOKENS = 4096
@@ -203,17 +200,14 @@ def format_markdown(result: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m longqa bench cpu-seconds", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="docs/cpu-floor")
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--also", metavar="REV", help="also the window with the AMX kernel as it was at this revision")
     args = parser.parse_args(argv)
     result = measured_here(lambda: measure(args.rounds, args.also))
-    result["command"] = "python scripts/measure_cpu_seconds.py" + (
+    result["command"] = "python -m longqa bench cpu-seconds" + (
         f" --rounds {args.rounds}" if args.rounds != 4 else "") + (f" --also {args.also}" if args.also else "")
     write_measurement(args.out, f"cpu-seconds-{result['machine']['kind']}", result, format_markdown(result))
     return 0
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

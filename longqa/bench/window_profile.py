@@ -2,7 +2,7 @@
 torch.profiler, operators' self CPU time grouped by kind, tokenizing and decoding timed around it, beside this
 CPU's measured floor:
 
-    python scripts/profile_window.py [--out docs/cpu-floor] [--cpu-kind detected|avx2|avx512-bf16] [--threads N]
+    python -m longqa bench window [--out docs/cpu-floor] [--cpu-kind detected|avx2|avx512-bf16] [--threads N]
 
 Writes window-breakdown-<kind>.json and .md. An operator counts to the group of the nearest of itself and the
 operators that called it that names a group (a `copy_` inside `addmm` is the Linear layer's bias, inside `_to_copy`
@@ -16,28 +16,22 @@ import argparse
 import os
 import platform
 import statistics
-import sys
 from collections import defaultdict
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from longqa_core.openmp_wait import limit_spin_wait  # noqa: E402
+import torch
+from torch.profiler import ProfilerActivity, profile, record_function
 
-limit_spin_wait()  # as the page and the command line run: set before torch loads libgomp
-
-import torch  # noqa: E402
-from torch.profiler import ProfilerActivity, profile, record_function  # noqa: E402
-
-from longqa.bench.floor import (Shapes, hardware_for, kind_name, linear_shapes, measure_floor,  # noqa: E402
+from longqa.bench.floor import (Shapes, hardware_for, kind_name, linear_shapes, measure_floor,
                                 row_precision, window_flops)
-from longqa.bench.runner import cpu_flags, cpu_model, write_measurement  # noqa: E402
-from longqa.bench.worker import agreement_inputs  # noqa: E402
-from longqa.loader import load_model  # noqa: E402
-from longqa.models import model_config  # noqa: E402
-from longqa_core.answering import answer  # noqa: E402
-from longqa_core.windows import make_windows  # noqa: E402
-from strategies.fast_attention import SlidingWindowSelfAttention  # noqa: E402
-from strategies.hardware import Hardware, detect_hardware  # noqa: E402
+from longqa.bench.runner import cpu_flags, cpu_model, write_measurement
+from longqa.bench.worker import agreement_inputs
+from longqa.loader import load_model
+from longqa.models import model_config
+from longqa_core.answering import answer
+from longqa_core.windows import make_windows
+from strategies.fast_attention import SlidingWindowSelfAttention
+from strategies.hardware import Hardware, detect_hardware
 
 MODEL = "arch:base"
 ATTENTION_SCOPE = "longqa::fast_attention"
@@ -269,7 +263,7 @@ def format_markdown(result: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m longqa bench window", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="docs/cpu-floor")
     parser.add_argument("--cpu-kind", choices=("detected", "avx2", "avx512-bf16"), default="detected",
                         help="resolve the cpu profile as this kind of CPU would (default: as detected)")
@@ -292,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
                "load_average": list(os.getloadavg())}
     breakdown = profile_window(args.model, hardware, args.tokens, args.repeat)
     flops = window_flops(Shapes.from_config(model_config(args.model)), breakdown["window_tokens"])
-    command = "python scripts/profile_window.py" + "".join(
+    command = "python -m longqa bench window" + "".join(
         f" {flag} {value}" for flag, value in (("--model", args.model), ("--out", args.out),
                                                ("--cpu-kind", args.cpu_kind), ("--threads", args.threads))
         if value != parser.get_default(flag.lstrip("-").replace("-", "_")))
@@ -304,6 +298,3 @@ def main(argv: list[str] | None = None) -> int:
     write_measurement(args.out, stem, result, format_markdown(result))
     return 0
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

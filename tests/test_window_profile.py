@@ -1,16 +1,12 @@
-"""scripts/profile_window.py's grouping: an operator counts to the nearest of itself and its callers that names a
-group, and what the fast attention runs without naming one is its bookkeeping (made-up profiler events, no model)."""
+"""`python -m longqa bench window`'s grouping (longqa/bench/window_profile.py): an operator counts to the nearest of
+itself and its callers that names a group, and what the fast attention runs without naming one is its bookkeeping
+(made-up profiler events, no model)."""
 
 from __future__ import annotations
 
-import importlib.util
 from dataclasses import dataclass
-from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "profile_window.py"
-spec = importlib.util.spec_from_file_location("profile_window", SCRIPT)
-profile_window = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(profile_window)
+from longqa.bench import window_profile as profile_window
 
 
 @dataclass

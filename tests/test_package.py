@@ -1,0 +1,89 @@
+"""`pip install .`: pyproject.toml ships every file the installed code reads, and the `longqa` console script answers
+a question over a bundled sample from outside the repository (a fresh virtual environment, slow; pip fetches
+setuptools for the build from the package index)."""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+SETUPTOOLS = PYPROJECT["tool"]["setuptools"]
+
+
+def tracked_files() -> list[str]:
+    shown = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True)
+    return shown.stdout.splitlines()
+
+
+def shipped_packages(files: list[str]) -> set[str]:
+    """The packages setuptools' find includes: folders holding an `__init__.py` whose dotted name matches."""
+    patterns = SETUPTOOLS["packages"]["find"]["include"]
+    packages = {".".join(Path(name).parent.parts) for name in files if name.endswith("/__init__.py")}
+    return {name for name in packages if any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)}
+
+
+def is_package_data(path: str, packages: set[str]) -> bool:
+    """Whether a non-Python file is shipped: a package-data pattern of the deepest package above it matches."""
+    parts = Path(path).parts
+    for depth in range(len(parts) - 1, 0, -1):
+        package = ".".join(parts[:depth])
+        if package in packages:
+            relative = "/".join(parts[depth:])
+            return any(fnmatch.fnmatchcase(relative, glob) for glob in SETUPTOOLS["package-data"].get(package, []))
+    return False
+
+
+def test_the_runtime_packages_and_their_data_are_shipped():
+    files = tracked_files()
+    packages = shipped_packages(files)
+    assert {"longqa", "longqa.bench", "longqa.demo_model", "longqa.serving", "longqa_core", "strategies"} <= packages
+    assert not any(name == "tests" or name.startswith("tests.") for name in packages)
+    runtime = [name for name in files if name.split("/")[0] in {"longqa", "longqa_core", "strategies", "page"}
+               and not name.endswith(".py")]
+    assert "longqa/demo_model/model.safetensors" in runtime and "strategies/band_attention.c" in runtime
+    missing = [name for name in runtime if not is_package_data(name, packages)]
+    assert not missing, f"read at run time but not in pyproject's package-data: {missing}"
+
+
+def test_the_dependencies_are_the_requirements_spaces_installs():
+    assert PYPROJECT["project"]["dynamic"] == ["dependencies"]
+    assert SETUPTOOLS["dynamic"]["dependencies"] == {"file": ["requirements.txt"]}
+    assert PYPROJECT["project"]["scripts"] == {"longqa": "longqa.__main__:main"}
+
+
+@pytest.mark.slow
+def test_the_console_script_answers_from_outside_the_repository(tmp_path):
+    source = tmp_path / "source"  # a copy of the tracked tree, so the build leaves nothing in the repository
+    for name in tracked_files():
+        if (ROOT / name).is_file():
+            (source / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, source / name)
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+    subprocess.run([venv / "bin" / "pip", "install", "--quiet", "--no-deps", str(source)],
+                   check=True, cwd=tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    environment = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": ""}
+    located = subprocess.run([venv / "bin" / "python", "-c", "import longqa; print(longqa.__file__)"],
+                             capture_output=True, text=True, check=True, cwd=elsewhere, env=environment)
+    samples = Path(located.stdout.strip()).parent / "samples"
+    assert samples.is_relative_to(venv), located.stdout  # the installed copy, not the repository's
+    example = json.loads((samples / "examples.json").read_text())[0]
+    asked = subprocess.run([venv / "bin" / "longqa", "ask", str(samples / example["file"]), "-q",
+                            example["question"], "--model", "demo", "--profile", "cpu", "--json"],
+                           capture_output=True, text=True, cwd=elsewhere, env=environment, timeout=300)
+    assert asked.returncode == 0, asked.stderr
+    readout = json.loads(asked.stdout)
+    assert readout["answers"][0]["text"] == example["answer"]
+    assert readout["profile"] == "cpu"
