@@ -662,3 +662,18 @@ def test_the_running_best_is_not_counted_as_forward_time(tiny_tokenizer):
                                on_batch=lambda batch, logits: (heard.append(len(logits)), time.sleep(0.1)))
     assert sum(heard) == len(windows) and time.perf_counter() - began > 0.1 * len(heard)
     assert sample.seconds < 0.05 * len(heard)  # the batches' own time, not the 0.1 s each `on_batch` took
+
+
+def test_a_guided_read_that_goes_on_to_every_window_streams_its_best_so_far_throughout(tiny_model, tiny_tokenizer):
+    """The issue's second case: a guided read whose answer stays weak reads the windows left, and its best so far
+    keeps coming, counted against the full read's windows."""
+    text = prose(5, 9000) + " The colour of Zorbin is teal. " + prose(6, 9000)
+    settings = EngineSettings(max_seq_len=128, doc_stride=32, batch_size=2, top_k=1)
+    heard: list[Provisional] = []
+    result = answer(ModelRunner(tiny_model), tiny_tokenizer, [Document("doc", text)], "What is the colour of Zorbin?",
+                    settings, reading_mode="guided", weak_answer_score=1.1, on_candidate=heard.append)
+    assert result.reading.mode == "full" and result.reading.code == "weak_after_guided"  # never strong: read on
+    assert [p.windows_read for p in heard] == sorted(p.windows_read for p in heard)
+    assert heard[-1].windows_read == result.reading.windows_read == result.windows
+    assert {p.windows_total for p in heard} == {result.reading.windows_total}
+    assert heard[-1].answer.text == result.answers[0].text
