@@ -8,6 +8,7 @@ loads a model (longqa.loader does). Its readouts stay in bytes and seconds: only
 
 from __future__ import annotations
 
+import time
 import traceback
 from dataclasses import dataclass, field
 from typing import Callable
@@ -19,7 +20,7 @@ from longqa_core.errors import Cancelled, LongQAError
 from longqa_core.index_cache import IndexCache
 from longqa_core.limits import EngineSettings, StopCheck, check_tokens, no_answer_rule
 from longqa_core.plan import RequestPlan, plan_request
-from longqa_core.spans import Answer, Candidate, decode, window_candidates
+from longqa_core.spans import Answer, Candidate, Decoded, decode, decode_window, merged_answers
 from longqa_core.telemetry import MemoryReadout
 from longqa_core.windows import DocumentStats, Window, cut_windows, make_windows, window_span
 
@@ -109,26 +110,29 @@ class Provisional:
 
 
 class BestSoFar:
-    """A running best answer over the windows read: each batch's windows decoded once as they come, for one answer
-    (`spans.window_candidates` with top-k 1), their candidates merged into those of the windows before (identical
-    answers summing, as `spans.merge_candidates` does), never the windows read before decoded again. It sees a
-    read's batches (`on_batch`) and, after each, its progress (`on_progress`), and tells `on_candidate` the best so
-    far with how many windows were read."""
+    """A running best answer over the windows read: each batch's windows decoded as they come (`spans.decode_window`,
+    as the final decode would), their candidates merged into those of the windows before (identical answers
+    summing, as `spans.merge_candidates` does), so that the windows read before are never decoded again, not even
+    at the end: the answer merges what was decoded here (`decoded`). It sees a read's batches (`on_batch`) and,
+    after each, its progress (`on_progress`), and tells `on_candidate` the best so far with how many windows were
+    read; `seconds` is what its decoding took."""
 
     def __init__(self, documents: list[Document], settings: EngineSettings,
                  on_candidate: Callable[[Provisional], None]):
         self.documents = documents
-        self.max_answer_len = settings.max_answer_len
+        self.settings = settings
         self.on_candidate = on_candidate
+        self.per_window: dict[int, tuple[list[Candidate], float]] = {}  # by id(window): its candidates, null score
         self.merged: dict[str, Candidate] = {}
         self.best: Candidate | None = None
         self.latest: Provisional | None = None
+        self.seconds = 0.0
 
     def on_batch(self, windows: list[Window], logits: list) -> None:
-        for window, (start, end) in zip(windows, logits):
-            candidates, _ = window_candidates(start, end, window.context, window.offsets,
-                                              self.documents[window.document_index].text, window.document_index, 1,
-                                              self.max_answer_len)
+        began = time.perf_counter()
+        for window, pair in zip(windows, logits):
+            candidates, null_score = decode_window(window, pair, self.documents, self.settings)
+            self.per_window[id(window)] = (candidates, null_score)
             for candidate in candidates:
                 key = candidate.text.lower()
                 kept = self.merged.get(key)
@@ -138,6 +142,7 @@ class BestSoFar:
                 kept.score += candidate.score
                 if self.best is None or kept.score > self.best.score:
                     self.best = kept
+        self.seconds += time.perf_counter() - began
 
     def on_progress(self, state: WindowProgress) -> None:
         if self.best is None or state.windows_done == 0:
@@ -148,6 +153,13 @@ class BestSoFar:
                                          best.end_char, location=locate(document, best.start_char, best.end_char)),
                                   state.windows_done, state.windows_total)
         self.on_candidate(self.latest)
+
+    def decoded(self, windows: list[Window]) -> Decoded | None:
+        """The answers of `windows` (in document order) from what was decoded here, or None if one was not."""
+        if any(id(window) not in self.per_window for window in windows):
+            return None
+        return merged_answers([self.per_window[id(window)] for window in windows], self.documents,
+                              self.settings.top_k)
 
 
 def answer(runner: Runner, tokenizer, documents: list[Document], question: str, settings: EngineSettings, *,
@@ -202,7 +214,12 @@ def answer_plan(runner: Runner, tokenizer, plan: RequestPlan, *, batch_state: Ba
                 read = _read_guided(runner, tokenizer, plan, batch_state, measurement, should_stop,
                                     on_window_progress, before_wider_read, evidence, on_batch)
             with measurement.stage("decode"):
-                decoded = decode(read.windows, read.logits, plan.documents, settings)
+                decoded = best_so_far.decoded(read.windows) if best_so_far is not None else None
+                if decoded is None:
+                    decoded = decode(read.windows, read.logits, plan.documents, settings)
+            if best_so_far is not None:  # decoded between batches: decode time, not forward time
+                measurement.latency_s["decode"] += best_so_far.seconds
+                measurement.latency_s["forward"] -= best_so_far.seconds
             answers, verdict = judge_answers(decoded, settings,
                                              read.readout.windows_read == read.readout.windows_total, evidence)
     except LongQAError as exc:

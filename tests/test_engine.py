@@ -677,3 +677,24 @@ def test_a_guided_read_that_goes_on_to_every_window_streams_its_best_so_far_thro
     assert heard[-1].windows_read == result.reading.windows_read == result.windows
     assert {p.windows_total for p in heard} == {result.reading.windows_total}
     assert heard[-1].answer.text == result.answers[0].text
+
+
+def test_with_a_listener_the_answers_are_those_of_a_read_without_one_and_no_window_is_decoded_twice(
+        tiny_model, tiny_tokenizer, monkeypatch):
+    from longqa_core import answering, spans
+
+    documents = [Document("doc", prose(7, 6000))]
+    settings = EngineSettings(max_seq_len=128, doc_stride=32, batch_size=3, top_k=3)
+    plain = answer(ModelRunner(tiny_model), tiny_tokenizer, documents, "What is it?", settings)
+    decoded_windows = []
+    real = spans.decode_window
+    monkeypatch.setattr(answering, "decode_window", lambda window, *a, **k: decoded_windows.append(id(window)) or
+                        real(window, *a, **k))
+    monkeypatch.setattr(answering, "decode", lambda *a, **k: pytest.fail("the windows were decoded again"))
+    heard = []
+    streamed = answer(ModelRunner(tiny_model), tiny_tokenizer, documents, "What is it?", settings,
+                      on_candidate=heard.append)
+    assert [(a.text, a.start_char, a.score) for a in streamed.answers] == \
+        [(a.text, a.start_char, pytest.approx(a.score)) for a in plain.answers]
+    assert len(decoded_windows) == len(set(decoded_windows)) == streamed.windows and heard
+    assert streamed.latency_s["decode"] > 0 and streamed.latency_s["forward"] > 0

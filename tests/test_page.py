@@ -275,12 +275,12 @@ from page import streaming  # noqa: E402
 LONG_PASTE = " ".join(f"Sentence {n} tells of the colour of Zorbin and of nothing else here." for n in range(900))
 
 
-def streamed(ctx, request, pasted=LONG_PASTE, question="What is the colour of Zorbin?", on_update=None):
+def streamed(ctx, request, pasted=LONG_PASTE, question="What is the colour of Zorbin?", on_update=None,
+             progress=lambda *a, **k: None):
     """The page's Ask as gradio runs it, streaming: every update the handler yields, then the answer area after."""
     handler = turns.noting_outcome(ctx, streaming.streaming(events.bind(asking.ask, ctx)), OUTPUTS)
     updates = []
-    for update in handler([], pasted, question, 1, "full", [], None, "", request=request,
-                          progress=lambda *a, **k: None):
+    for update in handler([], pasted, question, 1, "full", [], None, "", request=request, progress=progress):
         updates.append(update)
         if on_update is not None:
             on_update(update)
@@ -320,3 +320,19 @@ def test_stop_keeps_the_best_answer_so_far_labelled_partial(ctx):
     assert shown["status"].startswith(f"### Stopped: partial: stopped after {done} of {total} windows")
     assert shown["answer"]["label"] == f"Answer (partial: stopped after {done} of {total} windows)"
     assert all(value == gr.skip() for value in updates[-1].values())  # the partial answer stays as it was shown
+
+
+def test_a_stop_pressed_once_every_window_is_read_shows_the_answer(ctx):
+    """Issue 49 item 7: Stop pressed while the progress read "90/90 windows" said "Stopped before any window was
+    read"; the answer was being decoded."""
+    request = visitor("tab-stop-late")
+    pressed = []
+
+    def progress(value, desc=None, unit=None):
+        if isinstance(value, tuple) and value[0] == value[1] > 0:
+            turns.press_stop(ctx, request)
+            pressed.append(value)
+
+    updates, shown = streamed(ctx, request, progress=progress)
+    assert pressed and "history_table" in updates[-1]  # the answer itself, after the Stop
+    assert "confidence" in shown["status"] and shown["answer"]["label"] == "Answer"
