@@ -92,9 +92,9 @@ def measure_case(session: Session, name: str, documents, question: str, answer: 
     without_s = statistics.median(r["read_s"] for r in runs["without"])
     cpu_ratio = (statistics.median(r["cpu_s"] for r in runs["with"]) /
                  statistics.median(r["cpu_s"] for r in runs["without"]))
-    # The running best decodes each window once for one answer, as the final decode does for top-k (a few more
-    # spans): the final decode's share of a read without a listener bounds what the listener adds, whatever the
-    # load does to the side-by-side ratio.
+    # With a listener the windows are decoded between batches instead of at the end, never twice
+    # (`answering.BestSoFar`): the final decode's share of a read without one is the work that moves, a bound on
+    # what the listener could add whatever the load does to the side-by-side ratio.
     decode_share = statistics.median(r["decode_s"] / r["read_s"] for r in runs["without"])
     return {"case": name, "chars": sum(d.n_chars for d in documents), "windows": runs["with"][0]["windows"],
             "answer": answer, "answered": [r["answer"] for r in runs["with"] + runs["without"]],
