@@ -144,9 +144,10 @@ def build_answer_panel(ctx: AppContext, question: dict[str, Block], seen: gr.Sta
                "readout": readout_json, "download_json": question["download_json"],
                "download_csv": question["download_csv"]}
     ended = {name: question[name] for name in ("status", "download_json", "download_csv", "answer")}
-    # Every event of the requests group names the same limit: gradio lowers a group to its smallest one.
+    # Every event of the requests group names the same limit: gradio lowers a group to its smallest one. Progress
+    # shows over the line above the answer, not over the answer box, where the best answer so far shows meanwhile.
     request = dict(concurrency_id=REQUEST_CONCURRENCY, concurrency_limit=request_workers(ctx),
-                   show_progress_on=[question["answer"]])
+                   show_progress_on=[question["status"]])
 
     def asks_after(trigger, handler, handler_inputs, **event):
         """`trigger` clears the answer area, then asks with `handler` (streaming the best answer so far), then says

@@ -157,8 +157,8 @@ def failed_status(message: str) -> str:
 
 
 NO_ANSWER_YET = "Ask a question: the answer shows here, highlighted in its passage."
-ASKING_STATUS = ("### Asking…\nThe previous answer is cleared; progress shows in the answer box, and the best answer "
-                 "so far as the windows are read (the final answer replaces it).")
+ASKING_STATUS = ("### Asking…\nThe previous answer is cleared; progress shows here, and the best answer so far below "
+                 "as the windows are read (the final answer replaces it).")
 NEW_DOCUMENTS_STATUS = "### New documents\nPress Ask to answer from them."
 
 
