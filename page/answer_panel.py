@@ -22,6 +22,13 @@ from page.streaming import streaming
 from page.turns import noting_outcome, press_stop
 
 GPU_REFRESH_S = 2.0
+# The visitor's wait, timed in the browser: each way of asking marks its click (or Enter), and when the answer's
+# outputs are on the screen the seconds since go to `show_wait` with the readout's stages and queue (not the whole
+# readout: it can be large).
+MARK_ASKED = "() => { window.longqaAskedAt = performance.now(); }"
+MEASURE_WAIT = """(waited, readout) => [
+  typeof window.longqaAskedAt === "number" ? (performance.now() - window.longqaAskedAt) / 1000 : null,
+  {latency_s: readout?.latency_s ?? null, queue: readout?.queue ?? null}]"""
 # Column widths of the wide tables, so that at 1400 px every column shows and long cells wrap (in the order of
 # page.format's headers).
 ANSWER_COLUMN_WIDTHS = ["8%", "21%", "12%", "15%", "24%", "20%"]
@@ -45,6 +52,14 @@ def fill_first_example() -> dict:
     """The introduction's example clicked: its bundled document and question in the inputs, pasted text cleared."""
     example = first_example()
     return {"files": [str(SAMPLES_DIR / example["file"])], "pasted": "", "question": example["question"]}
+
+
+def show_wait(waited_s, parts) -> str:
+    """The visitor's wait beside the engine's stages (`fmt.wait_line`), from the browser's time and the readout's
+    parts (MEASURE_WAIT)."""
+    parts = parts if isinstance(parts, dict) else {}
+    return fmt.wait_line(waited_s if isinstance(waited_s, (int, float)) else None, parts.get("latency_s"),
+                         parts.get("queue"))
 
 
 def refresh_gpu_gauge():
@@ -81,7 +96,7 @@ def build_question_panel(ctx: AppContext) -> dict[str, Block]:
             status = gr.Markdown(fmt.NO_ANSWER_YET, elem_id="answer-status")
             answer_box = gr.Textbox(label=fmt.answer_label(), interactive=False, elem_id="best-answer",
                                     buttons=["copy"])
-            evidence_box = gr.HighlightedText(label="Evidence: the answer in its passage", elem_id="evidence",
+            evidence_box = gr.HighlightedText(label=fmt.EVIDENCE_LABEL, elem_id="evidence",
                                               color_map={"answer": "yellow"}, show_legend=False,
                                               show_inline_category=False)
             with gr.Row():
@@ -118,8 +133,11 @@ def build_answer_panel(ctx: AppContext, question: dict[str, Block], seen: gr.Sta
         run_table = gr.Dataframe(headers=fmt.RUN_HEADERS, label="Run", interactive=False, wrap=True,
                                  min_width=320, scale=2, column_widths=["30%", "70%"])
     with gr.Row():
-        latency_table = gr.Dataframe(headers=fmt.LATENCY_HEADERS, label="Latency by stage", interactive=False,
-                                     wrap=True, min_width=320, scale=2)
+        with gr.Column(min_width=320, scale=2):
+            latency_table = gr.Dataframe(headers=fmt.LATENCY_HEADERS, label="Latency by stage", interactive=False,
+                                         wrap=True)
+            wait = gr.Markdown(elem_id="visitor-wait")
+            waited = gr.Number(visible=False)  # the browser's time from click to answer, for `show_wait`
         memory_table = gr.Dataframe(headers=fmt.MEMORY_HEADERS, label="Memory", interactive=False, wrap=True,
                                     min_width=320, scale=3, column_widths=["14%", "20%", "22%", "20%", "12%", "12%"])
     gauge = gr.Label(label="Live GPU memory (NVML)", visible=has_gpu)
@@ -140,10 +158,10 @@ def build_answer_panel(ctx: AppContext, question: dict[str, Block], seen: gr.Sta
                **history, "seen": seen,
                "readout": readout_json}  # last: API clients take the readout as `*_, readout = predict(...)`
     cleared = {"status": question["status"], "answer": question["answer"], "evidence": question["evidence"],
-               "answers": answers_table, "latency": latency_table, "memory": memory_table, "run": run_table,
-               "readout": readout_json, "download_json": question["download_json"],
+               "answers": answers_table, "latency": latency_table, "wait": wait, "memory": memory_table,
+               "run": run_table, "readout": readout_json, "download_json": question["download_json"],
                "download_csv": question["download_csv"]}
-    ended = {name: question[name] for name in ("status", "download_json", "download_csv", "answer")}
+    ended = {name: question[name] for name in ("status", "evidence", "download_json", "download_csv", "answer")}
     # Every event of the requests group names the same limit: gradio lowers a group to its smallest one. Progress
     # shows over the line above the answer, not over the answer box, where the best answer so far shows meanwhile.
     request = dict(concurrency_id=REQUEST_CONCURRENCY, concurrency_limit=request_workers(ctx),
@@ -151,11 +169,15 @@ def build_answer_panel(ctx: AppContext, question: dict[str, Block], seen: gr.Sta
 
     def asks_after(trigger, handler, handler_inputs, **event):
         """`trigger` clears the answer area, then asks with `handler` (streaming the best answer so far), then says
-        how it ended."""
+        how it ended and how long the visitor waited (timed in the browser from the trigger to the answer's outputs
+        on the screen)."""
+        trigger(None, js=MARK_ASKED, queue=False, api_visibility="private")
         clearing = listen(trigger, lambda: clear_answer(fmt.ASKING_STATUS), outputs=cleared, queue=False,
                           show_progress="hidden", api_visibility="private")
         asking = listen(clearing.then, noting_outcome(ctx, streaming(bind(handler, ctx)), outputs),
                         inputs=handler_inputs, outputs=outputs, **request, **event)
+        asking.then(show_wait, js=MEASURE_WAIT, inputs=[waited, readout_json], outputs=wait, queue=False,
+                    show_progress="hidden", api_visibility="private")
         for outcome in (asking.success, asking.failure):  # `then` alone would not run after an error
             listen(outcome, bind(show_outcome, ctx), outputs=ended, queue=False, show_progress="hidden",
                    api_visibility="private")

@@ -19,7 +19,7 @@ from longqa_core.limits import whole_number
 from longqa_core.reading import DEFAULT_READING, READING_MODES
 from page import format as fmt
 from page.context import AppContext
-from page.downloads import DOWNLOADS
+from page.downloads import DOWNLOADS, doc_url
 from page.errors import escape, user_errors
 from page.hardening import abandonment_check, number_or_none
 from page.history_panel import history_outputs
@@ -31,7 +31,7 @@ DEFAULT_TOP_K = 3
 DEFAULT_TRAINING_WINDOW = 512
 NO_DOWNLOAD = gr.update(value=None, visible=False)
 CLEARED = {"answer": gr.update(value="", label=fmt.answer_label()), "evidence": None, "readout": None,
-           "download_json": NO_DOWNLOAD, "download_csv": NO_DOWNLOAD}
+           "download_json": NO_DOWNLOAD, "download_csv": NO_DOWNLOAD, "wait": ""}
 CLEARED_TABLES = {"answers": fmt.ANSWER_HEADERS, "latency": fmt.LATENCY_HEADERS,
                   "memory": fmt.MEMORY_HEADERS, "run": fmt.RUN_HEADERS}
 
@@ -158,8 +158,11 @@ def ask(ctx: AppContext, files, pasted_text, question, top_k, reading, history, 
     for notice in result.notices:
         gr.Warning(escape(notice))
     best = result.answers[0] if result.answers else None
-    passage = (fmt.evidence(documents[best.document_index].text, best.start_char, best.end_char)
-               if best is not None and best.document_index >= 0 else [])
+    if result.verdict is not None and result.verdict.found is False:  # no span in its passage reads as the answer
+        passage = fmt.closest_passages([document.text for document in documents], result.answers)
+    else:
+        passage = (fmt.evidence(documents[best.document_index].text, best.start_char, best.end_char)
+                   if best is not None and best.document_index >= 0 else [])
     runs = history_outputs(history, [readout])  # the history, its table and the plots' data: one bar per run
     readout_json = readout.to_json()
     # for the page's answer area, which offers both as downloads
@@ -196,23 +199,27 @@ def clear_answer(status: str) -> dict:
 
 def show_outcome(ctx: AppContext, request: gr.Request = None) -> dict:
     """After an answer through the page: over the answer, whether it was found (or the error's message, or how far
-    a Stop got), the answer box's label (the answer, or the partial one a Stop kept), and the readout and history
-    the answer showed, to download."""
+    a Stop got), the answer box's label (the answer, or the partial one a Stop kept), the passage box's label (the
+    closest passages where nothing was found), and the readout and history the answer showed, to download."""
     outcome = ctx.outcomes.pop(page_session(request), None)
     if outcome is None:
-        return {"status": gr.skip(), "download_json": gr.skip(), "download_csv": gr.skip(), "answer": gr.skip()}
+        return {"status": gr.skip(), "download_json": gr.skip(), "download_csv": gr.skip(), "evidence": gr.skip(),
+                "answer": gr.skip()}
     if outcome.readout is None:
         status = (fmt.stopped_status(*outcome.stopped, outcome.partial) if outcome.stopped is not None
                   else fmt.failed_status(outcome.message or "The request failed."))
         label = fmt.answer_label(fmt.partial_label(*outcome.stopped) if outcome.partial is not None else None)
         return {"status": status, "download_json": NO_DOWNLOAD, "download_csv": NO_DOWNLOAD,
-                "answer": gr.update(label=label)}
+                "evidence": gr.update(label=fmt.EVIDENCE_LABEL), "answer": gr.update(label=label)}
     folder = DOWNLOADS.new()
     readout_path = folder / "longqa-readout.json"
     readout_path.write_text(json.dumps(outcome.readout_json, indent=2, ensure_ascii=False), encoding="utf-8")
     history_path = folder / "longqa-history.csv"
     outcome.history_table.to_csv(history_path, index=False)
-    return {"status": fmt.answer_status(outcome.readout.result),
+    result = outcome.readout.result
+    evaluation = result.verdict.evaluation if result.verdict is not None else None
+    return {"status": fmt.answer_status(result, doc_url(evaluation)),
+            "evidence": gr.update(label=fmt.evidence_label(result)),
             "download_json": gr.update(value=str(readout_path), visible=True),
             "download_csv": gr.update(value=str(history_path), visible=True),
             "answer": gr.update(label=fmt.answer_label())}  # no longer the best so far: the answer

@@ -18,7 +18,7 @@ from page import format as fmt
 from page.asking import read_before_turn, request_settings
 from page.context import MODEL_CONCURRENCY, AppContext
 from page.errors import user_errors
-from page.events import listen
+from page.events import bind, listen
 from page.history_panel import history_outputs, recolour_after
 from page.picks import ensure_loaded, loaded_now, seen_now
 from page.turns import model_turn, stop_pressed_from_now
@@ -36,9 +36,10 @@ def comparable_profiles(hardware) -> list[str]:
     return [row["name"] for row in describe_profiles(hardware) if row["available"]]
 
 
-def build_compare_panel(ctx: AppContext, question: dict, history: dict, seen) -> dict:
+def build_compare_panel(ctx: AppContext, question: dict, history: dict, seen, load_status) -> dict:
     """Lays out the panel and wires its button and the `/compare` endpoint to the question panel's inputs; returns
-    its components and the event (the page shows what is loaded when it ends).
+    its components and the event (the page shows what is loaded when it ends). While it runs, the line over the page
+    (`load_status`) says what is compared and Ask is disabled, as during a reload.
     The page's Stop ends a comparison between steps or inside a read (it does not cancel the event, so the
     comparison ends as it does on an error: the profile used before loaded back, then the page shows it)."""
     available = comparable_profiles(ctx.hardware)
@@ -95,13 +96,28 @@ def build_compare_panel(ctx: AppContext, question: dict, history: dict, seen) ->
 
     inputs = [question["files"], question["pasted"], question["question"], question["top_k"], question["reading"],
               question["no_answer_below"], profiles, strategies, history["history"]]
-    comparing = listen(compare_btn.click, compare, inputs=inputs, outputs=outputs, api_name="compare",
+    starting = listen(compare_btn.click, bind(start_comparing, ctx), inputs=[profiles, strategies],
+                      outputs={"load_status": load_status, "ask": question["ask"], "full": question["full"]},
+                      queue=False, api_visibility="private", show_progress="hidden")
+    comparing = listen(starting.then, compare, inputs=inputs, outputs=outputs, api_name="compare",
                        concurrency_id=MODEL_CONCURRENCY, show_progress_on=[table])
     recolour_after(history, comparing)
     profiles.change(lambda names: gr.update(visible="custom" in (names or [])), inputs=profiles, outputs=strategies,
                     queue=False, api_visibility="private")
     return {"profiles": profiles, "strategies": strategies, "compare": compare_btn, "table": table,
             "summary": summary, "json": comparison_json, "event": comparing}
+
+
+def start_comparing(ctx: AppContext, names, custom_strategies) -> dict:
+    """The moment a comparison is asked for: the line over the page says which profiles are compared and what is
+    loaded back after, and asking is disabled until it ends (the model panel's `show_loaded`)."""
+    named = [f"custom ({', '.join(custom_strategies)})" if name == "custom" and custom_strategies else name
+             for name in names or []]
+    which = f"{', '.join(named[:-1])} and {named[-1]}" if len(named) > 1 else (named[0] if named else "none")
+    return {"load_status": f"**Comparing profiles {fmt.escape_markdown(which)}** on your question, each loaded "
+                           f"in turn; then {fmt.escape_markdown(loaded_now(ctx))} is loaded back. Ask is disabled "
+                           "until it ends.",
+            "ask": gr.update(interactive=False), "full": gr.update(interactive=False)}
 
 
 def comparison_frame(comparison: Comparison | None) -> pd.DataFrame:

@@ -1,5 +1,6 @@
-"""The answers' download files (the readout's JSON, the history's CSV): a folder per answer, old ones removed.
-Not what goes in them (`page.asking.show_outcome` writes them).
+"""The answers' download files (the readout's JSON, the history's CSV): a folder per answer, old ones removed; and
+the project's write-ups the page links to, served as they are. Not what goes in them (`page.asking.show_outcome`
+writes them).
 """
 
 from __future__ import annotations
@@ -14,6 +15,19 @@ from pathlib import Path
 from typing import Callable
 
 DOWNLOADS_KEEP_S = 3600.0  # a download file is removed after an hour (gradio serves its own copy)
+REPOSITORY = Path(__file__).resolve().parent.parent
+PUBLIC_DOCS = ("docs/no-answer.md",)  # linked from the not-found verdict's "How this is decided"
+
+
+def public_files() -> list[str]:
+    """The write-ups the page links to (PUBLIC_DOCS), for gradio's `allowed_paths`."""
+    return [str(REPOSITORY / path) for path in PUBLIC_DOCS]
+
+
+def doc_url(path: str | None) -> str | None:
+    """Where the page serves the write-up at `path` (one of PUBLIC_DOCS, relative to the repository), relative to
+    the page; None for any other."""
+    return f"gradio_api/file={REPOSITORY / path}" if path in PUBLIC_DOCS else None
 
 
 class DownloadFolders:

@@ -88,9 +88,11 @@ def best_answer(result) -> str:
     return best.text  # without a rule, the run table and the JSON say the confidence is not calibrated
 
 
-def answer_status(result) -> str:
+def answer_status(result, evaluation_url: str | None = None) -> str:
     """Markdown over the answer box: whether the documents hold the answer (by the model's rule or the request's
-    threshold), and where the best answer stands; without a rule, its confidence from the score alone."""
+    threshold), and where the best answer stands; without a rule, its confidence from the score alone. Not found:
+    the verdict's confidence, and its rule's numbers behind a closed disclosure (`how_decided`) linking to
+    `evaluation_url`, where the rule was measured."""
     verdict = result.verdict
     best = result.answers[0] if result.answers and result.answers[0].document is not None else None
     if best is None:
@@ -98,8 +100,9 @@ def answer_status(result) -> str:
     where = (f"In {escape_markdown(str(best.location or best.document))}, characters "
              f"{best.start_char:,}–{best.end_char:,}; score {best.score:.3g}.")
     if verdict is not None and verdict.found is False:
-        return (f"### {escape_markdown(verdict.message)} ({verdict.confidence} confidence)\nThe spans the model "
-                "liked best are in Top answers, marked low confidence.")
+        return (f"### {escape_markdown(verdict.message)} ({verdict.confidence} confidence)\nThe closest passages "
+                "are below, nothing in them marked as the answer; the spans the model liked best are in Top answers, "
+                f"marked low confidence.\n\n{how_decided(verdict, evaluation_url)}")
     if verdict is not None and verdict.found:
         return f"### Found ({best.confidence or MISSING} confidence)\n{where}"
     if verdict is not None and verdict.confidence == "low":  # outside the model's question form, or a word absent
@@ -134,6 +137,58 @@ def provisional_rows(best) -> list[list]:
     answer = best.answer
     return [["so far", answer.text, f"{answer.score:.4g}", PROVISIONAL, str(answer.location or answer.document),
              f"{answer.start_char:,}–{answer.end_char:,}"]]
+
+
+def how_decided(verdict, evaluation_url: str | None = None) -> str:
+    """A closed disclosure, "How this is decided": the verdict's rule with its numbers, and a link to where the rule
+    was measured (`evaluation_url`, for a rule measured in this project)."""
+    measured = (f" [How often this rule is right]({evaluation_url}) ({escape_markdown(verdict.evaluation)})."
+                if evaluation_url and verdict.evaluation else "")
+    return (f'<details class="how-decided"><summary>How this is decided</summary>\n\n'
+            f"{escape_markdown(verdict.details)}{measured}\n\n</details>")
+
+
+EVIDENCE_LABEL = "Evidence: the answer in its passage"
+CLOSEST_LABEL = "Closest passages: none answers the question, nothing is marked"
+CLOSEST_PASSAGES = 2  # where nothing is found, the passages around this many of the best spans
+
+
+def evidence_label(result) -> str:
+    """The passage box's label: the answer in its passage, or, where the documents hold no answer, the closest
+    passages (`closest_passages`)."""
+    verdict = result.verdict if result is not None else None
+    return CLOSEST_LABEL if verdict is not None and verdict.found is False else EVIDENCE_LABEL
+
+
+def closest_passages(texts: list[str], answers, limit: int = CLOSEST_PASSAGES) -> list[tuple]:
+    """Where the documents hold no answer: the passages around the best spans (at most `limit`, one per place),
+    numbered, as plain words with nothing labelled, so that no span reads as the answer."""
+    spans, places = [], set()
+    for answer in answers:
+        place = (answer.document_index, answer.start_char)
+        if answer.document_index < 0 or place in places:
+            continue
+        places.add(place)
+        passage = evidence(texts[answer.document_index], answer.start_char, answer.end_char)
+        spans += [(f"{' ' if spans else ''}({len(places)}) ", None), *((text, None) for text, _ in passage)]
+        if len(places) == limit:
+            break
+    return spans
+
+
+def wait_line(waited_s: float | None, latency_s: dict | None, queue: dict | None) -> str:
+    """The visitor's wait, from the click to the answer on the screen as timed in the browser (`waited_s`), beside
+    the engine's stages (`latency_s`, its "total") and the model's queue before the read began (`queue`, the
+    readout's): the rest is gradio's queue, the network (pasted text included; files upload when chosen, before the
+    click) and the page's own steps. Nothing without a browser's time."""
+    if waited_s is None:
+        return ""
+    engine_s = (latency_s or {}).get("total") or 0.0
+    queued_s = (queue or {}).get("waited_to_start_s") or 0.0
+    rest_s = max(0.0, waited_s - engine_s - queued_s)
+    return (f"**You waited {format_seconds(waited_s)}** from click to answer (timed in your browser): "
+            f"{format_seconds(queued_s)} queued for the model, {format_seconds(engine_s)} in the engine (the stages' "
+            f"total above), {format_seconds(rest_s)} in gradio's queue, the network and the page's own steps.")
 
 
 def stopped_status(windows_done: int, windows_total: int, best=None) -> str:

@@ -41,20 +41,22 @@ UPLOAD_ROUTE = "/gradio_api/upload"
 
 
 def harden(demo: gr.Blocks, uploads: UploadStore, visitor_header: str | None, *, css: str = "",
-           js: str | None = None) -> gr.Blocks:
+           js: str | None = None, public: tuple[str, ...] | list[str] = ()) -> gr.Blocks:
     """`demo`, telling a caller why its call was refused before any handler ran (a file argument naming a server path
     that was never uploaded, an input of the wrong shape, too few values) and padding a call made before the
     not-found threshold was added; launched however it is (`serve`, tests, a Space), its upload route bounded
     (`UploadGate`) and its uploads swept, with the page's stylesheet and script. The stylesheet goes in the head as
     it is: gradio's `launch(css=...)` scopes each rule of a media query to its main column, which kept every phone
-    rule off the notices. Wraps this one page's methods (see the module's docstring)."""
+    rule off the notices. The files in `public` (the write-ups the page links to) are served as they are. Wraps this
+    one page's methods (see the module's docstring)."""
     launch, preprocess_data, validate_inputs = demo.launch, demo.preprocess_data, demo.validate_inputs
 
     @functools.wraps(launch)
     def bounded_launch(*args, app_kwargs: dict | None = None, **kwargs):
         app_kwargs = {**upload_bounds(demo, uploads, visitor_header), **(app_kwargs or {})}
         looks = {"head": f"<style>{css}</style>" if css else None, "js": js}
-        return launch(*args, app_kwargs=app_kwargs, **{**looks, **kwargs})
+        allowed = {"allowed_paths": [*(kwargs.pop("allowed_paths", None) or []), *public]}
+        return launch(*args, app_kwargs=app_kwargs, **{**looks, **kwargs, **allowed})
 
     @functools.wraps(preprocess_data)
     async def telling_preprocess_data(block_fn, inputs, *args, **kwargs):

@@ -17,6 +17,7 @@ from page.asking import DEFAULT_TRAINING_WINDOW, run_training_step
 from page.compare_panel import build_compare_panel
 from page.context import DEFAULT_QUEUE_SIZE, REQUEST_CONCURRENCY, AppContext, request_workers
 from page.events import bind, listen
+from page.downloads import public_files
 from page.hardening import harden
 from page.model_panel import build_model_panel, show_loaded_after, wire_model_panel
 from page.picks import auto_profile
@@ -94,7 +95,7 @@ def build_blocks(ctx: AppContext, queue_size: int = DEFAULT_QUEUE_SIZE) -> gr.Bl
         question = build_question_panel(ctx)
         wire_model_panel(ctx, demo, seen, model, question)
         history = build_answer_panel(ctx, question, seen, intro)
-        compared = build_compare_panel(ctx, question, history, seen)
+        compared = build_compare_panel(ctx, question, history, seen, model["load_status"])
         show_loaded_after(ctx, compared["event"], model, question)
         with gr.Accordion("Loaded model", open=True):
             model["load_table"].render()
@@ -104,4 +105,4 @@ def build_blocks(ctx: AppContext, queue_size: int = DEFAULT_QUEUE_SIZE) -> gr.Bl
         build_plan_panel(ctx.models, ctx.selection["model"])
         build_reference_panel(ctx)
     demo.queue(default_concurrency_limit=1, max_size=queue_size)
-    return harden(demo, ctx.uploads, ctx.visitor_header, css=CSS, js=JS)
+    return harden(demo, ctx.uploads, ctx.visitor_header, css=CSS, js=JS, public=public_files())

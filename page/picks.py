@@ -119,15 +119,35 @@ def ensure_loaded(ctx: AppContext, progress=None) -> None:
             raise
 
 
-def banner(ctx: AppContext) -> dict:
-    """The warning over the page: running on the demo model instead of the chosen one, or nothing loaded."""
+def demo_stands_in(ctx: AppContext) -> tuple[str, str] | None:
+    """The model the bundled demo model answers for, and why, while it does: the load now loaded fell back to it
+    (its readout says why), or the demo model is loaded after a reload while the page's own model still falls back
+    to it because it cannot be fetched here (`falls_back_to_demo`, offline and not in the cache). None otherwise:
+    the named model loaded, or a model given with --model that is not the default."""
     loaded = ctx.session.loaded
-    if loaded is None and ctx.load_error:
-        text = f"**{NO_MODEL}** {fmt.escape_markdown(ctx.load_error)} {PICK_MODEL}"
-    elif loaded is not None and loaded.readout.fallback_reason:
+    if loaded is None:
+        return None
+    if loaded.readout.fallback_reason:
         wanted = ctx.session.selection.model if ctx.session.selection else DEFAULT_MODEL
+        return wanted, loaded.readout.fallback_reason
+    named = ctx.start.get("model") or DEFAULT_MODEL
+    if ctx.session.model_ref == "demo" and named != "demo" and falls_back_to_demo(named) and is_offline() \
+            and needs_download(named):
+        return named, (f"{named!r} is not in this machine's cache, and downloads are off here (HF_HUB_OFFLINE is "
+                       "set).")
+    return None
+
+
+def banner(ctx: AppContext) -> dict:
+    """The warning over the page: the demo model standing in for the page's model (`demo_stands_in`: on every
+    visit, after any reload), or nothing loaded."""
+    stand_in = demo_stands_in(ctx)
+    if ctx.session.loaded is None and ctx.load_error:
+        text = f"**{NO_MODEL}** {fmt.escape_markdown(ctx.load_error)} {PICK_MODEL}"
+    elif stand_in is not None:
+        wanted, reason = stand_in
         text = (f"**Running on the bundled demo model**, not {fmt.escape_markdown(wanted)}. "
-                f"{fmt.escape_markdown(loaded.readout.fallback_reason)} The demo model is tiny: it answers "
+                f"{fmt.escape_markdown(reason)} The demo model is tiny: it answers "
                 "questions like *What is the frequency of …?* about sentences *The frequency of … is ….*, "
                 "as in the examples below.")
     else:

@@ -380,6 +380,26 @@ def test_offline_the_default_model_falls_back_to_the_demo_model_and_the_page_say
     assert picks.show_loaded(ctx)["model"]["value"] == "demo"
 
 
+@pytest.mark.skipif(not any(DEMO_MODEL_DIR.glob("*.safetensors")), reason="the demo model has no weights yet")
+def test_offline_the_demo_notice_stays_after_a_visitor_reloads_a_profile(monkeypatch):
+    """Issue 49.3: a reload loads "demo" by name (the dropdown shows it), which falls back from nothing; the demo
+    model still stands in for the page's model, so every fresh page still says so."""
+    import huggingface_hub.constants
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    ctx = make_context(Session(), models=[DEFAULT_MODEL], default_model=DEFAULT_MODEL, default_profile="cpu")
+    picks.on_page_load(ctx)
+    picks.load_profile(ctx, "baseline-fp32", "demo")
+    assert ctx.session.loaded.readout.fallback_reason is None and ctx.session.profile_name == "baseline-fp32"
+    shown = picks.on_page_load(ctx)  # a fresh page
+    assert shown["banner"]["visible"] is True and "Running on the bundled demo model" in shown["banner"]["value"]
+    assert f"not {ui_format.escape_markdown(DEFAULT_MODEL)}" in shown["banner"]["value"]
+    assert "downloads are off" in shown["banner"]["value"]
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)  # online, demo picked by name: no notice
+    assert picks.on_page_load(ctx)["banner"]["visible"] is False
+
+
 def test_page_load_without_a_loadable_model_shows_why_and_keeps_the_page(broken_model_dir):
     ctx = make_context(Session(), models=[str(broken_model_dir)], default_model=str(broken_model_dir),
                        default_profile="cpu")

@@ -183,3 +183,13 @@ def test_the_plots_are_coloured_by_profile_with_a_colour_each():
     demo = build_blocks(make_context(Session()))
     plots = [block for block in demo.blocks.values() if isinstance(block, gr.BarPlot)]
     assert len(plots) == 2 and all(plot.color == "profile" for plot in plots)
+
+
+def test_starting_a_comparison_says_what_is_compared_and_disables_asking(ctx):
+    shown = compare_panel.start_comparing(ctx, ["cpu", "baseline-fp32", "custom"], ["sdpa"])
+    line = shown["load_status"]
+    compared = ui_format.escape_markdown("cpu, baseline-fp32 and custom (sdpa)")
+    assert line.startswith(f"**Comparing profiles {compared}**")
+    assert ui_format.escape_markdown(picks.loaded_now(ctx)) in line
+    assert shown["ask"]["interactive"] is False and shown["full"]["interactive"] is False
+    assert "Comparing profiles cpu**" in compare_panel.start_comparing(ctx, ["cpu"], [])["load_status"]

@@ -228,10 +228,37 @@ def test_not_found_shows_one_short_sentence_with_a_confidence_word_and_no_rule_n
     shown, status = ui_format.best_answer(result), ui_format.answer_status(result)
     assert shown == "Not found in the documents (high confidence): no passage answers the question clearly enough."
     assert status.startswith("### Not found in the documents (high confidence)\n")
-    assert "4.2e-08" not in shown + status and "97.3" not in shown + status  # the numbers are the disclosure's
+    visible, disclosure = status.split('<details class="how-decided"><summary>How this is decided</summary>')
+    assert "4.2e" not in shown + visible and "97" not in shown + visible  # the numbers are the disclosure's
+    assert "4\\.2e\\-08" in disclosure and "97\\.3" in disclosure and disclosure.endswith("</details>")
+    linked = ui_format.answer_status(result, "gradio_api/file=/app/docs/no-answer.md")
+    assert "[How often this rule is right](gradio_api/file=/app/docs/no-answer.md)" in linked
     form = no_answer.QuestionForm("What is the <attribute> of <name>?", "One form only.")
     guess = no_answer.judge(replace(rule, question_form=form), 0.3, None, True, [], [], "Who founded Acme?")
     outside = SimpleNamespace(answers=[Answer("teal", 0.3, "a.txt", 0, 1200, 1204, "low")], verdict=guess)
     assert ui_format.best_answer(outside) == "teal"  # the answer still shows, marked as a guess
     status = ui_format.answer_status(outside)  # markdown-escaped
     assert status.startswith("### A guess \\(low confidence\\): this model answers") and "&lt;attribute&gt;" in status
+
+
+def test_not_found_shows_the_closest_passages_numbered_with_nothing_marked_as_the_answer():
+    texts = ["The colour of Zorbin is teal. " * 3, "Velka is red."]
+    answers = [Answer("teal", 3e-11, "a.txt", 0, 24, 28, "low"), Answer("teal", 2e-11, "a.txt", 0, 24, 28, "low"),
+               Answer("red", 1e-11, "b.txt", 1, 9, 12, "low"), Answer("Zorbin", 1e-12, "a.txt", 0, 14, 20, "low")]
+    spans = ui_format.closest_passages(texts, answers)
+    assert all(label is None for _, label in spans)
+    text = "".join(span for span, _ in spans)
+    assert text.startswith("(1) The colour of Zorbin is teal.") and " (2) Velka is red." in text
+    assert text.count("(") == 2  # two places, the same one once
+    rule = no_answer.NoAnswerRule(no_answer.THRESHOLD, 1e-5, "measured")
+    lost = SimpleNamespace(answers=answers, verdict=no_answer.judge(rule, 3e-11, 0.99, True))
+    assert ui_format.evidence_label(lost) == ui_format.CLOSEST_LABEL
+    found = SimpleNamespace(answers=answers, verdict=no_answer.judge(rule, 0.9, 0.01, True))
+    assert ui_format.evidence_label(found) == ui_format.EVIDENCE_LABEL
+
+
+def test_the_wait_line_counts_the_rest_as_the_page_and_the_network():
+    line = ui_format.wait_line(0.8, {"total": 0.237}, {"waited_to_start_s": 0.05})
+    assert line.startswith("**You waited 800 ms**") and "50 ms queued" in line and "237 ms in the engine" in line
+    assert "513 ms in gradio's queue" in line
+    assert ui_format.wait_line(None, {"total": 0.2}, None) == ""
