@@ -309,9 +309,11 @@ class GuidedRead:
 
 def read_windows(runner: Runner, tokenizer, plan, indices: list[int], read: GuidedRead, batch_state: BatchState,
                  measurement, *, should_stop: StopCheck | None = None,
-                 on_window_progress: Callable[[WindowProgress], None] | None = None) -> None:
+                 on_window_progress: Callable[[WindowProgress], None] | None = None,
+                 on_batch: Callable[[list[Window], list], None] | None = None) -> None:
     """Read the plan's windows at `indices` (into `plan.cuts`) and add them, their logits and what the passes
-    measured to `read`; progress counts on from the windows `read` already holds."""
+    measured to `read`; progress counts on from the windows `read` already holds; `on_batch` hears each batch
+    (`batching.run_windows`)."""
     with measurement.stage("tokenize"):
         new = cut_windows(tokenizer, plan.question, plan.documents, plan.document_tokens,
                           [plan.cuts[i] for i in indices], should_stop=should_stop)
@@ -324,7 +326,7 @@ def read_windows(runner: Runner, tokenizer, plan, indices: list[int], read: Guid
     with measurement.stage("forward"):
         logits, read.batch_size, sample = run_windows(runner, new, tokenizer.pad_token_id, plan.settings,
                                                       batch_state, should_stop=should_stop,
-                                                      on_window_progress=progress)
+                                                      on_window_progress=progress, on_batch=on_batch)
     read.forward_tokens += sample.tokens
     read.forward_windows += sample.windows
     read.forward_s += sample.seconds
@@ -336,11 +338,12 @@ def read_windows(runner: Runner, tokenizer, plan, indices: list[int], read: Guid
 def read_rounds(runner: Runner, tokenizer, plan, batch_state: BatchState, measurement, *,
                 should_stop: StopCheck | None = None,
                 on_window_progress: Callable[[WindowProgress], None] | None = None,
-                evidence: no_answer.Evidence | None = None) -> GuidedRead:
+                evidence: no_answer.Evidence | None = None,
+                on_batch: Callable[[list[Window], list], None] | None = None) -> GuidedRead:
     """Read a guided plan's rounds (`longqa_core.plan.RequestPlan`: windows of the full read) in order, deciding
     after each whether the answer so far is enough; a later round that would pass the time budget is not read.
     `evidence`: the request's one `no_answer.Evidence` (built here when not given), which a rule that needs
-    evidence asks of each round's best answer."""
+    evidence asks of each round's best answer; `on_batch` hears each batch (`batching.run_windows`)."""
     settings, rounds = plan.settings, plan.reading
     read = GuidedRead(batch_size=batch_state.size if settings.adaptive_batching else settings.batch_size)
     for round_index, round_windows in enumerate(rounds.rounds):
@@ -357,7 +360,7 @@ def read_rounds(runner: Runner, tokenizer, plan, batch_state: BatchState, measur
         if round_index == 0:
             check_predicted_time(predicted, settings, len(round_windows), new_tokens, rate)
         read_windows(runner, tokenizer, plan, round_windows, read, batch_state, measurement,
-                     should_stop=should_stop, on_window_progress=on_window_progress)
+                     should_stop=should_stop, on_window_progress=on_window_progress, on_batch=on_batch)
         with measurement.stage("decode"):
             decoded = decode(read.windows, read.logits, plan.documents, replace(settings, top_k=1),
                              stop_check(should_stop))

@@ -32,8 +32,8 @@ DEFAULT_TRAINING_WINDOW = 512
 TRAINING_LOCKED = ("This deployment is shared and fixes its model: the training-step readout holds the model alone, "
                    "so it is turned off here. Run the page yourself (`python app.py`) to try it.")
 NO_DOWNLOAD = gr.update(value=None, visible=False)
-CLEARED = {"answer": "", "evidence": None, "readout": None, "download_json": NO_DOWNLOAD, "download_csv": NO_DOWNLOAD,
-           "wait": ""}
+CLEARED = {"answer": gr.update(value="", label=fmt.answer_label()), "evidence": None, "readout": None,
+           "download_json": NO_DOWNLOAD, "download_csv": NO_DOWNLOAD, "wait": ""}
 CLEARED_TABLES = {"answers": fmt.ANSWER_HEADERS, "latency": fmt.LATENCY_HEADERS,
                   "memory": fmt.MEMORY_HEADERS, "run": fmt.RUN_HEADERS}
 
@@ -207,16 +207,18 @@ def clear_answer(status: str) -> dict:
 
 def show_outcome(ctx: AppContext, request: gr.Request = None) -> dict:
     """After an answer through the page: over the answer, whether it was found (or the error's message, or how far
-    a Stop got), the passage box's label (the closest passages where nothing was found), and the readout and
-    history the answer showed, to download."""
+    a Stop got), the answer box's label (the answer, or the partial one a Stop kept), the passage box's label (the
+    closest passages where nothing was found), and the readout and history the answer showed, to download."""
     outcome = ctx.outcomes.pop(page_session(request), None)
     if outcome is None:
-        return {"status": gr.skip(), "download_json": gr.skip(), "download_csv": gr.skip(), "evidence": gr.skip()}
+        return {"status": gr.skip(), "download_json": gr.skip(), "download_csv": gr.skip(), "evidence": gr.skip(),
+                "answer": gr.skip()}
     if outcome.readout is None:
-        status = (fmt.stopped_status(*outcome.stopped) if outcome.stopped is not None
+        status = (fmt.stopped_status(*outcome.stopped, outcome.partial) if outcome.stopped is not None
                   else fmt.failed_status(outcome.message or "The request failed."))
+        label = fmt.answer_label(fmt.partial_label(*outcome.stopped) if outcome.partial is not None else None)
         return {"status": status, "download_json": NO_DOWNLOAD, "download_csv": NO_DOWNLOAD,
-                "evidence": gr.update(label=fmt.EVIDENCE_LABEL)}
+                "evidence": gr.update(label=fmt.EVIDENCE_LABEL), "answer": gr.update(label=label)}
     folder = DOWNLOADS.new()
     readout_path = folder / "longqa-readout.json"
     readout_path.write_text(json.dumps(outcome.readout_json, indent=2, ensure_ascii=False), encoding="utf-8")
@@ -227,7 +229,8 @@ def show_outcome(ctx: AppContext, request: gr.Request = None) -> dict:
     return {"status": fmt.answer_status(result, doc_url(evaluation)),
             "evidence": gr.update(label=fmt.evidence_label(result)),
             "download_json": gr.update(value=str(readout_path), visible=True),
-            "download_csv": gr.update(value=str(history_path), visible=True)}
+            "download_csv": gr.update(value=str(history_path), visible=True),
+            "answer": gr.update(label=fmt.answer_label())}  # no longer the best so far: the answer
 
 
 def run_training_step(ctx: AppContext, window_tokens, request: gr.Request = None, progress=gr.Progress()) -> dict:

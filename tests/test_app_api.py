@@ -452,6 +452,22 @@ def test_a_client_that_disconnects_mid_answer_leaves_the_model_usable(tiny_model
         demo.close()
 
 
+def test_ask_streams_the_best_answer_so_far_then_the_same_final_output(client):
+    """Issue 50 item 2: /ask through gradio_client streams each best answer so far as a job's outputs (the readout
+    `{"provisional": true, ...}`), then the output it always returned."""
+    pasted = " ".join(f"Sentence {n} tells of the colour of Zorbin and of nothing else here." for n in range(900))
+    job = client.submit([], pasted, "What is the colour of Zorbin?", 1, "full", api_name="/ask")
+    final = job.result()
+    outputs = job.outputs()
+    provisional = [output[-1] for output in outputs[:-1] if output[-1] and output[-1].get("provisional")]
+    assert len(provisional) >= 2, [output[-1] for output in outputs]
+    reads = [p["windows_read"] for p in provisional]
+    assert reads == sorted(reads) and all(p["windows_total"] == final[-1]["windows"] for p in provisional)
+    assert all(set(p) == {"provisional", "answer", "windows_read", "windows_total"} for p in provisional)
+    assert len(final) == len(ASK_RETURNS) and set(final[-1]) == READOUT_KEYS and outputs[-1] == final
+    assert final[1] == final[-1]["answers"][0]["text"]  # the answer itself, no longer a best-so-far update
+
+
 # ------------------------------------------------------------------------------------ issue 48: at the door
 def join(url: str, demo, api_name: str, data: list, session_hash: str) -> int:
     """A raw `queue/join` of the event named `api_name` for `session_hash`, as a hostile client posts it: the reply's
