@@ -2,7 +2,7 @@
 (before its turn on the model) and answers a plan, with a gate for turns on a shared model, progress and a stop
 check; `Session` (the model in this process) and `longqa.serving.ray_replicas.RaySession` (Ray Serve replicas)
 implement all of it, the second by holding a `Session` for its record of what is loaded. A visitor's choice of
-model is a `Selection`, taken whole.
+model is a `Selection`, taken whole; the best answer so far while a read goes on, a `Provisional` (the engine's).
 
 Types only: it holds no model and runs nothing.
 """
@@ -13,6 +13,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Callable, Protocol, runtime_checkable
 
+from longqa_core.answering import Provisional
 from longqa_core.batching import BatchState, Runner, WindowProgress
 from longqa_core.documents import Document
 from longqa_core.limits import EngineSettings, StopCheck
@@ -100,7 +101,8 @@ class Backend(Protocol):
 
     def ask(self, plan: RequestPlan, *, extract_s: float = 0.0, gate: Gate | None = None,
             should_stop: StopCheck | None = None,
-            on_window_progress: Callable[[WindowProgress], None] | None = None): ...
+            on_window_progress: Callable[[WindowProgress], None] | None = None,
+            on_candidate: Callable[[Provisional], None] | None = None): ...
 
     def learn(self, readout) -> None: ...
 

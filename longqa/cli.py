@@ -14,7 +14,8 @@ import warnings
 
 from transformers.utils import logging as hf_logging
 
-from longqa.bench import band_kernels, cpu_seconds, first_answer, levers, reading_sweep, window_profile
+from longqa.bench import (band_kernels, cpu_seconds, first_answer, levers, reading_sweep, streaming,
+                          window_profile)
 from longqa.bench import runner as bench_module
 from longqa.arguments import positive_int
 from longqa.compare import Comparison, choices_from, compare_profiles
@@ -101,6 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
                                        f"{{{','.join(MEASUREMENTS)}}} ... (see docs/cpu-floor.md)")
     bench_module.add_arguments(bench)
     reading_sweep.add_arguments(bench)
+    streaming.add_arguments(bench)
     return parser
 
 
@@ -282,6 +284,8 @@ def main(argv: list[str] | None = None) -> int:
             return run_plan(args)
         if args.reading:
             return reading_sweep.run(args)
+        if args.stream:
+            return streaming.run(args)
         return bench_module.run(args)
     except LongQAError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -25,13 +25,14 @@ the public names of each:
   throughput estimate (`window_s`, `tokens_per_s`).
 - `reading`: question-guided reading: the ranking of the full read's windows, its `ReadingPlan` (mode, reason
   code and text, rounds) and `read_rounds` / `read_windows`, the loops that read those rounds and the windows left.
-- `spans`: answer spans from logits (`decode_answers`, `Answer`).
+- `spans`: answer spans from logits (`decode_answers`, `Answer`; a window at a time: `decode_window`, `merged_answers`).
 - `no_answer`: the "not found" rules (`NoAnswerRule`, `judge`, `Verdict`, `confidence`) and the evidence check
   (`Evidence`, `answer_neighbourhood`).
 - `ranker`: the one module that knows the ranker is BM25 (bm25s): `PassageIndex` (`score`, `nbytes`,
   `vocabulary`), `index_passages`, and the content words (`STOPWORDS`, `content_words`, `question_words`) that the
   ranking and the evidence check share.
-- `answering`: `answer_plan` answers a plan into a `QAResult` (with `ReadingReadout`); `answer` plans and answers.
+- `answering`: `answer_plan` answers a plan into a `QAResult` (with `ReadingReadout`); `answer` plans and answers;
+  `BestSoFar` keeps the best answer of the windows read while a read goes on (`Provisional`).
 - `telemetry`: `measure` (latency by stage, `MemoryReadout`), `HostPeak`, `timed`, `current_rss_bytes`.
 - `gpu_devices`: the NVML wrapper (`nvml`, `nvml_handle`, `device_memory`, `gpu_snapshot`, `cuda_device_indices`).
 - `host_memory`: handing freed memory back to the system (`trim_heap`) and a server's allocator settings

@@ -8,20 +8,21 @@ loads a model (longqa.loader does). Its readouts stay in bytes and seconds: only
 
 from __future__ import annotations
 
+import time
 import traceback
 from dataclasses import dataclass, field
 from typing import Callable
 
 from longqa_core import no_answer, reading, telemetry
 from longqa_core.batching import BatchState, ForwardSample, Runner, WindowProgress, release_memory, run_windows
-from longqa_core.documents import Document
-from longqa_core.errors import LongQAError
+from longqa_core.documents import Document, locate
+from longqa_core.errors import Cancelled, LongQAError
 from longqa_core.index_cache import IndexCache
-from longqa_core.limits import EngineSettings, StopCheck, check_tokens, no_answer_rule, stop_check
+from longqa_core.limits import EngineSettings, StopCheck, check_tokens, no_answer_rule
 from longqa_core.plan import RequestPlan, plan_request
-from longqa_core.spans import Answer, decode
+from longqa_core.spans import Answer, Candidate, Decoded, decode, decode_window, merged_answers
 from longqa_core.telemetry import MemoryReadout
-from longqa_core.windows import DocumentStats, cut_windows, make_windows, window_span
+from longqa_core.windows import DocumentStats, Window, cut_windows, make_windows, window_span
 
 
 @dataclass
@@ -100,10 +101,78 @@ class QAResult:
                 "no_answer": self.verdict.to_json() if self.verdict is not None else None}
 
 
+@dataclass(frozen=True)
+class Provisional:
+    """The best answer of the windows read so far, while the read goes on: what a caller may show before the
+    result. Never judged found or not found: the not-found rule judges only the final answer."""
+
+    answer: Answer
+    windows_read: int
+    windows_total: int
+
+    def to_json(self) -> dict:
+        return {"provisional": True, "answer": self.answer.to_json(), "windows_read": self.windows_read,
+                "windows_total": self.windows_total}
+
+
+class BestSoFar:
+    """A running best answer over the windows read: each batch's windows decoded as they come (`spans.decode_window`,
+    as the final decode would), their candidates merged into those of the windows before (identical answers
+    summing, as `spans.merge_candidates` does), so that the windows read before are never decoded again, not even
+    at the end: the answer merges what was decoded here (`decoded`). It sees a read's batches (`on_batch`) and,
+    after each, its progress (`on_progress`), and tells `on_candidate` the best so far with how many windows were
+    read; `seconds` is what its decoding took."""
+
+    def __init__(self, documents: list[Document], settings: EngineSettings,
+                 on_candidate: Callable[[Provisional], None]):
+        self.documents = documents
+        self.settings = settings
+        self.on_candidate = on_candidate
+        self.per_window: dict[int, tuple[list[Candidate], float]] = {}  # by id(window): its candidates, null score
+        self.merged: dict[str, Candidate] = {}
+        self.best: Candidate | None = None
+        self.latest: Provisional | None = None
+        self.seconds = 0.0
+
+    def on_batch(self, windows: list[Window], logits: list) -> None:
+        began = time.perf_counter()
+        for window, pair in zip(windows, logits):
+            candidates, null_score = decode_window(window, pair, self.documents, self.settings)
+            self.per_window[id(window)] = (candidates, null_score)
+            for candidate in candidates:
+                key = candidate.text.lower()
+                kept = self.merged.get(key)
+                if kept is None:
+                    kept = self.merged[key] = Candidate(candidate.text, 0.0, candidate.document_index,
+                                                        candidate.start_char, candidate.end_char)
+                kept.score += candidate.score
+                if self.best is None or kept.score > self.best.score:
+                    self.best = kept
+        self.seconds += time.perf_counter() - began
+
+    def on_progress(self, state: WindowProgress) -> None:
+        if self.best is None or state.windows_done == 0:
+            return
+        best = self.best
+        document = self.documents[best.document_index]
+        self.latest = Provisional(Answer(best.text, best.score, document.name, best.document_index, best.start_char,
+                                         best.end_char, location=locate(document, best.start_char, best.end_char)),
+                                  state.windows_done, state.windows_total)
+        self.on_candidate(self.latest)
+
+    def decoded(self, windows: list[Window]) -> Decoded | None:
+        """The answers of `windows` (in document order) from what was decoded here, or None if one was not."""
+        if any(id(window) not in self.per_window for window in windows):
+            return None
+        return merged_answers([self.per_window[id(window)] for window in windows], self.documents,
+                              self.settings.top_k)
+
+
 def answer(runner: Runner, tokenizer, documents: list[Document], question: str, settings: EngineSettings, *,
            batch_state: BatchState | None = None, extract_s: float = 0.0, should_stop: StopCheck | None = None,
            on_window_progress: Callable[[WindowProgress], None] | None = None, reading_mode: str = "full",
-           index_cache: IndexCache | None = None, weak_answer_score: float | None = None) -> QAResult:
+           index_cache: IndexCache | None = None, weak_answer_score: float | None = None,
+           on_candidate: Callable[[Provisional], None] | None = None) -> QAResult:
     """Plan the request (`plan_request`) and answer it (`answer_plan`): for callers with no lane between the two
     (the CLI, the bench, tests). `reading_mode` "full" reads every window; "guided" reads the windows the ranking
     picks, round by round while the answer is weak, falling back to the full read where ranking cannot serve;
@@ -112,23 +181,30 @@ def answer(runner: Runner, tokenizer, documents: list[Document], question: str, 
     plan = plan_request(tokenizer, documents, question, settings, reading_mode, batch_state=batch_state,
                         index_cache=index_cache, should_stop=should_stop, weak_answer_score=weak_answer_score)
     return answer_plan(runner, tokenizer, plan, batch_state=batch_state, extract_s=extract_s,
-                       should_stop=should_stop, on_window_progress=on_window_progress)
+                       should_stop=should_stop, on_window_progress=on_window_progress, on_candidate=on_candidate)
 
 
 def answer_plan(runner: Runner, tokenizer, plan: RequestPlan, *, batch_state: BatchState | None = None,
                 extract_s: float = 0.0, should_stop: StopCheck | None = None,
                 on_window_progress: Callable[[WindowProgress], None] | None = None,
-                before_wider_read: Callable[[int], None] | None = None) -> QAResult:
+                before_wider_read: Callable[[int], None] | None = None,
+                on_candidate: Callable[[Provisional], None] | None = None) -> QAResult:
     """Answer a planned request; the result carries its latency (planning and `extract_s` included) and memory
     readouts, and in `reading` what was read. `should_stop` (a callable or a threading.Event) ends the request
     between batches with Cancelled; progress goes to `on_window_progress(WindowProgress)`;
     `before_wider_read(windows)` hears, before any of it is tokenized, that a guided read falls back to reading
-    `windows` more (a shared deployment's admission may wait there, or raise). A refused or cancelled request hands
-    its memory back before raising."""
+    `windows` more (a shared deployment's admission may wait there, or raise); `on_candidate(Provisional)` hears,
+    after each batch, the best answer of the windows read so far (`BestSoFar`; no decoding for it without one). A
+    refused or cancelled request hands its memory back before raising; a cancelled one carries the best answer read
+    before it stopped (`Cancelled.best`). Once the windows are read, the answer is decoded and returned whatever
+    `should_stop` says: a Stop that comes after the last window gets the answer."""
     settings = plan.settings
     batch_state = batch_state or BatchState(settings.batch_size)
     backoffs_before = batch_state.backoffs
     read = None
+    best_so_far = BestSoFar(plan.documents, settings, on_candidate) if on_candidate is not None else None
+    if best_so_far is not None:
+        on_window_progress = both(on_window_progress, best_so_far.on_progress)
     try:
         plan.check_time()  # the budget may have narrowed since planning (ZeroGPU grants what it was asked for)
         with telemetry.measure(runner.devices) as measurement:
@@ -136,19 +212,28 @@ def answer_plan(runner: Runner, tokenizer, plan: RequestPlan, *, batch_state: Ba
             for stage, seconds in plan.latency_s.items():
                 measurement.latency_s[stage] = measurement.latency_s.get(stage, 0.0) + seconds
             evidence = no_answer.Evidence(plan.question, [d.text for d in plan.documents])  # one per request
+            on_batch = best_so_far.on_batch if best_so_far is not None else None
             if plan.mode == "full":
                 read = _read_full(runner, tokenizer, plan, batch_state, measurement, should_stop,
-                                  on_window_progress)
+                                  on_window_progress, on_batch)
             else:
                 read = _read_guided(runner, tokenizer, plan, batch_state, measurement, should_stop,
-                                    on_window_progress, before_wider_read, evidence)
+                                    on_window_progress, before_wider_read, evidence, on_batch)
             with measurement.stage("decode"):
-                decoded = decode(read.windows, read.logits, plan.documents, settings, stop_check(should_stop))
+                decoded = best_so_far.decoded(read.windows) if best_so_far is not None else None
+                if decoded is None:
+                    decoded = decode(read.windows, read.logits, plan.documents, settings)
+            if best_so_far is not None:  # decoded between batches: decode time, not forward time
+                measurement.latency_s["decode"] += best_so_far.seconds
+                measurement.latency_s["forward"] -= best_so_far.seconds
             answers, verdict = judge_answers(decoded, settings,
                                              read.readout.windows_read == read.readout.windows_total, evidence)
     except LongQAError as exc:
         # The traceback keeps every frame it passed through, and with them the windows and logits: drop them.
         read = None
+        if isinstance(exc, Cancelled) and best_so_far is not None and best_so_far.latest is not None:
+            exc.best = best_so_far.latest
+            exc.windows_done, exc.windows_total = exc.best.windows_read, exc.best.windows_total
         traceback.clear_frames(exc.__traceback__)
         release_memory()
         raise
@@ -161,6 +246,17 @@ def answer_plan(runner: Runner, tokenizer, plan: RequestPlan, *, batch_state: Ba
                     window_tokens=max(len(w.input_ids) for w in read.windows), reading=read.readout,
                     forward=ForwardSample(read.forward_tokens, read.forward_windows, read.forward_s),
                     verdict=verdict)
+
+
+def both(first: Callable | None, second: Callable) -> Callable:
+    """A callback that calls `first` (where there is one), then `second`."""
+    if first is None:
+        return second
+
+    def call(*args) -> None:
+        first(*args)
+        second(*args)
+    return call
 
 
 def judge_answers(decoded, settings: EngineSettings, read_whole: bool,
@@ -207,7 +303,7 @@ class _Read:
 
 
 def _read_full(runner, tokenizer, plan: RequestPlan, batch_state, measurement, should_stop,
-               on_window_progress) -> _Read:
+               on_window_progress, on_batch=None) -> _Read:
     """Every window of every document, in the plan's settings: cut from the plan's tokens where it tokenized the
     documents (a ranked request that resolved to the full read), else tokenized here."""
     settings = plan.settings
@@ -222,7 +318,8 @@ def _read_full(runner, tokenizer, plan: RequestPlan, batch_state, measurement, s
         check_tokens(tokens, settings.max_total_tokens)
     with measurement.stage("forward"):
         logits, used_size, sample = run_windows(runner, windows, tokenizer.pad_token_id, settings, batch_state,
-                                                should_stop=should_stop, on_window_progress=on_window_progress)
+                                                should_stop=should_stop, on_window_progress=on_window_progress,
+                                                on_batch=on_batch)
     readout = ReadingReadout("full", plan.requested, len(windows), len(windows), plan.reading.reason,
                              [ReadSpan(**window_span(w)) for w in windows], plan.reading.code)
     return _Read(windows, logits, stats, tokens, used_size, list(plan.notices), readout, sample.tokens,
@@ -230,14 +327,15 @@ def _read_full(runner, tokenizer, plan: RequestPlan, batch_state, measurement, s
 
 
 def _read_guided(runner, tokenizer, plan: RequestPlan, batch_state, measurement, should_stop,
-                 on_window_progress, before_wider_read=None, evidence: no_answer.Evidence | None = None) -> _Read:
+                 on_window_progress, before_wider_read=None, evidence: no_answer.Evidence | None = None,
+                 on_batch=None) -> _Read:
     """The plan's rounds (`reading.read_rounds`) of the full read's windows; still weak after every window the
     ranking could point to, the windows not read yet, so that guided reading never ends on less than the full read
     would find and never reads a window twice (the answer is then the full read's) -- unless that would pass the
     time budget, where the answer read so far is kept and says so. `before_wider_read(windows)` hears how many
     windows are left before they are read."""
     guided = reading.read_rounds(runner, tokenizer, plan, batch_state, measurement, should_stop=should_stop,
-                                 on_window_progress=on_window_progress, evidence=evidence)
+                                 on_window_progress=on_window_progress, evidence=evidence, on_batch=on_batch)
     notices = plan.notices + guided.notices
     why, went_on = plan.reading, False
     read = set(guided.indices) - guided.narrowed  # a window read sized to its passage is not the full read's
@@ -253,7 +351,8 @@ def _read_guided(runner, tokenizer, plan: RequestPlan, batch_state, measurement,
                 before_wider_read(len(left))
             guided.drop(sorted(guided.narrowed))
             reading.read_windows(runner, tokenizer, plan, left, guided, batch_state, measurement,
-                                 should_stop=should_stop, on_window_progress=on_window_progress)
+                                 should_stop=should_stop, on_window_progress=on_window_progress,
+                                 on_batch=on_batch)
     _, windows, logits = guided.in_document_order()  # went on: the full read's windows, so its answers
     readout = ReadingReadout("full" if went_on else "guided", plan.requested, len(windows), len(plan.cuts),
                              why.reason, [ReadSpan(**window_span(w)) for w in windows], why.code,

@@ -190,7 +190,8 @@ class WindowProgress:
 
 def run_windows(runner: Runner, windows: list[Window], pad_token_id: int, settings: EngineSettings,
                 batch_state: BatchState, *, should_stop: StopCheck | None = None,
-                on_window_progress: Callable[[WindowProgress], None] | None = None
+                on_window_progress: Callable[[WindowProgress], None] | None = None,
+                on_batch: Callable[[list[Window], list], None] | None = None
                 ) -> tuple[list, int, ForwardSample]:
     """Start/end logits of every window, in batches; on out-of-memory halve the batch and go on. Returns the
     logits, the batch size used and what the passes measured.
@@ -198,7 +199,8 @@ def run_windows(runner: Runner, windows: list[Window], pad_token_id: int, settin
     Finished windows are kept (never recomputed); the size that worked stays in `batch_state` for the next
     request, with the forward time measured here. Without adaptive batching, or at batch size 1, out-of-memory is
     a clear OutOfMemoryError. `should_stop` is checked before every batch (Cancelled); `on_window_progress`
-    reports before the first batch and after every one. With `settings.max_request_s` and no throughput measured
+    reports before the first batch and after every one; `on_batch(windows, logits)` hears each batch's windows and
+    their logits as they come, before that batch's progress report (its seconds are not counted as forward time). With `settings.max_request_s` and no throughput measured
     before, the first batch measures it and the rest of the request is refused (RequestTooLongError) if it would
     go over.
     """
@@ -210,10 +212,12 @@ def run_windows(runner: Runner, windows: list[Window], pad_token_id: int, settin
     done = done_tokens = 0
     began = time.perf_counter()
     waited_before = getattr(runner, "waited_s", 0.0)
+    heard_s = 0.0  # spent in `on_batch`
 
     def forward_s() -> float:
-        """Seconds since the first batch began, less those spent waiting for turns on a shared model."""
-        return time.perf_counter() - began - (getattr(runner, "waited_s", 0.0) - waited_before)
+        """Seconds since the first batch began, less those spent waiting for turns on a shared model or in
+        `on_batch`."""
+        return time.perf_counter() - began - (getattr(runner, "waited_s", 0.0) - waited_before) - heard_s
 
     def report() -> None:
         if on_window_progress is None:
@@ -231,6 +235,10 @@ def run_windows(runner: Runner, windows: list[Window], pad_token_id: int, settin
                                 windows_done=done, windows_total=len(windows))
             size = _run_batch(runner, windows, done, size, pad_token_id, settings, batch_state, logits)
             done_tokens += sum(len(w.input_ids) for w in windows[done: len(logits)])
+            if on_batch is not None:
+                heard_from = time.perf_counter()
+                on_batch(windows[done: len(logits)], logits[done:])
+                heard_s += time.perf_counter() - heard_from
             done = len(logits)
             report()
             if rate_before is None and done < len(windows):

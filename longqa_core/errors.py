@@ -50,6 +50,7 @@ class Cancelled(LongQAError):
         super().__init__(message)
         self.windows_done = windows_done
         self.windows_total = windows_total
+        self.best = None  # the best answer read before it stopped (`answering.Provisional`), where one was kept
 
 
 class ModelLoadError(LongQAError):

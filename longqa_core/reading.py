@@ -326,10 +326,11 @@ class GuidedRead:
 def read_windows(runner: Runner, tokenizer, plan, indices: list[int], read: GuidedRead, batch_state: BatchState,
                  measurement, *, should_stop: StopCheck | None = None,
                  on_window_progress: Callable[[WindowProgress], None] | None = None,
-                 cuts: list[WindowCut] | None = None) -> None:
+                 cuts: list[WindowCut] | None = None,
+                 on_batch: Callable[[list[Window], list], None] | None = None) -> None:
     """Read the plan's windows at `indices` (into `plan.cuts`; `cuts`: parts of them to read instead, one each)
     and add them, their logits and what the passes measured to `read`; progress counts on from the windows `read`
-    already holds."""
+    already holds; `on_batch` hears each batch (`batching.run_windows`)."""
     with measurement.stage("tokenize"):
         new = cut_windows(tokenizer, plan.question, plan.documents, plan.document_tokens,
                           cuts if cuts is not None else [plan.cuts[i] for i in indices], should_stop=should_stop)
@@ -342,7 +343,7 @@ def read_windows(runner: Runner, tokenizer, plan, indices: list[int], read: Guid
     with measurement.stage("forward"):
         logits, read.batch_size, sample = run_windows(runner, new, tokenizer.pad_token_id, plan.settings,
                                                       batch_state, should_stop=should_stop,
-                                                      on_window_progress=progress)
+                                                      on_window_progress=progress, on_batch=on_batch)
     read.forward_tokens += sample.tokens
     read.forward_windows += sample.windows
     read.forward_s += sample.seconds
@@ -354,13 +355,15 @@ def read_windows(runner: Runner, tokenizer, plan, indices: list[int], read: Guid
 def read_rounds(runner: Runner, tokenizer, plan, batch_state: BatchState, measurement, *,
                 should_stop: StopCheck | None = None,
                 on_window_progress: Callable[[WindowProgress], None] | None = None,
-                evidence: no_answer.Evidence | None = None) -> GuidedRead:
+                evidence: no_answer.Evidence | None = None,
+                on_batch: Callable[[list[Window], list], None] | None = None) -> GuidedRead:
     """Read a guided plan's rounds (`longqa_core.plan.RequestPlan`: windows of the full read) in order, deciding
     after each whether the answer so far is enough; a later round that would pass the time budget is not read.
     `evidence`: the request's one `no_answer.Evidence` (built here when not given), which a rule that needs
-    evidence asks of each round's best answer. With `settings.passage_window_tokens`, a round's windows are read
-    first sized to their best passage (`RequestPlan.narrowed_cuts`), and read again whole, in place of those, only
-    where the answer after them is weak."""
+    evidence asks of each round's best answer; `on_batch` hears each batch (`batching.run_windows`). With
+    `settings.passage_window_tokens`, a round's windows are read first sized to their best passage
+    (`RequestPlan.narrowed_cuts`), and read again whole, in place of those, only where the answer after them is
+    weak."""
     settings, rounds = plan.settings, plan.reading
     read = GuidedRead(batch_size=batch_state.size if settings.adaptive_batching else settings.batch_size)
     rule = no_answer_rule(settings)
@@ -396,7 +399,8 @@ def read_rounds(runner: Runner, tokenizer, plan, batch_state: BatchState, measur
         narrowed = plan.narrowed_cuts(round_windows)
         if narrowed is not None:
             read_windows(runner, tokenizer, plan, round_windows, read, batch_state, measurement,
-                         should_stop=should_stop, on_window_progress=on_window_progress, cuts=narrowed)
+                         should_stop=should_stop, on_window_progress=on_window_progress, cuts=narrowed,
+                         on_batch=on_batch)
             read.narrowed |= set(round_windows)
             read.best_score = best_score()
             if rounds.is_weak(read.best_score):  # widen: the round's windows whole, as without sizing
@@ -405,7 +409,7 @@ def read_rounds(runner: Runner, tokenizer, plan, batch_state: BatchState, measur
                 narrowed = None
         if narrowed is None:
             read_windows(runner, tokenizer, plan, round_windows, read, batch_state, measurement,
-                         should_stop=should_stop, on_window_progress=on_window_progress)
+                         should_stop=should_stop, on_window_progress=on_window_progress, on_batch=on_batch)
             read.best_score = best_score()
         if rounds.should_stop_after(round_index, read.best_score):
             break

@@ -310,23 +310,31 @@ class Decoded:
     null_score: float | None
 
 
+def decode_window(window: Window, logits, documents: list[Document], settings: EngineSettings,
+                  should_stop: Callable[[], bool] | None = None) -> tuple[list[Candidate], float]:
+    """One window's word-aligned candidates (`window_candidates`) and its null score; `logits` its (start, end)."""
+    start, end = logits
+    return window_candidates(start, end, window.context, window.offsets, documents[window.document_index].text,
+                             window.document_index, settings.top_k, settings.max_answer_len, should_stop=should_stop)
+
+
+def merged_answers(per_window: list[tuple[list[Candidate], float]], documents: list[Document],
+                   top_k: int) -> Decoded:
+    """The windows' candidates and null scores (`decode_window`, in document order) merged into a request's
+    answers, each with its location."""
+    found = [candidate for candidates, _ in per_window for candidate in candidates]
+    null_score = min((null for _, null in per_window), default=None)
+    return Decoded([Answer(c.text, c.score, documents[c.document_index].name, c.document_index, c.start_char,
+                           c.end_char, location=locate(documents[c.document_index], c.start_char, c.end_char))
+                    for c in merge_candidates(found, top_k)], null_score)
+
+
 def decode(windows: list[Window], logits, documents: list[Document], settings: EngineSettings,
            should_stop: Callable[[], bool] | None = None) -> Decoded:
     """Every window's word-aligned candidates, merged across windows; never an empty or punctuation answer.
     `should_stop` ends decoding with Cancelled (see `window_candidates`)."""
-    found: list[Candidate] = []
-    null_score = None
-    for window, (start, end) in zip(windows, logits):
-        candidates, window_null = window_candidates(start, end, window.context, window.offsets,
-                                                    documents[window.document_index].text, window.document_index,
-                                                    settings.top_k, settings.max_answer_len,
-                                                    should_stop=should_stop)
-        null_score = window_null if null_score is None else min(null_score, window_null)
-        found.extend(candidates)
-    merged = merge_candidates(found, settings.top_k)
-    return Decoded([Answer(c.text, c.score, documents[c.document_index].name, c.document_index, c.start_char,
-                           c.end_char, location=locate(documents[c.document_index], c.start_char, c.end_char))
-                    for c in merged], null_score)
+    return merged_answers([decode_window(window, pair, documents, settings, should_stop)
+                           for window, pair in zip(windows, logits)], documents, settings.top_k)
 
 
 def decode_answers(windows: list[Window], logits, documents: list[Document],

@@ -18,6 +18,7 @@ from page.context import REQUEST_CONCURRENCY, AppContext, request_workers
 from page.events import bind, listen
 from page.hardening import LATER_INPUT, accept_counts_as_text
 from page.history_panel import build_history_panel, recolour_after
+from page.streaming import streaming
 from page.turns import noting_outcome, press_stop
 
 GPU_REFRESH_S = 2.0
@@ -93,7 +94,8 @@ def build_question_panel(ctx: AppContext) -> dict[str, Block]:
                                                   "0 and 1); empty: the model's own rule, where it has one")
         with gr.Column(min_width=320):
             status = gr.Markdown(fmt.NO_ANSWER_YET, elem_id="answer-status")
-            answer_box = gr.Textbox(label="Answer", interactive=False, elem_id="best-answer", buttons=["copy"])
+            answer_box = gr.Textbox(label=fmt.answer_label(), interactive=False, elem_id="best-answer",
+                                    buttons=["copy"])
             evidence_box = gr.HighlightedText(label=fmt.EVIDENCE_LABEL, elem_id="evidence",
                                               color_map={"answer": "yellow"}, show_legend=False,
                                               show_inline_category=False)
@@ -159,19 +161,21 @@ def build_answer_panel(ctx: AppContext, question: dict[str, Block], seen: gr.Sta
                "answers": answers_table, "latency": latency_table, "wait": wait, "memory": memory_table,
                "run": run_table, "readout": readout_json, "download_json": question["download_json"],
                "download_csv": question["download_csv"]}
-    ended = {name: question[name] for name in ("status", "evidence", "download_json", "download_csv")}
-    # Every event of the requests group names the same limit: gradio lowers a group to its smallest one.
+    ended = {name: question[name] for name in ("status", "evidence", "download_json", "download_csv", "answer")}
+    # Every event of the requests group names the same limit: gradio lowers a group to its smallest one. Progress
+    # shows over the line above the answer, not over the answer box, where the best answer so far shows meanwhile.
     request = dict(concurrency_id=REQUEST_CONCURRENCY, concurrency_limit=request_workers(ctx),
-                   show_progress_on=[question["answer"]])
+                   show_progress_on=[question["status"]])
 
     def asks_after(trigger, handler, handler_inputs, **event):
-        """`trigger` clears the answer area, then asks with `handler`, then says how it ended and how long the
-        visitor waited (timed in the browser from the trigger to the answer's outputs on the screen)."""
+        """`trigger` clears the answer area, then asks with `handler` (streaming the best answer so far), then says
+        how it ended and how long the visitor waited (timed in the browser from the trigger to the answer's outputs
+        on the screen)."""
         trigger(None, js=MARK_ASKED, queue=False, api_visibility="private")
         clearing = listen(trigger, lambda: clear_answer(fmt.ASKING_STATUS), outputs=cleared, queue=False,
                           show_progress="hidden", api_visibility="private")
-        asking = listen(clearing.then, noting_outcome(ctx, bind(handler, ctx), outputs), inputs=handler_inputs,
-                        outputs=outputs, **request, **event)
+        asking = listen(clearing.then, noting_outcome(ctx, streaming(bind(handler, ctx)), outputs),
+                        inputs=handler_inputs, outputs=outputs, **request, **event)
         asking.then(show_wait, js=MEASURE_WAIT, inputs=[waited, readout_json], outputs=wait, queue=False,
                     show_progress="hidden", api_visibility="private")
         for outcome in (asking.success, asking.failure):  # `then` alone would not run after an error

@@ -14,24 +14,26 @@ import gradio as gr
 import pandas as pd
 
 from longqa.session import read_request
-from longqa_core.errors import DocumentError, InputError
+from longqa_core.errors import DocumentError, InputError, ProfileError
 from longqa_core.limits import whole_number
 from longqa_core.reading import DEFAULT_READING, READING_MODES
 from page import format as fmt
 from page.context import AppContext
 from page.downloads import DOWNLOADS, doc_url
-from page.errors import escape, user_errors
+from page.errors import cut, escape, user_errors
 from page.hardening import abandonment_check, number_or_none
 from page.history_panel import history_outputs
 from page.picks import changed_since, ensure_loaded, seen_now
-from page.turns import (Outcome, model_turn, page_session, remember, request_turn, visitor_keys)
+from page.turns import Outcome, model_turn, page_session, remember, request_turn, visitor_keys, waiting_shown
 from page.zerogpu import RUNS_IN_WORKER, answer_on_gpu, training_step_on_gpu
 
 DEFAULT_TOP_K = 3
 DEFAULT_TRAINING_WINDOW = 512
+TRAINING_LOCKED = ("This deployment is shared and fixes its model: the training-step readout holds the model alone, "
+                   "so it is turned off here. Run the page yourself (`python app.py`) to try it.")
 NO_DOWNLOAD = gr.update(value=None, visible=False)
-CLEARED = {"answer": "", "evidence": None, "readout": None, "download_json": NO_DOWNLOAD, "download_csv": NO_DOWNLOAD,
-           "wait": ""}
+CLEARED = {"answer": gr.update(value="", label=fmt.answer_label()), "evidence": None, "readout": None,
+           "download_json": NO_DOWNLOAD, "download_csv": NO_DOWNLOAD, "wait": ""}
 CLEARED_TABLES = {"answers": fmt.ANSWER_HEADERS, "latency": fmt.LATENCY_HEADERS,
                   "memory": fmt.MEMORY_HEADERS, "run": fmt.RUN_HEADERS}
 
@@ -48,7 +50,7 @@ def reading_or_default(value) -> str:
     if value is None or value == "":
         return DEFAULT_READING
     if value not in READING_MODES:
-        raise InputError(f"Reading must be one of {', '.join(READING_MODES)}, got {value!r}.")
+        raise InputError(f"Reading must be one of {', '.join(READING_MODES)}, got {cut(repr(value))}.")
     return value
 
 
@@ -81,22 +83,28 @@ def read_uploads(ctx: AppContext, files, pasted_text, question, progress=None):
 
 
 @contextlib.contextmanager
-def read_at_door(ctx: AppContext, files, pasted_text, question, request: gr.Request | None, progress=None):
+def read_at_door(ctx: AppContext, files, pasted_text, question, request: gr.Request | None, progress=None,
+                 planned_here: bool = True):
     """A request's place at the lane's door (counted toward the visitor's share and the queue: LaneBusyError past
     either, before anything is read) and its documents read there (`read_uploads`), held while the body plans it:
-    yields (documents, seconds reading them, the place). What an answer, a preview and a comparison all read by."""
+    yields (documents, seconds reading them, the place), once the reloads that came before it have ended where it is
+    `planned_here` (a plan made while one unloads the model would find none). What an answer, a preview and a
+    comparison all read by."""
     with ctx.lane.door(visitor_keys(ctx, request)) as place:
         if progress is not None:
             progress(0.0, desc="Reading the documents")
         documents, extract_s = read_uploads(ctx, files, pasted_text, question, progress)
+        if planned_here:
+            ctx.lane.after_exclusive(place, abandonment_check(), waiting_shown(progress))
         yield documents, extract_s, place
 
 
 def read_before_turn(ctx: AppContext, files, pasted_text, question, request: gr.Request | None, progress=None):
     """A request's documents and the seconds reading them (`read_at_door`), its place at the door left once they
     are read: for a comparison, whose exclusive turn on the model waits for every request in line before it, its
-    own place included."""
-    with read_at_door(ctx, files, pasted_text, question, request, progress) as (documents, extract_s, _):
+    own place included, and which plans inside that turn."""
+    with read_at_door(ctx, files, pasted_text, question, request, progress, planned_here=False) as (documents,
+                                                                                                   extract_s, _):
         return documents, extract_s
 
 
@@ -199,16 +207,18 @@ def clear_answer(status: str) -> dict:
 
 def show_outcome(ctx: AppContext, request: gr.Request = None) -> dict:
     """After an answer through the page: over the answer, whether it was found (or the error's message, or how far
-    a Stop got), the passage box's label (the closest passages where nothing was found), and the readout and
-    history the answer showed, to download."""
+    a Stop got), the answer box's label (the answer, or the partial one a Stop kept), the passage box's label (the
+    closest passages where nothing was found), and the readout and history the answer showed, to download."""
     outcome = ctx.outcomes.pop(page_session(request), None)
     if outcome is None:
-        return {"status": gr.skip(), "download_json": gr.skip(), "download_csv": gr.skip(), "evidence": gr.skip()}
+        return {"status": gr.skip(), "download_json": gr.skip(), "download_csv": gr.skip(), "evidence": gr.skip(),
+                "answer": gr.skip()}
     if outcome.readout is None:
-        status = (fmt.stopped_status(*outcome.stopped) if outcome.stopped is not None
+        status = (fmt.stopped_status(*outcome.stopped, outcome.partial) if outcome.stopped is not None
                   else fmt.failed_status(outcome.message or "The request failed."))
+        label = fmt.answer_label(fmt.partial_label(*outcome.stopped) if outcome.partial is not None else None)
         return {"status": status, "download_json": NO_DOWNLOAD, "download_csv": NO_DOWNLOAD,
-                "evidence": gr.update(label=fmt.EVIDENCE_LABEL)}
+                "evidence": gr.update(label=fmt.EVIDENCE_LABEL), "answer": gr.update(label=label)}
     folder = DOWNLOADS.new()
     readout_path = folder / "longqa-readout.json"
     readout_path.write_text(json.dumps(outcome.readout_json, indent=2, ensure_ascii=False), encoding="utf-8")
@@ -219,14 +229,20 @@ def show_outcome(ctx: AppContext, request: gr.Request = None) -> dict:
     return {"status": fmt.answer_status(result, doc_url(evaluation)),
             "evidence": gr.update(label=fmt.evidence_label(result)),
             "download_json": gr.update(value=str(readout_path), visible=True),
-            "download_csv": gr.update(value=str(history_path), visible=True)}
+            "download_csv": gr.update(value=str(history_path), visible=True),
+            "answer": gr.update(label=fmt.answer_label())}  # no longer the best so far: the answer
 
 
 def run_training_step(ctx: AppContext, window_tokens, request: gr.Request = None, progress=gr.Progress()) -> dict:
-    """The training-step readout: both peaks and times, and what checkpointing saved."""
+    """The training-step readout: both peaks and times, and what checkpointing saved. It holds the model alone (it
+    changes the model's mode), one step at a time whoever asks (`ModelLane.turn`'s `only_one`: another is refused
+    at once), so a crowd of steps holds another visitor's answer back by one step, not by all of them. Off under
+    --lock-profile unless the operator allows it (`--allow-training`)."""
     with user_errors("The training step"):
+        if ctx.lock_profile and not ctx.allow_training:
+            raise ProfileError(TRAINING_LOCKED)
         window_tokens = count_or_default(window_tokens, "The window", DEFAULT_TRAINING_WINDOW)
-        with model_turn(ctx, request, progress, exclusive=True):
+        with model_turn(ctx, request, progress, exclusive=True, only_one="training step"):
             ensure_loaded(ctx, progress)
             progress(0.1, desc="Forward+backward without, then with checkpointing")
             readout, window = training_step_on_gpu(ctx.key, window_tokens)

@@ -66,7 +66,7 @@
       return;
     }
     if (text(ANSWER.top).startsWith(ASKING)) {
-      if (!pending.askingSeen) show(ANSWER);  // the progress shows in the answer box
+      if (!pending.askingSeen) show(ANSWER);  // the progress shows over it, the best answer so far below
       pending.askingSeen = true;
     } else if (pending.askingSeen) {
       show(ANSWER);

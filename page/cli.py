@@ -23,7 +23,7 @@ from longqa_core.errors import LongQAError, ProfileError
 from longqa_core.html_files import READERS as HTML_READERS
 from longqa_core.limits import DEFAULT_MAX_TOTAL_TOKENS
 from page import format as fmt
-from page.context import DEFAULT_MAX_FILE_MB, DEFAULT_QUEUE_SIZE, MB, AppContext, make_context
+from page.context import DEFAULT_MAX_COMPARE_S, DEFAULT_MAX_FILE_MB, DEFAULT_QUEUE_SIZE, MB, AppContext, make_context
 from page.layout import build_blocks
 from page.picks import ensure_loaded
 from page.zerogpu import ZERO_GPU
@@ -102,6 +102,14 @@ def build_parser() -> argparse.ArgumentParser:
                         help="shared deployments: the model and profile stay as started; the page and the API "
                              "cannot change them (default: on in a Hugging Face Space, off elsewhere; "
                              "LONGQA_LOCK_PROFILE=1/0 overrides; always on under ZeroGPU)")
+    parser.add_argument("--allow-compare", action="store_true",
+                        help="under --lock-profile, visitors may still compare profiles (each comparison reloads the "
+                             "shared model for every profile, alone on it)")
+    parser.add_argument("--allow-training", action="store_true",
+                        help="under --lock-profile, visitors may still run the training-step readout")
+    parser.add_argument("--max-compare-s", type=float, default=DEFAULT_MAX_COMPARE_S,
+                        help="a comparison's reads, all profiles together, may take about this many seconds; one "
+                             "predicted to take longer is refused, one that runs longer is ended; 0: no limit")
     parser.add_argument("--visitor-header", default=default_visitor_header(),
                         help="behind a proxy: the header naming the visitor's address (its first hop), so that "
                              "per-visitor limits count the address as well as the page session (default: "
@@ -187,7 +195,9 @@ def context_from(args, session: Backend) -> AppContext:
                         lock_profile=args.lock_profile or ZERO_GPU, max_request_s=args.max_request_s,
                         queue_size=args.queue_size,
                         visitor_header=None if str(args.visitor_header).lower() == "none" else args.visitor_header,
-                        max_queued_windows=args.max_queued_windows, uploads=uploads)
+                        max_queued_windows=args.max_queued_windows, uploads=uploads,
+                        allow_compare=args.allow_compare, allow_training=args.allow_training,
+                        max_compare_s=args.max_compare_s)
 
 
 def load_before_serving(ctx: AppContext, args) -> bool:

@@ -3,22 +3,27 @@ reloading the model for each, as one table with ratios to the first profile, the
 the `/compare` API endpoint.
 
 UI only: the comparison is `longqa.compare`'s, the formatting `page.format`'s; it reads and cleans a request as an
-answer does (`page.asking`) and takes an exclusive turn on the model (`page.turns`).
+answer does (`page.asking`) and takes an exclusive turn on the model (`page.turns`): one comparison in the lane at
+a time, whoever asks, its reads within the deployment's limit for a comparison (`--max-compare-s`), off under --lock-profile unless
+the operator allows them (`--allow-compare`).
 """
 
 from __future__ import annotations
+
+import time
 
 import gradio as gr
 import pandas as pd
 
 from longqa.compare import Comparison, choices_from, compare_profiles
 from longqa.serving import policy
-from longqa_core.errors import Cancelled, ProfileError
+from longqa_core.errors import Cancelled, InputError, ProfileError
 from page import format as fmt
 from page.asking import read_before_turn, request_settings
-from page.context import MODEL_CONCURRENCY, AppContext
+from page.context import AppContext, requests_group
 from page.errors import user_errors
 from page.events import bind, listen
+from page.hardening import expect_texts
 from page.history_panel import history_outputs, recolour_after
 from page.picks import ensure_loaded, loaded_now, seen_now
 from page.turns import model_turn, stop_pressed_from_now
@@ -29,6 +34,25 @@ DEFAULT_COMPARED = ("cpu", "baseline-fp32")  # where both run here: the profile 
 LOCKED = ("This deployment fixes the model and profile ({loaded}): comparing profiles reloads the model for each "
           "one, so it is turned off here. Run the page yourself (`python app.py`) to compare.")
 STOPPED = "Comparison stopped: {loaded} is loaded again."
+OVER_TIME = ("The comparison passed this deployment's limit of {limit:g} s for a comparison's reads (it holds the "
+             "model alone while it runs): {loaded} is loaded again. Compare fewer profiles or a shorter text.")
+GRACE_S = 5.0  # past its limit, a comparison still predicted to fit ends at the next step or batch
+
+
+def is_compare_allowed(ctx: AppContext) -> bool:
+    """Comparisons reload the shared model: off under --lock-profile unless the operator allows them."""
+    return not ctx.lock_profile or ctx.allow_compare
+
+
+def compare_limits(ctx: AppContext, settings: dict, profiles: int) -> dict:
+    """The engine settings of each profile's read: the request's, with each read's time limit its share of the
+    comparison's (`max_compare_s`), so that a read predicted (or, on a fresh load, measured on its first batch) to
+    go over is refused before it holds the model for long."""
+    if ctx.max_compare_s is None:
+        return settings
+    share = ctx.max_compare_s / max(1, profiles)
+    limit = settings.get("max_request_s")
+    return {**settings, "max_request_s": min(limit, share) if limit else share}
 
 
 def comparable_profiles(hardware) -> list[str]:
@@ -48,14 +72,14 @@ def build_compare_panel(ctx: AppContext, question: dict, history: dict, seen, lo
         gr.Markdown("Asks the question above, over the documents above, under each profile ticked here, one after "
                     "another, loading the model afresh for each; then loads back the profile you had. One column per "
                     "profile, with ratios to the first one ticked. Stop ends it.")
-        if ctx.lock_profile:
+        if not is_compare_allowed(ctx):
             gr.Markdown(fmt.escape_markdown(LOCKED.format(loaded=loaded_now(ctx))), elem_id="compare-locked")
         profiles = gr.CheckboxGroup(available, value=chosen, label="Profiles to compare",
                                     info="the first one ticked is the reference for the ratios",
-                                    interactive=not ctx.lock_profile)
+                                    interactive=is_compare_allowed(ctx))
         strategies = gr.CheckboxGroup([card["name"] for card in strategy_cards()], label="Strategies for custom",
                                       visible="custom" in chosen)
-        compare_btn = gr.Button("Compare profiles", interactive=not ctx.lock_profile)
+        compare_btn = gr.Button("Compare profiles", interactive=is_compare_allowed(ctx))
         table = gr.Dataframe(comparison_frame(None), label="Profile comparison", interactive=False, wrap=True,
                              elem_id="compare-table", column_widths=comparison_widths(0))
         summary = gr.Markdown(elem_id="compare-summary")
@@ -70,24 +94,33 @@ def build_compare_panel(ctx: AppContext, question: dict, history: dict, seen, lo
         """The question asked under each chosen profile in turn (each loaded afresh): the comparison's rows with
         ratios to the first, the history with one run per profile, and the comparison's JSON (last)."""
         with user_errors("Comparing profiles"):
-            if ctx.lock_profile:
+            if not is_compare_allowed(ctx):
                 raise ProfileError(LOCKED.format(loaded=loaded_now(ctx)))
-            choices = choices_from(list(names or []), custom_strategies or [])
+            choices = choices_from(expect_texts("profiles", names), expect_texts("strategies", custom_strategies))
             reading, settings = request_settings(ctx, top_k, reading, no_answer_below)
+            settings = compare_limits(ctx, settings, len(choices))
             documents, extract_s = read_before_turn(ctx, files, pasted_text, question_text, request, progress)
             stop_pressed = stop_pressed_from_now(ctx, request)
-            with model_turn(ctx, request, progress, exclusive=True) as stop_key:
+            with model_turn(ctx, request, progress, exclusive=True, only_one="comparison") as stop_key:
                 abandoned = policy.stop_check(stop_key) or (lambda: False)
+                deadline = (time.monotonic() + ctx.max_compare_s + GRACE_S if ctx.max_compare_s is not None
+                            else float("inf"))
+
+                def over_time() -> bool:
+                    return time.monotonic() > deadline
+
                 ensure_loaded(ctx, progress)
                 try:
                     comparison = compare_profiles(
                         ctx.session, ctx.selection["model"], choices, documents, question_text, reading,
-                        extract_s=extract_s, should_stop=lambda: stop_pressed() or abandoned(),
+                        extract_s=extract_s, should_stop=lambda: stop_pressed() or abandoned() or over_time(),
                         on_progress=lambda fraction, message: progress(fraction, desc=message), **settings)
                 except Cancelled:
-                    if not stop_pressed():
-                        raise
-                    raise Cancelled(STOPPED.format(loaded=loaded_now(ctx))) from None
+                    if stop_pressed():
+                        raise Cancelled(STOPPED.format(loaded=loaded_now(ctx))) from None
+                    if over_time():
+                        raise InputError(OVER_TIME.format(limit=ctx.max_compare_s, loaded=loaded_now(ctx))) from None
+                    raise
         return {"table": gr.update(value=comparison_frame(comparison),
                                    column_widths=comparison_widths(len(comparison.runs))),
                 "summary": fmt.compare_summary(comparison),
@@ -100,7 +133,7 @@ def build_compare_panel(ctx: AppContext, question: dict, history: dict, seen, lo
                       outputs={"load_status": load_status, "ask": question["ask"], "full": question["full"]},
                       queue=False, api_visibility="private", show_progress="hidden")
     comparing = listen(starting.then, compare, inputs=inputs, outputs=outputs, api_name="compare",
-                       concurrency_id=MODEL_CONCURRENCY, show_progress_on=[table])
+                       **requests_group(ctx), show_progress_on=[table])
     recolour_after(history, comparing)
     profiles.change(lambda names: gr.update(visible="custom" in (names or [])), inputs=profiles, outputs=strategies,
                     queue=False, api_visibility="private")

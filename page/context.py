@@ -20,9 +20,12 @@ from strategies.profiles import get_profile
 MB = 1024 * 1024
 DEFAULT_QUEUE_SIZE = 64
 DEFAULT_MAX_FILE_MB = 50.0
-MODEL_CONCURRENCY = "model"  # model reloads, one at a time
-# Requests (answers, training steps) run their reading and checks side by side, then take turns on the model in
-# the context's lane: a slow upload delays only its own visitor, and a reload waits for the answer in flight.
+DEFAULT_MAX_COMPARE_S = 10.0  # a comparison holds the model alone: about this long at most, its loads aside
+# Every queued event that waits for something shared (answers, previews, training steps, reloads, comparisons,
+# plans, a visit) runs in this one group, with many workers: it starts at once, takes its place at the context's
+# lane first thing (counted per visitor: refused at once past its share), and waits there, where the lane orders
+# the turns on the model. Nothing waits in gradio's queue behind a one-at-a-time group, so one visitor cannot fill
+# it; a slow upload delays only its own visitor, and a reload waits for the answer in flight.
 REQUEST_CONCURRENCY = "requests"
 REQUEST_WORKERS = 32  # threads that read and then wait in the lane, which orders their turns on the model
 
@@ -40,6 +43,9 @@ class AppContext:
     load_error: str | None = None
     lock_profile: bool = False  # a shared deployment: the profile and model cannot be changed from the page or API
     max_request_s: float | None = None  # refuse requests predicted to take longer (None: no limit)
+    allow_compare: bool = False  # under lock_profile, visitors may still compare profiles (each reloads the model)
+    allow_training: bool = False  # under lock_profile, visitors may still run the training-step readout
+    max_compare_s: float | None = DEFAULT_MAX_COMPARE_S  # a comparison's reads, all profiles together (None: none)
     lane: ModelLane = field(default_factory=ModelLane)  # requests take turns on the model between batches
     uploads: UploadStore = field(default_factory=UploadStore)  # the uploads on disk, bounded and deleted
     visitor_header: str | None = None  # the proxy's header naming the visitor's address (None: a direct connection)
@@ -85,8 +91,9 @@ def make_context(session: Backend | None = None, *, models=None, default_model: 
                  max_total_tokens: int = DEFAULT_MAX_TOTAL_TOKENS,
                  hardware: Hardware | None = None, lock_profile: bool = False, max_request_s: float | None = None,
                  queue_size: int = DEFAULT_QUEUE_SIZE, visitor_header: str | None = None,
-                 max_queued_windows: int | None = MAX_QUEUED_WINDOWS, uploads: UploadStore | None = None
-                 ) -> AppContext:
+                 max_queued_windows: int | None = MAX_QUEUED_WINDOWS, uploads: UploadStore | None = None,
+                 allow_compare: bool = False, allow_training: bool = False,
+                 max_compare_s: float | None = DEFAULT_MAX_COMPARE_S) -> AppContext:
     get_profile(default_profile)
     allowed = list(dict.fromkeys([*(models if models is not None else KNOWN_MODELS), default_model]))
     if DEFAULT_MODEL in allowed and "demo" not in allowed:
@@ -98,6 +105,7 @@ def make_context(session: Backend | None = None, *, models=None, default_model: 
                      max_file_bytes=int(max_file_mb * 1024 * 1024), max_total_tokens=max_total_tokens,
                      start={"profile": default_profile, "model": default_model, "strategies": []},
                      lock_profile=lock_profile, max_request_s=max_request_s or None,
+                     allow_compare=allow_compare, allow_training=allow_training, max_compare_s=max_compare_s or None,
                      visitor_header=visitor_header or None, uploads=uploads or UploadStore())
     ctx.lane = ModelLane(max_waiting=queue_size, capacity=session.capacity,
                          max_active=max(MAX_ACTIVE, session.capacity), max_queued_windows=max_queued_windows or None,
@@ -106,6 +114,14 @@ def make_context(session: Backend | None = None, *, models=None, default_model: 
     return ctx
 
 
+def requests_group(ctx: AppContext) -> dict:
+    """An event's place in the requests group (`REQUEST_CONCURRENCY`). Every event of the group names the same
+    limit: gradio lowers a group to its smallest one."""
+    return {"concurrency_id": REQUEST_CONCURRENCY, "concurrency_limit": request_workers(ctx)}
+
+
 def request_workers(ctx: AppContext) -> int:
-    """Requests read and checked side by side: at least as many as the model lane lets answer at once."""
+    """Requests read and checked side by side: at least as many as the model lane lets answer at once. More than
+    the lane lets wait (its `max_waiting`) would only wait in the lane; fewer would leave events in gradio's queue
+    behind a visitor's requests."""
     return max(REQUEST_WORKERS, ctx.lane.capacity)

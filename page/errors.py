@@ -12,6 +12,9 @@ import gradio as gr
 
 from longqa_core.errors import LongQAError
 
+MAX_SHOWN_CHARS = 200  # a value a visitor sent, shown in a message: no longer than this
+MAX_MESSAGE_CHARS = 2000  # a whole message: a few sentences, never a document
+
 @contextlib.contextmanager
 def user_errors(action: str):
     """Domain errors become `gr.Error` with their message; anything else a clear one. The app keeps serving."""
@@ -28,5 +31,11 @@ def user_errors(action: str):
 
 
 def escape(message: str) -> str:
-    """Toasts render HTML: file names and document text in messages must stay text."""
-    return html.escape(message, quote=False)
+    """Toasts render HTML: file names and document text in messages must stay text; none runs on for pages."""
+    return html.escape(cut(message, MAX_MESSAGE_CHARS), quote=False)
+
+
+def cut(value, limit: int = MAX_SHOWN_CHARS) -> str:
+    """`value` as text for a message, cut to at most `limit` characters (an ellipsis says where)."""
+    text = str(value)
+    return text if len(text) <= limit else f"{text[:limit - 1]}…"

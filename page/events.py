@@ -28,7 +28,16 @@ def bind(handler: Callable, ctx) -> Callable:
 
 
 def keyed(handler: Callable, outputs: dict[str, Block]) -> Callable:
-    """`handler`, whose values come by name, answering gradio with {component: value} (same signature and hints)."""
+    """`handler`, whose values come by name, answering gradio with {component: value} (same signature and hints; a
+    generator handler stays one, each of its updates answered so)."""
+    if inspect.isgeneratorfunction(handler):
+        @functools.wraps(handler)
+        def each_by_component(*args, **kwargs):
+            for update in handler(*args, **kwargs):
+                yield {outputs[name]: value for name, value in update.items()}
+
+        return each_by_component
+
     @functools.wraps(handler)
     def by_component(*args, **kwargs):
         return {outputs[name]: value for name, value in handler(*args, **kwargs).items()}

@@ -113,6 +113,32 @@ def answer_status(result, evaluation_url: str | None = None) -> str:
     return f"### Answer ({best.confidence or MISSING} confidence, not calibrated for this model)\n{where}"
 
 
+ANSWER_LABEL = "Answer"
+PROVISIONAL = "pending"  # the confidence column of an answer not judged yet (a word that fits it at 400 px)
+
+
+def answer_label(state: str | None = None) -> str:
+    """The answer box's label: "Answer", or while a read goes on or after a Stop, what the answer shown is."""
+    return ANSWER_LABEL if state is None else f"{ANSWER_LABEL} ({state})"
+
+
+def provisional_label(best) -> str:
+    """What an answer shown while a read goes on is (`answering.Provisional`)."""
+    return f"best so far, {best.windows_read:,} of {best.windows_total:,} windows read"
+
+
+def partial_label(windows_done: int, windows_total: int) -> str:
+    """What the answer shown after a Stop is."""
+    return f"partial: stopped after {windows_done:,} of {windows_total:,} windows"
+
+
+def provisional_rows(best) -> list[list]:
+    """The top answers while a read goes on: the best so far alone, marked provisional (never found or not)."""
+    answer = best.answer
+    return [["so far", answer.text, f"{answer.score:.4g}", PROVISIONAL, str(answer.location or answer.document),
+             f"{answer.start_char:,}–{answer.end_char:,}"]]
+
+
 def how_decided(verdict, evaluation_url: str | None = None) -> str:
     """A closed disclosure, "How this is decided": the verdict's rule with its numbers, and a link to where the rule
     was measured (`evaluation_url`, for a rule measured in this project)."""
@@ -165,8 +191,15 @@ def wait_line(waited_s: float | None, latency_s: dict | None, queue: dict | None
             f"total above), {format_seconds(rest_s)} in gradio's queue, the network and the page's own steps.")
 
 
-def stopped_status(windows_done: int, windows_total: int) -> str:
-    """Markdown over the answer box after Stop: how far the read got; no answer is shown."""
+def stopped_status(windows_done: int, windows_total: int, best=None) -> str:
+    """Markdown over the answer box after Stop: how far the read got, and where a best answer was read before it
+    (`answering.Provisional`), that it is the one shown, not judged found or not found."""
+    if best is not None:
+        answer = best.answer
+        where = escape_markdown(str(answer.location or answer.document))
+        return (f"### Stopped: {partial_label(windows_done, windows_total)}\nThe answer shown is the best of the "
+                f"windows read, not judged found or not found: in {where}, characters "
+                f"{answer.start_char:,}–{answer.end_char:,}; score {answer.score:.3g}.")
     if not windows_total:
         return "### Stopped before any window was read\nNo answer is shown."
     return (f"### Stopped after {windows_done:,} of {windows_total:,} windows\nNo answer is shown: the windows "
@@ -179,7 +212,8 @@ def failed_status(message: str) -> str:
 
 
 NO_ANSWER_YET = "Ask a question: the answer shows here, highlighted in its passage."
-ASKING_STATUS = "### Asking…\nThe previous answer is cleared; progress shows in the answer box."
+ASKING_STATUS = ("### Asking…\nThe previous answer is cleared; progress shows here, and the best answer so far below "
+                 "as the windows are read (the final answer replaces it).")
 NEW_DOCUMENTS_STATUS = "### New documents\nPress Ask to answer from them."
 
 

@@ -1,8 +1,13 @@
 """Gradio hardening, the one place that goes around gradio: the upload route's bounds, a call's inputs of the wrong
-shape or count told in words, a count sent as text, and whether a running event was abandoned.
+shape or count told in words (a value it echoes cut short), any failure of a raw call told in words and answered
+400 rather than 500 on gradio's direct route, a count sent as text, and whether a running event was abandoned.
 
-Not a subclass of `gr.Blocks`: `harden` wraps one page's `launch`, `preprocess_data` and `validate_inputs`. What is
-not gradio's public API, and why it is needed (each pinned by tests/test_hardening.py against gradio 6.31):
+Not a subclass of `gr.Blocks`: `harden` wraps one page's `launch`, `preprocess_data`, `validate_inputs` and
+`process_api`. What is not gradio's public API, and why it is needed (each pinned by tests/test_hardening.py against
+gradio 6.31):
+- `Blocks.process_api`: gradio's direct route (`/gradio_api/run/predict`, which takes any event, private ones too)
+  answers every failure 500, and with `show_error=False` an unexpected one (a raw call whose select event carries
+  no data, a value a component cannot read) with no message at all (`TelledErrors` then sets the status).
 - `Blocks.preprocess_data` and `Blocks.validate_inputs`: gradio refuses a file that was never uploaded and a value
   of the wrong shape before any handler runs, and with `show_error=False` (which keeps the server's paths out of
   messages) its reply carries no message at all; an API call made before the not-found threshold was added sends
@@ -26,6 +31,7 @@ from starlette.middleware import Middleware
 from longqa.serving import policy
 from longqa.serving.uploads import UploadGate, UploadStore, sweeping
 from longqa_core.errors import InputError
+from page.errors import MAX_SHOWN_CHARS, cut
 
 # What each kind of input must be, by gradio's data model, for a message when a call sends something else.
 EXPECTED_SHAPES = {
@@ -34,10 +40,12 @@ EXPECTED_SHAPES = {
                  "that /gradio_api/upload returned)",
     "FileData": "a file uploaded with the request (gradio_client: handle_file(path))",
 }
+MAX_TOLD_CHARS = 400  # a component's own refusal, as told: it may echo what was sent
 LATER_INPUT = "no-answer-below"  # an input added after the API was promised; calls without it get its default
 UNUPLOADED_FILE = ("A file named in this request was never uploaded to this server, so it cannot be read: upload the "
                    "file with the request (gradio_client: pass handle_file(path), not the path itself).")
 UPLOAD_ROUTE = "/gradio_api/upload"
+DIRECT_ROUTE = "/gradio_api/run/predict"
 
 
 def harden(demo: gr.Blocks, uploads: UploadStore, visitor_header: str | None, *, css: str = "",
@@ -49,7 +57,8 @@ def harden(demo: gr.Blocks, uploads: UploadStore, visitor_header: str | None, *,
     it is: gradio's `launch(css=...)` scopes each rule of a media query to its main column, which kept every phone
     rule off the notices. The files in `public` (the write-ups the page links to) are served as they are. Wraps this
     one page's methods (see the module's docstring)."""
-    launch, preprocess_data, validate_inputs = demo.launch, demo.preprocess_data, demo.validate_inputs
+    launch, preprocess_data, validate_inputs, process_api = (demo.launch, demo.preprocess_data, demo.validate_inputs,
+                                                             demo.process_api)
 
     @functools.wraps(launch)
     def bounded_launch(*args, app_kwargs: dict | None = None, **kwargs):
@@ -66,6 +75,19 @@ def harden(demo: gr.Blocks, uploads: UploadStore, visitor_header: str | None, *,
             raise gr.Error(UNUPLOADED_FILE, print_exception=False) from None
         except ValidationError as exc:  # with show_error=False, gradio's reply would carry no message at all
             raise gr.Error(wrong_shape(block_fn, inputs, exc), print_exception=False) from None
+        except gr.Error as exc:  # a component's own refusal ("Value: ... is not in the list of choices") echoes
+            raise gr.Error(cut(exc.message, MAX_TOLD_CHARS), print_exception=False) from None
+        except Exception as exc:  # noqa: BLE001 - a raw call's value no component reads: told, not a bare 500
+            raise gr.Error(unreadable(block_fn, exc), print_exception=False) from None
+
+    @functools.wraps(process_api)
+    async def telling_process_api(block_fn, inputs, *args, **kwargs):
+        try:
+            return await process_api(block_fn, inputs, *args, **kwargs)
+        except gr.Error:
+            raise
+        except Exception as exc:  # noqa: BLE001 - e.g. a select event called raw, without its event data
+            raise gr.Error(unreadable(block_fn, exc), print_exception=False) from exc
 
     @functools.wraps(validate_inputs)
     def padding_validate_inputs(block_fn, inputs) -> None:
@@ -78,9 +100,16 @@ def harden(demo: gr.Blocks, uploads: UploadStore, visitor_header: str | None, *,
                            f"{len(block_fn.inputs)} (gradio_client fills the page's own state values itself).",
                            print_exception=False) from None
 
-    demo.launch, demo.preprocess_data, demo.validate_inputs = (bounded_launch, telling_preprocess_data,
-                                                               padding_validate_inputs)
+    demo.launch, demo.preprocess_data, demo.validate_inputs, demo.process_api = (
+        bounded_launch, telling_preprocess_data, padding_validate_inputs, telling_process_api)
     return demo
+
+
+def unreadable(block_fn, exc: Exception) -> str:
+    """A call that failed before or around its handler, in one line: the event, and what went wrong (its kind)."""
+    name = block_fn.api_name or getattr(block_fn.fn, "__name__", None) or "this event"
+    return (f"This call to {cut(name, 80)} could not be taken ({type(exc).__name__}): it takes the values the page "
+            "sends (see the API page); a select event takes its event data.")
 
 
 def wrong_shape(block_fn, inputs: list, exc: ValidationError) -> str:
@@ -116,14 +145,68 @@ def upload_bounds(demo: gr.Blocks, uploads: UploadStore, visitor_header: str | N
         return f"address:{address}" if address else None
 
     uploads.on_delete = demo.upload_file_set.discard
-    return {"middleware": [Middleware(UploadGate, store=uploads, route=UPLOAD_ROUTE, visitor_of=visitor_of)],
+    return {"middleware": [Middleware(UploadGate, store=uploads, route=UPLOAD_ROUTE, visitor_of=visitor_of),
+                           Middleware(ToldErrors, route=DIRECT_ROUTE)],
             "lifespan": sweeping(uploads)}
+
+
+class ToldErrors:
+    """gradio's direct route answers every failed call 500, a refusal told in words (`gr.Error`, whose reply carries
+    its message) as well as a crash: a told refusal is the caller's to mend, so it is answered 400. Other routes and
+    replies pass as they are."""
+
+    def __init__(self, app, route: str):
+        self.app, self.route = app, route
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or not scope["path"].endswith(self.route):
+            return await self.app(scope, receive, send)
+        held = None
+
+        async def telling_send(message):
+            nonlocal held
+            if message["type"] == "http.response.start" and message["status"] == 500:
+                held = message  # sent with the body, once it says whether the error was told
+                return
+            if held is not None and message["type"] == "http.response.body":
+                told = b'"error":null' not in message.get("body", b"").replace(b" ", b"")
+                await send({**held, "status": 400 if told else 500})
+                held = None
+            await send(message)
+
+        await self.app(scope, receive, telling_send)
 
 
 def first_hop(header: str | None) -> str | None:
     """The first address of a forwarding header (`X-Forwarded-For: client, proxy1, proxy2`), or None."""
     first = (header or "").split(",")[0].strip()
     return first[:100] or None
+
+
+KIND_WORDS = {str: "text", int: "a number", float: "a number", bool: "true or false", list: "a list"}
+
+
+def expect(field: str, value, *kinds: type, optional: bool = True, max_chars: int = MAX_SHOWN_CHARS):
+    """`value` when it is one of `kinds` (or None, where `optional`), text no longer than `max_chars`; else
+    InputError in one line naming `field` and what the call sent (never the text itself). A bool is no number here,
+    though Python counts it as one."""
+    if value is None and optional:
+        return value
+    if isinstance(value, str) and str in kinds and len(value) > max_chars:
+        raise InputError(f"'{field}' is {len(value):,} characters long; this call takes at most {max_chars:,}.")
+    if isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds):
+        return value
+    wanted = " or ".join(dict.fromkeys(KIND_WORDS.get(kind, kind.__name__) for kind in kinds))
+    raise InputError(f"'{field}' must be {wanted}{' or null' if optional else ''}; this call sent {shape_of(value)}.")
+
+
+def expect_texts(field: str, value) -> list[str]:
+    """A list of texts (None: an empty list); else InputError naming `field`."""
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise InputError(f"'{field}' must be a list of text or null; this call sent {shape_of(value)}.")
+    return value
 
 
 def number_or_none(value, what: str):
@@ -135,7 +218,7 @@ def number_or_none(value, what: str):
     try:
         return float(value) if value else None
     except ValueError:
-        raise InputError(f"{what} must be a whole number, got {value!r}.") from None
+        raise InputError(f"{what} must be a whole number, got {cut(repr(value))}.") from None
 
 
 def accept_counts_as_text(slider: gr.Slider) -> gr.Slider:

@@ -15,7 +15,7 @@ from page import words
 from page.answer_panel import build_answer_panel, build_question_panel, first_example
 from page.asking import DEFAULT_TRAINING_WINDOW, run_training_step
 from page.compare_panel import build_compare_panel
-from page.context import DEFAULT_QUEUE_SIZE, REQUEST_CONCURRENCY, AppContext, request_workers
+from page.context import DEFAULT_QUEUE_SIZE, AppContext, request_workers, requests_group
 from page.events import bind, listen
 from page.downloads import public_files
 from page.hardening import harden
@@ -79,13 +79,21 @@ def build_training_panel(ctx: AppContext) -> None:
         training_table = gr.Dataframe(headers=fmt.TRAINING_HEADERS, label="Training step", interactive=False)
         training_text = gr.Markdown()
     listen(train_btn.click, bind(run_training_step, ctx), inputs=window_slider,
-           outputs={"table": training_table, "summary": training_text}, concurrency_id=REQUEST_CONCURRENCY,
-           concurrency_limit=request_workers(ctx), api_name="training_step")
+           outputs={"table": training_table, "summary": training_text}, **requests_group(ctx),
+           api_name="training_step")
 
 
 def build_blocks(ctx: AppContext, queue_size: int = DEFAULT_QUEUE_SIZE) -> gr.Blocks:
-    """The page for `ctx`: the panels top to bottom, the queue bounded by `queue_size` (the model lane's bound too),
-    hardened (`page.hardening`). Its stylesheet and script come with every launch (`page.hardening.harden`)."""
+    """The page for `ctx`: the panels top to bottom, the queue set, hardened (`page.hardening`). Its stylesheet and
+    script come with every launch (`page.hardening.harden`).
+
+    The queue, on purpose: every event that waits for something shared runs in the requests group
+    (`context.requests_group`, `request_workers` threads) and takes its place in the model lane first thing, which
+    counts it in the visitor's share and refuses it at once past that share; the page's other queued events (what
+    the page shows after an answer or a reload) are quick and run side by side, as many at once as the requests
+    group. So events leave gradio's queue as fast as they come, and one visitor cannot fill it with events waiting
+    for a one-at-a-time group. Its size, `queue_size`, is the lane's bound on the requests waiting too: a crowd
+    of visitors meets "queue is full" in the lane's words or gradio's at the same count."""
     ctx.lane.max_waiting = queue_size  # the page's queue bound is the model lane's
     with gr.Blocks(title="Long-document QA with Longformer", analytics_enabled=False,
                    delete_cache=(3600, 3600)) as demo:  # what gradio itself writes; uploads are swept sooner
@@ -102,7 +110,7 @@ def build_blocks(ctx: AppContext, queue_size: int = DEFAULT_QUEUE_SIZE) -> gr.Bl
             with gr.Accordion("Load readout (JSON)", open=False):
                 model["load_json"].render()
         build_training_panel(ctx)
-        build_plan_panel(ctx.models, ctx.selection["model"])
+        build_plan_panel(ctx)
         build_reference_panel(ctx)
-    demo.queue(default_concurrency_limit=1, max_size=queue_size)
+    demo.queue(default_concurrency_limit=request_workers(ctx), max_size=queue_size)
     return harden(demo, ctx.uploads, ctx.visitor_header, css=CSS, js=JS, public=public_files())

@@ -9,7 +9,7 @@ from gradio.blocks import Block
 
 from page import format as fmt
 from page import words
-from page.context import MODEL_CONCURRENCY, AppContext
+from page.context import AppContext, requests_group
 from page.events import bind, listen
 from page.picks import (auto_profile, load_profile, load_status, model_choices, on_page_load, show_custom_controls,
                         show_loaded, start_loading, start_model_pick, start_profile_pick, strategy_choices)
@@ -65,11 +65,12 @@ def wire_model_panel(ctx: AppContext, demo: gr.Blocks, seen: gr.State, model: di
     visit's outputs reach the page in turn with the reloads, so that neither undoes the other."""
     readouts = {name: model[name] for name in ("banner", "load_table", "load_json")}
     selection = {name: model[name] for name in ("profile", "model", "strategies")}
-    # In the reloads' group (one at a time, in order): a visit's outputs, what was loaded when it ran, then reach the
-    # page before those of a reload asked for after it, and never undo the reload's `show_loaded`.
+    # A visit and a reload both take their places in the lane (`on_page_load`, `load_profile`): a visit's outputs,
+    # what was loaded when it ran, reach the page before those of a reload asked for after it, and never undo the
+    # reload's `show_loaded`; both run in the requests group, so neither waits in gradio's queue.
     listen(demo.load, bind(on_page_load, ctx),
            outputs={**selection, "seen": seen, **readouts, "load_status": model["load_status"]},
-           concurrency_id=MODEL_CONCURRENCY, api_visibility="private", show_progress_on=[model["load_status"]])
+           **requests_group(ctx), api_visibility="private", show_progress_on=[model["load_status"]])
     listen(model["profile"].change, show_custom_controls, inputs=model["profile"],
            outputs={"strategies": model["strategies"], "apply": model["apply"]}, queue=False,
            api_visibility="private")
@@ -83,7 +84,7 @@ def wire_model_panel(ctx: AppContext, demo: gr.Blocks, seen: gr.State, model: di
                           queue=False, api_visibility="private", show_progress="hidden")
         loading = listen(starting.then, bind(load_profile, ctx),
                          inputs=[model["profile"], model["model"], model["strategies"], seen],
-                         outputs={"seen": seen, **readouts}, concurrency_id=MODEL_CONCURRENCY, api_name=api_name,
+                         outputs={"seen": seen, **readouts}, **requests_group(ctx), api_name=api_name,
                          show_progress_on=[model["load_status"]], api_visibility="public" if api_name else "private")
         # done or refused, the dropdowns then show what is loaded: the demo model after a fallback, the previous
         # choice after a refusal, and what `auto` picked

@@ -7,13 +7,15 @@ from __future__ import annotations
 import gradio as gr
 import pandas as pd
 
+from longqa.backend import Selection
 from longqa.models import DEFAULT_MODEL, KNOWN_MODELS, is_offline, needs_download
 from longqa.session import NO_MODEL
 from longqa_core.errors import LongQAError, ModelLoadError, ProfileError
 from page import format as fmt
 from page.context import AppContext
-from page.errors import user_errors
-from page.turns import model_turn
+from page.errors import cut, user_errors
+from page.hardening import abandonment_check, expect, expect_texts
+from page.turns import model_turn, visitor_keys, waiting_shown
 from page.words import PICK_MODEL
 from strategies.hardware import Hardware
 from strategies.profiles import Profile, custom_profile, device_for, profile_choices
@@ -98,7 +100,6 @@ def load_selection(ctx: AppContext, profile_name: str, model_ref: str, strategie
         check_model_reachable(model_ref)
         profile = ctx.session.runnable_profile(profile_name, strategies)
         ctx.session.load(model_ref, profile, on_progress=on_progress, fallback_to_demo=falls_back_to_demo(model_ref),
-                         force=profile.name == "custom",
                          strategies=tuple(strategies or ()) if profile.name == "custom" else ())
     except LongQAError as exc:
         raise type(exc)(f"{exc} {current_model(ctx)}") from exc
@@ -201,46 +202,72 @@ def changed_since(ctx: AppContext, seen) -> str | None:
             f"with profile {ctx.session.profile_name} (was {seen.get('model')} with {seen.get('profile')}).")
 
 
-def on_page_load(ctx: AppContext, progress=gr.Progress()) -> dict:
-    """A new visitor: load the model if none is yet, and show what is selected and loaded now."""
-    try:
-        ensure_loaded(ctx, progress)
-    except LongQAError:
-        pass  # the banner shows why; the page stays usable to pick another model
-    return {**shown_selection(ctx), "seen": seen_now(ctx), **load_outputs(ctx), "load_status": load_status(ctx)}
+def on_page_load(ctx: AppContext, request: gr.Request = None, progress=gr.Progress()) -> dict:
+    """A new visitor: load the model if none is yet, and show what is selected and loaded now. It takes its place
+    at the lane's door (counted in the visitor's share) after the reloads asked for before it, so that what it
+    shows is what they loaded; a reload asked for after it waits for it, so its outputs never undo the reload's."""
+    with user_errors("Opening the page"):
+        with ctx.lane.door(visitor_keys(ctx, request), after_exclusive=True, should_stop=abandonment_check(),
+                           on_wait=waiting_shown(progress)):
+            try:
+                ensure_loaded(ctx, progress)
+            except LongQAError:
+                pass  # the banner shows why; the page stays usable to pick another model
+            return {**shown_selection(ctx), "seen": seen_now(ctx), **load_outputs(ctx),
+                    "load_status": load_status(ctx)}
 
 
 def load_profile(ctx: AppContext, profile_name: str, model_ref: str, strategies=None, seen=None,
                  request: gr.Request = None, progress=gr.Progress()) -> dict:
     """Reload with another profile or model, in turn with the answers; a failed load keeps the previous model.
-    Refused when locked."""
+    Refused when locked; nothing to do (no turn taken) when it is what is loaded now. A visitor has one reload or
+    comparison in line at a time (`ModelLane`): another is refused at once."""
     with user_errors("Loading"):
+        profile_name = expect("profile", profile_name, str)
+        model_ref = expect("model", model_ref, str)
+        strategies = expect_texts("strategies", strategies)
         if ctx.lock_profile:
             raise ProfileError(f"This deployment fixes the model and profile: it runs {loaded_now(ctx)}, and "
                                "they cannot be changed from the page or the API.")
-        with model_turn(ctx, request, progress, exclusive=True):
-            load_selection(ctx, profile_name, model_ref, strategies or [], progress)
+        if not is_loaded_now(ctx, profile_name, model_ref, strategies):
+            with model_turn(ctx, request, progress, exclusive=True):
+                load_selection(ctx, profile_name, model_ref, strategies, progress)
     return {"seen": seen_now(ctx), **load_outputs(ctx)}
+
+
+def is_loaded_now(ctx: AppContext, profile_name: str, model_ref: str, strategies) -> bool:
+    """Whether a load of (model, profile, `custom`'s strategies) asks for what is loaded now, as the session tells
+    (what was asked for, not what `auto` became)."""
+    strategies = tuple(strategies) if profile_name == "custom" else ()
+    return ctx.session.loaded is not None and ctx.session.selection == Selection(model_ref, profile_name, strategies)
 
 
 def start_loading(ctx: AppContext, profile_name: str, model_ref: str) -> dict:
     """The moment a reload is asked for: say what is loading, and disable asking until it ends (`show_loaded`)."""
-    wanted = model_ref or ctx.selection["model"]
+    wanted = cut(model_ref or ctx.selection["model"])
     return {"load_status": f"**Loading {fmt.escape_markdown(wanted)} with profile "
-                           f"{fmt.escape_markdown(profile_name)}…** Ask is disabled until it ends.",
+                           f"{fmt.escape_markdown(cut(profile_name))}…** Ask is disabled until it ends.",
             "ask": gr.update(interactive=False), "full": gr.update(interactive=False)}
 
 
-def start_profile_pick(ctx: AppContext, profile_name: str, model_ref: str, picked: gr.SelectData) -> dict:
+def start_profile_pick(ctx: AppContext, profile_name: str, model_ref: str, picked: gr.SelectData = None) -> dict:
     """A profile picked: `start_loading` for the pick, which the dropdown is set to again. The load that follows
     reads the dropdown, and another event's outputs (a visit's `on_page_load`, computed before the pick) may have
-    set it back in between: the pick itself is the event's data."""
-    return {**start_loading(ctx, picked.value, model_ref), "profile": gr.update(value=picked.value)}
+    set it back in between: the pick itself is the event's data (a raw call without it: the dropdown's value)."""
+    profile_name = picked_value(picked, profile_name)
+    return {**start_loading(ctx, profile_name, model_ref), "profile": gr.update(value=profile_name)}
 
 
-def start_model_pick(ctx: AppContext, profile_name: str, model_ref: str, picked: gr.SelectData) -> dict:
+def start_model_pick(ctx: AppContext, profile_name: str, model_ref: str, picked: gr.SelectData = None) -> dict:
     """A model picked: as `start_profile_pick`, for the model dropdown."""
-    return {**start_loading(ctx, profile_name, picked.value), "model": gr.update(value=picked.value)}
+    model_ref = picked_value(picked, model_ref)
+    return {**start_loading(ctx, profile_name, model_ref), "model": gr.update(value=model_ref)}
+
+
+def picked_value(picked: gr.SelectData | None, shown):
+    """What a select event picked, as text; the dropdown's value where a raw call sent no event data."""
+    value = getattr(picked, "value", None)
+    return str(value if value is not None else shown or "")
 
 
 def show_loaded(ctx: AppContext) -> dict:

@@ -3,7 +3,8 @@ see every profile's predicted memory there, the profile `auto` would choose, and
 plus the `/plan` API endpoint, which returns what `python -m longqa plan --json` prints.
 
 UI only: the plan is `longqa.gpu_plan`'s, the formatting `page.format`'s; domain errors become `gr.Error` here.
-It never loads a model, and it reads configs only of the models the page offers.
+It never loads a model, and it reads configs only of the models the page offers. A plan counts in the visitor's
+share at the model lane's door, as every request does, and checks each field's type first.
 """
 
 from __future__ import annotations
@@ -12,9 +13,13 @@ import html
 
 import gradio as gr
 
-from page import format as fmt
 from longqa.gpu_plan import DEFAULT_HOST_GB, LongQAError, MachinePlan, plan_request
 from longqa.models import DEFAULT_MODEL
+from page import format as fmt
+from page.context import AppContext, requests_group
+from page.errors import cut, user_errors
+from page.hardening import expect
+from page.turns import visitor_keys
 from strategies.gpu_catalog import GPU_MODELS
 
 OTHER_GPU = "Other: by its memory"
@@ -40,22 +45,42 @@ def machine_arguments(gpu: str, gpu_memory_gb, compute_capability, gpus, cpu_mem
     """The plan's keyword arguments for what the panel's machine fields say."""
     if gpu == NO_GPU:
         return {"cpu_memory_gb": cpu_memory_gb}
-    common = {"gpus": int(gpus or 1), "cpu_memory_gb": cpu_memory_gb}
+    common = {"gpus": whole(gpus) or 1, "cpu_memory_gb": cpu_memory_gb}
     if gpu == OTHER_GPU:
         return {"gpu_memory_gb": gpu_memory_gb, "compute_capability": compute_capability or None, **common}
     return {"gpu": gpu, **common}
 
 
-def checked_plan(allowed_models: list[str], model: str, **arguments) -> MachinePlan:
-    """The plan, for a model the page offers only (a visitor's text never names a server folder or a Hub id);
-    domain errors as gr.Error."""
-    if model not in allowed_models:
-        raise gr.Error(html.escape(f"Model {model!r} is not offered here; choose one of {', '.join(allowed_models)}."),
-                       print_exception=False)
-    try:
-        return plan_request(model, **arguments)
-    except LongQAError as exc:
-        raise gr.Error(html.escape(str(exc)), print_exception=False) from exc
+NUMBER = (int, float)
+# What each of the plan's fields may be: the API's names (`plan`); the panel's fields arrive under the same names.
+FIELD_KINDS = {"model": (str,), "gpu": (str,), "gpu_memory_gb": NUMBER, "gpus": NUMBER, "tokens": NUMBER,
+               "batch": NUMBER, "cpu_memory_gb": NUMBER, "cpu_bf16": (bool,), "compute_capability": (str, *NUMBER)}
+
+
+def checked_fields(model, arguments: dict) -> None:
+    """InputError naming the first field of the wrong type (a GPU sent as a number, memory as text), before any
+    work: the plan's own checks then read values of the types they expect."""
+    expect("model", model, str, optional=False)
+    for field, value in arguments.items():
+        expect(field, value, *FIELD_KINDS[field])
+
+
+def checked_plan(ctx: AppContext, model: str, request: gr.Request | None, **arguments) -> MachinePlan:
+    """The plan, for a model the page offers only (a visitor's text never names a server folder or a Hub id), its
+    fields' types checked and its place taken at the lane's door (LaneBusyError past the visitor's share); domain
+    errors as gr.Error, with what the visitor sent cut short."""
+    with user_errors("Planning"):
+        checked_fields(model, arguments)
+        if model not in ctx.models:
+            raise gr.Error(html.escape(f"Model {cut(repr(model))} is not offered here; choose one of "
+                                       f"{', '.join(ctx.models)}."), print_exception=False)
+        # Under the backend's load lock: the planner builds meta-device models with accelerate's init_empty_weights,
+        # which patches torch's modules for every thread while it runs, so a load beside it would fail.
+        with ctx.lane.door(visitor_keys(ctx, request)), ctx.session.lock:
+            try:
+                return plan_request(model, **arguments)
+            except LongQAError as exc:
+                raise gr.Error(html.escape(cut(str(exc), 1000)), print_exception=False) from exc
 
 
 def whole(value) -> int | None:
@@ -76,11 +101,12 @@ def show_machine_fields(gpu: str) -> dict:
             "gpus": gr.update(visible=gpu != NO_GPU)}
 
 
-def build_plan_panel(allowed_models: list[str], default_model: str) -> dict:
-    """Lays out the panel and wires its button and the `/plan` endpoint; returns its components by name. It
-    starts on the registry's default model where the page offers it (the one worth planning a GPU for), else on
-    `default_model`."""
-    default_model = DEFAULT_MODEL if DEFAULT_MODEL in allowed_models else default_model
+def build_plan_panel(ctx: AppContext) -> dict:
+    """Lays out the panel and wires its button and the `/plan` endpoint; returns its components by name. It offers
+    the page's models, and starts on the registry's default model where the page offers it (the one worth planning
+    a GPU for), else on the page's own."""
+    allowed_models = ctx.models
+    default_model = DEFAULT_MODEL if DEFAULT_MODEL in allowed_models else ctx.selection["model"]
     with gr.Accordion("Plan for another machine (predicted memory)", open=False, elem_id="plan-panel"):
         gr.Markdown(NOTE)
         with gr.Row():
@@ -112,27 +138,28 @@ def build_plan_panel(allowed_models: list[str], default_model: str) -> dict:
                   "ours": ours, "article": article, "table": table, "json": plan_json}
 
     def show_plan(model_ref, gpu_name, gpu_memory_gb, compute_capability, gpu_count, window_tokens, batch_size,
-                  host_gb, host_bf16):
-        plan = checked_plan(allowed_models, model_ref, tokens=whole(window_tokens), batch=whole(batch_size),
-                            cpu_bf16=bool(host_bf16),
+                  host_gb, host_bf16, request: gr.Request = None):
+        plan = checked_plan(ctx, model_ref, request, tokens=whole(window_tokens),
+                            batch=whole(batch_size), cpu_bf16=bool(host_bf16),
                             **machine_arguments(gpu_name, gpu_memory_gb, compute_capability, gpu_count, host_gb))
         return {ours: fmt.plan_recommendation(plan), article: fmt.plan_article(plan),
                 table: fmt.plan_rows(plan), plan_json: plan.to_json()}
 
     def plan(model: str, gpu: str | None = None, gpu_memory_gb: float | None = None, gpus: int = 1,
              tokens: int | None = None, batch: int | None = None, cpu_memory_gb: float | None = None,
-             cpu_bf16: bool = False, compute_capability: str | None = None) -> dict:
+             cpu_bf16: bool = False, compute_capability: str | None = None, request: gr.Request = None) -> dict:
         """Each profile's predicted memory for `model` on a GPU given by name (`gpu`) or by memory
         (`gpu_memory_gb`, with `compute_capability`), `gpus` of them, or a CPU-only machine (`cpu_memory_gb`
         alone), at `tokens` per window and `batch` windows per forward: the JSON `python -m longqa plan --json`
         prints."""
-        return checked_plan(allowed_models, model, gpu=gpu or None, gpu_memory_gb=gpu_memory_gb, gpus=gpus,
+        return checked_plan(ctx, model, request, gpu=gpu or None, gpu_memory_gb=gpu_memory_gb,
+                            gpus=1 if gpus is None else gpus,
                             tokens=tokens, batch=batch, cpu_memory_gb=cpu_memory_gb, cpu_bf16=cpu_bf16,
                             compute_capability=compute_capability).to_json()
 
     gpu.change(lambda name: {components[key]: update for key, update in show_machine_fields(name).items()},
                inputs=gpu, outputs=[gpu_memory, capability, gpus], queue=False, api_visibility="private")
     plan_btn.click(show_plan, inputs=[model, gpu, gpu_memory, capability, gpus, tokens, batch, host, cpu_bf16],
-                   outputs=[ours, article, table, plan_json], api_visibility="private")
-    gr.api(plan, api_name="plan")
+                   outputs=[ours, article, table, plan_json], api_visibility="private", **requests_group(ctx))
+    gr.api(plan, api_name="plan", **requests_group(ctx))
     return components

@@ -1,10 +1,12 @@
 """A request's turns and Stop: the keys a visitor counts under, its turn on the model (shown as progress while it
 waits), the page's Stop, and how a page session's last answer ended. Not the request itself (`page.asking`).
 
-Stop is the page's own, not gradio's `cancels=`: gradio's cancel drops the event's outputs, so the answer area could
-not say how far the read got, and it cannot stop a sync handler's thread, which would read on; the read must end
-between batches of windows. The Stop button marks the page session (`press_stop`), and the read's stop check,
-asked between batches, sees the mark. An API client cancels its job instead (`hardening.abandonment_check`).
+Stop is the page's own, not gradio's `cancels=`. The answer streams (`page.streaming`), so a cancel would keep the
+best answer so far on the page; but it ends the handler at once, also once every window is read and the answer is
+being decoded (a Stop then must show the answer: issue 49), the answer area could not say how far the read got, and
+it cannot stop the thread that reads, which would read on; the read must end between batches of windows. The Stop
+button marks the page session (`press_stop`), and the read's stop check, asked between batches, sees the mark. An
+API client cancels its job instead (`hardening.abandonment_check`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import gradio as gr
 import pandas as pd
 
 from longqa.readout import Readout
+from longqa.backend import Provisional
 from longqa.serving import policy
 from longqa_core.errors import Cancelled
 from page.context import AppContext
@@ -71,11 +74,12 @@ def waiting_shown(progress) -> Callable[[int], None]:
 
 
 @contextlib.contextmanager
-def model_turn(ctx: AppContext, request: gr.Request | None, progress=None, *, exclusive: bool = False):
-    """This request's turn on the model (`policy.model_turn`), with the wait shown as progress; yields the key of
-    its abandonment check."""
+def model_turn(ctx: AppContext, request: gr.Request | None, progress=None, *, exclusive: bool = False,
+               only_one: str | None = None):
+    """This request's turn on the model (`policy.model_turn`: `only_one` names a kind of exclusive turn the lane
+    takes one of at a time), with the wait shown as progress; yields the key of its abandonment check."""
     with policy.model_turn(ctx.lane, visitor_keys(ctx, request), abandonment_check(), waiting_shown(progress),
-                           exclusive=exclusive) as stop_key:
+                           exclusive=exclusive, only_one=only_one) as stop_key:
         yield stop_key
 
 
@@ -121,6 +125,7 @@ class Outcome:
     readout: Readout | None = None
     message: str | None = None
     stopped: tuple[int, int] | None = None  # (windows read, windows planned)
+    partial: Provisional | None = None  # after a Stop: the best answer of the windows read, which the page shows
     # what the answer showed, built once, for the downloads: the readout's JSON and the history's table
     readout_json: dict | None = None
     history_table: pd.DataFrame | None = None
@@ -128,27 +133,47 @@ class Outcome:
 
 def noting_outcome(ctx: AppContext, handler: Callable, outputs) -> Callable:
     """`handler` (an answer through the page) keeping how it ended for the answer area (`show_outcome`): an error's
-    message, raised on as before; a Stop of this page session, after which every output is left as it was; the
-    handler notes its readout itself. Same signature and hints."""
+    message, raised on as before; a Stop of this page session, after which every output is left as it was (the best
+    answer so far, where a streaming handler showed one); the handler notes its readout itself. Same signature and
+    hints; a generator handler (`page.streaming`) stays one."""
     signature = inspect.signature(handler)
 
-    @functools.wraps(handler)
-    def noted(*args, **kwargs):
+    @contextlib.contextmanager
+    def noting(args, kwargs):
         key = page_session(signature.bind_partial(*args, **kwargs).arguments.get("request"))
         if key is not None:
             ctx.stops.pop(key, None)  # a Stop pressed before this answer began is not for it
+        stopped = []
         try:
-            return handler(*args, **kwargs)
+            yield stopped
         except gr.Error as exc:
             cause = exc.__cause__
             if key is not None and key in ctx.stops and isinstance(cause, Cancelled):
-                remember(ctx.outcomes, key, Outcome(stopped=(cause.windows_done, cause.windows_total)))
-                return {name: gr.skip() for name in outputs}
+                remember(ctx.outcomes, key, Outcome(stopped=(cause.windows_done, cause.windows_total),
+                                                    partial=cause.best))
+                stopped.append(True)
+                return
             # the toast's message is HTML-escaped (`escape`); the answer area escapes the plain text itself
             remember(ctx.outcomes, key, Outcome(message=html.unescape(str(exc.message))))
             raise
         finally:
             if key is not None:
                 ctx.stops.pop(key, None)
+
+    if inspect.isgeneratorfunction(handler):
+        @functools.wraps(handler)
+        def noted_each(*args, **kwargs):
+            with noting(args, kwargs) as stopped:
+                yield from handler(*args, **kwargs)
+            if stopped:
+                yield {name: gr.skip() for name in outputs}
+
+        return noted_each
+
+    @functools.wraps(handler)
+    def noted(*args, **kwargs):
+        with noting(args, kwargs) as stopped:
+            return handler(*args, **kwargs)
+        return {name: gr.skip() for name in outputs} if stopped else None
 
     return noted

@@ -18,6 +18,7 @@ from longqa_core.errors import ModelLoadError
 from page import format as fmt
 from page.context import CONTEXTS
 from page.errors import user_errors
+from page.streaming import candidate_listener
 from page.words import PICK_MODEL
 
 ZERO_GPU = os.environ.get("SPACES_ZERO_GPU", "").lower() in ("1", "t", "true")  # as the `spaces` package reads it
@@ -44,7 +45,8 @@ def answer_on_gpu(context_key: str, plan, extract_s: float = 0.0, progress=None,
     """The model work of one planned request, and nothing else: its arguments and its readout pickle (ZeroGPU runs
     it in a forked worker), and it reaches the loaded model through the module's contexts. Ends between batches
     when the request is abandoned; under ZeroGPU the plan's time budget is no more than the GPU time it asked for
-    (a guided read whose answer stays weak then keeps what it read)."""
+    (a guided read whose answer stays weak then keeps what it read). The best answer so far goes to the page's
+    listener after each batch, where one listens (`page.streaming`)."""
     ctx = CONTEXTS[context_key]
     on_window_progress = None
     if progress is not None:
@@ -60,8 +62,11 @@ def answer_on_gpu(context_key: str, plan, extract_s: float = 0.0, progress=None,
     with user_errors("Answering"):  # inside: ZeroGPU passes only gr.Error through from its worker
         if ctx.session.loaded is None:
             raise ModelLoadError(f"{NO_MODEL} {PICK_MODEL}")
+        listener = candidate_listener()  # none in a ZeroGPU worker: the page shows the final answer only
+        on_candidate = None if listener is None else lambda best: listener(best, plan.documents)
         return ctx.session.ask(plan, extract_s=extract_s, gate=policy.gate(stop_key),
-                               should_stop=policy.stop_check(stop_key), on_window_progress=on_window_progress)
+                               should_stop=policy.stop_check(stop_key), on_window_progress=on_window_progress,
+                               on_candidate=on_candidate)
 
 
 def training_duration(context_key: str, window_tokens: int) -> float:

@@ -11,8 +11,11 @@ or decodes (`--attacks emoji`, issue 40 item 2).
 Writes the JSON and prints Markdown rows.
 `--attacks html-uploads`: issue 40's attacks on HTML reading and uploads instead, against `python app.py --model demo`
 started as its own process (memory counted with its children), written to docs/crowd-html-uploads.json.
+`--attacks endpoints`: issue 48's floods of /plan, /load_profile, /compare and /training_step the same way, written
+to docs/crowd-endpoints.json (docs/serving.md's table of attacks).
 Usage: python scripts/measure_crowd.py [--out docs/crowd.json] [--clients 8] [--mb 5] [--attacks full,html]
        python scripts/measure_crowd.py --attacks html-uploads [--out docs/crowd-html-uploads.json]
+       python scripts/measure_crowd.py --attacks endpoints [--out docs/crowd-endpoints.json]
        python scripts/measure_crowd.py --attacks guided_fallback,index,memory --base-tree DIR --out docs/crowd-lane.json
        python scripts/measure_crowd.py --attacks guided_fallback,index,cancel --out docs/crowd-cancel.json
        python scripts/measure_crowd.py --attacks emoji --out docs/crowd-emoji.json
@@ -344,6 +347,68 @@ def html_and_upload_attacks(work: Path) -> dict:
     return {"visitor_alone_s": round(alone, 1), "visitor_alone_right": right, "rows": rows}
 
 
+def endpoint_attacks(work: Path, seconds: float = 30.0) -> dict:
+    """Issue 48's attacks on the endpoints that wait for a one-at-a-time resource, each against a fresh
+    `python app.py --model demo` with default settings: three threads posting `/plan` joins with one session hash
+    (under --lock-profile, the Space's default), the same with `/load_profile` alternating two profiles (unlocked),
+    six 4-profile compares of a 1 MB text from one session, and twelve visitors' 4,096-token training steps
+    (unlocked), while the visitor keeps asking."""
+    big = work / "one-mb.txt"
+    big.write_text(crowd_check.fact_text(MB, 7))
+    rows, alone = {}, {}
+    plan = ["demo", "T4", None, 1, None, None, None, False, None]
+    load = ["cpu", "demo", [], None]
+    profiles = (["cpu", "baseline-fp32", "auto", "custom"], ["int8_dynamic"])
+    for locked in (True, False):
+        uploads = work / ("uploads-locked" if locked else "uploads")
+        shutil.rmtree(uploads, ignore_errors=True)
+        uploads.mkdir()
+        server, url = crowd_attacks.start_demo_server(uploads, "--lock-profile" if locked else "--no-lock-profile")
+        try:
+            visitor(url)()
+            alone["locked" if locked else "unlocked"] = round(visitor(url)()[1], 2)
+            if locked:
+                rows[f"3 threads posting /plan joins, one session, {seconds:g} s (--lock-profile)"] = attack_row(
+                    crowd_attacks.endpoint_flood(url, server.pid, "plan", plan, visitor(url), seconds=seconds))
+                continue
+            rows[f"3 threads posting /load_profile joins (cpu, baseline-fp32 in turn), one session, {seconds:g} s"] = (
+                attack_row(crowd_attacks.endpoint_flood(
+                    url, server.pid, "load_profile", load, visitor(url), seconds=seconds,
+                    vary=lambda i, data: [("cpu", "baseline-fp32")[i % 2], *data[1:]])))
+            compare_args = ([crowd_attacks.handle_file(str(big))], "", "What is the tide of Harrowgate?", 3, "full",
+                            "", *profiles)
+            rows["6 compares of 4 profiles over 1 MB, read in full, from one session"] = attack_row(
+                crowd_attacks.many_calls(url, server.pid, "/compare", compare_args, visitor(url), calls=6,
+                                         one_client=True))
+            rows["12 visitors' training steps at 4,096 tokens"] = attack_row(
+                crowd_attacks.many_calls(url, server.pid, "/training_step", (4096,), visitor(url), calls=12,
+                                         one_client=False))
+        finally:
+            load_check.stop_server(server)
+    return {"visitor_alone_s": alone, "rows": rows}
+
+
+def main_endpoints(out: Path) -> int:
+    work = ROOT / "bench-results" / "crowd-endpoints"
+    work.mkdir(parents=True, exist_ok=True)
+    load = os.getloadavg()
+    result = {"machine": f"{platform.processor() or platform.machine()}, {psutil.cpu_count()} cores",
+              "cpu_kind": cpu_kind(), "model": "demo", "profile": "cpu",
+              "settings": "defaults, direct connection, `python app.py --model demo` (--lock-profile where named)",
+              "load_average_before": [round(x, 2) for x in load], **endpoint_attacks(work)}
+    result["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"CPU: {result['cpu_kind']}; load before {load}; visitor alone: {result['visitor_alone_s']}\n")
+    print("| attack | visitor's longest wait (median, asks) | refused asks | RSS idle, peak, after | the attack's calls |"
+          "\n|---|---|---|---|---|")
+    for name, row in result["rows"].items():
+        print(f"| {name} | {row['visitor_s']} s ({row.get('visitor_median_s')} s, {row.get('visitor_asks')}) | "
+              f"{row.get('visitor_refused')} {row['visitor_error'] or ''} | {row['rss_idle_mb']} MB, "
+              f"{row['rss_peak_above_idle_mb']:+} MB, {row['rss_after_above_idle_mb']:+} MB | {row['crowd']} "
+              f"{row.get('joins', '')} joins, {row.get('joins_refused', '')} refused; {row['refusals'][:2]} |")
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "crowd.json")
@@ -352,11 +417,15 @@ def main(argv=None) -> int:
     parser.add_argument("--attacks", default="full,html",
                         help="which to run: full, html (issue 32), guided_fallback, index, memory, cancel, emoji "
                              "(issue 40); "
-                             "html-uploads alone: issue 40's HTML and upload attacks")
+                             "html-uploads alone: issue 40's HTML and upload attacks; endpoints alone: issue 48's "
+                             "floods of /plan, /load_profile, /compare and /training_step")
     parser.add_argument("--base-tree", type=Path, default=None,
                         help="a checkout of the commit to compare with (memory: its app.py as a process)")
     args = parser.parse_args(argv)
     attacks = set(args.attacks.split(","))
+    if attacks == {"endpoints"}:
+        return main_endpoints(args.out if args.out != ROOT / "docs" / "crowd.json"
+                              else ROOT / "docs" / "crowd-endpoints.json")
     if attacks == {"html-uploads"}:
         return main_html_uploads(args.out if args.out != ROOT / "docs" / "crowd.json"
                                  else ROOT / "docs" / "crowd-html-uploads.json")

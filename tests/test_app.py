@@ -486,13 +486,14 @@ def test_named_endpoints_and_queue_bounds(ctx):
     demo = build_blocks(ctx, queue_size=7)
     by_name = {fn.api_name: fn for fn in demo.fns.values() if fn.api_visibility == "public"}
     assert set(by_name) == {"ask", "load_profile", "training_step", "plan", "compare"}  # plan_panel, compare_panel
-    # requests read side by side, then take turns on the model in the lane, as reloads do
-    assert by_name["ask"].concurrency_id == by_name["training_step"].concurrency_id == context.REQUEST_CONCURRENCY
-    assert by_name["load_profile"].concurrency_id == context.MODEL_CONCURRENCY
-    # a visit takes its turn with the reloads: its outputs (what was loaded when it ran) never land after a reload's
+    # every event that waits for something shared runs in the requests group and takes its place in the lane: none
+    # waits in gradio's queue behind a one-at-a-time group (issue 48)
     visit = next(fn for fn in demo.fns.values() if fn.targets and fn.targets[0][1] == "load")
-    assert visit.concurrency_id == context.MODEL_CONCURRENCY
-    assert demo._queue.max_size == 7 and demo._queue.default_concurrency_limit == 1
+    for fn in [*by_name.values(), visit]:
+        assert fn.concurrency_id == context.REQUEST_CONCURRENCY, fn.api_name
+        assert fn.concurrency_limit == context.request_workers(ctx), fn.api_name
+    assert all(fn.concurrency_limit != 1 for fn in demo.fns.values())
+    assert demo._queue.max_size == 7 and demo._queue.default_concurrency_limit == context.request_workers(ctx)
     assert ctx.lane.max_waiting == 7
     assert by_name["ask"].outputs[-1].label == "Full readout (JSON)"
     assert by_name["load_profile"].outputs[-1].label == "Load readout (JSON)"
@@ -504,6 +505,26 @@ def test_gpu_functions_are_plain_functions_without_the_spaces_package(monkeypatc
 
     monkeypatch.setattr(zerogpu, "spaces", None)
     assert zerogpu.gpu_function(duration=60)(handler) is handler
+
+
+def test_a_locked_deployment_refuses_training_steps_unless_the_operator_allows_them(tiny_model_dir):
+    ctx = make_context(Session(), models=[str(tiny_model_dir)], default_model=str(tiny_model_dir),
+                       default_profile="cpu", lock_profile=True)
+    picks.ensure_loaded(ctx)
+    with pytest.raises(gr.Error, match="training-step readout holds the model alone, so it is turned off here"):
+        asking.run_training_step(ctx, 128)
+    ctx.allow_training = True
+    assert "checkpointing" in asking.run_training_step(ctx, 128)["summary"]
+    args = cli.build_parser().parse_args(["--lock-profile", "--allow-training", "--allow-compare"])
+    allowed = cli.context_from(args, Session())
+    assert allowed.allow_training and allowed.allow_compare and allowed.max_compare_s == context.DEFAULT_MAX_COMPARE_S
+
+
+def test_a_repeated_reload_of_what_is_loaded_takes_no_turn_and_loads_nothing(ctx, tiny_model_dir):
+    loads = ctx.session.loads
+    with ctx.lane.door("someone"):  # a reload would wait for it: this one does not
+        picks.load_profile(ctx, "cpu", str(tiny_model_dir))
+    assert ctx.session.loads == loads
 
 
 def test_a_locked_deployment_refuses_switches_from_the_page_and_the_api(tiny_model_dir):

@@ -11,6 +11,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import httpx
 import pytest
 from gradio_client import Client, handle_file
 from gradio_client.exceptions import AppError
@@ -22,6 +23,7 @@ from page.layout import build_blocks
 from page import asking, cli, context, picks
 import longqa.session
 from longqa.session import read_documents, SAMPLES_DIR, Session
+from longqa.serving import crowd_check
 from tests.conftest import served_page
 from tests.test_documents import blank_page_pdf, encrypt_pdf, make_pdf
 from tests.tiny import CountingRunner
@@ -448,3 +450,112 @@ def test_a_client_that_disconnects_mid_answer_leaves_the_model_usable(tiny_model
         if process.poll() is None:
             process.kill()
         demo.close()
+
+
+def test_ask_streams_the_best_answer_so_far_then_the_same_final_output(client):
+    """Issue 50 item 2: /ask through gradio_client streams each best answer so far as a job's outputs (the readout
+    `{"provisional": true, ...}`), then the output it always returned."""
+    pasted = " ".join(f"Sentence {n} tells of the colour of Zorbin and of nothing else here." for n in range(900))
+    job = client.submit([], pasted, "What is the colour of Zorbin?", 1, "full", api_name="/ask")
+    final = job.result()
+    outputs = job.outputs()
+    provisional = [output[-1] for output in outputs[:-1] if output[-1] and output[-1].get("provisional")]
+    assert len(provisional) >= 2, [output[-1] for output in outputs]
+    reads = [p["windows_read"] for p in provisional]
+    assert reads == sorted(reads) and all(p["windows_total"] == final[-1]["windows"] for p in provisional)
+    assert all(set(p) == {"provisional", "answer", "windows_read", "windows_total"} for p in provisional)
+    assert len(final) == len(ASK_RETURNS) and set(final[-1]) == READOUT_KEYS and outputs[-1] == final
+    assert final[1] == final[-1]["answers"][0]["text"]  # the answer itself, no longer a best-so-far update
+
+
+# ------------------------------------------------------------------------------------ issue 48: at the door
+def join(url: str, demo, api_name: str, data: list, session_hash: str) -> int:
+    """A raw `queue/join` of the event named `api_name` for `session_hash`, as a hostile client posts it: the reply's
+    status."""
+    fn_index = next(i for i, fn in demo.fns.items() if fn.api_name == api_name)
+    body = {"data": data, "fn_index": fn_index, "session_hash": session_hash, "event_data": None, "trigger_id": None}
+    return httpx.post(f"{url}gradio_api/queue/join", json=body, timeout=30).status_code
+
+
+def completed(url: str, session_hash: str, expected: int, timeout_s: float = 60.0) -> list[dict]:
+    """The `process_completed` messages of `session_hash`'s events, read from its stream until `expected` came."""
+    messages = []
+    with httpx.stream("GET", f"{url}gradio_api/queue/data", params={"session_hash": session_hash},
+                      timeout=timeout_s) as stream:
+        for line in stream.iter_lines():
+            if line.startswith("data:"):
+                message = json.loads(line[5:])
+                if message.get("msg") == "process_completed":
+                    messages.append(message)
+                if len(messages) >= expected or message.get("msg") == "close_stream":
+                    break
+    return messages
+
+
+def refusal(message: dict) -> str | None:
+    return None if message.get("success") else str((message.get("output") or {}).get("error"))
+
+
+def test_a_flood_from_one_session_is_refused_at_once_while_another_visitor_is_served(tiny_model_dir):
+    """Three threads posting /plan and /load_profile joins with one session hash while an answer runs: past its
+    share the session is refused with the lane's words, and another visitor never meets a full queue."""
+    ctx, demo, url = serve_slow(tiny_model_dir, queue_size=8)
+    statuses, stop = [], threading.Event()
+
+    def flood(worker: int) -> None:
+        while not stop.is_set():
+            profile = ("cpu", "baseline-fp32")[len(statuses) % 2]
+            statuses.append(join(url, demo, "load_profile", [profile, str(tiny_model_dir), [], None], "flood"))
+            statuses.append(join(url, demo, "plan", [str(tiny_model_dir), "T4", None, 1, None, None, None, False, None],
+                                 "flood"))
+            time.sleep(0.02)
+
+    try:
+        answer = Client(url, verbose=False).submit([], "The colour of Zorbin is teal.", "What?", 1, api_name="/ask")
+        assert ctx.session.answering.wait(30)
+        threads = [threading.Thread(target=flood, args=(worker,), daemon=True) for worker in range(3)]
+        for thread in threads:
+            thread.start()
+        began = time.monotonic()
+        other = Client(url, verbose=False).predict([], "The colour of Velka is red.", "What is the colour of Velka?",
+                                                    1, api_name="/ask")[-1]
+        other_s = time.monotonic() - began
+        stop.set()
+        for thread in threads:
+            thread.join(10)
+        answer.result(timeout=60)
+        bound = crowd_check.TEST_MARGIN * crowd_check.VISITOR_WAIT_TARGET_S  # the target is the crowd checks'
+        assert other["question"] == "What is the colour of Velka?" and other_s < bound, other_s
+        assert statuses and set(statuses) == {200}, "a join was refused: the queue filled"
+        refused = [refusal(m) for m in completed(url, "flood", len(statuses) // 2) if refusal(m)]
+        assert refused and all("You already have" in text for text in refused), refused[:3]
+    finally:
+        stop.set()
+        demo.close()
+
+
+def test_no_event_answers_500_to_raw_calls_of_any_shape_and_long_values_are_cut(server):
+    """Every event, private ones included, called raw on gradio's direct route with values of every wrong shape:
+    a one-line told refusal (400) or an answer, never a 500; no message echoes a long value whole."""
+    ctx, url = server
+    info = httpx.get(f"{url}config", timeout=30).json()
+    for dependency in info["dependencies"]:
+        fn_index = dependency["id"]
+        for value in (None, 5, [1], {"a": 1}, "x" * 100_000):
+            data = [value] * len(dependency["inputs"])
+            reply = httpx.post(f"{url}gradio_api/run/predict", json={"fn_index": fn_index, "data": data,
+                                                                     "session_hash": "raw"}, timeout=60)
+            assert reply.status_code in (200, 400), (dependency.get("api_name"), repr(value)[:10], reply.text[:300])
+            if reply.status_code == 400:
+                error = reply.json()["error"]
+                assert error and "\n" not in error.strip() and len(error) < 1000, error[:300]
+
+
+def test_plan_with_wrong_types_names_the_field_and_cuts_long_names(client):
+    for kwargs, field in (({"gpu": 5}, "gpu"), ({"gpu": [1]}, "gpu"), ({"gpu_memory_gb": "lots"}, "gpu_memory_gb"),
+                          ({"cpu_bf16": "yes"}, "cpu_bf16")):
+        with pytest.raises(AppError, match=f"'{field}' must be"):
+            client.predict(model="demo", api_name="/plan", **kwargs)
+    with pytest.raises(AppError) as refused:
+        client.predict(model="demo", gpu="x" * 1_000_000, api_name="/plan")
+    assert "'gpu' is 1,000,000 characters long" in str(refused.value) and len(str(refused.value)) < 300

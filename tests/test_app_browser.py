@@ -103,7 +103,7 @@ def ask_example(page, example: dict) -> str:
     """Click a bundled example (a click asks it), wait for the readout of its question over its document, return
     the answer shown."""
     page.get_by_text(example["question"], exact=True).first.click()
-    tracker = page.locator("#best-answer [data-testid=status-tracker]").first
+    tracker = page.locator("#answer-status [data-testid=status-tracker]").first
     wait_until(lambda: f'"{example["question"]}"' in page.locator("#readout").inner_text()
                and example["file"] in grid_text(page, "Documents read")
                and "hide" in (tracker.get_attribute("class") or ""))
@@ -116,7 +116,7 @@ def answered(page, press) -> str:
     readout = page.locator("#readout")
     before = readout.inner_text()
     press()
-    tracker = page.locator("#best-answer [data-testid=status-tracker]").first  # the ask's progress shows there
+    tracker = page.locator("#answer-status [data-testid=status-tracker]").first  # the ask's progress shows there
     wait_until(lambda: "hide" in (tracker.get_attribute("class") or "") and readout.inner_text() != before
                and "tokens_per_s" in readout.inner_text())
     return page.locator("#best-answer textarea").input_value()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import time
 from types import SimpleNamespace
 
 import gradio as gr
@@ -183,6 +184,54 @@ def test_the_plots_are_coloured_by_profile_with_a_colour_each():
     demo = build_blocks(make_context(Session()))
     plots = [block for block in demo.blocks.values() if isinstance(block, gr.BarPlot)]
     assert len(plots) == 2 and all(plot.color == "profile" for plot in plots)
+
+
+def test_a_locked_deployment_compares_when_the_operator_allows_it(tiny_model_dir):
+    ctx = make_context(Session(), models=[str(tiny_model_dir)], default_model=str(tiny_model_dir),
+                       default_profile="cpu", lock_profile=True, allow_compare=True)
+    picks.ensure_loaded(ctx)
+    demo = build_blocks(ctx)
+    button = next(block for block in demo.blocks.values() if getattr(block, "value", None) == "Compare profiles")
+    assert button.interactive is True
+    shown = by_label(demo, compare(demo, ["cpu"], pasted="The colour of Zorbin is teal.",
+                                   question="What is the colour of Zorbin?"))
+    assert len(shown["Comparison (JSON)"]["runs"]) == 1
+    assert ctx.session.profile_name == "cpu"
+
+
+def test_the_lane_takes_one_comparison_at_a_time_and_refuses_another_at_once(ctx):
+    demo = build_blocks(ctx)
+    loads = ctx.session.loads
+    with ctx.lane.turn("another visitor", exclusive=True, only_one="comparison"):
+        with pytest.raises(gr.Error, match="A comparison is already running or waiting"):
+            compare(demo, ["cpu", "baseline-fp32"])
+    assert ctx.session.loads == loads
+
+
+def test_a_comparisons_reads_share_its_time_limit(ctx):
+    settings = {"top_k": 3, "max_request_s": None}
+    ctx.max_compare_s = 10.0
+    assert compare_panel.compare_limits(ctx, settings, 4)["max_request_s"] == 2.5
+    assert compare_panel.compare_limits(ctx, {**settings, "max_request_s": 1.0}, 4)["max_request_s"] == 1.0
+    ctx.max_compare_s = None
+    assert compare_panel.compare_limits(ctx, settings, 4) == settings
+
+
+def test_a_comparison_past_its_time_limit_ends_and_says_so(ctx, monkeypatch):
+    demo = build_blocks(ctx)
+    ctx.max_compare_s = 0.01
+    monkeypatch.setattr(compare_panel, "GRACE_S", 0.0)
+    real_load = ctx.session.load
+
+    def slow_load(*args, **kwargs):  # the first load passes the limit; the step after it sees that
+        time.sleep(0.05)
+        return real_load(*args, **kwargs)
+
+    monkeypatch.setattr(ctx.session, "load", slow_load)
+    with pytest.raises(gr.Error, match=r"passed this deployment's limit of 0.01 s .* cpu is loaded again"):
+        compare(demo, ["baseline-fp32", "cpu"], pasted="The colour of Zorbin is teal.",
+                question="What is the colour of Zorbin?")
+    assert ctx.session.profile_name == "cpu"
 
 
 def test_starting_a_comparison_says_what_is_compared_and_disables_asking(ctx):

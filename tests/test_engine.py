@@ -576,3 +576,125 @@ def test_a_question_the_size_of_a_book_is_cut_without_tokenizing_all_of_it(tiny_
     assert time.perf_counter() - began < 1
     assert question.startswith(cut) and len(tiny_tokenizer(cut, add_special_tokens=False)["input_ids"]) == 64
     assert notice == "The question was 10,000,000 characters long and was cut to its first 64 tokens."
+
+
+# The best answer so far (issue 50 item 2) --------------------------------------------------------------------
+from longqa_core.answering import Provisional  # noqa: E402
+from longqa_core.spans import decode  # noqa: E402
+
+
+def test_the_best_so_far_comes_after_each_batch_and_ends_on_the_full_decodes_best(tiny_model, tiny_tokenizer):
+    documents = [Document("doc", prose(3, 6000))]
+    settings = EngineSettings(max_seq_len=128, doc_stride=32, batch_size=3, top_k=1)
+    heard: list[Provisional] = []
+    windows_seen: list[int] = []
+    result = answer(ModelRunner(tiny_model), tiny_tokenizer, documents, "What is it?", settings,
+                    on_candidate=heard.append, on_window_progress=lambda s: windows_seen.append(s.windows_done))
+    total = result.windows
+    assert [p.windows_read for p in heard] == [n for n in windows_seen if n > 0] == [*range(3, total, 3), total]
+    assert all(p.windows_total == total for p in heard)
+    # the running best decodes each window once, for one answer: what decoding every window for one answer gives
+    assert (heard[-1].answer.text, heard[-1].answer.start_char) == (result.answers[0].text,
+                                                                    result.answers[0].start_char)
+    assert heard[-1].answer.score == pytest.approx(result.answers[0].score)
+    assert heard[-1].answer.confidence is None  # never judged: only the final answer is
+    assert heard[-1].to_json()["provisional"] is True
+
+
+def test_the_best_so_far_after_two_batches_is_the_best_of_their_windows(tiny_model, tiny_tokenizer):
+    documents = [Document("doc", prose(4, 6000))]
+    settings = EngineSettings(max_seq_len=128, doc_stride=32, batch_size=2, top_k=1).resolved(tiny_tokenizer)
+    heard: list[Provisional] = []
+    answer(ModelRunner(tiny_model), tiny_tokenizer, documents, "What is it?", settings, on_candidate=heard.append)
+    windows, _ = make_windows(tiny_tokenizer, "What is it?", documents, settings)
+    logits, _, _ = run_windows(ModelRunner(tiny_model), windows[:4], tiny_tokenizer.pad_token_id, settings,
+                               BatchState(2))
+    first_four = decode(windows[:4], logits, documents, settings).answers[0]
+    assert heard[1].windows_read == 4
+    assert (heard[1].answer.text, heard[1].answer.score) == (first_four.text, pytest.approx(first_four.score))
+
+
+def test_a_stop_keeps_the_best_so_far_and_how_far_the_read_got(tiny_model, tiny_tokenizer):
+    documents = [Document("doc", prose(3, 4000))]
+    settings = EngineSettings(max_seq_len=128, doc_stride=32, batch_size=2)
+    stop = threading.Event()
+    heard: list[Provisional] = []
+
+    def stop_after_two_batches(state: WindowProgress):
+        if state.windows_done >= 4:
+            stop.set()
+
+    with pytest.raises(Cancelled) as info:
+        answer(ModelRunner(tiny_model), tiny_tokenizer, documents, "What is it?", settings, should_stop=stop,
+               on_window_progress=stop_after_two_batches, on_candidate=heard.append)
+    assert info.value.best is heard[-1] and info.value.best.windows_read == info.value.windows_done == 4
+    assert info.value.windows_total == heard[-1].windows_total > 4
+
+
+def test_a_stop_after_the_last_window_gets_the_answer(tiny_model, tiny_tokenizer):
+    """Issue 49 item 7: Stop pressed while the progress read "90/90 windows" ended the decoding, and the page said
+    "Stopped before any window was read"."""
+    documents = [Document("doc", prose(3, 4000))]
+    settings = EngineSettings(max_seq_len=128, doc_stride=32, batch_size=2)
+    stop = threading.Event()
+
+    def stop_at_the_end(state: WindowProgress):
+        if state.windows_done == state.windows_total:
+            stop.set()
+
+    result = answer(ModelRunner(tiny_model), tiny_tokenizer, documents, "What is it?", settings, should_stop=stop,
+                    on_window_progress=stop_at_the_end)
+    assert stop.is_set() and result.answers and result.reading.windows_read == result.windows
+
+
+def instant_runner(batch):
+    """Logits of zeros at once: a forward pass that takes no time."""
+    shape = batch["input_ids"].shape  # (B, L)
+    return torch.zeros(shape), torch.zeros(shape)
+
+
+def test_the_running_best_is_not_counted_as_forward_time(tiny_tokenizer):
+    settings = EngineSettings(max_seq_len=128, doc_stride=32, batch_size=2).resolved(tiny_tokenizer)
+    windows, _ = make_windows(tiny_tokenizer, "Why?", [Document("doc", prose(3, 3000))], settings)
+    heard: list[int] = []
+    began = time.perf_counter()
+    _, _, sample = run_windows(instant_runner, windows, tiny_tokenizer.pad_token_id, settings, BatchState(2),
+                               on_batch=lambda batch, logits: (heard.append(len(logits)), time.sleep(0.1)))
+    assert sum(heard) == len(windows) and time.perf_counter() - began > 0.1 * len(heard)
+    assert sample.seconds < 0.05 * len(heard)  # the batches' own time, not the 0.1 s each `on_batch` took
+
+
+def test_a_guided_read_that_goes_on_to_every_window_streams_its_best_so_far_throughout(tiny_model, tiny_tokenizer):
+    """The issue's second case: a guided read whose answer stays weak reads the windows left, and its best so far
+    keeps coming, counted against the full read's windows."""
+    text = prose(5, 9000) + " The colour of Zorbin is teal. " + prose(6, 9000)
+    settings = EngineSettings(max_seq_len=128, doc_stride=32, batch_size=2, top_k=1)
+    heard: list[Provisional] = []
+    result = answer(ModelRunner(tiny_model), tiny_tokenizer, [Document("doc", text)], "What is the colour of Zorbin?",
+                    settings, reading_mode="guided", weak_answer_score=1.1, on_candidate=heard.append)
+    assert result.reading.mode == "full" and result.reading.code == "weak_after_guided"  # never strong: read on
+    assert [p.windows_read for p in heard] == sorted(p.windows_read for p in heard)
+    assert heard[-1].windows_read == result.reading.windows_read == result.windows
+    assert {p.windows_total for p in heard} == {result.reading.windows_total}
+    assert heard[-1].answer.text == result.answers[0].text
+
+
+def test_with_a_listener_the_answers_are_those_of_a_read_without_one_and_no_window_is_decoded_twice(
+        tiny_model, tiny_tokenizer, monkeypatch):
+    from longqa_core import answering, spans
+
+    documents = [Document("doc", prose(7, 6000))]
+    settings = EngineSettings(max_seq_len=128, doc_stride=32, batch_size=3, top_k=3)
+    plain = answer(ModelRunner(tiny_model), tiny_tokenizer, documents, "What is it?", settings)
+    decoded_windows = []
+    real = spans.decode_window
+    monkeypatch.setattr(answering, "decode_window", lambda window, *a, **k: decoded_windows.append(id(window)) or
+                        real(window, *a, **k))
+    monkeypatch.setattr(answering, "decode", lambda *a, **k: pytest.fail("the windows were decoded again"))
+    heard = []
+    streamed = answer(ModelRunner(tiny_model), tiny_tokenizer, documents, "What is it?", settings,
+                      on_candidate=heard.append)
+    assert [(a.text, a.start_char, a.score) for a in streamed.answers] == \
+        [(a.text, a.start_char, pytest.approx(a.score)) for a in plain.answers]
+    assert len(decoded_windows) == len(set(decoded_windows)) == streamed.windows and heard
+    assert streamed.latency_s["decode"] > 0 and streamed.latency_s["forward"] > 0

@@ -367,3 +367,66 @@ def test_a_planned_request_over_the_work_bound_is_refused_and_leaves_the_line():
             with lane.request("v", windows=60, ticket=place):
                 pass
     assert lane.waiting() == 0 and lane._tickets == []
+
+
+# ------------------------------------------------------------------------------- every endpoint's share (issue 48)
+def test_a_visitor_has_one_exclusive_turn_in_line_and_a_second_is_refused_at_once():
+    lane, order, release, started = ModelLane(per_visitor=3), [], threading.Event(), threading.Event()
+    first = hold(lane, "v", order, release, started, exclusive=True)
+    assert started.wait(5)
+    began = time.monotonic()
+    with pytest.raises(LaneBusyError, match="already have a reload or a comparison"):
+        with lane.turn("v", exclusive=True):
+            pass
+    assert time.monotonic() - began < 1.0
+    with lane.door("w"):  # another visitor's place is taken at once
+        pass
+    release.set()
+    first.join(5)
+    with lane.turn("v", exclusive=True):  # once the first has ended, the next is taken
+        pass
+
+
+def test_a_door_after_exclusive_turns_waits_for_the_ones_before_it_only():
+    lane, order, release, started = ModelLane(), [], threading.Event(), threading.Event()
+    reload = hold(lane, "r", order, release, started, exclusive=True)
+    assert started.wait(5)
+    seen = []
+
+    def visit():
+        with lane.door("visit", after_exclusive=True):
+            seen.append(list(order))
+
+    thread = threading.Thread(target=visit, daemon=True)
+    thread.start()
+    time.sleep(0.3)
+    assert seen == []  # it waits while the reload before it runs
+    release.set()
+    thread.join(5)
+    reload.join(5)
+    assert seen == [["r"]]
+    with lane.door("visit", after_exclusive=True):  # nothing before it: at once
+        pass
+
+
+def test_the_lane_takes_one_exclusive_turn_of_a_kind_at_a_time_whoever_asks():
+    """Twelve visitors' training steps: one holds the model, the others are refused at once, and another visitor's
+    answer waits for that one step only."""
+    lane, order, release, started = ModelLane(window_s=lambda: 2.0), [], threading.Event(), threading.Event()
+    first = hold(lane, "t0", order, release, started, exclusive=True, only_one="training step")
+    assert started.wait(5)
+    began = time.monotonic()
+    for visitor in range(1, 12):
+        with pytest.raises(LaneBusyError, match="A training step is already running or waiting.*in about 10 s"):
+            with lane.turn(f"t{visitor}", exclusive=True, only_one="training step"):
+                pass
+    assert time.monotonic() - began < 1.0
+    at_once = threading.Event()
+    at_once.set()
+    compare = hold(lane, "c", order, at_once, exclusive=True, only_one="comparison")  # waits its turn
+    time.sleep(0.3)
+    assert order == ["t0"]
+    release.set()
+    first.join(5)
+    compare.join(15)
+    assert order == ["t0", "c"]

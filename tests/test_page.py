@@ -163,7 +163,8 @@ def test_visitor_notes_are_bounded():
 
 def test_a_new_run_clears_every_answer_output():
     cleared = asking.clear_answer(ui_format.ASKING_STATUS)
-    assert cleared["status"] == ui_format.ASKING_STATUS and cleared["answer"] == ""
+    assert cleared["status"] == ui_format.ASKING_STATUS
+    assert cleared["answer"]["value"] == "" and cleared["answer"]["label"] == "Answer"  # no best so far left
     assert cleared["evidence"] is None and cleared["readout"] is None
     assert all(cleared[name].empty for name in asking.CLEARED_TABLES)
     assert cleared["download_json"]["visible"] is False
@@ -266,3 +267,72 @@ def test_the_demo_model_says_not_found_for_a_name_the_documents_never_mention():
     assert answer == example["answer"] and status.startswith("### Found")
     answer, status = asked_about["What is the frequency of Zebulon Quarrimax?"]
     assert status.startswith("### Not found in the documents") and "Not found in the documents" in answer
+
+
+# The best answer so far, streamed (issue 50 item 2) -----------------------------------------------------------
+from page import streaming  # noqa: E402
+
+LONG_PASTE = " ".join(f"Sentence {n} tells of the colour of Zorbin and of nothing else here." for n in range(900))
+
+
+def streamed(ctx, request, pasted=LONG_PASTE, question="What is the colour of Zorbin?", on_update=None,
+             progress=lambda *a, **k: None):
+    """The page's Ask as gradio runs it, streaming: every update the handler yields, then the answer area after."""
+    handler = turns.noting_outcome(ctx, streaming.streaming(events.bind(asking.ask, ctx)), OUTPUTS)
+    updates = []
+    for update in handler([], pasted, question, 1, "full", [], None, "", request=request, progress=progress):
+        updates.append(update)
+        if on_update is not None:
+            on_update(update)
+    return updates, asking.show_outcome(ctx, request=request)
+
+
+def test_a_long_read_shows_the_best_answer_so_far_then_the_answer(ctx):
+    updates, shown = streamed(ctx, visitor("tab-stream"))
+    *provisional, final = updates
+    assert len(provisional) >= 2 and "history_table" in final
+    reads = [update["readout"]["windows_read"] for update in provisional]
+    assert reads == sorted(reads) and reads[-1] <= provisional[0]["readout"]["windows_total"]
+    for update in provisional:
+        assert update["readout"]["provisional"] is True and "found" not in update["readout"]
+        best = update["readout"]["answer"]
+        assert update["answer"]["value"] == best["text"]
+        assert update["answer"]["label"] == (f"Answer (best so far, {update['readout']['windows_read']} of "
+                                             f"{update['readout']['windows_total']} windows read)")
+        rank, text, _, confidence, _, _ = update["answers"].iloc[0]
+        assert (rank, text, confidence) == ("so far", best["text"], ui_format.PROVISIONAL)  # never judged
+        assert any(category == "answer" and piece.strip() == best["text"] for piece, category in update["evidence"])
+    assert final["readout"]["found"] is None or isinstance(final["readout"]["found"], bool)
+    assert shown["answer"]["label"] == "Answer" and "confidence" in shown["status"]  # the answer replaces it
+
+
+def test_stop_keeps_the_best_answer_so_far_labelled_partial(ctx):
+    request = visitor("tab-stream-stop")
+
+    def stop_at_the_first_candidate(update):
+        if update["readout"].get("provisional"):
+            turns.press_stop(ctx, request)
+
+    updates, shown = streamed(ctx, request, on_update=stop_at_the_first_candidate)
+    kept = [update for update in updates if "readout" in update and update["readout"] != gr.skip()][-1]
+    done, total = kept["readout"]["windows_read"], kept["readout"]["windows_total"]
+    assert kept["readout"]["provisional"] is True and done < total
+    assert shown["status"].startswith(f"### Stopped: partial: stopped after {done} of {total} windows")
+    assert shown["answer"]["label"] == f"Answer (partial: stopped after {done} of {total} windows)"
+    assert all(value == gr.skip() for value in updates[-1].values())  # the partial answer stays as it was shown
+
+
+def test_a_stop_pressed_once_every_window_is_read_shows_the_answer(ctx):
+    """Issue 49 item 7: Stop pressed while the progress read "90/90 windows" said "Stopped before any window was
+    read"; the answer was being decoded."""
+    request = visitor("tab-stop-late")
+    pressed = []
+
+    def progress(value, desc=None, unit=None):
+        if isinstance(value, tuple) and value[0] == value[1] > 0:
+            turns.press_stop(ctx, request)
+            pressed.append(value)
+
+    updates, shown = streamed(ctx, request, progress=progress)
+    assert pressed and "history_table" in updates[-1]  # the answer itself, after the Stop
+    assert "confidence" in shown["status"] and shown["answer"]["label"] == "Answer"

@@ -285,8 +285,8 @@ def test_a_pick_made_before_the_visits_outputs_land_is_what_loads(browser, tiny_
     picked = threading.Event()
     page_load, start_pick = picks.on_page_load, picks.start_profile_pick
 
-    def late_page_load(ctx, progress=gr.Progress()):
-        shown = page_load(ctx, progress)  # what is loaded before the pick
+    def late_page_load(ctx, request: gr.Request = None, progress=gr.Progress()):
+        shown = page_load(ctx, request, progress)  # what is loaded before the pick
         picked.wait(TIMEOUT_MS / 1000)
         return shown
 
@@ -310,14 +310,17 @@ def test_a_pick_made_before_the_visits_outputs_land_is_what_loads(browser, tiny_
 
 def test_a_visits_outputs_never_land_after_a_reload_and_undo_it(browser, tiny_model_dir, monkeypatch):
     """The other order of the same race: a visit's `on_page_load` reads what is loaded (cpu), and the visitor's pick
-    of baseline-fp32 loads and shows it before the visit's outputs land. Forced here: the visit's handler waits
-    (at most VISIT_HELD_S) for the pick's load to end before it returns what it read. A visit takes its turn with
-    the reloads, so the load waits for it instead; either way the page must end showing what is loaded."""
-    page_load, visited = picks.on_page_load, threading.Event()
+    of baseline-fp32 loads and shows it before the visit's outputs land. Forced here: the visit, once it has read
+    what is loaded, waits (at most VISIT_HELD_S) for the pick's load to end before it returns. A visit holds its
+    place in the lane while it reads and returns (`on_page_load`), so the load waits for it instead; either way the
+    page must end showing what is loaded."""
+    status, visited = picks.load_status, threading.Event()
 
-    def late_page_load(ctx, progress=gr.Progress()):
-        try:
-            shown = page_load(ctx, progress)  # what is loaded before the pick
+    def late_status(ctx):
+        if visited.is_set():
+            return status(ctx)
+        try:  # the visit's, the last thing it reads: what is loaded before the pick
+            shown = status(ctx)
             deadline = time.monotonic() + VISIT_HELD_S
             while ctx.session.profile_name != "baseline-fp32" and time.monotonic() < deadline:
                 time.sleep(0.1)
@@ -326,7 +329,7 @@ def test_a_visits_outputs_never_land_after_a_reload_and_undo_it(browser, tiny_mo
         finally:
             visited.set()
 
-    monkeypatch.setattr(model_panel, "on_page_load", late_page_load)
+    monkeypatch.setattr(picks, "load_status", late_status)
     with served_page(Session(), tiny_model_dir, launch) as (ctx, url):
         page = open_page(browser, url)
         label = pick_fp32(page, ctx)

@@ -10,16 +10,23 @@ from gradio_client.exceptions import AppError
 
 from page import plan_panel
 from page import format as ui_format
+from page.context import make_context
 from longqa.gpu_plan import plan_request
+from longqa.session import Session
 
 LARGE = "allenai/longformer-large-4096-finetuned-triviaqa"
 OFFERED = [LARGE, "valhalla/longformer-base-4096-finetuned-squadv1"]
 
 
+def offering(models: list[str], default_model: str):
+    """A page context offering `models`, starting on `default_model` (nothing loaded: a plan never loads)."""
+    return make_context(Session(), models=models, default_model=default_model)
+
+
 @pytest.fixture(scope="module")
 def panel():
     with gr.Blocks() as demo:
-        components = plan_panel.build_plan_panel(OFFERED, LARGE)
+        components = plan_panel.build_plan_panel(offering(OFFERED, LARGE))
     _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", quiet=True)
     yield demo, components, Client(url, verbose=False)
     demo.close()
@@ -77,8 +84,8 @@ def test_the_panels_fields_become_the_plans_arguments():
     assert args(plan_panel.NO_GPU, 6, "8.6", 3, 12) == {"cpu_memory_gb": 12}
     assert plan_panel.whole(None) is None and plan_panel.whole(plan_panel.OWN_BATCH) is None
     assert plan_panel.whole(4096.0) == 4096 and plan_panel.whole("8") == 8 and plan_panel.whole(2.5) == 2.5
-    with pytest.raises(gr.Error, match="Batch .* got eight"):  # a typed batch that is no number
-        plan_panel.checked_plan(OFFERED, LARGE, gpu="T4", batch=plan_panel.whole("eight"))
+    with pytest.raises(gr.Error, match="'batch' must be a number or null; this call sent a str"):  # typed text
+        plan_panel.checked_plan(offering(OFFERED, LARGE), LARGE, None, gpu="T4", batch=plan_panel.whole("eight"))
     shown = {key: update["visible"] for key, update in plan_panel.show_machine_fields(plan_panel.OTHER_GPU).items()}
     assert shown == {"gpu_memory": True, "capability": True, "gpus": True}
     assert plan_panel.show_machine_fields("T4")["gpu_memory"]["visible"] is False

@@ -3,13 +3,13 @@ advice (one above the other on a phone) and the table; picking "Other" shows the
 
 from __future__ import annotations
 
-
 import gradio as gr
 import pytest
 
 from page import plan_panel
-
 from tests.conftest import CHROMIUM
+from tests.test_plan_panel import offering
+
 LARGE = "allenai/longformer-large-4096-finetuned-triviaqa"
 
 pytestmark = [
@@ -23,7 +23,7 @@ pytestmark = [
 @pytest.fixture(scope="module")
 def url():
     with gr.Blocks() as demo:
-        plan_panel.build_plan_panel([LARGE], LARGE)
+        plan_panel.build_plan_panel(offering([LARGE], LARGE))
     _, address, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", quiet=True)
     yield address
     demo.close()

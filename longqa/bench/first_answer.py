@@ -18,6 +18,7 @@ import torch
 
 from longqa.bench.first_answer_report import markdown
 from longqa.bench.runner import machine_info, write_measurement
+from longqa.bench.streaming import pdf_bytes
 from longqa.demo_model import eval_task
 from longqa.loader import load_model
 from longqa.session import read_documents
@@ -30,34 +31,6 @@ PAGES = 100
 PAGE_WORDS = 280  # about 1,600 characters and 520 tokens a page: 100 pages fill about 13 windows of 4,096
 SIZED_TOKENS = 1_024
 DOCUMENT_SEED = 50
-
-
-def pdf_bytes(pages: list[str]) -> bytes:
-    """A plain PDF with one line of Helvetica text a page (Latin-1), written by hand: pypdf reads but never writes
-    text."""
-    def escaped(text: str) -> bytes:
-        raw = text.encode("latin-1", errors="replace")
-        return raw.replace(b"\\", b"\\\\").replace(b"(", b"\\(").replace(b")", b"\\)")
-
-    page_ids = [4 + 2 * i for i in range(len(pages))]
-    objects = {1: b"<< /Type /Catalog /Pages 2 0 R >>",
-               2: b"<< /Type /Pages /Kids [%s] /Count %d >>" % (b" ".join(b"%d 0 R" % i for i in page_ids),
-                                                                len(page_ids)),
-               3: b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"}
-    for page_id, text in zip(page_ids, pages):
-        stream = b"BT /F1 12 Tf 72 720 Td (%s) Tj ET" % escaped(text)
-        objects[page_id] = (b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 3 0 R "
-                            b">> >> /Contents %d 0 R >>" % (page_id + 1))
-        objects[page_id + 1] = b"<< /Length %d >>\nstream\n%s\nendstream" % (len(stream), stream)
-    out, offsets = bytearray(b"%PDF-1.4\n"), {}
-    for number in sorted(objects):
-        offsets[number] = len(out)
-        out += b"%d 0 obj\n%s\nendobj\n" % (number, objects[number])
-    xref = len(out)
-    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
-    out += b"".join(b"%010d 00000 n \n" % offsets[n] for n in sorted(objects))
-    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
-    return bytes(out)
 
 
 def make_pdf(pages: int) -> tuple[bytes, eval_task.EvalDocument]:

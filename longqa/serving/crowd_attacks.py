@@ -1,9 +1,11 @@
-"""Issue 40's attacks on HTML reading and uploads, and issue 48's on PDF reading, against a real server (`python
-app.py --model demo`) on loopback: a crowd of fresh clients each sending dense HTML, one client sending many HTML
-pages at once, a cancel during a slow HTML read, a flood of uploads that never ask, six clients sending a PDF page
-that inflates to 70 MB of text, and a cancel during its read. Each returns numbers: the normal visitor's wait and
-answer, the server's memory with its children, the reading children seen at once, the upload folder's bytes, the
-CPU seconds after a cancel, and whether the targets (`crowd_check`'s) were met.
+"""Issue 40's attacks on HTML reading and uploads, and issue 48's on PDF reading and on the endpoints that wait for
+a one-at-a-time resource, against a real server (`python app.py --model demo`) on loopback: a crowd of fresh clients
+each sending dense HTML, one client sending many HTML pages at once, a cancel during a slow HTML read, a flood of
+uploads that never ask, six clients sending a PDF page that inflates to 70 MB of text, a cancel during its read, raw
+`queue/join` floods from one session (`/plan`, `/load_profile`), and compares and training steps at once. Each
+returns numbers: the normal visitor's wait and answer, the server's memory with its children, the reading children
+seen at once, the upload folder's bytes, the CPU seconds after a cancel, and whether the targets (`crowd_check`'s)
+were met.
 
 It measures; it formats nothing (scripts/measure_crowd.py writes the JSON and the table, tests/test_crowd_uploads.py
 holds the targets with a margin) and bounds every crowd in count and time.
@@ -12,6 +14,7 @@ holds the targets with a margin) and bounds every crowd in count and time.
 from __future__ import annotations
 
 import io
+import json
 import os
 import subprocess
 import threading
@@ -213,6 +216,144 @@ def upload_flood(url: str, pid: int, folder: Path, visitor, *, uploaders: int = 
     outcome.rss_peak, outcome.folder_peak = sampler.stop(), sampler.folder_peak
     outcome.rss_after = tree_rss(server)
     outcome.extra = counts
+    return outcome
+
+
+# ------------------------------------------------------------------------------------------------ issue 48
+def join_raw(url: str, fn_index: int, data: list, session_hash: str, timeout_s: float = 30.0) -> str:
+    """One raw `queue/join` for `session_hash`, as a hostile client posts it, never reading its stream: "joined",
+    or the refusal gradio answered with."""
+    body = json.dumps({"data": data, "fn_index": fn_index, "session_hash": session_hash, "event_data": None,
+                       "trigger_id": None}).encode()
+    request = urllib.request.Request(f"{url}gradio_api/queue/join", data=body,
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as reply:
+            answer = json.loads(reply.read() or b"{}")
+            return "joined" if answer.get("event_id") else f"refused: {str(answer)[:160]}"
+    except urllib.error.HTTPError as exc:
+        return f"refused: {exc.code} {exc.read()[:160].decode(errors='replace')}"
+    except (urllib.error.URLError, OSError) as exc:
+        return f"no reply: {exc}"
+
+
+def session_outcomes(url: str, session_hash: str, until: threading.Event, into: list[str]) -> threading.Thread:
+    """Reads `session_hash`'s stream until `until` is set (and a second after), keeping each event's end: "done",
+    or "refused: <message>"."""
+    def read() -> None:
+        stop_at = None
+        while stop_at is None or time.monotonic() < stop_at:
+            try:
+                with urllib.request.urlopen(f"{url}gradio_api/queue/data?session_hash={session_hash}",
+                                            timeout=5) as stream:
+                    for raw in stream:
+                        line = raw.decode(errors="replace").strip()
+                        if line.startswith("data:"):
+                            message = json.loads(line[5:])
+                            if message.get("msg") == "process_completed":
+                                error = (message.get("output") or {}).get("error")
+                                into.append("done" if message.get("success") else f"refused: {str(error)[:160]}")
+                        if until.is_set() and stop_at is None:
+                            stop_at = time.monotonic() + 1.0
+                        if stop_at is not None and time.monotonic() > stop_at:
+                            return
+            except (urllib.error.URLError, OSError, ValueError):
+                time.sleep(0.2)
+            if until.is_set() and stop_at is None:
+                stop_at = time.monotonic() + 1.0
+
+    thread = threading.Thread(target=read, daemon=True)
+    thread.start()
+    return thread
+
+
+def fn_index_of(url: str, api_name: str) -> int:
+    with urllib.request.urlopen(f"{url}config", timeout=30) as reply:
+        config = json.loads(reply.read())
+    return next(d["id"] for d in config["dependencies"] if d.get("api_name") == api_name)
+
+
+def visits_during(outcome: AttackOutcome, visitor, until: threading.Event, after_s: float) -> threading.Thread:
+    """The visitor asks `after_s` in, then again after each answer until `until` is set: its longest wait, and
+    every refusal it met (a full queue among them), in the outcome."""
+    waits: list[float] = []
+    refusals: list[str] = []
+
+    def keep_asking() -> None:
+        time.sleep(after_s)
+        while not until.is_set() or not waits and not refusals:
+            try:
+                right, seconds, _ = visitor()
+                waits.append(seconds)
+                outcome.visitor_right = right if outcome.visitor_right is None else outcome.visitor_right and right
+            except Exception as exc:  # noqa: BLE001 - a refused visitor is an outcome
+                refusals.append(str(exc)[:300])
+        outcome.visitor_s = max(waits) if waits else None
+        outcome.visitor_error = refusals[0] if refusals else None
+        outcome.extra.update(visitor_asks=len(waits) + len(refusals), visitor_refused=len(refusals),
+                             visitor_median_s=round(sorted(waits)[len(waits) // 2], 2) if waits else None)
+
+    thread = threading.Thread(target=keep_asking, daemon=True)
+    thread.start()
+    return thread
+
+
+def endpoint_flood(url: str, pid: int, api_name: str, data: list, visitor, *, threads: int = 3,
+                   seconds: float = 30.0, visitor_after_s: float = 2.0, vary=None) -> AttackOutcome:
+    """`threads` threads posting `api_name` to `queue/join` with one session hash for `seconds` (issue 48's probe:
+    `/plan`, `/load_profile`), never reading their own stream (another thread reads it, to count how each event
+    ended), while the visitor keeps asking. `vary(i, data)`: the i-th call's values (e.g. alternating profiles)."""
+    server = psutil.Process(pid)
+    outcome = AttackOutcome(rss_idle=tree_rss(server))
+    sampler = MemorySampler(pid)
+    fn_index, session = fn_index_of(url, api_name), f"flood-{api_name}-{time.monotonic_ns()}"
+    joins, ends, done = [], [], threading.Event()
+    reader = session_outcomes(url, session, done, ends)
+    asking = visits_during(outcome, visitor, done, visitor_after_s)
+    stop_at = time.monotonic() + seconds
+
+    def flood() -> None:
+        while time.monotonic() < stop_at:
+            values = vary(len(joins), data) if vary else data
+            joins.append(join_raw(url, fn_index, values, session))
+
+    workers = [threading.Thread(target=flood, daemon=True) for _ in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(seconds + 60)
+    done.set()
+    asking.join(600)
+    reader.join(30)
+    outcome.rss_peak = sampler.stop()
+    time.sleep(2.0)
+    outcome.rss_after = tree_rss(server)
+    outcome.crowd = ends
+    outcome.extra.update(joins=len(joins), joins_refused=sum(j != "joined" for j in joins),
+                         join_refusal=next((j for j in joins if j != "joined"), None))
+    return outcome
+
+
+def many_calls(url: str, pid: int, api_name: str, args: tuple, visitor, *, calls: int, one_client: bool,
+               visitor_after_s: float = 2.0, settle_s: float = 300.0) -> AttackOutcome:
+    """`calls` calls of `api_name` at once, from one client (one session) or each from a fresh client (issue 48:
+    six compares from one session, twelve visitors' training steps), while the visitor keeps asking until they
+    have all ended."""
+    server = psutil.Process(pid)
+    outcome = AttackOutcome(rss_idle=tree_rss(server))
+    sampler = MemorySampler(pid)
+    shared = Client(url, verbose=False) if one_client else None
+    jobs = [(shared or Client(url, verbose=False)).submit(*args, api_name=api_name) for _ in range(calls)]
+    done = threading.Event()
+    asking = visits_during(outcome, visitor, done, visitor_after_s)
+    began = time.monotonic()
+    outcome.crowd = [outcome_of(job, max(1.0, began + settle_s - time.monotonic())) for job in jobs]
+    outcome.extra["crowd_s"] = round(time.monotonic() - began, 1)
+    done.set()
+    asking.join(600)
+    outcome.rss_peak = sampler.stop()
+    time.sleep(2.0)
+    outcome.rss_after = tree_rss(server)
     return outcome
 
 

@@ -2,8 +2,9 @@
 request waits about one batch per other request in progress, not for their whole reads; bounds per visitor, on the
 requests in progress and on the work queued, so that no visitor (nor a crowd of fresh clients) can hold everybody
 else's turn. A request counts from the door, while it is read and planned; one that grows (a guided read falling
-back to every window) is admitted again as what it becomes before it reads more. An exclusive turn (a reload, a training step) waits for every request that came before it and holds the
-model alone.
+back to every window) is admitted again as what it becomes before it reads more. An exclusive turn (a reload, a
+comparison, a training step) waits for every request that came before it and holds the model alone; a visitor may
+have one in line at a time, and the lane one comparison and one training step.
 
 It orders and bounds who may use the model next; it knows nothing of models, documents or gradio (the page says who
 a visitor is, how much work a request predicts and how to tell that it was abandoned).
@@ -47,6 +48,7 @@ class Ticket:
     waited_s: float = 0.0  # for activation, for every batch turn and for widening, together
     ahead_at_start: int = 0  # requests in the lane when it arrived
     planning: bool = False  # at the door: its documents are being read and planned, its windows not known yet
+    only_one: str | None = None  # a kind of exclusive turn the lane takes one of at a time (a training step)
     started_after_s: float = 0.0  # waited before it was in progress (its place among large requests)
     widened_after_s: float | None = None  # waited to become large again before a wider read (None: never widened)
 
@@ -101,20 +103,35 @@ class ModelLane:
 
     # ---------------------------------------------------------------------------------------------- turns
     @contextlib.contextmanager
-    def door(self, visitors=None) -> Iterator[Ticket]:
+    def door(self, visitors=None, *, after_exclusive: bool = False, should_stop: Callable[[], bool] | None = None,
+             on_wait: Callable[[int], None] | None = None) -> Iterator[Ticket]:
         """A request's place from the moment it arrives, while its documents are read and planned (its windows not
         known yet): LaneBusyError at once when the visitor already has its share or the queue is full, so reading,
-        indexing and planning count toward both; `request(..., ticket=place)` then takes it on with its windows."""
+        indexing and planning count toward both; `request(..., ticket=place)` then takes it on with its windows.
+        An exclusive turn that comes later waits for it. `after_exclusive`: it first waits (Cancelled when
+        `should_stop` says so) for the exclusive turns that came before it, as a page visit does, so that what it
+        shows is what they loaded."""
         ticket = Ticket(_keys(visitors), planning=True)
         with self._condition:
             self._admit_visitor(ticket)
             ticket.ahead_at_start = len(self._tickets)
             self._tickets.append(ticket)
         try:
+            if after_exclusive:
+                self.after_exclusive(ticket, should_stop, on_wait)
             yield ticket
         finally:
             with self._condition:
                 self._leave(ticket)
+
+    def after_exclusive(self, ticket: Ticket, should_stop: Callable[[], bool] | None = None,
+                        on_wait: Callable[[int], None] | None = None) -> None:
+        """Waits (Cancelled when `should_stop` says so) until no exclusive turn that came before `ticket` is in
+        line: what a request plans or shows at the door is then what those reloads loaded, and reloads that come
+        later wait for it."""
+        with self._condition:
+            self._wait(ticket, self._after_exclusive, should_stop, on_wait,
+                       "The request was stopped while it waited for a reload.")
 
     @contextlib.contextmanager
     def request(self, visitors=None, *, windows: int = 0, should_stop: Callable[[], bool] | None = None,
@@ -190,16 +207,19 @@ class ModelLane:
 
     @contextlib.contextmanager
     def turn(self, visitor=None, *, should_stop: Callable[[], bool] | None = None,
-             on_wait: Callable[[int], None] | None = None, exclusive: bool = False) -> Iterator[None]:
+             on_wait: Callable[[int], None] | None = None, exclusive: bool = False,
+             only_one: str | None = None) -> Iterator[None]:
         """The model for the whole `with` body: alone when `exclusive` (after every request that came before it;
         requests after it wait), else one request holding one batch turn throughout (a read that cannot take
-        turns, such as a ZeroGPU worker's)."""
+        turns, such as a ZeroGPU worker's). `only_one`: the kind of this exclusive turn (a training step, a
+        comparison), of which the lane takes one at a time, whoever asks: another is refused at once, so a crowd of
+        them holds the others back by one turn, not by all of theirs."""
         if not exclusive:
             with self.request(visitor, should_stop=should_stop, on_wait=on_wait) as ticket:
                 with self.batch(ticket, should_stop=should_stop, on_wait=on_wait):
                     yield
             return
-        ticket = Ticket(_keys(visitor), exclusive=True)
+        ticket = Ticket(_keys(visitor), exclusive=True, only_one=only_one)
         with self._condition:
             self._join(ticket, self._may_hold_alone, should_stop, on_wait)
             ticket.active = ticket.holding = True
@@ -210,11 +230,13 @@ class ModelLane:
                 self._leave(ticket)
 
     # ---------------------------------------------------------------------------------------------- rules
+    def _after_exclusive(self, ticket: Ticket) -> bool:
+        return not any(t.exclusive for t in self._tickets[:self._tickets.index(ticket)])
+
     def _may_activate(self, ticket: Ticket) -> bool:
         """In progress once no exclusive turn came before it, and (unless small) a slot for large requests is free
         and it is the first large one waiting."""
-        position = self._tickets.index(ticket)
-        if any(t.exclusive for t in self._tickets[:position]):
+        if not self._after_exclusive(ticket):
             return False
         if self.is_small(ticket):
             return True
@@ -290,9 +312,13 @@ class ModelLane:
         self._admit_work(ticket)
 
     def _admit_visitor(self, ticket: Ticket) -> None:
-        """LaneBusyError when the visitor already has its share, or the queue is full."""
+        """LaneBusyError when the visitor already has its share (of requests, or its one exclusive turn), or the
+        queue is full."""
         for key in ticket.visitors:
             mine = [t for t in self._tickets if key in t.visitors]
+            if ticket.exclusive and any(t.exclusive for t in mine):  # checked first: the more useful message
+                raise LaneBusyError("You already have a reload or a comparison in line: wait for it to finish (or "
+                                    "stop it) before sending another.")
             if len(mine) >= self.per_visitor:
                 reading = sum(t.planning for t in mine)  # documents being read and planned, not yet waiting
                 waiting = sum(not t.holding and not t.planning for t in mine)
@@ -308,6 +334,10 @@ class ModelLane:
                 them = "them" if len(mine) > 1 else "it"
                 raise LaneBusyError(f"You already have {what}: wait for {them} to finish (or stop {them}) before "
                                     "sending another.")
+        if ticket.only_one and any(t.only_one == ticket.only_one for t in self._tickets):
+            raise LaneBusyError(f"A {ticket.only_one} is already running or waiting: it holds the model alone, so "
+                                f"this deployment takes one at a time. Please try again "
+                                f"{retry_hint(1, self.window_s())}.")
         if len(self._tickets) - self.capacity >= self.max_waiting:
             raise LaneBusyError(f"The queue is full ({len(self._tickets) - self.capacity} requests are waiting for "
                                 "the model). Please try again in a minute.")

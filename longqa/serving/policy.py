@@ -73,11 +73,12 @@ class LaneGate:
 
 @contextlib.contextmanager
 def model_turn(lane: ModelLane, visitors: tuple[str, ...] | str | None, should_stop: Callable[[], bool],
-               on_wait: Callable[[int], None] | None = None, *, exclusive: bool = False) -> Iterator[str]:
+               on_wait: Callable[[int], None] | None = None, *, exclusive: bool = False,
+               only_one: str | None = None) -> Iterator[str]:
     """This request's turn on the model, waiting in line, and the key under which its stop check is found while it
-    runs. Answers share the model up to the lane's capacity; a reload or a training step (`exclusive`) holds it
-    alone."""
-    with lane.turn(visitors, should_stop=should_stop, on_wait=on_wait, exclusive=exclusive):
+    runs. Answers share the model up to the lane's capacity; a reload, a comparison or a training step
+    (`exclusive`) holds it alone; `only_one` names a kind of turn of which the lane takes one at a time."""
+    with lane.turn(visitors, should_stop=should_stop, on_wait=on_wait, exclusive=exclusive, only_one=only_one):
         stop_key = uuid.uuid4().hex
         STOP_CHECKS[stop_key] = should_stop
         try:

@@ -327,13 +327,14 @@ class RaySession:
                            info["hardware"], BatchState(info["settings"].batch_size))
 
     def ask(self, plan: RequestPlan, *, extract_s: float = 0.0, gate: Gate | None = None, should_stop=None,
-            on_window_progress=None) -> Readout:
+            on_window_progress=None, on_candidate=None) -> Readout:
         """The readout of a planned request answered by one replica (with its `replica` id). A replica that dies
         with the request is replaced by Ray Serve, and the request is sent again; ReplicaLostError after RETRIES.
 
         `gate` gives the request one turn for its whole read (`Gate.whole`): in a replica, every request in progress
         puts its next batch into the shared forward pass (`serve.batch`), up to `--ray-batch` requests a replica, so
-        the page's lane counts a request in the replicas as one turn of its `capacity`."""
+        the page's lane counts a request in the replicas as one turn of its `capacity`. `on_candidate` never hears:
+        the best answer so far stays in the replica, and the page shows the final one only."""
         with self.local.asking() as loaded:
             return self._ask(self.local.current(plan, loaded), extract_s, gate, should_stop, on_window_progress)
 

@@ -1,0 +1,96 @@
+"""The best answer so far, streamed (issue 50): an answer's handler run in a worker thread while a generator handler
+yields each best answer the engine reports after a batch of windows, labelled provisional, then the answer itself.
+Not the answer (`page.asking`) nor Stop (`page.turns`).
+
+The engine hears of the page's listener through a context variable, set in the worker thread's copy of gradio's
+context: the handlers' signatures (gradio's inputs) and the GPU function's picklable arguments stay as they are, and
+a ZeroGPU worker, which runs in another process, finds no listener and shows the final answer only.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import queue
+import threading
+from typing import Callable, Iterator
+
+import gradio as gr
+import pandas as pd
+
+from longqa.backend import Provisional
+from longqa_core.documents import Document
+from longqa_core.errors import Cancelled
+from page import format as fmt
+
+CandidateListener = Callable[[Provisional, list[Document]], None]
+_LISTENER: contextvars.ContextVar[CandidateListener | None] = contextvars.ContextVar("candidate_listener",
+                                                                                      default=None)
+
+
+def candidate_listener() -> CandidateListener | None:
+    """Who hears the best answer so far of the answer running in this context (None: nobody, nothing decoded
+    for it)."""
+    return _LISTENER.get()
+
+
+def provisional_outputs(best: Provisional, documents: list[Document]) -> dict:
+    """The answer area and the top answers while a read goes on: the best answer so far, its score and place, in
+    its passage, labelled provisional; the readout says so for API clients (`Provisional.to_json`)."""
+    answer = best.answer
+    return {"answer": gr.update(value=answer.text, label=fmt.answer_label(fmt.provisional_label(best))),
+            "answers": pd.DataFrame(fmt.provisional_rows(best), columns=fmt.ANSWER_HEADERS),
+            "evidence": fmt.evidence(documents[answer.document_index].text, answer.start_char, answer.end_char),
+            "readout": best.to_json()}
+
+
+def streaming(handler: Callable[..., dict]) -> Callable[..., Iterator[dict]]:
+    """`handler` (an answer through the page, values by name) as a generator handler: it runs in a worker thread, in
+    a copy of gradio's context (progress, warnings and the abandonment check work there as in the handler's own
+    thread), and each best answer so far comes out as `provisional_outputs` (only the latest, when several came
+    while the page was sent one); then the handler's outputs, or its error raised here. A Stop's best answer
+    (`Cancelled.best`) is shown before its error is raised. Same signature and hints."""
+    @functools.wraps(handler)
+    def streamed(*args, **kwargs):
+        updates: queue.SimpleQueue = queue.SimpleQueue()
+        read: dict[str, list[Document]] = {}  # the documents the candidates come from
+
+        def listen(best: Provisional, documents: list[Document]) -> None:
+            read["documents"] = documents
+            updates.put(("candidate", best))
+
+        def run() -> None:
+            _LISTENER.set(listen)
+            try:
+                updates.put(("done", handler(*args, **kwargs)))
+            except BaseException as exc:  # noqa: BLE001 - raised again in the handler's own thread
+                updates.put(("error", exc))
+
+        threading.Thread(target=contextvars.copy_context().run, args=(run,), name="answer", daemon=True).start()
+        while True:
+            kind, value = next_update(updates)
+            if kind == "candidate":
+                yield provisional_outputs(value, read["documents"])
+            elif kind == "done":
+                yield value
+                return
+            else:
+                best = value.__cause__.best if isinstance(value.__cause__, Cancelled) else None
+                if best is not None and "documents" in read:
+                    yield provisional_outputs(best, read["documents"])
+                raise value
+
+    return streamed
+
+
+def next_update(updates: queue.SimpleQueue) -> tuple[str, object]:
+    """The next update to show: waits for one, then skips candidates that a later update replaces."""
+    kind, value = updates.get()
+    while kind == "candidate":
+        try:
+            kind, value = updates.get_nowait()
+        except queue.Empty:
+            break
+        if kind != "candidate":
+            break
+    return kind, value
