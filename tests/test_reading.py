@@ -534,3 +534,13 @@ def test_the_plan_says_how_long_each_read_should_take_and_the_readout_what_it_to
     assert result.reading.expected_s == plan.guided_read_s
     assert result.reading.forward_s == result.latency_s["forward"] > 0
     assert result.reading.to_json()["expected_s"] == plan.guided_read_s
+
+
+def test_a_sized_read_tells_the_best_so_far_from_its_first_sized_window(tiny_tokenizer):
+    heard = []
+    text = long_text("The budget of Quarrowby is 12 crowns.", 0.6, n_chars=60_000)
+    plan = plan_request(tiny_tokenizer, [Document("d.txt", text)], "What is the budget of Quarrowby?",
+                        SIZED_SETTINGS, "guided")
+    result = answering.answer_plan(FlatRunner(), tiny_tokenizer, plan, on_candidate=heard.append)
+    assert heard and heard[0].windows_read == 1  # a candidate after the first (sized) window
+    assert result.reading.widened > 0 and result.answers  # flat logits: weak, widened, then read on
