@@ -14,7 +14,7 @@ import warnings
 
 from transformers.utils import logging as hf_logging
 
-from longqa.bench import (band_kernels, cpu_seconds, levers, reading_sweep, streaming,
+from longqa.bench import (band_kernels, cpu_seconds, first_answer, levers, reading_sweep, streaming,
                           window_profile)
 from longqa.bench import runner as bench_module
 from longqa.arguments import positive_int
@@ -40,6 +40,7 @@ MEASUREMENTS = {
     "levers": levers,  # the cpu stack's levers one at a time, side by side
     "cpu-seconds": cpu_seconds,  # one window against its floors in one thread's CPU seconds
     "kernels": band_kernels,  # the bf16 band kernels side by side
+    "first-answer": first_answer,  # a 100-page PDF read whole, guided, and guided in sized windows: the first answer
 }
 
 
@@ -64,6 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="full: read every window; guided: read the windows the question's words point to, more "
                           "while the answer is weak; auto (default): guided past a few windows, full where ranking "
                           "cannot serve")
+    ask.add_argument("--passage-window-tokens", type=positive_int, metavar="N",
+                     help="a guided read reads each ranked passage first in a window of N tokens around it (e.g. "
+                          "1024), and the whole window only while the answer is weak (docs/reading.md)")
     ask.add_argument("--no-answer-below", type=float, metavar="SCORE",
                      help="say 'not found' when the best answer scores under SCORE (between 0 and 1); replaces the "
                           "model's own rule (the demo model's measured threshold, a SQuAD 2.0 model's null score)")
@@ -169,7 +173,7 @@ def run_ask(args) -> int:
         print(f"note: {loaded.fallback_reason}", file=sys.stderr)
     plan = session.plan(documents, question, args.reading, max_seq_len=args.max_seq_len,
                         doc_stride=args.doc_stride, max_answer_len=args.max_answer_len, top_k=args.top_k,
-                        no_answer_below=args.no_answer_below)
+                        no_answer_below=args.no_answer_below, passage_window_tokens=args.passage_window_tokens)
     readout = session.ask(plan, extract_s=extract_s)
     if args.json:
         print(json.dumps(readout.to_json()))

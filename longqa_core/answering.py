@@ -46,12 +46,18 @@ class ReadingReadout:
     reason: str
     read: list[ReadSpan]
     code: str = field(default="asked_full", repr=False)  # why, for programs (`reading.REASONS`); not in the JSON
+    narrowed: int = 0  # windows read sized to their ranked passage (`passage_window_tokens`) and kept
+    widened: int = 0  # windows read sized to their passage, then whole because the answer was weak
+    expected_s: float | None = None  # the forward seconds the plan expected this read to take (None: no rate yet)
+    forward_s: float | None = None  # the forward seconds it took
 
     def to_json(self) -> dict:
         return {"mode": self.mode, "requested": self.requested, "windows_read": self.windows_read,
                 "windows_total": self.windows_total,
                 "windows_total_estimated": False,  # kept for the JSON's readers: every plan counts its windows
-                "reason": self.reason, "read": [vars(span).copy() for span in self.read]}
+                "reason": self.reason, "read": [vars(span).copy() for span in self.read],
+                "narrowed": self.narrowed, "widened": self.widened, "expected_s": self.expected_s,
+                "forward_s": self.forward_s}
 
 
 @dataclass
@@ -232,6 +238,8 @@ def answer_plan(runner: Runner, tokenizer, plan: RequestPlan, *, batch_state: Ba
         release_memory()
         raise
     measurement.latency_s["total"] += extract_s + sum(plan.latency_s.values())
+    read.readout.expected_s = plan.guided_read_s if plan.mode == "guided" else plan.full_read_s
+    read.readout.forward_s = measurement.latency_s.get("forward", 0.0)
     return QAResult(plan.question, answers, read.stats, len(read.windows), read.tokens, read.batch_size,
                     batch_state.backoffs - backoffs_before, measurement.latency_s, measurement.memory,
                     read.notices + verdict.notices,
@@ -330,7 +338,7 @@ def _read_guided(runner, tokenizer, plan: RequestPlan, batch_state, measurement,
                                  on_window_progress=on_window_progress, evidence=evidence, on_batch=on_batch)
     notices = plan.notices + guided.notices
     why, went_on = plan.reading, False
-    read = set(guided.indices)
+    read = set(guided.indices) - guided.narrowed  # a window read sized to its passage is not the full read's
     left = [i for i in range(len(plan.cuts)) if i not in read]
     if left and why.is_weak(guided.best_score) and not guided.cut_short:
         spent_s = measurement.latency_s.get("forward", 0.0)
@@ -341,12 +349,14 @@ def _read_guided(runner, tokenizer, plan: RequestPlan, batch_state, measurement,
             why, went_on = reading.weak_after_guided(plan.reading, len(read), len(left)), True
             if before_wider_read is not None:
                 before_wider_read(len(left))
+            guided.drop(sorted(guided.narrowed))
             reading.read_windows(runner, tokenizer, plan, left, guided, batch_state, measurement,
                                  should_stop=should_stop, on_window_progress=on_window_progress,
                                  on_batch=on_batch)
     _, windows, logits = guided.in_document_order()  # went on: the full read's windows, so its answers
     readout = ReadingReadout("full" if went_on else "guided", plan.requested, len(windows), len(plan.cuts),
-                             why.reason, [ReadSpan(**window_span(w)) for w in windows], why.code)
+                             why.reason, [ReadSpan(**window_span(w)) for w in windows], why.code,
+                             len(guided.narrowed), guided.widened)
     tokens = plan.tokens if went_on else sum(int(w.context.sum()) for w in windows)
     return _Read(windows, logits, plan.stats, tokens, guided.batch_size, notices, readout, guided.forward_tokens,
                  guided.forward_windows, guided.forward_s)

@@ -58,6 +58,9 @@ class EngineSettings:
     no_answer_below: float | None = None  # a request's own threshold, which replaces the model's rule
     max_total_tokens: int = DEFAULT_MAX_TOTAL_TOKENS
     max_request_s: float | None = None  # refuse a request predicted to take longer (None: no limit)
+    # A guided read reads each ranked window first as a window of this many tokens (question included) around its
+    # best passage, and widens it to the full window only while the answer is weak (None: full windows at once).
+    passage_window_tokens: int | None = None
 
     def resolved(self, tokenizer) -> "EngineSettings":
         """Fill in the window length and stride for this tokenizer, and check they make sense.
@@ -90,11 +93,15 @@ class EngineSettings:
         if not 0 <= doc_stride < max_seq_len - self.max_question_len - 3:
             raise InputError(f"doc_stride {doc_stride} must be smaller than the room for the document in a "
                              f"{max_seq_len}-token window.")
+        passage = self.passage_window_tokens
+        if passage is not None and not self.max_question_len + 8 <= passage <= max_seq_len:
+            raise InputError(f"passage_window_tokens {passage} must be between {self.max_question_len + 8} (room "
+                             f"for the question) and the window's {max_seq_len} tokens.")
         return replace(self, max_seq_len=max_seq_len, doc_stride=doc_stride)
 
 
 _WHOLE_NUMBER_FIELDS = ("max_seq_len", "doc_stride", "max_question_len", "max_answer_len", "top_k", "batch_size",
-                        "max_total_tokens")
+                        "max_total_tokens", "passage_window_tokens")
 
 
 def no_answer_rule(settings: EngineSettings) -> NoAnswerRule:

@@ -20,7 +20,7 @@ from longqa_core.limits import (EngineSettings, StopCheck, check_chars, check_pr
                                 document_room, truncate_question, validate_request)
 from longqa_core.telemetry import timed
 from longqa_core.windows import (DocumentStats, DocumentTokens, WindowCut, chars_per_token, count_tokens,
-                                 count_windows, tokenize_document, window_cuts)
+                                 count_windows, narrowed_cut, tokenize_document, window_cuts)
 
 # A ranked request is refused on its estimated tokens, before tokenizing, only past this margin over the limit (the
 # estimate from samples may be off by a few percent); its tokens are then counted and checked exactly.
@@ -55,6 +55,10 @@ class RequestPlan:
     expected_window_tokens: int = 0  # their tokens together (what a forward-time prediction multiplies)
     tokens_per_s: float | None = None  # the loaded model's measured forward throughput the prediction used
     predicted_s: float | None = None  # a full read's forward time at that rate; None before any was measured
+    # Before a read starts, what it is expected to take (forward seconds at `tokens_per_s`; None before any was
+    # measured): reading every window, and a guided read's expected windows (None where the plan reads whole).
+    full_read_s: float | None = None
+    guided_read_s: float | None = None
     latency_s: dict[str, float] = field(default_factory=dict)  # seconds planning took, by stage (tokenize, rank)
     generation: int = 0  # the caller's count of the model loads: which model this plan was made for
     overrides: dict = field(default_factory=dict)  # the settings the request set itself (the rest: the model's)
@@ -76,6 +80,28 @@ class RequestPlan:
         """The tokens of the full read's windows at `indices` (into `cuts`), question and special tokens included."""
         overhead = self.settings.max_seq_len - self.room
         return sum(self.cuts[i].end_token - self.cuts[i].first_token + overhead for i in indices)
+
+    def narrowed_cuts(self, indices: list[int]) -> list[WindowCut] | None:
+        """The full read's windows at `indices` sized to their best passage (`settings.passage_window_tokens`
+        tokens, question included, around the ranked passage's centre), or None where windows are read whole: no
+        sizing asked for, or none of them longer."""
+        sized = self.settings.passage_window_tokens
+        if sized is None or not self.reading.centres:
+            return None
+        room = max(1, self.room - (self.settings.max_seq_len - sized))
+        cuts = [narrowed_cut(self.cuts[i], self.documents[self.cuts[i].document_index].text,
+                             self.document_tokens[self.cuts[i].document_index],
+                             self.reading.centres.get(i, (self.cuts[i].start_char + self.cuts[i].end_char) // 2),
+                             room) for i in indices]
+        return cuts if any(cut != self.cuts[i] for cut, i in zip(cuts, indices)) else None
+
+    def read_tokens(self, indices: list[int]) -> int:
+        """The tokens a read of the windows at `indices` runs first: sized to their passage where asked."""
+        narrowed = self.narrowed_cuts(indices)
+        if narrowed is None:
+            return self.cut_tokens(indices)
+        return sum(cut.end_token - cut.first_token for cut in narrowed) + len(indices) * (
+            self.settings.max_seq_len - self.room)
 
     def with_budget(self, max_request_s: float | None) -> "RequestPlan":
         """The same plan with another time budget (ZeroGPU grants a request only the seconds it asked for)."""
@@ -132,6 +158,12 @@ def plan_request(tokenizer, documents: list[Document], question: str, settings: 
             plan.tokens_per_s = batch_state.tokens_per_s if batch_state is not None else None
             plan.predicted_s = batch_state.seconds_for_tokens(plan.window_tokens) if batch_state is not None else None
             plan.check_time()
+        if batch_state is not None:
+            plan.tokens_per_s = batch_state.tokens_per_s
+            plan.full_read_s = batch_state.seconds_for_tokens(plan.window_tokens)
+            if plan.mode == "guided":
+                plan.guided_read_s = batch_state.seconds_for_tokens(
+                    plan.read_tokens(reading.expected_windows(plan.reading)))
         return plan
     except BaseException:
         trim_heap()  # a refused plan may have counted millions of tokens

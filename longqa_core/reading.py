@@ -87,6 +87,7 @@ class Ranking:
 
     order: np.ndarray  # (W,) window indices, best first
     scores: np.ndarray  # (W,) each window's best passage score, in window order
+    centres: np.ndarray  # (W,) the character at the centre of each window's best passage (where a sized read looks)
     terms: list[str]  # the question's content words (stemmed)
     matched: list[str]  # those found in the documents
     query_s: float
@@ -119,6 +120,7 @@ class ReadingPlan:
     rounds: list[list[int]] = field(default_factory=list)
     decisive: bool = False  # the first round's windows stand clear of the rest
     basis: str = ""  # a guided read: what the ranking was made on ("ranked 12 windows on budget")
+    centres: dict[int, int] = field(default_factory=dict)  # each ranked window's best passage's centre (a character)
     weak_answer_score: float = WEAK_ANSWER_SCORE  # a model whose scores mean something else sets its own
 
     def is_weak(self, best_score: float | None) -> bool:
@@ -220,14 +222,17 @@ def rank(index: DocumentIndex, question: str, cuts: list[WindowCut]) -> Ranking:
     terms = question_words(question)
     matched = [t for t in terms if t in index.vocabulary]
     window_scores = np.zeros(len(cuts), dtype=np.float64)  # (W,)
+    window_centres = np.array([(cut.start_char + cut.end_char) // 2 for cut in cuts], dtype=np.int64)  # (W,)
     if matched and index.ranker is not None:
         passage_scores = index.ranker.score(matched)  # (P,)
         for w, cut in enumerate(cuts):
             first, end = window_passages(index, cut)
             if end > first:
-                window_scores[w] = passage_scores[first:end].max()
+                best = first + int(passage_scores[first:end].argmax())
+                window_scores[w] = passage_scores[best]
+                window_centres[w] = index.passage_centres[best]
     order = np.argsort(-window_scores, kind="stable")  # ties keep document order
-    return Ranking(order, window_scores, terms, matched, time.perf_counter() - began)
+    return Ranking(order, window_scores, window_centres, terms, matched, time.perf_counter() - began)
 
 
 def plan_reading(mode: str, index: DocumentIndex | None, ranking: Ranking | None, question: str,
@@ -265,8 +270,9 @@ def plan_reading(mode: str, index: DocumentIndex | None, ranking: Ranking | None
     why = ("the best stand clear of the rest" if decisive
            else f"{len(tied)} score alike, all read before stopping")
     basis = f"ranked the full read's {n_windows} windows on {', '.join(ranking.matched)}"
+    centres = {w: int(ranking.centres[w]) for round_windows in rounds for w in round_windows}
     return ReadingPlan("guided", "ranked", f"{basis}: {why}; the other windows are read if the answer stays weak",
-                       rounds, decisive, basis)
+                       rounds, decisive, basis, centres=centres)
 
 
 def weak_after_guided(plan: ReadingPlan, windows_read: int, windows_left: int) -> ReadingPlan:
@@ -300,6 +306,16 @@ class GuidedRead:
     forward_tokens: int = 0
     forward_windows: int = 0
     forward_s: float = 0.0
+    narrowed: set[int] = field(default_factory=set)  # windows (`indices`) read sized to their passage and kept
+    widened: int = 0  # windows read sized to their passage first, then whole because the answer was weak
+
+    def drop(self, indices: list[int]) -> None:
+        """Forget the windows at `indices` (read sized to their passage): they are read again whole."""
+        keep = [i for i, index in enumerate(self.indices) if index not in set(indices)]
+        self.indices = [self.indices[i] for i in keep]
+        self.windows = [self.windows[i] for i in keep]
+        self.logits = [self.logits[i] for i in keep]
+        self.narrowed -= set(indices)
 
     def in_document_order(self) -> tuple[list[int], list[Window], list]:
         """The windows read and their logits in the full read's order (what decoding them as the full read needs)."""
@@ -310,13 +326,14 @@ class GuidedRead:
 def read_windows(runner: Runner, tokenizer, plan, indices: list[int], read: GuidedRead, batch_state: BatchState,
                  measurement, *, should_stop: StopCheck | None = None,
                  on_window_progress: Callable[[WindowProgress], None] | None = None,
+                 cuts: list[WindowCut] | None = None,
                  on_batch: Callable[[list[Window], list], None] | None = None) -> None:
-    """Read the plan's windows at `indices` (into `plan.cuts`) and add them, their logits and what the passes
-    measured to `read`; progress counts on from the windows `read` already holds; `on_batch` hears each batch
-    (`batching.run_windows`)."""
+    """Read the plan's windows at `indices` (into `plan.cuts`; `cuts`: parts of them to read instead, one each)
+    and add them, their logits and what the passes measured to `read`; progress counts on from the windows `read`
+    already holds; `on_batch` hears each batch (`batching.run_windows`)."""
     with measurement.stage("tokenize"):
         new = cut_windows(tokenizer, plan.question, plan.documents, plan.document_tokens,
-                          [plan.cuts[i] for i in indices], should_stop=should_stop)
+                          cuts if cuts is not None else [plan.cuts[i] for i in indices], should_stop=should_stop)
     done_before, windows_total = len(read.windows), len(plan.cuts)
 
     def progress(state: WindowProgress) -> None:
@@ -343,9 +360,29 @@ def read_rounds(runner: Runner, tokenizer, plan, batch_state: BatchState, measur
     """Read a guided plan's rounds (`longqa_core.plan.RequestPlan`: windows of the full read) in order, deciding
     after each whether the answer so far is enough; a later round that would pass the time budget is not read.
     `evidence`: the request's one `no_answer.Evidence` (built here when not given), which a rule that needs
-    evidence asks of each round's best answer; `on_batch` hears each batch (`batching.run_windows`)."""
+    evidence asks of each round's best answer; `on_batch` hears each batch (`batching.run_windows`). With
+    `settings.passage_window_tokens`, a round's windows are read first sized to their best passage
+    (`RequestPlan.narrowed_cuts`), and read again whole, in place of those, only where the answer after them is
+    weak."""
     settings, rounds = plan.settings, plan.reading
     read = GuidedRead(batch_size=batch_state.size if settings.adaptive_batching else settings.batch_size)
+    rule = no_answer_rule(settings)
+
+    def best_score() -> float | None:
+        """The best answer's score of the windows read so far; None where there is none, or the request's rule
+        calls it "not found" (as weak as no answer: read on)."""
+        nonlocal evidence
+        with measurement.stage("decode"):
+            decoded = decode(read.windows, read.logits, plan.documents, replace(settings, top_k=1),
+                             stop_check(should_stop))
+        score = decoded.answers[0].score if decoded.answers else None
+        missing = None
+        if rule.needs_evidence and decoded.answers:
+            best = decoded.answers[0]
+            evidence = evidence or no_answer.Evidence(plan.question, [d.text for d in plan.documents])  # built once
+            missing = evidence.missing(best.document_index, best.start_char, best.end_char)
+        return None if no_answer.is_found(rule, score, decoded.null_score, missing) is False else score
+
     for round_index, round_windows in enumerate(rounds.rounds):
         new_tokens = plan.cut_tokens(round_windows)
         rate = batch_state.tokens_per_s
@@ -359,20 +396,21 @@ def read_rounds(runner: Runner, tokenizer, plan, batch_state: BatchState, measur
             break
         if round_index == 0:
             check_predicted_time(predicted, settings, len(round_windows), new_tokens, rate)
-        read_windows(runner, tokenizer, plan, round_windows, read, batch_state, measurement,
-                     should_stop=should_stop, on_window_progress=on_window_progress, on_batch=on_batch)
-        with measurement.stage("decode"):
-            decoded = decode(read.windows, read.logits, plan.documents, replace(settings, top_k=1),
-                             stop_check(should_stop))
-        read.best_score = decoded.answers[0].score if decoded.answers else None
-        rule = no_answer_rule(settings)
-        missing = None
-        if rule.needs_evidence and decoded.answers:
-            best = decoded.answers[0]
-            evidence = evidence or no_answer.Evidence(plan.question, [d.text for d in plan.documents])  # built once
-            missing = evidence.missing(best.document_index, best.start_char, best.end_char)
-        if no_answer.is_found(rule, read.best_score, decoded.null_score, missing) is False:
-            read.best_score = None  # what the request's rule calls "not found" is as weak as no answer: read on
+        narrowed = plan.narrowed_cuts(round_windows)
+        if narrowed is not None:
+            read_windows(runner, tokenizer, plan, round_windows, read, batch_state, measurement,
+                         should_stop=should_stop, on_window_progress=on_window_progress, cuts=narrowed,
+                         on_batch=on_batch)
+            read.narrowed |= set(round_windows)
+            read.best_score = best_score()
+            if rounds.is_weak(read.best_score):  # widen: the round's windows whole, as without sizing
+                read.drop(round_windows)
+                read.widened += len(round_windows)
+                narrowed = None
+        if narrowed is None:
+            read_windows(runner, tokenizer, plan, round_windows, read, batch_state, measurement,
+                         should_stop=should_stop, on_window_progress=on_window_progress, on_batch=on_batch)
+            read.best_score = best_score()
         if rounds.should_stop_after(round_index, read.best_score):
             break
     return read

@@ -431,6 +431,19 @@ def window_cuts(document_index: int, text: str, tokens: DocumentTokens, room: in
     return cuts
 
 
+def narrowed_cut(cut: WindowCut, text: str, tokens: DocumentTokens, centre_char: int, room: int) -> WindowCut:
+    """The part of `cut` that holds `room` of its context tokens centred on the token at `centre_char` (kept inside
+    the cut), for reading a ranked passage in a window sized to it; the cut itself where it holds no more."""
+    if cut.end_token - cut.first_token <= room:
+        return cut
+    centre = int(np.searchsorted(tokens.offsets[:, 0], centre_char, side="right")) - 1  # the token holding it
+    first = min(max(centre - room // 2, cut.first_token), cut.end_token - room)
+    end = first + room
+    start_char = tokens.context_offsets(text, first, first + 1)[0][0]
+    end_char = trim_offset(text, *map(int, tokens.offsets[end - 1]))[1]
+    return WindowCut(cut.document_index, first, end, start_char, end_char)
+
+
 @dataclass(frozen=True)
 class QuestionFrame:
     """What a window holds around its context, from the tokenizer's own pair encoding: `<s> question </s></s>`

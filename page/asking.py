@@ -155,7 +155,7 @@ def ask(ctx: AppContext, files, pasted_text, question, top_k, reading, history, 
             with request_turn(ctx, request, progress, windows=plan.expected_windows, place=place) as (stop_key,
                                                                                                       ticket):
                 changed = changed_since(ctx, seen)
-                progress(0.0, desc="Reading windows")
+                progress(0.0, desc=fmt.read_expectation(plan))
                 readout = answer_on_gpu(ctx.key, plan, extract_s, progress, stop_key)
     if RUNS_IN_WORKER:
         ctx.session.learn(readout)

@@ -293,8 +293,31 @@ def reading_summary(readout) -> str:
         return MISSING
     text = (f"read {reading.windows_read:,} of {reading.windows_total:,} windows ({reading.mode}) "
             f"in {format_seconds(result.latency_s.get('total'))}")
+    if reading.expected_s is not None and reading.forward_s is not None:
+        text += (f" (the model's passes {format_seconds(reading.forward_s)}, expected "
+                 f"{format_about(reading.expected_s)})")
     if readout.full_read_s is not None:
         text += f"; a full read would take about {format_seconds(readout.full_read_s)}"
+    return text
+
+
+def format_about(seconds: float) -> str:
+    """A prediction's seconds, as roughly as it is known: "under a second", "about 6 s", "about 2 min 5 s"."""
+    if seconds < 1:
+        return "under a second"
+    minutes, rest = divmod(round(seconds), 60)
+    return f"about {minutes} min {rest} s" if minutes else f"about {rest} s"
+
+
+def read_expectation(plan) -> str:
+    """What a planned read is expected to take before it starts, from the model's measured throughput (the plan's
+    `full_read_s`, `guided_read_s`): "Reading windows: about 40 s for the whole document, a guided read about
+    6 s"; "Reading windows" before any was measured."""
+    if plan.full_read_s is None:
+        return "Reading windows"
+    text = f"Reading windows: {format_about(plan.full_read_s)} for the whole document"
+    if plan.guided_read_s is not None:
+        text += f", a guided read {format_about(plan.guided_read_s)}"
     return text
 
 

@@ -3,11 +3,14 @@
 demo model, through the engine (issue 28, item 4).
 
 Usage: python scripts/evaluate_reading.py [--n 20] [--tokens 100000] [--seed 2026] [--out docs/reading-eval.json]
+       [--passage-window-tokens 1024]
 Windows of 4,096 tokens overlapping by 128, top answer only. Per category and overall: exact match of each mode
 (the top answer's text equals the gold value, character for character, as scripts/evaluate_demo_model.py counts
 it); of the items the full read answers exactly, how many guided answers the same; whether the gold fact's sentence
 lies inside a window guided read; windows read of the total; and the time of each mode. It measures and reports;
-it does not decide how many windows to read (the engine does).
+it does not decide how many windows to read (the engine does). `--passage-window-tokens N` adds a third run of
+each item, guided in windows of N tokens sized to the ranked passage (issue 50 item 4), against the whole-window
+guided read: the same top answer, fallbacks to the full read, and the time (docs/reading.md).
 """
 
 from __future__ import annotations
@@ -71,17 +74,24 @@ def run_item(loaded, item, settings, mode: str) -> dict:
                     batch_state=loaded.batch_state, reading_mode=mode)
     seconds = time.perf_counter() - began
     reading = result.reading
-    return {"answer": result.answers[0].text if result.answers else None, "exact": is_exact(result, item),
+    best = result.answers[0] if result.answers else None
+    return {"answer": best.text if best else None, "answer_start": best.start_char if best else None,
+            "exact": is_exact(result, item),
             "gold_read": is_gold_read(reading, item), "mode": reading.mode, "reason": reading.reason,
-            "windows_read": reading.windows_read, "windows_total": reading.windows_total,
-            "tokens": result.tokens, "seconds": seconds}
+            "code": reading.code, "windows_read": reading.windows_read, "windows_total": reading.windows_total,
+            "narrowed": reading.narrowed, "widened": reading.widened, "window_passes": result.forward.windows,
+            "forward_tokens": result.forward.tokens, "tokens": result.tokens, "seconds": seconds}
 
 
-def evaluate(loaded, items, settings, on_record=None) -> list[dict]:
-    """A record per item: the item's description and one run per mode."""
+def evaluate(loaded, items, settings, on_record=None, passage_window_tokens: int | None = None) -> list[dict]:
+    """A record per item: the item's description and one run per mode (and `sized`: guided in windows of
+    `passage_window_tokens` sized to the ranked passage, where given)."""
     records = []
+    sized = replace(settings, passage_window_tokens=passage_window_tokens) if passage_window_tokens else None
     for item in items:
         record = {"item": item.to_dict(), **{mode: run_item(loaded, item, settings, mode) for mode in MODES}}
+        if sized is not None:
+            record["sized"] = run_item(loaded, item, sized, "guided")
         records.append(record)
         if on_record is not None:
             on_record(record)
@@ -116,6 +126,27 @@ def summarise(records: list[dict]) -> dict:
     }
 
 
+def summarise_sized(records: list[dict]) -> dict:
+    """The sized guided read against the whole-window one (issue 50 item 4): the same top answer (text and
+    place), fallbacks to the full read, window passes and tokens, and the time."""
+    n = len(records)
+    same = sum(r["sized"]["answer"] == r["guided"]["answer"]
+               and r["sized"]["answer_start"] == r["guided"]["answer_start"] for r in records)
+
+    def fallbacks(kind: str) -> int:
+        return sum(r[kind]["code"] == "weak_after_guided" for r in records)
+    return {"n": n, "same_top_answer_as_guided": same, "same_rate": _ratio(same, n),
+            "sized_exact": sum(r["sized"]["exact"] for r in records),
+            "guided_exact": sum(r["guided"]["exact"] for r in records),
+            "fallbacks_guided": fallbacks("guided"), "fallbacks_sized": fallbacks("sized"),
+            "kept_sized": sum(r["sized"]["narrowed"] > 0 for r in records),
+            "widened_windows": sum(r["sized"]["widened"] for r in records),
+            "forward_tokens_guided": sum(r["guided"]["forward_tokens"] for r in records),
+            "forward_tokens_sized": sum(r["sized"]["forward_tokens"] for r in records),
+            "guided_s_mean": _mean([r["guided"]["seconds"] for r in records]),
+            "sized_s_mean": _mean([r["sized"]["seconds"] for r in records])}
+
+
 def check_targets(by_category: dict[str, dict], overall: dict) -> dict:
     """Issue 28's three targets, each true or false; a category the full read answered nothing in cannot fail the
     first."""
@@ -133,9 +164,18 @@ def report_of(records: list[dict], settings: dict) -> dict:
     by_category = {c: summarise([r for r in records if r["item"]["category"] == c])
                    for c in long_eval.CATEGORIES if any(r["item"]["category"] == c for r in records)}
     overall = summarise(records)
-    return {"settings": settings, "cpu": cpu_description(), "code": code_state(), "categories": by_category,
-            "overall": overall,
-            "targets": check_targets(by_category, overall), "cases_to_read": cases_to_read(records)}
+    report = {"settings": settings, "cpu": cpu_description(), "code": code_state(), "categories": by_category,
+              "overall": overall,
+              "targets": check_targets(by_category, overall), "cases_to_read": cases_to_read(records)}
+    if records and "sized" in records[0]:
+        report["sized"] = {c: summarise_sized([r for r in records if r["item"]["category"] == c])
+                           for c in by_category}
+        report["sized"]["all"] = summarise_sized(records)
+        report["targets"][f"sized_same_top_answer_ge_{SAME_ANSWER_TARGET}"] = (
+            report["sized"]["all"]["same_rate"] is not None and report["sized"]["all"]["same_rate"] >= SAME_ANSWER_TARGET)
+        report["targets"]["sized_no_more_fallbacks"] = (report["sized"]["all"]["fallbacks_sized"]
+                                                        <= report["sized"]["all"]["fallbacks_guided"])
+    return report
 
 
 def cases_to_read(records: list[dict], limit: int = 20) -> list[dict]:
@@ -205,6 +245,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=2026)
     parser.add_argument("--categories", default=",".join(long_eval.CATEGORIES))
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "reading-eval.json")
+    parser.add_argument("--passage-window-tokens", type=int, default=None,
+                        help="also read each item guided in windows of this many tokens sized to the ranked passage")
     args = parser.parse_args()
 
     loaded = load_model(args.model, args.profile)
@@ -217,18 +259,23 @@ def main() -> None:
         print(f"{record['item']['name']:32s} gold {record['item']['answer']!r:28s} full {full['answer']!r} "
               f"({full['seconds']:.1f} s) guided {guided['answer']!r} read {guided['windows_read']}/"
               f"{guided['windows_total']} gold {'read' if guided['gold_read'] else 'MISSED'} "
-              f"({guided['seconds']:.1f} s)", flush=True)
+              f"({guided['seconds']:.1f} s)" + (f" sized {record['sized']['answer']!r} read "
+                                                 f"{record['sized']['windows_read']} ({record['sized']['seconds']:.1f} s)"
+                                                 if "sized" in record else ""), flush=True)
 
-    records = evaluate(loaded, items, settings, on_record=show)
+    records = evaluate(loaded, items, settings, on_record=show, passage_window_tokens=args.passage_window_tokens)
     report = report_of(records, {
         "model": args.model, "profile": loaded.profile.name, "n_per_category": args.n, "tokens": args.tokens,
         "seed": args.seed, "max_seq_len": settings.max_seq_len, "doc_stride": settings.doc_stride,
-        "top_k": settings.top_k, "seconds": round(time.perf_counter() - began, 1),
+        "top_k": settings.top_k, "passage_window_tokens": args.passage_window_tokens,
+        "seconds": round(time.perf_counter() - began, 1),
         "exact_match": "the top answer's text equals the gold value, character for character",
         "gold_read": "the gold fact's sentence lies inside one window that guided reading read"})
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n")
     print(markdown_table(report))
+    if "sized" in report:
+        print(json.dumps(report["sized"], indent=1))
     print(json.dumps(report["targets"], indent=1))
 
 

@@ -157,6 +157,8 @@ ADDED = {"found", "no_answer",  # issue 38 adds the verdict, and each answer's "
 ADDED_MEMORY = {"host_baseline_rss_bytes", "host_request_peak_bytes"}  # issue 39: the baseline and the peak above it
 ADDED_ANSWER = {"confidence",  # issue 38
                 "location"}  # issue 50: the page, heading or line
+ADDED_READING = {"narrowed", "widened",  # issue 50: windows sized to the ranked passage
+                 "expected_s", "forward_s"}  # issue 50: what the plan expected the read to take, and what it took
 
 
 def without_additions(answer_json: dict) -> dict:
@@ -164,6 +166,7 @@ def without_additions(answer_json: dict) -> dict:
     out = {key: value for key, value in answer_json.items() if key not in ADDED}
     out["answers"] = [{k: v for k, v in a.items() if k not in ADDED_ANSWER} for a in answer_json["answers"]]
     out["memory"] = {k: v for k, v in answer_json["memory"].items() if k not in ADDED_MEMORY}
+    out["reading"] = {k: v for k, v in answer_json["reading"].items() if k not in ADDED_READING}
     return out
 
 

@@ -455,3 +455,92 @@ def test_when_the_time_budget_ends_first_it_says_not_found_in_the_part_read(tiny
     assert result.found is False and not result.verdict.read_whole
     assert result.verdict.message == no_answer.NOT_FOUND_IN_PART
     assert result.to_json()["no_answer"]["read_whole"] is False
+
+
+# Windows sized to the ranked passage (`passage_window_tokens`) ---------------------------------------------------
+SIZED = 384  # tokens: a 1,200-character passage of the filler fits whole
+SIZED_SETTINGS = dataclasses.replace(FLAT_SETTINGS, passage_window_tokens=SIZED)
+
+
+def test_a_window_sized_to_its_passage_is_centred_on_it_inside_the_full_window(tiny_tokenizer):
+    text = long_text("The budget of Quarrowby is 12 crowns.", 0.6, n_chars=60_000)
+    plan = plan_request(tiny_tokenizer, [Document("d.txt", text)], "What is the budget of Quarrowby?",
+                        SIZED_SETTINGS, "guided")
+    first = plan.reading.rounds[0][0]
+    cut, centre = plan.cuts[first], plan.reading.centres[first]
+    sized = plan.narrowed_cuts([first])[0]
+    assert cut.first_token <= sized.first_token < sized.end_token <= cut.end_token
+    assert sized.end_token - sized.first_token == plan.room - (512 - SIZED)
+    assert sized.start_char <= centre < sized.end_char
+    at_edge = sized.first_token == cut.first_token or sized.end_token == cut.end_token  # kept inside the window
+    assert at_edge or abs((sized.start_char + sized.end_char) // 2 - centre) < 20  # else centred on it
+    assert plan.read_tokens([first]) == SIZED < plan.cut_tokens([first]) == 512
+    assert dataclasses.replace(plan, settings=FLAT_SETTINGS).narrowed_cuts([first]) is None  # not asked for
+
+
+def test_a_strong_answer_in_windows_sized_to_the_passage_reads_no_more(tiny_tokenizer, counted_passes):
+    runner, passes = counted_passes
+    lengths = []
+    forward = runner.model.forward
+    runner.model.forward = lambda *a, **k: (lengths.append(int(k["input_ids"].shape[1])), forward(*a, **k))[1]
+    text = long_text("The budget of Quarrowby is 12 crowns.", 0.6, n_chars=60_000)
+    plan = plan_request(tiny_tokenizer, [Document("d.txt", text)], "What is the budget of Quarrowby?",
+                        SIZED_SETTINGS, "guided")
+    plan.reading.weak_answer_score = 0.0  # every answer strong enough: no widening
+    result = answering.answer_plan(runner, tiny_tokenizer, plan)
+    first = plan.reading.rounds[0]
+    assert result.reading.mode == "guided" and result.reading.narrowed == len(first) and result.reading.widened == 0
+    assert sum(passes) == len(first) and max(lengths) <= SIZED
+    fact = text.index("The budget of Quarrowby")
+    assert any(r.start_char <= fact < r.end_char for r in result.reading.read)
+    assert all(r.end_char - r.start_char < 0.8 * (c.end_char - c.start_char) for r, c in
+               zip(result.reading.read, [plan.cuts[i] for i in sorted(first)]))  # sized, not whole
+
+
+@pytest.mark.parametrize("mode", ["guided", "auto"])
+def test_a_weak_answer_widens_the_sized_windows_and_gives_the_full_reads_answers(tiny_tokenizer, counted_passes,
+                                                                                 mode):
+    runner, passes = counted_passes
+    documents = [Document("d.txt", long_text("The budget of Quarrowby is 12 crowns.", 0.6, n_chars=5_000)),
+                 Document("e.txt", long_text("Quarrowby has a budget.", 0.3, n_chars=2_500))]
+    question = "What is the budget of Quarrowby?"
+    full = answering.answer(runner, tiny_tokenizer, documents, question, FLAT_SETTINGS, reading_mode="full")
+    passes.clear()
+    result = answering.answer(runner, tiny_tokenizer, documents, question, SIZED_SETTINGS, reading_mode=mode)
+    assert result.reading.code == "weak_after_guided" and result.reading.narrowed == 0
+    assert result.reading.widened > 0
+    assert sum(passes) == full.windows + result.reading.widened  # each sized window once, each whole one once
+    assert answers_of(result) == answers_of(full) and result.reading.read == full.reading.read
+
+
+def test_the_plan_says_how_long_each_read_should_take_and_the_readout_what_it_took(tiny_tokenizer):
+    text = long_text("The budget of Quarrowby is 12 crowns.", 0.6, n_chars=60_000)
+    question = "What is the budget of Quarrowby?"
+    state = batching.BatchState(1)
+    unmeasured = plan_request(tiny_tokenizer, [Document("d.txt", text)], question, SIZED_SETTINGS, "guided",
+                              batch_state=state)
+    assert unmeasured.full_read_s is None and unmeasured.guided_read_s is None
+    state.record_forward(tokens=10_000, seconds=2.0)  # 5,000 tokens/s
+    plan = plan_request(tiny_tokenizer, [Document("d.txt", text)], question, SIZED_SETTINGS, "guided",
+                        batch_state=state)
+    assert plan.full_read_s == pytest.approx(plan.window_tokens / 5_000)
+    expected = reading.expected_windows(plan.reading)
+    assert plan.guided_read_s == pytest.approx(len(expected) * SIZED / 5_000) and plan.guided_read_s < plan.full_read_s
+    full = plan_request(tiny_tokenizer, [Document("d.txt", text)], question, SIZED_SETTINGS, "full",
+                        batch_state=state)
+    assert full.full_read_s == pytest.approx(plan.full_read_s) and full.guided_read_s is None
+    plan.reading.weak_answer_score = 0.0
+    result = answering.answer_plan(FlatRunner(), tiny_tokenizer, plan, batch_state=state)
+    assert result.reading.expected_s == plan.guided_read_s
+    assert result.reading.forward_s == result.latency_s["forward"] > 0
+    assert result.reading.to_json()["expected_s"] == plan.guided_read_s
+
+
+def test_a_sized_read_tells_the_best_so_far_from_its_first_sized_window(tiny_tokenizer):
+    heard = []
+    text = long_text("The budget of Quarrowby is 12 crowns.", 0.6, n_chars=60_000)
+    plan = plan_request(tiny_tokenizer, [Document("d.txt", text)], "What is the budget of Quarrowby?",
+                        SIZED_SETTINGS, "guided")
+    result = answering.answer_plan(FlatRunner(), tiny_tokenizer, plan, on_candidate=heard.append)
+    assert heard and heard[0].windows_read == 1  # a candidate after the first (sized) window
+    assert result.reading.widened > 0 and result.answers  # flat logits: weak, widened, then read on

@@ -241,6 +241,22 @@ def test_not_found_shows_one_short_sentence_with_a_confidence_word_and_no_rule_n
     assert status.startswith("### A guess \\(low confidence\\): this model answers") and "&lt;attribute&gt;" in status
 
 
+def test_the_reading_summary_compares_the_expected_seconds_with_what_the_passes_took():
+    reading = ReadingReadout("guided", "auto", 2, 13, "ranked", [], expected_s=6.2, forward_s=7.9)
+    text = ui_format.reading_summary(readout_of({"forward": 7.9, "total": 8.4}, reading))
+    assert text == "read 2 of 13 windows (guided) in 8.40 s (the model's passes 7.90 s, expected about 6 s)"
+
+
+@pytest.mark.parametrize("full_s, guided_s, text", [
+    (None, None, "Reading windows"),
+    (40.4, None, "Reading windows: about 40 s for the whole document"),
+    (125.0, 6.3, "Reading windows: about 2 min 5 s for the whole document, a guided read about 6 s"),
+    (30.2, 0.4, "Reading windows: about 30 s for the whole document, a guided read under a second"),
+])
+def test_before_a_read_the_page_says_how_long_it_should_take(full_s, guided_s, text):
+    assert ui_format.read_expectation(SimpleNamespace(full_read_s=full_s, guided_read_s=guided_s)) == text
+
+
 def test_not_found_shows_the_closest_passages_numbered_with_nothing_marked_as_the_answer():
     texts = ["The colour of Zorbin is teal. " * 3, "Velka is red."]
     answers = [Answer("teal", 3e-11, "a.txt", 0, 24, 28, "low"), Answer("teal", 2e-11, "a.txt", 0, 24, 28, "low"),
