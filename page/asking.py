@@ -31,9 +31,6 @@ DEFAULT_TOP_K = 3
 DEFAULT_TRAINING_WINDOW = 512
 TRAINING_LOCKED = ("This deployment is shared and fixes its model: the training-step readout holds the model alone, "
                    "so it is turned off here. Run the page yourself (`python app.py`) to try it.")
-NO_DOWNLOAD = gr.update(value=None, visible=False)
-CLEARED = {"answer": gr.update(value="", label=fmt.answer_label()), "evidence": None, "readout": None,
-           "download_json": NO_DOWNLOAD, "download_csv": NO_DOWNLOAD, "wait": ""}
 CLEARED_TABLES = {"answers": fmt.ANSWER_HEADERS, "latency": fmt.LATENCY_HEADERS,
                   "memory": fmt.MEMORY_HEADERS, "run": fmt.RUN_HEADERS}
 
@@ -202,7 +199,14 @@ def clear_answer(status: str) -> dict:
     """What a new question or new documents do to the answer area before anything runs: no previous answer, its
     evidence, readouts or downloads left showing; `status` says why."""
     tables = {name: pd.DataFrame([], columns=headers) for name, headers in CLEARED_TABLES.items()}
-    return {"status": status, **CLEARED, **tables}
+    return {"status": status, "answer": gr.update(value="", label=fmt.answer_label()), "evidence": None,
+            "readout": None, "download_json": no_download(), "download_csv": no_download(), "wait": "", **tables}
+
+
+def no_download() -> dict:
+    """A download button hidden and emptied: a new update each time, since gradio takes an update's value out of
+    the dict it is given (a module-level one came back without it on the next answer)."""
+    return gr.update(value=None, visible=False)
 
 
 def show_outcome(ctx: AppContext, request: gr.Request = None) -> dict:
@@ -217,7 +221,7 @@ def show_outcome(ctx: AppContext, request: gr.Request = None) -> dict:
         status = (fmt.stopped_status(*outcome.stopped, outcome.partial) if outcome.stopped is not None
                   else fmt.failed_status(outcome.message or "The request failed."))
         label = fmt.answer_label(fmt.partial_label(*outcome.stopped) if outcome.partial is not None else None)
-        return {"status": status, "download_json": NO_DOWNLOAD, "download_csv": NO_DOWNLOAD,
+        return {"status": status, "download_json": no_download(), "download_csv": no_download(),
                 "evidence": gr.update(label=fmt.EVIDENCE_LABEL), "answer": gr.update(label=label)}
     folder = DOWNLOADS.new()
     readout_path = folder / "longqa-readout.json"

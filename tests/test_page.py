@@ -170,6 +170,14 @@ def test_a_new_run_clears_every_answer_output():
     assert cleared["download_json"]["visible"] is False
 
 
+def test_each_clearing_is_a_new_update_since_gradio_takes_the_value_out_of_the_one_it_sends():
+    first = asking.clear_answer(ui_format.ASKING_STATUS)
+    for name in ("answer", "download_json", "download_csv"):
+        first[name].pop("value")  # as gradio's postprocess_update_dict does
+    second = asking.clear_answer(ui_format.ASKING_STATUS)
+    assert second["answer"]["value"] == "" and second["download_json"]["value"] is None
+
+
 def test_a_reload_says_what_is_loading_and_disables_asking_until_it_ends(ctx, tiny_model_dir):
     starting = picks.start_loading(ctx, "baseline-fp32", str(tiny_model_dir))
     assert starting["load_status"].startswith(f"**Loading {ui_format.escape_markdown(str(tiny_model_dir))} with "
