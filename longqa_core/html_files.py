@@ -12,7 +12,6 @@ import json
 import re
 
 from longqa_core.document_limits import ReadLimits
-from longqa_core.errors import DocumentError
 from longqa_core.reader_children import OUT_OF_MEMORY_EXIT, READERS, ReaderChildren, read_in_child
 from longqa_core.text_files import Heading, clean_text, decode_non_binary
 

@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from longqa.backend import Selection
-from longqa.compare import ComparedRun, Comparison, ProfileChoice, choices_from, compare_profiles, ratio
+from longqa.compare import ProfileChoice, choices_from, compare_profiles, ratio
 from longqa.demo_model.demo_task import make_example
 from longqa.readout import RequestMemory
 from longqa.session import Session

@@ -20,7 +20,6 @@ import pytest
 
 from longqa.models import DEFAULT_MODEL, DEMO_MODEL_DIR
 from longqa.session import Session
-from page import format as ui_format
 from page import picks
 from page.context import make_context
 from strategies.profiles import profile_choices

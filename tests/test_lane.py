@@ -306,7 +306,7 @@ def test_a_guided_read_that_falls_back_waits_for_a_large_place_and_says_so():
 
 def test_guided_reads_falling_back_together_read_in_full_no_more_than_max_active_at_once():
     lane, done = ModelLane(max_active=2), {}
-    active, most = [0], [0]
+    most = [0]
 
     class Counting(SleepyRunner):
         def __call__(self, batch):
