@@ -8,6 +8,7 @@ browser set-up it shares.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 
@@ -183,7 +184,7 @@ def test_an_error_and_new_documents_leave_no_old_answer(browser, served, tmp_pat
     assert page.locator("#readout").inner_text().count("tokens_per_s") == 0, "no old readout left"
 
 
-def test_stop_says_how_many_windows_were_read_and_shows_no_answer(browser, served, tmp_path):
+def test_stop_says_how_many_windows_were_read_and_keeps_no_more_than_a_partial_answer(browser, served, tmp_path):
     example = make_example(3, 60_000)  # many windows of the tiny model, each batch slowed down
     path = tmp_path / "long_story.txt"
     path.write_text(example.text, encoding="utf-8")
@@ -191,14 +192,17 @@ def test_stop_says_how_many_windows_were_read_and_shows_no_answer(browser, serve
     page.locator("#documents input[type=file]").set_input_files(str(path))
     page.get_by_label("Question", exact=True).fill(example.question)
     page.get_by_role("button", name="Read the whole document", exact=True).click()
-    wait_until(lambda: "windows done" in page.locator("#best-answer").inner_text())
+    wait_until(lambda: "windows done" in status_text(page))  # the progress shows over the answer (issue 50)
     time.sleep(2 * BATCH_DELAY_S)
     page.get_by_role("button", name="Stop", exact=True).click()
-    status = wait_for_status(page, "Stopped after")
-    words = status.split()
-    done, total = int(words[2].replace(",", "")), int(words[4].replace(",", ""))
+    status = wait_for_status(page, "topped")
+    counts = re.search(r"stopped after ([\d,]+) of ([\d,]+) windows", status, re.IGNORECASE)
+    assert counts, status
+    done, total = (int(count.replace(",", "")) for count in counts.groups())
     assert 0 < done < total, status
-    assert answer_shown(page) == ""
+    # the best answer of the windows read stays, labelled partial (issue 50), never as a found answer
+    assert answer_shown(page) == "" or "partial: stopped after" in status, status
+    assert "Found" not in status
     # and the next question is answered as usual
     paste(page, "The colour of Zorbin is teal.")
     page.locator("#documents button[aria-label='Clear']").first.click()
