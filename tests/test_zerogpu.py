@@ -34,8 +34,9 @@ def zero_gpu_server(tmp_path_factory):
     env = dict(os.environ, SPACES_ZERO_GPU="true", ZEROGPU_STANDIN_LOG=str(log), HF_HUB_OFFLINE="1",
                PYTHONPATH=os.pathsep.join([str(ROOT / "tests" / "zerogpu_standin"), str(ROOT)]))
     output = open(folder / "server.log", "w")
-    process = subprocess.Popen([sys.executable, "app.py", "--model", "demo", "--port", str(port)], cwd=ROOT,
-                               env=env, stdout=output, stderr=subprocess.STDOUT)
+    # --allow-training: a ZeroGPU Space is locked, and its operator lets visitors run the training step here
+    process = subprocess.Popen([sys.executable, "app.py", "--model", "demo", "--allow-training", "--port", str(port)],
+                               cwd=ROOT, env=env, stdout=output, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/"
     deadline = time.monotonic() + 180
     while True:
