@@ -108,16 +108,27 @@ def best_so_far_shown(page):
 def test_a_long_read_shows_the_best_answer_so_far_then_the_answer(served, browser, width, tmp_path):
     page = open_page(browser, served[1], width)
     read_whole(page)
-    first = wait_until(lambda: best_so_far_shown(page))
+    progress_seen = []
+
+    def shows_progress() -> bool:
+        text = status(page)
+        return "Reading windows" in text or "windows done" in text
+
+    def a_first_best():
+        progress_seen.append(shows_progress())
+        return best_so_far_shown(page)
+
+    first = wait_until(a_first_best)
     read, total, _ = first
     assert 0 < read < total
     # the progress shows over the line above, never over the best answer so far
     assert "hide" in (page.locator("#best-answer [data-testid=status-tracker]").first.get_attribute("class") or "")
     assert PENDING in grid_text(page, "Top answers") and "Found" not in status(page)
-    progress_seen = []
+    # gradio shows an event's progress until its first output, then marks it generating: the progress shows over
+    # the line above until the first best answer so far, which then says itself how far the read is (its label)
 
     def a_later_best():
-        progress_seen.append("windows done" in status(page))
+        progress_seen.append(shows_progress())
         best = best_so_far_shown(page)
         return best if best and best[0] > read else None
 
