@@ -389,16 +389,8 @@ def endpoint_attacks(work: Path, seconds: float = 30.0) -> dict:
 
 
 def main_endpoints(out: Path) -> int:
-    work = ROOT / "bench-results" / "crowd-endpoints"
-    work.mkdir(parents=True, exist_ok=True)
-    load = os.getloadavg()
-    result = {"machine": f"{platform.processor() or platform.machine()}, {psutil.cpu_count()} cores",
-              "cpu_kind": cpu_kind(), "model": "demo", "profile": "cpu",
-              "settings": "defaults, direct connection, `python app.py --model demo` (--lock-profile where named)",
-              "load_average_before": [round(x, 2) for x in load], **endpoint_attacks(work)}
-    result["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"CPU: {result['cpu_kind']}; load before {load}; visitor alone: {result['visitor_alone_s']}\n")
+    result = measured_attacks(out, "crowd-endpoints", endpoint_attacks,
+                              "defaults, direct connection, `python app.py --model demo` (--lock-profile where named)")
     print("| attack | visitor's longest wait (median, asks) | refused asks | RSS idle, peak, after | the attack's calls |"
           "\n|---|---|---|---|---|")
     for name, row in result["rows"].items():
@@ -498,22 +490,27 @@ def main(argv=None) -> int:
     for name, row in memory.items():
         print(f"| {name} | idle {row['rss_idle_mb']} MB | peak {row['rss_peak_above_idle_mb']:+} MB | "
               f"a minute after {row['rss_60s_after_above_idle_mb']:+} MB |")
-    if "lane_orders_simulated" in result:
-        print(json.dumps(result["lane_orders_simulated"], indent=2))
     return 0
 
 
-def main_html_uploads(out: Path) -> int:
-    work = ROOT / "bench-results" / "crowd-html-uploads"
+def measured_attacks(out: Path, name: str, attacks, settings: str) -> dict:
+    """Run `attacks` (a function of a work folder) with the machine and its load recorded before and after, write
+    the result to `out` as JSON, print what the machine was, and return it."""
+    work = ROOT / "bench-results" / name
     work.mkdir(parents=True, exist_ok=True)
     load = os.getloadavg()
     result = {"machine": f"{platform.processor() or platform.machine()}, {psutil.cpu_count()} cores",
-              "cpu_kind": cpu_kind(), "model": "demo", "profile": "cpu",
-              "settings": "defaults, direct connection, server started as `python app.py --model demo`",
-              "load_average_before": [round(x, 2) for x in load], **html_and_upload_attacks(work)}
+              "cpu_kind": cpu_kind(), "model": "demo", "profile": "cpu", "settings": settings,
+              "load_average_before": [round(x, 2) for x in load], **attacks(work)}
     result["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"CPU: {result['cpu_kind']}; load before {load}; visitor alone: {result['visitor_alone_s']} s\n")
+    return result
+
+
+def main_html_uploads(out: Path) -> int:
+    result = measured_attacks(out, "crowd-html-uploads", html_and_upload_attacks,
+                              "defaults, direct connection, server started as `python app.py --model demo`")
     print("| attack | visitor answered after | right | memory peak above idle (children included) | HTML children "
           "at once | upload folder peak | crowd outcomes |\n|---|---|---|---|---|---|---|")
     for name, row in result["rows"].items():
