@@ -26,6 +26,7 @@ from page.events import bind, listen
 from page.hardening import expect_texts
 from page.history_panel import history_outputs, recolour_after
 from page.picks import ensure_loaded, loaded_now, seen_now
+from page.tables import ReadoutTable
 from page.turns import model_turn, stop_pressed_from_now
 from strategies.profiles import describe_profiles
 from strategies.registry import strategy_cards
@@ -80,8 +81,8 @@ def build_compare_panel(ctx: AppContext, question: dict, history: dict, seen, lo
         strategies = gr.CheckboxGroup([card["name"] for card in strategy_cards()], label="Strategies for custom",
                                       visible="custom" in chosen)
         compare_btn = gr.Button("Compare profiles", interactive=is_compare_allowed(ctx))
-        table = gr.Dataframe(comparison_frame(None), label="Profile comparison", interactive=False, wrap=True,
-                             elem_id="compare-table", column_widths=comparison_widths(0))
+        table = ReadoutTable(comparison_frame(None), headers=[fmt.COMPARE_MEASURE], label="Profile comparison",
+                             elem_id="compare-table")
         summary = gr.Markdown(elem_id="compare-summary")
         with gr.Accordion("Comparison (JSON: what /compare and `python -m longqa compare --json` return)",
                           open=False):
@@ -121,8 +122,7 @@ def build_compare_panel(ctx: AppContext, question: dict, history: dict, seen, lo
                     if over_time():
                         raise InputError(OVER_TIME.format(limit=ctx.max_compare_s, loaded=loaded_now(ctx))) from None
                     raise
-        return {"table": gr.update(value=comparison_frame(comparison),
-                                   column_widths=comparison_widths(len(comparison.runs))),
+        return {"table": comparison_frame(comparison),
                 "summary": fmt.compare_summary(comparison),
                 **history_outputs(runs, [run.readout for run in comparison.runs], comparison.documents),
                 "seen": seen_now(ctx), "json": comparison.to_json()}
@@ -159,12 +159,3 @@ def comparison_frame(comparison: Comparison | None) -> pd.DataFrame:
     if comparison is None:
         return pd.DataFrame([[measure] for measure in fmt.COMPARE_MEASURES], columns=[fmt.COMPARE_MEASURE])
     return pd.DataFrame(fmt.compare_rows(comparison), columns=fmt.compare_headers(comparison))
-
-
-def comparison_widths(profiles: int) -> list[str]:
-    """Column widths that share the panel's width, whatever it is: the measures' column, then an equal share per
-    profile (gradio resolves percentages against the table's width, so nothing scrolls sideways)."""
-    if not profiles:
-        return ["100%"]
-    return ["30%", *[f"{70 / profiles:.2f}%"] * profiles]
-

@@ -13,10 +13,8 @@ from page.context import AppContext, requests_group
 from page.events import bind, listen
 from page.picks import (auto_profile, load_profile, load_status, model_choices, on_page_load, show_custom_controls,
                         show_loaded, start_loading, start_model_pick, start_profile_pick, strategy_choices)
+from page.tables import ReadoutTable
 from strategies.profiles import profile_choices
-
-# at 1400 px every column of the load readout shows and long cells wrap (in the order of page.format's LOAD_HEADERS)
-LOAD_COLUMN_WIDTHS = ["11%", "7%", "14%", "7%", "6%", "9%", "11%", "9%", "10%", "16%"]
 
 
 def build_model_panel(ctx: AppContext) -> dict[str, Block]:
@@ -36,8 +34,7 @@ def build_model_panel(ctx: AppContext) -> dict[str, Block]:
         strategies_cb = gr.CheckboxGroup(strategy_choices(ctx.hardware), label="Custom strategies",
                                          info=words.STRATEGIES_INFO, visible=False, scale=4, min_width=300)
         apply_btn = gr.Button("Load custom profile", visible=False, scale=1, min_width=160)
-    load_table = gr.Dataframe(headers=fmt.LOAD_HEADERS, label="Load readout", interactive=False, wrap=True,
-                              render=False, column_widths=LOAD_COLUMN_WIDTHS)
+    load_table = ReadoutTable(headers=fmt.LOAD_HEADERS, label="Load readout", render=False)
     load_json = gr.JSON(label="Load readout (JSON)", render=False, elem_id="load-json")
     return {"banner": banner_box, "profile": profile_dd, "model": model_dd, "load_status": status,
             "strategies": strategies_cb, "apply": apply_btn, "load_table": load_table, "load_json": load_json}

@@ -19,6 +19,7 @@ from page import format as fmt
 from page.context import AppContext, requests_group
 from page.errors import cut, user_errors
 from page.hardening import expect
+from page.tables import ReadoutTable
 from page.turns import visitor_keys
 from strategies.gpu_catalog import GPU_MODELS
 
@@ -27,7 +28,6 @@ NO_GPU = "No GPU (CPU only)"
 OWN_BATCH = "each profile's own"
 BATCHES = [OWN_BATCH, 1, 2, 4, 8, 16, 32, 64]
 DEFAULT_GPU = "T4"
-PLAN_COLUMN_WIDTHS = ["160px", "110px", "100px", "100px", "420px", "280px"]  # scrolls sideways on a phone
 MAX_WINDOW_TOKENS = 4096  # the registry models' limit; the plan checks each model's own
 NOTE = ("Every number here is **predicted** by the memory planner from the model's config, not measured. The GPU "
         "predictions rest on activation formulas fitted on CPU for the eager paths and on stated constants for the "
@@ -128,8 +128,7 @@ def build_plan_panel(ctx: AppContext) -> dict:
                 ours = gr.Markdown(elem_id="plan-ours")
             with gr.Column(min_width=320):
                 article = gr.Markdown(elem_id="plan-article")
-        table = gr.Dataframe(headers=fmt.PLAN_HEADERS, label="Every profile on that machine (predicted)",
-                             interactive=False, wrap=True, column_widths=PLAN_COLUMN_WIDTHS)
+        table = ReadoutTable(headers=fmt.PLAN_HEADERS, label="Every profile on that machine (predicted)")
         with gr.Accordion("Plan (JSON: what /plan and `python -m longqa plan --json` return)", open=False):
             plan_json = gr.JSON(label="Plan (JSON)")
 

@@ -45,7 +45,7 @@ def wait_until(predicate, what: str, timeout_s: float = TIMEOUT_S) -> None:
 def ask_example(page, example: dict, runs: int) -> None:
     """Click a bundled example (which asks it), and wait for the answer and for both plots to draw `runs` bars."""
     page.get_by_text(example["question"], exact=True).first.click()
-    documents = page.get_by_role("grid", name="Documents read", exact=True)
+    documents = page.get_by_role("table", name="Documents read", exact=True)
     wait_until(lambda: example["file"] in documents.inner_text(), "the example's document")
     bars = page.locator("#plots .mark-rect path")
     wait_until(lambda: bars.count() == 2 * runs, f"{runs} bars in each plot")

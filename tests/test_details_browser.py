@@ -24,7 +24,7 @@ from page import picks
 from page.context import make_context
 from strategies.profiles import profile_choices
 from tests.conftest import CHROMIUM
-from tests.test_app_browser import TIMEOUT_MS, choose, grid_headers, launch, wait_until
+from tests.test_app_browser import TIMEOUT_MS, choose, table_headers, launch, wait_until
 
 pytestmark = [
     pytest.mark.browser,
@@ -175,7 +175,7 @@ def test_during_compare_ask_is_disabled_and_the_line_says_what_is_compared(brows
     page.get_by_role("button", name="Compare profiles", exact=True).click()
     wait_until(lambda: page.evaluate("window.lineSeen.some(s => s.line.includes('Comparing profiles'))"))
     shoot(page, "compare", width, "#load-status", "#ask-row button:has-text('Stop')")
-    wait_until(lambda: grid_headers(page, "Profile comparison") == ["measure", "cpu", "baseline-fp32"])
+    wait_until(lambda: table_headers(page, "Profile comparison") == ["measure", "cpu", "baseline-fp32"])
     wait_until(lambda: "Loaded" in page.locator("#load-status").inner_text()
                and page.get_by_role("button", name="Ask", exact=True).is_enabled())
     seen = page.evaluate("window.lineSeen")
@@ -202,11 +202,11 @@ def test_the_visitors_wait_from_click_to_answer_shows_beside_the_stages(browser,
     wait_until(lambda: "You waited" in wait.inner_text())
     felt_s = time.monotonic() - began  # the test's own clock, from before the paste: an upper bound
     waited_s = seconds_in(wait.inner_text())
-    total_s = seconds_in(page.get_by_role("grid", name="Latency by stage", exact=True).inner_text().split("total")[1])
+    total_s = seconds_in(page.get_by_role("table", name="Latency by stage", exact=True).inner_text().split("total")[1])
     assert total_s <= waited_s <= felt_s + 1.0, (total_s, waited_s, felt_s)
     assert "timed in your browser" in wait.inner_text() and "queued for the model" in wait.inner_text()
     latency, line = page.locator("#visitor-wait").bounding_box(), page.get_by_role(
-        "grid", name="Latency by stage", exact=True).bounding_box()
+        "table", name="Latency by stage", exact=True).bounding_box()
     assert 0 <= latency["y"] - (line["y"] + line["height"]) < 80, "the wait is not right under the stages"
     page.locator("#visitor-wait").scroll_into_view_if_needed()
     shoot(page, "wait", width)
