@@ -25,7 +25,7 @@ from page.errors import user_errors
 from page.events import bind, listen
 from page.hardening import expect_texts
 from page.history_panel import history_outputs, recolour_after
-from page.picks import ensure_loaded, loaded_now, seen_now
+from page.picks import ASKING, asking_enabled, ensure_loaded, loaded_now, seen_now
 from page.tables import ReadoutTable
 from page.turns import model_turn, stop_pressed_from_now
 from strategies.profiles import describe_profiles
@@ -130,7 +130,7 @@ def build_compare_panel(ctx: AppContext, question: dict, history: dict, seen, lo
     inputs = [question["files"], question["pasted"], question["question"], question["top_k"], question["reading"],
               question["no_answer_below"], profiles, strategies, history["history"]]
     starting = listen(compare_btn.click, bind(start_comparing, ctx), inputs=[profiles, strategies],
-                      outputs={"load_status": load_status, "ask": question["ask"], "full": question["full"]},
+                      outputs={"load_status": load_status, **{name: question[name] for name in ASKING}},
                       queue=False, api_visibility="private", show_progress="hidden")
     comparing = listen(starting.then, compare, inputs=inputs, outputs=outputs, api_name="compare",
                        **requests_group(ctx), show_progress_on=[table])
@@ -148,9 +148,9 @@ def start_comparing(ctx: AppContext, names, custom_strategies) -> dict:
              for name in names or []]
     which = f"{', '.join(named[:-1])} and {named[-1]}" if len(named) > 1 else (named[0] if named else "none")
     return {"load_status": f"**Comparing profiles {fmt.escape_markdown(which)}** on your question, each loaded "
-                           f"in turn; then {fmt.escape_markdown(loaded_now(ctx))} is loaded back. Ask is disabled "
-                           "until it ends.",
-            "ask": gr.update(interactive=False), "full": gr.update(interactive=False)}
+                           f"in turn; then {fmt.escape_markdown(loaded_now(ctx))} is loaded back. Ask and the "
+                           "question are disabled until it ends.",
+            **asking_enabled(False)}
 
 
 def comparison_frame(comparison: Comparison | None) -> pd.DataFrame:

@@ -11,8 +11,9 @@ from page import format as fmt
 from page import words
 from page.context import AppContext, requests_group
 from page.events import bind, listen
-from page.picks import (auto_profile, load_profile, load_status, model_choices, on_page_load, show_custom_controls,
-                        show_loaded, start_loading, start_model_pick, start_profile_pick, strategy_choices)
+from page.picks import (ASKING, auto_profile, load_profile, load_status, model_choices, on_page_load,
+                        show_custom_controls, show_loaded, start_loading, start_model_pick, start_profile_pick,
+                        strategy_choices)
 from page.tables import ReadoutTable
 from strategies.profiles import profile_choices
 
@@ -44,7 +45,7 @@ def loaded_outputs(model: dict[str, Block], question: dict[str, Block]) -> dict[
     """What `show_loaded` fills: the dropdowns, the load readouts, the line over the page and the ask buttons."""
     return {**{name: model[name] for name in ("profile", "model", "strategies", "banner", "load_table", "load_json",
                                               "load_status")},
-            "ask": question["ask"], "full": question["full"]}
+            **{name: question[name] for name in ASKING}}
 
 
 def show_loaded_after(ctx: AppContext, event, model: dict[str, Block], question: dict[str, Block]) -> None:
@@ -76,8 +77,8 @@ def wire_model_panel(ctx: AppContext, demo: gr.Blocks, seen: gr.State, model: di
                                      (model["model"].select, start_model_pick, None),
                                      (model["apply"].click, start_loading, None)):
         starting = listen(trigger, bind(start, ctx), inputs=[model["profile"], model["model"]],
-                          outputs={"load_status": model["load_status"], "ask": question["ask"],
-                                   "full": question["full"], "profile": model["profile"], "model": model["model"]},
+                          outputs={"load_status": model["load_status"], **{name: question[name] for name in ASKING},
+                                   "profile": model["profile"], "model": model["model"]},
                           queue=False, api_visibility="private", show_progress="hidden")
         loading = listen(starting.then, bind(load_profile, ctx),
                          inputs=[model["profile"], model["model"], model["strategies"], seen],

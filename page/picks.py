@@ -21,6 +21,7 @@ from strategies.hardware import Hardware
 from strategies.profiles import Profile, custom_profile, device_for, profile_choices
 from strategies.registry import make_strategy, strategy_cards
 
+
 def check_model_allowed(ctx: AppContext, model_ref: str) -> None:
     if model_ref not in ctx.models:
         raise ModelLoadError(f"This page can only load the listed models ({', '.join(ctx.models)}); "
@@ -247,7 +248,16 @@ def start_loading(ctx: AppContext, profile_name: str, model_ref: str) -> dict:
     wanted = cut(model_ref or ctx.selection["model"])
     return {"load_status": f"**Loading {fmt.escape_markdown(wanted)} with profile "
                            f"{fmt.escape_markdown(cut(profile_name))}…** Ask is disabled until it ends.",
-            "ask": gr.update(interactive=False), "full": gr.update(interactive=False)}
+            **asking_enabled(False)}
+
+
+def asking_enabled(enabled: bool) -> dict:
+    """The ways to ask under the documents, enabled or not: Ask, "Read the whole document", and the question box,
+    whose Enter asks (disabled, it cannot queue an ask unseen while a reload or a comparison holds the model)."""
+    return {name: gr.update(interactive=enabled) for name in ASKING}
+
+
+ASKING = ("ask", "full", "question")  # the question panel's components `asking_enabled` sets
 
 
 def start_profile_pick(ctx: AppContext, profile_name: str, model_ref: str, picked: gr.SelectData = None) -> dict:
@@ -273,8 +283,7 @@ def picked_value(picked: gr.SelectData | None, shown):
 def show_loaded(ctx: AppContext) -> dict:
     """After a load, done or refused: the dropdowns, the readouts and the line over the page show what is loaded
     now, and asking is enabled again."""
-    return {**shown_selection(ctx), **load_outputs(ctx), "load_status": load_status(ctx),
-            "ask": gr.update(interactive=True), "full": gr.update(interactive=True)}
+    return {**shown_selection(ctx), **load_outputs(ctx), "load_status": load_status(ctx), **asking_enabled(True)}
 
 
 def show_custom_controls(profile_name: str) -> dict:
