@@ -636,6 +636,17 @@ def test_serve_with_share_offline_warns_and_keeps_serving_locally(ctx, capsys):
     assert "PUBLIC link" in printed and "serving locally only" in printed
 
 
+def test_serve_says_where_it_serves_in_one_line_and_nothing_of_gradio_s_own(ctx, capfd):
+    demo = build_blocks(ctx)
+    try:
+        local_url, _ = cli.serve(demo, host="127.0.0.1", port=7872, block=False)
+        printed = capfd.readouterr()  # before close(), which says it closes
+    finally:
+        demo.close()
+    lines = [line for line in (printed.out + printed.err).splitlines() if line.strip()]
+    assert lines == [f"Serving the page at {local_url}"], lines  # not gradio's "To create a public link ..."
+
+
 def test_examples_point_at_bundled_samples_with_the_stated_facts():
     rows = answer_panel.example_rows()
     assert rows, "scripts/make_samples.py writes longqa/samples/examples.json"
