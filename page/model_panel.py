@@ -11,7 +11,7 @@ from page import format as fmt
 from page import words
 from page.context import AppContext, requests_group
 from page.events import bind, listen
-from page.picks import (ASKING, auto_profile, load_profile, load_status, model_choices, on_page_load,
+from page.picks import (ASKING, auto_profile, load_profile, load_status, model_choices, model_info, on_page_load,
                         show_custom_controls, show_loaded, start_loading, start_model_pick, start_profile_pick,
                         strategy_choices)
 from page.tables import ReadoutTable
@@ -29,7 +29,8 @@ def build_model_panel(ctx: AppContext) -> dict[str, Block]:
                                  info=f"{words.PROFILE_INFO} Detected: {ctx.hardware.describe()}.{locked}",
                                  interactive=not ctx.lock_profile, scale=2, min_width=300)
         model_dd = gr.Dropdown(model_choices(ctx), value=ctx.selection["model"], label="Model",
-                               info=words.MODEL_INFO, interactive=not ctx.lock_profile, scale=2, min_width=300)
+                               info=model_info(ctx.selection["model"]), interactive=not ctx.lock_profile, scale=2,
+                               min_width=300)
     status = gr.Markdown(load_status(ctx), elem_id="load-status")
     with gr.Row():
         strategies_cb = gr.CheckboxGroup(strategy_choices(ctx.hardware), label="Custom strategies",

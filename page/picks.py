@@ -16,7 +16,7 @@ from page.context import AppContext
 from page.errors import cut, user_errors
 from page.hardening import abandonment_check, expect, expect_texts
 from page.turns import model_turn, visitor_keys, waiting_shown
-from page.words import PICK_MODEL
+from page.words import MODEL_INFO, MODEL_NAMES, PICK_MODEL
 from strategies.hardware import Hardware
 from strategies.profiles import Profile, custom_profile, device_for, profile_choices
 from strategies.registry import make_strategy, strategy_cards
@@ -60,9 +60,21 @@ def model_note(ref: str) -> str:
 
 
 def model_choices(ctx: AppContext) -> list[tuple[str, str]]:
-    """The models the page may load, each with what it is and, where it is not on this machine, whether it can
-    load here (`model_note`)."""
-    return [(f"{ref}: {KNOWN_MODELS.get(ref, 'given with --model')}{model_note(ref)}", ref) for ref in ctx.models]
+    """The models the page may load, each by a short name (`model_name`): the whole choice shows on a phone, and the
+    line under the dropdown says the rest of the one chosen (`model_info`)."""
+    return [(model_name(ref), ref) for ref in ctx.models]
+
+
+def model_name(ref: str) -> str:
+    """A model's short name in the dropdown: the page's own (`words.MODEL_NAMES`), else the last part of its id or
+    path."""
+    return MODEL_NAMES.get(ref) or str(ref).rstrip("/").rsplit("/", 1)[-1]
+
+
+def model_info(ref: str) -> str:
+    """The line under the Model dropdown: the chosen model's id, what it is and, where it is not on this machine,
+    whether it can load here (`model_note`)."""
+    return f"{ref}: {KNOWN_MODELS.get(ref, 'given with --model')}{model_note(ref)}. {MODEL_INFO}"
 
 
 def strategy_choices(hardware: Hardware) -> list[tuple[str, str]]:
@@ -186,7 +198,8 @@ def shown_selection(ctx: AppContext) -> dict:
     the model loaded (the demo model after a fallback); the strategies ticked."""
     selection = ctx.selection
     return {"profile": gr.update(choices=profile_choices(ctx.hardware, auto_profile(ctx)), value=selection["profile"]),
-            "model": gr.update(value=selection["model"]), "strategies": gr.update(value=selection["strategies"])}
+            "model": gr.update(value=selection["model"], info=model_info(selection["model"])),
+            "strategies": gr.update(value=selection["strategies"])}
 
 
 def seen_now(ctx: AppContext) -> dict:
@@ -271,7 +284,8 @@ def start_profile_pick(ctx: AppContext, profile_name: str, model_ref: str, picke
 def start_model_pick(ctx: AppContext, profile_name: str, model_ref: str, picked: gr.SelectData = None) -> dict:
     """A model picked: as `start_profile_pick`, for the model dropdown."""
     model_ref = picked_value(picked, model_ref)
-    return {**start_loading(ctx, profile_name, model_ref), "model": gr.update(value=model_ref)}
+    return {**start_loading(ctx, profile_name, model_ref),
+            "model": gr.update(value=model_ref, info=model_info(model_ref))}
 
 
 def picked_value(picked: gr.SelectData | None, shown):

@@ -77,6 +77,19 @@ def served(tiny_model_dir):
         yield page_served
 
 
+SCREENS = {1400: {"width": 1400, "height": 900}, 400: {"width": 400, "height": 800}}  # a desktop's, a phone's
+
+
+def open_at(browser, url: str, width: int):
+    """A new page at a desktop's width (1400) or a phone's (400), once the line over it says what is loaded."""
+    page = browser.new_page(viewport=SCREENS[width])
+    page.set_default_timeout(TIMEOUT_MS)
+    page.goto(url)
+    page.get_by_label("Question", exact=True).wait_for()
+    wait_until(lambda: "Loaded" in page.locator("#load-status").inner_text())
+    return page
+
+
 def open_page(browser, url: str):
     page = browser.new_page(viewport={"width": 1280, "height": 900})
     page.set_default_timeout(TIMEOUT_MS)
@@ -291,7 +304,7 @@ def test_upload_ask_highlight_readouts_switch_profile_and_plots(page, served, lo
     if HAS_DEMO:  # the bundled demo model answering a bundled example
         choose(page, "Model", next(label for label, value in picks.model_choices(ctx) if value == "demo"))
         wait_until(lambda: ctx.session.model_ref == "demo")
-        wait_until(lambda: page.get_by_label("Model", exact=True).input_value().startswith("demo:"))
+        wait_until(lambda: page.get_by_label("Model", exact=True).input_value() == picks.model_name("demo"))
     first = sample_examples()[0]
     answer = ask_example(page, first)
     assert page.locator("#evidence .highlighted").inner_text().strip() == answer.strip()
@@ -338,17 +351,17 @@ def test_offline_the_demo_model_stands_in_and_the_page_shows_it(browser, monkeyp
         assert "Could not fetch" in page.locator("#banner").inner_text()
         assert ctx.session.model_ref == "demo"
         model = page.get_by_label("Model", exact=True)
-        wait_until(lambda: model.input_value().startswith("demo:"))
+        wait_until(lambda: model.input_value() == picks.model_name("demo"))
         assert "demo" in table_text(page, "Load readout")
 
         default = next(label for label, value in picks.model_choices(ctx) if value == DEFAULT_MODEL)
         choose(page, "Model", default)  # asked for again: the demo model still stands in, and the page says so
-        wait_until(lambda: model.input_value().startswith("demo:"))
+        wait_until(lambda: model.input_value() == picks.model_name("demo"))
         first = sample_examples()[0]
         answer = ask_example(page, first)
         assert answer and page.locator("#evidence .highlighted").inner_text().strip() == answer.strip()
         assert_plots_match_history(page, 1)
-        assert history_column(page, "model") == ["demo"] and model.input_value().startswith("demo:")
+        assert history_column(page, "model") == ["demo"] and model.input_value() == picks.model_name("demo")
     finally:
         demo.close()
 
