@@ -41,11 +41,17 @@ def table_html(title: str, headers: list, rows: list[list]) -> str:
     anchor = "readout-" + re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-")
     kind = "pairs" if len(headers) <= 2 else "cards"
     head = "".join(f'<th scope="col">{html.escape(str(header))}</th>' for header in headers)
-    body = "".join("<tr>" + "".join(f'<td data-label="{html.escape(str(header))}">{html.escape(cell_text(cell))}</td>'
+    body = "".join("<tr>" + "".join(f'<td data-label="{html.escape(str(header))}">{cell_html(cell)}</td>'
                                     for header, cell in zip(headers, row)) + "</tr>" for row in rows)
     return (f'<div class="readout-table {kind}"><div class="readout-title" id="{anchor}">{html.escape(title)}</div>'
             f'<div class="readout-scroll"><table aria-labelledby="{anchor}"><thead><tr>{head}</tr></thead>'
             f"<tbody>{body}</tbody></table></div></div>")
+
+
+def cell_html(value) -> str:
+    """A table cell's text, escaped, a line allowed to end after each underscore (`<wbr>`), as after a hyphen: an
+    identifier such as `supports_gradient_checkpointing` is one word wider than a phone's card."""
+    return html.escape(cell_text(value)).replace("_", "_<wbr>")
 
 
 def cell_text(value) -> str:

@@ -52,6 +52,7 @@ def test_a_readout_table_labels_each_cell_with_its_header_and_shows_text_as_text
     assert '<th scope="col">answer &lt;b&gt;</th>' in table
     assert '<td data-label="answer &lt;b&gt;">&lt;img src=x onerror=alert(1)&gt;</td>' in table
     assert '<td data-label="answer &lt;b&gt;">—</td>' in table and "<img" not in table
+    assert ui_format.cell_html("supports_gradient_checkpointing") == "supports_<wbr>gradient_<wbr>checkpointing"
     wide = ui_format.table_html("Memory", ui_format.MEMORY_HEADERS, [])
     assert 'class="readout-table cards"' in wide and "<tbody></tbody>" in wide
 
