@@ -17,7 +17,7 @@ def build_history_panel() -> dict:
     """This page's runs: a table and two bar plots with one bar per row of the table, coloured by profile (the answer
     and compare panels fill them)."""
     history = gr.State([])
-    history_table = ReadoutTable(headers=fmt.HISTORY_HEADERS, label="Run history (this page)", max_height=420)
+    history_table = ReadoutTable(headers=fmt.HISTORY_HEADERS, label="Run history (this page)")
     # What gradio 6.31 draws right (tests/test_app_browser.py counts the bars drawn in Chromium):
     # - An update carries the plot's data only. An update that also changes a plot property (y_lim, sort, ...)
     #   rebuilds the chart from the data the plot held before the update, while the new data goes to the chart
