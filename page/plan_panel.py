@@ -19,6 +19,7 @@ from page import format as fmt
 from page.context import AppContext, requests_group
 from page.errors import cut, user_errors
 from page.hardening import expect
+from page.picks import model_name
 from page.tables import ReadoutTable
 from page.turns import visitor_keys
 from strategies.gpu_catalog import GPU_MODELS
@@ -116,10 +117,11 @@ def build_plan_panel(ctx: AppContext) -> dict:
                                     visible=False)
             gpus = gr.Slider(1, 8, value=1, step=1, label="GPUs")
         with gr.Row():
-            model = gr.Dropdown(allowed_models, value=default_model, label="Model to plan for", scale=2)
+            model = gr.Dropdown([(model_name(ref), ref) for ref in allowed_models], value=default_model,
+                                label="Model to plan for", scale=2)  # the Model picker's short names
             tokens = gr.Slider(1, MAX_WINDOW_TOKENS, value=MAX_WINDOW_TOKENS, step=1, label="Tokens per window")
             batch = gr.Dropdown(BATCHES, value=OWN_BATCH, label="Batch (windows per forward)",
-                                allow_custom_value=True)
+                                allow_custom_value=True, min_width=220)  # "each profile's own" whole
             host = gr.Number(DEFAULT_HOST_GB, label="Host RAM (GB)", minimum=0)
             cpu_bf16 = gr.Checkbox(False, label="Host CPU has native bf16")
         plan_btn = gr.Button("Plan", variant="primary")

@@ -232,6 +232,9 @@ def test_the_dropdowns_show_their_whole_choice_and_each_option_whole(browser, se
         page.get_by_role("option").first.wait_for()
         assert page.evaluate(CUT_CHOICES) == [], f"{label}'s options cut at {width} px"
         page.keyboard.press("Escape")
+    page.get_by_role("button", name="Plan for another machine").first.click()
+    page.get_by_label("Batch (windows per forward)", exact=True).wait_for()
+    assert page.evaluate(CUT_CHOICES) == [], f"the plan panel's choices cut at {width} px"
     shown = served[0].selection["model"]  # its id, what it is and whether it loads here: under the dropdown
     assert f"{shown}: " in page.get_by_text("the demo model is bundled and works offline", exact=False).inner_text()
     page.close()
