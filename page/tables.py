@@ -17,14 +17,27 @@ from page import format as fmt
 
 
 class ReadoutTable(gr.HTML):
-    """A read-only table titled `label`: its value is a frame (its columns the headers), or rows under `headers`."""
+    """A read-only table titled `label`: its value is a frame (its columns the headers), or rows under `headers`.
+
+    What it sends is what gradio's Dataframe sent, `{"headers": [...], "data": [[...]]}` (API clients read the
+    tables as before), with the table's HTML beside them (`"html"`), which the page shows."""
 
     def __init__(self, value=None, *, headers: list[str], label: str, **kwargs):
         self.headers = list(headers)
         kwargs.setdefault("js_on_load", None)  # no click event: nothing to click
+        kwargs.setdefault("html_template", "${value.html}")
         super().__init__(value, label=label, **kwargs)
 
-    def postprocess(self, value) -> str:
+    def postprocess(self, value) -> dict:
         if isinstance(value, pd.DataFrame):
-            return fmt.table_html(self.label, list(value.columns), value.values.tolist())
-        return fmt.table_html(self.label, self.headers, list(value or []))
+            headers, rows = list(value.columns), value.astype(object).values.tolist()
+        else:
+            headers, rows = self.headers, [list(row) for row in value or []]
+        rows = [[None if cell is None or (isinstance(cell, float) and cell != cell) else cell for cell in row]
+                for row in rows]  # no NaN: JSON has none
+        return {"headers": headers, "data": rows, "html": fmt.table_html(self.label, headers, rows)}
+
+    def api_info(self) -> dict:
+        return {"type": "object", "properties": {"headers": {"type": "array", "items": {"type": "string"}},
+                                                 "data": {"type": "array", "items": {"type": "array", "items": {}}},
+                                                 "html": {"type": "string"}}}
