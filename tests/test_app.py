@@ -344,6 +344,7 @@ def test_the_registry_and_the_command_line_model_are_listed():
         "given with --model")
 
 
+@pytest.mark.slow
 def test_custom_profile_applies_the_ticked_strategies_and_refuses_conflicts(ctx, tiny_model_dir):
     readout = picks.load_profile(ctx, "custom", str(tiny_model_dir), ["int8_dynamic"])["load_json"]
     assert readout["profile"] == "custom" and readout["strategies"] == ["int8_dynamic"]
@@ -557,6 +558,7 @@ def test_a_visitor_is_told_when_someone_else_switched_the_profile(ctx, tiny_mode
     assert not any("another visitor" in n for n in mine_again["readout"]["notices"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("top_k", [2.7, "three", "2.5", -0.5])  # "3" is read as 3 (issue 40)
 def test_a_top_k_that_is_not_a_whole_number_is_refused(ctx, top_k):
     with pytest.raises(gr.Error, match="Top-k must be a whole number"):

@@ -245,6 +245,7 @@ BAD_UPLOADS = {  # name, bytes, what the error must say
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(BAD_UPLOADS))
 def test_every_bad_upload_is_a_clear_error_before_model_work_and_the_next_call_works(client, server, tmp_path,
                                                                                     monkeypatch, case):
@@ -496,6 +497,7 @@ def refusal(message: dict) -> str | None:
     return None if message.get("success") else str((message.get("output") or {}).get("error"))
 
 
+@pytest.mark.slow
 def test_a_flood_from_one_session_is_refused_at_once_while_another_visitor_is_served(tiny_model_dir):
     """Three threads posting /plan and /load_profile joins with one session hash while an answer runs: past its
     share the session is refused with the lane's words, and another visitor never meets a full queue."""
@@ -534,6 +536,7 @@ def test_a_flood_from_one_session_is_refused_at_once_while_another_visitor_is_se
         demo.close()
 
 
+@pytest.mark.slow
 def test_no_event_answers_500_to_raw_calls_of_any_shape_and_long_values_are_cut(server):
     """Every event, private ones included, called raw on gradio's direct route with values of every wrong shape:
     a one-line told refusal (400) or an answer, never a 500; no message echoes a long value whole."""

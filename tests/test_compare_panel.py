@@ -186,6 +186,7 @@ def test_the_plots_are_coloured_by_profile_with_a_colour_each():
     assert len(plots) == 2 and all(plot.color == "profile" for plot in plots)
 
 
+@pytest.mark.slow
 def test_a_locked_deployment_compares_when_the_operator_allows_it(tiny_model_dir):
     ctx = make_context(Session(), models=[str(tiny_model_dir)], default_model=str(tiny_model_dir),
                        default_profile="cpu", lock_profile=True, allow_compare=True)
@@ -217,6 +218,7 @@ def test_a_comparisons_reads_share_its_time_limit(ctx):
     assert compare_panel.compare_limits(ctx, settings, 4) == settings
 
 
+@pytest.mark.slow
 def test_a_comparison_past_its_time_limit_ends_and_says_so(ctx, monkeypatch):
     demo = build_blocks(ctx)
     ctx.max_compare_s = 0.01

@@ -575,6 +575,7 @@ def test_the_hostile_pdf_is_small_and_its_pages_really_hold_that_much_text(share
     assert reader.pages[0].get_contents().get_data().count(b"Tj") > 30_000
 
 
+@pytest.mark.slow
 def test_pdf_extraction_stops_in_the_middle_of_a_page_once_past_the_character_limit(shared_stream_pdf):
     # Before: all 40 pages (about 70 million characters) were extracted first, 5.5 s a page here.
     message, seconds = timed_read_error(shared_stream_pdf, name="bomb.pdf", max_chars=1_000_000)

@@ -281,9 +281,13 @@ def test_host_peak_samples_rss_where_the_mark_cannot_be_reset(monkeypatch, tmp_p
     monkeypatch.setattr(telemetry, "CLEAR_REFS", tmp_path / "absent" / "clear_refs")
     with telemetry.HostPeak(interval_s=0.001) as host:
         with fresh_pages(300):
+            held = telemetry.current_rss_bytes()
             time.sleep(0.2)  # held long enough for several samples
     assert host.method == "sampled RSS"
-    assert host.peak_rss_bytes - host.baseline_rss_bytes > 250 * MB
+    # against what the process held during the spike, not against its start: other threads of a busy test run
+    # may hand memory back meanwhile (the rise over the start was 215 MB once, beside two busy loops)
+    assert host.peak_rss_bytes >= held - 20 * MB
+    assert host.peak_rss_bytes - host.baseline_rss_bytes > 100 * MB
 
 
 # ------------------------------------------------------------------------------------------ on a real GPU
