@@ -85,6 +85,29 @@ def test_the_page_sees_the_windows_a_replica_reads_and_the_reading_mode_reaches_
 
 
 @pytest.mark.slow
+def test_the_best_answer_so_far_streams_from_the_replica_to_the_page_and_the_api(served):
+    """Issue 50 item 2 on Ray Serve: the replica posts each batch's best so far to the session's board, the session
+    hands each new one to `on_candidate` (never judged, windows read growing), and /ask through gradio_client
+    streams them as provisional outputs before the final one, as when embedded."""
+    url, session = served
+    item = eval_task.make_document(23, 40_000)
+    documents = [Document("report.txt", item.text)]
+    heard = []
+    readout = session.ask(session.plan(documents, item.question, "full"), on_candidate=heard.append)
+    windows = readout.to_json()["windows"]
+    assert windows >= 6 and heard, "no best answer so far reached the page"
+    assert all(c.windows_total == windows and 0 < c.windows_read <= windows for c in heard)
+    assert [c.windows_read for c in heard] == sorted(c.windows_read for c in heard)
+    assert len({id(c) for c in heard}) == len(heard) and all(a != b for a, b in zip(heard, heard[1:]))
+    job = Client(url, verbose=False).submit([], item.text, item.question, 1, "full", api_name="/ask")
+    final = job.result(timeout=300)
+    provisional = [output[-1] for output in job.outputs()[:-1] if output[-1] and output[-1].get("provisional")]
+    assert provisional, [output[-1] for output in job.outputs()]
+    assert all(p["windows_total"] == final[-1]["windows"] for p in provisional)
+    assert final[-1].get("provisional") is None and final[-1]["answers"]
+
+
+@pytest.mark.slow
 def test_a_replica_killed_mid_load_loses_no_answer(served):
     url, session = served
     examples = requests_for(12, seed=11)
