@@ -189,7 +189,7 @@ def test_the_plots_are_coloured_by_profile_with_a_colour_each():
 @pytest.mark.slow
 def test_a_locked_deployment_compares_when_the_operator_allows_it(tiny_model_dir):
     ctx = make_context(Session(), models=[str(tiny_model_dir)], default_model=str(tiny_model_dir),
-                       default_profile="cpu", lock_profile=True, allow_compare=True)
+                       default_profile="cpu", lock_profile=True, allow_compare=True, max_compare_s=None)
     picks.ensure_loaded(ctx)
     demo = build_blocks(ctx)
     button = next(block for block in demo.blocks.values() if getattr(block, "value", None) == "Compare profiles")
