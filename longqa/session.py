@@ -28,7 +28,7 @@ from longqa_core.batching import WindowProgress, collate
 from longqa_core.document_limits import DEFAULT_MAX_PAGES, DEFAULT_MAX_READ_S
 from longqa_core.documents import DEFAULT_MAX_FILE_BYTES, Document, from_text, read_document
 from longqa_core.errors import CharLimitError, DocumentError, InputError, LongQAError, ModelLoadError, ProfileError
-from longqa_core.host_memory import trim_heap
+from longqa_core.telemetry import trim_heap
 from longqa_core.index_cache import IndexCache
 from longqa_core.limits import (DEFAULT_MAX_TOTAL_TOKENS, NO_DOCUMENT, EngineSettings, StopCheck, max_chars_for,
                                 validate_request)

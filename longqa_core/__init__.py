@@ -33,10 +33,9 @@ the public names of each:
   ranking and the evidence check share.
 - `answering`: `answer_plan` answers a plan into a `QAResult` (with `ReadingReadout`); `answer` plans and answers;
   `BestSoFar` keeps the best answer of the windows read while a read goes on (`Provisional`).
-- `telemetry`: `measure` (latency by stage, `MemoryReadout`), `HostPeak`, `timed`, `current_rss_bytes`.
+- `telemetry`: `measure` (latency by stage, `MemoryReadout`), `HostPeak`, `timed`, `current_rss_bytes`; handing
+  freed memory back to the system (`trim_heap`) and a server's allocator settings (`tune_allocator`).
 - `gpu_devices`: the NVML wrapper (`nvml`, `nvml_handle`, `device_memory`, `gpu_snapshot`, `cuda_device_indices`).
-- `host_memory`: handing freed memory back to the system (`trim_heap`) and a server's allocator settings
-  (`tune_allocator`).
 - `openmp_wait`: how long idle OpenMP threads spin (`limit_spin_wait`), set by the entry points before torch loads.
 - `waiting`: `wait_until`, the one loop with which a request waiting for something (an index another request builds,
   a turn in line, a child process, a remote call) hears that it was stopped.

@@ -14,11 +14,10 @@ from longqa_core import reading
 from longqa_core.batching import BatchState
 from longqa_core.documents import Document
 from longqa_core.errors import InputError
-from longqa_core.host_memory import trim_heap
 from longqa_core.index_cache import IndexCache
 from longqa_core.limits import (EngineSettings, StopCheck, check_chars, check_predicted_time, check_tokens,
                                 document_room, truncate_question, validate_request)
-from longqa_core.telemetry import timed
+from longqa_core.telemetry import timed, trim_heap
 from longqa_core.windows import (DocumentStats, DocumentTokens, WindowCut, chars_per_token, count_tokens,
                                  count_windows, narrowed_cut, tokenize_document, window_cuts)
 

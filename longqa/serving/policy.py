@@ -13,7 +13,7 @@ import uuid
 from typing import Callable, Iterator
 
 from longqa.serving.lane import GatedRunner, ModelLane, Ticket
-from longqa_core import host_memory
+from longqa_core import telemetry
 from longqa_core.batching import BatchState
 
 # A stream that has held more than this many unread messages (progress comes about once a batch) for this long has
@@ -140,6 +140,6 @@ def _forward_s(tokens: int, measured: BatchState | None) -> float:
 
 
 def tune_allocator() -> dict[str, int]:
-    """A server process's allocator settings (`longqa_core.host_memory.tune_allocator`: few arenas), set before the
+    """A server process's allocator settings (`longqa_core.telemetry.tune_allocator`: few arenas), set before the
     model loads; docs/crowd-lane.md measures what they change."""
-    return host_memory.tune_allocator()
+    return telemetry.tune_allocator()
