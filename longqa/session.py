@@ -25,8 +25,8 @@ from longqa.models import KNOWN_MODELS, model_config, resolve_model
 from longqa.readout import MemoryPrediction, Readout, predict_full_read_s
 from longqa_core.answering import Provisional, QAResult, answer_plan
 from longqa_core.batching import WindowProgress, collate
-from longqa_core.document_limits import DEFAULT_MAX_PAGES, DEFAULT_MAX_READ_S
-from longqa_core.documents import DEFAULT_MAX_FILE_BYTES, Document, from_text, read_document
+from longqa_core.documents import DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_PAGES, DEFAULT_MAX_READ_S, Document, from_text
+from longqa_core.files import read_document
 from longqa_core.errors import CharLimitError, DocumentError, InputError, LongQAError, ModelLoadError, ProfileError
 from longqa_core.telemetry import trim_heap
 from longqa_core.index_cache import IndexCache

@@ -8,7 +8,7 @@ import gradio as gr
 from gradio.blocks import Block
 
 from longqa.session import SAMPLES_DIR, sample_examples
-from longqa_core.documents import SUPPORTED_EXTENSIONS
+from longqa_core.files import SUPPORTED_EXTENSIONS
 from longqa_core.gpu_devices import gpu_snapshot
 from longqa_core.reading import DEFAULT_READING, READING_MODES
 from page import format as fmt
