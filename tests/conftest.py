@@ -99,7 +99,7 @@ def ctx(tiny_model_dir):
     """The page's context with the tiny model loaded on the `cpu` profile (a test's own, not shared)."""
     from longqa.session import Session
     from page.context import make_context  # deferred: most tests never build the page
-    from page.picks import ensure_loaded
+    from page.asking import ensure_loaded
 
     context = make_context(Session(), models=[str(tiny_model_dir)], default_model=str(tiny_model_dir),
                            default_profile="cpu")
@@ -112,7 +112,7 @@ def served_page(session, model_dir, launch, models: list[str] | None = None):
     """The page served on loopback with `model_dir` loaded on the `cpu` profile (`launch(ctx)` gives the page and its
     address): yields (context, address) and closes the page after."""
     from page.context import make_context  # deferred: most tests never build the page
-    from page.picks import ensure_loaded
+    from page.asking import ensure_loaded
 
     ctx = make_context(session, models=models or [str(model_dir)], default_model=str(model_dir),
                        default_profile="cpu")

@@ -16,7 +16,7 @@ import pytest
 
 from collections import OrderedDict
 from page.context import make_context
-from page import asking, downloads, events, picks, turns
+from page import asking, downloads, events, picks
 from page import words as page_help
 from page import format as ui_format
 from longqa.models import DEFAULT_MODEL, DEMO_MODEL_DIR
@@ -31,7 +31,7 @@ from strategies.registry import strategy_cards
 def ctx(tiny_model_dir):
     ctx = make_context(Session(), models=[str(tiny_model_dir)], default_model=str(tiny_model_dir),
                        default_profile="cpu")
-    picks.ensure_loaded(ctx)
+    asking.ensure_loaded(ctx)
     return ctx
 
 
@@ -45,7 +45,7 @@ def visitor(name: str = "tab-1"):
 def asked(ctx, request, pasted="The colour of Zorbin is teal.", question="What is the colour of Zorbin?",
           no_answer_below=""):
     """The page's Ask as gradio runs it: the handler wrapped to note how it ended, then the answer area after."""
-    handler = turns.noting_outcome(ctx, events.bind(asking.ask, ctx), OUTPUTS)
+    handler = asking.noting_outcome(ctx, events.bind(asking.ask, ctx), OUTPUTS)
     out = handler([], pasted, question, 1, "auto", [], None, no_answer_below, request=request,
                   progress=lambda *a, **k: None)
     return out, asking.show_outcome(ctx, request=request)
@@ -123,7 +123,7 @@ def test_an_error_naming_a_file_shows_its_name_as_text_once_escaped(ctx, tmp_pat
     request = visitor("tab-markup")
     empty = tmp_path / "a<b>_notes.txt"
     empty.write_text("", encoding="utf-8")
-    handler = turns.noting_outcome(ctx, events.bind(asking.ask, ctx), OUTPUTS)
+    handler = asking.noting_outcome(ctx, events.bind(asking.ask, ctx), OUTPUTS)
     with pytest.raises(gr.Error, match="a&lt;b&gt;_notes"):  # the toast renders HTML: escaped once
         handler([str(empty)], "", "What?", 1, "auto", [], None, "", request=request, progress=lambda *a, **k: None)
     status = asking.show_outcome(ctx, request=request)["status"]
@@ -134,30 +134,30 @@ def test_stop_on_the_page_ends_the_answer_and_says_how_far_it_got(ctx, monkeypat
     request = visitor("tab-stop")
 
     def stopped_half_way(*args, **kwargs):
-        turns.press_stop(ctx, request)  # pressed while the windows are read
-        assert turns.stop_check(ctx, request)()
+        asking.press_stop(ctx, request)  # pressed while the windows are read
+        assert asking.stop_check(ctx, request)()
         raise gr.Error("cancelled") from Cancelled("cancelled", windows_done=3, windows_total=8)
 
-    monkeypatch.setattr(asking, "answer_on_gpu", stopped_half_way)
+    monkeypatch.setattr(asking, "answer", stopped_half_way)
     out, shown = asked(ctx, request)
     assert all(value == gr.skip() for value in out.values()) and set(out) == set(OUTPUTS)
     assert shown["status"].startswith("### Stopped after 3 of 8 windows")
-    assert not turns.stop_check(ctx, request)(), "a Stop lasts for one answer"
+    assert not asking.stop_check(ctx, request)(), "a Stop lasts for one answer"
 
 
 def test_a_stop_pressed_before_an_answer_does_not_stop_it(ctx):
     request = visitor("tab-early")
-    turns.press_stop(ctx, request)
+    asking.press_stop(ctx, request)
     out, shown = asked(ctx, request)
     assert out["answer"] and "confidence" in shown["status"]
 
 
 def test_visitor_notes_are_bounded():
     notes = OrderedDict()
-    for n in range(turns.MAX_VISITOR_NOTES + 5):
-        turns.remember(notes, f"tab-{n}", n)
-    assert len(notes) == turns.MAX_VISITOR_NOTES and "tab-0" not in notes
-    turns.remember(notes, None, 1)
+    for n in range(asking.MAX_VISITOR_NOTES + 5):
+        asking.remember(notes, f"tab-{n}", n)
+    assert len(notes) == asking.MAX_VISITOR_NOTES and "tab-0" not in notes
+    asking.remember(notes, None, 1)
     assert None not in notes
 
 
@@ -262,10 +262,10 @@ def test_every_term_of_art_the_page_shows_is_in_the_glossary():
 @pytest.mark.skipif(not any(DEMO_MODEL_DIR.glob("*.safetensors")), reason="the demo model has no weights yet")
 def test_the_demo_model_says_not_found_for_a_name_the_documents_never_mention():
     ctx = make_context(Session(), models=["demo"], default_model="demo", default_profile="cpu")
-    picks.ensure_loaded(ctx)
+    asking.ensure_loaded(ctx)
     example = sample_examples()[0]
     files = [str(SAMPLES_DIR / example["file"])]
-    handler = turns.noting_outcome(ctx, events.bind(asking.ask, ctx), OUTPUTS)
+    handler = asking.noting_outcome(ctx, events.bind(asking.ask, ctx), OUTPUTS)
     request = visitor("tab-demo")
     asked_about = {}
     for question in (example["question"], "What is the frequency of Zebulon Quarrimax?"):
@@ -286,7 +286,7 @@ LONG_PASTE = " ".join(f"Sentence {n} tells of the colour of Zorbin and of nothin
 def streamed(ctx, request, pasted=LONG_PASTE, question="What is the colour of Zorbin?", on_update=None,
              progress=lambda *a, **k: None):
     """The page's Ask as gradio runs it, streaming: every update the handler yields, then the answer area after."""
-    handler = turns.noting_outcome(ctx, streaming.streaming(events.bind(asking.ask, ctx)), OUTPUTS)
+    handler = asking.noting_outcome(ctx, streaming.streaming(events.bind(asking.ask, ctx)), OUTPUTS)
     updates = []
     for update in handler([], pasted, question, 1, "full", [], None, "", request=request, progress=progress):
         updates.append(update)
@@ -319,7 +319,7 @@ def test_stop_keeps_the_best_answer_so_far_labelled_partial(ctx):
 
     def stop_at_the_first_candidate(update):
         if update["readout"].get("provisional"):
-            turns.press_stop(ctx, request)
+            asking.press_stop(ctx, request)
 
     updates, shown = streamed(ctx, request, on_update=stop_at_the_first_candidate)
     kept = [update for update in updates if "readout" in update and update["readout"] != gr.skip()][-1]
@@ -338,7 +338,7 @@ def test_a_stop_pressed_once_every_window_is_read_shows_the_answer(ctx):
 
     def progress(value, desc=None, unit=None):
         if isinstance(value, tuple) and value[0] == value[1] > 0:
-            turns.press_stop(ctx, request)
+            asking.press_stop(ctx, request)
             pressed.append(value)
 
     updates, shown = streamed(ctx, request, progress=progress)
