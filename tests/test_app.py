@@ -575,7 +575,7 @@ def test_gpu_duration_grows_with_the_request(ctx):
     ctx.session.loaded.batch_state.record_forward(10**8, 1.0, windows=10**4)  # a faster model asks for less
     assert zerogpu.answer_duration(ctx.key, long) < before
     assert zerogpu.answer_duration(ctx.key, long) == pytest.approx(
-        policy.GPU_DURATION_BASE_S + long.window_tokens / ctx.tokens_per_s())
+        policy.GPU_DURATION_BASE_S + long.window_tokens / ctx.measured().tokens_per_s)
 
 
 def test_gpu_duration_follows_what_the_ranking_will_read(ctx):

@@ -25,6 +25,7 @@ from longqa.session import sample_examples, SAMPLES_DIR, Session
 from longqa_core.errors import Cancelled
 from strategies.hardware import CPU_ONLY
 from strategies.registry import strategy_cards
+from tests.test_session import modules_down_to_the_forward
 
 
 @pytest.fixture(scope="module")
@@ -344,3 +345,29 @@ def test_a_stop_pressed_once_every_window_is_read_shows_the_answer(ctx):
     updates, shown = streamed(ctx, request, progress=progress)
     assert pressed and "history_table" in updates[-1]  # the answer itself, after the Stop
     assert "confidence" in shown["status"] and shown["answer"]["label"] == "Answer"
+
+
+# Ask's path from the page's handler to the model's forward (issue 47 item 2), measured at 26 modules for a full
+# read and 28 for a guided one before the page and the request's modules were made to match their jobs.
+PAGE_BOUNDS = {"full": 15, "guided": 18}
+OFF_THE_PATH = ("page.zerogpu", "page.picks", "page.turns", "page.errors", "page.streaming", "longqa.serving.policy",
+                "longqa.loader", "longqa_core.text_files", "longqa_core.document_limits", "longqa_core.host_memory")
+
+
+@pytest.mark.parametrize("reading", ["full", "guided"])
+def test_an_ask_enters_few_modules_from_the_page_s_handler_to_the_model(ctx, long_document, reading):
+    """Off ZeroGPU the page hands the answer its context, stop check and gate directly: neither the ZeroGPU module
+    nor the policy's registries, the picks or the loader are entered on the way down; a full read ranks nothing. The
+    session's own share of the path: tests/test_session.py."""
+    _, example = long_document
+    request = visitor(f"tab-{reading}")
+
+    def ask() -> dict:
+        return asking.ask(ctx, [], example.text, example.question, 3, reading, [], request=request,
+                          progress=lambda *a, **k: None)
+
+    ask()  # the first request imports and warms
+    modules = modules_down_to_the_forward(ask)
+    assert modules[0] == "page.asking" and not set(OFF_THE_PATH) & set(modules), modules
+    assert len(modules) <= PAGE_BOUNDS[reading], modules
+    assert ("longqa_core.reading" in modules) == (reading == "guided")
