@@ -16,12 +16,12 @@ from pypdf.errors import DependencyError
 from pypdf.generic import DictionaryObject, NameObject, StreamObject
 
 from longqa_core import html_files, pdf_files
-from longqa_core.document_limits import DEFAULT_MAX_READ_S, ReadLimits
-from longqa_core.documents import (DEFAULT_MAX_FILE_BYTES, SUPPORTED_EXTENSIONS, Document, Location, format_location,
-                                   from_text, locate, read_document)
+from longqa_core.documents import (DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_READ_S, Document, Location, ReadLimits, clean_text,
+                                   format_location, from_text, locate)
 from longqa_core.errors import DocumentError, InputError
 from longqa_core.reader_children import ReaderChildren
-from longqa_core.text_files import UnknownEncodingError, clean_text, decode_text
+from longqa_core.files import SUPPORTED_EXTENSIONS, read_document
+from longqa_core.text_files import UnknownEncodingError, decode_text
 from tests.generated_pdfs import text_pdf as make_pdf
 from tests.hostile import misnested_formatting_html
 

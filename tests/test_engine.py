@@ -269,7 +269,7 @@ import time  # noqa: E402
 
 import psutil  # noqa: E402
 
-from longqa_core.documents import read_document  # noqa: E402
+from longqa_core.files import read_document  # noqa: E402
 from longqa_core.batching import WindowProgress, run_windows  # noqa: E402
 from longqa_core.errors import Cancelled, RequestTooLongError  # noqa: E402
 from longqa_core.limits import CHARS_PER_TOKEN_BOUND, max_chars_for, validate_request  # noqa: E402

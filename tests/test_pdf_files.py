@@ -12,8 +12,8 @@ import pytest
 
 from longqa.serving.crowd_attacks import inflating_pdf
 from longqa_core import pdf_files
-from longqa_core.document_limits import DEFAULT_MAX_READ_S
-from longqa_core.documents import read_document
+from longqa_core.documents import DEFAULT_MAX_READ_S
+from longqa_core.files import read_document
 from longqa_core.errors import Cancelled, DocumentError
 from longqa_core.reader_children import ReaderChildren
 from tests.generated_pdfs import text_pdf

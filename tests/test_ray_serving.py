@@ -17,7 +17,7 @@ from gradio_client import Client
 
 from page.context import make_context
 from page.layout import build_blocks
-from page import picks
+from page import asking
 from longqa.demo_model import eval_task
 from longqa.backend import Backend
 from longqa.serving.load_check import requests_for, run_alone, run_concurrent, run_load, summarize
@@ -41,7 +41,7 @@ def served():
         # 10 s, and the comparison's test is about redeploying, not about the limit (tests/test_compare_panel.py)
         ctx = make_context(session, models=["demo"], default_model="demo", default_profile="cpu", max_compare_s=None)
         assert isinstance(session, Backend)
-        picks.ensure_loaded(ctx)
+        asking.ensure_loaded(ctx)
         demo = build_blocks(ctx)
         _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", quiet=True)
         yield url, session

@@ -342,3 +342,9 @@ def test_on_a_gpu_cuda_visible_devices_as_uuid_and_as_a_missing_index():
     assert by_uuid["snapshot"][0]["name"] == gpu_devices.gpu_snapshot()[0]["name"]
     beyond = _snapshot_in_a_process(str(gpu_devices.nvml().nvmlDeviceGetCount()))  # an index naming no GPU
     assert beyond == {"snapshot": [], "torch": 0}
+
+
+def test_the_environment_s_malloc_settings_leave_the_allocator_alone(monkeypatch):
+    """The server's allocator settings: an operator's MALLOC_* variables win over them."""
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "16")
+    assert telemetry.tune_allocator() == {}
