@@ -86,9 +86,13 @@ def gpu_seconds(work_s: float) -> float:
 
 
 def answer_gpu_seconds(plan, measured: BatchState | None) -> float:
-    """Seconds of GPU for a planned answer (`longqa_core.plan.RequestPlan`): the windows it expects to read at the
-    loaded model's measured throughput (`measured`; an assumed one before any was measured)."""
-    return gpu_seconds(_forward_s(plan.expected_window_tokens, measured))
+    """Seconds of GPU for a planned answer (`longqa_core.plan.RequestPlan`): the windows it expects to read, at the
+    throughput the plan predicted with, so that the grant (and the worker's budget within it) agrees with the
+    plan's own prediction (at `measured`, when the grant was made from a newer rate, a full read predicted at
+    1.13 s was refused a budget of 1.11 s); at the loaded model's measured throughput where the plan had none
+    (`measured`; an assumed one before any was measured)."""
+    planned_s = plan.guided_read_s if plan.guided_read_s is not None else plan.full_read_s
+    return gpu_seconds(planned_s if planned_s is not None else _forward_s(plan.expected_window_tokens, measured))
 
 
 def training_gpu_seconds(window_tokens: int, measured: BatchState | None) -> float:
