@@ -12,7 +12,8 @@ API client cancels its job instead (`hardening.abandonment_check`).
 
 Off ZeroGPU the answer runs in this process and is handed its context, stop check and gate directly (`answer`).
 Under ZeroGPU it runs in a forked worker (`answer_on_gpu`) whose pickled arguments carry the context and the stop
-check as keys (`page.context.CONTEXTS`, `policy.stop_check`), and it holds one turn throughout.
+check as keys (`page.context.CONTEXTS`, `policy.stop_check`), it holds one turn throughout, and it yields each
+best answer so far back to the page as the read goes on.
 """
 
 from __future__ import annotations
@@ -23,10 +24,12 @@ import html
 import inspect
 import json
 import os
+import queue
+import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterator
 
 import gradio as gr
 import pandas as pd
@@ -397,9 +400,10 @@ def ask(ctx: AppContext, files, pasted_text, question, top_k, reading, history, 
                                                                                                       should_stop):
                 changed = changed_since(ctx, seen)
                 progress(0.0, desc=fmt.read_expectation(plan))
-                if ZERO_GPU:  # a forked worker: its stop check travels as a key
+                if ZERO_GPU:  # a forked worker: its stop check travels as a key, its best so far comes back
                     with policy.stop_key(should_stop) as key:
-                        readout = answer_on_gpu(ctx.key, plan, read.extract_s, progress, key)
+                        readout = from_gpu_worker(answer_on_gpu(ctx.key, plan, read.extract_s, progress, key),
+                                                  plan.documents)
                 else:
                     readout = answer(ctx, plan, read.extract_s, progress, gate, should_stop)
     documents = read.documents
@@ -465,18 +469,49 @@ def windows_shown(progress):
 
 @gpu_function(duration=answer_duration)
 def answer_on_gpu(context_key: str, plan, extract_s: float = 0.0, progress=None,
-                  stop_key: str | None = None) -> Readout:
-    """`answer` as ZeroGPU's GPU function: its arguments and its readout pickle (ZeroGPU runs it in a forked
-    worker), so it finds the context and the stop check by key, and its turn is held for it throughout. In the
-    worker the plan's time budget is no more than the GPU time it asked for (a guided read whose answer stays weak
-    then keeps what it read)."""
+                  stop_key: str | None = None) -> Iterator[Provisional | Readout]:
+    """`answer` as ZeroGPU's GPU function: its arguments and what it yields pickle (ZeroGPU runs it in a forked
+    worker), so it finds the context and the stop check by key, and its turn is held for it throughout. A
+    generator: each best answer so far as the read goes on, then the readout (ZeroGPU sends each yield back from
+    its worker as it comes: `spaces`' generator wrapper). In the worker the plan's time budget is no more than the
+    GPU time it asked for (a guided read whose answer stays weak then keeps what it read)."""
     ctx = CONTEXTS[context_key]
     if RUNS_IN_WORKER:  # ZeroGPU ends the function at the duration it asked for: read no further than that
         granted_s = answer_duration(context_key, plan)
         budget_s = plan.settings.max_request_s or granted_s
         plan = plan.with_budget(min(budget_s, max(1.0, granted_s - policy.GPU_DURATION_BASE_S)))
-    with user_errors("Answering"):  # inside: ZeroGPU passes only gr.Error through from its worker
-        return answer(ctx, plan, extract_s, progress, should_stop=policy.stop_check(stop_key))
+    updates: queue.SimpleQueue = queue.SimpleQueue()
+
+    def read() -> None:  # a thread of its own (a fresh context), whose listener is this generator's queue
+        LISTENER.set(lambda best, documents: updates.put(best))
+        try:
+            with user_errors("Answering"):  # inside: ZeroGPU passes only gr.Error through from its worker
+                updates.put(answer(ctx, plan, extract_s, progress, should_stop=policy.stop_check(stop_key)))
+        except BaseException as exc:  # noqa: BLE001 - raised again below, in the worker's own thread
+            updates.put(exc)
+
+    threading.Thread(target=read, name="answer-on-gpu", daemon=True).start()
+    while True:
+        update = updates.get()
+        if isinstance(update, BaseException):
+            raise update
+        yield update
+        if isinstance(update, Readout):
+            return
+
+
+def from_gpu_worker(updates: Iterator[Provisional | Readout], documents) -> Readout:
+    """The readout `answer_on_gpu` ends with; each best answer so far before it goes to the page's listener, where
+    one listens (`page.streaming`). Read to its end, so that ZeroGPU hears the function end and releases the GPU."""
+    listener, readout = LISTENER.get(), None
+    for update in updates:
+        if isinstance(update, Readout):
+            readout = update
+        elif listener is not None:
+            listener(update, documents)
+    if readout is None:
+        raise RuntimeError("the GPU function ended without a readout")
+    return readout
 
 
 def ask_in_full(ctx: AppContext, files, pasted_text, question, top_k, history, seen=None, no_answer_below="",
