@@ -17,7 +17,7 @@ from longqa_core.errors import LongQAError
 from page.cli import default_visitor_header, main
 from page.context import make_context
 from page.layout import build_blocks
-from page.picks import ensure_loaded
+from page.asking import ensure_loaded
 
 if __name__ == "__main__":
     sys.exit(main())

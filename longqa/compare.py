@@ -17,6 +17,7 @@ from longqa.readout import Readout
 from longqa_core.documents import Document
 from longqa_core.errors import Cancelled, InputError
 from longqa_core.limits import StopCheck, stop_check
+from longqa_core.plan import check_mode
 from longqa_core.reading import DEFAULT_READING
 
 MAX_PROFILES = 8  # each is a load and a read: a comparison holds the model that long
@@ -144,10 +145,12 @@ def compare_profiles(backend: Backend, model_ref: str, choices: list[ProfileChoi
     """Ask `question` over `documents` with `model_ref` under each profile of `choices` in turn, loading each afresh
     (also one loaded now: every run starts from a fresh load), then load back what was loaded before.
 
-    Every profile is checked to run here before anything loads (ProfileError naming the one that cannot);
+    Every profile is checked to run here, and the reading mode to be one, before anything loads (ProfileError naming
+    the profile that cannot; InputError);
     `should_stop` ends the comparison between steps and inside a read (Cancelled); `on_progress(fraction,
     message)` hears each step; `overrides` are the request's engine settings (top_k, no_answer_below, ...)."""
     profiles = [backend.runnable_profile(choice.name, choice.strategies) for choice in choices]
+    check_mode(reading)
     progress = on_progress or (lambda fraction, message: None)
     is_stopped = stop_check(should_stop)
     comparison = Comparison(model_ref, question, [d.name for d in documents])

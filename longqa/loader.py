@@ -30,7 +30,7 @@ from longqa_core.limits import EngineSettings
 from longqa_core.errors import ModelLoadError
 from longqa_core.telemetry import HostPeak, timed
 from strategies.auto import resolve_profile
-from strategies.base import Strategy, from_pretrained_kwargs
+from strategies.base import from_pretrained_kwargs, stacked_contexts
 from strategies.device_map import device_name, mapped_device
 from strategies.hardware import Hardware, detect_hardware
 from strategies.mmap_loading import has_bin, has_safetensors
@@ -189,14 +189,6 @@ def load_model(model_ref: str, profile: Profile | str, *, hardware: Hardware | N
 def _report(progress: Progress, step: str, within: float, message: str) -> None:
     low, high = LOAD_STEPS[step]
     progress(low + (high - low) * within, message)
-
-
-def stacked_contexts(strategies: tuple[Strategy, ...]) -> contextlib.ExitStack:
-    """All strategies' runtime contexts entered in profile order (a fresh stack per batch)."""
-    stack = contextlib.ExitStack()
-    for strategy in strategies:
-        stack.enter_context(strategy.runtime_context())
-    return stack
 
 
 @contextlib.contextmanager

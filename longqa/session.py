@@ -17,7 +17,7 @@ import weakref
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
-from typing import Callable
+from typing import Callable, NamedTuple
 
 from longqa import loader
 from longqa.backend import Gate, Progress, Selection
@@ -25,13 +25,13 @@ from longqa.models import KNOWN_MODELS, model_config, resolve_model
 from longqa.readout import MemoryPrediction, Readout, predict_full_read_s
 from longqa_core.answering import Provisional, QAResult, answer_plan
 from longqa_core.batching import WindowProgress, collate
-from longqa_core.document_limits import DEFAULT_MAX_PAGES, DEFAULT_MAX_READ_S
-from longqa_core.documents import DEFAULT_MAX_FILE_BYTES, Document, from_text, read_document
+from longqa_core.documents import DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_PAGES, DEFAULT_MAX_READ_S, Document, from_text
+from longqa_core.files import read_document
 from longqa_core.errors import CharLimitError, DocumentError, InputError, LongQAError, ModelLoadError, ProfileError
-from longqa_core.host_memory import trim_heap
+from longqa_core.telemetry import trim_heap
 from longqa_core.index_cache import IndexCache
-from longqa_core.limits import (DEFAULT_MAX_TOTAL_TOKENS, NO_DOCUMENT, EngineSettings, StopCheck, max_chars_for,
-                                validate_request)
+from longqa_core.limits import (DEFAULT_MAX_TOTAL_TOKENS, NO_DOCUMENT, EngineSettings, Question, StopCheck,
+                                max_chars_for, validate_request)
 from longqa_core.plan import RequestPlan, plan_request
 from longqa_core.reading import DEFAULT_READING
 from longqa_core.windows import make_windows
@@ -90,19 +90,27 @@ def read_documents(files: list, pasted_text: str | None = None, max_bytes: int =
     return documents, time.perf_counter() - began
 
 
+class ReadRequest(NamedTuple):
+    """What `read_request` read: the documents, the question as checked (None where none was given) and the seconds
+    reading took."""
+
+    documents: list[Document]
+    question: Question | None
+    extract_s: float
+
+
 def read_request(files: list, pasted_text: str | None, question: str | None, *, max_bytes: int,
                  max_total_tokens: int, should_stop: Callable[[], bool] | None = None,
-                 on_wait: Callable[[int], None] | None = None) -> tuple[list[Document], float]:
+                 on_wait: Callable[[int], None] | None = None) -> ReadRequest:
     """A request's documents read under its limits (characters capped for `max_total_tokens`, as the engine caps
-    them), and the seconds it took; InputError when `question` is given and nothing is left of it. Needs no model,
-    so a page can read and check a request before its turn on the model (`should_stop` and `on_wait`: as in
-    `read_documents`)."""
+    them), the question checked once (InputError when `question` is given and nothing is left of it; planning takes
+    the `Question` as it is), and the seconds it took. Needs no model, so a page can read and check a request before
+    its turn on the model (`should_stop` and `on_wait`: as in `read_documents`)."""
     documents, extract_s = read_documents(files, pasted_text, max_bytes,
                                           max_chars=max_chars_for(max_total_tokens), should_stop=should_stop,
                                           on_wait=on_wait)
-    if question is not None:
-        validate_request(documents, question)
-    return documents, extract_s
+    checked = validate_request(documents, question) if question is not None else None
+    return ReadRequest(documents, checked, extract_s)
 
 
 def sample_examples() -> list[dict]:

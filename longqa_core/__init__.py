@@ -5,14 +5,14 @@ profiles, loading or the page: a model, a tokenizer and settings are handed to i
 One request goes documents -> plan -> answering (windows, batching, reading, spans) -> QAResult. The modules, and
 the public names of each:
 
-- `documents`: reading files and pasted text into `Document`s (`read_document`, `from_text`, `SUPPORTED_EXTENSIONS`,
-  `DEFAULT_MAX_FILE_BYTES`), the size and extension checks and the reader for each kind, and where a stretch of
-  text stands (`Location`, `locate`, `format_location`: page, heading, line); the readers:
-  `text_files` (`decode_text`, `UnknownEncodingError`, `clean_text`, the cleaning every reader's text goes through;
-  `Heading`, `markdown_headings`), `pdf_files` (`read_pdf_file`) and `html_files` (`read_html_file`), whose
-  parsers run in the children of `reader_children` (`ReaderChildren` and its one instance `READERS`: so many at
-  once, one memory budget; `read_in_child`), all within one document's `ReadLimits`
-  (`document_limits`: `DEFAULT_MAX_PAGES`, `DEFAULT_MAX_READ_S`).
+- `documents`: what a document is (`Document`, `from_text` for pasted text, `DEFAULT_MAX_FILE_BYTES`), `clean_text`,
+  the cleaning every reader's text and a question go through, where a stretch of text stands (`Location`, `locate`,
+  `format_location`: page, heading, line; `Heading`), and one document's reading limits (`ReadLimits`,
+  `DEFAULT_MAX_PAGES`, `DEFAULT_MAX_READ_S`); `files`: reading a file (`read_document`, `SUPPORTED_EXTENSIONS`):
+  the size and extension checks and the reader for each kind: `text_files` (`decode_text`,
+  `UnknownEncodingError`, `markdown_headings`), `pdf_files` (`read_pdf_file`) and `html_files` (`read_html_file`),
+  whose parsers run in the children of `reader_children` (`ReaderChildren` and its one instance `READERS`: so many
+  at once, one memory budget; `read_in_child`), all within one document's `ReadLimits`.
 - `limits`: `EngineSettings` (windows, batch, limits, the time budget) and the checks made before any model work
   (`validate_request`, `check_chars`, `check_tokens`, `check_predicted_time`, `max_chars_for`, `whole_number`).
 - `plan`: `plan_request` reads and plans a request once into a picklable `RequestPlan` (question as cut, sizes,
@@ -33,10 +33,9 @@ the public names of each:
   ranking and the evidence check share.
 - `answering`: `answer_plan` answers a plan into a `QAResult` (with `ReadingReadout`); `answer` plans and answers;
   `BestSoFar` keeps the best answer of the windows read while a read goes on (`Provisional`).
-- `telemetry`: `measure` (latency by stage, `MemoryReadout`), `HostPeak`, `timed`, `current_rss_bytes`.
+- `telemetry`: `measure` (latency by stage, `MemoryReadout`), `HostPeak`, `timed`, `current_rss_bytes`; handing
+  freed memory back to the system (`trim_heap`) and a server's allocator settings (`tune_allocator`).
 - `gpu_devices`: the NVML wrapper (`nvml`, `nvml_handle`, `device_memory`, `gpu_snapshot`, `cuda_device_indices`).
-- `host_memory`: handing freed memory back to the system (`trim_heap`) and a server's allocator settings
-  (`tune_allocator`).
 - `openmp_wait`: how long idle OpenMP threads spin (`limit_spin_wait`), set by the entry points before torch loads.
 - `waiting`: `wait_until`, the one loop with which a request waiting for something (an index another request builds,
   a turn in line, a child process, a remote call) hears that it was stopped.

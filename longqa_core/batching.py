@@ -18,7 +18,7 @@ import torch
 from accelerate.utils.memory import clear_device_cache, should_reduce_batch_size
 
 from longqa_core.errors import Cancelled, OutOfMemoryError
-from longqa_core.host_memory import trim_heap
+from longqa_core.telemetry import trim_heap
 from longqa_core.limits import FIT_PROFILES_HINT, EngineSettings, StopCheck, check_predicted_time, stop_check
 from longqa_core.windows import Window
 
@@ -125,7 +125,7 @@ def _model_devices(model: torch.nn.Module) -> list[torch.device]:
 
 def release_memory() -> None:
     """Hand freed memory back to the system: collect reference cycles, then ask glibc to return its free heap
-    pages (`host_memory.trim_heap`). Without the trim, the allocations of a refused huge request stay in the
+    pages (`telemetry.trim_heap`). Without the trim, the allocations of a refused huge request stay in the
     process's RSS."""
     gc.collect()
     trim_heap()

@@ -1,32 +1,58 @@
-"""Reading user documents (.txt, .md, .pdf, .html) into exact, cleaned text, with errors a user can act on, and
-where a stretch of that text stands in the document as people find it (`Location`: a PDF's page, the nearest
-heading of a page or Markdown file, a text's line).
+"""What a document is: its exact, cleaned text (`clean_text`, the cleaning every reader's text and a question go
+through), where a stretch of it stands as people find it (`Location`: a PDF's page, the nearest heading of a page or
+Markdown file, a text's line), one document's reading limits (`ReadLimits`: characters, PDF pages and seconds of
+extraction, the request's stop check, and how a reader hears that it waits), and a document made from pasted text.
 
-It checks a file's size and extension and hands its bytes to the reader of its kind (`text_files`, `pdf_files`,
-`html_files`), within the character, page and time limits of `document_limits`; it does not split, tokenize or
-render anything: answer offsets point into `Document.text`, and Markdown or HTML inside a text file stays literal
-text (the UI escapes it). How many characters a request may have is the limits' rule (`limits.max_chars_for`).
+It reads no file (`files` picks the reader of a file's kind: `text_files`, `pdf_files`, `html_files`, each within
+the `ReadLimits` it is handed); it does not split, tokenize or render anything: answer offsets point into
+`Document.text`, and Markdown or HTML inside a text stays literal text (the UI escapes it). How many characters a
+request may have is the limits' rule (`limits.max_chars_for`).
 """
 
 from __future__ import annotations
 
 import bisect
-import os
-import stat
+import re
+import time
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Callable
+from typing import Callable, NamedTuple
 
-from longqa_core.document_limits import DEFAULT_MAX_PAGES, DEFAULT_MAX_READ_S, ReadLimits
-from longqa_core.errors import DocumentError
-from longqa_core.html_files import read_html_file
-from longqa_core.pdf_files import read_pdf_file
-from longqa_core.text_files import Heading, clean_text, markdown_headings, read_text_file
+from longqa_core.errors import CharLimitError, DocumentError
 
 DEFAULT_MAX_FILE_BYTES = 50 * 1024 * 1024
-SUPPORTED_EXTENSIONS = (".txt", ".md", ".pdf", ".html", ".htm")
 
 _MB = 1024 * 1024
+# A book of 5,000 pages holds far more text than the default token limit lets through (about 3,000 pages of
+# prose); more pages than that is a file built to make extraction slow.
+DEFAULT_MAX_PAGES = 5_000
+# Extracting one document, or all of one request's documents together, may take this long: enough for a genuine
+# book, not for a PDF whose pages share one huge content stream (docs/serving.json has what that costs).
+DEFAULT_MAX_READ_S = 30.0
+
+_LINE_BREAKS = re.compile(r"\r\n?|[\v\f\x85]")
+# Bidirectional embeddings, overrides and isolates (U+202A-E, U+2066-9) reorder what a reader sees without changing
+# what the model reads: a question or document could show one thing and mean another ("Trojan Source").
+_CONTROL_AND_ZERO_WIDTH = re.compile(
+    r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200d\u2060\ufeff\u202a-\u202e\u2066-\u2069]"
+)
+_LONE_SURROGATES = re.compile(r"[\ud800-\udfff]")  # half a UTF-16 pair: no text encoding can hold one
+
+
+def clean_text(text: str) -> str:
+    """Normalise line breaks to "\\n"; drop control characters (except tab), zero-width characters and
+    bidirectional overrides and isolates; replace lone surrogates (which no tokenizer can encode) with U+FFFD."""
+    # Vertical tab, form feed and NEL separate lines (form feeds end pages in license texts): removing them
+    # would glue two words together, so they become line breaks like CR does.
+    text = _LINE_BREAKS.sub("\n", _LONE_SURROGATES.sub("\ufffd", text))
+    return _CONTROL_AND_ZERO_WIDTH.sub("", text)
+
+
+class Heading(NamedTuple):
+    """A heading of a document's text: where it starts (a character offset), its level (1 for a title) and text."""
+
+    start_char: int
+    level: int
+    title: str
 
 
 @dataclass(frozen=True)
@@ -87,59 +113,46 @@ def format_location(location: Location) -> str:
     return ", ".join(parts)
 
 
-def read_document(
-    source: str | os.PathLike | bytes,
-    name: str | None = None,
-    *,
-    max_bytes: int = DEFAULT_MAX_FILE_BYTES,
-    max_chars: int | None = None,
-    max_pages: int = DEFAULT_MAX_PAGES,
-    max_read_s: float | None = DEFAULT_MAX_READ_S,
-    read_began: float | None = None,
-    should_stop: Callable[[], bool] | None = None,
-    on_wait: Callable[[int], None] | None = None,
-) -> Document:
-    """Read a path, or raw bytes whose file `name` picks the reader; raise DocumentError on unusable input.
+class ReadLimits:
+    """One document's reading limits, the time limit counted from when reading began. `should_stop` says when the
+    request was abandoned (a reader that waits or runs a child polls it); `on_wait(ahead)` hears how many reads are
+    ahead of this one while it waits for a reader."""
 
-    Limits, each refusal naming the limit and the measured size: `max_bytes` of file, `max_chars` characters of
-    text (None: no cap; a PDF stops extracting as soon as it passes), `max_pages` pages of a PDF (checked before
-    extracting), and `max_read_s` seconds of extraction (None: no limit), counted from `read_began` (a
-    `time.perf_counter()` value) when given, so that one request's documents can share one time budget.
-    `should_stop` ends a read that waits for a reader or runs one (Cancelled); `on_wait(ahead)` hears how many
-    reads are ahead of it while it waits.
-    Messages name the file, never the folder it is in (a server's paths are nobody's business).
-    """
-    limits = ReadLimits(max_chars, max_pages, max_read_s, read_began, should_stop=should_stop, on_wait=on_wait)
-    if isinstance(source, (bytes, bytearray, memoryview)):
-        if not name:
-            raise DocumentError("An uploaded document needs a file name (such as 'notes.txt') to choose a reader.")
-        data = bytes(source)
-        extension = _supported_extension(name)
-        _check_size(name, len(data), max_bytes)
-    else:
-        path = Path(source)
-        size = _file_size(path, shown_name=name or path.name)
-        name = name or path.name
-        extension = _supported_extension(name if Path(name).suffix else path.name, shown_name=name)
-        _check_size(name, size, max_bytes)
-        data = _read_bytes(path, name) if size else b""
-    if not data:
-        raise DocumentError(f"'{name}' is empty.")
-    if limits.is_over_time():  # the documents before it used the request's time budget
-        raise limits.time_error(name, "before reading it")
-    page_starts, headings = (), ()
-    if extension == ".pdf":
-        text, page_starts = read_pdf_file(data, name, limits)
-    elif extension in (".html", ".htm"):
-        text, headings = read_html_file(data, name, limits)
-    else:
-        text = read_text_file(data, name, limits)
-        if extension == ".md":
-            headings = markdown_headings(text)
-    if not text.strip():
-        raise DocumentError(f"'{name}' contains only whitespace, no text.")
-    limits.check_chars(name, len(text))
-    return Document(name, text, tuple(page_starts), tuple(headings), has_lines=extension in (".txt", ".md"))
+    def __init__(self, max_chars: int | None = None, max_pages: int = DEFAULT_MAX_PAGES,
+                 max_read_s: float | None = None, began: float | None = None, *,
+                 should_stop: Callable[[], bool] | None = None, on_wait: Callable[[int], None] | None = None):
+        self.max_chars = max_chars
+        self.max_pages = max_pages
+        self.max_read_s = max_read_s
+        self.began = time.perf_counter() if began is None else began
+        self.should_stop = should_stop
+        self.on_wait = on_wait
+
+    def stopped_message(self, name: str, progress: str) -> str:
+        """What a reader's Cancelled says when the request was stopped while it was `progress` `name`."""
+        return f"The request was stopped while {progress} '{name}'."
+
+    def elapsed_s(self) -> float:
+        return time.perf_counter() - self.began
+
+    def is_over_time(self) -> bool:
+        return self.max_read_s is not None and self.elapsed_s() > self.max_read_s
+
+    def remaining_s(self) -> float | None:
+        """Seconds left of the time limit (None: no limit)."""
+        return None if self.max_read_s is None else max(self.max_read_s - self.elapsed_s(), 0.0)
+
+    def is_over_chars(self, n_chars: int) -> bool:
+        return self.max_chars is not None and n_chars > self.max_chars
+
+    def check_chars(self, name: str, n_chars: int) -> None:
+        if self.is_over_chars(n_chars):
+            raise CharLimitError(f"'{name}' has {n_chars:,} characters, over the limit of {self.max_chars:,} "
+                                 f"characters.", n_chars=n_chars)
+
+    def time_error(self, name: str, progress: str) -> DocumentError:
+        return DocumentError(f"'{name}': reading stopped after {self.elapsed_s():.1f} s ({progress}), over the "
+                             f"time limit of {self.max_read_s:g} s for reading documents.")
 
 
 def from_text(text: str, name: str = "pasted text", *, max_bytes: int = DEFAULT_MAX_FILE_BYTES,
@@ -149,7 +162,7 @@ def from_text(text: str, name: str = "pasted text", *, max_bytes: int = DEFAULT_
     `max_bytes` counts the text's UTF-8 bytes, as if it had been uploaded as a UTF-8 file.
     """
     n_bytes = len(text) if text.isascii() else len(text.encode("utf-8", errors="surrogatepass"))
-    _check_size(name, n_bytes, max_bytes, what="size limit")
+    check_size(name, n_bytes, max_bytes, what="size limit")
     text = clean_text(text)
     if not text.strip():
         raise DocumentError(f"'{name}' is empty: paste or upload some text.")
@@ -157,37 +170,7 @@ def from_text(text: str, name: str = "pasted text", *, max_bytes: int = DEFAULT_
     return Document(name=name, text=text)
 
 
-def _supported_extension(name: str, shown_name: str | None = None) -> str:
-    """The lower-case extension of `name`, or DocumentError naming the supported ones."""
-    extension = Path(name).suffix.lower()
-    if extension not in SUPPORTED_EXTENSIONS:
-        kind = f"'{extension}' files are" if extension else "files without an extension are"
-        raise DocumentError(
-            f"'{shown_name or name}' cannot be read: {kind} not supported (use {', '.join(SUPPORTED_EXTENSIONS)})."
-        )
-    return extension
-
-
-def _file_size(path: Path, shown_name: str) -> int:
-    try:
-        info = path.stat()
-    except FileNotFoundError:
-        raise DocumentError(f"'{shown_name}' was not found.") from None
-    except OSError as exc:
-        raise DocumentError(f"'{shown_name}' could not be opened ({exc.strerror}).") from None
-    if not stat.S_ISREG(info.st_mode):
-        raise DocumentError(f"'{shown_name}' is not a regular file.")
-    return info.st_size
-
-
-def _read_bytes(path: Path, name: str) -> bytes:
-    try:
-        return path.read_bytes()
-    except OSError as exc:
-        raise DocumentError(f"'{name}' could not be read ({exc.strerror}).") from None
-
-
-def _check_size(name: str, n_bytes: int, max_bytes: int, what: str = "file size limit") -> None:
+def check_size(name: str, n_bytes: int, max_bytes: int, what: str = "file size limit") -> None:
     if n_bytes > max_bytes:
         raise DocumentError(
             f"'{name}' is {_format_mb(n_bytes)} ({n_bytes:,} bytes), over the {_format_mb(max_bytes)} {what}."

@@ -3,7 +3,7 @@ child process that the time limit and a cancel stop, whose memory is capped in p
 with the other reads of this process (`reader_children.READERS`, shared with PDF reading).
 
 It decodes a page by its `<meta charset>` (through `text_files`) and cleans the text; it does not render HTML,
-keep links or tables, or pick readers by extension (`documents`).
+keep links or tables, or pick readers by extension (`files`).
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 import re
 
-from longqa_core.document_limits import ReadLimits
 from longqa_core.reader_children import OUT_OF_MEMORY_EXIT, READERS, ReaderChildren, read_in_child
-from longqa_core.text_files import Heading, clean_text, decode_non_binary
+from longqa_core.documents import Heading, ReadLimits, clean_text
+from longqa_core.text_files import decode_non_binary
 
 
 def read_html_file(data: bytes, name: str, limits: ReadLimits) -> tuple[str, list[Heading]]:

@@ -11,10 +11,9 @@ import threading
 from dataclasses import dataclass, replace
 from typing import Callable, Union
 
-from longqa_core.documents import Document
+from longqa_core.documents import Document, clean_text
 from longqa_core.errors import InputError, RequestTooLongError
 from longqa_core.no_answer import NO_RULE, NoAnswerRule, check_threshold, effective_rule
-from longqa_core.text_files import clean_text
 
 DEFAULT_MAX_TOTAL_TOKENS = 2_000_000
 # How many characters a request may have per token of its limit. Byte-level BPE averages about four characters a

@@ -3,7 +3,7 @@ process (`reader_children.READERS`, shared with HTML reading) that the time limi
 is capped, stopping as soon as a character, page or time limit is passed; errors a user can act on (damaged,
 encrypted, scanned, a decompression bomb).
 
-It does not run OCR, keep layout, or pick readers by extension (`documents`).
+It does not run OCR, keep layout, or pick readers by extension (`files`).
 """
 
 from __future__ import annotations
@@ -16,10 +16,9 @@ import logging
 from pypdf import PasswordType, PdfReader
 from pypdf.errors import DependencyError, LimitReachedError
 
-from longqa_core.document_limits import ReadLimits
+from longqa_core.documents import ReadLimits, clean_text
 from longqa_core.errors import CharLimitError, DocumentError
 from longqa_core.reader_children import OUT_OF_MEMORY_EXIT, READERS, ReaderChildren, read_in_child
-from longqa_core.text_files import clean_text
 
 MIB = 2**20
 # pypdf parses a page's whole content stream into Python objects before its text callbacks run: a 200 KB page that
@@ -36,7 +35,7 @@ PDF_GRACE_S = 1.0
 # it), then the text.
 _PDF_WORKER = f"""
 import json
-from longqa_core.document_limits import ReadLimits
+from longqa_core.documents import ReadLimits
 from longqa_core.errors import CharLimitError, DocumentError
 from longqa_core.pdf_files import extract_pdf_text
 name, max_chars, max_pages, max_read_s, began = json.loads(args[0])

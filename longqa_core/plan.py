@@ -14,11 +14,10 @@ from longqa_core import reading
 from longqa_core.batching import BatchState
 from longqa_core.documents import Document
 from longqa_core.errors import InputError
-from longqa_core.host_memory import trim_heap
 from longqa_core.index_cache import IndexCache
 from longqa_core.limits import (EngineSettings, StopCheck, check_chars, check_predicted_time, check_tokens,
                                 document_room, truncate_question, validate_request)
-from longqa_core.telemetry import timed
+from longqa_core.telemetry import timed, trim_heap
 from longqa_core.windows import (DocumentStats, DocumentTokens, WindowCut, chars_per_token, count_tokens,
                                  count_windows, narrowed_cut, tokenize_document, window_cuts)
 
@@ -134,11 +133,12 @@ def plan_request(tokenizer, documents: list[Document], question: str, settings: 
     tokenizer. A refused plan hands the heap it freed back to the system before raising (`trim_heap`).
     """
     try:
-        reading.check_mode(mode)
+        check_mode(mode)
         question = validate_request(documents, question)
         settings = settings.resolved(tokenizer)
         check_chars(documents, settings.max_total_tokens)
-        plan = RequestPlan(documents, question, settings, mode, reading.full_read(reading.FULL_ASKED), [])
+        asked_full = reading.ReadingPlan("full", "asked_full", reading.FULL_ASKED)  # until a ranking says otherwise
+        plan = RequestPlan(documents, question, settings, mode, asked_full, [])
         with plan.stage("tokenize"):
             plan.question, notice = truncate_question(tokenizer, question, settings.max_question_len)
             plan.notices = [notice] if notice else []
@@ -168,6 +168,15 @@ def plan_request(tokenizer, documents: list[Document], question: str, settings: 
     except BaseException:
         trim_heap()  # a refused plan may have counted millions of tokens
         raise
+
+
+def check_mode(mode) -> str:
+    """`mode` if it is one of READING_MODES, else InputError naming them: the one check of a request's reading mode
+    (the page and the command line hand it on as it came)."""
+    if mode not in reading.READING_MODES:
+        raise InputError(f"The reading mode must be one of {', '.join(reading.READING_MODES)}, "
+                         f"got {repr(mode)[:100]}.")
+    return mode
 
 
 def _count(plan: RequestPlan, tokenizer, room: int, should_stop: StopCheck | None) -> None:

@@ -16,7 +16,7 @@ import tempfile
 import threading
 from typing import Iterator
 
-from longqa_core.document_limits import ReadLimits
+from longqa_core.documents import ReadLimits
 from longqa_core.errors import DocumentError
 from longqa_core.waiting import wait_until
 

@@ -22,7 +22,6 @@ import numpy as np
 from longqa_core import no_answer
 from longqa_core.batching import BatchState, Runner, WindowProgress, run_windows
 from longqa_core.documents import Document
-from longqa_core.errors import InputError
 from longqa_core.limits import (EngineSettings, StopCheck, check_predicted_time, no_answer_rule, passes_time_limit,
                                 stop_check)
 from longqa_core.spans import decode
@@ -146,13 +145,6 @@ REASONS = ("asked_full", "few_windows", "unsplit_script", "no_content_words", "n
 def full_read(reason: str, code: str = "asked_full") -> ReadingPlan:
     """The plan of reading every window, and why."""
     return ReadingPlan("full", code, reason)
-
-
-def check_mode(mode) -> str:
-    """`mode` if it is one of READING_MODES, else InputError naming them."""
-    if mode not in READING_MODES:
-        raise InputError(f"The reading mode must be one of {', '.join(READING_MODES)}, got {mode!r}.")
-    return mode
 
 
 def content_key(documents: list[Document], salt: str = "") -> str:

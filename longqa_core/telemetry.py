@@ -1,13 +1,19 @@
 """Measure one request: latency per stage, device and host memory (`measure`, `Measurement`, `MemoryReadout`), and
-the project's one host-memory peak (`HostPeak`, also what loading and the bench measure with).
+the project's one host-memory peak (`HostPeak`, also what loading and the bench measure with); and hand freed host
+memory back to the system (glibc's heap trim, which a measurement's baseline starts from, and the allocator settings
+a long-running server starts with: docs/crowd-lane.md measures what they change).
 
 A context manager yields a `Measurement` whose fields carry their units (`latency_s`, `*_bytes`). Which physical GPU
 or MIG slice a CUDA device is, and NVML itself, are `gpu_devices`' job. It only measures; formatting for people
-happens in the UI. Missing CUDA or NVML gives `None`, never an error.
+happens in the UI. Missing CUDA or NVML gives `None`, never an error; where glibc is absent (macOS, musl, Windows)
+the trim and the allocator settings do nothing.
 """
 
 from __future__ import annotations
 
+import ctypes
+import functools
+import os
 import re
 import threading
 import time
@@ -19,11 +25,43 @@ import psutil
 import torch
 
 from longqa_core.gpu_devices import cuda_device_indices, device_memory
-from longqa_core.host_memory import trim_heap
 
 STAGES = ("extract", "tokenize", "forward", "decode")
 
 # ------------------------------------------------------------------------------------------------ host memory
+M_ARENA_MAX = -8  # mallopt's parameter (glibc's malloc.h)
+# Allocator settings for a server: few arenas, so that memory freed by one request thread is reused by the next
+# instead of sitting in a thread's own arena. A fixed mmap threshold (buffers from 4 MB up mapped on their own, freed
+# at once) was measured too and is not set: every large tensor of a forward pass then faults in fresh pages, and a
+# window of the base architecture took 1.40x as long (docs/crowd-lane.md). The environment's MALLOC_* settings win.
+SERVER_ARENA_MAX = 2
+
+
+@functools.cache
+def _libc():
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.malloc_trim, libc.mallopt  # noqa: B018 - both must exist (glibc)
+        return libc
+    except (OSError, AttributeError):
+        return None
+
+
+def trim_heap() -> bool:
+    """Ask glibc to return the free pages of every arena to the system (`malloc_trim(0)`); whether it could."""
+    libc = _libc()
+    return libc is not None and bool(libc.malloc_trim(0))
+
+
+def tune_allocator() -> dict[str, int]:
+    """Set glibc's arena count for this process (SERVER_ARENA_MAX); nothing when the environment sets any of glibc's
+    own MALLOC_* variables (the operator's settings win). Returns what was set, by glibc's variable name."""
+    libc = _libc()
+    if libc is None or any(name.startswith("MALLOC_") for name in os.environ):
+        return {}
+    return {"MALLOC_ARENA_MAX": SERVER_ARENA_MAX} if libc.mallopt(M_ARENA_MAX, SERVER_ARENA_MAX) == 1 else {}
+
+
 STATUS = Path("/proc/self/status")
 CLEAR_REFS = Path("/proc/self/clear_refs")
 _open_peaks: list["HostPeak"] = []  # blocks measuring with the high-water mark now, all threads together

@@ -1,8 +1,8 @@
-"""Plain text files (.txt, .md): deciding their encoding, refusing binaries, `clean_text`, the cleaning every
-reader's text goes through, and a Markdown file's headings (`Heading`, which HTML pages have too).
+"""Plain text files (.txt, .md): deciding their encoding, refusing binaries, and a Markdown file's headings; their
+text then goes through `documents.clean_text`, as every reader's does.
 
 Encodings are decided from a BOM, UTF-16 NULs, UTF-8 validity, a declared label, then charset-normalizer's guess.
-It does not pick a reader by extension or check file sizes (`documents`), and parses no markup: Markdown stays
+It does not pick a reader by extension or check file sizes (`files`), and parses no markup: Markdown stays
 literal text (the UI escapes it; only its headings are found, to say where an answer stands); HTML pages are
 `html_files`' job, which decodes them with `decode_non_binary`.
 """
@@ -12,11 +12,10 @@ from __future__ import annotations
 import bisect
 import codecs
 import re
-from typing import NamedTuple
 
 import charset_normalizer
 
-from longqa_core.document_limits import ReadLimits
+from longqa_core.documents import Heading, ReadLimits, clean_text
 from longqa_core.errors import DocumentError
 
 # Random bytes decoded as cp1252 are about 12% control characters and real text about 0%, so "mostly
@@ -38,28 +37,8 @@ _UTF8_MULTIBYTE = re.compile(
 )
 _ASCII_BYTES = bytes(range(128))
 
-_LINE_BREAKS = re.compile(r"\r\n?|[\v\f\x85]")
-# Bidirectional embeddings, overrides and isolates (U+202A-E, U+2066-9) reorder what a reader sees without changing
-# what the model reads: a question or document could show one thing and mean another ("Trojan Source").
-_CONTROL_AND_ZERO_WIDTH = re.compile(
-    r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200d\u2060\ufeff\u202a-\u202e\u2066-\u2069]"
-)
-
-
 class UnknownEncodingError(ValueError):
     """`decode_text` found no text encoding that fits the bytes with confidence."""
-
-
-_LONE_SURROGATES = re.compile(r"[\ud800-\udfff]")  # half a UTF-16 pair: no text encoding can hold one
-
-
-def clean_text(text: str) -> str:
-    """Normalise line breaks to "\\n"; drop control characters (except tab), zero-width characters and
-    bidirectional overrides and isolates; replace lone surrogates (which no tokenizer can encode) with U+FFFD."""
-    # Vertical tab, form feed and NEL separate lines (form feeds end pages in license texts): removing them
-    # would glue two words together, so they become line breaks like CR does.
-    text = _LINE_BREAKS.sub("\n", _LONE_SURROGATES.sub("\ufffd", text))
-    return _CONTROL_AND_ZERO_WIDTH.sub("", text)
 
 
 def decode_text(data: bytes, declared_encoding: str | None = None) -> str:
@@ -235,14 +214,6 @@ def read_text_file(data: bytes, name: str, limits: ReadLimits) -> str:
     text = clean_text(decode_non_binary(data, name))
     limits.check_chars(name, len(text))
     return text
-
-
-class Heading(NamedTuple):
-    """A heading of a document's text: where it starts (a character offset), its level (1 for a title) and text."""
-
-    start_char: int
-    level: int
-    title: str
 
 
 # ATX headings ("## Results", closing hashes dropped) and setext ones (a line underlined with "=" or "-").

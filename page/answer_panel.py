@@ -8,26 +8,19 @@ import gradio as gr
 from gradio.blocks import Block
 
 from longqa.session import SAMPLES_DIR, sample_examples
-from longqa_core.documents import SUPPORTED_EXTENSIONS
+from longqa_core.files import SUPPORTED_EXTENSIONS
 from longqa_core.gpu_devices import gpu_snapshot
 from longqa_core.reading import DEFAULT_READING, READING_MODES
 from page import format as fmt
 from page import words
-from page.asking import (
-    DEFAULT_TOP_K,
-    ask,
-    ask_in_full,
-    clear_answer,
-    preview_documents,
-    show_outcome,
-)
+from page.asking import (DEFAULT_TOP_K, ask, ask_in_full, clear_answer, noting_outcome, press_stop, preview_documents,
+                         show_outcome)
 from page.context import REQUEST_CONCURRENCY, AppContext, request_workers
 from page.events import bind, listen
 from page.hardening import LATER_INPUT, accept_counts_as_text
 from page.history_panel import build_history_panel, recolour_after
 from page.streaming import streaming
 from page.tables import ReadoutTable
-from page.turns import noting_outcome, press_stop
 
 GPU_REFRESH_S = 2.0
 # The visitor's wait, timed in the browser: each way of asking marks its click (or Enter), and when the answer's

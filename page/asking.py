@@ -1,31 +1,55 @@
-"""A request's way in and out: its settings cleaned, its documents read at the lane's door, the answer (or the
-training step) in its turn on the model, and the answer area cleared before and told after how it ended.
-Not the turns and Stop themselves (`page.turns`) nor the model work (`page.zerogpu`).
+"""A request's way in and out: its settings cleaned, its documents read at the lane's door, the model it runs on
+(loaded on first use: `load_selection`, which the picks use too; a notice when another visitor changed it), its turn
+on the model and the page's Stop, the answer (or the training step), and the answer area cleared before and told
+after how it ended. Not the panels' layout (`page.answer_panel`) nor the model work itself (the backend's).
+
+Stop is the page's own, not gradio's `cancels=`. The answer streams (`page.streaming`), so a cancel would keep the
+best answer so far on the page; but it ends the handler at once, also once every window is read and the answer is
+being decoded (a Stop then must show the answer: issue 49), the answer area could not say how far the read got, and
+it cannot stop the thread that reads, which would read on; the read must end between batches of windows. The Stop
+button marks the page session (`press_stop`), and the read's stop check, asked between batches, sees the mark. An
+API client cancels its job instead (`hardening.abandonment_check`).
+
+Off ZeroGPU the answer runs in this process and is handed its context, stop check and gate directly (`answer`).
+Under ZeroGPU it runs in a forked worker (`answer_on_gpu`) whose pickled arguments carry the context and the stop
+check as keys (`page.context.CONTEXTS`, `policy.stop_check`), it holds one turn throughout, and it yields each
+best answer so far back to the page as the read goes on.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import html
+import inspect
 import json
 import os
-from typing import Callable
+import queue
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Callable, Iterator
 
 import gradio as gr
 import pandas as pd
 
-from longqa.session import read_request
-from longqa_core.errors import DocumentError, InputError, ProfileError
+from longqa.backend import Provisional
+from longqa.models import DEFAULT_MODEL, is_offline, needs_download
+from longqa.readout import Readout
+from longqa.serving import lane, policy
+from longqa.session import NO_MODEL, ReadRequest, read_request
+from longqa_core.errors import Cancelled, DocumentError, LongQAError, ModelLoadError, ProfileError
 from longqa_core.limits import whole_number
-from longqa_core.reading import DEFAULT_READING, READING_MODES
+from longqa_core.reading import DEFAULT_READING
 from page import format as fmt
-from page.context import AppContext
+from page.context import CONTEXTS, AppContext
 from page.downloads import DOWNLOADS, doc_url
-from page.errors import cut, escape, user_errors
-from page.hardening import abandonment_check, number_or_none
+from page.hardening import abandonment_check, escape, first_hop, number_or_none, user_errors
 from page.history_panel import history_outputs
-from page.picks import changed_since, ensure_loaded, seen_now
-from page.turns import Outcome, model_turn, page_session, remember, request_turn, visitor_keys, waiting_shown
-from page.zerogpu import RUNS_IN_WORKER, answer_on_gpu, training_step_on_gpu
+from page.streaming import LISTENER
+from page.words import PICK_MODEL
+from page.zerogpu import RUNS_IN_WORKER, ZERO_GPU, answer_duration, gpu_function, training_step_on_gpu
 
 DEFAULT_TOP_K = 3
 DEFAULT_TRAINING_WINDOW = 512
@@ -33,22 +57,244 @@ TRAINING_LOCKED = ("This deployment is shared and fixes its model: the training-
                    "so it is turned off here. Run the page yourself (`python app.py`) to try it.")
 CLEARED_TABLES = {"answers": fmt.ANSWER_HEADERS, "latency": fmt.LATENCY_HEADERS,
                   "memory": fmt.MEMORY_HEADERS, "run": fmt.RUN_HEADERS}
+MAX_VISITOR_NOTES = 256  # visitors whose last outcome or Stop the page keeps (the oldest go first)
 
 
+# ------------------------------------------------------------------------------------------- turns and Stop
+def visitor_keys(ctx: AppContext, request: gr.Request | None) -> tuple[str, ...]:
+    """Every key a visitor's requests count under: its gradio session, and where the deployment names a proxy
+    header for the visitor (on a Space, by default), the address in its first hop, so that a fresh client per
+    request gets no more than one visitor's share. On a direct connection the address is never a key: many
+    visitors may share one (an office, a school, a test on loopback)."""
+    keys = []
+    session_hash = getattr(request, "session_hash", None)
+    if session_hash:
+        keys.append(f"session:{session_hash}")
+    if ctx.visitor_header and request is not None:
+        address = first_hop(request.headers.get(ctx.visitor_header))
+        if address:
+            keys.append(f"address:{address}")
+    return tuple(keys)
+
+
+def page_session(request: gr.Request | None) -> str | None:
+    """The page session (browser tab) a request comes from: gradio's session hash, or None for a direct call."""
+    return getattr(request, "session_hash", None) or None
+
+
+def remember(notes: OrderedDict, key: str | None, value) -> None:
+    """Keep `value` for page session `key`, forgetting the oldest sessions past MAX_VISITOR_NOTES."""
+    if key is None:
+        return
+    notes[key] = value
+    notes.move_to_end(key)
+    while len(notes) > MAX_VISITOR_NOTES:
+        notes.popitem(last=False)
+
+
+def waiting_shown(progress) -> Callable[[int], None]:
+    """The lane's `on_wait`: how many requests are ahead, shown as progress (when there is a progress bar)."""
+    def on_wait(ahead: int) -> None:
+        if progress is not None:
+            progress(0.0, desc=f"Waiting for the model: {ahead} request{'s' if ahead != 1 else ''} ahead")
+    return on_wait
+
+
+@contextlib.contextmanager
+def model_turn(ctx: AppContext, request: gr.Request | None, progress=None, *, exclusive: bool = False,
+               only_one: str | None = None):
+    """This request's turn on the model (`policy.model_turn`: `only_one` names a kind of exclusive turn the lane
+    takes one of at a time), with the wait shown as progress; yields the key of its abandonment check."""
+    with policy.model_turn(ctx.lane, visitor_keys(ctx, request), abandonment_check(), waiting_shown(progress),
+                           exclusive=exclusive, only_one=only_one) as stop_key:
+        yield stop_key
+
+
+@contextlib.contextmanager
+def request_turn(ctx: AppContext, request: gr.Request | None, progress=None, *, windows: int = 0, place=None):
+    """This answer's place in the lane (`lane.request_turn`: turns on the model between batches), with the wait
+    shown as progress; yields its ticket, its gate and its stop check: abandoned, or its page session pressed Stop.
+    Under ZeroGPU the read runs in a forked worker that cannot take turns with this process's lane: it holds one
+    turn throughout, and has no gate. `place`: its ticket from the lane's door (`ModelLane.door`)."""
+    is_abandoned, stop_pressed = abandonment_check(), stop_check(ctx, request)
+
+    def should_stop() -> bool:
+        return is_abandoned() or stop_pressed()
+
+    with lane.request_turn(ctx.lane, visitor_keys(ctx, request), should_stop, waiting_shown(progress),
+                           windows=windows, whole=ZERO_GPU, place=place) as (ticket, gate):
+        yield ticket, gate, should_stop
+
+
+def press_stop(ctx: AppContext, request: gr.Request = None) -> None:
+    """Stop: the answer this page session is running ends before its next batch of windows, and says how far it
+    got (the page's own Stop; an API client cancels its job instead). `noting_outcome` forgets it when the next
+    answer begins."""
+    remember(ctx.stops, page_session(request), time.monotonic())
+
+
+def stop_check(ctx: AppContext, request: gr.Request | None) -> Callable[[], bool]:
+    """Whether this page session pressed Stop during its current answer."""
+    key = page_session(request)
+    return lambda: key is not None and key in ctx.stops
+
+
+def stop_pressed_from_now(ctx: AppContext, request: gr.Request | None) -> Callable[[], bool]:
+    """Whether this page session presses Stop from now on: a press before is not for what begins now."""
+    key = page_session(request)
+    if key is not None:
+        ctx.stops.pop(key, None)
+    return stop_check(ctx, request)
+
+
+@dataclass
+class Outcome:
+    """How a page session's last request ended, for the answer area: its readout (with the JSON and the history
+    table the answer showed), or the message it ended with (an error's), or how far it got before Stop."""
+
+    readout: Readout | None = None
+    message: str | None = None
+    stopped: tuple[int, int] | None = None  # (windows read, windows planned)
+    partial: Provisional | None = None  # after a Stop: the best answer of the windows read, which the page shows
+    # what the answer showed, built once, for the downloads: the readout's JSON and the history's table
+    readout_json: dict | None = None
+    history_table: pd.DataFrame | None = None
+
+
+def noting_outcome(ctx: AppContext, handler: Callable, outputs) -> Callable:
+    """`handler` (an answer through the page) keeping how it ended for the answer area (`show_outcome`): an error's
+    message, raised on as before; a Stop of this page session, after which every output is left as it was (the best
+    answer so far, where a streaming handler showed one); the handler notes its readout itself. Same signature and
+    hints; a generator handler (`page.streaming`) stays one."""
+    signature = inspect.signature(handler)
+
+    @contextlib.contextmanager
+    def noting(args, kwargs):
+        key = page_session(signature.bind_partial(*args, **kwargs).arguments.get("request"))
+        if key is not None:
+            ctx.stops.pop(key, None)  # a Stop pressed before this answer began is not for it
+        stopped = []
+        try:
+            yield stopped
+        except gr.Error as exc:
+            cause = exc.__cause__
+            if key is not None and key in ctx.stops and isinstance(cause, Cancelled):
+                remember(ctx.outcomes, key, Outcome(stopped=(cause.windows_done, cause.windows_total),
+                                                    partial=cause.best))
+                stopped.append(True)
+                return
+            # the toast's message is HTML-escaped (`escape`); the answer area escapes the plain text itself
+            remember(ctx.outcomes, key, Outcome(message=html.unescape(str(exc.message))))
+            raise
+        finally:
+            if key is not None:
+                ctx.stops.pop(key, None)
+
+    if inspect.isgeneratorfunction(handler):
+        @functools.wraps(handler)
+        def noted_each(*args, **kwargs):
+            with noting(args, kwargs) as stopped:
+                yield from handler(*args, **kwargs)
+            if stopped:
+                yield {name: gr.skip() for name in outputs}
+
+        return noted_each
+
+    @functools.wraps(handler)
+    def noted(*args, **kwargs):
+        with noting(args, kwargs) as stopped:
+            return handler(*args, **kwargs)
+        return {name: gr.skip() for name in outputs} if stopped else None
+
+    return noted
+
+
+# ---------------------------------------------------------------------------------- the model a request runs on
+def check_model_allowed(ctx: AppContext, model_ref: str) -> None:
+    if model_ref not in ctx.models:
+        raise ModelLoadError(f"This page can only load the listed models ({', '.join(ctx.models)}); "
+                             f"{str(model_ref)[:200]!r} is not one of them.")
+
+
+def falls_back_to_demo(model_ref: str) -> bool:
+    """Whether a load of `model_ref` that cannot fetch it from the Hub loads the bundled demo model instead (the
+    default model does, so that the page always starts with something that answers; any other is refused)."""
+    return model_ref == DEFAULT_MODEL
+
+
+def check_model_reachable(model_ref: str) -> None:
+    """A Hub model that is not in the local cache while downloads are off is refused in plain words before the
+    loader tries (the default model still falls back to the demo model there, as the loader decides)."""
+    if not falls_back_to_demo(model_ref) and is_offline() and needs_download(model_ref):
+        raise ModelLoadError(f"Could not fetch {model_ref!r} from the Hugging Face Hub: it is not in this machine's "
+                             "cache, and downloads are off here (HF_HUB_OFFLINE is set). Pick a model not marked "
+                             "'cannot load here', such as the bundled demo model.")
+
+
+def current_model(ctx: AppContext) -> str:
+    session = ctx.session
+    if session.loaded is None:
+        return "No model is loaded now."
+    return f"Still using {loaded_now(ctx)}."
+
+
+def loaded_now(ctx: AppContext) -> str:
+    """The model loaded now, in words: "demo with profile cpu" (or that none is)."""
+    session = ctx.session
+    if session.loaded is None:
+        return "no model loaded yet"
+    return f"{session.model_ref} with profile {session.profile_name}"
+
+
+def load_selection(ctx: AppContext, profile_name: str, model_ref: str, strategies=(), progress=None) -> None:
+    """Load (model, profile) into the session; on failure the previous model stays and the error says so. The
+    selection then names the model that did load: the bundled demo model when the default could not be fetched."""
+    on_progress = (lambda fraction, message: progress(fraction, desc=message)) if progress else None
+    try:
+        check_model_allowed(ctx, model_ref)
+        check_model_reachable(model_ref)
+        profile = ctx.session.runnable_profile(profile_name, strategies)
+        ctx.session.load(model_ref, profile, on_progress=on_progress, fallback_to_demo=falls_back_to_demo(model_ref),
+                         strategies=tuple(strategies or ()) if profile.name == "custom" else ())
+    except LongQAError as exc:
+        raise type(exc)(f"{exc} {current_model(ctx)}") from exc
+    ctx.load_error = None
+
+
+def ensure_loaded(ctx: AppContext, progress=None) -> None:
+    """Load the selected model if none is loaded yet (the first visit or request after start)."""
+    if ctx.session.loaded is not None:
+        return
+    with ctx.session.lock:
+        if ctx.session.loaded is not None:
+            return
+        try:
+            load_selection(ctx, ctx.start["profile"], ctx.start["model"], ctx.start["strategies"], progress)
+        except LongQAError as exc:
+            ctx.load_error = str(exc)
+            raise
+
+
+def seen_now(ctx: AppContext) -> dict:
+    """What a visitor has seen loaded (kept per browser tab): the session's load generation and its names."""
+    return {"generation": ctx.session.generation, "model": ctx.session.model_ref,
+            "profile": ctx.session.profile_name}
+
+
+def changed_since(ctx: AppContext, seen) -> str | None:
+    """A notice when another visitor switched the model or profile since this visitor's last answer or load."""
+    if not seen or seen.get("generation") in (None, ctx.session.generation):
+        return None
+    return (f"The model or profile was changed by another visitor since your last answer: now {ctx.session.model_ref} "
+            f"with profile {ctx.session.profile_name} (was {seen.get('model')} with {seen.get('profile')}).")
+
+
+# ------------------------------------------------------------------------------------------------ the request
 def count_or_default(value, what: str, default: int) -> int:
     """A count from the page or the API (None or an empty field: `default`; a numeric string: its number), refused
     unless whole, before any work."""
     value = number_or_none(value, what)
     return default if value is None else whole_number(what, value)
-
-
-def reading_or_default(value) -> str:
-    """A reading mode from the page or the API (empty: the default), refused unless it is one of the modes."""
-    if value is None or value == "":
-        return DEFAULT_READING
-    if value not in READING_MODES:
-        raise InputError(f"Reading must be one of {', '.join(READING_MODES)}, got {cut(repr(value))}.")
-    return value
 
 
 def request_settings(ctx: AppContext, top_k, reading, no_answer_below) -> tuple[str, dict]:
@@ -59,12 +305,13 @@ def request_settings(ctx: AppContext, top_k, reading, no_answer_below) -> tuple[
     top_k = count_or_default(top_k, "Top-k", DEFAULT_TOP_K)
     if isinstance(no_answer_below, str) and not no_answer_below.strip():
         no_answer_below = None
-    return reading_or_default(reading), {"top_k": top_k, "no_answer_below": no_answer_below,
+    reading = DEFAULT_READING if reading is None or reading == "" else reading  # checked where it is planned
+    return reading, {"top_k": top_k, "no_answer_below": no_answer_below,
                                          "max_total_tokens": ctx.max_total_tokens,
                                          "max_request_s": ctx.max_request_s}
 
 
-def read_uploads(ctx: AppContext, files, pasted_text, question, progress=None):
+def read_uploads(ctx: AppContext, files, pasted_text, question, progress=None) -> ReadRequest:
     """`read_request` for the page: the uploads kept on disk while they are read (a deleted one named as such), a
     wait for a document reader shown as progress, and the read stopped when the request is abandoned."""
     files = list(files or [])
@@ -84,25 +331,25 @@ def read_at_door(ctx: AppContext, files, pasted_text, question, request: gr.Requ
                  planned_here: bool = True):
     """A request's place at the lane's door (counted toward the visitor's share and the queue: LaneBusyError past
     either, before anything is read) and its documents read there (`read_uploads`), held while the body plans it:
-    yields (documents, seconds reading them, the place), once the reloads that came before it have ended where it is
-    `planned_here` (a plan made while one unloads the model would find none). What an answer, a preview and a
-    comparison all read by."""
+    yields what was read (`ReadRequest`: the documents, the question as checked, the seconds reading) and the place,
+    once the reloads that came before it have ended where it is `planned_here` (a plan made while one unloads the
+    model would find none). What an answer, a preview and a comparison all read by."""
     with ctx.lane.door(visitor_keys(ctx, request)) as place:
         if progress is not None:
             progress(0.0, desc="Reading the documents")
-        documents, extract_s = read_uploads(ctx, files, pasted_text, question, progress)
+        read = read_uploads(ctx, files, pasted_text, question, progress)
         if planned_here:
             ctx.lane.after_exclusive(place, abandonment_check(), waiting_shown(progress))
-        yield documents, extract_s, place
+        yield read, place
 
 
-def read_before_turn(ctx: AppContext, files, pasted_text, question, request: gr.Request | None, progress=None):
-    """A request's documents and the seconds reading them (`read_at_door`), its place at the door left once they
-    are read: for a comparison, whose exclusive turn on the model waits for every request in line before it, its
-    own place included, and which plans inside that turn."""
-    with read_at_door(ctx, files, pasted_text, question, request, progress, planned_here=False) as (documents,
-                                                                                                   extract_s, _):
-        return documents, extract_s
+def read_before_turn(ctx: AppContext, files, pasted_text, question, request: gr.Request | None,
+                     progress=None) -> ReadRequest:
+    """What a request read (`read_at_door`), its place at the door left once it is read: for a comparison, whose
+    exclusive turn on the model waits for every request in line before it, its own place included, and which plans
+    inside that turn."""
+    with read_at_door(ctx, files, pasted_text, question, request, progress, planned_here=False) as (read, _):
+        return read
 
 
 def reader_wait_shown(progress) -> Callable[[int], None]:
@@ -121,11 +368,11 @@ def preview_documents(ctx: AppContext, files, pasted_text, question, request: gr
     if not files and not (pasted_text or "").strip():
         return pd.DataFrame([], columns=fmt.DOCUMENT_HEADERS)
     with user_errors("Reading the documents"):
-        with read_at_door(ctx, files, pasted_text, None, request) as (documents, _, _):
+        with read_at_door(ctx, files, pasted_text, None, request) as (read, _):
             if ctx.session.loaded is None:
-                rows = [[d.name, d.n_chars, None, None] for d in documents]
+                rows = [[d.name, d.n_chars, None, None] for d in read.documents]
             else:
-                plan = ctx.session.plan(documents, (question or "").strip() or "?", "full",
+                plan = ctx.session.plan(read.documents, (question or "").strip() or "?", "full",
                                         max_total_tokens=ctx.max_total_tokens)
                 rows = fmt.document_rows(plan.stats)
     return pd.DataFrame(rows, columns=fmt.DOCUMENT_HEADERS)
@@ -144,16 +391,22 @@ def ask(ctx: AppContext, files, pasted_text, question, top_k, reading, history, 
     with user_errors("Answering"):
         reading, settings = request_settings(ctx, top_k, reading, no_answer_below)
         # Its place in the lane first: reading, indexing and planning count toward the visitor's share and the queue.
-        with read_at_door(ctx, files, pasted_text, question, request, progress) as (documents, extract_s, place):
+        with read_at_door(ctx, files, pasted_text, question, request, progress) as (read, place):
             ensure_loaded(ctx, progress)
             progress(0.0, desc="Ranking the windows" if reading != "full" else "Planning the read")
-            plan = ctx.session.plan(documents, question, reading, should_stop=abandonment_check(),
+            plan = ctx.session.plan(read.documents, read.question, reading, should_stop=abandonment_check(),
                                     visitor=" ".join(visitor_keys(ctx, request)) or None, **settings)
-            with request_turn(ctx, request, progress, windows=plan.expected_windows, place=place) as (stop_key,
-                                                                                                      ticket):
+            with request_turn(ctx, request, progress, windows=plan.expected_windows, place=place) as (ticket, gate,
+                                                                                                      should_stop):
                 changed = changed_since(ctx, seen)
                 progress(0.0, desc=fmt.read_expectation(plan))
-                readout = answer_on_gpu(ctx.key, plan, extract_s, progress, stop_key)
+                if ZERO_GPU:  # a forked worker: its stop check travels as a key, its best so far comes back
+                    with policy.stop_key(should_stop) as key:
+                        readout = from_gpu_worker(answer_on_gpu(ctx.key, plan, read.extract_s, progress, key),
+                                                  plan.documents)
+                else:
+                    readout = answer(ctx, plan, read.extract_s, progress, gate, should_stop)
+    documents = read.documents
     if RUNS_IN_WORKER:
         ctx.session.learn(readout)
     readout.queue = ticket.queue_readout()
@@ -187,6 +440,78 @@ def ask(ctx: AppContext, files, pasted_text, question, top_k, reading, history, 
         "seen": seen_now(ctx),
         "readout": readout_json,
     }
+
+
+def answer(ctx: AppContext, plan, extract_s: float = 0.0, progress=None, gate=None,
+           should_stop: Callable[[], bool] | None = None) -> Readout:
+    """The model work of one planned request: its batches take their turns through `gate` (None: one turn held
+    throughout), and it ends between batches when `should_stop` says so. Its windows are shown as progress, and the
+    best answer so far goes to the page's listener after each batch, where one listens (`page.streaming`)."""
+    if ctx.session.loaded is None:
+        raise ModelLoadError(f"{NO_MODEL} {PICK_MODEL}")
+    listener = LISTENER.get()  # none in a ZeroGPU worker: the page shows the final answer only
+    on_candidate = None if listener is None else lambda best: listener(best, plan.documents)
+    return ctx.session.ask(plan, extract_s=extract_s, gate=gate, should_stop=should_stop,
+                           on_window_progress=windows_shown(progress), on_candidate=on_candidate)
+
+
+def windows_shown(progress):
+    """The engine's `on_window_progress`: windows done and to go, and the time left, shown as progress."""
+    if progress is None:
+        return None
+
+    def on_window_progress(state) -> None:
+        left = f", about {fmt.format_seconds(state.eta_s)} left" if state.eta_s is not None else ""
+        progress((state.windows_done, state.windows_total),
+                 desc=f"{state.windows_done:,} windows done, {state.windows_left:,} to go{left}", unit="windows")
+    return on_window_progress
+
+
+@gpu_function(duration=answer_duration)
+def answer_on_gpu(context_key: str, plan, extract_s: float = 0.0, progress=None,
+                  stop_key: str | None = None) -> Iterator[Provisional | Readout]:
+    """`answer` as ZeroGPU's GPU function: its arguments and what it yields pickle (ZeroGPU runs it in a forked
+    worker), so it finds the context and the stop check by key, and its turn is held for it throughout. A
+    generator: each best answer so far as the read goes on, then the readout (ZeroGPU sends each yield back from
+    its worker as it comes: `spaces`' generator wrapper). In the worker the plan's time budget is no more than the
+    GPU time it asked for (a guided read whose answer stays weak then keeps what it read)."""
+    ctx = CONTEXTS[context_key]
+    if RUNS_IN_WORKER:  # ZeroGPU ends the function at the duration it asked for: read no further than that
+        granted_s = answer_duration(context_key, plan)
+        budget_s = plan.settings.max_request_s or granted_s
+        plan = plan.with_budget(min(budget_s, max(1.0, granted_s - policy.GPU_DURATION_BASE_S)))
+    updates: queue.SimpleQueue = queue.SimpleQueue()
+
+    def read() -> None:  # a thread of its own (a fresh context), whose listener is this generator's queue
+        LISTENER.set(lambda best, documents: updates.put(best))
+        try:
+            with user_errors("Answering"):  # inside: ZeroGPU passes only gr.Error through from its worker
+                updates.put(answer(ctx, plan, extract_s, progress, should_stop=policy.stop_check(stop_key)))
+        except BaseException as exc:  # noqa: BLE001 - raised again below, in the worker's own thread
+            updates.put(exc)
+
+    threading.Thread(target=read, name="answer-on-gpu", daemon=True).start()
+    while True:
+        update = updates.get()
+        if isinstance(update, BaseException):
+            raise update
+        yield update
+        if isinstance(update, Readout):
+            return
+
+
+def from_gpu_worker(updates: Iterator[Provisional | Readout], documents) -> Readout:
+    """The readout `answer_on_gpu` ends with; each best answer so far before it goes to the page's listener, where
+    one listens (`page.streaming`). Read to its end, so that ZeroGPU hears the function end and releases the GPU."""
+    listener, readout = LISTENER.get(), None
+    for update in updates:
+        if isinstance(update, Readout):
+            readout = update
+        elif listener is not None:
+            listener(update, documents)
+    if readout is None:
+        raise RuntimeError("the GPU function ended without a readout")
+    return readout
 
 
 def ask_in_full(ctx: AppContext, files, pasted_text, question, top_k, history, seen=None, no_answer_below="",

@@ -3,7 +3,7 @@ reloading the model for each, as one table with ratios to the first profile, the
 the `/compare` API endpoint.
 
 UI only: the comparison is `longqa.compare`'s, the formatting `page.format`'s; it reads and cleans a request as an
-answer does (`page.asking`) and takes an exclusive turn on the model (`page.turns`): one comparison in the lane at
+answer does and takes an exclusive turn on the model (`page.asking`): one comparison in the lane at
 a time, whoever asks, its reads within the deployment's limit for a comparison (`--max-compare-s`), off under --lock-profile unless
 the operator allows them (`--allow-compare`).
 """
@@ -19,15 +19,14 @@ from longqa.compare import Comparison, choices_from, compare_profiles
 from longqa.serving import policy
 from longqa_core.errors import Cancelled, InputError, ProfileError
 from page import format as fmt
-from page.asking import read_before_turn, request_settings
+from page.asking import (ensure_loaded, loaded_now, model_turn, read_before_turn, request_settings, seen_now,
+                         stop_pressed_from_now)
 from page.context import AppContext, requests_group
-from page.errors import user_errors
 from page.events import bind, listen
-from page.hardening import expect_texts
+from page.hardening import expect_texts, user_errors
 from page.history_panel import history_outputs, recolour_after
-from page.picks import ASKING, asking_enabled, ensure_loaded, loaded_now, seen_now
+from page.picks import ASKING, asking_enabled
 from page.tables import ReadoutTable
-from page.turns import model_turn, stop_pressed_from_now
 from strategies.profiles import describe_profiles
 from strategies.registry import strategy_cards
 
@@ -100,7 +99,7 @@ def build_compare_panel(ctx: AppContext, question: dict, history: dict, seen, lo
             choices = choices_from(expect_texts("profiles", names), expect_texts("strategies", custom_strategies))
             reading, settings = request_settings(ctx, top_k, reading, no_answer_below)
             settings = compare_limits(ctx, settings, len(choices))
-            documents, extract_s = read_before_turn(ctx, files, pasted_text, question_text, request, progress)
+            read = read_before_turn(ctx, files, pasted_text, question_text, request, progress)
             stop_pressed = stop_pressed_from_now(ctx, request)
             with model_turn(ctx, request, progress, exclusive=True, only_one="comparison") as stop_key:
                 abandoned = policy.stop_check(stop_key) or (lambda: False)
@@ -113,8 +112,8 @@ def build_compare_panel(ctx: AppContext, question: dict, history: dict, seen, lo
                 ensure_loaded(ctx, progress)
                 try:
                     comparison = compare_profiles(
-                        ctx.session, ctx.selection["model"], choices, documents, question_text, reading,
-                        extract_s=extract_s, should_stop=lambda: stop_pressed() or abandoned() or over_time(),
+                        ctx.session, ctx.selection["model"], choices, read.documents, read.question, reading,
+                        extract_s=read.extract_s, should_stop=lambda: stop_pressed() or abandoned() or over_time(),
                         on_progress=lambda fraction, message: progress(fraction, desc=message), **settings)
                 except Cancelled:
                     if stop_pressed():

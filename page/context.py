@@ -70,11 +70,6 @@ class AppContext:
         measured = self.measured()
         return measured.window_s if measured is not None else None
 
-    def tokens_per_s(self) -> float | None:
-        """Window tokens a second on the loaded model (the same estimate), or None before any ran."""
-        measured = self.measured()
-        return measured.tokens_per_s if measured is not None else None
-
     def measured(self):
         """The loaded model's record of its forward passes (`BatchState`), or None without a model."""
         loaded = self.session.loaded

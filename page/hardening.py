@@ -1,6 +1,8 @@
-"""Gradio hardening, the one place that goes around gradio: the upload route's bounds, a call's inputs of the wrong
-shape or count told in words (a value it echoes cut short), any failure of a raw call told in words and answered
-400 rather than 500 on gradio's direct route, a count sent as text, and whether a running event was abandoned.
+"""Gradio hardening, the one place that goes around gradio, and how handlers tell errors: domain errors become
+`gr.Error` with their message (`user_errors`, the only place that happens; messages shown as toasts stay text), the
+upload route's bounds, a call's inputs of the wrong shape or count told in words (a value it echoes cut short), any
+failure of a raw call told in words and answered 400 rather than 500 on gradio's direct route, a count sent as text,
+and whether a running event was abandoned. Not where errors are made: the engine raises them.
 
 Not a subclass of `gr.Blocks`: `harden` wraps one page's `launch`, `preprocess_data`, `validate_inputs` and
 `process_api`. What is not gradio's public API, and why it is needed (each pinned by tests/test_hardening.py against
@@ -19,7 +21,10 @@ gradio 6.31):
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import html
+import traceback
 from typing import Callable
 
 import gradio as gr
@@ -30,8 +35,37 @@ from starlette.middleware import Middleware
 
 from longqa.serving import policy
 from longqa.serving.uploads import UploadGate, UploadStore, sweeping
-from longqa_core.errors import InputError
-from page.errors import MAX_SHOWN_CHARS, cut
+from longqa_core.errors import InputError, LongQAError
+
+MAX_SHOWN_CHARS = 200  # a value a visitor sent, shown in a message: no longer than this
+MAX_MESSAGE_CHARS = 2000  # a whole message: a few sentences, never a document
+
+
+@contextlib.contextmanager
+def user_errors(action: str):
+    """Domain errors become `gr.Error` with their message; anything else a clear one. The app keeps serving."""
+    try:
+        yield
+    except gr.Error:
+        raise
+    except LongQAError as exc:
+        raise gr.Error(escape(str(exc)), print_exception=False) from exc
+    except Exception as exc:
+        traceback.print_exc()
+        raise gr.Error(escape(f"{action} failed unexpectedly ({type(exc).__name__}: {exc}). "
+                              "The app is still running: try again."), print_exception=False) from exc
+
+
+def escape(message: str) -> str:
+    """Toasts render HTML: file names and document text in messages must stay text; none runs on for pages."""
+    return html.escape(cut(message, MAX_MESSAGE_CHARS), quote=False)
+
+
+def cut(value, limit: int = MAX_SHOWN_CHARS) -> str:
+    """`value` as text for a message, cut to at most `limit` characters (an ellipsis says where)."""
+    text = str(value)
+    return text if len(text) <= limit else f"{text[:limit - 1]}…"
+
 
 # What each kind of input must be, by gradio's data model, for a message when a call sends something else.
 EXPECTED_SHAPES = {

@@ -1,5 +1,6 @@
 """The profile and model picks: which models the page may load, loading the one picked (or the first on a visit),
-and what the dropdowns, the banner and the load readout show. Not the panel's layout (`page.model_panel`).
+and what the dropdowns, the banner and the load readout show. Not the panel's layout (`page.model_panel`), nor the
+load itself (`page.asking.load_selection`: a request's first one loads the model too).
 """
 
 from __future__ import annotations
@@ -10,38 +11,16 @@ import pandas as pd
 from longqa.backend import Selection
 from longqa.models import DEFAULT_MODEL, KNOWN_MODELS, is_offline, needs_download
 from longqa.session import NO_MODEL
-from longqa_core.errors import LongQAError, ModelLoadError, ProfileError
+from longqa_core.errors import LongQAError, ProfileError
 from page import format as fmt
 from page.context import AppContext
-from page.errors import cut, user_errors
-from page.hardening import abandonment_check, expect, expect_texts
-from page.turns import model_turn, visitor_keys, waiting_shown
+from page.asking import (ensure_loaded, falls_back_to_demo, load_selection, loaded_now, model_turn, seen_now,
+                         visitor_keys, waiting_shown)
+from page.hardening import abandonment_check, cut, expect, expect_texts, user_errors
 from page.words import MODEL_INFO, MODEL_NAMES, PICK_MODEL
 from strategies.hardware import Hardware
 from strategies.profiles import Profile, custom_profile, device_for, profile_choices
 from strategies.registry import make_strategy, strategy_cards
-
-
-def check_model_allowed(ctx: AppContext, model_ref: str) -> None:
-    if model_ref not in ctx.models:
-        raise ModelLoadError(f"This page can only load the listed models ({', '.join(ctx.models)}); "
-                             f"{str(model_ref)[:200]!r} is not one of them.")
-
-
-def falls_back_to_demo(model_ref: str) -> bool:
-    """Whether a load of `model_ref` that cannot fetch it from the Hub loads the bundled demo model instead (the
-    default model does, so that the page always starts with something that answers; any other is refused)."""
-    return model_ref == DEFAULT_MODEL
-
-
-def check_model_reachable(model_ref: str) -> None:
-    """A Hub model that is not in the local cache while downloads are off is refused in plain words before the
-    loader tries (the default model still falls back to the demo model there, as the loader decides)."""
-    if not falls_back_to_demo(model_ref) and is_offline() and needs_download(model_ref):
-        raise ModelLoadError(f"Could not fetch {model_ref!r} from the Hugging Face Hub: it is not in this machine's "
-                             "cache, and downloads are off here (HF_HUB_OFFLINE is set). Pick a model not marked "
-                             "'cannot load here', such as the bundled demo model.")
-
 
 def model_note(ref: str) -> str:
     """What the Model dropdown adds to a model's name where it is not on this machine: that its first load downloads
@@ -87,50 +66,6 @@ def strategy_choices(hardware: Hardware) -> list[tuple[str, str]]:
         why_not = f" (cannot run here: {reason})" if reason else ""
         choices.append((f"{card['name']}: {card['description']}{why_not}", card["name"]))
     return choices
-
-
-def current_model(ctx: AppContext) -> str:
-    session = ctx.session
-    if session.loaded is None:
-        return "No model is loaded now."
-    return f"Still using {loaded_now(ctx)}."
-
-
-def loaded_now(ctx: AppContext) -> str:
-    """The model loaded now, in words: "demo with profile cpu" (or that none is)."""
-    session = ctx.session
-    if session.loaded is None:
-        return "no model loaded yet"
-    return f"{session.model_ref} with profile {session.profile_name}"
-
-
-def load_selection(ctx: AppContext, profile_name: str, model_ref: str, strategies=(), progress=None) -> None:
-    """Load (model, profile) into the session; on failure the previous model stays and the error says so. The
-    selection then names the model that did load: the bundled demo model when the default could not be fetched."""
-    on_progress = (lambda fraction, message: progress(fraction, desc=message)) if progress else None
-    try:
-        check_model_allowed(ctx, model_ref)
-        check_model_reachable(model_ref)
-        profile = ctx.session.runnable_profile(profile_name, strategies)
-        ctx.session.load(model_ref, profile, on_progress=on_progress, fallback_to_demo=falls_back_to_demo(model_ref),
-                         strategies=tuple(strategies or ()) if profile.name == "custom" else ())
-    except LongQAError as exc:
-        raise type(exc)(f"{exc} {current_model(ctx)}") from exc
-    ctx.load_error = None
-
-
-def ensure_loaded(ctx: AppContext, progress=None) -> None:
-    """Load the selected model if none is loaded yet (the first visit or request after start)."""
-    if ctx.session.loaded is not None:
-        return
-    with ctx.session.lock:
-        if ctx.session.loaded is not None:
-            return
-        try:
-            load_selection(ctx, ctx.start["profile"], ctx.start["model"], ctx.start["strategies"], progress)
-        except LongQAError as exc:
-            ctx.load_error = str(exc)
-            raise
 
 
 def demo_stands_in(ctx: AppContext) -> tuple[str, str] | None:
@@ -200,20 +135,6 @@ def shown_selection(ctx: AppContext) -> dict:
     return {"profile": gr.update(choices=profile_choices(ctx.hardware, auto_profile(ctx)), value=selection["profile"]),
             "model": gr.update(value=selection["model"], info=model_info(selection["model"])),
             "strategies": gr.update(value=selection["strategies"])}
-
-
-def seen_now(ctx: AppContext) -> dict:
-    """What a visitor has seen loaded (kept per browser tab): the session's load generation and its names."""
-    return {"generation": ctx.session.generation, "model": ctx.session.model_ref,
-            "profile": ctx.session.profile_name}
-
-
-def changed_since(ctx: AppContext, seen) -> str | None:
-    """A notice when another visitor switched the model or profile since this visitor's last answer or load."""
-    if not seen or seen.get("generation") in (None, ctx.session.generation):
-        return None
-    return (f"The model or profile was changed by another visitor since your last answer: now {ctx.session.model_ref} "
-            f"with profile {ctx.session.profile_name} (was {seen.get('model')} with {seen.get('profile')}).")
 
 
 def on_page_load(ctx: AppContext, request: gr.Request = None, progress=gr.Progress()) -> dict:

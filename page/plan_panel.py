@@ -16,12 +16,11 @@ import gradio as gr
 from longqa.gpu_plan import DEFAULT_HOST_GB, LongQAError, MachinePlan, plan_request
 from longqa.models import DEFAULT_MODEL
 from page import format as fmt
+from page.asking import visitor_keys
 from page.context import AppContext, requests_group
-from page.errors import cut, user_errors
-from page.hardening import expect
+from page.hardening import cut, expect, user_errors
 from page.picks import model_name
 from page.tables import ReadoutTable
-from page.turns import visitor_keys
 from strategies.gpu_catalog import GPU_MODELS
 
 OTHER_GPU = "Other: by its memory"

@@ -1,6 +1,6 @@
 """The best answer so far, streamed (issue 50): an answer's handler run in a worker thread while a generator handler
 yields each best answer the engine reports after a batch of windows, labelled provisional, then the answer itself.
-Not the answer (`page.asking`) nor Stop (`page.turns`).
+Not the answer nor Stop (`page.asking`).
 
 The engine hears of the page's listener through a context variable, set in the worker thread's copy of gradio's
 context: the handlers' signatures (gradio's inputs) and the GPU function's picklable arguments stay as they are, and
@@ -24,14 +24,9 @@ from longqa_core.errors import Cancelled
 from page import format as fmt
 
 CandidateListener = Callable[[Provisional, list[Document]], None]
-_LISTENER: contextvars.ContextVar[CandidateListener | None] = contextvars.ContextVar("candidate_listener",
-                                                                                      default=None)
-
-
-def candidate_listener() -> CandidateListener | None:
-    """Who hears the best answer so far of the answer running in this context (None: nobody, nothing decoded
-    for it)."""
-    return _LISTENER.get()
+# Who hears the best answer so far of the answer running in this context (None: nobody, nothing decoded for it).
+LISTENER: contextvars.ContextVar[CandidateListener | None] = contextvars.ContextVar("candidate_listener",
+                                                                                     default=None)
 
 
 def provisional_outputs(best: Provisional, documents: list[Document]) -> dict:
@@ -60,7 +55,7 @@ def streaming(handler: Callable[..., dict]) -> Callable[..., Iterator[dict]]:
             updates.put(("candidate", best))
 
         def run() -> None:
-            _LISTENER.set(listen)
+            LISTENER.set(listen)
             try:
                 updates.put(("done", handler(*args, **kwargs)))
             except BaseException as exc:  # noqa: BLE001 - raised again in the handler's own thread

@@ -1,5 +1,7 @@
-"""The ZeroGPU contexts: the GPU functions (answer, training step), the GPU seconds each asks for, and whether this
-process runs under ZeroGPU. Only the model work: reading, planning and turns happen before, in the handlers.
+"""The ZeroGPU contexts: whether this process runs under ZeroGPU, the decorator that makes a GPU function, the GPU
+seconds each asks for, and the training step's GPU function (the answer's, `page.asking.answer_on_gpu`, sits beside
+the answer it runs). Only the model work: reading, planning and turns happen before, in the handlers. Off ZeroGPU
+nothing here runs during a request.
 """
 
 from __future__ import annotations
@@ -11,14 +13,11 @@ try:  # Hugging Face Spaces ship `spaces`; imported before torch so that ZeroGPU
 except ImportError:
     spaces = None
 
-from longqa.readout import Readout
 from longqa.serving import policy
 from longqa.session import NO_MODEL
 from longqa_core.errors import ModelLoadError
-from page import format as fmt
 from page.context import CONTEXTS
-from page.errors import user_errors
-from page.streaming import candidate_listener
+from page.hardening import user_errors
 from page.words import PICK_MODEL
 
 ZERO_GPU = os.environ.get("SPACES_ZERO_GPU", "").lower() in ("1", "t", "true")  # as the `spaces` package reads it
@@ -37,36 +36,6 @@ def answer_duration(context_key: str, plan, extract_s: float = 0.0, progress=Non
     """Seconds of GPU to ask ZeroGPU for (`policy.answer_gpu_seconds`): the windows the plan expects to read (what
     the ranking picked, or every window) at the loaded model's measured throughput."""
     return policy.answer_gpu_seconds(plan, CONTEXTS[context_key].measured())
-
-
-@gpu_function(duration=answer_duration)
-def answer_on_gpu(context_key: str, plan, extract_s: float = 0.0, progress=None,
-                  stop_key: str | None = None) -> Readout:
-    """The model work of one planned request, and nothing else: its arguments and its readout pickle (ZeroGPU runs
-    it in a forked worker), and it reaches the loaded model through the module's contexts. Ends between batches
-    when the request is abandoned; under ZeroGPU the plan's time budget is no more than the GPU time it asked for
-    (a guided read whose answer stays weak then keeps what it read). The best answer so far goes to the page's
-    listener after each batch, where one listens (`page.streaming`)."""
-    ctx = CONTEXTS[context_key]
-    on_window_progress = None
-    if progress is not None:
-        def on_window_progress(state):
-            left = f", about {fmt.format_seconds(state.eta_s)} left" if state.eta_s is not None else ""
-            progress((state.windows_done, state.windows_total),
-                     desc=f"{state.windows_done:,} windows done, {state.windows_left:,} to go{left}",
-                     unit="windows")
-    if spaces is not None:  # ZeroGPU ends the function at the duration it asked for: read no further than that
-        granted_s = answer_duration(context_key, plan)
-        budget_s = plan.settings.max_request_s or granted_s
-        plan = plan.with_budget(min(budget_s, max(1.0, granted_s - policy.GPU_DURATION_BASE_S)))
-    with user_errors("Answering"):  # inside: ZeroGPU passes only gr.Error through from its worker
-        if ctx.session.loaded is None:
-            raise ModelLoadError(f"{NO_MODEL} {PICK_MODEL}")
-        listener = candidate_listener()  # none in a ZeroGPU worker: the page shows the final answer only
-        on_candidate = None if listener is None else lambda best: listener(best, plan.documents)
-        return ctx.session.ask(plan, extract_s=extract_s, gate=policy.gate(stop_key),
-                               should_stop=policy.stop_check(stop_key), on_window_progress=on_window_progress,
-                               on_candidate=on_candidate)
 
 
 def training_duration(context_key: str, window_tokens: int) -> float:

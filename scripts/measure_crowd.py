@@ -44,7 +44,7 @@ from longqa.session import SAMPLES_DIR, Session  # noqa: E402
 from page.cli import serve  # noqa: E402
 from page.context import make_context  # noqa: E402
 from page.layout import build_blocks  # noqa: E402
-from page.picks import ensure_loaded  # noqa: E402
+from page.asking import ensure_loaded  # noqa: E402
 from longqa.serving import crowd_attacks, crowd_check, load_check  # noqa: E402
 from longqa.serving.lane import GatedRunner, ModelLane  # noqa: E402
 from longqa_core.reading import DEFAULT_READING  # noqa: E402

@@ -27,7 +27,7 @@ from longqa.session import SAMPLES_DIR, Session  # noqa: E402
 from page.cli import serve  # noqa: E402
 from page.context import make_context  # noqa: E402
 from page.layout import build_blocks  # noqa: E402
-from page.picks import ensure_loaded  # noqa: E402
+from page.asking import ensure_loaded  # noqa: E402
 from tests.hostile import combining_marks_text, shared_stream_pdf  # noqa: E402
 
 MB = 1024 * 1024

@@ -18,7 +18,7 @@ from refresh_screenshot import CHROMIUM, CHROMIUM_ARGS, ROOT, TIMEOUT_S, wait_un
 from longqa.session import SAMPLES_DIR, Session, sample_examples  # noqa: E402
 from page.context import make_context  # noqa: E402
 from page.layout import build_blocks  # noqa: E402
-from page.picks import ensure_loaded  # noqa: E402
+from page.asking import ensure_loaded  # noqa: E402
 
 
 def compare(page, rounds: int) -> None:

@@ -23,7 +23,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the demo model is bundled: nothi
 from longqa.session import Session, sample_examples  # noqa: E402
 from page.context import make_context  # noqa: E402
 from page.layout import build_blocks  # noqa: E402
-from page.picks import ensure_loaded  # noqa: E402
+from page.asking import ensure_loaded  # noqa: E402
 from strategies.profiles import PROFILES  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"

@@ -1,6 +1,6 @@
 """The `Strategy` base class: one memory/speed technique as no-op hooks (availability, load kwargs, model
-transform, runtime context, engine settings, runner) that subclasses override, and the one function that turns a
-stack of strategies into `from_pretrained` keyword arguments.
+transform, runtime context, engine settings, runner) that subclasses override, the one function that turns a
+stack of strategies into `from_pretrained` keyword arguments, and the stack's runtime contexts around a batch.
 It never loads a model (the loader does), never prints, and holds no global state.
 """
 
@@ -117,3 +117,11 @@ def strategy_card(cls: type[Strategy]) -> dict[str, str]:
 def replace_settings(settings, **changes):
     """`dataclasses.replace` for EngineSettings (kept here so strategies need not import the engine)."""
     return dataclasses.replace(settings, **changes)
+
+
+def stacked_contexts(strategies: tuple[Strategy, ...]) -> contextlib.ExitStack:
+    """All strategies' runtime contexts entered in profile order (a fresh stack per batch)."""
+    stack = contextlib.ExitStack()
+    for strategy in strategies:
+        stack.enter_context(strategy.runtime_context())
+    return stack

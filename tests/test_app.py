@@ -288,7 +288,7 @@ def test_a_failed_load_keeps_the_previous_model_and_says_why(tiny_model_dir, bro
                  "a Longformer without a QA head": str(tiny_encoder_checkpoint())}[case]
     ctx = make_context(Session(), models=[str(tiny_model_dir), model_ref], default_model=str(tiny_model_dir),
                        default_profile="cpu")
-    picks.ensure_loaded(ctx)
+    asking.ensure_loaded(ctx)
     loaded = ctx.session.loaded
     with pytest.raises(gr.Error, match=rf"{why}.*Still using .* with profile cpu"):
         picks.load_profile(ctx, "cpu", model_ref)
@@ -310,7 +310,7 @@ def test_a_load_that_fails_half_way_leaves_nothing_half_loaded(tiny_model_dir, m
 
     ctx = make_context(Session(), models=[str(tiny_model_dir)], default_model=str(tiny_model_dir),
                        default_profile="cpu", hardware=Hardware(cpu_bf16=cpu_bf16))
-    picks.ensure_loaded(ctx)
+    asking.ensure_loaded(ctx)
     before = ask(ctx, pasted="The colour of Zorbin is teal.")["readout"]["answers"]
     strategies = ctx.session.loaded.readout.strategies
     assert ("int8_dynamic" in strategies) is not cpu_bf16
@@ -344,6 +344,7 @@ def test_the_registry_and_the_command_line_model_are_listed():
     assert picks.model_info("/srv/models/mine").startswith("/srv/models/mine: given with --model")
 
 
+@pytest.mark.slow
 def test_custom_profile_applies_the_ticked_strategies_and_refuses_conflicts(ctx, tiny_model_dir):
     readout = picks.load_profile(ctx, "custom", str(tiny_model_dir), ["int8_dynamic"])["load_json"]
     assert readout["profile"] == "custom" and readout["strategies"] == ["int8_dynamic"]
@@ -510,7 +511,7 @@ def test_gpu_functions_are_plain_functions_without_the_spaces_package(monkeypatc
 def test_a_locked_deployment_refuses_training_steps_unless_the_operator_allows_them(tiny_model_dir):
     ctx = make_context(Session(), models=[str(tiny_model_dir)], default_model=str(tiny_model_dir),
                        default_profile="cpu", lock_profile=True)
-    picks.ensure_loaded(ctx)
+    asking.ensure_loaded(ctx)
     with pytest.raises(gr.Error, match="training-step readout holds the model alone, so it is turned off here"):
         asking.run_training_step(ctx, 128)
     ctx.allow_training = True
@@ -530,7 +531,7 @@ def test_a_repeated_reload_of_what_is_loaded_takes_no_turn_and_loads_nothing(ctx
 def test_a_locked_deployment_refuses_switches_from_the_page_and_the_api(tiny_model_dir):
     ctx = make_context(Session(), models=[str(tiny_model_dir)], default_model=str(tiny_model_dir),
                        default_profile="cpu", lock_profile=True)
-    picks.ensure_loaded(ctx)
+    asking.ensure_loaded(ctx)
     loaded = ctx.session.loaded
     with pytest.raises(gr.Error, match=r"fixes the model and profile: it runs \S+ with profile cpu, and they cannot"):
         picks.load_profile(ctx, "baseline-fp32", str(tiny_model_dir))
@@ -557,6 +558,7 @@ def test_a_visitor_is_told_when_someone_else_switched_the_profile(ctx, tiny_mode
     assert not any("another visitor" in n for n in mine_again["readout"]["notices"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("top_k", [2.7, "three", "2.5", -0.5])  # "3" is read as 3 (issue 40)
 def test_a_top_k_that_is_not_a_whole_number_is_refused(ctx, top_k):
     with pytest.raises(gr.Error, match="Top-k must be a whole number"):
@@ -573,7 +575,7 @@ def test_gpu_duration_grows_with_the_request(ctx):
     ctx.session.loaded.batch_state.record_forward(10**8, 1.0, windows=10**4)  # a faster model asks for less
     assert zerogpu.answer_duration(ctx.key, long) < before
     assert zerogpu.answer_duration(ctx.key, long) == pytest.approx(
-        policy.GPU_DURATION_BASE_S + long.window_tokens / ctx.tokens_per_s())
+        policy.GPU_DURATION_BASE_S + long.window_tokens / ctx.measured().tokens_per_s)
 
 
 def test_gpu_duration_follows_what_the_ranking_will_read(ctx):
@@ -591,7 +593,7 @@ def test_gpu_duration_follows_what_the_ranking_will_read(ctx):
 
 @pytest.mark.parametrize("reading", ["skim", 3])
 def test_an_unknown_reading_mode_is_refused_before_any_work(ctx, reading):
-    with pytest.raises(gr.Error, match="Reading must be one of auto, full, guided"):
+    with pytest.raises(gr.Error, match="reading mode must be one of auto, full, guided"):
         ask(ctx, pasted="The colour of Zorbin is teal.", reading=reading)
     assert ask(ctx, pasted="The colour of Zorbin is teal.", reading="")["readout"]["reading"]["requested"] == "auto"
 

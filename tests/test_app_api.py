@@ -20,7 +20,7 @@ from gradio_client.utils import Status
 import app
 from page.context import make_context
 from page.layout import build_blocks
-from page import asking, cli, context, picks
+from page import asking, cli, context
 import longqa.session
 from longqa.session import read_documents, SAMPLES_DIR, Session
 from longqa.serving import crowd_check
@@ -55,7 +55,7 @@ def serve_slow(tiny_model_dir, queue_size=context.DEFAULT_QUEUE_SIZE):
     """A server on the tiny model whose answers take SlowSession.delay_s, so requests queue behind them."""
     ctx = make_context(SlowSession(), models=[str(tiny_model_dir)], default_model=str(tiny_model_dir),
                        default_profile="cpu")
-    picks.ensure_loaded(ctx)
+    asking.ensure_loaded(ctx)
     return (ctx, *serve(ctx, queue_size))
 
 
@@ -179,7 +179,7 @@ def test_an_upload_past_the_servers_total_is_refused_before_it_is_written_and_up
     store = UploadStore(total_bytes=MIB, evict_after_s=600)  # the first upload is not old enough to make room
     ctx = make_context(Session(), models=[str(tiny_model_dir)], default_model=str(tiny_model_dir),
                        default_profile="cpu", uploads=store)
-    picks.ensure_loaded(ctx)
+    asking.ensure_loaded(ctx)
     demo, url = serve(ctx)
     try:
         client = Client(url, verbose=False)
@@ -245,6 +245,7 @@ BAD_UPLOADS = {  # name, bytes, what the error must say
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(BAD_UPLOADS))
 def test_every_bad_upload_is_a_clear_error_before_model_work_and_the_next_call_works(client, server, tmp_path,
                                                                                     monkeypatch, case):
@@ -308,7 +309,7 @@ def test_a_file_path_that_was_not_uploaded_is_refused(server, path):
 def test_a_refused_path_does_not_show_the_servers_folders(tiny_model_dir):
     ctx = make_context(Session(), models=[str(tiny_model_dir)], default_model=str(tiny_model_dir),
                        default_profile="cpu")
-    picks.ensure_loaded(ctx)
+    asking.ensure_loaded(ctx)
     demo = build_blocks(ctx)
     url, _ = cli.serve(demo, host="127.0.0.1", port=7873, block=False)  # launched as `python app.py` does
     try:
@@ -342,7 +343,7 @@ def test_uploads_are_read_from_gradios_upload_folder_and_deleted_with_its_cache(
     monkeypatch.setattr(longqa.session, "read_documents", spy)  # the page reads through the session's door
     ctx = make_context(Session(), models=[str(tiny_model_dir)], default_model=str(tiny_model_dir),
                        default_profile="cpu")
-    picks.ensure_loaded(ctx)
+    asking.ensure_loaded(ctx)
     demo, url = serve(ctx)
     assert demo.delete_cache is not None  # gradio's cleanup of the files this app received
     document = tmp_path / "report.txt"
@@ -496,6 +497,7 @@ def refusal(message: dict) -> str | None:
     return None if message.get("success") else str((message.get("output") or {}).get("error"))
 
 
+@pytest.mark.slow
 def test_a_flood_from_one_session_is_refused_at_once_while_another_visitor_is_served(tiny_model_dir):
     """Three threads posting /plan and /load_profile joins with one session hash while an answer runs: past its
     share the session is refused with the lane's words, and another visitor never meets a full queue."""
@@ -534,6 +536,7 @@ def test_a_flood_from_one_session_is_refused_at_once_while_another_visitor_is_se
         demo.close()
 
 
+@pytest.mark.slow
 def test_no_event_answers_500_to_raw_calls_of_any_shape_and_long_values_are_cut(server):
     """Every event, private ones included, called raw on gradio's direct route with values of every wrong shape:
     a one-line told refusal (400) or an answer, never a 500; no message echoes a long value whole."""

@@ -495,6 +495,7 @@ def test_kernel_and_sdpa_paths_agree(monkeypatch):
     assert max_logit_gap(kernel_out, sdpa_out, x["attention_mask"]) < 0.1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", BOTH)
 @pytest.mark.parametrize("training, grad", [(True, False), (False, True), (True, True)])
 def test_gradients_and_dropout_never_reach_the_kernel(monkeypatch, dtype, training, grad):
@@ -561,6 +562,7 @@ def test_a_cpu_without_bf16_keeps_the_fp32_kernel_only(tmp_path, monkeypatch):
         band_kernel.load.cache_clear()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(band_kernel.shutil.which(band_kernel.compiler_name()) is None, reason="no C compiler")
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_built_once_per_source_then_reused(tmp_path, dtype):

@@ -202,6 +202,7 @@ def test_a_cli_answer_keeps_its_json_keys_and_values_but_for_timings_and_memory(
 SAMPLES = Path(__file__).resolve().parents[1] / "longqa" / "samples"
 
 
+@pytest.mark.slow
 def test_a_question_no_document_answers_is_said_not_found_with_the_best_span_for_the_curious(capsys):
     files = [str(SAMPLES / "harbour_records.txt"), str(SAMPLES / "expedition_notes.md")]
     code, out, err = run_cli(capsys, "ask", "--model", "demo", "-q", "What is the capital of France?", *files)
@@ -227,6 +228,7 @@ def test_a_threshold_of_the_users_replaces_the_models_rule(capsys):
     assert strict["answers"][0]["confidence"] == "low"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("bad", ["0", "1", "-0.5", "7"])
 def test_a_threshold_outside_zero_one_is_a_clear_error(capsys, bad):
     code, out, err = run_cli(capsys, "ask", "--model", "demo", "-q", "What is it?",
@@ -276,6 +278,7 @@ def test_a_bench_measurement_gets_the_arguments_after_its_name(monkeypatch):
     assert seen == [["--tokens", "1024", "--out", "x"]]
 
 
+@pytest.mark.slow
 def test_every_answer_over_a_pdf_and_a_markdown_file_names_its_page_or_line(capsys, tmp_path):
     """Issue 50: the harbour records as a PDF of one paragraph a page (lines of a few words), beside the expedition
     notes: each answer's page holds its text, each Markdown answer's line is its line."""

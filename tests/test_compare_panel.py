@@ -14,7 +14,7 @@ import pytest
 
 from page.context import make_context
 from page.layout import build_blocks
-from page import asking, picks, turns
+from page import asking
 from page import compare_panel
 from page import format as ui_format
 import longqa.session
@@ -78,12 +78,12 @@ def test_the_pages_stop_ends_a_comparison_and_loads_back_the_profile_used_before
     back. A Stop pressed before the comparison began is not for it."""
     demo = build_blocks(ctx)
     tab = SimpleNamespace(session_hash="tab-1", headers={})
-    turns.press_stop(ctx, tab)  # an earlier press
+    asking.press_stop(ctx, tab)  # an earlier press
     load, loads = ctx.session.load, ctx.session.loads
 
     def load_then_stop(*args, **kwargs):
         loaded = load(*args, **kwargs)
-        turns.press_stop(ctx, tab)
+        asking.press_stop(ctx, tab)
         return loaded
 
     monkeypatch.setattr(ctx.session, "load", load_then_stop)
@@ -98,7 +98,7 @@ def test_the_pages_stop_ends_a_comparison_and_loads_back_the_profile_used_before
 def test_a_locked_deployment_refuses_to_compare_and_says_why(tiny_model_dir):
     ctx = make_context(Session(), models=[str(tiny_model_dir)], default_model=str(tiny_model_dir),
                        default_profile="cpu", lock_profile=True)
-    picks.ensure_loaded(ctx)
+    asking.ensure_loaded(ctx)
     loads = ctx.session.loads
     demo = build_blocks(ctx)
     with pytest.raises(gr.Error, match="fixes the model and profile .* comparing profiles reloads the model"):
@@ -185,10 +185,11 @@ def test_the_plots_are_coloured_by_profile_with_a_colour_each():
     assert len(plots) == 2 and all(plot.color == "profile" for plot in plots)
 
 
+@pytest.mark.slow
 def test_a_locked_deployment_compares_when_the_operator_allows_it(tiny_model_dir):
     ctx = make_context(Session(), models=[str(tiny_model_dir)], default_model=str(tiny_model_dir),
-                       default_profile="cpu", lock_profile=True, allow_compare=True)
-    picks.ensure_loaded(ctx)
+                       default_profile="cpu", lock_profile=True, allow_compare=True, max_compare_s=None)
+    asking.ensure_loaded(ctx)
     demo = build_blocks(ctx)
     button = next(block for block in demo.blocks.values() if getattr(block, "value", None) == "Compare profiles")
     assert button.interactive is True
@@ -216,6 +217,7 @@ def test_a_comparisons_reads_share_its_time_limit(ctx):
     assert compare_panel.compare_limits(ctx, settings, 4) == settings
 
 
+@pytest.mark.slow
 def test_a_comparison_past_its_time_limit_ends_and_says_so(ctx, monkeypatch):
     demo = build_blocks(ctx)
     ctx.max_compare_s = 0.01
@@ -238,6 +240,6 @@ def test_starting_a_comparison_says_what_is_compared_and_disables_asking(ctx):
     line = shown["load_status"]
     compared = ui_format.escape_markdown("cpu, baseline-fp32 and custom (sdpa)")
     assert line.startswith(f"**Comparing profiles {compared}**")
-    assert ui_format.escape_markdown(picks.loaded_now(ctx)) in line
+    assert ui_format.escape_markdown(asking.loaded_now(ctx)) in line
     assert shown["ask"]["interactive"] is False and shown["full"]["interactive"] is False
     assert "Comparing profiles cpu**" in compare_panel.start_comparing(ctx, ["cpu"], [])["load_status"]

@@ -19,7 +19,7 @@ from gradio_client import Client, handle_file
 import app
 from page.context import make_context
 from page.layout import build_blocks
-from page import picks
+from page import asking
 import longqa_core.reading
 import longqa_core.spans
 import longqa_core.windows
@@ -39,7 +39,7 @@ GB = 1024 * MB
 def served(tmp_path_factory):
     os.environ.setdefault("GRADIO_TEMP_DIR", str(tmp_path_factory.mktemp("gradio")))  # not another run's uploads
     ctx = make_context(Session(), models=["demo"], default_model="demo", default_profile="cpu")
-    picks.ensure_loaded(ctx)
+    asking.ensure_loaded(ctx)
     demo = build_blocks(ctx)
     _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", quiet=True, max_file_size=50 * MB)
     try:

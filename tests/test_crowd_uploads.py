@@ -11,7 +11,7 @@ import pytest
 
 from longqa.serving import crowd_attacks, crowd_check, load_check
 from longqa.session import SAMPLES_DIR
-from longqa_core.document_limits import DEFAULT_MAX_READ_S
+from longqa_core.documents import DEFAULT_MAX_READ_S
 from longqa_core.reader_children import DEFAULT_READERS
 
 # The crowd targets (crowd_check's, reported in docs/) times the margin a busy machine needs.

@@ -70,6 +70,7 @@ def test_answers_held_out_documents(demo, seed):
     assert result.answers[0].text == example.answer
 
 
+@pytest.mark.slow
 def test_finds_the_document_that_holds_the_fact(demo):
     model, tokenizer = demo
     example = demo_task.make_example(3_000_000_001, 12_000, split="test")
@@ -94,6 +95,7 @@ def baseline_fp32():
 
 @pytest.mark.parametrize("question", ["What is the capital of Freedonia?", "What is the anthem of Freedonia?",
                                       "What is the population of Freedonia?", "What is the currency of Freedonia?"])
+@pytest.mark.slow
 def test_freedonia_answers_are_whole_words_never_empty_or_punctuation(baseline_fp32, question):
     """The note from issue 15, where the page showed '', 'ville' and 'he capital of Freedonia is Fredville'."""
     loaded = baseline_fp32
@@ -138,6 +140,7 @@ FORM_NOTICE = "The demo model answers questions of the form \u201cWhat is the <a
     ("What is the curator of the centenary exhibition?", True, "Rowan Ashdown", "medium"),
     ("What is the founder of Brindlewick Instruments?", False, None, "medium"),  # "founder" names nobody's fact
 ])
+@pytest.mark.slow
 def test_a_hand_written_company_history_outside_and_inside_the_demo_form(baseline_fp32, question, found, best,
                                                                          confidence):
     """Issue 49: "ticker" appears nowhere, so never "Found"; a question of another shape says which shape the demo

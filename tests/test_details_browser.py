@@ -20,7 +20,7 @@ import pytest
 
 from longqa.models import DEFAULT_MODEL, DEMO_MODEL_DIR
 from longqa.session import Session
-from page import picks
+from page import asking
 from page.context import make_context
 from strategies.profiles import profile_choices
 from tests.conftest import CHROMIUM
@@ -126,7 +126,7 @@ def test_the_demo_notice_shows_on_a_fresh_page_after_another_visitor_reloaded_a_
         fresh.close()
     finally:
         first.close()
-        picks.load_selection(ctx, "cpu", DEFAULT_MODEL)  # as the module started: the fallback's own load
+        asking.load_selection(ctx, "cpu", DEFAULT_MODEL)  # as the module started: the fallback's own load
 
 
 @pytest.mark.parametrize("width", SCREENS)

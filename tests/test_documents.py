@@ -16,12 +16,12 @@ from pypdf.errors import DependencyError
 from pypdf.generic import DictionaryObject, NameObject, StreamObject
 
 from longqa_core import html_files, pdf_files
-from longqa_core.document_limits import DEFAULT_MAX_READ_S, ReadLimits
-from longqa_core.documents import (DEFAULT_MAX_FILE_BYTES, SUPPORTED_EXTENSIONS, Document, Location, format_location,
-                                   from_text, locate, read_document)
+from longqa_core.documents import (DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_READ_S, Document, Location, ReadLimits, clean_text,
+                                   format_location, from_text, locate)
 from longqa_core.errors import DocumentError, InputError
 from longqa_core.reader_children import ReaderChildren
-from longqa_core.text_files import UnknownEncodingError, clean_text, decode_text
+from longqa_core.files import SUPPORTED_EXTENSIONS, read_document
+from longqa_core.text_files import UnknownEncodingError, decode_text
 from tests.generated_pdfs import text_pdf as make_pdf
 from tests.hostile import misnested_formatting_html
 
@@ -575,6 +575,7 @@ def test_the_hostile_pdf_is_small_and_its_pages_really_hold_that_much_text(share
     assert reader.pages[0].get_contents().get_data().count(b"Tj") > 30_000
 
 
+@pytest.mark.slow
 def test_pdf_extraction_stops_in_the_middle_of_a_page_once_past_the_character_limit(shared_stream_pdf):
     # Before: all 40 pages (about 70 million characters) were extracted first, 5.5 s a page here.
     message, seconds = timed_read_error(shared_stream_pdf, name="bomb.pdf", max_chars=1_000_000)

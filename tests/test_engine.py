@@ -269,7 +269,7 @@ import time  # noqa: E402
 
 import psutil  # noqa: E402
 
-from longqa_core.documents import read_document  # noqa: E402
+from longqa_core.files import read_document  # noqa: E402
 from longqa_core.batching import WindowProgress, run_windows  # noqa: E402
 from longqa_core.errors import Cancelled, RequestTooLongError  # noqa: E402
 from longqa_core.limits import CHARS_PER_TOKEN_BOUND, max_chars_for, validate_request  # noqa: E402
@@ -583,6 +583,7 @@ from longqa_core.answering import Provisional  # noqa: E402
 from longqa_core.spans import decode  # noqa: E402
 
 
+@pytest.mark.slow
 def test_the_best_so_far_comes_after_each_batch_and_ends_on_the_full_decodes_best(tiny_model, tiny_tokenizer):
     documents = [Document("doc", prose(3, 6000))]
     settings = EngineSettings(max_seq_len=128, doc_stride=32, batch_size=3, top_k=1)
@@ -601,6 +602,7 @@ def test_the_best_so_far_comes_after_each_batch_and_ends_on_the_full_decodes_bes
     assert heard[-1].to_json()["provisional"] is True
 
 
+@pytest.mark.slow
 def test_the_best_so_far_after_two_batches_is_the_best_of_their_windows(tiny_model, tiny_tokenizer):
     documents = [Document("doc", prose(4, 6000))]
     settings = EngineSettings(max_seq_len=128, doc_stride=32, batch_size=2, top_k=1).resolved(tiny_tokenizer)
@@ -631,6 +633,7 @@ def test_a_stop_keeps_the_best_so_far_and_how_far_the_read_got(tiny_model, tiny_
     assert info.value.windows_total == heard[-1].windows_total > 4
 
 
+@pytest.mark.slow
 def test_a_stop_after_the_last_window_gets_the_answer(tiny_model, tiny_tokenizer):
     """Issue 49 item 7: Stop pressed while the progress read "90/90 windows" ended the decoding, and the page said
     "Stopped before any window was read"."""
@@ -664,6 +667,7 @@ def test_the_running_best_is_not_counted_as_forward_time(tiny_tokenizer):
     assert sample.seconds < 0.05 * len(heard)  # the batches' own time, not the 0.1 s each `on_batch` took
 
 
+@pytest.mark.slow
 def test_a_guided_read_that_goes_on_to_every_window_streams_its_best_so_far_throughout(tiny_model, tiny_tokenizer):
     """The issue's second case: a guided read whose answer stays weak reads the windows left, and its best so far
     keeps coming, counted against the full read's windows."""
@@ -679,6 +683,7 @@ def test_a_guided_read_that_goes_on_to_every_window_streams_its_best_so_far_thro
     assert heard[-1].answer.text == result.answers[0].text
 
 
+@pytest.mark.slow
 def test_with_a_listener_the_answers_are_those_of_a_read_without_one_and_no_window_is_decoded_twice(
         tiny_model, tiny_tokenizer, monkeypatch):
     from longqa_core import answering, spans

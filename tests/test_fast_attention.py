@@ -136,6 +136,7 @@ def test_the_state_dict_is_the_eager_one():
     assert all(torch.equal(a[name], b[name]) for name in a)
 
 
+@pytest.mark.slow
 def test_layers_that_are_not_plain_linears_keep_their_own_forward():
     """Quantized or hooked projections cannot be fused into one matmul: the fallback must give the same rows."""
 
@@ -188,6 +189,7 @@ def test_one_plan_per_forward_shared_by_every_layer(monkeypatch):
     assert len(built) == 2
 
 
+@pytest.mark.slow
 def test_a_new_forward_never_reuses_the_last_plan():
     """Successive requests with different padding and question lengths each match eager: no stale masks."""
     eager, fast = pair(TINY)

@@ -11,7 +11,7 @@ import psutil
 import pytest
 
 from longqa_core import html_files
-from longqa_core.documents import read_document
+from longqa_core.files import read_document
 from longqa_core.errors import Cancelled, DocumentError
 from longqa_core.reader_children import ReaderChildren
 

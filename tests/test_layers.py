@@ -171,8 +171,8 @@ def test_cycle_finder_finds_a_cycle():
 # gauge), the HTML readers' bounds its command line sets, the errors it turns into messages, and the OpenMP spin
 # count it sets before anything loads torch (no module above the core can be imported that early). Requests go
 # through the backend, never to the engine itself.
-PAGE_CORE = {"longqa_core.documents", "longqa_core.errors", "longqa_core.gpu_devices", "longqa_core.html_files",
-             "longqa_core.limits", "longqa_core.openmp_wait", "longqa_core.reading"}
+PAGE_CORE = {"longqa_core.documents", "longqa_core.errors", "longqa_core.files", "longqa_core.gpu_devices",
+             "longqa_core.html_files", "longqa_core.limits", "longqa_core.openmp_wait", "longqa_core.reading"}
 
 
 def test_the_page_reaches_the_model_only_through_the_backend():

@@ -6,7 +6,7 @@ import pytest
 
 from page.context import make_context
 from page.layout import build_blocks
-from page import context, picks
+from page import asking, context
 from longqa.serving.load_check import is_numeric_fact, requests_for, run_load, start_server, summarize
 from longqa.session import Session
 
@@ -18,7 +18,7 @@ WORKERS = 4  # fewer request workers than calls, so that calls really wait in gr
 @pytest.fixture(scope="module")
 def demo_url():
     ctx = make_context(Session(), models=["demo"], default_model="demo", default_profile="cpu")
-    picks.ensure_loaded(ctx)
+    asking.ensure_loaded(ctx)
     default_workers, context.REQUEST_WORKERS = context.REQUEST_WORKERS, WORKERS
     try:
         demo = build_blocks(ctx)

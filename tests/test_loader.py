@@ -386,7 +386,7 @@ def test_bitsandbytes_on_a_cpu_only_machine_really_quantizes(name, layer_type):
     """The custom profile's bitsandbytes strategies are applied on CPU (bitsandbytes 0.50's CPU kernels), not just
     listed in the readout: every encoder Linear is quantized, qa_outputs stays float, and the model still answers."""
     from longqa.models import DEMO_MODEL_DIR
-    from longqa_core.documents import read_document
+    from longqa_core.files import read_document
     from longqa_core.answering import answer
 
     example = json.loads((DEMO_MODEL_DIR.parent / "samples" / "examples.json").read_text())[0]

@@ -82,6 +82,7 @@ def test_precision_is_read_from_the_loaders_keyword_arguments():
                                               ("fast", torch.float32), ("fast", torch.bfloat16),
                                               pytest.param("fast-kernel", torch.float32, marks=needs_band_kernel),
                                               pytest.param("fast-kernel", torch.bfloat16, marks=needs_band_kernel)])
+@pytest.mark.slow
 @pytest.mark.parametrize("tokens, batch", [(512, 1), (1024, 2), (700, 1)])
 def test_activation_formula_matches_measured_peaks_of_a_small_model(attention, dtype, tokens, batch):
     config = config_for(hidden=128, heads=4, ffn=512, window=128)

@@ -16,7 +16,7 @@ import pytest
 
 from collections import OrderedDict
 from page.context import make_context
-from page import asking, downloads, events, picks, turns
+from page import asking, downloads, events, picks
 from page import words as page_help
 from page import format as ui_format
 from longqa.models import DEFAULT_MODEL, DEMO_MODEL_DIR
@@ -25,13 +25,14 @@ from longqa.session import sample_examples, SAMPLES_DIR, Session
 from longqa_core.errors import Cancelled
 from strategies.hardware import CPU_ONLY
 from strategies.registry import strategy_cards
+from tests.test_session import modules_down_to_the_forward
 
 
 @pytest.fixture(scope="module")
 def ctx(tiny_model_dir):
     ctx = make_context(Session(), models=[str(tiny_model_dir)], default_model=str(tiny_model_dir),
                        default_profile="cpu")
-    picks.ensure_loaded(ctx)
+    asking.ensure_loaded(ctx)
     return ctx
 
 
@@ -45,7 +46,7 @@ def visitor(name: str = "tab-1"):
 def asked(ctx, request, pasted="The colour of Zorbin is teal.", question="What is the colour of Zorbin?",
           no_answer_below=""):
     """The page's Ask as gradio runs it: the handler wrapped to note how it ended, then the answer area after."""
-    handler = turns.noting_outcome(ctx, events.bind(asking.ask, ctx), OUTPUTS)
+    handler = asking.noting_outcome(ctx, events.bind(asking.ask, ctx), OUTPUTS)
     out = handler([], pasted, question, 1, "auto", [], None, no_answer_below, request=request,
                   progress=lambda *a, **k: None)
     return out, asking.show_outcome(ctx, request=request)
@@ -123,7 +124,7 @@ def test_an_error_naming_a_file_shows_its_name_as_text_once_escaped(ctx, tmp_pat
     request = visitor("tab-markup")
     empty = tmp_path / "a<b>_notes.txt"
     empty.write_text("", encoding="utf-8")
-    handler = turns.noting_outcome(ctx, events.bind(asking.ask, ctx), OUTPUTS)
+    handler = asking.noting_outcome(ctx, events.bind(asking.ask, ctx), OUTPUTS)
     with pytest.raises(gr.Error, match="a&lt;b&gt;_notes"):  # the toast renders HTML: escaped once
         handler([str(empty)], "", "What?", 1, "auto", [], None, "", request=request, progress=lambda *a, **k: None)
     status = asking.show_outcome(ctx, request=request)["status"]
@@ -134,30 +135,30 @@ def test_stop_on_the_page_ends_the_answer_and_says_how_far_it_got(ctx, monkeypat
     request = visitor("tab-stop")
 
     def stopped_half_way(*args, **kwargs):
-        turns.press_stop(ctx, request)  # pressed while the windows are read
-        assert turns.stop_check(ctx, request)()
+        asking.press_stop(ctx, request)  # pressed while the windows are read
+        assert asking.stop_check(ctx, request)()
         raise gr.Error("cancelled") from Cancelled("cancelled", windows_done=3, windows_total=8)
 
-    monkeypatch.setattr(asking, "answer_on_gpu", stopped_half_way)
+    monkeypatch.setattr(asking, "answer", stopped_half_way)
     out, shown = asked(ctx, request)
     assert all(value == gr.skip() for value in out.values()) and set(out) == set(OUTPUTS)
     assert shown["status"].startswith("### Stopped after 3 of 8 windows")
-    assert not turns.stop_check(ctx, request)(), "a Stop lasts for one answer"
+    assert not asking.stop_check(ctx, request)(), "a Stop lasts for one answer"
 
 
 def test_a_stop_pressed_before_an_answer_does_not_stop_it(ctx):
     request = visitor("tab-early")
-    turns.press_stop(ctx, request)
+    asking.press_stop(ctx, request)
     out, shown = asked(ctx, request)
     assert out["answer"] and "confidence" in shown["status"]
 
 
 def test_visitor_notes_are_bounded():
     notes = OrderedDict()
-    for n in range(turns.MAX_VISITOR_NOTES + 5):
-        turns.remember(notes, f"tab-{n}", n)
-    assert len(notes) == turns.MAX_VISITOR_NOTES and "tab-0" not in notes
-    turns.remember(notes, None, 1)
+    for n in range(asking.MAX_VISITOR_NOTES + 5):
+        asking.remember(notes, f"tab-{n}", n)
+    assert len(notes) == asking.MAX_VISITOR_NOTES and "tab-0" not in notes
+    asking.remember(notes, None, 1)
     assert None not in notes
 
 
@@ -263,10 +264,10 @@ def test_every_term_of_art_the_page_shows_is_in_the_glossary():
 @pytest.mark.skipif(not any(DEMO_MODEL_DIR.glob("*.safetensors")), reason="the demo model has no weights yet")
 def test_the_demo_model_says_not_found_for_a_name_the_documents_never_mention():
     ctx = make_context(Session(), models=["demo"], default_model="demo", default_profile="cpu")
-    picks.ensure_loaded(ctx)
+    asking.ensure_loaded(ctx)
     example = sample_examples()[0]
     files = [str(SAMPLES_DIR / example["file"])]
-    handler = turns.noting_outcome(ctx, events.bind(asking.ask, ctx), OUTPUTS)
+    handler = asking.noting_outcome(ctx, events.bind(asking.ask, ctx), OUTPUTS)
     request = visitor("tab-demo")
     asked_about = {}
     for question in (example["question"], "What is the frequency of Zebulon Quarrimax?"):
@@ -287,7 +288,7 @@ LONG_PASTE = " ".join(f"Sentence {n} tells of the colour of Zorbin and of nothin
 def streamed(ctx, request, pasted=LONG_PASTE, question="What is the colour of Zorbin?", on_update=None,
              progress=lambda *a, **k: None):
     """The page's Ask as gradio runs it, streaming: every update the handler yields, then the answer area after."""
-    handler = turns.noting_outcome(ctx, streaming.streaming(events.bind(asking.ask, ctx)), OUTPUTS)
+    handler = asking.noting_outcome(ctx, streaming.streaming(events.bind(asking.ask, ctx)), OUTPUTS)
     updates = []
     for update in handler([], pasted, question, 1, "full", [], None, "", request=request, progress=progress):
         updates.append(update)
@@ -320,7 +321,7 @@ def test_stop_keeps_the_best_answer_so_far_labelled_partial(ctx):
 
     def stop_at_the_first_candidate(update):
         if update["readout"].get("provisional"):
-            turns.press_stop(ctx, request)
+            asking.press_stop(ctx, request)
 
     updates, shown = streamed(ctx, request, on_update=stop_at_the_first_candidate)
     kept = [update for update in updates if "readout" in update and update["readout"] != gr.skip()][-1]
@@ -339,9 +340,35 @@ def test_a_stop_pressed_once_every_window_is_read_shows_the_answer(ctx):
 
     def progress(value, desc=None, unit=None):
         if isinstance(value, tuple) and value[0] == value[1] > 0:
-            turns.press_stop(ctx, request)
+            asking.press_stop(ctx, request)
             pressed.append(value)
 
     updates, shown = streamed(ctx, request, progress=progress)
     assert pressed and "history_table" in updates[-1]  # the answer itself, after the Stop
     assert "confidence" in shown["status"] and shown["answer"]["label"] == "Answer"
+
+
+# Ask's path from the page's handler to the model's forward (issue 47 item 2), measured at 26 modules for a full
+# read and 28 for a guided one before the page and the request's modules were made to match their jobs.
+PAGE_BOUNDS = {"full": 15, "guided": 18}
+OFF_THE_PATH = ("page.zerogpu", "page.picks", "page.turns", "page.errors", "page.streaming", "longqa.serving.policy",
+                "longqa.loader", "longqa_core.text_files", "longqa_core.document_limits", "longqa_core.host_memory")
+
+
+@pytest.mark.parametrize("reading", ["full", "guided"])
+def test_an_ask_enters_few_modules_from_the_page_s_handler_to_the_model(ctx, long_document, reading):
+    """Off ZeroGPU the page hands the answer its context, stop check and gate directly: neither the ZeroGPU module
+    nor the policy's registries, the picks or the loader are entered on the way down; a full read ranks nothing. The
+    session's own share of the path: tests/test_session.py."""
+    _, example = long_document
+    request = visitor(f"tab-{reading}")
+
+    def ask() -> dict:
+        return asking.ask(ctx, [], example.text, example.question, 3, reading, [], request=request,
+                          progress=lambda *a, **k: None)
+
+    ask()  # the first request imports and warms
+    modules = modules_down_to_the_forward(ask)
+    assert modules[0] == "page.asking" and not set(OFF_THE_PATH) & set(modules), modules
+    assert len(modules) <= PAGE_BOUNDS[reading], modules
+    assert ("longqa_core.reading" in modules) == (reading == "guided")

@@ -12,8 +12,8 @@ import pytest
 
 from longqa.serving.crowd_attacks import inflating_pdf
 from longqa_core import pdf_files
-from longqa_core.document_limits import DEFAULT_MAX_READ_S
-from longqa_core.documents import read_document
+from longqa_core.documents import DEFAULT_MAX_READ_S
+from longqa_core.files import read_document
 from longqa_core.errors import Cancelled, DocumentError
 from longqa_core.reader_children import ReaderChildren
 from tests.generated_pdfs import text_pdf
@@ -54,6 +54,7 @@ def test_a_page_that_inflates_past_the_childs_memory_cap_is_refused_and_leaves_n
     assert psutil.Process().memory_info().rss - rss_before < 64 * MIB  # the parser's memory went with the child
 
 
+@pytest.mark.slow
 def test_stop_ends_the_pdf_child_within_a_second(hostile_pdf):
     stop, outcome = threading.Event(), {}
     thread = read_in_thread(hostile_pdf, "bomb.pdf", outcome, should_stop=stop.is_set)
@@ -70,6 +71,7 @@ def test_stop_ends_the_pdf_child_within_a_second(hostile_pdf):
     assert isinstance(outcome["bomb.pdf"], Cancelled) and not my_children()
 
 
+@pytest.mark.slow
 def test_the_time_limit_kills_a_child_stuck_inside_one_page(hostile_pdf, monkeypatch):
     monkeypatch.setattr(pdf_files, "READERS", ReaderChildren(memory_bytes=1024 * MIB))
     monkeypatch.setattr(pdf_files, "PDF_BASE_MEMORY_BYTES", 1024 * MIB)  # room to parse: only the time stops it

@@ -51,10 +51,12 @@ def test_the_stop_check_is_released_when_the_request_fails():
     assert policy.stop_check(key) is None and not lane.is_busy()
 
 
-def planned(window_tokens: int, mode: str = "full"):
+def planned(window_tokens: int, mode: str = "full", full_read_s=None, guided_read_s=None):
     """A plan as far as the GPU duration reads it (`RequestPlan.expected_window_tokens`: all windows' tokens for a
-    full read, the expected rounds' for a guided one, counted when planning)."""
-    return SimpleNamespace(mode=mode, expected_window_tokens=window_tokens)
+    full read, the expected rounds' for a guided one, counted when planning; what the plan expected them to take,
+    None where it had no measured rate)."""
+    return SimpleNamespace(mode=mode, expected_window_tokens=window_tokens, full_read_s=full_read_s,
+                           guided_read_s=guided_read_s)
 
 
 def measured(tokens_per_s: float) -> BatchState:
@@ -71,5 +73,12 @@ def test_gpu_seconds_grow_with_the_planned_windows_and_shrink_with_the_measured_
     guided = policy.answer_gpu_seconds(planned(3 * 4096, "guided"), measured(4096.0))
     assert guided == pytest.approx(policy.GPU_DURATION_BASE_S + 3)  # three whole windows, 1 s a window here
     assert policy.answer_gpu_seconds(planned(10**9), None) == policy.GPU_DURATION_MAX_S
+    # the plan's own prediction where it has one, not a newer rate: the worker's budget (the grant less its start-up
+    # allowance) must not refuse the read the plan predicted (1.13 s predicted, refused a budget of 1.11 s once)
+    fast_now = measured(20 * policy.ASSUMED_TOKENS_PER_S)
+    assert policy.answer_gpu_seconds(planned(100_000, full_read_s=1.13), fast_now) == pytest.approx(
+        policy.GPU_DURATION_BASE_S + 1.13)
+    assert policy.answer_gpu_seconds(planned(12_288, "guided", 9.0, 2.5), fast_now) == pytest.approx(
+        policy.GPU_DURATION_BASE_S + 2.5)
     assert policy.training_gpu_seconds(512, None) == pytest.approx(
         policy.GPU_DURATION_BASE_S + policy.TRAINING_STEP_WINDOWS * 512 / policy.ASSUMED_TOKENS_PER_S)

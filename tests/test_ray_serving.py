@@ -17,7 +17,7 @@ from gradio_client import Client
 
 from page.context import make_context
 from page.layout import build_blocks
-from page import picks
+from page import asking
 from longqa.demo_model import eval_task
 from longqa.backend import Backend
 from longqa.serving.load_check import requests_for, run_alone, run_concurrent, run_load, summarize
@@ -41,7 +41,7 @@ def served():
         # 10 s, and the comparison's test is about redeploying, not about the limit (tests/test_compare_panel.py)
         ctx = make_context(session, models=["demo"], default_model="demo", default_profile="cpu", max_compare_s=None)
         assert isinstance(session, Backend)
-        picks.ensure_loaded(ctx)
+        asking.ensure_loaded(ctx)
         demo = build_blocks(ctx)
         _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", quiet=True)
         yield url, session
@@ -82,6 +82,29 @@ def test_the_page_sees_the_windows_a_replica_reads_and_the_reading_mode_reaches_
     guided = session.ask(session.plan(documents, item.question, "guided"))
     assert guided.result.reading.requested == "guided" and guided.replica
     assert session.loaded.batch_state.window_s > 0  # the page's record learned the replicas' forward time
+
+
+@pytest.mark.slow
+def test_the_best_answer_so_far_streams_from_the_replica_to_the_page_and_the_api(served):
+    """Issue 50 item 2 on Ray Serve: the replica posts each batch's best so far to the session's board, the session
+    hands each new one to `on_candidate` (never judged, windows read growing), and /ask through gradio_client
+    streams them as provisional outputs before the final one, as when embedded."""
+    url, session = served
+    item = eval_task.make_document(23, 40_000)
+    documents = [Document("report.txt", item.text)]
+    heard = []
+    readout = session.ask(session.plan(documents, item.question, "full"), on_candidate=heard.append)
+    windows = readout.to_json()["windows"]
+    assert windows >= 6 and heard, "no best answer so far reached the page"
+    assert all(c.windows_total == windows and 0 < c.windows_read <= windows for c in heard)
+    assert [c.windows_read for c in heard] == sorted(c.windows_read for c in heard)
+    assert len({id(c) for c in heard}) == len(heard) and all(a != b for a, b in zip(heard, heard[1:]))
+    job = Client(url, verbose=False).submit([], item.text, item.question, 1, "full", api_name="/ask")
+    final = job.result(timeout=300)
+    provisional = [output[-1] for output in job.outputs()[:-1] if output[-1] and output[-1].get("provisional")]
+    assert provisional, [output[-1] for output in job.outputs()]
+    assert all(p["windows_total"] == final[-1]["windows"] for p in provisional)
+    assert final[-1].get("provisional") is None and final[-1]["answers"]
 
 
 @pytest.mark.slow

@@ -335,6 +335,7 @@ def test_a_weak_answer_reads_each_window_once_and_gives_the_full_reads_answers(t
     assert result.found == full.found and result.verdict.read_whole
 
 
+@pytest.mark.slow
 def test_a_strong_answer_stops_after_the_ranked_windows_and_says_how_many_ran(tiny_tokenizer, counted_passes):
     runner, passes = counted_passes
     documents = [Document("d.txt", long_text("The budget of Quarrowby is 12 crowns.", 0.6, n_chars=60_000))]
@@ -497,6 +498,7 @@ def test_a_strong_answer_in_windows_sized_to_the_passage_reads_no_more(tiny_toke
                zip(result.reading.read, [plan.cuts[i] for i in sorted(first)]))  # sized, not whole
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["guided", "auto"])
 def test_a_weak_answer_widens_the_sized_windows_and_gives_the_full_reads_answers(tiny_tokenizer, counted_passes,
                                                                                  mode):

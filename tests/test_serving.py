@@ -19,7 +19,7 @@ from gradio_client import Client, handle_file
 
 from page.context import make_context
 from page.layout import build_blocks
-from page import picks
+from page import asking
 from longqa.serving import crowd_check, policy
 from longqa.session import SAMPLES_DIR, Session
 from tests.hostile import combining_marks_text, shared_stream_pdf
@@ -36,7 +36,7 @@ MB = 1024 * 1024
 @pytest.fixture(scope="module")
 def served():
     ctx = make_context(Session(), models=["demo"], default_model="demo", default_profile="cpu")
-    picks.ensure_loaded(ctx)
+    asking.ensure_loaded(ctx)
     demo = build_blocks(ctx)
     _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", quiet=True,
                             max_file_size=50 * MB)

@@ -316,6 +316,7 @@ def allowing_every_span(text, offsets, context):
 MIXED_TEXT = WORDS_TEXT + " 😀🎉🧪 ... 😀🎉🧪 -- x 😀🎉" + "😀…" * 110 + "z" + "—" * 210 + " 7 ¡¿ 🧪🧪"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", range(6))
 def test_leaving_out_hopeless_spans_changes_no_answer(tiny_tokenizer, monkeypatch, seed):
     """The same candidates, scores and places as aligning every span and rejecting those without a letter or digit

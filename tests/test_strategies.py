@@ -141,6 +141,7 @@ def test_live_tensor_peak_counts_saved_activations():
     assert tracker.current_bytes == 0
 
 
+@pytest.mark.slow
 def test_training_step_readout_shows_the_saving_and_inference_shows_none(tokenizer):
     torch.manual_seed(0)
     model = LongformerForQuestionAnswering(tiny_config(len(tokenizer), layers=4, window=32)).eval()
@@ -198,6 +199,7 @@ def test_int8_dynamic_has_one_path_even_where_torchao_imports(monkeypatch, folde
     assert isinstance(model.longformer.encoder.layer[0].output.dense, torch.ao.nn.quantized.dynamic.Linear)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="reads Linux's /proc/self/maps")
 def test_int8_dynamic_lets_go_of_the_mapped_checkpoint(tmp_path, folder, batch):
     """The float pages read while quantizing must not stay resident through a mapping nothing needs."""
@@ -214,6 +216,7 @@ def test_int8_dynamic_lets_go_of_the_mapped_checkpoint(tmp_path, folder, batch):
 
 
 # ------------------------------------------------------------------------------------------ bitsandbytes
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy_class, module_name", [(Bnb8bit, "Linear8bitLt"), (Bnb4bit, "Linear4bit")])
 def test_bitsandbytes_on_cpu_quantizes_all_but_the_head(folder, batch, strategy_class, module_name):
     strategy = strategy_class(CPU, "cpu")

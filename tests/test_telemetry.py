@@ -281,9 +281,13 @@ def test_host_peak_samples_rss_where_the_mark_cannot_be_reset(monkeypatch, tmp_p
     monkeypatch.setattr(telemetry, "CLEAR_REFS", tmp_path / "absent" / "clear_refs")
     with telemetry.HostPeak(interval_s=0.001) as host:
         with fresh_pages(300):
+            held = telemetry.current_rss_bytes()
             time.sleep(0.2)  # held long enough for several samples
     assert host.method == "sampled RSS"
-    assert host.peak_rss_bytes - host.baseline_rss_bytes > 250 * MB
+    # against what the process held during the spike, not against its start: other threads of a busy test run
+    # may hand memory back meanwhile (the rise over the start was 215 MB once, beside two busy loops)
+    assert host.peak_rss_bytes >= held - 20 * MB
+    assert host.peak_rss_bytes - host.baseline_rss_bytes > 100 * MB
 
 
 # ------------------------------------------------------------------------------------------ on a real GPU
@@ -338,3 +342,9 @@ def test_on_a_gpu_cuda_visible_devices_as_uuid_and_as_a_missing_index():
     assert by_uuid["snapshot"][0]["name"] == gpu_devices.gpu_snapshot()[0]["name"]
     beyond = _snapshot_in_a_process(str(gpu_devices.nvml().nvmlDeviceGetCount()))  # an index naming no GPU
     assert beyond == {"snapshot": [], "torch": 0}
+
+
+def test_the_environment_s_malloc_settings_leave_the_allocator_alone(monkeypatch):
+    """The server's allocator settings: an operator's MALLOC_* variables win over them."""
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "16")
+    assert telemetry.tune_allocator() == {}

@@ -92,6 +92,7 @@ def runs_text(seed: int, n: int) -> str:
                    + rng.choice([" ", "  ", "", "\n", "\n\n", " \t ", "   "]) for _ in range(n))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("which", ["tiny", "demo"])
 @pytest.mark.parametrize("seed, chunk_chars", [(0, 40), (1, 97), (2, 500)])
 def test_chunks_cut_inside_runs_without_spaces_give_the_whole_texts_tokens_and_windows(request, tiny_tokenizer, which,

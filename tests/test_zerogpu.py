@@ -83,6 +83,22 @@ def test_ask_runs_in_a_forked_gpu_worker_and_answers_right(zero_gpu_server):
     assert calls[-1]["worker_pid"] not in (calls[-1]["server_pid"], server.pid) and calls[-1]["server_pid"] == server.pid
 
 
+def test_the_best_answer_so_far_comes_back_from_the_gpu_worker_as_it_reads(zero_gpu_server):
+    """Issue 50 item 2 under ZeroGPU: the GPU function yields each best answer so far from its forked worker, and
+    /ask streams them as provisional outputs before the final one, as off ZeroGPU."""
+    client, _, log = zero_gpu_server
+    pasted = " ".join(f"Sentence {n} tells of the colour of Zorbin and of nothing else here." for n in range(900))
+    job = client.submit([], pasted, "What is the colour of Zorbin?", 1, "full", api_name="/ask")
+    final = job.result(timeout=300)
+    provisional = [output[-1] for output in job.outputs()[:-1] if output[-1] and output[-1].get("provisional")]
+    assert provisional, [output[-1] for output in job.outputs()]
+    reads = [p["windows_read"] for p in provisional]
+    assert reads == sorted(reads) and all(p["windows_total"] == final[-1]["windows"] for p in provisional)
+    assert final[-1].get("provisional") is None and final[-1]["answers"]
+    call = [call for call in gpu_calls(log) if call["function"] == "answer_on_gpu"][-1]
+    assert call["outcome"] == "ok" and call["yields"] == len(reads) + 1  # each best so far, then the readout
+
+
 def test_the_gpu_duration_grows_with_the_request(zero_gpu_server):
     client, _, log = zero_gpu_server
     for words in (200, 40_000):

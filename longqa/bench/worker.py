@@ -25,9 +25,8 @@ from longqa_core.batching import BatchState, collate, run_windows
 from longqa_core.limits import EngineSettings
 from longqa_core.spans import decode_answers
 from longqa_core.windows import make_windows
-from longqa_core.documents import Document
+from longqa_core.documents import Document, clean_text
 from longqa_core.errors import InputError, ProfileError
-from longqa_core.text_files import clean_text
 from strategies.gradient_checkpointing import training_step_readout
 from strategies.profiles import Profile, custom_profile, get_profile
 

@@ -1,7 +1,7 @@
-"""Serving many visitors: the model lane (turns, fairness, bounds), the policy the page and the Ray path share
-(abandoned requests, a request's turn and its gate, ZeroGPU durations), the door that counts a visitor's requests
-from before reading, the uploads on disk (caps, the gate in front of the upload route, deletion), Ray Serve replicas
-(the Ray backend), and the load check, crowds and attacks against a served app.
+"""Serving many visitors: the model lane (turns, fairness, bounds, a request's turn and its gate), the policy
+(abandoned requests, an exclusive turn, the key a ZeroGPU worker finds a stop check by, ZeroGPU durations), the door
+that counts a visitor's requests from before reading, the uploads on disk (caps, the gate in front of the upload
+route, deletion), Ray Serve replicas (the Ray backend), and the load check, crowds and attacks against a served app.
 
 May import the request path (`longqa.backend`, `longqa.session`, `longqa.readout`, `longqa.models`,
 `longqa.arguments`), the demo task's generators,

@@ -6,8 +6,9 @@ back to every window) is admitted again as what it becomes before it reads more.
 comparison, a training step) waits for every request that came before it and holds the model alone; a visitor may
 have one in line at a time, and the lane one comparison and one training step.
 
-It orders and bounds who may use the model next; it knows nothing of models, documents or gradio (the page says who
-a visitor is, how much work a request predicts and how to tell that it was abandoned).
+It orders and bounds who may use the model next, and hands a request its gate (`request_turn`: a turn per batch);
+it knows nothing of models, documents or gradio (the page says who a visitor is, how much work a request predicts
+and how to tell that it was abandoned).
 """
 
 from __future__ import annotations
@@ -387,3 +388,34 @@ class GatedRunner:
     def __call__(self, batch):
         with self.lane.batch(self.ticket, rows=int(batch["input_ids"].shape[0]), should_stop=self.should_stop):
             return self.runner(batch)
+
+
+class LaneGate:
+    """A request's turns on the model in the lane (`longqa.backend.Gate`): a turn per batch, or one for a whole read
+    that runs elsewhere (Ray Serve replicas)."""
+
+    def __init__(self, lane: ModelLane, ticket: Ticket, should_stop: Callable[[], bool] | None = None):
+        self.lane, self.ticket, self.should_stop = lane, ticket, should_stop
+
+    def runner(self, runner) -> GatedRunner:
+        return GatedRunner(self.lane, self.ticket, runner, self.should_stop)
+
+    def whole(self):
+        return self.lane.batch(self.ticket, should_stop=self.should_stop)
+
+    def widen(self, windows: int) -> None:
+        self.lane.widen(self.ticket, windows, self.should_stop)
+
+
+@contextlib.contextmanager
+def request_turn(lane: ModelLane, visitors, should_stop: Callable[[], bool],
+                 on_wait: Callable[[int], None] | None = None, *, windows: int = 0, whole: bool = False,
+                 place: Ticket | None = None) -> Iterator[tuple[Ticket, LaneGate | None]]:
+    """This request's place in the lane, from the door to its last batch: it waits (without tokenized windows)
+    until it may be in progress, then takes a turn on the model per batch of windows through its gate (`whole`: one
+    turn for the whole body and no gate, for a read that runs where the lane cannot reach, a forked ZeroGPU
+    worker). Yields its ticket (for the readout's `queue`) and its gate. `place`: the ticket it took at the lane's
+    door before it was planned."""
+    with lane.request(visitors, windows=windows, should_stop=should_stop, on_wait=on_wait, ticket=place) as ticket:
+        with lane.batch(ticket, should_stop=should_stop, on_wait=on_wait) if whole else contextlib.nullcontext():
+            yield ticket, None if whole else LaneGate(lane, ticket, should_stop)

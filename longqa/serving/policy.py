@@ -1,6 +1,6 @@
-"""Serving policy that the embedded page and the Ray path share, free of gradio: when a request counts as abandoned,
-a request's turn on the model (with the stop check the engine polls between batches), how many seconds of GPU a
-ZeroGPU request asks for, and the allocator settings a server process starts with.
+"""Serving policy, free of gradio: when a request counts as abandoned, an exclusive turn on the model and the key
+under which a ZeroGPU worker finds a request's stop check, how many seconds of GPU a ZeroGPU request asks for, and the
+allocator settings a server process starts with. An answer's own turns are the lane's (`lane.request_turn`).
 
 It holds no model and formats nothing; the page supplies what only gradio knows (its queue, the visitor).
 """
@@ -12,8 +12,8 @@ import time
 import uuid
 from typing import Callable, Iterator
 
-from longqa.serving.lane import GatedRunner, ModelLane, Ticket
-from longqa_core import host_memory
+from longqa.serving.lane import ModelLane
+from longqa_core import telemetry
 from longqa_core.batching import BatchState
 
 # A stream that has held more than this many unread messages (progress comes about once a batch) for this long has
@@ -45,30 +45,22 @@ class UnreadStall:
         return now - self.drained_at > self.stall_s
 
 
-# How a running request learns that it was abandoned (Stop, a closed tab, a vanished client), by key. ZeroGPU
-# pickles a GPU function's arguments to a forked worker, so the request carries the key, never the check: a
-# forked worker sees a frozen copy and never stops early, which is safe.
+# How a GPU function run in ZeroGPU's forked worker learns that its request was abandoned (Stop, a closed tab, a
+# vanished client), by key: ZeroGPU pickles a GPU function's arguments, so the request carries the key, never the
+# check; a forked worker sees a frozen copy and never stops early, which is safe. A request answered in this process
+# is handed its stop check and its gate directly (`lane.request_turn`).
 STOP_CHECKS: dict[str, Callable[[], bool]] = {}
-# How a request in progress takes its turns, by the same key (a `longqa.backend.Gate`). Never used in a forked worker
-# (ZeroGPU takes whole-request turns), where a copied lane would wait on a frozen copy.
-GATES: dict[str, "LaneGate"] = {}
 
 
-class LaneGate:
-    """A request's turns on the model in the lane (`longqa.backend.Gate`): a turn per batch, or one for a whole read
-    that runs elsewhere (Ray Serve replicas)."""
-
-    def __init__(self, lane: ModelLane, ticket: Ticket, should_stop: Callable[[], bool] | None = None):
-        self.lane, self.ticket, self.should_stop = lane, ticket, should_stop
-
-    def runner(self, runner) -> GatedRunner:
-        return GatedRunner(self.lane, self.ticket, runner, self.should_stop)
-
-    def whole(self):
-        return self.lane.batch(self.ticket, should_stop=self.should_stop)
-
-    def widen(self, windows: int) -> None:
-        self.lane.widen(self.ticket, windows, self.should_stop)
+@contextlib.contextmanager
+def stop_key(should_stop: Callable[[], bool]) -> Iterator[str]:
+    """The key under which `should_stop` is found (`stop_check`) while the `with` body runs."""
+    key = uuid.uuid4().hex
+    STOP_CHECKS[key] = should_stop
+    try:
+        yield key
+    finally:
+        STOP_CHECKS.pop(key, None)
 
 
 @contextlib.contextmanager
@@ -79,39 +71,8 @@ def model_turn(lane: ModelLane, visitors: tuple[str, ...] | str | None, should_s
     runs. Answers share the model up to the lane's capacity; a reload, a comparison or a training step
     (`exclusive`) holds it alone; `only_one` names a kind of turn of which the lane takes one at a time."""
     with lane.turn(visitors, should_stop=should_stop, on_wait=on_wait, exclusive=exclusive, only_one=only_one):
-        stop_key = uuid.uuid4().hex
-        STOP_CHECKS[stop_key] = should_stop
-        try:
-            yield stop_key
-        finally:
-            STOP_CHECKS.pop(stop_key, None)
-
-
-@contextlib.contextmanager
-def request_turn(lane: ModelLane, visitors, should_stop: Callable[[], bool],
-                 on_wait: Callable[[int], None] | None = None, *, windows: int = 0,
-                 whole: bool = False, place: Ticket | None = None) -> Iterator[tuple[str, object]]:
-    """This request's place in the lane, from the door to its last batch: it waits (without tokenized windows)
-    until it may be in progress, then takes a turn on the model per batch of windows (`whole`: one turn for the
-    whole body, for a read that runs where the lane cannot reach, a forked ZeroGPU worker). Yields the key under
-    which its stop check and its gate (`gate`) are found, and its ticket (for the readout's `queue`). `place`: the
-    ticket it took at the lane's door before it was planned."""
-    with lane.request(visitors, windows=windows, should_stop=should_stop, on_wait=on_wait, ticket=place) as ticket:
-        with lane.batch(ticket, should_stop=should_stop, on_wait=on_wait) if whole else contextlib.nullcontext():
-            key = uuid.uuid4().hex
-            STOP_CHECKS[key] = should_stop
-            if not whole:
-                GATES[key] = LaneGate(lane, ticket, should_stop)
-            try:
-                yield key, ticket
-            finally:
-                STOP_CHECKS.pop(key, None)
-                GATES.pop(key, None)
-
-
-def gate(key: str | None) -> LaneGate | None:
-    """The gate registered under `key` (None: a direct call, a whole-request turn, or a forked worker)."""
-    return GATES.get(key) if key is not None else None
+        with stop_key(should_stop) as key:
+            yield key
 
 
 def stop_check(stop_key: str | None) -> Callable[[], bool] | None:
@@ -125,9 +86,13 @@ def gpu_seconds(work_s: float) -> float:
 
 
 def answer_gpu_seconds(plan, measured: BatchState | None) -> float:
-    """Seconds of GPU for a planned answer (`longqa_core.plan.RequestPlan`): the windows it expects to read at the
-    loaded model's measured throughput (`measured`; an assumed one before any was measured)."""
-    return gpu_seconds(_forward_s(plan.expected_window_tokens, measured))
+    """Seconds of GPU for a planned answer (`longqa_core.plan.RequestPlan`): the windows it expects to read, at the
+    throughput the plan predicted with, so that the grant (and the worker's budget within it) agrees with the
+    plan's own prediction (at `measured`, when the grant was made from a newer rate, a full read predicted at
+    1.13 s was refused a budget of 1.11 s); at the loaded model's measured throughput where the plan had none
+    (`measured`; an assumed one before any was measured)."""
+    planned_s = plan.guided_read_s if plan.guided_read_s is not None else plan.full_read_s
+    return gpu_seconds(planned_s if planned_s is not None else _forward_s(plan.expected_window_tokens, measured))
 
 
 def training_gpu_seconds(window_tokens: int, measured: BatchState | None) -> float:
@@ -140,6 +105,6 @@ def _forward_s(tokens: int, measured: BatchState | None) -> float:
 
 
 def tune_allocator() -> dict[str, int]:
-    """A server process's allocator settings (`longqa_core.host_memory.tune_allocator`: few arenas), set before the
+    """A server process's allocator settings (`longqa_core.telemetry.tune_allocator`: few arenas), set before the
     model loads; docs/crowd-lane.md measures what they change."""
-    return host_memory.tune_allocator()
+    return telemetry.tune_allocator()

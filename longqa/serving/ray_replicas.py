@@ -31,7 +31,7 @@ import torch
 from longqa.backend import Gate, Selection
 from longqa.readout import Readout
 from longqa.session import NO_MODEL, Session
-from longqa_core.answering import answer_plan
+from longqa_core.answering import Provisional, answer_plan
 from longqa_core.batching import BatchState, WindowProgress, is_out_of_memory, split_rows, stack_batches
 from longqa_core.limits import EngineSettings
 from longqa_core.plan import RequestPlan
@@ -95,20 +95,27 @@ class RemoteModel:
 
 
 class ProgressBoard:
-    """Where a replica posts each request's window progress and the page's side reads it: Ray Serve routes every
-    call to any replica, so the one answering a request cannot be asked directly. A Ray actor of RaySession's."""
+    """Where a replica posts each request's window progress and best answer so far, and the page's side reads
+    them: Ray Serve routes every call to any replica, so the one answering a request cannot be asked directly. A Ray
+    actor of RaySession's."""
 
     def __init__(self):
         self.states: dict[str, dict] = {}
+        self.candidates: dict[str, Provisional] = {}
 
     def post(self, key: str, state: dict) -> None:
         self.states[key] = state
 
-    def read(self, key: str) -> dict | None:
-        return self.states.get(key)
+    def post_candidate(self, key: str, candidate: Provisional) -> None:
+        self.candidates[key] = candidate
+
+    def read(self, key: str) -> tuple[dict | None, Provisional | None]:
+        """The request's latest progress and best answer so far (None for what was not posted yet)."""
+        return self.states.get(key), self.candidates.get(key)
 
     def drop(self, key: str) -> None:
         self.states.pop(key, None)
+        self.candidates.pop(key, None)
 
 
 class AnswerReplica:
@@ -138,8 +145,8 @@ class AnswerReplica:
                 "replica": self.replica, "generation": self.generation}
 
     async def ask(self, plan: RequestPlan, extract_s: float = 0.0, progress: tuple | None = None) -> Readout:
-        """The readout of one planned request (the embedded session's, plus `replica` and `generation`); progress
-        goes to the board named in `progress` (board name, request key)."""
+        """The readout of one planned request (the embedded session's, plus `replica` and `generation`); its
+        progress and best answer so far go to the board named in `progress` (board name, request key)."""
         loop = asyncio.get_running_loop()
         stop = threading.Event()
         try:
@@ -160,7 +167,8 @@ class AnswerReplica:
         tokenizer = self._borrow_tokenizer()
         try:
             result = answer_plan(runner, tokenizer, plan, batch_state=loaded.batch_state, extract_s=extract_s,
-                                 should_stop=stop, on_window_progress=posting_progress(progress))
+                                 should_stop=stop, on_window_progress=posting_progress(progress),
+                                 on_candidate=posting_candidates(progress))
         finally:
             self._tokenizers.put(tokenizer)
         readout = self.session.readout(result)
@@ -333,28 +341,35 @@ class RaySession:
 
         `gate` gives the request one turn for its whole read (`Gate.whole`): in a replica, every request in progress
         puts its next batch into the shared forward pass (`serve.batch`), up to `--ray-batch` requests a replica, so
-        the page's lane counts a request in the replicas as one turn of its `capacity`. `on_candidate` never hears:
-        the best answer so far stays in the replica, and the page shows the final one only."""
+        the page's lane counts a request in the replicas as one turn of its `capacity`. The replica posts its
+        progress and best answer so far to this session's board after each batch; `on_window_progress` and
+        `on_candidate` hear them at the next poll (every 0.1 s), each new best once."""
         with self.local.asking() as loaded:
-            return self._ask(self.local.current(plan, loaded), extract_s, gate, should_stop, on_window_progress)
+            return self._ask(self.local.current(plan, loaded), extract_s, gate, should_stop, on_window_progress,
+                             on_candidate)
 
-    def _ask(self, plan: RequestPlan, extract_s: float, gate: Gate | None, should_stop, on_window_progress):
+    def _ask(self, plan: RequestPlan, extract_s: float, gate: Gate | None, should_stop, on_window_progress,
+             on_candidate=None):
         if self.handle is None:
             raise ModelLoadError(NO_MODEL)
         progress = on_poll = None
-        if on_window_progress is not None:
+        if on_window_progress is not None or on_candidate is not None:
             progress = (self.board_name(), uuid.uuid4().hex)
             board = self._board
+            heard: list[Provisional] = []
 
             def on_poll() -> None:
-                state = board.read.remote(progress[1])
+                read = board.read.remote(progress[1])
                 ray, _, _ = ray_modules()
                 try:
-                    posted = ray.get(state, timeout=POLL_S)
+                    state, candidate = ray.get(read, timeout=POLL_S)
                 except Exception:  # noqa: BLE001 - progress is a courtesy: a slow or lost read shows none
                     return
-                if posted is not None:
-                    on_window_progress(WindowProgress(**posted))
+                if state is not None and on_window_progress is not None:
+                    on_window_progress(WindowProgress(**state))
+                if candidate is not None and on_candidate is not None and (not heard or candidate != heard[-1]):
+                    heard.append(candidate)
+                    on_candidate(candidate)
         try:
             with gate.whole() if gate is not None else contextlib.nullcontext():
                 readout = self._call(lambda: self.handle.ask.remote(plan, extract_s, progress), should_stop,
@@ -486,6 +501,16 @@ def wait_for(response, should_stop, on_poll=None):
 
     wait_until(answered, stopped, "The request was cancelled.", POLL_S, between=on_poll)
     return result[0]
+
+
+def posting_candidates(target) -> Callable[[Provisional], None] | None:
+    """On a replica: the engine's best-so-far callback that posts each candidate to the requester's board, or None
+    when the requester shows none. `target` is (board name, request key)."""
+    if target is None:
+        return None
+    ray, _, _ = ray_modules()
+    board = ray.get_actor(target[0])
+    return lambda candidate: board.post_candidate.remote(target[1], candidate)
 
 
 def posting_progress(target) -> Callable[[WindowProgress], None] | None:
