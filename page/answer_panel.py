@@ -20,6 +20,7 @@ from page.events import bind, listen
 from page.hardening import LATER_INPUT, accept_counts_as_text
 from page.history_panel import build_history_panel, recolour_after
 from page.streaming import streaming
+from page.tables import ReadoutTable
 
 GPU_REFRESH_S = 2.0
 # The visitor's wait, timed in the browser: each way of asking marks its click (or Enter), and when the answer's
@@ -29,9 +30,6 @@ MARK_ASKED = "() => { window.longqaAskedAt = performance.now(); }"
 MEASURE_WAIT = """(waited, readout) => [
   typeof window.longqaAskedAt === "number" ? (performance.now() - window.longqaAskedAt) / 1000 : null,
   {latency_s: readout?.latency_s ?? null, queue: readout?.queue ?? null}]"""
-# Column widths of the wide tables, so that at 1400 px every column shows and long cells wrap (in the order of
-# page.format's headers).
-ANSWER_COLUMN_WIDTHS = ["8%", "21%", "12%", "15%", "24%", "20%"]
 
 
 def example_rows(per_file: int = 2) -> list[list]:
@@ -104,8 +102,7 @@ def build_question_panel(ctx: AppContext) -> dict[str, Block]:
                                                   elem_id="download-readout")
                 download_csv = gr.DownloadButton("History (CSV)", visible=False, size="sm", min_width=140,
                                                  elem_id="download-history")
-            doc_table = gr.Dataframe(headers=fmt.DOCUMENT_HEADERS, label="Documents read", interactive=False,
-                                     wrap=True, column_widths=["43%", "19%", "19%", "19%"])
+            doc_table = ReadoutTable(headers=fmt.DOCUMENT_HEADERS, label="Documents read")
     rows = example_rows()
     examples = gr.Examples(rows, inputs=[files, pasted, question, top_k], label=words.EXAMPLES_LABEL,
                            example_labels=[row[2] for row in rows],  # the questions: a list that fits a phone
@@ -128,18 +125,17 @@ def build_answer_panel(ctx: AppContext, question: dict[str, Block], seen: gr.Sta
     ended. Returns the history's components (the compare panel adds runs to it)."""
     has_gpu = bool(ctx.hardware.usable_gpus)
     with gr.Row():
-        answers_table = gr.Dataframe(headers=fmt.ANSWER_HEADERS, label="Top answers", interactive=False,
-                                     wrap=True, min_width=320, scale=3, column_widths=ANSWER_COLUMN_WIDTHS)
-        run_table = gr.Dataframe(headers=fmt.RUN_HEADERS, label="Run", interactive=False, wrap=True,
-                                 min_width=320, scale=2, column_widths=["30%", "70%"])
+        with gr.Column(min_width=320, scale=3):
+            answers_table = ReadoutTable(headers=fmt.ANSWER_HEADERS, label="Top answers")
+        with gr.Column(min_width=320, scale=2):
+            run_table = ReadoutTable(headers=fmt.RUN_HEADERS, label="Run")
     with gr.Row():
         with gr.Column(min_width=320, scale=2):
-            latency_table = gr.Dataframe(headers=fmt.LATENCY_HEADERS, label="Latency by stage", interactive=False,
-                                         wrap=True)
+            latency_table = ReadoutTable(headers=fmt.LATENCY_HEADERS, label="Latency by stage")
             wait = gr.Markdown(elem_id="visitor-wait")
             waited = gr.Number(visible=False)  # the browser's time from click to answer, for `show_wait`
-        memory_table = gr.Dataframe(headers=fmt.MEMORY_HEADERS, label="Memory", interactive=False, wrap=True,
-                                    min_width=320, scale=3, column_widths=["14%", "20%", "22%", "20%", "12%", "12%"])
+        with gr.Column(min_width=320, scale=3):
+            memory_table = ReadoutTable(headers=fmt.MEMORY_HEADERS, label="Memory")
     gauge = gr.Label(label="Live GPU memory (NVML)", visible=has_gpu)
     timer = gr.Timer(GPU_REFRESH_S, active=has_gpu)
     history = build_history_panel()

@@ -40,8 +40,10 @@ def serve(demo: gr.Blocks, *, host: str = "127.0.0.1", port: int = 7860, share: 
         print("note: --share makes a PUBLIC link: anyone who has it can use this app on this machine.", flush=True)
     # show_error=False: our own errors are gr.Error and always reach the visitor; what gradio raises before a
     # handler runs (a crafted call naming a server path) would otherwise echo the server's absolute paths.
+    # quiet=True: gradio's own lines ("To create a public link, set `share=True`...") speak to a developer calling
+    # launch(), not to whoever runs the page; the page says where it serves itself, once.
     launch = dict(server_name=host, server_port=port, max_file_size=int(max_file_mb * 1024 * 1024),
-                  prevent_thread_lock=True, show_error=False)
+                  prevent_thread_lock=True, show_error=False, quiet=True)
     try:
         _, local_url, share_url = demo.launch(share=share, **launch)
     except Exception as exc:  # gradio catches tunnel failures itself; this covers any it lets through
@@ -51,9 +53,9 @@ def serve(demo: gr.Blocks, *, host: str = "127.0.0.1", port: int = 7860, share: 
         demo.close()
         _, local_url, share_url = demo.launch(share=False, **launch)
     if share and not share_url:
-        print(f"warning: --share: the public link could not be created (offline?); serving locally only at "
-              f"{local_url}", flush=True)
-    elif share_url:
+        print("warning: --share: the public link could not be created (offline?); serving locally only.", flush=True)
+    print(f"Serving the page at {local_url}", flush=True)
+    if share_url:
         print(f"Public link (anyone who has it can use this app): {share_url}", flush=True)
     if block:
         demo.block_thread()

@@ -25,6 +25,8 @@ from page.context import AppContext, requests_group
 from page.events import bind, listen
 from page.hardening import expect_texts, user_errors
 from page.history_panel import history_outputs, recolour_after
+from page.picks import ASKING, asking_enabled
+from page.tables import ReadoutTable
 from strategies.profiles import describe_profiles
 from strategies.registry import strategy_cards
 
@@ -78,8 +80,8 @@ def build_compare_panel(ctx: AppContext, question: dict, history: dict, seen, lo
         strategies = gr.CheckboxGroup([card["name"] for card in strategy_cards()], label="Strategies for custom",
                                       visible="custom" in chosen)
         compare_btn = gr.Button("Compare profiles", interactive=is_compare_allowed(ctx))
-        table = gr.Dataframe(comparison_frame(None), label="Profile comparison", interactive=False, wrap=True,
-                             elem_id="compare-table", column_widths=comparison_widths(0))
+        table = ReadoutTable(comparison_frame(None), headers=[fmt.COMPARE_MEASURE], label="Profile comparison",
+                             elem_id="compare-table")
         summary = gr.Markdown(elem_id="compare-summary")
         with gr.Accordion("Comparison (JSON: what /compare and `python -m longqa compare --json` return)",
                           open=False):
@@ -119,8 +121,7 @@ def build_compare_panel(ctx: AppContext, question: dict, history: dict, seen, lo
                     if over_time():
                         raise InputError(OVER_TIME.format(limit=ctx.max_compare_s, loaded=loaded_now(ctx))) from None
                     raise
-        return {"table": gr.update(value=comparison_frame(comparison),
-                                   column_widths=comparison_widths(len(comparison.runs))),
+        return {"table": comparison_frame(comparison),
                 "summary": fmt.compare_summary(comparison),
                 **history_outputs(runs, [run.readout for run in comparison.runs], comparison.documents),
                 "seen": seen_now(ctx), "json": comparison.to_json()}
@@ -128,7 +129,7 @@ def build_compare_panel(ctx: AppContext, question: dict, history: dict, seen, lo
     inputs = [question["files"], question["pasted"], question["question"], question["top_k"], question["reading"],
               question["no_answer_below"], profiles, strategies, history["history"]]
     starting = listen(compare_btn.click, bind(start_comparing, ctx), inputs=[profiles, strategies],
-                      outputs={"load_status": load_status, "ask": question["ask"], "full": question["full"]},
+                      outputs={"load_status": load_status, **{name: question[name] for name in ASKING}},
                       queue=False, api_visibility="private", show_progress="hidden")
     comparing = listen(starting.then, compare, inputs=inputs, outputs=outputs, api_name="compare",
                        **requests_group(ctx), show_progress_on=[table])
@@ -146,9 +147,9 @@ def start_comparing(ctx: AppContext, names, custom_strategies) -> dict:
              for name in names or []]
     which = f"{', '.join(named[:-1])} and {named[-1]}" if len(named) > 1 else (named[0] if named else "none")
     return {"load_status": f"**Comparing profiles {fmt.escape_markdown(which)}** on your question, each loaded "
-                           f"in turn; then {fmt.escape_markdown(loaded_now(ctx))} is loaded back. Ask is disabled "
-                           "until it ends.",
-            "ask": gr.update(interactive=False), "full": gr.update(interactive=False)}
+                           f"in turn; then {fmt.escape_markdown(loaded_now(ctx))} is loaded back. Ask and the "
+                           "question are disabled until it ends.",
+            **asking_enabled(False)}
 
 
 def comparison_frame(comparison: Comparison | None) -> pd.DataFrame:
@@ -157,12 +158,3 @@ def comparison_frame(comparison: Comparison | None) -> pd.DataFrame:
     if comparison is None:
         return pd.DataFrame([[measure] for measure in fmt.COMPARE_MEASURES], columns=[fmt.COMPARE_MEASURE])
     return pd.DataFrame(fmt.compare_rows(comparison), columns=fmt.compare_headers(comparison))
-
-
-def comparison_widths(profiles: int) -> list[str]:
-    """Column widths that share the panel's width, whatever it is: the measures' column, then an equal share per
-    profile (gradio resolves percentages against the table's width, so nothing scrolls sideways)."""
-    if not profiles:
-        return ["100%"]
-    return ["30%", *[f"{70 / profiles:.2f}%"] * profiles]
-

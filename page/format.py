@@ -2,8 +2,8 @@
 bytes and seconds) into the rows, labels and frames the UI shows.
 
 Pure functions that read the readouts' fields. It imports nothing of ours, knows nothing of gradio, models or
-sessions, and never renders document text as HTML: text goes into cells and highlighted spans, which the page
-shows as text.
+sessions. Document text is never rendered as HTML: it goes into highlighted spans, and into the readout tables'
+cells escaped (`table_html`), so that it shows as text.
 """
 
 from __future__ import annotations
@@ -31,6 +31,32 @@ HISTORY_HEADERS = ["run", "profile", "model", "question", "documents", "answer",
 TRAINING_HEADERS = ["training step", "peak memory", "time"]
 PLOT_MEMORY = "peak memory (MB)"
 PLOT_LATENCY = "latency (s)"
+
+
+def table_html(title: str, headers: list, rows: list[list]) -> str:
+    """A readout table as HTML: its title, then the table, every header and cell escaped (text shows as text). Each
+    cell carries its column's header (`data-label`), so that at a phone's width the stylesheet shows a table of
+    more than two columns as one card per row, each value under its header (a two-column table is already one
+    key and its value per row, and stays a table)."""
+    anchor = "readout-" + re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-")
+    kind = "pairs" if len(headers) <= 2 else "cards"
+    head = "".join(f'<th scope="col">{html.escape(str(header))}</th>' for header in headers)
+    body = "".join("<tr>" + "".join(f'<td data-label="{html.escape(str(header))}">{cell_html(cell)}</td>'
+                                    for header, cell in zip(headers, row)) + "</tr>" for row in rows)
+    return (f'<div class="readout-table {kind}"><div class="readout-title" id="{anchor}">{html.escape(title)}</div>'
+            f'<div class="readout-scroll"><table aria-labelledby="{anchor}"><thead><tr>{head}</tr></thead>'
+            f"<tbody>{body}</tbody></table></div></div>")
+
+
+def cell_html(value) -> str:
+    """A table cell's text, escaped, a line allowed to end after each underscore (`<wbr>`), as after a hyphen: an
+    identifier such as `supports_gradient_checkpointing` is one word wider than a phone's card."""
+    return html.escape(cell_text(value)).replace("_", "_<wbr>")
+
+
+def cell_text(value) -> str:
+    """A table cell's text: MISSING for nothing (None, or a frame's NaN)."""
+    return MISSING if value is None or (isinstance(value, float) and value != value) else str(value)
 
 
 def escape_markdown(text: str) -> str:

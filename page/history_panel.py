@@ -9,19 +9,15 @@ import pandas as pd
 
 from longqa.readout import Readout
 from page import format as fmt
+from page.tables import ReadoutTable
 from strategies.profiles import PROFILES
-
-# Wide enough for each header on two lines; the table scrolls sideways where the page is narrower.
-HISTORY_COLUMN_WIDTHS = ["56px", "150px", "110px", "240px", "140px", "140px", "80px", "80px", "90px", "110px",
-                         "100px", "100px", "90px", "120px"]
 
 
 def build_history_panel() -> dict:
     """This page's runs: a table and two bar plots with one bar per row of the table, coloured by profile (the answer
     and compare panels fill them)."""
     history = gr.State([])
-    history_table = gr.Dataframe(headers=fmt.HISTORY_HEADERS, label="Run history (this page)",
-                                 interactive=False, wrap=True, max_height=420, column_widths=HISTORY_COLUMN_WIDTHS)
+    history_table = ReadoutTable(headers=fmt.HISTORY_HEADERS, label="Run history (this page)")
     # What gradio 6.31 draws right (tests/test_app_browser.py counts the bars drawn in Chromium):
     # - An update carries the plot's data only. An update that also changes a plot property (y_lim, sort, ...)
     #   rebuilds the chart from the data the plot held before the update, while the new data goes to the chart

@@ -16,12 +16,13 @@ from page.answer_panel import build_answer_panel, build_question_panel, first_ex
 from page.asking import DEFAULT_TRAINING_WINDOW, run_training_step
 from page.compare_panel import build_compare_panel
 from page.context import DEFAULT_QUEUE_SIZE, AppContext, request_workers, requests_group
-from page.events import bind, listen
 from page.downloads import public_files
+from page.events import bind, listen
 from page.hardening import harden
 from page.model_panel import build_model_panel, show_loaded_after, wire_model_panel
 from page.picks import auto_profile
 from page.plan_panel import build_plan_panel
+from page.tables import ReadoutTable
 from strategies.hardware import Hardware
 from strategies.profiles import Profile, describe_profiles
 from strategies.registry import strategy_cards
@@ -29,8 +30,6 @@ from strategies.registry import strategy_cards
 PAGE_DIR = Path(__file__).resolve().parent
 CSS = (PAGE_DIR / "style.css").read_text(encoding="utf-8")  # the page's look: tables, buttons, notices on a phone
 JS = (PAGE_DIR / "behaviour.js").read_text(encoding="utf-8")  # the answer scrolled into view, one notice at a time
-PROFILE_COLUMN_WIDTHS = ["12%", "20%", "28%", "7%", "7%", "26%"]  # profile ... runs here
-STRATEGY_COLUMN_WIDTHS = ["16%", "9%", "25%", "25%", "25%"]  # name, phase, saves, costs, requires: wrapped
 
 
 def build_intro() -> dict[str, Block]:
@@ -63,10 +62,10 @@ def strategies_frame() -> pd.DataFrame:
 def build_reference_panel(ctx: AppContext) -> None:
     """What each profile and strategy is, and which profiles run on this machine."""
     with gr.Accordion("Profiles and strategies", open=False):
-        gr.Dataframe(profiles_frame(ctx.hardware, auto_profile(ctx)), label="Profiles on this machine",
-                     interactive=False, wrap=True, column_widths=PROFILE_COLUMN_WIDTHS)
-        gr.Dataframe(strategies_frame(), label="Strategies", interactive=False, wrap=True,
-                     column_widths=STRATEGY_COLUMN_WIDTHS)
+        profiles = profiles_frame(ctx.hardware, auto_profile(ctx))
+        ReadoutTable(profiles, headers=list(profiles.columns), label="Profiles on this machine")
+        strategies = strategies_frame()
+        ReadoutTable(strategies, headers=list(strategies.columns), label="Strategies")
 
 
 def build_training_panel(ctx: AppContext) -> None:
@@ -76,7 +75,7 @@ def build_training_panel(ctx: AppContext) -> None:
                     "checkpointing. This is where that strategy saves memory; at inference it saves nothing.")
         window_slider = gr.Slider(128, 4096, value=DEFAULT_TRAINING_WINDOW, step=64, label="Window (tokens)")
         train_btn = gr.Button("Run one training step")
-        training_table = gr.Dataframe(headers=fmt.TRAINING_HEADERS, label="Training step", interactive=False)
+        training_table = ReadoutTable(headers=fmt.TRAINING_HEADERS, label="Training step")
         training_text = gr.Markdown()
     listen(train_btn.click, bind(run_training_step, ctx), inputs=window_slider,
            outputs={"table": training_table, "summary": training_text}, **requests_group(ctx),

@@ -11,12 +11,11 @@ from page import format as fmt
 from page import words
 from page.context import AppContext, requests_group
 from page.events import bind, listen
-from page.picks import (auto_profile, load_profile, load_status, model_choices, on_page_load, show_custom_controls,
-                        show_loaded, start_loading, start_model_pick, start_profile_pick, strategy_choices)
+from page.picks import (ASKING, auto_profile, load_profile, load_status, model_choices, model_info, on_page_load,
+                        show_custom_controls, show_loaded, start_loading, start_model_pick, start_profile_pick,
+                        strategy_choices)
+from page.tables import ReadoutTable
 from strategies.profiles import profile_choices
-
-# at 1400 px every column of the load readout shows and long cells wrap (in the order of page.format's LOAD_HEADERS)
-LOAD_COLUMN_WIDTHS = ["11%", "7%", "14%", "7%", "6%", "9%", "11%", "9%", "10%", "16%"]
 
 
 def build_model_panel(ctx: AppContext) -> dict[str, Block]:
@@ -30,14 +29,14 @@ def build_model_panel(ctx: AppContext) -> dict[str, Block]:
                                  info=f"{words.PROFILE_INFO} Detected: {ctx.hardware.describe()}.{locked}",
                                  interactive=not ctx.lock_profile, scale=2, min_width=300)
         model_dd = gr.Dropdown(model_choices(ctx), value=ctx.selection["model"], label="Model",
-                               info=words.MODEL_INFO, interactive=not ctx.lock_profile, scale=2, min_width=300)
+                               info=model_info(ctx.selection["model"]), interactive=not ctx.lock_profile, scale=2,
+                               min_width=300)
     status = gr.Markdown(load_status(ctx), elem_id="load-status")
     with gr.Row():
         strategies_cb = gr.CheckboxGroup(strategy_choices(ctx.hardware), label="Custom strategies",
                                          info=words.STRATEGIES_INFO, visible=False, scale=4, min_width=300)
         apply_btn = gr.Button("Load custom profile", visible=False, scale=1, min_width=160)
-    load_table = gr.Dataframe(headers=fmt.LOAD_HEADERS, label="Load readout", interactive=False, wrap=True,
-                              render=False, column_widths=LOAD_COLUMN_WIDTHS)
+    load_table = ReadoutTable(headers=fmt.LOAD_HEADERS, label="Load readout", render=False)
     load_json = gr.JSON(label="Load readout (JSON)", render=False, elem_id="load-json")
     return {"banner": banner_box, "profile": profile_dd, "model": model_dd, "load_status": status,
             "strategies": strategies_cb, "apply": apply_btn, "load_table": load_table, "load_json": load_json}
@@ -47,7 +46,7 @@ def loaded_outputs(model: dict[str, Block], question: dict[str, Block]) -> dict[
     """What `show_loaded` fills: the dropdowns, the load readouts, the line over the page and the ask buttons."""
     return {**{name: model[name] for name in ("profile", "model", "strategies", "banner", "load_table", "load_json",
                                               "load_status")},
-            "ask": question["ask"], "full": question["full"]}
+            **{name: question[name] for name in ASKING}}
 
 
 def show_loaded_after(ctx: AppContext, event, model: dict[str, Block], question: dict[str, Block]) -> None:
@@ -79,8 +78,8 @@ def wire_model_panel(ctx: AppContext, demo: gr.Blocks, seen: gr.State, model: di
                                      (model["model"].select, start_model_pick, None),
                                      (model["apply"].click, start_loading, None)):
         starting = listen(trigger, bind(start, ctx), inputs=[model["profile"], model["model"]],
-                          outputs={"load_status": model["load_status"], "ask": question["ask"],
-                                   "full": question["full"], "profile": model["profile"], "model": model["model"]},
+                          outputs={"load_status": model["load_status"], **{name: question[name] for name in ASKING},
+                                   "profile": model["profile"], "model": model["model"]},
                           queue=False, api_visibility="private", show_progress="hidden")
         loading = listen(starting.then, bind(load_profile, ctx),
                          inputs=[model["profile"], model["model"], model["strategies"], seen],

@@ -17,7 +17,7 @@ from page.context import AppContext
 from page.asking import (ensure_loaded, falls_back_to_demo, load_selection, loaded_now, model_turn, seen_now,
                          visitor_keys, waiting_shown)
 from page.hardening import abandonment_check, cut, expect, expect_texts, user_errors
-from page.words import PICK_MODEL
+from page.words import MODEL_INFO, MODEL_NAMES, PICK_MODEL
 from strategies.hardware import Hardware
 from strategies.profiles import Profile, custom_profile, device_for, profile_choices
 from strategies.registry import make_strategy, strategy_cards
@@ -39,9 +39,21 @@ def model_note(ref: str) -> str:
 
 
 def model_choices(ctx: AppContext) -> list[tuple[str, str]]:
-    """The models the page may load, each with what it is and, where it is not on this machine, whether it can
-    load here (`model_note`)."""
-    return [(f"{ref}: {KNOWN_MODELS.get(ref, 'given with --model')}{model_note(ref)}", ref) for ref in ctx.models]
+    """The models the page may load, each by a short name (`model_name`): the whole choice shows on a phone, and the
+    line under the dropdown says the rest of the one chosen (`model_info`)."""
+    return [(model_name(ref), ref) for ref in ctx.models]
+
+
+def model_name(ref: str) -> str:
+    """A model's short name in the dropdown: the page's own (`words.MODEL_NAMES`), else the last part of its id or
+    path."""
+    return MODEL_NAMES.get(ref) or str(ref).rstrip("/").rsplit("/", 1)[-1]
+
+
+def model_info(ref: str) -> str:
+    """The line under the Model dropdown: the chosen model's id, what it is and, where it is not on this machine,
+    whether it can load here (`model_note`)."""
+    return f"{ref}: {KNOWN_MODELS.get(ref, 'given with --model')}{model_note(ref)}. {MODEL_INFO}"
 
 
 def strategy_choices(hardware: Hardware) -> list[tuple[str, str]]:
@@ -121,7 +133,8 @@ def shown_selection(ctx: AppContext) -> dict:
     the model loaded (the demo model after a fallback); the strategies ticked."""
     selection = ctx.selection
     return {"profile": gr.update(choices=profile_choices(ctx.hardware, auto_profile(ctx)), value=selection["profile"]),
-            "model": gr.update(value=selection["model"]), "strategies": gr.update(value=selection["strategies"])}
+            "model": gr.update(value=selection["model"], info=model_info(selection["model"])),
+            "strategies": gr.update(value=selection["strategies"])}
 
 
 def on_page_load(ctx: AppContext, request: gr.Request = None, progress=gr.Progress()) -> dict:
@@ -169,7 +182,16 @@ def start_loading(ctx: AppContext, profile_name: str, model_ref: str) -> dict:
     wanted = cut(model_ref or ctx.selection["model"])
     return {"load_status": f"**Loading {fmt.escape_markdown(wanted)} with profile "
                            f"{fmt.escape_markdown(cut(profile_name))}…** Ask is disabled until it ends.",
-            "ask": gr.update(interactive=False), "full": gr.update(interactive=False)}
+            **asking_enabled(False)}
+
+
+def asking_enabled(enabled: bool) -> dict:
+    """The ways to ask under the documents, enabled or not: Ask, "Read the whole document", and the question box,
+    whose Enter asks (disabled, it cannot queue an ask unseen while a reload or a comparison holds the model)."""
+    return {name: gr.update(interactive=enabled) for name in ASKING}
+
+
+ASKING = ("ask", "full", "question")  # the question panel's components `asking_enabled` sets
 
 
 def start_profile_pick(ctx: AppContext, profile_name: str, model_ref: str, picked: gr.SelectData = None) -> dict:
@@ -183,7 +205,8 @@ def start_profile_pick(ctx: AppContext, profile_name: str, model_ref: str, picke
 def start_model_pick(ctx: AppContext, profile_name: str, model_ref: str, picked: gr.SelectData = None) -> dict:
     """A model picked: as `start_profile_pick`, for the model dropdown."""
     model_ref = picked_value(picked, model_ref)
-    return {**start_loading(ctx, profile_name, model_ref), "model": gr.update(value=model_ref)}
+    return {**start_loading(ctx, profile_name, model_ref),
+            "model": gr.update(value=model_ref, info=model_info(model_ref))}
 
 
 def picked_value(picked: gr.SelectData | None, shown):
@@ -195,8 +218,7 @@ def picked_value(picked: gr.SelectData | None, shown):
 def show_loaded(ctx: AppContext) -> dict:
     """After a load, done or refused: the dropdowns, the readouts and the line over the page show what is loaded
     now, and asking is enabled again."""
-    return {**shown_selection(ctx), **load_outputs(ctx), "load_status": load_status(ctx),
-            "ask": gr.update(interactive=True), "full": gr.update(interactive=True)}
+    return {**shown_selection(ctx), **load_outputs(ctx), "load_status": load_status(ctx), **asking_enabled(True)}
 
 
 def show_custom_controls(profile_name: str) -> dict:

@@ -19,6 +19,8 @@ from page import format as fmt
 from page.asking import visitor_keys
 from page.context import AppContext, requests_group
 from page.hardening import cut, expect, user_errors
+from page.picks import model_name
+from page.tables import ReadoutTable
 from strategies.gpu_catalog import GPU_MODELS
 
 OTHER_GPU = "Other: by its memory"
@@ -26,7 +28,6 @@ NO_GPU = "No GPU (CPU only)"
 OWN_BATCH = "each profile's own"
 BATCHES = [OWN_BATCH, 1, 2, 4, 8, 16, 32, 64]
 DEFAULT_GPU = "T4"
-PLAN_COLUMN_WIDTHS = ["160px", "110px", "100px", "100px", "420px", "280px"]  # scrolls sideways on a phone
 MAX_WINDOW_TOKENS = 4096  # the registry models' limit; the plan checks each model's own
 NOTE = ("Every number here is **predicted** by the memory planner from the model's config, not measured. The GPU "
         "predictions rest on activation formulas fitted on CPU for the eager paths and on stated constants for the "
@@ -115,10 +116,11 @@ def build_plan_panel(ctx: AppContext) -> dict:
                                     visible=False)
             gpus = gr.Slider(1, 8, value=1, step=1, label="GPUs")
         with gr.Row():
-            model = gr.Dropdown(allowed_models, value=default_model, label="Model to plan for", scale=2)
+            model = gr.Dropdown([(model_name(ref), ref) for ref in allowed_models], value=default_model,
+                                label="Model to plan for", scale=2)  # the Model picker's short names
             tokens = gr.Slider(1, MAX_WINDOW_TOKENS, value=MAX_WINDOW_TOKENS, step=1, label="Tokens per window")
             batch = gr.Dropdown(BATCHES, value=OWN_BATCH, label="Batch (windows per forward)",
-                                allow_custom_value=True)
+                                allow_custom_value=True, min_width=220)  # "each profile's own" whole
             host = gr.Number(DEFAULT_HOST_GB, label="Host RAM (GB)", minimum=0)
             cpu_bf16 = gr.Checkbox(False, label="Host CPU has native bf16")
         plan_btn = gr.Button("Plan", variant="primary")
@@ -127,8 +129,7 @@ def build_plan_panel(ctx: AppContext) -> dict:
                 ours = gr.Markdown(elem_id="plan-ours")
             with gr.Column(min_width=320):
                 article = gr.Markdown(elem_id="plan-article")
-        table = gr.Dataframe(headers=fmt.PLAN_HEADERS, label="Every profile on that machine (predicted)",
-                             interactive=False, wrap=True, column_widths=PLAN_COLUMN_WIDTHS)
+        table = ReadoutTable(headers=fmt.PLAN_HEADERS, label="Every profile on that machine (predicted)")
         with gr.Accordion("Plan (JSON: what /plan and `python -m longqa plan --json` return)", open=False):
             plan_json = gr.JSON(label="Plan (JSON)")
 

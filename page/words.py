@@ -21,8 +21,13 @@ INTRO = (
 TRY_LABEL = "Try it: {question}"  # the intro's one-click example
 
 PROFILE_INFO = "A recipe for one kind of machine: how the model is loaded and run."
-MODEL_INFO = ("Hub models download on first use; one not in this machine's cache is marked. "
-              "The demo model is bundled and works offline.")
+MODEL_INFO = "Hub models download on first use; the demo model is bundled and works offline."
+MODEL_NAMES = {  # the Model dropdown's names, short enough for a phone; the info line under it says the rest
+    "allenai/longformer-large-4096-finetuned-triviaqa": "Longformer-large, TriviaQA",
+    "valhalla/longformer-base-4096-finetuned-squadv1": "Longformer-base, SQuAD v1",
+    "mrm8488/longformer-base-4096-finetuned-squadv2": "Longformer-base, SQuAD v2",
+    "demo": "demo (bundled)",
+}
 STRATEGIES_INFO = ("Tick the strategies to combine (they load in a fixed order). Those marked 'cannot run here' "
                    "say why; conflicting ones are refused with both names.")
 TOP_K_INFO = "How many answers to list, best first (the Top answers table)."

@@ -1,8 +1,8 @@
 """Refresh the page's screenshots: serve the page with the bundled demo model, ask two bundled examples in Debian's
 chromium (a click on an example asks), and take a full-page screenshot once both plots draw a bar per run, at a
-desktop width (docs/screenshot.png, the README's) and a phone's (docs/screenshot-400px.png); with --first-screen
-and --notice, what the first screen shows after them and after two errors (docs/first-screen-WIDTH.png,
-docs/notice-WIDTH.png).
+desktop width (docs/screenshot.png, the README's) and a phone's (docs/screenshot-400px.png); with --first-screen,
+--notice and --plan, what the first screen shows after them, the first screen after two errors, and the plan panel
+for a T4 (docs/first-screen-WIDTH.png, docs/notice-WIDTH.png, docs/plan-panel-WIDTH.png).
 
 Run on demand after a change to the page (`python scripts/refresh_screenshot.py`); the tests never write it.
 Needs what the browser test needs: /usr/bin/chromium and the playwright package (never `playwright install`).
@@ -45,7 +45,7 @@ def wait_until(predicate, what: str, timeout_s: float = TIMEOUT_S) -> None:
 def ask_example(page, example: dict, runs: int) -> None:
     """Click a bundled example (which asks it), and wait for the answer and for both plots to draw `runs` bars."""
     page.get_by_text(example["question"], exact=True).first.click()
-    documents = page.get_by_role("grid", name="Documents read", exact=True)
+    documents = page.get_by_role("table", name="Documents read", exact=True)
     wait_until(lambda: example["file"] in documents.inner_text(), "the example's document")
     bars = page.locator("#plots .mark-rect path")
     wait_until(lambda: bars.count() == 2 * runs, f"{runs} bars in each plot")
@@ -99,6 +99,28 @@ def take_notice_screenshot(url: str, path: Path, width: int) -> None:
             browser.close()
 
 
+def take_plan_screenshot(url: str, path: Path, width: int) -> None:
+    """The plan panel opened, planned for its default GPU (a T4): the recommendation, the article and the table."""
+    from playwright.sync_api import sync_playwright  # deferred: a test-only dependency (requirements-dev.txt)
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": width, "height": HEIGHT})
+            page.set_default_timeout(TIMEOUT_S * 1000)
+            page.goto(url)
+            page.get_by_label("Question", exact=True).wait_for()
+            page.get_by_role("button", name="Plan for another machine").first.click()
+            page.get_by_role("button", name="Plan", exact=True).click()
+            table = page.get_by_role("table", name="Every profile on that machine (predicted)", exact=True)
+            wait_until(lambda: "(recommended)" in table.inner_text(), "the plan")
+            time.sleep(1.0)  # the tables are laid out
+            page.mouse.move(0, 0)
+            page.locator("#plan-panel").screenshot(path=str(path))
+        finally:
+            browser.close()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "docs", help="folder for the screenshots")
@@ -108,6 +130,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="also save what the first 900 px show (first-screen-WIDTH.png beside them)")
     parser.add_argument("--notice", action="store_true",
                         help="also save the first screen after two errors (notice-WIDTH.png beside them)")
+    parser.add_argument("--plan", action="store_true",
+                        help="also save the plan panel planned for a T4 (plan-panel-WIDTH.png beside them)")
     parser.add_argument("--profile", default="auto", choices=list(PROFILES))
     args = parser.parse_args(argv)
     ctx = make_context(Session(), models=["demo"], default_model="demo", default_profile=args.profile)
@@ -123,6 +147,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"wrote {path} ({path.stat().st_size:,} bytes)", file=sys.stderr)
             if args.notice:
                 take_notice_screenshot(url, args.out / f"notice-{width}.png", width)
+            if args.plan:
+                take_plan_screenshot(url, args.out / f"plan-panel-{width}.png", width)
     finally:
         demo.close()
     return 0

@@ -340,8 +340,8 @@ def test_only_listed_models_can_be_loaded_from_the_page(ctx, model_ref):
 def test_the_registry_and_the_command_line_model_are_listed():
     ctx = make_context(Session(), default_model="/srv/models/mine")
     assert ctx.models == [*KNOWN_MODELS, "/srv/models/mine"]
-    assert dict((value, label) for label, value in picks.model_choices(ctx))["/srv/models/mine"].endswith(
-        "given with --model")
+    assert dict((value, label) for label, value in picks.model_choices(ctx))["/srv/models/mine"] == "mine"
+    assert picks.model_info("/srv/models/mine").startswith("/srv/models/mine: given with --model")
 
 
 @pytest.mark.slow
@@ -636,6 +636,17 @@ def test_serve_with_share_offline_warns_and_keeps_serving_locally(ctx, capsys):
         demo.close()
     printed = capsys.readouterr().out
     assert "PUBLIC link" in printed and "serving locally only" in printed
+
+
+def test_serve_says_where_it_serves_in_one_line_and_nothing_of_gradio_s_own(ctx, capfd):
+    demo = build_blocks(ctx)
+    try:
+        local_url, _ = cli.serve(demo, host="127.0.0.1", port=7872, block=False)
+        printed = capfd.readouterr()  # before close(), which says it closes
+    finally:
+        demo.close()
+    lines = [line for line in (printed.out + printed.err).splitlines() if line.strip()]
+    assert lines == [f"Serving the page at {local_url}"], lines  # not gradio's "To create a public link ..."
 
 
 def test_examples_point_at_bundled_samples_with_the_stated_facts():

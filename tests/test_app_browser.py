@@ -77,6 +77,19 @@ def served(tiny_model_dir):
         yield page_served
 
 
+SCREENS = {1400: {"width": 1400, "height": 900}, 400: {"width": 400, "height": 800}}  # a desktop's, a phone's
+
+
+def open_at(browser, url: str, width: int):
+    """A new page at a desktop's width (1400) or a phone's (400), once the line over it says what is loaded."""
+    page = browser.new_page(viewport=SCREENS[width])
+    page.set_default_timeout(TIMEOUT_MS)
+    page.goto(url)
+    page.get_by_label("Question", exact=True).wait_for()
+    wait_until(lambda: "Loaded" in page.locator("#load-status").inner_text())
+    return page
+
+
 def open_page(browser, url: str):
     page = browser.new_page(viewport={"width": 1280, "height": 900})
     page.set_default_timeout(TIMEOUT_MS)
@@ -105,7 +118,7 @@ def ask_example(page, example: dict) -> str:
     page.get_by_text(example["question"], exact=True).first.click()
     tracker = page.locator("#answer-status [data-testid=status-tracker]").first
     wait_until(lambda: f'"{example["question"]}"' in page.locator("#readout").inner_text()
-               and example["file"] in grid_text(page, "Documents read")
+               and example["file"] in table_text(page, "Documents read")
                and "hide" in (tracker.get_attribute("class") or ""))
     assert page.get_by_label("Question", exact=True).input_value() == example["question"]
     return page.locator("#best-answer textarea").input_value()
@@ -150,22 +163,22 @@ def choose(page, label: str, option: str) -> None:
     page.get_by_role("option", name=option, exact=True).click()
 
 
-def grid_text(page, name: str) -> str:
-    return page.get_by_role("grid", name=name, exact=True).inner_text()
+def table_text(page, name: str) -> str:
+    return page.get_by_role("table", name=name, exact=True).inner_text()
 
 
-def grid_headers(page, name: str) -> list[str]:
-    """A table's column headers as shown."""
-    grid = page.get_by_role("grid", name=name, exact=True)
-    return [header.strip() for header in grid.locator("[role=columnheader]").all_inner_texts()]
+def table_headers(page, name: str) -> list[str]:
+    """A readout table's column headers (page/tables.py; at a phone's width each card labels its values with
+    them)."""
+    table = page.get_by_role("table", name=name, exact=True)
+    return [header.strip() for header in table.locator("thead th").all_inner_texts()]
 
 
 def history_column(page, column: str) -> list[str]:
     """One column of the run history table as shown, a cell per row."""
-    grid = page.get_by_role("grid", name="Run history (this page)", exact=True)
+    table = page.get_by_role("table", name="Run history (this page)", exact=True)
     index = ui_format.HISTORY_HEADERS.index(column)
-    return [cell.strip() for cell in grid.locator(
-        f"[role=row][data-index] [role=gridcell][data-col='{index}']").all_inner_texts()]
+    return [cell.strip() for cell in table.locator(f"tbody tr td:nth-child({index + 1})").all_inner_texts()]
 
 
 def history_runs(page) -> list[str]:
@@ -246,7 +259,7 @@ def test_upload_ask_highlight_readouts_switch_profile_and_plots(page, served, lo
     assert history_runs(page) == []
 
     page.locator("#documents input[type=file]").set_input_files(str(laced))
-    wait_until(lambda: "laced_report.txt" in grid_text(page, "Documents read"))
+    wait_until(lambda: "laced_report.txt" in table_text(page, "Documents read"))
     answer = ask(page, example.question)
     assert_plots_match_history(page, 1)
     assert_bars_coloured_by_profile(page, ctx)  # the first data, drawn once with its colours
@@ -260,19 +273,19 @@ def test_upload_ask_highlight_readouts_switch_profile_and_plots(page, served, lo
     evidence = page.locator("#evidence").inner_text()
     assert "<img src=x" in evidence or "<script>" in evidence, "the markup is shown as text"
     assert page.evaluate("() => window.__xss") is None, "no script from a document ran"
-    latency = grid_text(page, "Latency by stage")
+    latency = table_text(page, "Latency by stage")
     assert all(stage in latency for stage in ("extract", "tokenize", "forward", "decode", "total", "tokens/s"))
-    assert "host" in grid_text(page, "Memory") and "no GPU used" in grid_text(page, "Memory")
-    run = grid_text(page, "Run")
+    assert "host" in table_text(page, "Memory") and "no GPU used" in table_text(page, "Memory")
+    run = table_text(page, "Run")
     assert "windows" in run and "batch size used" in run and "out-of-memory back-offs" in run
-    documents = grid_text(page, "Documents read")
+    documents = table_text(page, "Documents read")
     assert "laced_report.txt" in documents
-    assert answer in grid_text(page, "Top answers")
+    assert answer in table_text(page, "Top answers")
 
     choices = profile_choices(ctx.hardware, ctx.session.auto_profile(ctx.session.model_ref))
     choose(page, "Hardware profile", next(label for label, value in choices if value == "baseline-fp32"))
     wait_until(lambda: ctx.session.profile_name == "baseline-fp32")
-    wait_until(lambda: "baseline-fp32" in grid_text(page, "Load readout"))
+    wait_until(lambda: "baseline-fp32" in table_text(page, "Load readout"))
 
     unavailable = next(label for label, value in choices if value == "t4-16gb")
     if "unavailable" in unavailable:  # on a machine without CUDA: refused with the reason, and nothing changes
@@ -291,7 +304,7 @@ def test_upload_ask_highlight_readouts_switch_profile_and_plots(page, served, lo
     if HAS_DEMO:  # the bundled demo model answering a bundled example
         choose(page, "Model", next(label for label, value in picks.model_choices(ctx) if value == "demo"))
         wait_until(lambda: ctx.session.model_ref == "demo")
-        wait_until(lambda: page.get_by_label("Model", exact=True).input_value().startswith("demo:"))
+        wait_until(lambda: page.get_by_label("Model", exact=True).input_value() == picks.model_name("demo"))
     first = sample_examples()[0]
     answer = ask_example(page, first)
     assert page.locator("#evidence .highlighted").inner_text().strip() == answer.strip()
@@ -311,7 +324,7 @@ def test_markup_in_questions_and_markdown_in_documents_show_as_text(page, long_d
     laced = tmp_path / "markdown_notes.md"
     laced.write_text(re.sub(r"\. ", f". {markdown} ", example.text), encoding="utf-8")
     page.locator("#documents input[type=file]").set_input_files(str(laced))
-    wait_until(lambda: "markdown_notes.md" in grid_text(page, "Documents read"))
+    wait_until(lambda: "markdown_notes.md" in table_text(page, "Documents read"))
     question = "Who is <img src=x onerror=window.__xss=4> **bold**?"  # short: kept whole (64 tokens at most)
     ask(page, question)
     assert f'"{question}"' in page.locator("#readout").inner_text(), "the question is shown as typed"
@@ -338,17 +351,17 @@ def test_offline_the_demo_model_stands_in_and_the_page_shows_it(browser, monkeyp
         assert "Could not fetch" in page.locator("#banner").inner_text()
         assert ctx.session.model_ref == "demo"
         model = page.get_by_label("Model", exact=True)
-        wait_until(lambda: model.input_value().startswith("demo:"))
-        assert "demo" in grid_text(page, "Load readout")
+        wait_until(lambda: model.input_value() == picks.model_name("demo"))
+        assert "demo" in table_text(page, "Load readout")
 
         default = next(label for label, value in picks.model_choices(ctx) if value == DEFAULT_MODEL)
         choose(page, "Model", default)  # asked for again: the demo model still stands in, and the page says so
-        wait_until(lambda: model.input_value().startswith("demo:"))
+        wait_until(lambda: model.input_value() == picks.model_name("demo"))
         first = sample_examples()[0]
         answer = ask_example(page, first)
         assert answer and page.locator("#evidence .highlighted").inner_text().strip() == answer.strip()
         assert_plots_match_history(page, 1)
-        assert history_column(page, "model") == ["demo"] and model.input_value().startswith("demo:")
+        assert history_column(page, "model") == ["demo"] and model.input_value() == picks.model_name("demo")
     finally:
         demo.close()
 
@@ -369,9 +382,9 @@ def test_the_comparison_table(served, browser, long_document):
         page.get_by_label("Question", exact=True).fill(example.question)
         page.get_by_text("Compare profiles", exact=True).first.click()  # the accordion opens
         page.get_by_role("button", name="Compare profiles", exact=True).click()
-        table = page.get_by_role("grid", name="Profile comparison", exact=True)
-        wait_until(lambda: grid_headers(page, "Profile comparison") == ["measure", "cpu", "baseline-fp32"])
-        assert table.locator("[role=row][data-index]").count() == len(ui_format.COMPARE_MEASURES)
+        table = page.get_by_role("table", name="Profile comparison", exact=True)
+        wait_until(lambda: table_headers(page, "Profile comparison") == ["measure", "cpu", "baseline-fp32"])
+        assert table.locator("tbody tr").count() == len(ui_format.COMPARE_MEASURES)
         text = table.inner_text()
         assert "(1.00×)" in text and "yes" in text
         assert_plots_match_history(page, 2)
@@ -399,7 +412,7 @@ def test_a_comparisons_bars_are_coloured_by_profile(served, browser, long_docume
     page.get_by_label("Question", exact=True).fill(example.question)
     page.get_by_text("Compare profiles", exact=True).first.click()
     page.get_by_role("button", name="Compare profiles", exact=True).click()
-    wait_until(lambda: grid_headers(page, "Profile comparison") == ["measure", "cpu", "baseline-fp32"])
+    wait_until(lambda: table_headers(page, "Profile comparison") == ["measure", "cpu", "baseline-fp32"])
     try:
         assert_bars_coloured_by_profile(page, ctx)
     finally:

@@ -24,7 +24,7 @@ from page import asking
 from page.context import make_context
 from strategies.profiles import profile_choices
 from tests.conftest import CHROMIUM
-from tests.test_app_browser import TIMEOUT_MS, choose, grid_headers, launch, wait_until
+from tests.test_app_browser import SCREENS, choose, launch, open_at, table_headers, wait_until
 
 pytestmark = [
     pytest.mark.browser,
@@ -34,18 +34,21 @@ pytestmark = [
     pytest.mark.skipif(not any(DEMO_MODEL_DIR.glob("*.safetensors")), reason="the demo model has no weights yet"),
 ]
 
-SCREENS = {1400: {"width": 1400, "height": 900}, 400: {"width": 400, "height": 800}}
 SHOTS = Path(tempfile.gettempdir()) / "longqa-details"
 HISTORY = Path(__file__).parent / "data" / "brindlewick_history.txt"  # a company history of about 2,900 words
 ABSENT = "What is the stock ticker of Brindlewick Instruments?"  # "ticker" is nowhere in it
-# What the line over the page and Ask read, recorded by the page itself at each change and every 20 ms: a
-# comparison of the demo model can end between two polls of the test.
+# What the line over the page, Ask and the question box read, recorded by the page itself at each change and every
+# 20 ms: a comparison of the demo model can end between two polls of the test.
 WATCH_LINE = """() => {
   window.lineSeen = [];
+  const question = Array.from(document.querySelectorAll('#ask-row label'))
+    .find(l => l.querySelector('[data-testid=block-info]')?.innerText.trim() === 'Question')
+    ?.querySelector('textarea, input');
   const look = () => window.lineSeen.push({
     line: document.querySelector('#load-status')?.innerText ?? '',
     askDisabled: Array.from(document.querySelectorAll('#ask-row button')).find(b => b.innerText.trim() === 'Ask')
-      ?.disabled ?? null});
+      ?.disabled ?? null,
+    questionDisabled: question?.disabled ?? null});
   new MutationObserver(look).observe(document.body, {subtree: true, childList: true, attributes: true,
                                                      characterData: true});
   setInterval(look, 20);
@@ -72,15 +75,6 @@ def served(offline):
         yield ctx, url
     finally:
         demo.close()
-
-
-def open_page(browser, url: str, width: int):
-    page = browser.new_page(viewport=SCREENS[width])
-    page.set_default_timeout(TIMEOUT_MS)
-    page.goto(url)
-    page.get_by_label("Question", exact=True).wait_for()
-    wait_until(lambda: "Loaded" in page.locator("#load-status").inner_text())
-    return page
 
 
 def status_text(page) -> str:
@@ -115,7 +109,7 @@ def shoot(page, name: str, width: int, top: str | None = None, bottom: str | Non
 @pytest.mark.parametrize("width", SCREENS)
 def test_the_demo_notice_shows_on_a_fresh_page_after_another_visitor_reloaded_a_profile(browser, served, width):
     ctx, url = served
-    first = open_page(browser, url, width)
+    first = open_at(browser, url, width)
     first.locator("#banner").get_by_text("Running on the bundled demo model").wait_for()
     choices = profile_choices(ctx.hardware, ctx.session.auto_profile(ctx.session.model_ref))
     try:
@@ -123,7 +117,7 @@ def test_the_demo_notice_shows_on_a_fresh_page_after_another_visitor_reloaded_a_
         wait_until(lambda: ctx.session.profile_name == "baseline-fp32"
                    and "baseline-fp32" in first.locator("#load-status").inner_text())
         assert ctx.session.model_ref == "demo"
-        fresh = open_page(browser, url, width)  # another visitor, after the reload
+        fresh = open_at(browser, url, width)  # another visitor, after the reload
         time.sleep(1.0)  # the visit's outputs have landed
         banner = fresh.locator("#banner")
         assert banner.is_visible(), "a fresh page after the reload does not say the demo model stands in"
@@ -137,7 +131,7 @@ def test_the_demo_notice_shows_on_a_fresh_page_after_another_visitor_reloaded_a_
 
 @pytest.mark.parametrize("width", SCREENS)
 def test_not_found_highlights_nothing_and_keeps_its_rule_behind_a_closed_disclosure(browser, served, width):
-    page = open_page(browser, served[1], width)
+    page = open_at(browser, served[1], width)
     status = ask_about_the_history(page, ABSENT)
     heading = next(line for line in status.splitlines() if not re.fullmatch(r"[\d.]+s", line))  # not a progress timer
     assert heading in {f"Not found in the documents ({word} confidence)" for word in ("low", "medium", "high")}
@@ -167,23 +161,31 @@ def test_not_found_highlights_nothing_and_keeps_its_rule_behind_a_closed_disclos
 @pytest.mark.parametrize("width", SCREENS)
 def test_during_compare_ask_is_disabled_and_the_line_says_what_is_compared(browser, served, width):
     ctx, url = served
-    page = open_page(browser, url, width)
+    page = open_at(browser, url, width)
     page.get_by_label("Or paste text", exact=True).fill(HISTORY.read_text(encoding="utf-8"))
     page.get_by_label("Question", exact=True).fill("What is the name of the founder of Brindlewick Instruments?")
     page.get_by_text("Compare profiles", exact=True).first.click()  # the accordion opens
     page.evaluate(WATCH_LINE)
+    readout = page.locator("#readout").inner_text()
+    question = page.get_by_label("Question", exact=True)
     page.get_by_role("button", name="Compare profiles", exact=True).click()
     wait_until(lambda: page.evaluate("window.lineSeen.some(s => s.line.includes('Comparing profiles'))"))
+    question.dispatch_event("keydown", {"key": "Enter", "code": "Enter", "keyCode": 13, "bubbles": True})
     shoot(page, "compare", width, "#load-status", "#ask-row button:has-text('Stop')")
-    wait_until(lambda: grid_headers(page, "Profile comparison") == ["measure", "cpu", "baseline-fp32"])
+    wait_until(lambda: table_headers(page, "Profile comparison") == ["measure", "cpu", "baseline-fp32"])
     wait_until(lambda: "Loaded" in page.locator("#load-status").inner_text()
                and page.get_by_role("button", name="Ask", exact=True).is_enabled())
     seen = page.evaluate("window.lineSeen")
     comparing = [shot for shot in seen if "Comparing profiles" in shot["line"]]
     # the line and the button are outputs of one update, applied one after the other: at the end, Ask first
     assert len(comparing) > 1 and all(shot["askDisabled"] for shot in comparing[:-1]), "Ask is enabled while comparing"
+    assert all(shot["questionDisabled"] for shot in comparing[:-1]), "Enter in the question box asks while comparing"
+    assert "question are disabled" in comparing[0]["line"]
     assert "cpu and baseline-fp32" in comparing[-1]["line"] and "loaded back" in comparing[-1]["line"]
-    assert not page.get_by_role("button", name="Ask", exact=True).is_disabled()
+    assert not page.get_by_role("button", name="Ask", exact=True).is_disabled() and question.is_editable()
+    time.sleep(2.0)  # an Enter queued during the comparison would ask now
+    assert page.locator("#readout").inner_text() == readout and "Asking" not in status_text(page), \
+        "Enter pressed during the comparison asked once it ended"
     page.close()
 
 
@@ -195,20 +197,44 @@ def seconds_in(text: str) -> float:
 
 @pytest.mark.parametrize("width", SCREENS)
 def test_the_visitors_wait_from_click_to_answer_shows_beside_the_stages(browser, served, width):
-    page = open_page(browser, served[1], width)
+    page = open_at(browser, served[1], width)
     began = time.monotonic()
     ask_about_the_history(page, "What is the name of the founder of Brindlewick Instruments?")
     wait = page.locator("#visitor-wait")
     wait_until(lambda: "You waited" in wait.inner_text())
     felt_s = time.monotonic() - began  # the test's own clock, from before the paste: an upper bound
     waited_s = seconds_in(wait.inner_text())
-    total_s = seconds_in(page.get_by_role("grid", name="Latency by stage", exact=True).inner_text().split("total")[1])
+    total_s = seconds_in(page.get_by_role("table", name="Latency by stage", exact=True).inner_text().split("total")[1])
     assert total_s <= waited_s <= felt_s + 1.0, (total_s, waited_s, felt_s)
     assert "timed in your browser" in wait.inner_text() and "queued for the model" in wait.inner_text()
     latency, line = page.locator("#visitor-wait").bounding_box(), page.get_by_role(
-        "grid", name="Latency by stage", exact=True).bounding_box()
+        "table", name="Latency by stage", exact=True).bounding_box()
     assert 0 <= latency["y"] - (line["y"] + line["height"]) < 80, "the wait is not right under the stages"
     page.locator("#visitor-wait").scroll_into_view_if_needed()
     shoot(page, "wait", width)
     page.close()
 
+
+
+# The dropdowns' inputs, and the options of the open one, whose text is wider than what shows of it (cut, or under
+# the arrow).
+CUT_CHOICES = """() => Array.from(document.querySelectorAll('input[role=combobox], [role=option]'))
+  .filter(element => element.offsetParent && element.scrollWidth > element.clientWidth + 1)
+  .map(element => element.value ?? element.innerText)"""
+
+
+@pytest.mark.parametrize("width", SCREENS)
+def test_the_dropdowns_show_their_whole_choice_and_each_option_whole(browser, served, width):
+    page = open_at(browser, served[1], width)
+    assert page.evaluate(CUT_CHOICES) == [], f"cut at {width} px"
+    for label in ("Hardware profile", "Model"):
+        page.get_by_label(label, exact=True).click()
+        page.get_by_role("option").first.wait_for()
+        assert page.evaluate(CUT_CHOICES) == [], f"{label}'s options cut at {width} px"
+        page.keyboard.press("Escape")
+    page.get_by_role("button", name="Plan for another machine").first.click()
+    page.get_by_label("Batch (windows per forward)", exact=True).wait_for()
+    assert page.evaluate(CUT_CHOICES) == [], f"the plan panel's choices cut at {width} px"
+    shown = served[0].selection["model"]  # its id, what it is and whether it loads here: under the dropdown
+    assert f"{shown}: " in page.get_by_text("the demo model is bundled and works offline", exact=False).inner_text()
+    page.close()

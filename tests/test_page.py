@@ -218,9 +218,11 @@ def test_hub_models_not_in_the_cache_are_marked_and_refused_in_plain_words_offli
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     hub = "valhalla/longformer-base-4096-finetuned-squadv1"
     ctx = make_context(Session(), models=[hub, "demo"], default_model="demo", default_profile="cpu")
-    labels = dict((value, label) for label, value in picks.model_choices(ctx))
-    assert labels[hub].endswith("(cannot load here: not in the local cache, and downloads are off)")
-    assert "cannot load" not in labels["demo"]
+    assert dict((value, label) for label, value in picks.model_choices(ctx)) == {
+        hub: "Longformer-base, SQuAD v1", "demo": "demo (bundled)"}  # short: the whole choice shows on a phone
+    assert picks.model_info(hub).startswith(f"{hub}: Longformer-base, SQuAD v1 (148.1 M params) (cannot load here: "
+                                            "not in the local cache, and downloads are off).")
+    assert "cannot load" not in picks.model_info("demo")
     with pytest.raises(gr.Error, match=r"not in this machine's cache, and downloads are off here"):
         picks.load_profile(ctx, "cpu", hub)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
@@ -239,10 +241,9 @@ def test_offline_the_default_model_is_marked_as_answered_by_the_demo_model_which
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     ctx = make_context(Session(), models=[DEFAULT_MODEL], default_model="demo", default_profile="cpu")
-    labels = dict((value, label) for label, value in picks.model_choices(ctx))
-    assert "cannot load here" not in labels[DEFAULT_MODEL]
-    assert labels[DEFAULT_MODEL].endswith("(not in the local cache, and downloads are off: the bundled demo model "
-                                          "answers instead)")
+    info = picks.model_info(DEFAULT_MODEL)
+    assert "cannot load here" not in info
+    assert "(not in the local cache, and downloads are off: the bundled demo model answers instead)." in info
     picks.load_profile(ctx, "cpu", DEFAULT_MODEL)
     assert ctx.session.model_ref == "demo" and ctx.session.loaded.readout.fallback_reason
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)

@@ -234,7 +234,7 @@ def test_at_400_px_the_panels_stack_and_nothing_runs_off_the_side(browser, serve
     page.get_by_text("Profiles and strategies", exact=True).click()
     page.get_by_text("Glossary: the terms on this page", exact=True).click()
     page.get_by_text("Compare profiles", exact=True).first.click()  # its table: a row per measure
-    page.get_by_role("grid", name="Profile comparison", exact=True).wait_for()
+    page.get_by_role("table", name="Profile comparison", exact=True).wait_for()
     time.sleep(0.5)
     width = page.evaluate("document.documentElement.scrollWidth")
     assert width <= PHONE["width"], f"the page is {width} px wide on a {PHONE['width']} px screen"
@@ -255,7 +255,7 @@ def test_the_introductions_example_asks_in_one_click(browser, served):
     page.get_by_role("button", name=page_help.TRY_LABEL.format(question=example["question"]), exact=True).click()
     wait_for_status(page, "confidence")
     assert page.get_by_label("Question", exact=True).input_value() == example["question"]
-    assert example["file"] in page.get_by_role("grid", name="Documents read", exact=True).inner_text()
+    assert example["file"] in page.get_by_role("table", name="Documents read", exact=True).inner_text()
     assert answer_shown(page)
 
 

@@ -42,7 +42,7 @@ def test_plan_fills_ours_beside_the_article_and_the_table(browser, url, width, t
     assert ours.inner_text().startswith("Ours: t4-16gb (predicted 3.5 GB")
     assert article.inner_text() == "The article: fp16 with dynamic batching and memory-mapped loading"
     assert "not GPU memory" in page.locator("#plan-article").inner_text()
-    table = page.get_by_role("grid", name="Every profile on that machine (predicted)")
+    table = page.get_by_role("table", name="Every profile on that machine (predicted)")
     assert "t4-16gb (recommended)" in table.inner_text()
     ours_box, article_box = ours.bounding_box(), article.bounding_box()
     if width >= 1000:

@@ -75,8 +75,8 @@ def open_page(browser, url: str, width: str):
     return page
 
 
-def grid_text(page, name: str) -> str:
-    return page.get_by_role("grid", name=name, exact=True).inner_text()
+def table_text(page, name: str) -> str:
+    return page.get_by_role("table", name=name, exact=True).inner_text()
 
 
 def answer_label(page) -> str:
@@ -123,7 +123,7 @@ def test_a_long_read_shows_the_best_answer_so_far_then_the_answer(served, browse
     assert 0 < read < total
     # the progress shows over the line above, never over the best answer so far
     assert "hide" in (page.locator("#best-answer [data-testid=status-tracker]").first.get_attribute("class") or "")
-    assert PENDING in grid_text(page, "Top answers") and "Found" not in status(page)
+    assert PENDING in table_text(page, "Top answers") and "Found" not in status(page)
     # gradio shows an event's progress until its first output, then marks it generating: the progress shows over
     # the line above until the first best answer so far, which then says itself how far the read is (its label)
 
@@ -138,7 +138,7 @@ def test_a_long_read_shows_the_best_answer_so_far_then_the_answer(served, browse
     page.locator("#answer-status").scroll_into_view_if_needed()
     page.screenshot(path=str(tmp_path / f"best-so-far-{width}.png"))  # to look at (pytest --basetemp)
     wait_until(lambda: answer_label(page) == "Answer" and "confidence" in status(page))
-    assert answer_text(page) and PENDING not in grid_text(page, "Top answers")
+    assert answer_text(page) and PENDING not in table_text(page, "Top answers")
     assert "tokens_per_s" in page.locator("#readout").inner_text()  # the final readout, not the provisional one
     page.close()
 

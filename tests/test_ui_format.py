@@ -44,6 +44,19 @@ def test_escape_markdown_keeps_html_and_markdown_literal():
     assert r"\*bold\*" in text and r"\[link\]\(x\)" in text
 
 
+def test_a_readout_table_labels_each_cell_with_its_header_and_shows_text_as_text():
+    table = ui_format.table_html("Top answers", ["rank", "answer <b>"], [[1, "<img src=x onerror=alert(1)>"],
+                                                                          [2, None]])
+    assert '<table aria-labelledby="readout-top-answers">' in table and 'id="readout-top-answers">Top answers<' in table
+    assert 'class="readout-table pairs"' in table  # two columns: a key and its value per row, no cards
+    assert '<th scope="col">answer &lt;b&gt;</th>' in table
+    assert '<td data-label="answer &lt;b&gt;">&lt;img src=x onerror=alert(1)&gt;</td>' in table
+    assert '<td data-label="answer &lt;b&gt;">—</td>' in table and "<img" not in table
+    assert ui_format.cell_html("supports_gradient_checkpointing") == "supports_<wbr>gradient_<wbr>checkpointing"
+    wide = ui_format.table_html("Memory", ui_format.MEMORY_HEADERS, [])
+    assert 'class="readout-table cards"' in wide and "<tbody></tbody>" in wide
+
+
 def test_evidence_highlights_exactly_the_answer_and_cuts_at_spaces():
     text = ("word " * 200) + "The colour of Zorbin is teal. " + ("more " * 200)
     start = text.index("teal")
