@@ -477,9 +477,8 @@ def answer_on_gpu(context_key: str, plan, extract_s: float = 0.0, progress=None,
     GPU time it asked for (a guided read whose answer stays weak then keeps what it read)."""
     ctx = CONTEXTS[context_key]
     if RUNS_IN_WORKER:  # ZeroGPU ends the function at the duration it asked for: read no further than that
-        granted_s = answer_duration(context_key, plan)
-        budget_s = plan.settings.max_request_s or granted_s
-        plan = plan.with_budget(min(budget_s, max(1.0, granted_s - policy.GPU_DURATION_BASE_S)))
+        work_s = policy.granted_work_s(policy.answer_work_s(plan, ctx.measured()))
+        plan = plan.with_budget(min(plan.settings.max_request_s or work_s, max(1.0, work_s)))
     updates: queue.SimpleQueue = queue.SimpleQueue()
 
     def read() -> None:  # a thread of its own (a fresh context), whose listener is this generator's queue

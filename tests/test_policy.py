@@ -80,5 +80,9 @@ def test_gpu_seconds_grow_with_the_planned_windows_and_shrink_with_the_measured_
         policy.GPU_DURATION_BASE_S + 1.13)
     assert policy.answer_gpu_seconds(planned(12_288, "guided", 9.0, 2.5), fast_now) == pytest.approx(
         policy.GPU_DURATION_BASE_S + 2.5)
+    # the worker's budget is the work itself, not the grant less its allowance: (20 + x) - 20 < x for this x
+    assert (policy.gpu_seconds(4.4402613) - policy.GPU_DURATION_BASE_S) < 4.4402613
+    assert policy.granted_work_s(4.4402613) == 4.4402613
+    assert policy.granted_work_s(10**6) == policy.GPU_DURATION_MAX_S - policy.GPU_DURATION_BASE_S
     assert policy.training_gpu_seconds(512, None) == pytest.approx(
         policy.GPU_DURATION_BASE_S + policy.TRAINING_STEP_WINDOWS * 512 / policy.ASSUMED_TOKENS_PER_S)

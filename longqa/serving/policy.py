@@ -86,13 +86,24 @@ def gpu_seconds(work_s: float) -> float:
 
 
 def answer_gpu_seconds(plan, measured: BatchState | None) -> float:
-    """Seconds of GPU for a planned answer (`longqa_core.plan.RequestPlan`): the windows it expects to read, at the
-    throughput the plan predicted with, so that the grant (and the worker's budget within it) agrees with the
-    plan's own prediction (at `measured`, when the grant was made from a newer rate, a full read predicted at
-    1.13 s was refused a budget of 1.11 s); at the loaded model's measured throughput where the plan had none
-    (`measured`; an assumed one before any was measured)."""
+    """Seconds of GPU for a planned answer (`longqa_core.plan.RequestPlan`): the start-up allowance plus its forward
+    work (`answer_work_s`), capped."""
+    return gpu_seconds(answer_work_s(plan, measured))
+
+
+def answer_work_s(plan, measured: BatchState | None) -> float:
+    """A planned answer's forward seconds: the windows it expects to read, at the throughput the plan predicted
+    with, so that the grant (and the worker's budget within it) agrees with the plan's own prediction; at the loaded
+    model's measured throughput where the plan had none (`measured`; an assumed one before any was measured)."""
     planned_s = plan.guided_read_s if plan.guided_read_s is not None else plan.full_read_s
-    return gpu_seconds(planned_s if planned_s is not None else _forward_s(plan.expected_window_tokens, measured))
+    return planned_s if planned_s is not None else _forward_s(plan.expected_window_tokens, measured)
+
+
+def granted_work_s(work_s: float) -> float:
+    """The forward seconds a grant for `work_s` covers: all of it, or what the cap leaves after the start-up
+    allowance. Not the grant less the allowance: `(20 + x) - 20` may come out a hair under `x`, and a full read
+    predicted at x was then refused a budget of x (1.11317 s, 4.44026 s)."""
+    return min(work_s, GPU_DURATION_MAX_S - GPU_DURATION_BASE_S)
 
 
 def training_gpu_seconds(window_tokens: int, measured: BatchState | None) -> float:
