@@ -670,6 +670,7 @@ def test_examples_are_answered_by_the_bundled_demo_model():
         assert out["answer"] == expected, question
 
 
+@pytest.mark.slow
 def test_out_of_memory_is_a_clear_error_naming_profiles_and_the_next_request_works(ctx, monkeypatch):
     import torch
 
@@ -709,6 +710,7 @@ def test_importing_the_app_loads_no_model():
     assert handlers and app.context.session.loaded is None and not zerogpu.ZERO_GPU
 
 
+@pytest.mark.slow
 def test_main_loads_then_serves_with_the_command_line_limits(tiny_model_dir, monkeypatch, capsys):
     served, built = {}, []
     monkeypatch.setattr(cli, "serve", lambda demo, **kwargs: served.update(kwargs, demo=demo))

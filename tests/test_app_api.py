@@ -306,6 +306,7 @@ def test_a_file_path_that_was_not_uploaded_is_refused(server, path):
     assert "root:" not in stream and "Chiomklian" not in stream  # nothing of the file comes back
 
 
+@pytest.mark.slow
 def test_a_refused_path_does_not_show_the_servers_folders(tiny_model_dir):
     ctx = make_context(Session(), models=[str(tiny_model_dir)], default_model=str(tiny_model_dir),
                        default_profile="cpu")
@@ -327,6 +328,7 @@ def test_a_refused_path_does_not_show_the_servers_folders(tiny_model_dir):
         demo.close()
 
 
+@pytest.mark.slow
 def test_uploads_are_read_from_gradios_upload_folder_and_deleted_with_its_cache(tiny_model_dir, tmp_path,
                                                                                monkeypatch):
     import gradio.utils

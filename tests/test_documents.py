@@ -586,6 +586,7 @@ def test_pdf_extraction_stops_in_the_middle_of_a_page_once_past_the_character_li
     assert 1_000_000 < int(match.group(1).replace(",", "")) < 1_001_000
 
 
+@pytest.mark.slow
 def test_pdf_extraction_stops_at_the_time_limit(shared_stream_pdf):
     message, seconds = timed_read_error(shared_stream_pdf, name="bomb.pdf", max_read_s=1.0)
     assert seconds < 8  # the limit, then the page in progress (slower on a loaded machine)
@@ -664,6 +665,7 @@ def test_html_reading_gets_only_the_time_the_documents_before_it_left():
                         r"over the time limit of 10 s for reading documents\.", message), message
 
 
+@pytest.mark.slow
 def test_other_threads_run_while_a_page_is_parsed():
     # Parsed in this process, the page would hold the interpreter lock: the other thread would tick once or twice.
     ticks = 0

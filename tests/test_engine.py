@@ -209,6 +209,7 @@ def test_out_of_memory_at_batch_one_names_profiles_that_fit(tiny_model, tiny_tok
                settings, batch_state=BatchState(4))
 
 
+@pytest.mark.slow
 def test_out_of_memory_without_dynamic_batching_is_a_clear_error(tiny_model, tiny_tokenizer):
     runner = FlakyRunner(tiny_model, fits=1)
     with pytest.raises(OutOfMemoryError, match="batch size 4"):
@@ -468,6 +469,7 @@ def test_a_request_predicted_to_take_too_long_is_refused_with_the_prediction(tin
     assert "over the limit of 5 s a request" in str(error)
 
 
+@pytest.mark.slow
 def test_without_a_measured_throughput_the_first_batch_measures_it(tiny_model, tiny_tokenizer):
     log: list[int] = []
     runner = counting_runner(tiny_model, log, delay_s=0.2)  # at least 0.2 s a batch of 2

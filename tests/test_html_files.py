@@ -84,6 +84,7 @@ def test_reads_past_the_readers_wait_their_turn_in_order_hearing_their_place(rea
     assert all("only whitespace" in str(outcome[n]) for n in ("first.html", "second.html"))
 
 
+@pytest.mark.slow
 def test_reads_past_the_waiting_bound_are_refused_at_once(readers):
     outcome = {}
     threads = [read_in_thread(sleeping_page(0.5), f"p{i}.html", outcome) for i in range(3)]

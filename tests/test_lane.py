@@ -284,6 +284,7 @@ def guided_then_full(lane: ModelLane, runner, name: str, guided: int, full: int,
     return thread
 
 
+@pytest.mark.slow
 def test_a_guided_read_that_falls_back_waits_for_a_large_place_and_says_so():
     lane, runner, done = ModelLane(max_active=1), SleepyRunner(0.01), {}
     threads = [read(lane, runner, "big", 60, done)]
@@ -321,6 +322,7 @@ def test_guided_reads_falling_back_together_read_in_full_no_more_than_max_active
     assert sum(done[f"g{i}"].waited_to_read_all_s > 0.05 for i in range(5)) >= 3
 
 
+@pytest.mark.slow
 def test_a_guided_read_stopped_while_waiting_to_widen_leaves_the_line():
     lane, runner, done = ModelLane(max_active=1), SleepyRunner(0.01), {}
     stop = threading.Event()
