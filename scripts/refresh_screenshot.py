@@ -11,6 +11,7 @@ Needs what the browser test needs: /usr/bin/chromium and the playwright package 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import time
@@ -51,10 +52,11 @@ def ask_example(page, example: dict, runs: int) -> None:
     wait_until(lambda: bars.count() == 2 * runs, f"{runs} bars in each plot")
 
 
-def take_screenshot(url: str, path: Path, width: int, first_screen: Path | None = None) -> None:
+@contextlib.contextmanager
+def opened_page(url: str, width: int):
+    """The page at `url` in a fresh chromium, `width` CSS pixels wide, once its question box shows."""
     from playwright.sync_api import sync_playwright  # deferred: a test-only dependency (requirements-dev.txt)
 
-    examples = sample_examples()
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         try:
@@ -62,63 +64,49 @@ def take_screenshot(url: str, path: Path, width: int, first_screen: Path | None 
             page.set_default_timeout(TIMEOUT_S * 1000)
             page.goto(url)
             page.get_by_label("Question", exact=True).wait_for()
-            for runs, example in enumerate(examples[:2], 1):
-                ask_example(page, example, runs)
-            for close in page.locator("[data-testid=toast-close]").all():
-                close.click()
-            page.mouse.move(0, 0)  # no hover state in the picture
-            page.evaluate("window.scrollTo(0, 0)")
-            if first_screen is not None:
-                page.screenshot(path=str(first_screen))
-            page.screenshot(path=str(path), full_page=True)
+            yield page
         finally:
             browser.close()
+
+
+def take_screenshot(url: str, path: Path, width: int, first_screen: Path | None = None) -> None:
+    examples = sample_examples()
+    with opened_page(url, width) as page:
+        for runs, example in enumerate(examples[:2], 1):
+            ask_example(page, example, runs)
+        for close in page.locator("[data-testid=toast-close]").all():
+            close.click()
+        page.mouse.move(0, 0)  # no hover state in the picture
+        page.evaluate("window.scrollTo(0, 0)")
+        if first_screen is not None:
+            page.screenshot(path=str(first_screen))
+        page.screenshot(path=str(path), full_page=True)
 
 
 def take_notice_screenshot(url: str, path: Path, width: int) -> None:
     """What the first screen shows after two errors (Ask with no document, then with no question): one notice."""
-    from playwright.sync_api import sync_playwright  # deferred: a test-only dependency (requirements-dev.txt)
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        try:
-            page = browser.new_page(viewport={"width": width, "height": HEIGHT})
-            page.set_default_timeout(TIMEOUT_S * 1000)
-            page.goto(url)
-            page.get_by_label("Question", exact=True).wait_for()
-            texts = page.locator("[data-testid=toast-text]")
-            page.get_by_role("button", name="Ask", exact=True).click()
-            wait_until(lambda: texts.count() > 0, "the first notice")
-            page.get_by_label("Or paste text", exact=True).fill("The frequency of Chiomklian Oustklaeth is 30.")
-            page.get_by_role("button", name="Ask", exact=True).click()
-            wait_until(lambda: "question" in texts.last.inner_text().lower(), "the second notice")
-            time.sleep(1.0)  # the answer area scrolls into view
-            page.mouse.move(0, 0)
-            page.screenshot(path=str(path))
-        finally:
-            browser.close()
+    with opened_page(url, width) as page:
+        texts = page.locator("[data-testid=toast-text]")
+        page.get_by_role("button", name="Ask", exact=True).click()
+        wait_until(lambda: texts.count() > 0, "the first notice")
+        page.get_by_label("Or paste text", exact=True).fill("The frequency of Chiomklian Oustklaeth is 30.")
+        page.get_by_role("button", name="Ask", exact=True).click()
+        wait_until(lambda: "question" in texts.last.inner_text().lower(), "the second notice")
+        time.sleep(1.0)  # the answer area scrolls into view
+        page.mouse.move(0, 0)
+        page.screenshot(path=str(path))
 
 
 def take_plan_screenshot(url: str, path: Path, width: int) -> None:
     """The plan panel opened, planned for its default GPU (a T4): the recommendation, the article and the table."""
-    from playwright.sync_api import sync_playwright  # deferred: a test-only dependency (requirements-dev.txt)
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        try:
-            page = browser.new_page(viewport={"width": width, "height": HEIGHT})
-            page.set_default_timeout(TIMEOUT_S * 1000)
-            page.goto(url)
-            page.get_by_label("Question", exact=True).wait_for()
-            page.get_by_role("button", name="Plan for another machine").first.click()
-            page.get_by_role("button", name="Plan", exact=True).click()
-            table = page.get_by_role("table", name="Every profile on that machine (predicted)", exact=True)
-            wait_until(lambda: "(recommended)" in table.inner_text(), "the plan")
-            time.sleep(1.0)  # the tables are laid out
-            page.mouse.move(0, 0)
-            page.locator("#plan-panel").screenshot(path=str(path))
-        finally:
-            browser.close()
+    with opened_page(url, width) as page:
+        page.get_by_role("button", name="Plan for another machine").first.click()
+        page.get_by_role("button", name="Plan", exact=True).click()
+        table = page.get_by_role("table", name="Every profile on that machine (predicted)", exact=True)
+        wait_until(lambda: "(recommended)" in table.inner_text(), "the plan")
+        time.sleep(1.0)  # the tables are laid out
+        page.mouse.move(0, 0)
+        page.locator("#plan-panel").screenshot(path=str(path))
 
 
 def main(argv: list[str] | None = None) -> int:
