@@ -19,6 +19,7 @@ best answer so far back to the page as the read goes on.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import html
 import inspect
@@ -103,11 +104,13 @@ def waiting_shown(progress) -> Callable[[int], None]:
 @contextlib.contextmanager
 def model_turn(ctx: AppContext, request: gr.Request | None, progress=None, *, exclusive: bool = False,
                only_one: str | None = None):
-    """This request's turn on the model (`policy.model_turn`: `only_one` names a kind of exclusive turn the lane
-    takes one of at a time), with the wait shown as progress; yields the key of its abandonment check."""
-    with policy.model_turn(ctx.lane, visitor_keys(ctx, request), abandonment_check(), waiting_shown(progress),
-                           exclusive=exclusive, only_one=only_one) as stop_key:
-        yield stop_key
+    """This request's turn on the model (`ModelLane.turn`: answers share the model up to the lane's capacity; a
+    reload, a comparison or a training step (`exclusive`) holds it alone; `only_one` names a kind of exclusive turn
+    the lane takes one of at a time), with the wait shown as progress; yields its abandonment check."""
+    should_stop = abandonment_check()
+    with ctx.lane.turn(visitor_keys(ctx, request), should_stop=should_stop, on_wait=waiting_shown(progress),
+                       exclusive=exclusive, only_one=only_one):
+        yield should_stop
 
 
 @contextlib.contextmanager
@@ -402,8 +405,9 @@ def ask(ctx: AppContext, files, pasted_text, question, top_k, reading, history, 
                 progress(0.0, desc=fmt.read_expectation(plan))
                 if ZERO_GPU:  # a forked worker: its stop check travels as a key, its best so far comes back
                     with policy.stop_key(should_stop) as key:
-                        readout = from_gpu_worker(answer_on_gpu(ctx.key, plan, read.extract_s, progress, key),
-                                                  plan.documents)
+                        work_s = policy.answer_work_s(plan, ctx.measured())  # once: the grant and the budget
+                        readout = from_gpu_worker(answer_on_gpu(ctx.key, plan, read.extract_s, progress, key,
+                                                                work_s), plan.documents)
                 else:
                     readout = answer(ctx, plan, read.extract_s, progress, gate, should_stop)
     documents = read.documents
@@ -449,7 +453,7 @@ def answer(ctx: AppContext, plan, extract_s: float = 0.0, progress=None, gate=No
     best answer so far goes to the page's listener after each batch, where one listens (`page.streaming`)."""
     if ctx.session.loaded is None:
         raise ModelLoadError(f"{NO_MODEL} {PICK_MODEL}")
-    listener = LISTENER.get()  # none in a ZeroGPU worker: the page shows the final answer only
+    listener = LISTENER.get()  # in a ZeroGPU worker, the GPU function's queue of what it yields
     on_candidate = None if listener is None else lambda best: listener(best, plan.documents)
     return ctx.session.ask(plan, extract_s=extract_s, gate=gate, should_stop=should_stop,
                            on_window_progress=windows_shown(progress), on_candidate=on_candidate)
@@ -468,17 +472,18 @@ def windows_shown(progress):
 
 
 @gpu_function(duration=answer_duration)
-def answer_on_gpu(context_key: str, plan, extract_s: float = 0.0, progress=None,
-                  stop_key: str | None = None) -> Iterator[Provisional | Readout]:
+def answer_on_gpu(context_key: str, plan, extract_s: float = 0.0, progress=None, stop_key: str | None = None,
+                  work_s: float | None = None) -> Iterator[Provisional | Readout]:
     """`answer` as ZeroGPU's GPU function: its arguments and what it yields pickle (ZeroGPU runs it in a forked
     worker), so it finds the context and the stop check by key, and its turn is held for it throughout. A
     generator: each best answer so far as the read goes on, then the readout (ZeroGPU sends each yield back from
     its worker as it comes: `spaces`' generator wrapper). In the worker the plan's time budget is no more than the
-    GPU time it asked for (a guided read whose answer stays weak then keeps what it read)."""
+    GPU time it asked for (a guided read whose answer stays weak then keeps what it read): `work_s`, the forward
+    seconds the page predicted once for both the grant and this budget (`policy.answer_work_s`)."""
     ctx = CONTEXTS[context_key]
     if RUNS_IN_WORKER:  # ZeroGPU ends the function at the duration it asked for: read no further than that
-        work_s = policy.granted_work_s(policy.answer_work_s(plan, ctx.measured()))
-        plan = plan.with_budget(min(plan.settings.max_request_s or work_s, max(1.0, work_s)))
+        granted_s = policy.granted_work_s(work_s if work_s is not None else policy.answer_work_s(plan, ctx.measured()))
+        plan = plan.with_budget(min(plan.settings.max_request_s or granted_s, max(1.0, granted_s)))
     updates: queue.SimpleQueue = queue.SimpleQueue()
 
     def read() -> None:  # a thread of its own (a fresh context), whose listener is this generator's queue
@@ -489,7 +494,8 @@ def answer_on_gpu(context_key: str, plan, extract_s: float = 0.0, progress=None,
         except BaseException as exc:  # noqa: BLE001 - raised again below, in the worker's own thread
             updates.put(exc)
 
-    threading.Thread(target=read, name="answer-on-gpu", daemon=True).start()
+    # in a copy of this context: gradio's own (the event's progress and notices), which `spaces` applies in the worker
+    threading.Thread(target=contextvars.copy_context().run, args=(read,), name="answer-on-gpu", daemon=True).start()
     while True:
         update = updates.get()
         if isinstance(update, BaseException):

@@ -16,7 +16,6 @@ import gradio as gr
 import pandas as pd
 
 from longqa.compare import Comparison, choices_from, compare_profiles
-from longqa.serving import policy
 from longqa_core.errors import Cancelled, InputError, ProfileError
 from page import format as fmt
 from page.asking import (ensure_loaded, loaded_now, model_turn, read_before_turn, request_settings, seen_now,
@@ -101,8 +100,7 @@ def build_compare_panel(ctx: AppContext, question: dict, history: dict, seen, lo
             settings = compare_limits(ctx, settings, len(choices))
             read = read_before_turn(ctx, files, pasted_text, question_text, request, progress)
             stop_pressed = stop_pressed_from_now(ctx, request)
-            with model_turn(ctx, request, progress, exclusive=True, only_one="comparison") as stop_key:
-                abandoned = policy.stop_check(stop_key) or (lambda: False)
+            with model_turn(ctx, request, progress, exclusive=True, only_one="comparison") as abandoned:
                 deadline = (time.monotonic() + ctx.max_compare_s + GRACE_S if ctx.max_compare_s is not None
                             else float("inf"))
 

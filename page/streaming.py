@@ -3,8 +3,9 @@ yields each best answer the engine reports after a batch of windows, labelled pr
 Not the answer nor Stop (`page.asking`).
 
 The engine hears of the page's listener through a context variable, set in the worker thread's copy of gradio's
-context: the handlers' signatures (gradio's inputs) and the GPU function's picklable arguments stay as they are, and
-a ZeroGPU worker, which runs in another process, finds no listener and shows the final answer only.
+context: the handlers' signatures (gradio's inputs) and the GPU function's picklable arguments stay as they are. A
+ZeroGPU worker runs in another process: there the GPU function's listener is its own queue, and it yields each best
+answer so far back to the page's listener (`page.asking.answer_on_gpu`, `from_gpu_worker`).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The ZeroGPU contexts: whether this process runs under ZeroGPU, the decorator that makes a GPU function, the GPU
 seconds each asks for, and the training step's GPU function (the answer's, `page.asking.answer_on_gpu`, sits beside
 the answer it runs). Only the model work: reading, planning and turns happen before, in the handlers. Off ZeroGPU
-nothing here runs during a request.
+only the training step's function runs, undecorated.
 """
 
 from __future__ import annotations
@@ -32,9 +32,13 @@ def gpu_function(duration):
     return spaces.GPU(duration=duration)
 
 
-def answer_duration(context_key: str, plan, extract_s: float = 0.0, progress=None, stop_key=None) -> float:
-    """Seconds of GPU to ask ZeroGPU for (`policy.answer_gpu_seconds`): the windows the plan expects to read (what
-    the ranking picked, or every window) at the loaded model's measured throughput."""
+def answer_duration(context_key: str, plan, extract_s: float = 0.0, progress=None, stop_key=None,
+                    work_s: float | None = None) -> float:
+    """Seconds of GPU to ask ZeroGPU for: the start-up allowance and `work_s`, the forward seconds the page
+    predicted for the windows the plan expects to read (`policy.answer_work_s`: what the ranking picked, or every
+    window; predicted here where the caller gave none)."""
+    if work_s is not None:
+        return policy.gpu_seconds(work_s)
     return policy.answer_gpu_seconds(plan, CONTEXTS[context_key].measured())
 
 

@@ -7,7 +7,6 @@ from types import SimpleNamespace
 import pytest
 
 from longqa.serving import policy
-from longqa.serving.lane import ModelLane
 from longqa_core.batching import BatchState
 
 
@@ -33,22 +32,19 @@ def test_a_stream_is_unread_only_after_it_stays_long_for_the_stall_time():
     assert not stall.is_unread(None)  # no stream at all is no unread stream
 
 
-def test_a_turn_registers_its_stop_check_while_it_runs_and_only_then():
-    lane = ModelLane()
+def test_a_stop_key_finds_its_stop_check_while_it_is_held_and_only_then():
     check = lambda: False  # noqa: E731
-    with policy.model_turn(lane, "visitor", check) as key:
+    with policy.stop_key(check) as key:
         assert policy.stop_check(key) is check
-        assert lane.is_busy()
-    assert policy.stop_check(key) is None and not lane.is_busy()
+    assert policy.stop_check(key) is None
     assert policy.stop_check(None) is None
 
 
 def test_the_stop_check_is_released_when_the_request_fails():
-    lane = ModelLane()
     with pytest.raises(RuntimeError):
-        with policy.model_turn(lane, None, lambda: False) as key:
+        with policy.stop_key(lambda: False) as key:
             raise RuntimeError("the model failed")
-    assert policy.stop_check(key) is None and not lane.is_busy()
+    assert policy.stop_check(key) is None
 
 
 def planned(window_tokens: int, mode: str = "full", full_read_s=None, guided_read_s=None):

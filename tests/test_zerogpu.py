@@ -96,7 +96,8 @@ def test_the_best_answer_so_far_comes_back_from_the_gpu_worker_as_it_reads(zero_
     assert reads == sorted(reads) and all(p["windows_total"] == final[-1]["windows"] for p in provisional)
     assert final[-1].get("provisional") is None and final[-1]["answers"]
     call = [call for call in gpu_calls(log) if call["function"] == "answer_on_gpu"][-1]
-    assert call["outcome"] == "ok" and call["yields"] == len(reads) + 1  # each best so far, then the readout
+    # each best so far, then the readout; the page may skip a best so far that a newer one overtook on its way
+    assert call["outcome"] == "ok" and 1 <= len(reads) <= call["yields"] - 1
 
 
 def test_the_gpu_duration_grows_with_the_request(zero_gpu_server):

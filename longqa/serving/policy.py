@@ -1,6 +1,6 @@
-"""Serving policy, free of gradio: when a request counts as abandoned, an exclusive turn on the model and the key
-under which a ZeroGPU worker finds a request's stop check, how many seconds of GPU a ZeroGPU request asks for, and the
-allocator settings a server process starts with. An answer's own turns are the lane's (`lane.request_turn`).
+"""Serving policy, free of gradio: when a request counts as abandoned, the key under which a ZeroGPU worker finds a
+request's stop check, how many seconds of GPU a ZeroGPU request asks for, and the allocator settings a server process
+starts with. Turns on the model are the lane's (`ModelLane.turn`, `lane.request_turn`).
 
 It holds no model and formats nothing; the page supplies what only gradio knows (its queue, the visitor).
 """
@@ -12,7 +12,6 @@ import time
 import uuid
 from typing import Callable, Iterator
 
-from longqa.serving.lane import ModelLane
 from longqa_core import telemetry
 from longqa_core.batching import BatchState
 
@@ -61,18 +60,6 @@ def stop_key(should_stop: Callable[[], bool]) -> Iterator[str]:
         yield key
     finally:
         STOP_CHECKS.pop(key, None)
-
-
-@contextlib.contextmanager
-def model_turn(lane: ModelLane, visitors: tuple[str, ...] | str | None, should_stop: Callable[[], bool],
-               on_wait: Callable[[int], None] | None = None, *, exclusive: bool = False,
-               only_one: str | None = None) -> Iterator[str]:
-    """This request's turn on the model, waiting in line, and the key under which its stop check is found while it
-    runs. Answers share the model up to the lane's capacity; a reload, a comparison or a training step
-    (`exclusive`) holds it alone; `only_one` names a kind of turn of which the lane takes one at a time."""
-    with lane.turn(visitors, should_stop=should_stop, on_wait=on_wait, exclusive=exclusive, only_one=only_one):
-        with stop_key(should_stop) as key:
-            yield key
 
 
 def stop_check(stop_key: str | None) -> Callable[[], bool] | None:
