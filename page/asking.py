@@ -19,14 +19,11 @@ best answer so far back to the page as the read goes on.
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import functools
 import html
 import inspect
 import json
 import os
-import queue
-import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -48,7 +45,7 @@ from page.context import CONTEXTS, AppContext
 from page.downloads import DOWNLOADS, doc_url
 from page.hardening import abandonment_check, escape, first_hop, number_or_none, user_errors
 from page.history_panel import history_outputs
-from page.streaming import LISTENER
+from page.streaming import LISTENER, heard_while
 from page.words import PICK_MODEL
 from page.zerogpu import RUNS_IN_WORKER, ZERO_GPU, answer_duration, gpu_function, training_step_on_gpu
 
@@ -484,25 +481,14 @@ def answer_on_gpu(context_key: str, plan, extract_s: float = 0.0, progress=None,
     if RUNS_IN_WORKER:  # ZeroGPU ends the function at the duration it asked for: read no further than that
         granted_s = policy.granted_work_s(work_s if work_s is not None else policy.answer_work_s(plan, ctx.measured()))
         plan = plan.with_budget(min(plan.settings.max_request_s or granted_s, max(1.0, granted_s)))
-    updates: queue.SimpleQueue = queue.SimpleQueue()
+    def read() -> Readout:
+        with user_errors("Answering"):  # inside: ZeroGPU passes only gr.Error through from its worker
+            return answer(ctx, plan, extract_s, progress, should_stop=policy.stop_check(stop_key))
 
-    def read() -> None:  # a thread of its own (a fresh context), whose listener is this generator's queue
-        LISTENER.set(lambda best, documents: updates.put(best))
-        try:
-            with user_errors("Answering"):  # inside: ZeroGPU passes only gr.Error through from its worker
-                updates.put(answer(ctx, plan, extract_s, progress, should_stop=policy.stop_check(stop_key)))
-        except BaseException as exc:  # noqa: BLE001 - raised again below, in the worker's own thread
-            updates.put(exc)
-
-    # in a copy of this context: gradio's own (the event's progress and notices), which `spaces` applies in the worker
-    threading.Thread(target=contextvars.copy_context().run, args=(read,), name="answer-on-gpu", daemon=True).start()
-    while True:
-        update = updates.get()
-        if isinstance(update, BaseException):
-            raise update
-        yield update
-        if isinstance(update, Readout):
-            return
+    # in a thread with a copy of this context: gradio's own (the event's progress and notices), which `spaces`
+    # applies in the worker
+    for kind, value in heard_while(read, "answer-on-gpu"):
+        yield value[0] if kind == "candidate" else value
 
 
 def from_gpu_worker(updates: Iterator[Provisional | Readout], documents) -> Readout:

@@ -48,35 +48,45 @@ def streaming(handler: Callable[..., dict]) -> Callable[..., Iterator[dict]]:
     (`Cancelled.best`) is shown before its error is raised. Same signature and hints."""
     @functools.wraps(handler)
     def streamed(*args, **kwargs):
-        updates: queue.SimpleQueue = queue.SimpleQueue()
-        read: dict[str, list[Document]] = {}  # the documents the candidates come from
-
-        def listen(best: Provisional, documents: list[Document]) -> None:
-            read["documents"] = documents
-            updates.put(("candidate", best))
-
-        def run() -> None:
-            LISTENER.set(listen)
-            try:
-                updates.put(("done", handler(*args, **kwargs)))
-            except BaseException as exc:  # noqa: BLE001 - raised again in the handler's own thread
-                updates.put(("error", exc))
-
-        threading.Thread(target=contextvars.copy_context().run, args=(run,), name="answer", daemon=True).start()
-        while True:
-            kind, value = next_update(updates)
-            if kind == "candidate":
-                yield provisional_outputs(value, read["documents"])
-            elif kind == "done":
-                yield value
-                return
-            else:
-                best = value.__cause__.best if isinstance(value.__cause__, Cancelled) else None
-                if best is not None and "documents" in read:
-                    yield provisional_outputs(best, read["documents"])
-                raise value
+        documents = None  # the documents the candidates come from
+        try:
+            for kind, value in heard_while(lambda: handler(*args, **kwargs), "answer"):
+                if kind == "candidate":
+                    best, documents = value
+                    yield provisional_outputs(best, documents)
+                else:
+                    yield value
+        except BaseException as exc:
+            best = exc.__cause__.best if isinstance(exc.__cause__, Cancelled) else None
+            if best is not None and documents is not None:
+                yield provisional_outputs(best, documents)
+            raise
 
     return streamed
+
+
+def heard_while(work: Callable[[], object], name: str) -> Iterator[tuple[str, object]]:
+    """Runs `work()` in a thread of its own (`name`), in a copy of this context (gradio's progress, warnings and
+    abandonment check work there as here), with the page's listener set to hear it: yields ("candidate", (best,
+    documents)) for each best answer so far (only the latest, when several came while the caller was busy), then
+    ("done", what `work` returned); its error is raised here, in the caller's thread."""
+    updates: queue.SimpleQueue = queue.SimpleQueue()
+
+    def run() -> None:
+        LISTENER.set(lambda best, documents: updates.put(("candidate", (best, documents))))
+        try:
+            updates.put(("done", work()))
+        except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread
+            updates.put(("error", exc))
+
+    threading.Thread(target=contextvars.copy_context().run, args=(run,), name=name, daemon=True).start()
+    while True:
+        kind, value = next_update(updates)
+        if kind == "error":
+            raise value
+        yield kind, value
+        if kind == "done":
+            return
 
 
 def next_update(updates: queue.SimpleQueue) -> tuple[str, object]:
