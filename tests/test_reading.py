@@ -313,15 +313,21 @@ def answers_of(result) -> list[tuple]:
     return [(a.text, a.score, a.document_index, a.start_char, a.end_char) for a in result.answers]
 
 
+def weak_answer_and_its_full_read(runner, tokenizer):
+    """Two documents whose fact the random-weight model answers weakly, the question, and their full read."""
+    documents = [Document("d.txt", long_text("The budget of Quarrowby is 12 crowns.", 0.6, n_chars=5_000)),
+                 Document("e.txt", long_text("Quarrowby has a budget.", 0.3, n_chars=2_500))]
+    question = "What is the budget of Quarrowby?"
+    full = answering.answer(runner, tokenizer, documents, question, FLAT_SETTINGS, reading_mode="full")
+    return documents, question, full
+
+
 @pytest.mark.parametrize("mode", ["guided", "auto"])
 @pytest.mark.slow
 def test_a_weak_answer_reads_each_window_once_and_gives_the_full_reads_answers(tiny_tokenizer, counted_passes,
                                                                                 mode):
     runner, passes = counted_passes
-    documents = [Document("d.txt", long_text("The budget of Quarrowby is 12 crowns.", 0.6, n_chars=5_000)),
-                 Document("e.txt", long_text("Quarrowby has a budget.", 0.3, n_chars=2_500))]
-    question = "What is the budget of Quarrowby?"
-    full = answering.answer(runner, tiny_tokenizer, documents, question, FLAT_SETTINGS, reading_mode="full")
+    documents, question, full = weak_answer_and_its_full_read(runner, tiny_tokenizer)
     assert sum(passes) == full.windows == full.reading.windows_read
     passes.clear()
     result = answering.answer(runner, tiny_tokenizer, documents, question, FLAT_SETTINGS, reading_mode=mode)
@@ -503,10 +509,7 @@ def test_a_strong_answer_in_windows_sized_to_the_passage_reads_no_more(tiny_toke
 def test_a_weak_answer_widens_the_sized_windows_and_gives_the_full_reads_answers(tiny_tokenizer, counted_passes,
                                                                                  mode):
     runner, passes = counted_passes
-    documents = [Document("d.txt", long_text("The budget of Quarrowby is 12 crowns.", 0.6, n_chars=5_000)),
-                 Document("e.txt", long_text("Quarrowby has a budget.", 0.3, n_chars=2_500))]
-    question = "What is the budget of Quarrowby?"
-    full = answering.answer(runner, tiny_tokenizer, documents, question, FLAT_SETTINGS, reading_mode="full")
+    documents, question, full = weak_answer_and_its_full_read(runner, tiny_tokenizer)
     passes.clear()
     result = answering.answer(runner, tiny_tokenizer, documents, question, SIZED_SETTINGS, reading_mode=mode)
     assert result.reading.code == "weak_after_guided" and result.reading.narrowed == 0
