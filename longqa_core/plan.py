@@ -151,7 +151,7 @@ def plan_request(tokenizer, documents: list[Document], question: str, settings: 
         if plan.mode == "full":
             if not plan.cuts:
                 with plan.stage("tokenize"):
-                    if _estimated_tokens(plan, tokenizer) < _TOKENIZE_ONCE_SHARE * settings.max_total_tokens:
+                    if _tokenize_once(plan, tokenizer):
                         _cut(plan, _tokenize_within_limit(plan, tokenizer, should_stop))
                     else:
                         _count(plan, tokenizer, room, should_stop)
@@ -201,6 +201,14 @@ def _count(plan: RequestPlan, tokenizer, room: int, should_stop: StopCheck | Non
     plan.stats, plan.window_tokens = stats, window_tokens
     plan.expected_chars = sum(len(d.text) for d in plan.documents)
     plan.expected_windows, plan.expected_window_tokens = plan.windows, window_tokens
+
+
+def _tokenize_once(plan: RequestPlan, tokenizer) -> bool:
+    """Whether a full read is tokenized once (estimated under `_TOKENIZE_ONCE_SHARE` of the token limit). An
+    estimate is never over the characters (at least a character a token), so documents with fewer characters than
+    that are not sampled: a short text is tokenized once, not once to estimate and once to read."""
+    bar = _TOKENIZE_ONCE_SHARE * plan.settings.max_total_tokens
+    return sum(len(d.text) for d in plan.documents) < bar or _estimated_tokens(plan, tokenizer) < bar
 
 
 def _estimated_tokens(plan: RequestPlan, tokenizer) -> int:

@@ -356,6 +356,17 @@ def test_a_refused_plan_hands_the_heap_back_and_an_accepted_one_does_not_trim(ti
     assert trims == [1]
 
 
+def test_a_full_read_samples_its_characters_only_when_they_could_reach_the_token_limit(tiny_tokenizer, monkeypatch):
+    sampled = []
+    real = planning.chars_per_token
+    monkeypatch.setattr(planning, "chars_per_token", lambda tok, text: sampled.append(len(text)) or real(tok, text))
+    documents = [Document("a.txt", prose(3, 6_000))]
+    short = plan_request(tiny_tokenizer, documents, "Who?", EngineSettings(max_total_tokens=20_000))
+    assert sampled == [] and short.cuts  # fewer characters than half the limit: tokenized once, its windows cut
+    near = plan_request(tiny_tokenizer, documents, "Who?", EngineSettings(max_total_tokens=4_000))
+    assert sampled == [len(documents[0].text)] and near.tokens == short.tokens
+
+
 def test_a_question_that_leaves_no_room_past_the_overlap_is_refused(tiny_tokenizer):
     settings = EngineSettings(max_seq_len=100, doc_stride=32, max_question_len=64)
     question = "What is the colour of the house by the harbour in the old town? " * 8  # cut to 64 tokens
