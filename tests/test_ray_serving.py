@@ -11,6 +11,7 @@ import threading
 import time
 from dataclasses import replace
 
+import psutil
 import pytest
 import torch
 from gradio_client import Client
@@ -30,6 +31,8 @@ from strategies.hardware import Gpu, detect_hardware
 # The page's machine claims a T4 the replicas do not have: the "bad profile on that node" of a real cluster,
 # whose head node (the page) has a GPU and whose workers do not.
 PAGE_HARDWARE = replace(detect_hardware(), gpus=(Gpu(0, "Tesla T4", 15_600_000_000, (7, 5)),), cuda_available=True)
+# How long Ray Serve may take to bring a killed replica back (its health check, a new process, the model loaded).
+RESTART_LIMIT_S = 480
 
 
 @pytest.fixture(scope="module")
@@ -64,6 +67,8 @@ def test_twenty_concurrent_asks_equal_the_same_requests_alone_and_both_replicas_
     assert summary["same_as_alone"] == 20, [(r.alone, r.answer, r.span) for r in results]
     assert summary["replicas_answering"] == 2, {r.replica for r in results}
     assert all(r.readout["profile"] == "cpu" and r.readout["model"] == "demo" for r in results)
+    # The replicas answer at the page's priority, not at Ray's nice 15, which any busy process starves.
+    assert {psutil.Process(pid_of(r.replica)).nice() for r in results} == {os.nice(0)}
 
 
 @pytest.mark.slow
@@ -124,14 +129,16 @@ def test_a_replica_killed_mid_load_loses_no_answer(served):
     summary = summarize(results)
     assert summary["completed"] == 12, summary["errors"]
     assert {r.answer for r in results} == expected
-    # Ray Serve restarts the replica: two answer again, the killed process not among them.
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
+    # Ray Serve restarts the replica: two answer again, the killed process not among them. Its new process imports
+    # torch and loads the model on a CPU the others share: beside two busy loops that took more than 120 s.
+    began = time.monotonic()
+    while time.monotonic() - began < RESTART_LIMIT_S:
         pids = session.replica_pids()
         if len(pids) == 2 and victim not in pids:
             break
         time.sleep(2)
-    assert len(pids) == 2 and victim not in pids
+    assert len(pids) == 2 and victim not in pids, f"{len(pids)} replica(s) {time.monotonic() - began:.0f} s after"
+    print(f"the replica was back {time.monotonic() - began:.0f} s after the last answer")
 
 
 @pytest.mark.slow
