@@ -58,6 +58,32 @@ def trim_offset(text: str, start: int, end: int) -> tuple[int, int]:
     return start, end
 
 
+# Every character `str.isspace` says is white space (none lies past U+3000).
+_SPACE_CODES = np.array([c for c in range(0x3001) if chr(c).isspace()], dtype=np.uint32)
+
+
+def trimmed_offsets(text: str, offsets: np.ndarray) -> np.ndarray:
+    """`trim_offset` of every (start, end) row of `offsets` at once, as an (N, 2) int64 array: from the positions
+    of the characters that are not white space in the stretch they cover (a window's offsets took about 6 ms a window
+    one at a time, before its first forward pass)."""
+    offsets = np.asarray(offsets, dtype=np.int64).reshape(-1, 2)
+    if not len(offsets):
+        return offsets
+    low, high = int(offsets[:, 0].min()), int(offsets[:, 1].max())
+    codes = np.frombuffer(text[low:high].encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+    solid = np.flatnonzero(~np.isin(codes, _SPACE_CODES)) + low  # where the characters that are not white space are
+    starts, ends = offsets[:, 0], offsets[:, 1]
+    if not len(solid):
+        return np.stack([ends, ends], axis=1)
+    first = np.searchsorted(solid, starts)  # the first such character at or after each start
+    found = first < len(solid)
+    found[found] = solid[first[found]] < ends[found]  # ... and before its end
+    last = np.searchsorted(solid, ends) - 1  # the last one before each end
+    trimmed_start = np.where(found, solid[np.minimum(first, len(solid) - 1)], ends)
+    trimmed_end = np.where(found, solid[np.maximum(last, 0)] + 1, ends)
+    return np.stack([trimmed_start, trimmed_end], axis=1)
+
+
 def make_windows(tokenizer, question: str, documents: list[Document], settings: EngineSettings, *,
                  should_stop: StopCheck | None = None) -> tuple[list[Window], list[DocumentStats]]:
     """Windows of every document, question first, overlapping by `doc_stride` tokens (the pipeline's meaning):
@@ -189,11 +215,11 @@ class DocumentTokens:
     def __len__(self) -> int:
         return len(self.ids)
 
-    def context_offsets(self, text: str, first: int, end: int) -> list[tuple[int, int]]:
-        """The offsets of tokens [first, end) as a window starting at `first` has them (`make_windows`)."""
-        offsets = [trim_offset(text, int(a), int(b)) for a, b in self.offsets[first:end]]
-        if offsets and first > 0 and self.ids[first] == self.lone_space:  # first in this window's encoding
-            start = offsets[0][0] - 1
+    def context_offsets(self, text: str, first: int, end: int) -> np.ndarray:
+        """The offsets of tokens [first, end) as a window starting at `first` has them (`make_windows`): (N, 2)."""
+        offsets = trimmed_offsets(text, self.offsets[first:end])
+        if len(offsets) and first > 0 and self.ids[first] == self.lone_space:  # first in this window's encoding
+            start = offsets[0, 0] - 1
             offsets[0] = (start, start)
         return offsets
 
@@ -423,7 +449,7 @@ def window_cuts(document_index: int, text: str, tokens: DocumentTokens, room: in
         first = k * (room - doc_stride)
         end = min(n, first + room)
         if end > first:
-            start_char = tokens.context_offsets(text, first, first + 1)[0][0]
+            start_char = int(tokens.context_offsets(text, first, first + 1)[0, 0])
             end_char = trim_offset(text, *map(int, tokens.offsets[end - 1]))[1]
         else:
             start_char = end_char = 0
@@ -439,7 +465,7 @@ def narrowed_cut(cut: WindowCut, text: str, tokens: DocumentTokens, centre_char:
     centre = int(np.searchsorted(tokens.offsets[:, 0], centre_char, side="right")) - 1  # the token holding it
     first = min(max(centre - room // 2, cut.first_token), cut.end_token - room)
     end = first + room
-    start_char = tokens.context_offsets(text, first, first + 1)[0][0]
+    start_char = int(tokens.context_offsets(text, first, first + 1)[0, 0])
     end_char = trim_offset(text, *map(int, tokens.offsets[end - 1]))[1]
     return WindowCut(cut.document_index, first, end, start_char, end_char)
 
@@ -482,8 +508,8 @@ def cut_windows(tokenizer, question: str, documents: list[Document], tokens: lis
         context = np.zeros(head + len(context_ids) + len(frame.tail_ids), dtype=bool)  # (L,)
         context[head: head + len(context_ids)] = True
         input_ids = np.asarray(frame.head_ids + context_ids + frame.tail_ids, dtype=np.int32)  # (L,)
-        offsets = np.asarray(frame.head_offsets + context_offsets + frame.tail_offsets,
-                             dtype=np.int64).reshape(-1, 2)  # (L, 2)
+        offsets = np.concatenate([np.asarray(frame.head_offsets, dtype=np.int64).reshape(-1, 2), context_offsets,
+                                  np.asarray(frame.tail_offsets, dtype=np.int64).reshape(-1, 2)])  # (L, 2)
         windows.append(Window(cut.document_index, input_ids, offsets, context, frame.n_global))
     return windows
 

@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 
 from longqa.models import DEMO_MODEL_DIR
 from longqa_core.documents import Document
 from longqa_core.limits import EngineSettings, document_room
 from longqa_core.errors import Cancelled
-from longqa_core.windows import (count_tokens, cut_windows, make_windows, plan_chunks, tokenize_document, window_cuts,
-                                 window_span)
+from longqa_core.windows import (count_tokens, cut_windows, make_windows, plan_chunks, tokenize_document, trim_offset,
+                                 trimmed_offsets, window_cuts, window_span)
 from tests.reference_windows import windows_by_overflow
 
 WORDS = ["budget", "Quarrowby", "crowns", "the", "of", "é", "ü", "漢字", "😀", "naïve", "x", "12", "4.5", "—", "(a)",
@@ -72,6 +73,17 @@ def test_cut_windows_are_the_full_reads_windows_token_for_token(request, tiny_to
                                                                       span["end_char"])
     assert [len(t) for t in tokens] == [s.tokens for s in stats]
     assert [len(t) for t in tokens] == [count_tokens(tokenizer, d.text).tokens for d in documents]
+
+
+def test_offsets_trimmed_at_once_are_those_trimmed_one_by_one():
+    spaces = [chr(c) for c in range(0x3001) if chr(c).isspace()]
+    solid = ["a", "é", "\U0001F600", "\ud800", "x"]  # a lone surrogate too, as a careless decode can leave
+    rng = random.Random(5)
+    for _ in range(2000):
+        text = "".join(rng.choice(spaces if rng.random() < 0.5 else solid) for _ in range(rng.randint(0, 40)))
+        offsets = [(a, rng.randint(a, len(text))) for a in (rng.randint(0, len(text)) for _ in range(rng.randint(0, 12)))]
+        trimmed = trimmed_offsets(text, np.array(offsets, dtype=np.int64).reshape(-1, 2))
+        assert [tuple(map(int, row)) for row in trimmed] == [trim_offset(text, a, b) for a, b in offsets], text
 
 
 def test_a_text_with_no_space_to_cut_at_is_tokenized_whole(tiny_tokenizer):
