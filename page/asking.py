@@ -306,9 +306,8 @@ def request_settings(ctx: AppContext, top_k, reading, no_answer_below) -> tuple[
     if isinstance(no_answer_below, str) and not no_answer_below.strip():
         no_answer_below = None
     reading = DEFAULT_READING if reading is None or reading == "" else reading  # checked where it is planned
-    return reading, {"top_k": top_k, "no_answer_below": no_answer_below,
-                                         "max_total_tokens": ctx.max_total_tokens,
-                                         "max_request_s": ctx.max_request_s}
+    return reading, {"top_k": top_k, "no_answer_below": no_answer_below, "max_total_tokens": ctx.max_total_tokens,
+                     "max_request_s": ctx.max_request_s, "passage_window_tokens": ctx.passage_window_tokens}
 
 
 def read_uploads(ctx: AppContext, files, pasted_text, question, progress=None) -> ReadRequest:

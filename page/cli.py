@@ -112,6 +112,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-compare-s", type=float, default=DEFAULT_MAX_COMPARE_S,
                         help="a comparison's reads, all profiles together, may take about this many seconds; one "
                              "predicted to take longer is refused, one that runs longer is ended; 0: no limit")
+    parser.add_argument("--passage-window-tokens", type=positive_int, default=None, metavar="N",
+                        help="a guided read reads each ranked passage first in a window of N tokens around it (e.g. "
+                             "1024: the first answer about 4x sooner with the default model on a CPU), and the whole "
+                             "window only while the answer is weak; default: whole windows (docs/reading.md)")
     parser.add_argument("--visitor-header", default=default_visitor_header(),
                         help="behind a proxy: the header naming the visitor's address (its first hop), so that "
                              "per-visitor limits count the address as well as the page session (default: "
@@ -199,7 +203,7 @@ def context_from(args, session: Backend) -> AppContext:
                         visitor_header=None if str(args.visitor_header).lower() == "none" else args.visitor_header,
                         max_queued_windows=args.max_queued_windows, uploads=uploads,
                         allow_compare=args.allow_compare, allow_training=args.allow_training,
-                        max_compare_s=args.max_compare_s)
+                        max_compare_s=args.max_compare_s, passage_window_tokens=args.passage_window_tokens)
 
 
 def load_before_serving(ctx: AppContext, args) -> bool:

@@ -46,6 +46,7 @@ class AppContext:
     allow_compare: bool = False  # under lock_profile, visitors may still compare profiles (each reloads the model)
     allow_training: bool = False  # under lock_profile, visitors may still run the training-step readout
     max_compare_s: float | None = DEFAULT_MAX_COMPARE_S  # a comparison's reads, all profiles together (None: none)
+    passage_window_tokens: int | None = None  # guided reads' windows sized to the ranked passage (None: whole)
     lane: ModelLane = field(default_factory=ModelLane)  # requests take turns on the model between batches
     uploads: UploadStore = field(default_factory=UploadStore)  # the uploads on disk, bounded and deleted
     visitor_header: str | None = None  # the proxy's header naming the visitor's address (None: a direct connection)
@@ -88,7 +89,8 @@ def make_context(session: Backend | None = None, *, models=None, default_model: 
                  queue_size: int = DEFAULT_QUEUE_SIZE, visitor_header: str | None = None,
                  max_queued_windows: int | None = MAX_QUEUED_WINDOWS, uploads: UploadStore | None = None,
                  allow_compare: bool = False, allow_training: bool = False,
-                 max_compare_s: float | None = DEFAULT_MAX_COMPARE_S) -> AppContext:
+                 max_compare_s: float | None = DEFAULT_MAX_COMPARE_S,
+                 passage_window_tokens: int | None = None) -> AppContext:
     get_profile(default_profile)
     allowed = list(dict.fromkeys([*(models if models is not None else KNOWN_MODELS), default_model]))
     if DEFAULT_MODEL in allowed and "demo" not in allowed:
@@ -101,7 +103,8 @@ def make_context(session: Backend | None = None, *, models=None, default_model: 
                      start={"profile": default_profile, "model": default_model, "strategies": []},
                      lock_profile=lock_profile, max_request_s=max_request_s or None,
                      allow_compare=allow_compare, allow_training=allow_training, max_compare_s=max_compare_s or None,
-                     visitor_header=visitor_header or None, uploads=uploads or UploadStore())
+                     visitor_header=visitor_header or None, uploads=uploads or UploadStore(),
+                     passage_window_tokens=passage_window_tokens)
     ctx.lane = ModelLane(max_waiting=queue_size, capacity=session.capacity,
                          max_active=max(MAX_ACTIVE, session.capacity), max_queued_windows=max_queued_windows or None,
                          window_s=ctx.window_s)

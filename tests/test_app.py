@@ -759,3 +759,17 @@ def test_the_page_keeps_each_visitors_ranking_index_apart(ctx):
     assert ctx.session.index_cache.builds == 2 and len(ctx.session.index_cache) == 2
     ask_as("first")
     assert ctx.session.index_cache.builds == 2
+
+
+def test_an_operator_can_size_guided_windows_to_the_ranked_passage(ctx):
+    """`python app.py --passage-window-tokens N` (issue 50 item 4): the page's guided reads read each ranked window
+    first sized to its passage; without it they read whole windows."""
+    examples = [make_example(seed, 3000) for seed in range(40, 56)]
+    text, question = " ".join(e.text for e in examples), examples[7].question
+    whole = ask(ctx, pasted=text, question=question, reading="guided")["readout"]["reading"]
+    ctx.passage_window_tokens = 256
+    sized = ask(ctx, pasted=text, question=question, reading="guided")["readout"]["reading"]
+    assert whole["requested"] == sized["requested"] == "guided" and whole["narrowed"] == whole["widened"] == 0
+    assert sized["narrowed"] + sized["widened"] > 0  # the tiny model's answers are weak: widened, then read whole
+    args = cli.build_parser().parse_args(["--passage-window-tokens", "1024"])
+    assert cli.context_from(args, Session()).passage_window_tokens == 1024
