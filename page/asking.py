@@ -314,12 +314,12 @@ def read_uploads(ctx: AppContext, files, pasted_text, question, progress=None) -
     """`read_request` for the page: the uploads kept on disk while they are read (a deleted one named as such), a
     wait for a document reader shown as progress, and the read stopped when the request is abandoned."""
     files = list(files or [])
-    for path in files:
-        if not os.path.exists(path):
-            raise DocumentError(f"'{os.path.basename(path)}' is no longer on this server: uploads are deleted "
-                                f"{ctx.uploads.keep_s / 60:g} minutes after they came (sooner when the server needs "
-                                "the room). Upload it again.")
-    with ctx.uploads.reading(files):
+    with ctx.uploads.reading(files):  # held first: a sweep between the check below and the read deletes none
+        for path in files:
+            if not os.path.exists(path):
+                raise DocumentError(f"'{os.path.basename(path)}' is no longer on this server: uploads are deleted "
+                                    f"{ctx.uploads.keep_s / 60:g} minutes after they came (sooner when the server "
+                                    "needs the room). Upload it again.")
         return read_request(files, pasted_text, question, max_bytes=ctx.max_file_bytes,
                             max_total_tokens=ctx.max_total_tokens, should_stop=abandonment_check(),
                             on_wait=reader_wait_shown(progress))

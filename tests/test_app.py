@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import json
+import os
 import threading
 import time
 
@@ -179,6 +180,32 @@ def test_an_upload_deleted_after_its_time_is_named_and_asked_for_again(ctx, tmp_
     with pytest.raises(gr.Error, match=r"'notes\.txt' is no longer on this server: uploads are deleted 10 minutes "
                                        r"after they came .* Upload it again\."):
         ask(ctx, [gone])
+
+
+def test_an_upload_past_its_time_is_kept_once_the_page_has_checked_it(ctx, tmp_path, monkeypatch):
+    """The page holds an upload before it checks that it is still there: a sweep that comes between that check and
+    the read (here: right after the check) finds it being read and keeps it."""
+    upload = tmp_path / "abc123" / "notes.txt"
+    upload.parent.mkdir()
+    upload.write_text("The colour of Zorbin is teal.")
+    ctx.uploads.record([str(upload)])
+    ctx.uploads.keep_s = 0  # past its time: the next sweep deletes it unless it is being read
+    checked = []
+
+    exists = os.path.exists
+
+    def exists_then_sweep(path) -> bool:
+        there = exists(path)
+        if str(path) == str(upload):
+            checked.append(there)
+            ctx.uploads.sweep()
+        return there
+
+    monkeypatch.setattr(os.path, "exists", exists_then_sweep)
+    result = ask(ctx, [upload])
+    assert checked == [True] and result["readout"]["documents"][0]["name"] == "notes.txt" and upload.exists()
+    ctx.uploads.sweep()  # read: now it goes
+    assert not upload.exists()
 
 
 def test_a_visitor_past_its_share_is_refused_before_its_documents_are_read(ctx, monkeypatch):
