@@ -1,7 +1,8 @@
 """What a document is: its exact, cleaned text (`clean_text`, the cleaning every reader's text and a question go
-through), where a stretch of it stands as people find it (`Location`: a PDF's page, the nearest heading of a page or
-Markdown file, a text's line), one document's reading limits (`ReadLimits`: characters, PDF pages and seconds of
-extraction, the request's stop check, and how a reader hears that it waits), and a document made from pasted text.
+through), where a stretch of it stands as people find it (`Location`: the page of a PDF or of a text whose form
+feeds end pages, the nearest heading of a page or Markdown file, a text's line), one document's reading limits
+(`ReadLimits`: characters, PDF pages and seconds of extraction, the request's stop check, and how a reader hears that
+it waits), and a document made from pasted text.
 
 It reads no file (`files` picks the reader of a file's kind: `text_files`, `pdf_files`, `html_files`, each within
 the `ReadLimits` it is handed); it does not split, tokenize or render anything: answer offsets point into
@@ -47,6 +48,20 @@ def clean_text(text: str) -> str:
     return _CONTROL_AND_ZERO_WIDTH.sub("", text)
 
 
+def paged_text(text: str) -> tuple[str, tuple[int, ...]]:
+    """`text` cleaned (`clean_text`: the same text), and where each page starts when form feeds end its pages, as
+    pdftotext writes a PDF's pages and license texts and manual pages have them (no pages without a form feed)."""
+    if "\f" not in text:
+        return clean_text(text), ()
+    pages = [clean_text(page) for page in text.split("\f")]  # each form feed a line break, as `clean_text` makes it
+    starts, start = [], 0
+    for page in pages:
+        starts.append(start)
+        start += len(page) + 1
+    text = "\n".join(pages)
+    return text, tuple(s for s in starts if s < len(text))  # a last form feed ends a page: none begins after it
+
+
 class Heading(NamedTuple):
     """A heading of a document's text: where it starts (a character offset), its level (1 for a title) and text."""
 
@@ -63,7 +78,8 @@ class Document:
 
     name: str
     text: str = field(repr=False)  # can be a million characters: keep it out of reprs and test reports
-    page_starts: tuple[int, ...] = field(default=(), repr=False, compare=False)  # a PDF's, in characters
+    # a PDF's, or a text's whose form feeds end pages (`paged_text`), in characters
+    page_starts: tuple[int, ...] = field(default=(), repr=False, compare=False)
     headings: tuple[Heading, ...] = field(default=(), repr=False, compare=False)  # in order of `start_char`
     has_lines: bool = field(default=True, repr=False, compare=False)
 
@@ -163,11 +179,11 @@ def from_text(text: str, name: str = "pasted text", *, max_bytes: int = DEFAULT_
     """
     n_bytes = len(text) if text.isascii() else len(text.encode("utf-8", errors="surrogatepass"))
     check_size(name, n_bytes, max_bytes, what="size limit")
-    text = clean_text(text)
+    text, page_starts = paged_text(text)
     if not text.strip():
         raise DocumentError(f"'{name}' is empty: paste or upload some text.")
     ReadLimits(max_chars).check_chars(name, len(text))
-    return Document(name=name, text=text)
+    return Document(name=name, text=text, page_starts=page_starts)
 
 
 def check_size(name: str, n_bytes: int, max_bytes: int, what: str = "file size limit") -> None:

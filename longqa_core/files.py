@@ -66,7 +66,7 @@ def read_document(
     elif extension in (".html", ".htm"):
         text, headings = read_html_file(data, name, limits)
     else:
-        text = read_text_file(data, name, limits)
+        text, page_starts = read_text_file(data, name, limits)
         if extension == ".md":
             headings = markdown_headings(text)
     if not text.strip():

@@ -1,5 +1,6 @@
 """Plain text files (.txt, .md): deciding their encoding, refusing binaries, and a Markdown file's headings; their
-text then goes through `documents.clean_text`, as every reader's does.
+text then goes through `documents.clean_text`, as every reader's does (`paged_text`: with its pages where form feeds
+end them).
 
 Encodings are decided from a BOM, UTF-16 NULs, UTF-8 validity, a declared label, then charset-normalizer's guess.
 It does not pick a reader by extension or check file sizes (`files`), and parses no markup: Markdown stays
@@ -15,7 +16,7 @@ import re
 
 import charset_normalizer
 
-from longqa_core.documents import Heading, ReadLimits, clean_text
+from longqa_core.documents import Heading, ReadLimits, paged_text
 from longqa_core.errors import DocumentError
 
 # Random bytes decoded as cp1252 are about 12% control characters and real text about 0%, so "mostly
@@ -208,12 +209,13 @@ def decode_non_binary(data: bytes, name: str, declared_encoding: str | None = No
     return text
 
 
-def read_text_file(data: bytes, name: str, limits: ReadLimits) -> str:
-    """A .txt or .md file's decoded, cleaned text, within the character limit."""
+def read_text_file(data: bytes, name: str, limits: ReadLimits) -> tuple[str, tuple[int, ...]]:
+    """A .txt or .md file's decoded, cleaned text, within the character limit, and where its pages start where form
+    feeds end them (`paged_text`)."""
     # No character can take less than a byte, so the character cap can be passed only by more bytes than that.
-    text = clean_text(decode_non_binary(data, name))
+    text, page_starts = paged_text(decode_non_binary(data, name))
     limits.check_chars(name, len(text))
-    return text
+    return text, page_starts
 
 
 # ATX headings ("## Results", closing hashes dropped) and setext ones (a line underlined with "=" or "-").

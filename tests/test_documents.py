@@ -802,6 +802,28 @@ def test_every_page_of_a_generated_pdf_is_named_right_where_its_words_are():
         assert locate(document, first, first + 4).page == number  # a page's first character is on it
 
 
+@pytest.mark.parametrize("read", ["file", "pasted"])
+def test_a_text_whose_form_feeds_end_pages_names_each_page_and_keeps_its_text(read):
+    """pdftotext ends every page of a PDF with a form feed; so do license texts and manual pages. The text is the
+    same as without pages (each form feed a line break), and an answer names its page and line."""
+    pages = [f"Page {n} begins here.\r\nThe code on this page is K{n:03d}X.\n" for n in range(1, 6)]
+    pages[2] = ""  # an empty page still counts
+    raw = "\f".join(pages) + "\f"  # as pdftotext writes it: the last page ends with one too
+    document = read_document(raw.encode(), name="export.txt") if read == "file" else from_text(raw)
+    assert document.text == clean_text(raw) and len(document.page_starts) == 5
+    for number, text in enumerate(pages, 1):
+        if not text:
+            continue
+        start = document.text.index(f"K{number:03d}X")
+        location = locate(document, start, start + 5)
+        assert location.page == number and location.line == document.text.count("\n", 0, start) + 1
+        assert format_location(location) == f"{document.name}, page {number}, line {location.line:,}"
+        first = document.text.index(f"Page {number} begins")
+        assert locate(document, first, first + 4).page == number
+    plain = read_document(b"No form feed here.\nNone at all.", name="plain.txt")
+    assert plain.page_starts == () and locate(plain, 20, 24).page is None
+
+
 def test_html_answers_name_their_nearest_heading_however_nested():
     page = ("<html><head><title>Results</title></head><body><p>Before any heading.</p>"
             "<h1>Results</h1><p>Alpha fact.</p><section><h2>3.2 Methods <b>used</b></h2><div><p>Beta fact.</p>"
