@@ -1,0 +1,97 @@
+"""`gradio app.py`, gradio's reload mode, from a copy of the repository: it serves the page and answers, and after a
+change to a page module it serves the changed page and still answers. gradio runs the file as `python app.py` does,
+then again in its watcher thread (and after each change), where `main()` must not run: it set a signal handler,
+which only the main thread may, and the watcher died at start (no reload after that)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from gradio_client import Client
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow
+START_S = 180.0  # import, the demo model's load and the page, on a busy machine
+RELOAD_S = 120.0  # the watcher re-imports the project and builds the page again
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def copy_of_the_repository(folder: Path) -> Path:
+    """The tracked files, so that the change this test makes never touches the working tree."""
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
+    for name in filter(None, tracked.decode().split("\0")):
+        if (ROOT / name).is_file():
+            (folder / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, folder / name)
+    return folder
+
+
+def wait_for(condition, what: str, limit_s: float, process: subprocess.Popen, log: Path) -> None:
+    deadline = time.monotonic() + limit_s
+    while not condition():
+        if process.poll() is not None or time.monotonic() > deadline:
+            pytest.fail(f"{what} within {limit_s:.0f} s: {log.read_text()[-3000:]}")
+        time.sleep(0.5)
+
+
+def serves(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def page_title(url: str) -> str:
+    with urllib.request.urlopen(f"{url}config", timeout=30) as reply:
+        config = json.load(reply)
+    return next(c["props"]["value"] for c in config["components"]
+                if isinstance(c.get("props", {}).get("value"), str) and c["props"]["value"].startswith("# "))
+
+
+def answer(url: str) -> str:
+    text = "The harbour was quiet that morning. The frequency of Chiomklian Oustklaeth is 30. The boats stayed in."
+    *_, readout = Client(url, verbose=False).predict([], text, "What is the frequency of Chiomklian Oustklaeth?", 3,
+                                                     api_name="/ask")
+    return readout["answers"][0]["text"]
+
+
+def test_gradio_reload_mode_serves_the_page_and_serves_it_again_after_a_change(tmp_path):
+    repository = copy_of_the_repository(tmp_path / "repository")
+    port, log = free_port(), tmp_path / "server.log"
+    env = dict(os.environ, HF_HUB_OFFLINE="1", GRADIO_SERVER_PORT=str(port), PYTHONUNBUFFERED="1")
+    gradio_cli = Path(sys.executable).with_name("gradio")
+    with open(log, "w") as output:
+        process = subprocess.Popen([str(gradio_cli), "app.py"], cwd=repository, env=env, stdout=output,
+                                   stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        wait_for(lambda: serves(port) and "Watching demo" in log.read_text(), "the page was not served", START_S,
+                 process, log)
+        assert answer(url) == "30"
+        words = repository / "page" / "words.py"
+        words.write_text(words.read_text().replace("with Longformer\"", "with Longformer, reloaded\""))
+        wait_for(lambda: "reloaded" in page_title(url), "the changed page was not served", RELOAD_S, process, log)
+        assert answer(url) == "30"  # the page built again, with the defaults: the model loads on this first request
+        said = log.read_text()
+        assert "Traceback" not in said and "failed" not in said, said[-3000:]
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
