@@ -33,6 +33,12 @@ class Selection:
     profile: str
     strategies: tuple[str, ...] = ()
 
+    @classmethod
+    def of(cls, model: str, profile: str, strategies=()) -> "Selection":
+        """What a load of `model` with the profile named `profile` asks for: the ticked strategies count for
+        `custom` only."""
+        return cls(model, profile, tuple(strategies or ()) if profile == "custom" else ())
+
 
 class Gate(Protocol):
     """A request's turns on a shared model (the page's lane): a turn per batch where the batches run here

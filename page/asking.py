@@ -32,7 +32,7 @@ from typing import Callable, Iterator
 import gradio as gr
 import pandas as pd
 
-from longqa.backend import Provisional
+from longqa.backend import Provisional, Selection
 from longqa.models import DEFAULT_MODEL, is_offline, needs_download
 from longqa.readout import Readout
 from longqa.serving import lane, policy
@@ -246,16 +246,17 @@ def loaded_now(ctx: AppContext) -> str:
     return f"{session.model_ref} with profile {session.profile_name}"
 
 
-def load_selection(ctx: AppContext, profile_name: str, model_ref: str, strategies=(), progress=None) -> None:
-    """Load (model, profile) into the session; on failure the previous model stays and the error says so. The
-    selection then names the model that did load: the bundled demo model when the default could not be fetched."""
+def load_selection(ctx: AppContext, selection: Selection, progress=None) -> None:
+    """Load the selection (model, profile, `custom`'s strategies) into the session; on failure the previous model
+    stays and the error says so. The page's selection then names the model that did load: the bundled demo model
+    when the default could not be fetched."""
     on_progress = (lambda fraction, message: progress(fraction, desc=message)) if progress else None
     try:
-        check_model_allowed(ctx, model_ref)
-        check_model_reachable(model_ref)
-        profile = ctx.session.runnable_profile(profile_name, strategies)
-        ctx.session.load(model_ref, profile, on_progress=on_progress, fallback_to_demo=falls_back_to_demo(model_ref),
-                         strategies=tuple(strategies or ()) if profile.name == "custom" else ())
+        check_model_allowed(ctx, selection.model)
+        check_model_reachable(selection.model)
+        profile = ctx.session.runnable_profile(selection.profile, selection.strategies)
+        ctx.session.load(selection.model, profile, on_progress=on_progress,
+                         fallback_to_demo=falls_back_to_demo(selection.model), strategies=selection.strategies)
     except LongQAError as exc:
         raise type(exc)(f"{exc} {current_model(ctx)}") from exc
     ctx.load_error = None
@@ -269,7 +270,7 @@ def ensure_loaded(ctx: AppContext, progress=None) -> None:
         if ctx.session.loaded is not None:
             return
         try:
-            load_selection(ctx, ctx.start["profile"], ctx.start["model"], ctx.start["strategies"], progress)
+            load_selection(ctx, ctx.start, progress)
         except LongQAError as exc:
             ctx.load_error = str(exc)
             raise

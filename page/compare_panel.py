@@ -110,7 +110,7 @@ def build_compare_panel(ctx: AppContext, question: dict, history: dict, seen, lo
                 ensure_loaded(ctx, progress)
                 try:
                     comparison = compare_profiles(
-                        ctx.session, ctx.selection["model"], choices, read.documents, read.question, reading,
+                        ctx.session, ctx.selection.model, choices, read.documents, read.question, reading,
                         extract_s=read.extract_s, should_stop=lambda: stop_pressed() or abandoned() or over_time(),
                         on_progress=lambda fraction, message: progress(fraction, desc=message), **settings)
                 except Cancelled:

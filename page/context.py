@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import uuid
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from longqa.backend import Backend
+from longqa.backend import Backend, Selection
 from longqa.models import DEFAULT_MODEL, KNOWN_MODELS
 from longqa.serving.lane import MAX_ACTIVE, MAX_QUEUED_WINDOWS, ModelLane
 from longqa.serving.uploads import UploadStore
@@ -39,7 +39,7 @@ class AppContext:
     models: list[str]  # the only models the page may load: the registry plus the command line's --model
     max_file_bytes: int
     max_total_tokens: int
-    start: dict = field(default_factory=dict)  # what to load first: profile, model, strategies
+    start: Selection = field(default_factory=lambda: Selection(DEFAULT_MODEL, "auto"))  # what to load first
     load_error: str | None = None
     lock_profile: bool = False  # a shared deployment: the profile and model cannot be changed from the page or API
     max_request_s: float | None = None  # refuse requests predicted to take longer (None: no limit)
@@ -57,14 +57,13 @@ class AppContext:
     stops: OrderedDict = field(default_factory=OrderedDict)
 
     @property
-    def selection(self) -> dict:
+    def selection(self) -> Selection:
         """What the dropdowns show: what the loaded model was asked for (with the model that did load: the demo
         model after a fallback), or before any load, what the page starts with."""
         selection = self.session.selection
         if selection is None:
             return self.start
-        return {"profile": selection.profile, "model": self.session.model_ref,
-                "strategies": list(selection.strategies)}
+        return replace(selection, model=self.session.model_ref)
 
     def window_s(self) -> float | None:
         """Seconds a window takes on the loaded model (its one throughput estimate), or None before any ran."""
@@ -100,7 +99,7 @@ def make_context(session: Backend | None = None, *, models=None, default_model: 
     session.hardware = hardware  # profiles resolve for the machine the page describes, in the page and the loader
     ctx = AppContext(session=session, hardware=hardware, models=allowed,
                      max_file_bytes=int(max_file_mb * 1024 * 1024), max_total_tokens=max_total_tokens,
-                     start={"profile": default_profile, "model": default_model, "strategies": []},
+                     start=Selection(default_model, default_profile),
                      lock_profile=lock_profile, max_request_s=max_request_s or None,
                      allow_compare=allow_compare, allow_training=allow_training, max_compare_s=max_compare_s or None,
                      visitor_header=visitor_header or None, uploads=uploads or UploadStore(),

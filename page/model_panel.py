@@ -24,12 +24,12 @@ def build_model_panel(ctx: AppContext) -> dict[str, Block]:
     banner_box = gr.Markdown(visible=False, elem_id="banner", label="Notice")
     with gr.Row():
         locked = " Fixed on this deployment." if ctx.lock_profile else ""
-        profile_dd = gr.Dropdown(profile_choices(ctx.hardware, auto_profile(ctx)), value=ctx.selection["profile"],
+        profile_dd = gr.Dropdown(profile_choices(ctx.hardware, auto_profile(ctx)), value=ctx.selection.profile,
                                  label="Hardware profile",
                                  info=f"{words.PROFILE_INFO} Detected: {ctx.hardware.describe()}.{locked}",
                                  interactive=not ctx.lock_profile, scale=2, min_width=300)
-        model_dd = gr.Dropdown(model_choices(ctx), value=ctx.selection["model"], label="Model",
-                               info=model_info(ctx.selection["model"]), interactive=not ctx.lock_profile, scale=2,
+        model_dd = gr.Dropdown(model_choices(ctx), value=ctx.selection.model, label="Model",
+                               info=model_info(ctx.selection.model), interactive=not ctx.lock_profile, scale=2,
                                min_width=300)
     status = gr.Markdown(load_status(ctx), elem_id="load-status")
     with gr.Row():

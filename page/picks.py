@@ -79,7 +79,7 @@ def demo_stands_in(ctx: AppContext) -> tuple[str, str] | None:
     if loaded.readout.fallback_reason:
         wanted = ctx.session.selection.model if ctx.session.selection else DEFAULT_MODEL
         return wanted, loaded.readout.fallback_reason
-    named = ctx.start.get("model") or DEFAULT_MODEL
+    named = ctx.start.model
     if ctx.session.model_ref == "demo" and named != "demo" and falls_back_to_demo(named) and is_offline() \
             and needs_download(named):
         return named, (f"{named!r} is not in this machine's cache, and downloads are off here (HF_HUB_OFFLINE is "
@@ -125,16 +125,16 @@ def load_outputs(ctx: AppContext) -> dict:
 
 def auto_profile(ctx: AppContext) -> Profile | None:
     """What `auto` stands for with the model shown, by the loader's own rule (see `Session.auto_profile`)."""
-    return ctx.session.auto_profile(ctx.selection["model"])
+    return ctx.session.auto_profile(ctx.selection.model)
 
 
 def shown_selection(ctx: AppContext) -> dict:
     """The dropdowns as they must read now: the profile chosen, with `auto` naming what it picked for the model;
     the model loaded (the demo model after a fallback); the strategies ticked."""
     selection = ctx.selection
-    return {"profile": gr.update(choices=profile_choices(ctx.hardware, auto_profile(ctx)), value=selection["profile"]),
-            "model": gr.update(value=selection["model"], info=model_info(selection["model"])),
-            "strategies": gr.update(value=selection["strategies"])}
+    return {"profile": gr.update(choices=profile_choices(ctx.hardware, auto_profile(ctx)), value=selection.profile),
+            "model": gr.update(value=selection.model, info=model_info(selection.model)),
+            "strategies": gr.update(value=list(selection.strategies))}
 
 
 def on_page_load(ctx: AppContext, request: gr.Request = None, progress=gr.Progress()) -> dict:
@@ -164,22 +164,22 @@ def load_profile(ctx: AppContext, profile_name: str, model_ref: str, strategies=
         if ctx.lock_profile:
             raise ProfileError(f"This deployment fixes the model and profile: it runs {loaded_now(ctx)}, and "
                                "they cannot be changed from the page or the API.")
-        if not is_loaded_now(ctx, profile_name, model_ref, strategies):
+        selection = Selection.of(model_ref, profile_name, strategies)
+        if not is_loaded_now(ctx, selection):
             with model_turn(ctx, request, progress, exclusive=True):
-                load_selection(ctx, profile_name, model_ref, strategies, progress)
+                load_selection(ctx, selection, progress)
     return {"seen": seen_now(ctx), **load_outputs(ctx)}
 
 
-def is_loaded_now(ctx: AppContext, profile_name: str, model_ref: str, strategies) -> bool:
-    """Whether a load of (model, profile, `custom`'s strategies) asks for what is loaded now, as the session tells
-    (what was asked for, not what `auto` became)."""
-    strategies = tuple(strategies) if profile_name == "custom" else ()
-    return ctx.session.loaded is not None and ctx.session.selection == Selection(model_ref, profile_name, strategies)
+def is_loaded_now(ctx: AppContext, selection: Selection) -> bool:
+    """Whether a load of `selection` asks for what is loaded now, as the session tells (what was asked for, not what
+    `auto` became)."""
+    return ctx.session.loaded is not None and ctx.session.selection == selection
 
 
 def start_loading(ctx: AppContext, profile_name: str, model_ref: str) -> dict:
     """The moment a reload is asked for: say what is loading, and disable asking until it ends (`show_loaded`)."""
-    wanted = cut(model_ref or ctx.selection["model"])
+    wanted = cut(model_ref or ctx.selection.model)
     return {"load_status": f"**Loading {fmt.escape_markdown(wanted)} with profile "
                            f"{fmt.escape_markdown(cut(profile_name))}…** Ask is disabled until it ends.",
             **asking_enabled(False)}

@@ -106,7 +106,7 @@ def build_plan_panel(ctx: AppContext) -> dict:
     the page's models, and starts on the registry's default model where the page offers it (the one worth planning
     a GPU for), else on the page's own."""
     allowed_models = ctx.models
-    default_model = DEFAULT_MODEL if DEFAULT_MODEL in allowed_models else ctx.selection["model"]
+    default_model = DEFAULT_MODEL if DEFAULT_MODEL in allowed_models else ctx.selection.model
     with gr.Accordion("Plan for another machine (predicted memory)", open=False, elem_id="plan-panel"):
         gr.Markdown(NOTE)
         with gr.Row():

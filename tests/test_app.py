@@ -262,13 +262,13 @@ def test_load_profile_switches_and_returns_the_load_readout(ctx, tiny_model_dir)
     assert readout["weight_bytes_per_device"]["cpu"] > 0 and readout["load_time_s"] > 0
     assert table.shape == (1, len(ui_format.LOAD_HEADERS)) and table.iloc[0]["profile"] == "baseline-fp32"
     assert out["banner"]["visible"] is False and out["seen"]["profile"] == "baseline-fp32"
-    assert ctx.session.profile_name == "baseline-fp32" and ctx.selection["profile"] == "baseline-fp32"
+    assert ctx.session.profile_name == "baseline-fp32" and ctx.selection.profile == "baseline-fp32"
     assert ask(ctx, pasted="The colour of Zorbin is teal.")["readout"]["profile"] == "baseline-fp32"
 
     readout = picks.load_profile(ctx, "auto", str(tiny_model_dir))["load_json"]
     assert readout["profile"] == "cpu" and readout["strategies"] == list(select_strategies(
         ctx.session.runnable_profile("cpu"), ctx.hardware))
-    assert ctx.selection["profile"] == "auto"
+    assert ctx.selection.profile == "auto"
     # the loader got `auto` itself and picked by its own rule (the fastest that fits the model's config)
     assert ctx.session.selection == Selection(str(tiny_model_dir), "auto")
     assert ctx.session.auto_profile(str(tiny_model_dir)) is ctx.session.loaded.profile
@@ -280,7 +280,7 @@ def test_an_unavailable_profile_is_refused_and_nothing_is_reloaded(ctx, tiny_mod
     loaded = ctx.session.loaded
     with pytest.raises(gr.Error, match=r"'t4-16gb' cannot run on this machine: needs a CUDA GPU.*Still using"):
         picks.load_profile(ctx, "t4-16gb", str(tiny_model_dir))
-    assert ctx.session.loaded is loaded and ctx.selection["profile"] == "cpu"
+    assert ctx.session.loaded is loaded and ctx.selection.profile == "cpu"
     shown = picks.show_loaded(ctx)  # the dropdowns go back to what is still loaded
     assert shown["profile"]["value"] == "cpu" and shown["model"]["value"] == str(tiny_model_dir)
 
@@ -320,7 +320,7 @@ def test_a_failed_load_keeps_the_previous_model_and_says_why(tiny_model_dir, bro
     with pytest.raises(gr.Error, match=rf"{why}.*Still using .* with profile cpu"):
         picks.load_profile(ctx, "cpu", model_ref)
     assert ctx.session.model_ref == str(tiny_model_dir) and ctx.session.profile_name == "cpu"
-    assert ctx.selection["model"] == str(tiny_model_dir)
+    assert ctx.selection.model == str(tiny_model_dir)
     shown = picks.show_loaded(ctx)  # the dropdowns go back to what is still loaded
     assert (shown["profile"]["value"], shown["model"]["value"]) == ("cpu", str(tiny_model_dir))
     assert shown["load_json"]["model_ref"] == str(tiny_model_dir)
@@ -352,7 +352,7 @@ def test_a_load_that_fails_half_way_leaves_nothing_half_loaded(tiny_model_dir, m
     loaded = ctx.session.loaded
     assert loaded.profile.name == "cpu" and loaded.readout.strategies == strategies
     assert {type(m) for m in loaded.model.modules()} == module_types  # the cpu profile's model, whole
-    assert ctx.selection["profile"] == "cpu"
+    assert ctx.selection.profile == "cpu"
     assert ask(ctx, pasted="The colour of Zorbin is teal.")["readout"]["answers"] == before
 
 
@@ -486,7 +486,7 @@ def test_dropdowns_come_from_the_registries(ctx):
     demo = build_blocks(ctx)
     by_label = {getattr(block, "label", None): block for block in demo.blocks.values()}
     choices = by_label["Hardware profile"].choices
-    auto = ctx.session.auto_profile(ctx.selection["model"])
+    auto = ctx.session.auto_profile(ctx.selection.model)
     assert choices == [tuple(choice) for choice in profile_choices(ctx.hardware, auto)]
     labels = dict((value, label) for label, value in choices)
     assert labels["auto"] == "auto: no GPU → cpu"
@@ -552,7 +552,11 @@ def test_a_repeated_reload_of_what_is_loaded_takes_no_turn_and_loads_nothing(ctx
     loads = ctx.session.loads
     with ctx.lane.door("someone"):  # a reload would wait for it: this one does not
         picks.load_profile(ctx, "cpu", str(tiny_model_dir))
+        # the strategies ticked count for `custom` only: with another profile they ask for nothing else
+        picks.load_profile(ctx, "cpu", str(tiny_model_dir), ["half_precision"])
     assert ctx.session.loads == loads
+    assert ctx.selection == Selection(str(tiny_model_dir), "cpu") == Selection.of(str(tiny_model_dir), "cpu", ["x"])
+    assert Selection.of("m", "custom", ["half_precision"]).strategies == ("half_precision",)
 
 
 def test_a_locked_deployment_refuses_switches_from_the_page_and_the_api(tiny_model_dir):

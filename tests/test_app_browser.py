@@ -223,7 +223,7 @@ def assert_dropdowns_show_loaded(page, ctx) -> None:
     profiles = {value: label for label, value in profile_choices(
         ctx.hardware, ctx.session.auto_profile(ctx.session.model_ref))}
     models = {value: label for label, value in picks.model_choices(ctx)}
-    wanted = (profiles[ctx.selection["profile"]], models[ctx.session.model_ref])
+    wanted = (profiles[ctx.selection.profile], models[ctx.session.model_ref])
     try:
         wait_until(lambda: (page.get_by_label("Hardware profile", exact=True).input_value(),
                             page.get_by_label("Model", exact=True).input_value()) == wanted)

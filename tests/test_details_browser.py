@@ -18,6 +18,7 @@ from urllib.request import urlopen
 
 import pytest
 
+from longqa.backend import Selection
 from longqa.models import DEFAULT_MODEL, DEMO_MODEL_DIR
 from longqa.session import Session
 from page import asking
@@ -126,7 +127,7 @@ def test_the_demo_notice_shows_on_a_fresh_page_after_another_visitor_reloaded_a_
         fresh.close()
     finally:
         first.close()
-        asking.load_selection(ctx, "cpu", DEFAULT_MODEL)  # as the module started: the fallback's own load
+        asking.load_selection(ctx, Selection(DEFAULT_MODEL, "cpu"))  # as the module started: the fallback's own load
 
 
 @pytest.mark.parametrize("width", SCREENS)
@@ -235,6 +236,6 @@ def test_the_dropdowns_show_their_whole_choice_and_each_option_whole(browser, se
     page.get_by_role("button", name="Plan for another machine").first.click()
     page.get_by_label("Batch (windows per forward)", exact=True).wait_for()
     assert page.evaluate(CUT_CHOICES) == [], f"the plan panel's choices cut at {width} px"
-    shown = served[0].selection["model"]  # its id, what it is and whether it loads here: under the dropdown
+    shown = served[0].selection.model  # its id, what it is and whether it loads here: under the dropdown
     assert f"{shown}: " in page.get_by_text("the demo model is bundled and works offline", exact=False).inner_text()
     page.close()

@@ -18,6 +18,7 @@ import pytest
 from strategies.profiles import profile_choices
 from page import answer_panel, asking, hardening, model_panel, picks
 from page import words as page_help
+from longqa.backend import Selection
 from longqa.demo_model.demo_task import make_example
 from longqa.session import Session
 from tests.conftest import CHROMIUM, served_page
@@ -223,7 +224,7 @@ def test_a_reload_says_what_is_loading_then_what_loaded(browser, served):
                    and "baseline-fp32" in status_text(page, "#load-status")
                    and page.get_by_role("button", name="Ask", exact=True).is_enabled())
     finally:
-        asking.load_selection(ctx, "cpu", str(served[0].session.model_ref))
+        asking.load_selection(ctx, Selection(str(served[0].session.model_ref), "cpu"))
 
 
 def test_at_400_px_the_panels_stack_and_nothing_runs_off_the_side(browser, served):
