@@ -13,6 +13,10 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Callable, Protocol, runtime_checkable
 
+import torch
+from transformers import PreTrainedTokenizerBase
+
+from longqa.readout import LoadReadout
 from longqa_core.answering import Provisional
 from longqa_core.batching import BatchState, Runner, WindowProgress
 from longqa_core.documents import Document
@@ -58,12 +62,12 @@ class Loaded(Protocol):
     model (None where the weights live elsewhere), the profile it became, what was asked for, which load it is, the
     settings, the tokenizer, and the model's one throughput estimate."""
 
-    model: object
+    model: torch.nn.Module | None
     model_ref: str
     profile: Profile
     settings: EngineSettings
-    tokenizer: object
-    readout: object  # longqa.loader.LoadReadout
+    tokenizer: PreTrainedTokenizerBase
+    readout: LoadReadout
     hardware: Hardware | None
     batch_state: BatchState
     selection: Selection | None

@@ -11,7 +11,7 @@ import logging
 import os
 import shutil
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -24,6 +24,7 @@ from transformers.utils import logging as hf_logging
 from longqa import models
 from longqa.backend import Selection
 from longqa.models import ModelSource, architecture_config, resolve_model
+from longqa.readout import LoadReadout
 from longqa_core.cache import cache_dir
 from longqa_core.batching import BatchState, ModelRunner, release_memory
 from longqa_core.limits import EngineSettings
@@ -56,31 +57,6 @@ def quiet_library_loggers() -> None:
 
 
 quiet_library_loggers()
-
-
-@dataclass
-class LoadReadout:
-    """What loading cost. Bytes and seconds; `weight_bytes_per_device` keys: "cpu", "cuda:0", ..., "disk"."""
-
-    load_time_s: float
-    weight_bytes_per_device: dict[str, int]
-    device_map: dict | None
-    host_peak_rss_bytes: int | None
-    fallback_reason: str | None
-    strategies: list[str]
-    dtype: str
-    host_rss_before_bytes: int | None = None
-    step_time_s: dict[str, float] = field(default_factory=dict)  # per LOAD_STEPS key
-    profile: str = ""
-    model_ref: str = ""
-    notes: list[str] = field(default_factory=list)  # what the strategies chose at load (e.g. the band kernel's use)
-
-    @property
-    def weight_bytes(self) -> int:
-        return sum(self.weight_bytes_per_device.values())
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 @dataclass

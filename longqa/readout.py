@@ -1,8 +1,8 @@
-"""What one answer reports, end to end, as typed parts: the engine's result (answers, latency by stage, memory, what
-was read), the model and profile that answered (with the strategies it applied), the request's own memory above the
-loaded model's baseline beside the process's total, the memory planner's prediction beside the measured peak, and
-where a deployment adds them, the wait in the lane and the Ray replica. Each part is built by the layer that knows
-it.
+"""What a load and an answer report, as typed parts: the load's cost (`LoadReadout`), and end to end for one
+answer, the engine's result (answers, latency by stage, memory, what was read), the model and profile that answered
+(with the strategies it applied), the request's own memory above the loaded model's baseline beside the process's
+total, the memory planner's prediction beside the measured peak, and where a deployment adds them, the wait in the
+lane and the Ray replica. Each part is built by the layer that knows it.
 
 `Readout.to_json` is the one place it becomes JSON: the CLI's --json, the web API's last output and the page's JSON
 panel, in the shape those have always had. It measures and formats nothing.
@@ -10,11 +10,36 @@ panel, in the shape those have always had. It measures and formats nothing.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from longqa_core.answering import QAResult
 from longqa_core.batching import BatchState
 from longqa_core.telemetry import MemoryReadout
+
+
+@dataclass
+class LoadReadout:
+    """What loading cost. Bytes and seconds; `weight_bytes_per_device` keys: "cpu", "cuda:0", ..., "disk"."""
+
+    load_time_s: float
+    weight_bytes_per_device: dict[str, int]
+    device_map: dict | None
+    host_peak_rss_bytes: int | None
+    fallback_reason: str | None
+    strategies: list[str]
+    dtype: str
+    host_rss_before_bytes: int | None = None
+    step_time_s: dict[str, float] = field(default_factory=dict)  # per step of the load (`loader.LOAD_STEPS`)
+    profile: str = ""
+    model_ref: str = ""
+    notes: list[str] = field(default_factory=list)  # what the strategies chose at load (e.g. the band kernel's use)
+
+    @property
+    def weight_bytes(self) -> int:
+        return sum(self.weight_bytes_per_device.values())
+
+    def to_dict(self) -> dict:
+        return asdict(self)
 
 
 @dataclass

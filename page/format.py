@@ -1,4 +1,4 @@
-"""Formatting for the web page: typed readouts (`longqa.readout.Readout` and its parts, the loader's `LoadReadout`;
+"""Formatting for the web page: typed readouts (`longqa.readout.Readout` and its parts, `longqa.readout.LoadReadout`;
 bytes and seconds) into the rows, labels and frames the UI shows.
 
 Pure functions that read the readouts' fields. It imports nothing of ours, knows nothing of gradio, models or
@@ -358,7 +358,7 @@ def prediction_text(prediction) -> str:
 
 
 def load_rows(readout) -> list[list]:
-    """The load readout (the loader's `LoadReadout`) as one row of LOAD_HEADERS."""
+    """The load readout (`longqa.readout.LoadReadout`) as one row of LOAD_HEADERS."""
     device_map = readout.device_map
     if device_map:
         by_device: dict[str, int] = {}

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from page import format as ui_format
-from longqa.loader import LoadReadout
+from longqa.readout import LoadReadout
 from longqa.readout import MemoryPrediction, QueueReadout, Readout, predict_full_read_s
 from longqa_core import no_answer
 from longqa_core.answering import QAResult, ReadingReadout

@@ -27,9 +27,10 @@ from pathlib import Path
 from typing import Callable
 
 import torch
+from transformers import PreTrainedTokenizerBase
 
 from longqa.backend import Gate, Selection
-from longqa.readout import Readout
+from longqa.readout import LoadReadout, Readout
 from longqa.session import NO_MODEL, Session
 from longqa_core.answering import Provisional, answer_plan
 from longqa_core.batching import BatchState, WindowProgress, is_out_of_memory, split_rows, stack_batches
@@ -82,8 +83,8 @@ class RemoteModel:
     model_ref: str
     profile: Profile
     settings: EngineSettings
-    tokenizer: object
-    readout: object  # the loader's LoadReadout, as one replica measured it
+    tokenizer: PreTrainedTokenizerBase
+    readout: LoadReadout  # as one replica measured it
     hardware: Hardware | None
     batch_state: BatchState | None = None  # the replicas' forward time, learned from their answers
     selection: Selection | None = None
