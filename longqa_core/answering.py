@@ -327,15 +327,14 @@ def _read_full(runner, tokenizer, plan: RequestPlan, batch_state, measurement, s
 
 
 def _read_guided(runner, tokenizer, plan: RequestPlan, batch_state, measurement, should_stop,
-                 on_window_progress, before_wider_read=None, evidence: no_answer.Evidence | None = None,
-                 on_batch=None) -> _Read:
+                 on_window_progress, before_wider_read, evidence: no_answer.Evidence, on_batch=None) -> _Read:
     """The plan's rounds (`reading.read_rounds`) of the full read's windows; still weak after every window the
     ranking could point to, the windows not read yet, so that guided reading never ends on less than the full read
     would find and never reads a window twice (the answer is then the full read's) -- unless that would pass the
     time budget, where the answer read so far is kept and says so. `before_wider_read(windows)` hears how many
     windows are left before they are read."""
-    guided = reading.read_rounds(runner, tokenizer, plan, batch_state, measurement, should_stop=should_stop,
-                                 on_window_progress=on_window_progress, evidence=evidence, on_batch=on_batch)
+    guided = reading.read_rounds(runner, tokenizer, plan, batch_state, measurement, evidence, should_stop=should_stop,
+                                 on_window_progress=on_window_progress, on_batch=on_batch)
     notices = plan.notices + guided.notices
     why, went_on = plan.reading, False
     read = set(guided.indices) - guided.narrowed  # a window read sized to its passage is not the full read's

@@ -344,15 +344,16 @@ def read_windows(runner: Runner, tokenizer, plan, indices: list[int], read: Guid
     read.logits.extend(logits)
 
 
-def read_rounds(runner: Runner, tokenizer, plan, batch_state: BatchState, measurement, *,
-                should_stop: StopCheck | None = None,
+def read_rounds(runner: Runner, tokenizer, plan, batch_state: BatchState, measurement, evidence: no_answer.Evidence,
+                *, should_stop: StopCheck | None = None,
                 on_window_progress: Callable[[WindowProgress], None] | None = None,
-                evidence: no_answer.Evidence | None = None,
                 on_batch: Callable[[list[Window], list], None] | None = None) -> GuidedRead:
     """Read a guided plan's rounds (`longqa_core.plan.RequestPlan`: windows of the full read) in order, deciding
     after each whether the answer so far is enough; a later round that would pass the time budget is not read.
-    `evidence`: the request's one `no_answer.Evidence` (built here when not given), which a rule that needs
-    evidence asks of each round's best answer; `on_batch` hears each batch (`batching.run_windows`). With
+    `evidence`: the request's one `no_answer.Evidence`, which a rule that needs evidence asks of each round's best
+    answer; `on_batch` hears each batch (`batching.run_windows`). After a round the rule only says whether to read
+    on (an answer it would call "not found" is as weak as none); the request's verdict is judged once, after the
+    read (`answering.judge_answers`). With
     `settings.passage_window_tokens`, a round's windows are read first sized to their best passage
     (`RequestPlan.narrowed_cuts`), and read again whole, in place of those, only where the answer after them is
     weak."""
@@ -363,7 +364,6 @@ def read_rounds(runner: Runner, tokenizer, plan, batch_state: BatchState, measur
     def best_score() -> float | None:
         """The best answer's score of the windows read so far; None where there is none, or the request's rule
         calls it "not found" (as weak as no answer: read on)."""
-        nonlocal evidence
         with measurement.stage("decode"):
             decoded = decode(read.windows, read.logits, plan.documents, replace(settings, top_k=1),
                              stop_check(should_stop))
@@ -371,7 +371,6 @@ def read_rounds(runner: Runner, tokenizer, plan, batch_state: BatchState, measur
         missing = None
         if rule.needs_evidence and decoded.answers:
             best = decoded.answers[0]
-            evidence = evidence or no_answer.Evidence(plan.question, [d.text for d in plan.documents])  # built once
             missing = evidence.missing(best.document_index, best.start_char, best.end_char)
         return None if no_answer.is_found(rule, score, decoded.null_score, missing) is False else score
 
