@@ -148,22 +148,21 @@ def plan_request(tokenizer, documents: list[Document], question: str, settings: 
             _rank(plan, tokenizer, index_cache, should_stop, visitor)
             if weak_answer_score is not None:
                 plan.reading.weak_answer_score = weak_answer_score
-        if plan.mode == "full":
-            if not plan.cuts:
-                with plan.stage("tokenize"):
-                    if _tokenize_once(plan, tokenizer):
-                        _cut(plan, _tokenize_within_limit(plan, tokenizer, should_stop))
-                    else:
-                        _count(plan, tokenizer, room, should_stop)
-            plan.tokens_per_s = batch_state.tokens_per_s if batch_state is not None else None
-            plan.predicted_s = batch_state.seconds_for_tokens(plan.window_tokens) if batch_state is not None else None
-            plan.check_time()
+        if plan.mode == "full" and not plan.cuts:
+            with plan.stage("tokenize"):
+                if _tokenize_once(plan, tokenizer):
+                    _cut(plan, _tokenize_within_limit(plan, tokenizer, should_stop))
+                else:
+                    _count(plan, tokenizer, room, should_stop)
         if batch_state is not None:
             plan.tokens_per_s = batch_state.tokens_per_s
             plan.full_read_s = batch_state.seconds_for_tokens(plan.window_tokens)
             if plan.mode == "guided":
                 plan.guided_read_s = batch_state.seconds_for_tokens(
                     plan.read_tokens(reading.expected_windows(plan.reading)))
+        if plan.mode == "full":
+            plan.predicted_s = plan.full_read_s  # the budget checks the whole read; a guided read, each round
+            plan.check_time()
         return plan
     except BaseException:
         trim_heap()  # a refused plan may have counted millions of tokens
