@@ -65,10 +65,11 @@ class AppContext:
             return self.start
         return replace(selection, model=self.session.model_ref)
 
-    def window_s(self) -> float | None:
-        """Seconds a window takes on the loaded model (its one throughput estimate), or None before any ran."""
+    def seconds_for_windows(self, windows: int) -> float | None:
+        """Forward seconds `windows` windows take on the loaded model (its one throughput estimate), or None before
+        any ran."""
         measured = self.measured()
-        return measured.window_s if measured is not None else None
+        return measured.seconds_for_windows(windows) if measured is not None else None
 
     def measured(self):
         """The loaded model's record of its forward passes (`BatchState`), or None without a model."""
@@ -106,7 +107,7 @@ def make_context(session: Backend | None = None, *, models=None, default_model: 
                      passage_window_tokens=passage_window_tokens)
     ctx.lane = ModelLane(max_waiting=queue_size, capacity=session.capacity,
                          max_active=max(MAX_ACTIVE, session.capacity), max_queued_windows=max_queued_windows or None,
-                         window_s=ctx.window_s)
+                         seconds_for_windows=ctx.seconds_for_windows)
     CONTEXTS[ctx.key] = ctx
     return ctx
 

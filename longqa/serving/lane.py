@@ -74,7 +74,7 @@ class ModelLane:
     def __init__(self, max_waiting: int = 64, per_visitor: int = 3, capacity: int = 1, *,
                  max_active: int = MAX_ACTIVE, small_windows: int = SMALL_WINDOWS,
                  max_queued_windows: int | None = MAX_QUEUED_WINDOWS, order: str = "round_robin",
-                 window_s: Callable[[], float | None] = lambda: None):
+                 seconds_for_windows: Callable[[int], float | None] = lambda windows: None):
         if order not in ORDERS:
             raise ValueError(f"order must be one of {', '.join(ORDERS)}, got {order!r}")
         self.max_waiting = max_waiting
@@ -84,7 +84,8 @@ class ModelLane:
         self.small_windows = small_windows
         self.max_queued_windows = max_queued_windows
         self.order = order
-        self.window_s = window_s  # seconds a window takes on the model now (its owner measures it), for retry hints
+        # forward seconds so many windows take on the model now (its owner measures them; None before), for retry hints
+        self.seconds_for_windows = seconds_for_windows
         self._condition = threading.Condition()
         self._tickets: list[Ticket] = []  # in arrival order
         self._turns = itertools.count(1)
@@ -338,7 +339,7 @@ class ModelLane:
         if ticket.only_one and any(t.only_one == ticket.only_one for t in self._tickets):
             raise LaneBusyError(f"A {ticket.only_one} is already running or waiting: it holds the model alone, so "
                                 f"this deployment takes one at a time. Please try again "
-                                f"{retry_hint(1, self.window_s())}.")
+                                f"{retry_hint(self.seconds_for_windows(1))}.")
         if len(self._tickets) - self.capacity >= self.max_waiting:
             raise LaneBusyError(f"The queue is full ({len(self._tickets) - self.capacity} requests are waiting for "
                                 "the model). Please try again in a minute.")
@@ -351,15 +352,15 @@ class ModelLane:
             raise LaneBusyError(
                 f"The model has about {queued:,} windows of other visitors' work queued, and this request would add "
                 f"about {ticket.windows:,} (the bound is {self.max_queued_windows:,}). Please try again "
-                f"{retry_hint(queued + ticket.windows - self.max_queued_windows, self.window_s())}, or ask about a "
+                f"{retry_hint(self.seconds_for_windows(queued + ticket.windows - self.max_queued_windows))}, or ask about a "
                 "shorter text (a request of a few windows is always taken).")
 
 
-def retry_hint(windows_over: int, window_s: float | None) -> str:
-    """When to try again: once `windows_over` windows of others' work have run, at the measured seconds a window."""
-    if not window_s:
+def retry_hint(work_s: float | None) -> str:
+    """When to try again: once `work_s` seconds of others' work have run (None: not measured yet)."""
+    if not work_s:
         return "in a few minutes"
-    seconds = max(10.0, windows_over * window_s)
+    seconds = max(10.0, work_s)
     return f"in about {seconds / 60:.0f} minutes" if seconds >= 90 else f"in about {seconds:.0f} s"
 
 
