@@ -77,7 +77,8 @@ class Loaded(Protocol):
 @runtime_checkable
 class Backend(Protocol):
     """Where the model runs: what the page, the CLI and the comparison use of it, and nothing else. `lock` is held
-    by loads; a load waits for the requests in progress, and requests wait for a load."""
+    by loads, and is re-entrant (the page holds it to load only when nothing is loaded yet, and loads inside); a
+    load waits for the requests in progress, and requests wait for a load."""
 
     hardware: Hardware | None
     lock: AbstractContextManager
