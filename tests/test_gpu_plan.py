@@ -17,6 +17,7 @@ from longqa.gpu_plan import (DEFAULT_HOST_GB, candidate_profiles, describe_machi
 from longqa.models import architecture_config
 from longqa.session import Session
 from longqa_core.errors import InputError, ProfileError
+from strategies import auto as auto_module
 from strategies.auto import resolve_auto
 from strategies.gpu_catalog import GPU_MODELS, gpu_model, planned_hardware
 from strategies.memory_planner import (CPU_PROCESS_BYTES, CUDA_ALLOCATOR_SLACK, CUDA_CONTEXT_BYTES, FIT_MARGIN,
@@ -98,9 +99,10 @@ def test_each_card_is_told_the_profile_named_for_it_when_faster_ones_tie(gpu, na
     assert plan.recommendation_reason.startswith("the profile named for this card")
 
 
-def test_every_profile_reaches_auto_and_the_planner():
+def test_every_profile_reaches_auto_and_the_planner(monkeypatch):
     """A profile with no speed rank would silently never be offered: the registry refuses it, and every ranked
-    profile is a row of the plan and what `auto` picks on some machine."""
+    profile is a row of the plan and what `auto` picks on some machine (baseline-fp32, the reference, where not even
+    the cpu profile can run)."""
     concrete = [name for name in PROFILES if name not in CHOSEN_BY_HAND]
     assert sorted(SPEED_ORDER) == sorted(concrete)
     rows = [name for name, _, candidate in candidate_profiles() if candidate]
@@ -111,9 +113,10 @@ def test_every_profile_reaches_auto_and_the_planner():
                 "cpu": describe_machine(cpu_memory_gb=16, cpu_bf16=True)}
     for name, machine in machines.items():
         assert plan_machine(LARGE, machine).recommended == name
-    tiny_host = describe_machine(cpu_memory_gb=16)  # baseline-fp32: where the cpu profile cannot run
-    assert resolve_auto(tiny_host.hardware, None).name in SPEED_ORDER
     assert set(machines) | {"baseline-fp32"} == set(SPEED_ORDER)
+    host = describe_machine(cpu_memory_gb=16)
+    monkeypatch.setattr(auto_module, "is_available", lambda profile, hardware: profile.name == "baseline-fp32")
+    assert resolve_auto(host.hardware, architecture_config("arch:large")).name == "baseline-fp32"
     unranked = dict(PROFILES, extra=Profile("extra", "a new card"))
     with pytest.raises(ProfileError, match="'extra' has no speed rank"):
         speed_order(unranked)
