@@ -6,8 +6,9 @@ One request goes documents -> plan -> answering (windows, batching, reading, spa
 the public names of each:
 
 - `documents`: what a document is (`Document`, `from_text` for pasted text, `DEFAULT_MAX_FILE_BYTES`), `clean_text`,
-  the cleaning every reader's text and a question go through, where a stretch of text stands (`Location`, `locate`,
-  `format_location`: page, heading, line; `Heading`), and one document's reading limits (`ReadLimits`,
+  the cleaning every reader's text and a question go through (`paged_text`: with the pages its form feeds end),
+  where a stretch of text stands (`Location`, `locate`, `format_location`: page, heading, line; `Heading`), and
+  one document's reading limits (`ReadLimits`,
   `DEFAULT_MAX_PAGES`, `DEFAULT_MAX_READ_S`); `files`: reading a file (`read_document`, `SUPPORTED_EXTENSIONS`):
   the size and extension checks and the reader for each kind: `text_files` (`decode_text`,
   `UnknownEncodingError`, `markdown_headings`), `pdf_files` (`read_pdf_file`) and `html_files` (`read_html_file`),

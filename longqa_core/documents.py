@@ -50,8 +50,9 @@ def clean_text(text: str) -> str:
 
 def paged_text(text: str) -> tuple[str, tuple[int, ...]]:
     """`text` cleaned (`clean_text`: the same text), and where each page starts when form feeds end its pages, as
-    pdftotext writes a PDF's pages and license texts and manual pages have them (no pages without a form feed)."""
-    if "\f" not in text:
+    pdftotext writes a PDF's pages and license texts and manual pages have them: no pages with fewer than two, nor
+    with more than a PDF may have (`DEFAULT_MAX_PAGES`: a text of form feeds is cleaned in one pass, as any text)."""
+    if not 0 < text.count("\f") <= DEFAULT_MAX_PAGES:
         return clean_text(text), ()
     pages = [clean_text(page) for page in text.split("\f")]  # each form feed a line break, as `clean_text` makes it
     starts, start = [], 0
@@ -59,7 +60,8 @@ def paged_text(text: str) -> tuple[str, tuple[int, ...]]:
         starts.append(start)
         start += len(page) + 1
     text = "\n".join(pages)
-    return text, tuple(s for s in starts if s < len(text))  # a last form feed ends a page: none begins after it
+    starts = tuple(s for s in starts if s < len(text))  # a last form feed ends a page: none begins after it
+    return text, starts if len(starts) > 1 else ()
 
 
 class Heading(NamedTuple):

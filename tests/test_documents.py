@@ -16,8 +16,8 @@ from pypdf.errors import DependencyError
 from pypdf.generic import DictionaryObject, NameObject, StreamObject
 
 from longqa_core import html_files, pdf_files
-from longqa_core.documents import (DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_READ_S, Document, Location, ReadLimits, clean_text,
-                                   format_location, from_text, locate)
+from longqa_core.documents import (DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_PAGES, DEFAULT_MAX_READ_S, Document, Location,
+                                   ReadLimits, clean_text, format_location, from_text, locate)
 from longqa_core.errors import DocumentError, InputError
 from longqa_core.reader_children import ReaderChildren
 from longqa_core.files import SUPPORTED_EXTENSIONS, read_document
@@ -822,6 +822,17 @@ def test_a_text_whose_form_feeds_end_pages_names_each_page_and_keeps_its_text(re
         assert locate(document, first, first + 4).page == number
     plain = read_document(b"No form feed here.\nNone at all.", name="plain.txt")
     assert plain.page_starts == () and locate(plain, 20, 24).page is None
+
+
+def test_a_text_names_pages_only_between_two_and_a_pdfs_most():
+    """One form feed at the end ends the only page: no page is named. Past the pages a PDF may have, a text of form
+    feeds is cleaned in one pass as any text, with no list of millions of pages."""
+    one = from_text("All of it on one page.\n\f")
+    assert one.page_starts == () and one.text == "All of it on one page.\n\n"
+    many = "x\f" * (DEFAULT_MAX_PAGES + 1)
+    assert from_text(many).page_starts == () and from_text(many).text == clean_text(many)
+    most = "x\f" * DEFAULT_MAX_PAGES
+    assert len(from_text(most).page_starts) == DEFAULT_MAX_PAGES
 
 
 def test_html_answers_name_their_nearest_heading_however_nested():
