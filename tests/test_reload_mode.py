@@ -95,3 +95,15 @@ def test_gradio_reload_mode_serves_the_page_and_serves_it_again_after_a_change(t
             process.wait(timeout=30)
         except subprocess.TimeoutExpired:
             process.kill()
+
+
+def test_the_page_built_at_import_is_locked_and_bounded_on_a_space_as_python_app_py_is():
+    """What a reload (or an import) serves starts as `python app.py` without flags does: on a Space (SPACE_ID set)
+    the profile is locked and each request's time bounded."""
+    env = dict(os.environ, HF_HUB_OFFLINE="1", SPACE_ID="someone/longqa")
+    probe = subprocess.run([sys.executable, "-c", "import app; print(app.context.lock_profile, "
+                            "app.context.max_request_s, app.context.visitor_header)"],
+                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert probe.returncode == 0, probe.stderr[-2000:]
+    locked, max_request_s, header = probe.stdout.split()
+    assert locked == "True" and float(max_request_s) > 0 and header.lower() == "x-forwarded-for"
