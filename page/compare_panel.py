@@ -3,8 +3,8 @@ reloading the model for each, as one table with ratios to the first profile, the
 the `/compare` API endpoint.
 
 UI only: the comparison is `longqa.compare`'s, the formatting `page.format`'s; it reads and cleans a request as an
-answer does and takes an exclusive turn on the model (`page.asking`): one comparison in the lane at
-a time, whoever asks, its reads within the deployment's limit for a comparison (`--max-compare-s`), off under --lock-profile unless
+answer does and takes an exclusive turn on the model (`page.asking`): one comparison in the lane at a time, whoever
+asks, its reads within the deployment's limit for a comparison (`--max-compare-s`), off under --lock-profile unless
 the operator allows them (`--allow-compare`).
 """
 

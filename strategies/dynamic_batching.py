@@ -1,5 +1,5 @@
 """Dynamic batching: turns on the engine's out-of-memory back-off for a profile.
-Only flips `EngineSettings.adaptive_batching`; the back-off loop itself lives in `longqa_core.engine`.
+Only flips `EngineSettings.adaptive_batching`; the back-off loop itself is the engine's (`longqa_core.batching.run_windows`).
 """
 
 from __future__ import annotations
