@@ -5,9 +5,11 @@ which only the main thread may, and the watcher died at start (no reload after t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -15,6 +17,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import psutil
 import pytest
 from gradio_client import Client
 
@@ -75,9 +78,9 @@ def test_gradio_reload_mode_serves_the_page_and_serves_it_again_after_a_change(t
     port, log = free_port(), tmp_path / "server.log"
     env = dict(os.environ, HF_HUB_OFFLINE="1", GRADIO_SERVER_PORT=str(port), PYTHONUNBUFFERED="1")
     gradio_cli = Path(sys.executable).with_name("gradio")
-    with open(log, "w") as output:
+    with open(log, "w") as output:  # its own session: gradio runs the app in a child, stopped with it below
         process = subprocess.Popen([str(gradio_cli), "app.py"], cwd=repository, env=env, stdout=output,
-                                   stderr=subprocess.STDOUT)
+                                   stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}/"
     try:
         wait_for(lambda: serves(port) and "Watching demo" in log.read_text(), "the page was not served", START_S,
@@ -90,11 +93,31 @@ def test_gradio_reload_mode_serves_the_page_and_serves_it_again_after_a_change(t
         said = log.read_text()
         assert "Traceback" not in said and "failed" not in said, said[-3000:]
     finally:
-        process.terminate()
+        stop_group(process)
+        assert not children_alive(process), "the app gradio started is still running"
+
+
+def stop_group(process: subprocess.Popen) -> None:
+    """The gradio command and the app it started (its own process group): SIGTERM, then SIGKILL after 30 s."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    deadline = time.monotonic() + 30
+    while children_alive(process) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait(timeout=30)
+
+
+def children_alive(process: subprocess.Popen) -> bool:
+    """Whether any process of `process`'s group is still running (zombies, already ended, do not count)."""
+    for candidate in psutil.process_iter(["pid"]):
         try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
+            if os.getpgid(candidate.pid) == process.pid and candidate.status() != psutil.STATUS_ZOMBIE:
+                return True
+        except (ProcessLookupError, psutil.NoSuchProcess):
+            continue
+    return False
 
 
 def test_the_page_built_at_import_is_locked_and_bounded_on_a_space_as_python_app_py_is():
