@@ -77,9 +77,8 @@ def test_gradio_reload_mode_serves_the_page_and_serves_it_again_after_a_change(t
     repository = copy_of_the_repository(tmp_path / "repository")
     port, log = free_port(), tmp_path / "server.log"
     env = dict(os.environ, HF_HUB_OFFLINE="1", GRADIO_SERVER_PORT=str(port), PYTHONUNBUFFERED="1")
-    gradio_cli = Path(sys.executable).with_name("gradio")
     with open(log, "w") as output:  # its own session: gradio runs the app in a child, stopped with it below
-        process = subprocess.Popen([str(gradio_cli), "app.py"], cwd=repository, env=env, stdout=output,
+        process = subprocess.Popen([sys.executable, "-m", "gradio", "app.py"], cwd=repository, env=env, stdout=output,
                                    stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}/"
     try:
