@@ -53,7 +53,6 @@ class RequestPlan:
     expected_windows: int = 0  # how many windows that is: the lane's admission and ZeroGPU's duration
     expected_window_tokens: int = 0  # their tokens together (what a forward-time prediction multiplies)
     tokens_per_s: float | None = None  # the loaded model's measured forward throughput the prediction used
-    predicted_s: float | None = None  # a full read's forward time at that rate; None before any was measured
     # Before a read starts, what it is expected to take (forward seconds at `tokens_per_s`; None before any was
     # measured): reading every window, and a guided read's expected windows (None where the plan reads whole).
     full_read_s: float | None = None
@@ -110,6 +109,12 @@ class RequestPlan:
         """Time a stage of planning: the answer's latency counts it under `name`."""
         return timed(self.latency_s, name)
 
+    @property
+    def predicted_s(self) -> float | None:
+        """What the time budget checks before a read: a full read's forward seconds (`full_read_s`); None for a
+        guided read, whose rounds are checked each as it comes, and before any throughput was measured."""
+        return self.full_read_s if self.mode == "full" else None
+
     def check_time(self) -> None:
         """RequestTooLongError when a full read is predicted to take longer than the budget."""
         check_predicted_time(self.predicted_s, self.settings, self.windows, self.window_tokens, self.tokens_per_s)
@@ -161,7 +166,6 @@ def plan_request(tokenizer, documents: list[Document], question: str, settings: 
                 plan.guided_read_s = batch_state.seconds_for_tokens(
                     plan.read_tokens(reading.expected_windows(plan.reading)))
         if plan.mode == "full":
-            plan.predicted_s = plan.full_read_s  # the budget checks the whole read; a guided read, each round
             plan.check_time()
         return plan
     except BaseException:
