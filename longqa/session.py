@@ -180,7 +180,7 @@ class Session:
         with self.lock:
             self._wait_for_asks()
             previous = None
-            selection = Selection(model_ref, getattr(profile, "name", profile), tuple(strategies))
+            selection = Selection.of(model_ref, getattr(profile, "name", profile), strategies)
             if self.loaded is not None:
                 # `auto` resolves to a concrete profile: compare what was asked for, not what it became.
                 if not force and selection == self.loaded.selection:
