@@ -353,10 +353,9 @@ def read_rounds(runner: Runner, tokenizer, plan, batch_state: BatchState, measur
     `evidence`: the request's one `no_answer.Evidence`, which a rule that needs evidence asks of each round's best
     answer; `on_batch` hears each batch (`batching.run_windows`). After a round the rule only says whether to read
     on (an answer it would call "not found" is as weak as none); the request's verdict is judged once, after the
-    read (`answering.judge_answers`). With
-    `settings.passage_window_tokens`, a round's windows are read first sized to their best passage
-    (`RequestPlan.narrowed_cuts`), and read again whole, in place of those, only where the answer after them is
-    weak."""
+    read (`answering.judge_answers`). With `settings.passage_window_tokens`, a round's windows are read first sized
+    to their best passage (`RequestPlan.narrowed_cuts`), and read again whole, in place of those, only where the
+    answer after them is weak."""
     settings, rounds = plan.settings, plan.reading
     read = GuidedRead(batch_size=batch_state.size if settings.adaptive_batching else settings.batch_size)
     rule = no_answer_rule(settings)

@@ -40,11 +40,12 @@ INDEPENDENT_SEED_BASE = 5_000_000
 NOTE_SEED_BASE = 6_000_000
 HANDWRITTEN = ROOT / "tests" / "data" / "handwritten_qa.json"
 MEASURES = {
-    "training-generator": "Documents from longqa/demo_model/demo_task.py, the generator the model was trained on (held-out seeds "
-                          "and filler sentences, but the same names, attributes, values and kind of prose), 287 to "
+    "training-generator": "Documents from longqa/demo_model/demo_task.py, the generator the model was trained on "
+                          "(held-out seeds and filler sentences, but the same names, attributes, values and kind of "
+                          "prose), 287 to "
                           "about 40,000 tokens: how well the model learned that generator, not the task.",
-    "independent": "Documents from longqa/demo_model/eval_task.py, a generator that shares no word list, name code or prose with "
-                   "training (its own names of many shapes, attributes, values and ten registers of prose), 300 to "
+    "independent": "Documents from longqa/demo_model/eval_task.py, a generator that shares no word list, name "
+                   "code or prose with training (its own names of many shapes, attributes, values and ten registers of prose), 300 to "
                    "40,000 tokens, fact anywhere including the first and last sentence: the task on data never seen.",
     "independent-notes": "Short notes of 20 to 100 words from the same independent generator.",
     "handwritten": "Hand-written natural documents (letters, notices, logs, manuals, reports) with distractors, "

@@ -1,5 +1,6 @@
 """Dynamic batching: turns on the engine's out-of-memory back-off for a profile.
-Only flips `EngineSettings.adaptive_batching`; the back-off loop itself is the engine's (`longqa_core.batching.run_windows`).
+Only flips `EngineSettings.adaptive_batching`; the back-off loop itself is the engine's
+(`longqa_core.batching.run_windows`).
 """
 
 from __future__ import annotations

@@ -231,7 +231,8 @@ def test_large_requests_past_max_active_wait_without_windows_while_small_ones_go
 
 
 def test_queued_work_over_the_bound_refuses_large_requests_with_a_retry_estimate_but_never_small_ones():
-    lane, runner, done = ModelLane(max_queued_windows=100, max_active=1, seconds_for_windows=lambda n: 0.5 * n), SleepyRunner(0.01), {}
+    lane = ModelLane(max_queued_windows=100, max_active=1, seconds_for_windows=lambda n: 0.5 * n)
+    runner, done = SleepyRunner(0.01), {}
     threads = [read(lane, runner, "big0", 80, done)]
     wait_for(lambda: len(runner.ran) >= 1)
     with pytest.raises(LaneBusyError, match=r"about [78]\d windows of other visitors' work queued.*try again in about"):
@@ -414,7 +415,8 @@ def test_a_door_after_exclusive_turns_waits_for_the_ones_before_it_only():
 def test_the_lane_takes_one_exclusive_turn_of_a_kind_at_a_time_whoever_asks():
     """Twelve visitors' training steps: one holds the model, the others are refused at once, and another visitor's
     answer waits for that one step only."""
-    lane, order, release, started = ModelLane(seconds_for_windows=lambda n: 2.0 * n), [], threading.Event(), threading.Event()
+    lane = ModelLane(seconds_for_windows=lambda n: 2.0 * n)
+    order, release, started = [], threading.Event(), threading.Event()
     first = hold(lane, "t0", order, release, started, exclusive=True, only_one="training step")
     assert started.wait(5)
     began = time.monotonic()

@@ -352,8 +352,8 @@ class ModelLane:
             raise LaneBusyError(
                 f"The model has about {queued:,} windows of other visitors' work queued, and this request would add "
                 f"about {ticket.windows:,} (the bound is {self.max_queued_windows:,}). Please try again "
-                f"{retry_hint(self.seconds_for_windows(queued + ticket.windows - self.max_queued_windows))}, or ask about a "
-                "shorter text (a request of a few windows is always taken).")
+                f"{retry_hint(self.seconds_for_windows(queued + ticket.windows - self.max_queued_windows))}, or ask "
+                "about a shorter text (a request of a few windows is always taken).")
 
 
 def retry_hint(work_s: float | None) -> str:

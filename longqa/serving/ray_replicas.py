@@ -249,7 +249,8 @@ class RaySession:
             # nodes. The replicas are this app's answering, though: on a machine that does anything else, nice 15
             # starves them (beside two busy loops a replica had 3 % of a core and took 182 s to come back after a
             # crash). An instance of our own runs them at the page's priority; a cluster keeps its operator's.
-            local = {"_node_ip_address": "127.0.0.1", "_system_config": {"worker_niceness": 0}} if address is None else {}
+            local = ({"_node_ip_address": "127.0.0.1", "_system_config": {"worker_niceness": 0}}
+                     if address is None else {})
             ray.init(address=address or "local", include_dashboard=False, log_to_driver=False,
                      configure_logging=False, runtime_env=code_environment(address), **local)
         serve.start(proxy_location="Disabled")  # the page calls the replicas through handles; no HTTP proxy
