@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 from pathlib import Path
 
@@ -37,6 +38,15 @@ def simulated_cpu_kind(request, monkeypatch):
 def pytest_configure(config):
     config.addinivalue_line("markers", "requires_cuda: needs a CUDA GPU (skipped without one)")
     config.addinivalue_line("markers", "browser: drives Debian's chromium with Playwright")
+
+
+def pytest_collection_finish(session):
+    """Freeze what collection made (torch, transformers and gradio as imported, the test modules, the items): it
+    lives the whole run, and every full collection would walk it again. The loader collects after each load and
+    the engine after a refused request, so about 0.3 s a load went to walking these million objects; frozen, a
+    collection walks only what the tests made (the fast subset takes about a third less time)."""
+    gc.collect()
+    gc.freeze()
 
 
 def pytest_collection_modifyitems(config, items):
