@@ -35,7 +35,7 @@ the public names of each:
 - `answering`: `answer_plan` answers a plan into a `QAResult` (with `ReadingReadout`); `answer` plans and answers;
   `BestSoFar` keeps the best answer of the windows read while a read goes on (`Provisional`).
 - `telemetry`: `measure` (latency by stage, `MemoryReadout`), `HostPeak`, `timed`, `current_rss_bytes`; handing
-  freed memory back to the system (`trim_heap`) and a server's allocator settings (`tune_allocator`).
+  freed memory back to the system (`trim_heap`) and a server's memory settings (`tune_allocator`, `freeze_start_up`).
 - `gpu_devices`: the NVML wrapper (`nvml`, `nvml_handle`, `device_memory`, `gpu_snapshot`, `cuda_device_indices`).
 - `openmp_wait`: how long idle OpenMP threads spin (`limit_spin_wait`), set by the entry points before torch loads.
 - `waiting`: `wait_until`, the one loop with which a request waiting for something (an index another request builds,

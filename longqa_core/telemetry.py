@@ -1,7 +1,8 @@
 """Measure one request: latency per stage, device and host memory (`measure`, `Measurement`, `MemoryReadout`), and
 the project's one host-memory peak (`HostPeak`, also what loading and the bench measure with); and hand freed host
 memory back to the system (glibc's heap trim, which a measurement's baseline starts from, and the allocator settings
-a long-running server starts with: docs/crowd-lane.md measures what they change).
+a long-running server starts with, start-up's objects left out of its later garbage collections: docs/crowd-lane.md
+measures what they change).
 
 A context manager yields a `Measurement` whose fields carry their units (`latency_s`, `*_bytes`). Which physical GPU
 or MIG slice a CUDA device is, and NVML itself, are `gpu_devices`' job. It only measures; formatting for people
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import gc
 import os
 import re
 import threading
@@ -60,6 +62,17 @@ def tune_allocator() -> dict[str, int]:
     if libc is None or any(name.startswith("MALLOC_") for name in os.environ):
         return {}
     return {"MALLOC_ARENA_MAX": SERVER_ARENA_MAX} if libc.mallopt(M_ARENA_MAX, SERVER_ARENA_MAX) == 1 else {}
+
+
+def freeze_start_up() -> int:
+    """Leave what start-up made (the modules imported: torch, transformers and gradio make about 630,000 objects)
+    out of every later garbage collection (`gc.freeze`), so that a full collection, which holds the interpreter lock
+    (after a load, after a refused or stopped request), walks only what the process made since. Returns how many
+    objects are frozen. Call it before the first model loads: a model frozen with them would outlive its unloading.
+    """
+    gc.collect()
+    gc.freeze()
+    return gc.get_freeze_count()
 
 
 STATUS = Path("/proc/self/status")

@@ -167,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     """`python app.py`: one backend, one context and one page, from the command line; the model loads before
     serving."""
     args = build_parser().parse_args(argv)
-    policy.tune_allocator()  # before the model and the request threads allocate
+    policy.tune_server_process()  # before the model and the request threads allocate
     try:
         session = make_session(args)
     except LongQAError as exc:

@@ -3,7 +3,12 @@
 For each scenario: when the hostile request was refused or ended, how long a normal request sent 1 s after it
 waited (against the same request alone), whether that answer was right, and the server's RSS change. Writes
 docs/serving.json and prints a Markdown table for the README. Bounded: one request of each kind, loopback only.
+`--collection`: what a stopped or refused request's clean-up (`batching.release_memory`, a full garbage collection
+that holds the interpreter lock) costs in a process set up as `python app.py --model demo` sets one up, with
+start-up's objects frozen (`policy.tune_server_process`, as `python app.py` does) and not, each in a process of its
+own; writes docs/collection.json.
 Usage: python scripts/measure_serving.py [--out docs/serving.json]
+       python scripts/measure_serving.py --collection [--out docs/collection.json]
 """
 
 from __future__ import annotations
@@ -12,6 +17,8 @@ import argparse
 import gc
 import json
 import platform
+import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -23,8 +30,12 @@ from gradio_client import Client, handle_file
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from longqa.bench.runner import measured_here  # noqa: E402
+from longqa.serving import policy  # noqa: E402
 from longqa.session import SAMPLES_DIR, Session  # noqa: E402
-from page.cli import serve  # noqa: E402
+from longqa_core import telemetry  # noqa: E402
+from longqa_core.batching import release_memory  # noqa: E402
+from page.cli import build_parser, context_from, load_before_serving, make_session, serve  # noqa: E402
 from page.context import make_context  # noqa: E402
 from page.layout import build_blocks  # noqa: E402
 from page.asking import ensure_loaded  # noqa: E402
@@ -84,10 +95,63 @@ def abandoned(url: str, cancel_after_s: float) -> str:
     return "cancelled by the client (Stop)"
 
 
+def collection_child(frozen: bool, repeats: int = 7) -> dict:
+    """In this process, set up as `python app.py --model demo` sets one up (start-up frozen or not): the CPU
+    seconds of `release_memory`, `repeats` times."""
+    if frozen:
+        policy.tune_server_process()
+    else:
+        telemetry.tune_allocator()
+    args = build_parser().parse_args(["--model", "demo", "--profile", "cpu"])
+    session = make_session(args)
+    ctx = context_from(args, session)
+    load_before_serving(ctx, args)
+    build_blocks(ctx, args.queue_size)
+    seconds = []
+    for _ in range(repeats):
+        began = time.process_time()
+        release_memory()
+        seconds.append(time.process_time() - began)
+    session.close()
+    return {"frozen_objects": gc.get_freeze_count(), "tracked_objects": len(gc.get_objects()),
+            "collect_cpu_s_median": round(statistics.median(seconds), 4), "collect_cpu_s": seconds}
+
+
+def collection(out: Path) -> int:
+    def measure() -> dict:
+        rows = {}
+        for name, flag in (("start-up not frozen", "thawed"), ("start-up frozen (python app.py)", "frozen")):
+            done = subprocess.run([sys.executable, __file__, "--collection-child", flag], capture_output=True,
+                                  text=True, check=True, timeout=600)
+            rows[name] = json.loads(done.stdout.strip().splitlines()[-1])
+        return {"model": "demo", "profile": "cpu", "measures": "CPU seconds of one release_memory() (gc.collect "
+                "and malloc_trim) in a process set up as `python app.py --model demo`, after the page is built",
+                "rows": rows}
+
+    result = measured_here(measure)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"{result['machine']['cpu_model']} ({result['machine']['kind']})\n")
+    print("| server process | objects frozen | objects a collection walks | CPU s per clean-up (median of 7) |\n"
+          "|---|---|---|---|")
+    for name, row in result["rows"].items():
+        print(f"| {name} | {row['frozen_objects']:,} | {row['tracked_objects']:,} | {row['collect_cpu_s_median']} |")
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "serving.json")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="default docs/serving.json, or docs/collection.json with --collection")
+    parser.add_argument("--collection", action="store_true",
+                        help="measure a clean-up's garbage collection, start-up frozen and not")
+    parser.add_argument("--collection-child", choices=("frozen", "thawed"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.collection_child:
+        print(json.dumps(collection_child(args.collection_child == "frozen")))
+        return 0
+    if args.collection:
+        return collection(args.out or ROOT / "docs" / "collection.json")
+    args.out = args.out or ROOT / "docs" / "serving.json"
     ctx = make_context(Session(), models=["demo"], default_model="demo", default_profile="cpu")
     ensure_loaded(ctx)
     demo = build_blocks(ctx)

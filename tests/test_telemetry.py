@@ -348,3 +348,35 @@ def test_the_environment_s_malloc_settings_leave_the_allocator_alone(monkeypatch
     """The server's allocator settings: an operator's MALLOC_* variables win over them."""
     monkeypatch.setenv("MALLOC_ARENA_MAX", "16")
     assert telemetry.tune_allocator() == {}
+
+
+FROZEN_START_UP = """
+import gc, json, weakref
+import torch, transformers  # what a server imports before its model loads
+from longqa.serving import policy
+
+class Node:
+    pass
+
+before = len(gc.get_objects())
+settings = policy.tune_server_process()
+a, b = Node(), Node()  # a reference cycle made after start-up: a model unloaded later holds many
+a.other, b.other = b, a
+gone = weakref.ref(a)
+del a, b
+gc.collect()
+print(json.dumps({"before": before, "frozen": settings["frozen_objects"], "left": len(gc.get_objects()),
+                  "collected": gone() is None}))
+"""
+
+
+def test_a_server_freezes_what_start_up_made_and_still_collects_what_comes_after():
+    """`python app.py` freezes start-up's objects: a collection then walks only what came after, and garbage made
+    after start-up (an unloaded model's reference cycles) is still collected."""
+    out = subprocess.run([sys.executable, "-c", FROZEN_START_UP], cwd=PROJECT_ROOT, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["collected"]
+    assert result["frozen"] >= result["before"] // 2  # torch and transformers' objects, at least
+    assert result["left"] < result["frozen"] // 10

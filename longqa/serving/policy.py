@@ -1,5 +1,5 @@
 """Serving policy, free of gradio: when a request counts as abandoned, the key under which a ZeroGPU worker finds a
-request's stop check, how many seconds of GPU a ZeroGPU request asks for, and the allocator settings a server process
+request's stop check, how many seconds of GPU a ZeroGPU request asks for, and the memory settings a server process
 starts with. Turns on the model are the lane's (`ModelLane.turn`, `lane.request_turn`).
 
 It holds no model and formats nothing; the page supplies what only gradio knows (its queue, the visitor).
@@ -102,7 +102,8 @@ def _forward_s(tokens: int, measured: BatchState | None) -> float:
     return (measured or BatchState(1)).seconds_for_tokens(tokens, ASSUMED_TOKENS_PER_S)
 
 
-def tune_allocator() -> dict[str, int]:
-    """A server process's allocator settings (`longqa_core.telemetry.tune_allocator`: few arenas), set before the
-    model loads; docs/crowd-lane.md measures what they change."""
-    return telemetry.tune_allocator()
+def tune_server_process() -> dict[str, int]:
+    """A server process's memory settings, set before the model loads: glibc's arenas (`telemetry.tune_allocator`:
+    few) and start-up's objects frozen out of later garbage collections (`telemetry.freeze_start_up`).
+    docs/crowd-lane.md measures what they change. Returns what was set (glibc's variables, and `frozen_objects`)."""
+    return {**telemetry.tune_allocator(), "frozen_objects": telemetry.freeze_start_up()}
