@@ -14,7 +14,7 @@ from longqa_core.answering import answer
 from longqa_core.batching import BatchState, ModelRunner, collate
 from longqa_core.no_answer import NULL_SCORE, NoAnswerRule
 from longqa_core.errors import InputError, OutOfMemoryError
-from longqa_core.limits import EngineSettings, truncate_question
+from longqa_core.limits import EngineSettings, truncate_question, written_as_documents
 from longqa_core.windows import make_windows
 from longqa_core.spans import is_answer_text
 from tests.reference_qa import cuts_a_word, reference_answers
@@ -72,6 +72,45 @@ def test_long_questions_are_cut_with_a_notice(tiny_tokenizer):
     assert len(tiny_tokenizer(cut, add_special_tokens=False)["input_ids"]) <= 16
     assert question.startswith(cut) and notice and "16" in notice
     assert truncate_question(tiny_tokenizer, "Short?", 16) == ("Short?", None)
+
+
+CASED = ("Library hours changed in May. The bridge of Kelmoor is 412 metres long; the Kelmoor council paid for it.\n"
+         "Kelmoor lies north of the river. Visitors to the library of Kelmoor need a card, and NASA once measured "
+         "the bridge; a survey of the BRIDGE was framed. The Kelmoor Council, O'Hara and J. K. Moss signed it.")
+
+
+@pytest.mark.parametrize("question, read", [
+    # a name written in lower case or in capitals: as the documents write it inside a sentence
+    ("what is the length of the bridge of kelmoor?", "what is the length of the bridge of Kelmoor?"),
+    ("What is the length of the bridge of KELMOOR?", "What is the length of the bridge of Kelmoor?"),
+    # a question all in capitals: sentence case first, then the documents' forms
+    ("WHAT IS THE LENGTH OF THE BRIDGE OF KELMOOR?", "What is the length of the bridge of Kelmoor?"),
+    # the form the documents use most inside sentences ("bridge" twice, "BRIDGE" once), and an acronym kept
+    ("who measured the Bridge, nasa?", "who measured the Bridge, NASA?"),
+    # words after a name as the documents write them after it, though "council" stands alone too; initials
+    ("who paid the kelmoor council?", "who paid the Kelmoor Council?"),
+    ("what did o'hara and j. k. moss sign?", "what did O'Hara and J. K. Moss sign?"),
+])
+def test_a_question_reads_its_words_as_the_documents_write_them(question, read):
+    assert written_as_documents(question, [CASED]) == (
+        read, f"The question was read as \u201c{read}\u201d: its words written as the documents write them.")
+
+
+@pytest.mark.parametrize("question", [
+    "What is the length of the bridge of Kelmoor?",  # written as the documents write it
+    "when does the library open?",  # "Library" starts a sentence: its capital says nothing, and "library" is there
+    "What are the hours of the museum of zanthor?",  # words the documents do not have stay as written
+    "Where is Kelmoor?",  # a first capital stays
+    "",
+])
+def test_a_question_the_documents_write_no_otherwise_is_read_as_written(question):
+    assert written_as_documents(question, [CASED]) == (question, None)
+
+
+def test_a_word_the_documents_write_only_at_sentence_starts_keeps_the_question_s_form():
+    texts = ["Harbour fees rose. Harbour dues fell."]
+    assert written_as_documents("what are the harbour fees?", texts) == ("what are the harbour fees?", None)
+    assert written_as_documents("WHAT ARE THE HARBOUR FEES?", texts)[0] == "What are the harbour fees?"
 
 
 @pytest.mark.slow
