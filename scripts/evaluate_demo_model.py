@@ -1,6 +1,7 @@
 """Exact match of the bundled demo model on three evaluation sets, through the engine, under one or more profiles.
 
 Usage: python scripts/evaluate_demo_model.py [--model demo] [--profile baseline-fp32] [--profile cpu] [--n 200]
+                                             [--questions as-written|lowercase|uppercase]
                                              [--out docs/demo-model-eval.json]
 Windows of 4,096 tokens overlapping by 128, top answer only. The sets, and what each measures:
 - training-generator: documents from `longqa.demo_model.demo_task`, the generator the model was trained on (held-out seeds and
@@ -10,7 +11,9 @@ Windows of 4,096 tokens overlapping by 128, top answer only. The sets, and what 
   with training, 300 to 40,000 tokens: the task itself on facts, names, values and prose never seen in training.
 - independent-notes: short notes (20 to 100 words) from the same independent generator.
 - handwritten: the hand-written natural documents of tests/data/handwritten_qa.json.
-An answer is exact when the top answer's text equals the fact's value, character for character. Each profile's top
+`--questions lowercase` (or `uppercase`) asks every question so written, as people type them (results keyed
+'PROFILE, lowercase questions'). An answer is exact when the top answer's text equals the fact's value, character
+for character. Each profile's top
 answer (text and place) is kept per document and compared with baseline-fp32's ("same_top_answer_as_fp32"). Results
 are merged into --out by profile, so profiles can be run one at a time.
 """
@@ -109,6 +112,9 @@ def handwritten_items() -> list[Item]:
             for entry in json.loads(HANDWRITTEN.read_text())]
 
 
+QUESTION_CASES = {"as-written": lambda question: question, "lowercase": str.lower, "uppercase": str.upper}
+
+
 def run_set(loaded, items: list[Item], settings) -> dict:
     """Numbers for one set under one loaded model: exact match, where the misses went, tokens and time."""
     began = time.perf_counter()
@@ -156,6 +162,8 @@ def main() -> None:
     parser.add_argument("--cpu-kind", choices=["detected", "avx2", "avx512-bf16"], default="detected",
                         help="resolve the profiles as on a CPU without native bf16 (avx2: the cpu profile is int8 + "
                              "fast attention) or with it, whatever this CPU is; results are keyed 'PROFILE@KIND'")
+    parser.add_argument("--questions", choices=list(QUESTION_CASES), default="as-written",
+                        help="ask every question as written, or all in lower or upper case")
     args = parser.parse_args()
     hardware = hardware_for(args.cpu_kind)
 
@@ -173,21 +181,24 @@ def main() -> None:
                     "independent": lambda: independent_items(args.n, args.seed, loaded.tokenizer),
                     "independent-notes": lambda: note_items(max(1, args.n // 4), args.seed),
                     "handwritten": handwritten_items}
+        written = QUESTION_CASES[args.questions]
         for name in wanted:
-            numbers = run_set(loaded, builders[name](), settings)
+            items = [replace(item, question=written(item.question)) for item in builders[name]()]
+            numbers = run_set(loaded, items, settings)
             numbers.update(resolved_profile=loaded.profile.name, strategies=loaded.readout.strategies,
                            dtype=loaded.readout.dtype,
                            cpu=platform.processor() or platform.machine(), has_avx512_bf16=_has_avx512_bf16())
             entry = report["sets"].setdefault(name, {})
             entry["measures"] = MEASURES[name]
             key = profile if args.cpu_kind == "detected" else f"{profile}@{args.cpu_kind}"
+            key += "" if args.questions == "as-written" else f", {args.questions} questions"
             entry.setdefault("profiles", {})[key] = numbers
             reference = entry["profiles"].get("baseline-fp32", {}).get("top_answers")
             for other in entry["profiles"].values():  # each profile's top answers against fp32's, item by item
                 if reference and other.get("top_answers") and len(other["top_answers"]) == len(reference):
                     same = sum(a == b for a, b in zip(other["top_answers"], reference))
                     other["same_top_answer_as_fp32"] = f"{same}/{len(reference)}"
-            print(f"{key:14s} {name:19s} exact match {numbers['exact_match']:.3f} ({numbers['exact']}/"
+            print(f"{key:28s} {name:19s} exact match {numbers['exact_match']:.3f} ({numbers['exact']}/"
                   f"{numbers['n']}), {numbers['min_tokens']}-{numbers['max_tokens']} tokens, {numbers['seconds']} s",
                   flush=True)
             args.out.write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n")

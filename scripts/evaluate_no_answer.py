@@ -2,7 +2,7 @@
 documents answer and of questions they do not, on data the model's training never saw.
 
 Usage: python scripts/evaluate_no_answer.py [--n 40] [--seed 38] [--profile baseline-fp32] [--profile cpu]
-                                            [--out docs/no-answer-eval.json]
+                                            [--questions lowercase] [--out docs/no-answer-eval.json]
 Items from `longqa.demo_model.no_answer_eval` (the independent generator's documents of 600 to 40,000 characters and
 the hand-written template and prose notes), read whole with windows of 4,096 tokens, top answer only. Per item it
 keeps the top answer's text, score and place, whether it is the gold answer, the question's words its sentence (and
@@ -12,7 +12,7 @@ word; `no_answer_eval.before_and_after` compares it with issue 38's rule). Per
 profile: the scores of each kind, and for a grid of thresholds, with the score alone and with the evidence check,
 the share of answerable questions still found with the right answer (recall) and the share of unanswerable ones said
 not found; the threshold the registry records is chosen from these numbers by `choose_threshold` (with the evidence
-check) and printed with them.
+check) and printed with them. `--questions lowercase` asks every question in lower case, as people type them.
 """
 
 from __future__ import annotations
@@ -142,10 +142,15 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=38)
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "no-answer-eval.json")
     parser.add_argument("--rescore", action="store_true", help="recompute the numbers from the records in --out")
+    parser.add_argument("--questions", choices=["as-written", "lowercase"], default="as-written",
+                        help="ask every question as written or in lower case")
     args = parser.parse_args()
     notes = json.loads(HANDWRITTEN.read_text())
     items = no_answer_eval.make_items(args.n, args.seed, notes, json.loads(HANDWRITTEN_PROSE.read_text()))
+    if args.questions == "lowercase":
+        items = [replace(item, question=item.question.lower()) for item in items]
     report = {"model": args.model, "n_per_kind": args.n, "seed": args.seed, "items": len(items),
+              "questions": args.questions,
               "command": "python scripts/evaluate_no_answer.py " + " ".join(sys.argv[1:]),
               "cpu": platform.processor() or platform.machine(), "profiles": {}}
     if args.rescore:  # recompute the numbers from the records kept in --out, without the model
