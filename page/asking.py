@@ -318,7 +318,10 @@ def read_uploads(ctx: AppContext, files, pasted_text, question, progress=None) -
     with ctx.uploads.reading(files):  # held first: a sweep between the check below and the read deletes none
         for path in files:
             if not os.path.exists(path):
-                raise DocumentError(f"'{os.path.basename(path)}' is no longer on this server: uploads are deleted "
+                name = os.path.basename(path)
+                if not ctx.uploads.was_deleted(path):
+                    raise DocumentError(f"'{name}' is not on this server: upload the file itself.")
+                raise DocumentError(f"'{name}' is no longer on this server: uploads are deleted "
                                     f"{ctx.uploads.keep_s / 60:g} minutes after they came (sooner when the server "
                                     "needs the room). Upload it again.")
         return read_request(files, pasted_text, question, max_bytes=ctx.max_file_bytes,

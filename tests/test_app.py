@@ -177,9 +177,20 @@ def test_bad_input_is_a_clear_error_and_the_next_request_works(ctx, tmp_path, ca
 
 def test_an_upload_deleted_after_its_time_is_named_and_asked_for_again(ctx, tmp_path):
     gone = tmp_path / "abc123" / "notes.txt"  # the path a page still holds after the upload was deleted
+    gone.parent.mkdir()
+    gone.write_text("The colour of Zorbin is teal.")
+    ctx.uploads.record([str(gone)])
+    keep_s, ctx.uploads.keep_s = ctx.uploads.keep_s, 0
+    assert ctx.uploads.sweep() and not gone.exists()
+    ctx.uploads.keep_s = keep_s
     with pytest.raises(gr.Error, match=r"'notes\.txt' is no longer on this server: uploads are deleted 10 minutes "
                                        r"after they came .* Upload it again\."):
         ask(ctx, [gone])
+
+
+def test_a_path_never_uploaded_is_not_called_deleted(ctx, tmp_path):
+    with pytest.raises(gr.Error, match=r"'none\.txt' is not on this server: upload the file itself\."):
+        ask(ctx, [tmp_path / "nope" / "none.txt"])
 
 
 def test_an_upload_past_its_time_is_kept_once_the_page_has_checked_it(ctx, tmp_path, monkeypatch):

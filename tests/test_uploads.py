@@ -84,6 +84,17 @@ def test_uploads_are_deleted_after_their_time_unless_being_read(tmp_path, clock)
     assert deleted == [kept, read] and store.held_bytes() == 0
 
 
+def test_the_store_tells_a_deleted_upload_from_a_path_it_never_held(tmp_path, clock, monkeypatch):
+    monkeypatch.setattr("longqa.serving.uploads.MAX_DELETED_NAMED", 2)
+    store = UploadStore(keep_s=600, clock=clock)
+    paths = [upload(store, tmp_path, f"{n}.txt", 10) for n in "abc"]
+    assert not any(store.was_deleted(p) for p in paths)
+    clock.now += 601
+    store.sweep()
+    assert [store.was_deleted(p) for p in paths] == [False, True, True]  # the last two remembered, no more
+    assert not store.was_deleted(str(tmp_path / "never" / "x.txt"))
+
+
 def call_gate(gate: UploadGate, headers: dict, body: bytes = b"x") -> tuple[int, bytes]:
     """One POST through the gate, as an ASGI server sends it: (status, body of the reply)."""
     scope = {"type": "http", "method": "POST", "path": "/gradio_api/upload",

@@ -16,7 +16,7 @@ import json
 import os
 import threading
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
@@ -30,6 +30,7 @@ DEFAULT_KEEP_S = 600.0  # an upload is deleted this long after it came, unless i
 EVICT_AFTER_S = 5.0  # uploads older than this that nothing reads make room for a new one when the total is reached
 SWEEP_EVERY_S = 30.0
 MIN_FILE_BYTES = 4096  # a file holds at least one block of disk, however small
+MAX_DELETED_NAMED = 4096  # deleted uploads whose paths the store remembers, to tell them from never-uploaded ones
 
 
 class UploadRefused(InputError):
@@ -61,6 +62,7 @@ class UploadStore:
         self._uploads: dict[str, Upload] = {}
         self._pending: dict[int, tuple[int, str | None]] = {}  # reservations of uploads being written
         self._reading: Counter[str] = Counter()  # paths being read now, by how many requests
+        self._deleted: OrderedDict[str, None] = OrderedDict()  # the last MAX_DELETED_NAMED paths deleted
         self._ids = itertools.count()
         self._lock = threading.Lock()
 
@@ -73,6 +75,12 @@ class UploadStore:
     def is_known(self, path: str) -> bool:
         with self._lock:
             return str(path) in self._uploads
+
+    def was_deleted(self, path: str) -> bool:
+        """Whether this store deleted `path` (one of its last MAX_DELETED_NAMED deletions): an upload asked about
+        after its time, not a path that was never uploaded."""
+        with self._lock:
+            return str(path) in self._deleted
 
     def _held(self, visitor: str | None) -> int:
         held = sum(u.n_bytes for u in self._uploads.values() if visitor is None or u.visitor == visitor)
@@ -160,6 +168,9 @@ class UploadStore:
     def _delete(self, upload: Upload) -> int:
         """Remove the file (and its folder, when empty) and forget it; the bytes it held."""
         self._uploads.pop(upload.path, None)
+        self._deleted[upload.path] = None
+        while len(self._deleted) > MAX_DELETED_NAMED:
+            self._deleted.popitem(last=False)
         path = Path(upload.path)
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
