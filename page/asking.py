@@ -24,6 +24,7 @@ import html
 import inspect
 import json
 import os
+import sys
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -43,7 +44,7 @@ from longqa_core.reading import DEFAULT_READING
 from page import format as fmt
 from page.context import CONTEXTS, AppContext
 from page.downloads import DOWNLOADS, doc_url
-from page.hardening import abandonment_check, escape, first_hop, number_or_none, user_errors
+from page.hardening import abandonment_check, escape, expect, first_hop, number_or_none, user_errors
 from page.history_panel import history_outputs
 from page.streaming import LISTENER, heard_while
 from page.words import PICK_MODEL
@@ -314,6 +315,8 @@ def request_settings(ctx: AppContext, top_k, reading, no_answer_below) -> tuple[
 def read_uploads(ctx: AppContext, files, pasted_text, question, progress=None) -> ReadRequest:
     """`read_request` for the page: the uploads kept on disk while they are read (a deleted one named as such), a
     wait for a document reader shown as progress, and the read stopped when the request is abandoned."""
+    for field, text in (("pasted_text", pasted_text), ("question", question)):
+        expect(field, text, str, max_chars=sys.maxsize)  # how long each may be, the request's limits say
     files = list(files or [])
     with ctx.uploads.reading(files):  # held first: a sweep between the check below and the read deletes none
         for path in files:
