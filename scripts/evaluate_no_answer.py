@@ -82,8 +82,10 @@ KEEP_RIGHT = 0.95  # issue 38: at least this share of the right answers must sti
 def choose_threshold(records: list[dict], evidence: bool = True) -> float:
     """The geometric middle of the grid's thresholds that keep at least KEEP_RIGHT of the right answers found and
     say not found for the most unanswerable questions (within 1.5 points of the best), so that the rule sits in the
-    middle of that range, not on its edge."""
+    middle of that range, not on its edge; the grid's lowest when none keeps that many."""
     kept = [rates(records, t, evidence) for t in GRID if rates(records, t, evidence)["right_still_found"] >= KEEP_RIGHT]
+    if not kept:  # no threshold keeps that many (questions the model barely scores): the grid's lowest
+        return GRID[0]
     best = max(r["unanswerable_not_found"] for r in kept)
     near = [r["threshold"] for r in kept if r["unanswerable_not_found"] >= best - 0.015]
     return (near[0] * near[-1]) ** 0.5
