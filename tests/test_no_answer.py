@@ -232,3 +232,15 @@ def test_confidence_words_are_monotone_in_the_score():
     judged, _ = judge_answers(Decoded(answers, None), EngineSettings(no_answer=rule), True, evidence)
     assert [a.confidence for a in judged] == ["high", "low", "low"]
     assert no_answer.in_score_order(["low", "medium", "high"], [0.1, 0.1, 0.01]) == ["low", "medium", "low"]
+
+
+@pytest.mark.parametrize("score, found", [(1e-12, False), (0.5, None)])
+def test_the_demo_model_s_form_notice_never_contradicts_the_verdict(score, found):
+    """Outside the question form, "not found" (a best score under the bar) and a guess each say so in the verdict;
+    the notice only names the form, never "the answer shown is a guess" beside "Not found"."""
+    from longqa.models import NO_ANSWER_RULES
+
+    verdict = no_answer.judge(NO_ANSWER_RULES["demo"], score, None, True, [], [], "Who painted the lighthouse?")
+    assert verdict.outside_form and verdict.found is found
+    assert verdict.notices and not any("guess" in notice for notice in verdict.notices)
+    assert ("A guess" in verdict.explanation) is (found is None)

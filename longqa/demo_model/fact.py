@@ -6,8 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 QUESTION_FORM = "What is the <attribute> of <name>?"  # the one question shape the demo model was trained on
+# the answer area says whether what is shown is a guess ("found": null) or that nothing was found: not the notice
 FORM_NOTICE = (f"The demo model answers questions of the form \u201c{QUESTION_FORM}\u201d. This question is not of "
-               "that form, so the answer shown is a guess.")
+               "that form.")
 
 
 @dataclass(frozen=True)
