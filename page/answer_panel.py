@@ -157,7 +157,8 @@ def build_answer_panel(ctx: AppContext, question: dict[str, Block], seen: gr.Sta
                "answers": answers_table, "latency": latency_table, "wait": wait, "memory": memory_table,
                "run": run_table, "readout": readout_json, "download_json": question["download_json"],
                "download_csv": question["download_csv"]}
-    ended = {name: question[name] for name in ("status", "evidence", "download_json", "download_csv", "answer")}
+    ended = {**{name: question[name] for name in ("status", "evidence", "download_json", "download_csv", "answer")},
+             "answers": answers_table}
     # Every event of the requests group names the same limit: gradio lowers a group to its smallest one. Progress
     # shows over the line above the answer, not over the answer box, where the best answer so far shows meanwhile.
     request = dict(concurrency_id=REQUEST_CONCURRENCY, concurrency_limit=request_workers(ctx),

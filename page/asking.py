@@ -538,13 +538,16 @@ def show_outcome(ctx: AppContext, request: gr.Request = None) -> dict:
     outcome = ctx.outcomes.pop(page_session(request), None)
     if outcome is None:
         return {"status": gr.skip(), "download_json": gr.skip(), "download_csv": gr.skip(), "evidence": gr.skip(),
-                "answer": gr.skip()}
+                "answer": gr.skip(), "answers": gr.skip()}
     if outcome.readout is None:
         status = (fmt.stopped_status(*outcome.stopped, outcome.partial) if outcome.stopped is not None
                   else fmt.failed_status(outcome.message or "The request failed."))
         label = fmt.answer_label(fmt.partial_label(*outcome.stopped) if outcome.partial is not None else None)
+        answers = (pd.DataFrame(fmt.provisional_rows(outcome.partial, fmt.UNJUDGED), columns=fmt.ANSWER_HEADERS)
+                   if outcome.partial is not None else gr.skip())  # the best so far: never judged now
         return {"status": status, "download_json": no_download(), "download_csv": no_download(),
-                "evidence": gr.update(label=fmt.EVIDENCE_LABEL), "answer": gr.update(label=label)}
+                "evidence": gr.update(label=fmt.EVIDENCE_LABEL), "answer": gr.update(label=label),
+                "answers": answers}
     folder = DOWNLOADS.new()
     readout_path = folder / "longqa-readout.json"
     readout_path.write_text(json.dumps(outcome.readout_json, indent=2, ensure_ascii=False), encoding="utf-8")
@@ -556,7 +559,7 @@ def show_outcome(ctx: AppContext, request: gr.Request = None) -> dict:
             "evidence": gr.update(label=fmt.evidence_label(result)),
             "download_json": gr.update(value=str(readout_path), visible=True),
             "download_csv": gr.update(value=str(history_path), visible=True),
-            "answer": gr.update(label=fmt.answer_label())}  # no longer the best so far: the answer
+            "answer": gr.update(label=fmt.answer_label()), "answers": gr.skip()}  # no longer the best so far
 
 
 def run_training_step(ctx: AppContext, window_tokens, request: gr.Request = None, progress=gr.Progress()) -> dict:

@@ -141,6 +141,7 @@ def answer_status(result, evaluation_url: str | None = None) -> str:
 
 ANSWER_LABEL = "Answer"
 PROVISIONAL = "pending"  # the confidence column of an answer not judged yet (a word that fits it at 400 px)
+UNJUDGED = "not judged"  # the confidence column of the partial answer a Stop kept: it never will be
 
 
 def answer_label(state: str | None = None) -> str:
@@ -158,10 +159,11 @@ def partial_label(windows_done: int, windows_total: int) -> str:
     return f"partial: stopped after {windows_done:,} of {windows_total:,} windows"
 
 
-def provisional_rows(best) -> list[list]:
-    """The top answers while a read goes on: the best so far alone, marked provisional (never found or not)."""
+def provisional_rows(best, confidence: str = PROVISIONAL) -> list[list]:
+    """The top answers while a read goes on: the best so far alone, marked provisional (never found or not); after
+    a Stop, marked `UNJUDGED`."""
     answer = best.answer
-    return [["so far", answer.text, f"{answer.score:.4g}", PROVISIONAL, str(answer.location or answer.document),
+    return [["so far", answer.text, f"{answer.score:.4g}", confidence, str(answer.location or answer.document),
              f"{answer.start_char:,}–{answer.end_char:,}"]]
 
 
@@ -223,7 +225,7 @@ def stopped_status(windows_done: int, windows_total: int, best=None) -> str:
     if best is not None:
         answer = best.answer
         where = escape_markdown(str(answer.location or answer.document))
-        return (f"### Stopped: {partial_label(windows_done, windows_total)}\nThe answer shown is the best of the "
+        return (f"### Stopped after {windows_done:,} of {windows_total:,} windows\nThe answer shown is the best of the "
                 f"windows read, not judged found or not found: in {where}, characters "
                 f"{answer.start_char:,}–{answer.end_char:,}; score {answer.score:.3g}.")
     if not windows_total:

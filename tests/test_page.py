@@ -327,8 +327,10 @@ def test_stop_keeps_the_best_answer_so_far_labelled_partial(ctx):
     kept = [update for update in updates if "readout" in update and update["readout"] != gr.skip()][-1]
     done, total = kept["readout"]["windows_read"], kept["readout"]["windows_total"]
     assert kept["readout"]["provisional"] is True and done < total
-    assert shown["status"].startswith(f"### Stopped: partial: stopped after {done} of {total} windows")
+    assert shown["status"].startswith(f"### Stopped after {done} of {total} windows\nThe answer shown is the best")
     assert shown["answer"]["label"] == f"Answer (partial: stopped after {done} of {total} windows)"
+    rank, text, _, confidence, _, _ = shown["answers"].iloc[0]  # the best so far stays, no longer "pending"
+    assert (rank, text, confidence) == ("so far", kept["readout"]["answer"]["text"], ui_format.UNJUDGED)
     assert all(value == gr.skip() for value in updates[-1].values())  # the partial answer stays as it was shown
 
 
