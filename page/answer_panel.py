@@ -13,8 +13,8 @@ from longqa_core.gpu_devices import gpu_snapshot
 from longqa_core.reading import DEFAULT_READING, READING_MODES
 from page import format as fmt
 from page import words
-from page.asking import (DEFAULT_TOP_K, ask, ask_in_full, clear_answer, noting_outcome, press_stop, preview_documents,
-                         show_outcome)
+from page.asking import (DEFAULT_TOP_K, ask, ask_in_full, clear_answer, new_documents, noting_outcome, press_stop,
+                         preview_documents, show_outcome)
 from page.context import REQUEST_CONCURRENCY, AppContext, request_workers
 from page.events import bind, listen
 from page.hardening import LATER_INPUT, accept_counts_as_text
@@ -193,6 +193,6 @@ def build_answer_panel(ctx: AppContext, question: dict[str, Block], seen: gr.Sta
     # New documents: the answer to the old ones goes (the examples and the introduction set them, and ask, above).
     for trigger in (question["files"].upload, question["files"].clear, question["files"].delete,
                     question["pasted"].input):
-        listen(trigger, lambda: clear_answer(fmt.NEW_DOCUMENTS_STATUS), outputs=cleared, queue=False,
-               show_progress="hidden", api_visibility="private")
+        listen(trigger, new_documents, inputs=[question["files"], question["pasted"]], outputs=cleared,
+               queue=False, show_progress="hidden", api_visibility="private")
     return history

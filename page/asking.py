@@ -525,6 +525,13 @@ def clear_answer(status: str) -> dict:
             "readout": None, "download_json": no_download(), "download_csv": no_download(), "wait": "", **tables}
 
 
+def new_documents(files, pasted_text) -> dict:
+    """The answer area when the documents change: cleared, saying what to do next (press Ask, or give a document
+    where none is left: a rejected upload or a cleared box leaves none)."""
+    has_text = isinstance(pasted_text, str) and pasted_text.strip()
+    return clear_answer(fmt.NEW_DOCUMENTS_STATUS if files or has_text else fmt.NO_DOCUMENTS_STATUS)
+
+
 def no_download() -> dict:
     """A download button hidden and emptied: a new update each time, since gradio takes an update's value out of
     the dict it is given (a module-level one came back without it on the next answer)."""

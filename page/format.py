@@ -243,6 +243,7 @@ NO_ANSWER_YET = "Ask a question: the answer shows here, highlighted in its passa
 ASKING_STATUS = ("### Asking…\nThe previous answer is cleared; progress shows here, and the best answer so far below "
                  "as the windows are read (the final answer replaces it).")
 NEW_DOCUMENTS_STATUS = "### New documents\nPress Ask to answer from them."
+NO_DOCUMENTS_STATUS = "### No documents\nUpload a file or paste some text, then ask a question about it."
 
 
 def verdict_text(result) -> str:

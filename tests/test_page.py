@@ -374,3 +374,12 @@ def test_an_ask_enters_few_modules_from_the_page_s_handler_to_the_model(ctx, lon
     assert modules[0] == "page.asking" and not set(OFF_THE_PATH) & set(modules), modules
     assert len(modules) <= PAGE_BOUNDS[reading], modules
     assert ("longqa_core.reading" in modules) == (reading == "guided")
+
+
+@pytest.mark.parametrize("files, pasted, status", [
+    (["notes.txt"], "", ui_format.NEW_DOCUMENTS_STATUS), ([], "Some text.", ui_format.NEW_DOCUMENTS_STATUS),
+    ([], "  \n", ui_format.NO_DOCUMENTS_STATUS), (None, None, ui_format.NO_DOCUMENTS_STATUS)])
+def test_changed_documents_clear_the_answer_and_say_what_to_do_next(files, pasted, status):
+    """A rejected upload or a cleared box leaves no document: the answer area says so rather than "New documents"."""
+    cleared = asking.new_documents(files, pasted)
+    assert cleared["status"] == status and cleared["answer"]["value"] == "" and cleared["evidence"] is None
