@@ -189,17 +189,19 @@ def evidence_label(result) -> str:
 
 
 def closest_passages(texts: list[str], answers, limit: int = CLOSEST_PASSAGES) -> list[tuple]:
-    """Where the documents hold no answer: the passages around the best spans (at most `limit`, one per place),
-    numbered, as plain words with nothing labelled, so that no span reads as the answer."""
-    spans, places = [], set()
+    """Where the documents hold no answer: the passages around the best spans (at most `limit`; a span inside a
+    passage already shown adds none), numbered, as plain words with nothing labelled, so that no span reads as the
+    answer."""
+    spans, shown = [], []  # (document, first character, last character) of each passage shown
     for answer in answers:
-        place = (answer.document_index, answer.start_char)
-        if answer.document_index < 0 or place in places:
+        near = EVIDENCE_CONTEXT_CHARS
+        if answer.document_index < 0 or any(document == answer.document_index and left <= answer.start_char
+                                            and answer.end_char <= right for document, left, right in shown):
             continue
-        places.add(place)
+        shown.append((answer.document_index, answer.start_char - near, answer.end_char + near))
         passage = evidence(texts[answer.document_index], answer.start_char, answer.end_char)
-        spans += [(f"{' ' if spans else ''}({len(places)}) ", None), *((text, None) for text, _ in passage)]
-        if len(places) == limit:
+        spans += [(f"{' ' if spans else ''}({len(shown)}) ", None), *((text, None) for text, _ in passage)]
+        if len(shown) == limit:
             break
     return spans
 

@@ -286,6 +286,16 @@ def test_not_found_shows_the_closest_passages_numbered_with_nothing_marked_as_th
     assert ui_format.evidence_label(found) == ui_format.EVIDENCE_LABEL
 
 
+def test_a_closest_passage_inside_one_already_shown_is_not_shown_again():
+    """Overlapping windows give spans a few words apart: one passage for them, not two nearly the same."""
+    text = "The colour of Zorbin is teal. " * 40
+    far = 30 * 30 + 24  # the same sentence, further than a passage reaches
+    answers = [Answer("teal", 3e-11, "a.txt", 0, 24, 28, "low"), Answer("Zorbin", 2e-11, "a.txt", 0, 14, 20, "low"),
+               Answer("teal", 1e-11, "a.txt", 0, far, far + 4, "low")]
+    shown = "".join(span for span, _ in ui_format.closest_passages([text], answers))
+    assert shown.count("(") == 2 and " (2) …" in shown
+
+
 def test_the_wait_line_counts_the_rest_as_the_page_and_the_network():
     line = ui_format.wait_line(0.8, {"total": 0.237}, {"waited_to_start_s": 0.05})
     assert line.startswith("**You waited 800 ms**") and "50 ms queued" in line and "237 ms in the engine" in line
