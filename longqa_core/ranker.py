@@ -8,6 +8,8 @@ Text in, words and scores out: it picks no window and judges no answer.
 
 from __future__ import annotations
 
+import re
+
 import sys
 import threading
 from typing import Callable, Protocol
@@ -63,6 +65,16 @@ def content_words(text: str) -> set[str]:
 def question_words(question: str) -> list[str]:
     """The question's content words (stemmed), in the order the ranking reports them."""
     return [word for word in tokenize([question]).vocab if word]
+
+
+def as_asked(question: str, stems: list[str]) -> list[str]:
+    """The question's words behind `stems` (its stemmed content words), as the question writes them and in its
+    order: what a visitor reads ("bridge", not "bridg")."""
+    wanted, written = set(stems), {}
+    for word in re.findall(r"\w+", question):
+        for stem in content_words(word) & wanted:
+            written.setdefault(stem, word)
+    return list(written.values()) + [stem for stem in stems if stem not in written]
 
 
 class Bm25Index:

@@ -26,7 +26,7 @@ from longqa_core.limits import (EngineSettings, StopCheck, check_predicted_time,
                                 stop_check)
 from longqa_core.spans import decode
 from longqa_core.windows import Window, WindowCut, cut_windows
-from longqa_core.ranker import PassageIndex, index_passages, question_words
+from longqa_core.ranker import PassageIndex, as_asked, index_passages, question_words
 
 READING_MODES = ("auto", "full", "guided")
 DEFAULT_READING = "auto"
@@ -236,7 +236,7 @@ def plan_reading(mode: str, index: DocumentIndex | None, ranking: Ranking | None
     if mode == "full":
         return full_read(FULL_ASKED)
     if (mode == "auto" and n_windows <= AUTO_MIN_WINDOWS) or n_windows <= FIRST_ROUND_WINDOWS:
-        fit = f"about {n_windows} windows" if estimated else f"{n_windows} window{'s' if n_windows != 1 else ''}"
+        fit = f"{'about ' if estimated else ''}{n_windows} window{'s' if n_windows != 1 else ''}"
         why = (f"auto reads guided past {AUTO_MIN_WINDOWS}" if mode == "auto"
                else f"the first round alone reads {FIRST_ROUND_WINDOWS}")
         return full_read(f"the documents fit in {fit}: read whole ({why})", "few_windows")
@@ -261,7 +261,7 @@ def plan_reading(mode: str, index: DocumentIndex | None, ranking: Ranking | None
     decisive = len(tied) <= FIRST_ROUND_WINDOWS
     why = ("the best stand clear of the rest" if decisive
            else f"{len(tied)} score alike, all read before stopping")
-    basis = f"ranked the full read's {n_windows} windows on {', '.join(ranking.matched)}"
+    basis = f"ranked the full read's {n_windows} windows on {', '.join(as_asked(question, ranking.matched))}"
     centres = {w: int(ranking.centres[w]) for round_windows in rounds for w in round_windows}
     return ReadingPlan("guided", "ranked", f"{basis}: {why}; the other windows are read if the answer stays weak",
                        rounds, decisive, basis, centres=centres)

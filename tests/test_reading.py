@@ -79,6 +79,7 @@ def test_the_passage_with_the_question_words_ranks_its_window_first():
     assert plan.mode == "guided" and plan.decisive
     assert plan.rounds[0][0] == int(ranking.order[0])
     assert plan.rounds == [ranking.matching()[:reading.FIRST_ROUND_WINDOWS]]
+    assert plan.reason.startswith(f"ranked the full read's {len(cuts)} windows on budget, Quarrowby:")  # as asked
 
 
 def test_windows_that_tie_on_the_entity_are_all_read_before_stopping():
@@ -127,6 +128,7 @@ def test_auto_reads_short_documents_whole_and_full_is_full():
     assert reading.plan_reading("auto", None, None, "q", reading.AUTO_MIN_WINDOWS).mode == "full"
     assert "fit in 2 windows" in reading.plan_reading("auto", None, None, "q", 2).reason
     assert "fit in about 2 windows" in reading.plan_reading("auto", None, None, "q", 2, estimated=True).reason
+    assert "fit in about 1 window:" in reading.plan_reading("auto", None, None, "q", 1, estimated=True).reason
     assert "fit in 1 window:" in reading.plan_reading("guided", None, None, "q", 1).reason
     assert reading.plan_reading("full", None, None, "q", 500).reason == "the full read was asked for"
     with pytest.raises(ValueError, match="reading mode"):  # checked once, where the request is planned
