@@ -249,9 +249,10 @@ NO_DOCUMENTS_STATUS = "### No documents\nUpload a file or paste some text, then 
 
 
 def verdict_text(result) -> str:
-    """The verdict and the rule that gave it, for the run table."""
+    """The verdict in one sentence with its confidence word, for the run table (the rule and its numbers stand
+    behind "How this is decided" over the answer, and in the JSON)."""
     verdict = result.verdict
-    return MISSING if verdict is None else f"{verdict.message}: {verdict.basis}"
+    return MISSING if verdict is None else verdict.explanation
 
 
 def evidence(text: str, start: int, end: int, context_chars: int = EVIDENCE_CONTEXT_CHARS) -> list[tuple]:
