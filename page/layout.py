@@ -37,8 +37,8 @@ def build_intro() -> dict[str, Block]:
     glossary of every term of art the page shows."""
     gr.Markdown(f"{words.TITLE}\n{words.INTRO}", elem_id="intro")
     with gr.Row():
-        try_btn = gr.Button(words.TRY_LABEL.format(question=first_example()["question"]), size="sm",
-                            elem_id="try-example", min_width=300)
+        try_btn = gr.Button(words.TRY_LABEL.format(question=first_example()["question"]), size="md",
+                            variant="secondary", elem_id="try-example", min_width=300)
         with gr.Column(min_width=300):
             with gr.Accordion("Glossary: the terms on this page", open=False, elem_id="glossary"):
                 gr.Markdown(words.glossary_markdown())

@@ -152,6 +152,7 @@ def test_stop_keeps_the_best_answer_so_far_labelled_partial(served, browser, wid
     partial = wait_until(lambda: PARTIAL.match(answer_label(page)))
     done = int(partial[1])
     assert read <= done < total and int(partial[2]) == total
-    assert f"partial: stopped after {done} of {total} windows" in status(page)
+    assert f"Stopped after {done} of {total} windows" in status(page)
+    assert "not judged" in page.locator(".readout-table", has_text="Top answers").first.inner_text()  # not "pending"
     assert answer_text(page)  # the best answer of the windows read stays
     page.close()
