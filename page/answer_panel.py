@@ -79,7 +79,7 @@ def build_question_panel(ctx: AppContext) -> dict[str, Block]:
             with gr.Row():
                 ask_btn = gr.Button("Ask", variant="primary", min_width=90)
                 full_btn = gr.Button("Read the whole document", min_width=90)
-                stop_btn = gr.Button("Stop", variant="stop", min_width=90)
+                stop_btn = gr.Button("Stop", variant="stop", min_width=90, interactive=False)  # while a read runs
             with gr.Accordion("Reading options", open=False):
                 top_k = accept_counts_as_text(gr.Slider(1, 10, value=DEFAULT_TOP_K, step=1, label="Top-k answers",
                                                         info=words.TOP_K_INFO))
@@ -158,7 +158,7 @@ def build_answer_panel(ctx: AppContext, question: dict[str, Block], seen: gr.Sta
                "run": run_table, "readout": readout_json, "download_json": question["download_json"],
                "download_csv": question["download_csv"]}
     ended = {**{name: question[name] for name in ("status", "evidence", "download_json", "download_csv", "answer")},
-             "answers": answers_table}
+             "answers": answers_table, "stop": question["stop"]}
     # Every event of the requests group names the same limit: gradio lowers a group to its smallest one. Progress
     # shows over the line above the answer, not over the answer box, where the best answer so far shows meanwhile.
     request = dict(concurrency_id=REQUEST_CONCURRENCY, concurrency_limit=request_workers(ctx),
@@ -169,8 +169,9 @@ def build_answer_panel(ctx: AppContext, question: dict[str, Block], seen: gr.Sta
         how it ended and how long the visitor waited (timed in the browser from the trigger to the answer's outputs
         on the screen)."""
         trigger(None, js=MARK_ASKED, queue=False, api_visibility="private")
-        clearing = listen(trigger, lambda: clear_answer(fmt.ASKING_STATUS), outputs=cleared, queue=False,
-                          show_progress="hidden", api_visibility="private")
+        clearing = listen(trigger, lambda: {**clear_answer(fmt.ASKING_STATUS), "stop": gr.update(interactive=True)},
+                          outputs={**cleared, "stop": question["stop"]}, queue=False, show_progress="hidden",
+                          api_visibility="private")
         asking = listen(clearing.then, noting_outcome(ctx, streaming(bind(handler, ctx)), outputs),
                         inputs=handler_inputs, outputs=outputs, **request, **event)
         asking.then(show_wait, js=MEASURE_WAIT, inputs=[waited, readout_json], outputs=wait, queue=False,

@@ -541,11 +541,13 @@ def no_download() -> dict:
 def show_outcome(ctx: AppContext, request: gr.Request = None) -> dict:
     """After an answer through the page: over the answer, whether it was found (or the error's message, or how far
     a Stop got), the answer box's label (the answer, or the partial one a Stop kept), the passage box's label (the
-    closest passages where nothing was found), and the readout and history the answer showed, to download."""
+    closest passages where nothing was found), the readout and history the answer showed, to download, and Stop
+    disabled until the next read."""
     outcome = ctx.outcomes.pop(page_session(request), None)
+    idle = gr.update(interactive=False)  # Stop: nothing runs now
     if outcome is None:
         return {"status": gr.skip(), "download_json": gr.skip(), "download_csv": gr.skip(), "evidence": gr.skip(),
-                "answer": gr.skip(), "answers": gr.skip()}
+                "answer": gr.skip(), "answers": gr.skip(), "stop": idle}
     if outcome.readout is None:
         status = (fmt.stopped_status(*outcome.stopped, outcome.partial) if outcome.stopped is not None
                   else fmt.failed_status(outcome.message or "The request failed."))
@@ -554,7 +556,7 @@ def show_outcome(ctx: AppContext, request: gr.Request = None) -> dict:
                    if outcome.partial is not None else gr.skip())  # the best so far: never judged now
         return {"status": status, "download_json": no_download(), "download_csv": no_download(),
                 "evidence": gr.update(label=fmt.EVIDENCE_LABEL), "answer": gr.update(label=label),
-                "answers": answers}
+                "answers": answers, "stop": idle}
     folder = DOWNLOADS.new()
     readout_path = folder / "longqa-readout.json"
     readout_path.write_text(json.dumps(outcome.readout_json, indent=2, ensure_ascii=False), encoding="utf-8")
@@ -566,7 +568,8 @@ def show_outcome(ctx: AppContext, request: gr.Request = None) -> dict:
             "evidence": gr.update(label=fmt.evidence_label(result)),
             "download_json": gr.update(value=str(readout_path), visible=True),
             "download_csv": gr.update(value=str(history_path), visible=True),
-            "answer": gr.update(label=fmt.answer_label()), "answers": gr.skip()}  # no longer the best so far
+            "answer": gr.update(label=fmt.answer_label()), "answers": gr.skip(),  # no longer the best so far
+            "stop": idle}
 
 
 def run_training_step(ctx: AppContext, window_tokens, request: gr.Request = None, progress=gr.Progress()) -> dict:

@@ -190,6 +190,8 @@ def test_stop_says_how_many_windows_were_read_and_keeps_no_more_than_a_partial_a
     path = tmp_path / "long_story.txt"
     path.write_text(example.text, encoding="utf-8")
     page = open_page(browser, served[1])
+    stop = page.get_by_role("button", name="Stop", exact=True)
+    assert not stop.is_enabled()  # nothing to stop yet
     page.locator("#documents input[type=file]").set_input_files(str(path))
     page.get_by_label("Question", exact=True).fill(example.question)
     page.get_by_role("button", name="Read the whole document", exact=True).click()
@@ -197,6 +199,7 @@ def test_stop_says_how_many_windows_were_read_and_keeps_no_more_than_a_partial_a
     time.sleep(2 * BATCH_DELAY_S)
     page.get_by_role("button", name="Stop", exact=True).click()
     status = wait_for_status(page, "topped")
+    wait_until(lambda: not stop.is_enabled())  # and nothing left to stop
     counts = re.search(r"stopped after ([\d,]+) of ([\d,]+) windows", status, re.IGNORECASE)
     assert counts, status
     done, total = (int(count.replace(",", "")) for count in counts.groups())
