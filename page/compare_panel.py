@@ -81,14 +81,14 @@ def build_compare_panel(ctx: AppContext, question: dict, history: dict, seen, lo
         compare_btn = gr.Button("Compare profiles", interactive=is_compare_allowed(ctx))
         table = ReadoutTable(comparison_frame(None), headers=[fmt.COMPARE_MEASURE], label="Profile comparison",
                              elem_id="compare-table")
-        summary = gr.Markdown(elem_id="compare-summary")
+        summary = gr.Markdown(elem_id="compare-summary", label="Comparison summary")  # the label names it in the API
         with gr.Accordion("Comparison (JSON: what /compare and `python -m longqa compare --json` return)",
                           open=False):
             comparison_json = gr.JSON(label="Comparison (JSON)")
 
     outputs = {"table": table, "summary": summary, **history, "seen": seen, "json": comparison_json}
 
-    def compare(files, pasted_text, question_text, top_k, reading, no_answer_below, names, custom_strategies,
+    def compare(files, pasted_text, question, top_k, reading, no_answer_below, names, custom_strategies,
                 runs, request: gr.Request = None, progress=gr.Progress()):
         """The question asked under each chosen profile in turn (each loaded afresh): the comparison's rows with
         ratios to the first, the history with one run per profile, and the comparison's JSON (last)."""
@@ -98,7 +98,7 @@ def build_compare_panel(ctx: AppContext, question: dict, history: dict, seen, lo
             choices = choices_from(expect_texts("profiles", names), expect_texts("strategies", custom_strategies))
             reading, settings = request_settings(ctx, top_k, reading, no_answer_below)
             settings = compare_limits(ctx, settings, len(choices))
-            read = read_before_turn(ctx, files, pasted_text, question_text, request, progress)
+            read = read_before_turn(ctx, files, pasted_text, question, request, progress)
             stop_pressed = stop_pressed_from_now(ctx, request)
             with model_turn(ctx, request, progress, exclusive=True, only_one="comparison") as abandoned:
                 deadline = (time.monotonic() + ctx.max_compare_s + GRACE_S if ctx.max_compare_s is not None

@@ -76,7 +76,7 @@ def build_training_panel(ctx: AppContext) -> None:
         window_slider = gr.Slider(128, 4096, value=DEFAULT_TRAINING_WINDOW, step=64, label="Window (tokens)")
         train_btn = gr.Button("Run one training step")
         training_table = ReadoutTable(headers=fmt.TRAINING_HEADERS, label="Training step")
-        training_text = gr.Markdown()
+        training_text = gr.Markdown(label="Training step summary")  # the label names it in the API
     listen(train_btn.click, bind(run_training_step, ctx), inputs=window_slider,
            outputs={"table": training_table, "summary": training_text}, **requests_group(ctx),
            api_name="training_step")
