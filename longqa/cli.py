@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import warnings
 
@@ -44,8 +45,13 @@ MEASUREMENTS = {
 }
 
 
+def program_name() -> str:
+    """How this command was started, for its usage lines: `longqa` (the console script) or `python -m longqa`."""
+    return "longqa" if os.path.basename(sys.argv[0]) == "longqa" else "python -m longqa"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m longqa", description="Long-document question answering "
+    parser = argparse.ArgumentParser(prog=program_name(), description="Long-document question answering "
                                      "with Longformer and memory strategies.")
     commands = parser.add_subparsers(dest="command", required=True)
 

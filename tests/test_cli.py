@@ -312,3 +312,13 @@ def test_every_answer_over_a_pdf_and_a_markdown_file_names_its_page_or_line(caps
             assert location["page"] is None
             assert location["line"] == notes_text.count("\n", 0, answer["start_char"]) + 1
             assert location["text"].startswith(f"expedition_notes.md, line {location['line']:,}")
+
+
+@pytest.mark.parametrize("argv0, usage", [("/venv/bin/longqa", "usage: longqa "),
+                                          ("/repo/longqa/__main__.py", "usage: python -m longqa ")])
+def test_the_usage_names_the_command_as_it_was_started(monkeypatch, capsys, argv0, usage):
+    from longqa import cli
+
+    monkeypatch.setattr(sys, "argv", [argv0])
+    cli.build_parser().print_usage()
+    assert capsys.readouterr().out.startswith(usage)
