@@ -9,7 +9,6 @@ share at the model lane's door, as every request does, and checks each field's t
 
 from __future__ import annotations
 
-import html
 
 import gradio as gr
 
@@ -18,7 +17,7 @@ from longqa.models import DEFAULT_MODEL
 from page import format as fmt
 from page.asking import visitor_keys
 from page.context import AppContext, requests_group
-from page.hardening import cut, expect, user_errors
+from page.hardening import cut, escape, expect, user_errors
 from page.picks import model_name
 from page.tables import ReadoutTable
 from strategies.gpu_catalog import GPU_MODELS
@@ -72,15 +71,15 @@ def checked_plan(ctx: AppContext, model: str, request: gr.Request | None, **argu
     with user_errors("Planning"):
         checked_fields(model, arguments)
         if model not in ctx.models:
-            raise gr.Error(html.escape(f"Model {cut(repr(model))} is not offered here; choose one of "
-                                       f"{', '.join(ctx.models)}."), print_exception=False)
+            raise gr.Error(escape(f"Model {cut(repr(model))} is not offered here; choose one of "
+                                  f"{', '.join(ctx.models)}."), print_exception=False)
         # Under the backend's load lock: the planner builds meta-device models with accelerate's init_empty_weights,
         # which patches torch's modules for every thread while it runs, so a load beside it would fail.
         with ctx.lane.door(visitor_keys(ctx, request)), ctx.session.lock:
             try:
                 return plan_request(model, **arguments)
             except LongQAError as exc:
-                raise gr.Error(html.escape(cut(str(exc), 1000)), print_exception=False) from exc
+                raise gr.Error(escape(cut(str(exc), 1000)), print_exception=False) from exc
 
 
 def whole(value) -> int | None:

@@ -67,7 +67,8 @@ def gpu_model(name: str) -> GpuModel:
     if len(found) == 1:
         return found[0]
     what = "is ambiguous" if found else "is not in the catalog"
-    raise InputError(f"GPU {name!r} {what}; known: {', '.join(GPU_MODELS)}, or give its memory with --gpu-memory GB.")
+    raise InputError(f"GPU {name!r} {what}; known: {', '.join(GPU_MODELS)}, or give its memory (--gpu-memory GB; "
+                     "the page's 'GPU memory (GB)', the API's gpu_memory_gb).")
 
 
 def check_memory_gb(value: float, what: str, largest: float) -> float:

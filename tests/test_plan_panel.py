@@ -49,6 +49,7 @@ def test_the_plan_endpoint_returns_the_commands_json(panel):
 
 @pytest.mark.parametrize("arguments, message", [
     ({"model": LARGE, "gpu": "Voodoo 3"}, "known: GTX 1650"),
+    ({"model": LARGE, "gpu": "Voodoo 3"}, r"GPU 'Voodoo 3' is not .* the API's gpu_memory_gb"),  # quotes as text
     ({"model": LARGE, "gpu": "T4", "batch": 0}, "Batch"),
     ({"model": LARGE, "gpu_memory_gb": 0.0}, "more than 0 GB"),
     ({"model": "/etc", "gpu": "T4"}, "not offered here"),
