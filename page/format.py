@@ -210,10 +210,13 @@ def wait_line(waited_s: float | None, latency_s: dict | None, queue: dict | None
     """The visitor's wait, from the click to the answer on the screen as timed in the browser (`waited_s`), beside
     the engine's stages (`latency_s`, its "total") and the model's queue before the read began (`queue`, the
     readout's): the rest is gradio's queue, the network (pasted text included; files upload when chosen, before the
-    click) and the page's own steps. Nothing without a browser's time."""
+    click) and the page's own steps. Nothing without a browser's time; the wait alone where no stages were measured
+    (a Stop, an error)."""
     if waited_s is None:
         return ""
-    engine_s = (latency_s or {}).get("total") or 0.0
+    if not latency_s:  # stopped, or failed: no stages were measured to set beside it
+        return f"**You waited {format_seconds(waited_s)}** from click to the end (timed in your browser)."
+    engine_s = latency_s.get("total") or 0.0
     queued_s = (queue or {}).get("waited_to_start_s") or 0.0
     rest_s = max(0.0, waited_s - engine_s - queued_s)
     return (f"**You waited {format_seconds(waited_s)}** from click to answer (timed in your browser): "

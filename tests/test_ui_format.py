@@ -301,4 +301,6 @@ def test_the_wait_line_counts_the_rest_as_the_page_and_the_network():
     line = ui_format.wait_line(0.8, {"total": 0.237}, {"waited_to_start_s": 0.05})
     assert line.startswith("**You waited 800 ms**") and "50 ms queued" in line and "237 ms in the engine" in line
     assert "513 ms in gradio's queue" in line
+    stopped = ui_format.wait_line(5.4, None, None)  # a Stop: no stages measured, no "0 ms in the engine"
+    assert stopped == "**You waited 5.40 s** from click to the end (timed in your browser)."
     assert ui_format.wait_line(None, {"total": 0.2}, None) == ""
