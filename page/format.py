@@ -87,8 +87,9 @@ def format_rate(tokens_per_s: float | None) -> str:
 
 
 def document_rows(documents: list) -> list[list]:
-    """One row per document (`DocumentStats`): its counted characters, tokens and windows."""
-    return [[d.name, d.chars, d.tokens, d.windows] for d in documents]
+    """One row per document (`DocumentStats`): its counted characters, tokens and windows (the whole document's:
+    the run table says how many of them were read)."""
+    return [[d.name, f"{d.chars:,}", f"{d.tokens:,}", f"{d.windows:,}"] for d in documents]
 
 
 def answer_rows(answers: list) -> list[list]:
@@ -299,8 +300,8 @@ def run_rows(readout) -> list[list]:
     return [
         ["model", readout.model or MISSING],
         ["profile", readout.profile or MISSING],
-        ["tokens", f"{result.tokens:,}"],
-        ["windows", result.windows],
+        ["tokens read", f"{result.tokens:,}"],
+        ["windows read", f"{result.windows:,}"],
         ["reading", reading_summary(readout)],
         ["why", result.reading.reason if result.reading else MISSING],
         ["found", verdict_text(result)],

@@ -186,7 +186,7 @@ def test_run_rows_show_the_prediction_beside_the_measured_peak():
     rows = dict(ui_format.run_rows(readout))
     assert rows["memory: predicted vs measured"] == "predicted 1.2 GB, measured 1.3 GB (-8 %), peak RSS on cpu"
     assert rows["queue"] == "waited 1.20 s, 3 requests ahead when it arrived" and rows["replica"] == "ab12cd34:77"
-    assert rows["tokens"] == "5,000" and rows["why"] == ui_format.MISSING
+    assert rows["tokens read"] == "5,000" and rows["why"] == ui_format.MISSING
     readout.memory_prediction = None
     assert dict(ui_format.run_rows(readout))["memory: predicted vs measured"] == ui_format.MISSING
 
@@ -215,7 +215,7 @@ def test_the_full_read_is_predicted_at_the_models_measured_seconds_a_window():
 
 def test_document_rows_give_each_documents_counts():
     documents = [DocumentStats("a.txt", 600_000, 190_000, 48)]
-    assert ui_format.document_rows(documents) == [["a.txt", 600_000, 190_000, 48]]
+    assert ui_format.document_rows(documents) == [["a.txt", "600,000", "190,000", "48"]]
 
 
 def test_the_history_keeps_the_request_the_answer_and_customs_strategies():
