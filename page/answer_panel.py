@@ -13,8 +13,8 @@ from longqa_core.gpu_devices import gpu_snapshot
 from longqa_core.reading import DEFAULT_READING, READING_MODES
 from page import format as fmt
 from page import words
-from page.asking import (DEFAULT_TOP_K, ask, ask_in_full, clear_answer, new_documents, noting_outcome, press_stop,
-                         preview_documents, show_outcome)
+from page.asking import (DEFAULT_TOP_K, answered_before, ask, ask_in_full, clear_answer, new_documents,
+                         noting_outcome, press_stop, preview_documents, show_outcome)
 from page.context import REQUEST_CONCURRENCY, AppContext, request_workers
 from page.events import bind, listen
 from page.hardening import LATER_INPUT, accept_counts_as_text
@@ -118,11 +118,12 @@ def build_question_panel(ctx: AppContext) -> dict[str, Block]:
 
 
 def build_answer_panel(ctx: AppContext, question: dict[str, Block], seen: gr.State,
-                       intro: dict[str, Block]) -> dict[str, Block]:
+                       intro: dict[str, Block], reloads: list = ()) -> dict[str, Block]:
     """The top answers, latency, memory and run readouts, the live GPU gauge, the run history, and the full readout:
     all that one answer updates with the answer area, so Ask, Stop, the examples and the introduction's example
     are wired here. Each way of asking first clears the previous answer, and after it the answer area says how it
-    ended. Returns the history's components (the compare panel adds runs to it)."""
+    ended; after one of the `reloads`, that the answer shown came from the model loaded before. Returns the
+    history's components (the compare panel adds runs to it)."""
     has_gpu = bool(ctx.hardware.usable_gpus)
     with gr.Row():
         with gr.Column(min_width=320, scale=3):
@@ -140,6 +141,9 @@ def build_answer_panel(ctx: AppContext, question: dict[str, Block], seen: gr.Sta
     timer = gr.Timer(GPU_REFRESH_S, active=has_gpu)
     history = build_history_panel()
     readout_json = gr.JSON(label="Full readout (JSON)", elem_id="readout")
+    for reload in reloads:
+        listen(reload.success, bind(answered_before, ctx), inputs=readout_json, outputs={"status": question["status"]},
+               queue=False, show_progress="hidden", api_visibility="private")
 
     timer.tick(refresh_gpu_gauge, outputs=gauge, concurrency_limit=None, show_progress="hidden",
                api_visibility="private")

@@ -532,6 +532,17 @@ def new_documents(files, pasted_text) -> dict:
     return clear_answer(fmt.NEW_DOCUMENTS_STATUS if files or has_text else fmt.NO_DOCUMENTS_STATUS)
 
 
+def answered_before(ctx: AppContext, readout) -> dict:
+    """After a reload: where the answer shown (its readout) came from another model or profile than the one loaded
+    now, the line over it says so; else it stays."""
+    session = ctx.session
+    if (not isinstance(readout, dict) or not readout.get("model") or session.loaded is None
+            or (readout["model"], readout.get("profile")) == (session.model_ref, session.profile_name)):
+        return {"status": gr.skip()}
+    return {"status": fmt.answered_before_status(str(readout["model"]), str(readout.get("profile")),
+                                                 loaded_now(ctx))}
+
+
 def no_download() -> dict:
     """A download button hidden and emptied: a new update each time, since gradio takes an update's value out of
     the dict it is given (a module-level one came back without it on the next answer)."""

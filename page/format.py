@@ -240,6 +240,12 @@ def stopped_status(windows_done: int, windows_total: int, best=None) -> str:
             "read so far were not compared for the best span.")
 
 
+def answered_before_status(model: str, profile: str, loaded: str) -> str:
+    """Markdown over an answer of the model loaded before a reload: whose answer it is, and how to get the new one's."""
+    return (f"### Answered by {escape_markdown(model)} with profile {escape_markdown(profile)}\nThe model loaded "
+            f"since is {escape_markdown(loaded)}: press Ask to answer with it.")
+
+
 def failed_status(message: str) -> str:
     """Markdown over the answer box after an error: the error's message, and no answer."""
     return f"### The request failed\n{escape_markdown(message)}"

@@ -100,8 +100,8 @@ def build_blocks(ctx: AppContext, queue_size: int = DEFAULT_QUEUE_SIZE) -> gr.Bl
         seen = gr.State({})  # what this tab has seen loaded, to tell it when another visitor switched
         model = build_model_panel(ctx)
         question = build_question_panel(ctx)
-        wire_model_panel(ctx, demo, seen, model, question)
-        history = build_answer_panel(ctx, question, seen, intro)
+        reloads = wire_model_panel(ctx, demo, seen, model, question)
+        history = build_answer_panel(ctx, question, seen, intro, reloads)
         compared = build_compare_panel(ctx, question, history, seen, model["load_status"])
         show_loaded_after(ctx, compared["event"], model, question)
         with gr.Accordion("Loaded model", open=True):

@@ -58,10 +58,12 @@ def show_loaded_after(ctx: AppContext, event, model: dict[str, Block], question:
 
 
 def wire_model_panel(ctx: AppContext, demo: gr.Blocks, seen: gr.State, model: dict[str, Block],
-                     question: dict[str, Block]) -> None:
+                     question: dict[str, Block]) -> list:
     """Load on a visit and on each pick: while a reload runs, the line over the page says what is loading (its
     progress shows the elapsed time) and Ask is disabled. A pick loads what the select event says was picked, and a
-    visit's outputs reach the page in turn with the reloads, so that neither undoes the other."""
+    visit's outputs reach the page in turn with the reloads, so that neither undoes the other. Returns the reloads'
+    events (the answer panel tells an answer of the model loaded before)."""
+    reloads = []
     readouts = {name: model[name] for name in ("banner", "load_table", "load_json")}
     selection = {name: model[name] for name in ("profile", "model", "strategies")}
     # A visit and a reload both take their places in the lane (`on_page_load`, `load_profile`): a visit's outputs,
@@ -88,3 +90,5 @@ def wire_model_panel(ctx: AppContext, demo: gr.Blocks, seen: gr.State, model: di
         # done or refused, the dropdowns then show what is loaded: the demo model after a fallback, the previous
         # choice after a refusal, and what `auto` picked
         show_loaded_after(ctx, loading, model, question)
+        reloads.append(loading)
+    return reloads

@@ -47,8 +47,8 @@ GLOSSARY = {
                              "point and reads more only while the answer is weak; auto chooses.",
     "score / confidence": "the model's probability for an answer span (start × end), added up over the windows "
                           "and places where the same text is found, so an answer found more than once can score "
-                          "over 1. Scores are not comparable across models; confidence in words comes from the model's not-found rule, where it "
-                          "has one.",
+                          "over 1. Scores are not comparable across models; confidence in words comes from the "
+                          "model's not-found rule, where it has one.",
     "not found": "the documents do not hold the answer by the model's rule (the demo model: a score threshold "
                  "measured on held-out data; SQuAD 2.0 models: their null answer) or by the threshold you give.",
     "latency": "seconds from the request to the answer, by stage: extract (reading the files), tokenize, rank "

@@ -189,7 +189,8 @@ def test_an_upload_deleted_after_its_time_is_named_and_asked_for_again(ctx, tmp_
         ask(ctx, [gone])
 
 
-@pytest.mark.parametrize("pasted, question, field", [("Some text.", 42, "question"), (["a", "b"], "What?", "pasted_text")])
+@pytest.mark.parametrize("pasted, question, field", [("Some text.", 42, "question"),
+                                                     (["a", "b"], "What?", "pasted_text")])
 def test_a_question_or_pasted_text_that_is_not_text_is_told_by_name(ctx, pasted, question, field):
     with pytest.raises(gr.Error, match=f"'{field}' must be text or null; this call sent"):
         ask(ctx, pasted=pasted, question=question)

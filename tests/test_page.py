@@ -383,3 +383,12 @@ def test_changed_documents_clear_the_answer_and_say_what_to_do_next(files, paste
     """A rejected upload or a cleared box leaves no document: the answer area says so rather than "New documents"."""
     cleared = asking.new_documents(files, pasted)
     assert cleared["status"] == status and cleared["answer"]["value"] == "" and cleared["evidence"] is None
+
+
+def test_after_a_reload_an_answer_of_the_model_loaded_before_says_whose_it_is(ctx):
+    now = {"model": ctx.session.model_ref, "profile": ctx.session.profile_name}
+    assert asking.answered_before(ctx, now) == {"status": gr.skip()}  # the loaded model's own answer: as it was
+    assert asking.answered_before(ctx, None) == {"status": gr.skip()}  # no answer shown
+    status = asking.answered_before(ctx, {**now, "profile": "baseline-fp32"})["status"].replace("\\", "")  # as shown
+    assert status.startswith("### Answered by ") and "with profile baseline-fp32" in status
+    assert f"profile {ctx.session.profile_name}: press Ask to answer with it." in status
