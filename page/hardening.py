@@ -1,7 +1,7 @@
 """Gradio hardening, the one place that goes around gradio, and how handlers tell errors: domain errors become
 `gr.Error` with their message (`user_errors`, the only place that happens; messages shown as toasts stay text), the
 upload route's bounds, a call's inputs of the wrong shape or count told in words (a value it echoes cut short), any
-failure of a raw call told in words and answered 400 rather than 500 on gradio's direct route, a count sent as text,
+failure of a raw call told in words and answered 400 rather than 500 on gradio's direct routes, a count sent as text,
 and whether a running event was abandoned. Not where errors are made: the engine raises them.
 
 Not a subclass of `gr.Blocks`: `harden` wraps one page's `launch`, `preprocess_data`, `validate_inputs` and
@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import html
+import json
 import traceback
 from typing import Callable
 
@@ -79,7 +80,7 @@ LATER_INPUT = "no-answer-below"  # an input added after the API was promised; ca
 UNUPLOADED_FILE = ("A file named in this request was never uploaded to this server, so it cannot be read: upload the "
                    "file with the request (gradio_client: pass handle_file(path), not the path itself).")
 UPLOAD_ROUTE = "/gradio_api/upload"
-DIRECT_ROUTE = "/gradio_api/run/predict"
+DIRECT_ROUTE = "/gradio_api/run/"  # gradio's direct routes: `predict` (any event by its index) and each endpoint
 
 
 def harden(demo: gr.Blocks, uploads: UploadStore, visitor_header: str | None, *, css: str = "",
@@ -185,15 +186,15 @@ def upload_bounds(demo: gr.Blocks, uploads: UploadStore, visitor_header: str | N
 
 
 class ToldErrors:
-    """gradio's direct route answers every failed call 500, a refusal told in words (`gr.Error`, whose reply carries
-    its message) as well as a crash: a told refusal is the caller's to mend, so it is answered 400. Other routes and
-    replies pass as they are."""
+    """gradio's direct routes (`/gradio_api/run/predict`, and `/gradio_api/run/NAME` for each named endpoint) answer
+    every failed call 500, a refusal told in words (`gr.Error`, whose reply carries its message) as well as a crash:
+    a told refusal is the caller's to mend, so it is answered 400. Other routes and replies pass as they are."""
 
     def __init__(self, app, route: str):
         self.app, self.route = app, route
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] != "http" or not scope["path"].endswith(self.route):
+        if scope["type"] != "http" or self.route not in scope["path"]:
             return await self.app(scope, receive, send)
         held = None
 
@@ -203,12 +204,20 @@ class ToldErrors:
                 held = message  # sent with the body, once it says whether the error was told
                 return
             if held is not None and message["type"] == "http.response.body":
-                told = b'"error":null' not in message.get("body", b"").replace(b" ", b"")
-                await send({**held, "status": 400 if told else 500})
+                await send({**held, "status": 400 if told_error(message.get("body", b"")) else 500})
                 held = None
             await send(message)
 
         await self.app(scope, receive, telling_send)
+
+
+def told_error(body: bytes) -> bool:
+    """Whether a failed call's reply tells its error in words (gradio's JSON with an "error" message)."""
+    try:
+        reply = json.loads(body)
+    except ValueError:
+        return False
+    return isinstance(reply, dict) and bool(reply.get("error"))
 
 
 def first_hop(header: str | None) -> str | None:

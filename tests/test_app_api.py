@@ -20,7 +20,7 @@ from gradio_client.utils import Status
 import app
 from page.context import make_context
 from page.layout import build_blocks
-from page import asking, cli, context
+from page import asking, cli, context, hardening
 import longqa.session
 from longqa.session import read_documents, SAMPLES_DIR, Session
 from longqa.serving import crowd_check
@@ -554,6 +554,16 @@ def test_no_event_answers_500_to_raw_calls_of_any_shape_and_long_values_are_cut(
             if reply.status_code == 400:
                 error = reply.json()["error"]
                 assert error and "\n" not in error.strip() and len(error) < 1000, error[:300]
+
+
+def test_a_named_direct_route_tells_a_wrong_call_with_400_not_500(server):
+    """`/gradio_api/run/ask` with the six values a client sends (not the page's eight): told in words, 400."""
+    _, url = server
+    reply = httpx.post(f"{url}gradio_api/run/ask", json={"data": [None, "Some text.", "What?", 3, "auto", ""]},
+                       timeout=60)
+    assert reply.status_code == 400 and "values" in reply.json()["error"], reply.text[:300]
+    assert hardening.told_error(b'{"error": "told"}') and not hardening.told_error(b"Internal Server Error")
+    assert not hardening.told_error(b'{"error": null}')
 
 
 def test_plan_with_wrong_types_names_the_field_and_cuts_long_names(client):
