@@ -9,6 +9,7 @@ cells escaped (`table_html`), so that it shows as text.
 from __future__ import annotations
 
 import html
+import numbers
 import re
 
 import pandas as pd
@@ -55,8 +56,13 @@ def cell_html(value) -> str:
 
 
 def cell_text(value) -> str:
-    """A table cell's text: MISSING for nothing (None, or a frame's NaN)."""
-    return MISSING if value is None or (isinstance(value, float) and value != value) else str(value)
+    """A table cell's text: MISSING for nothing (None, or a frame's NaN), a whole number with thousands separators
+    (as the rows' own texts write counts: "2,617"; API clients get the number itself)."""
+    if value is None or (isinstance(value, float) and value != value):
+        return MISSING
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return f"{value:,}"
+    return str(value)
 
 
 def escape_markdown(text: str) -> str:
@@ -89,7 +95,7 @@ def format_rate(tokens_per_s: float | None) -> str:
 def document_rows(documents: list) -> list[list]:
     """One row per document (`DocumentStats`): its counted characters, tokens and windows (the whole document's:
     the run table says how many of them were read)."""
-    return [[d.name, f"{d.chars:,}", f"{d.tokens:,}", f"{d.windows:,}"] for d in documents]
+    return [[d.name, d.chars, d.tokens, d.windows] for d in documents]
 
 
 def answer_rows(answers: list) -> list[list]:
@@ -307,7 +313,7 @@ def run_rows(readout) -> list[list]:
         ["model", readout.model or MISSING],
         ["profile", readout.profile or MISSING],
         ["tokens read", f"{result.tokens:,}"],
-        ["windows read", f"{result.windows:,}"],
+        ["windows read", result.windows],
         ["reading", reading_summary(readout)],
         ["why", result.reading.reason if result.reading else MISSING],
         ["found", verdict_text(result)],

@@ -78,8 +78,7 @@ def test_ask_answers_a_long_document_with_every_readout(ctx, long_document):
     direct = ctx.session.ask(ctx.session.plan(documents, example.question, top_k=3)).result
     assert [(a["text"], a["score"]) for a in readout["answers"]] == [(a.text, a.score) for a in direct.answers]
 
-    assert out["documents"].values.tolist() == [[path.name, f"{len(example.text):,}", f"{readout['tokens']:,}",
-                                                 f"{readout['windows']:,}"]]
+    assert out["documents"].values.tolist() == [[path.name, len(example.text), readout["tokens"], readout["windows"]]]
     best = readout["answers"][0]
     assert out["answer"] == best["text"]
     assert out["answers"]["rank"].tolist() == [1, 2, 3]
@@ -99,7 +98,7 @@ def test_ask_answers_a_long_document_with_every_readout(ctx, long_document):
                                          "baseline_bytes": host["host_baseline_rss_bytes"],
                                          "request_peak_bytes": host["host_request_peak_bytes"]}
     assert readout["strategies"] == ctx.session.loaded.readout.strategies
-    assert dict(out["run"].values.tolist())["windows read"] == f"{readout['windows']:,}"
+    assert dict(out["run"].values.tolist())["windows read"] == readout["windows"]
     prediction = readout["memory_prediction"]
     assert prediction["measured_peak_bytes"] == readout["memory"]["host_peak_rss_bytes"]
     assert dict(out["run"].values.tolist())["memory: predicted vs measured"].startswith(
@@ -476,7 +475,7 @@ def test_a_preview_does_not_wait_for_the_model(ctx, long_document):
         began = time.monotonic()
         preview = asking.preview_documents(ctx, [str(path)], "", example.question)
         assert time.monotonic() - began < 10 and not release.is_set()
-        assert int(preview.values.tolist()[0][2].replace(",", "")) > 4096
+        assert preview.values.tolist()[0][2] > 4096
     finally:
         release.set()
         thread.join()

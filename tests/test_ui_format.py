@@ -215,7 +215,9 @@ def test_the_full_read_is_predicted_at_the_models_measured_seconds_a_window():
 
 def test_document_rows_give_each_documents_counts():
     documents = [DocumentStats("a.txt", 600_000, 190_000, 48)]
-    assert ui_format.document_rows(documents) == [["a.txt", "600,000", "190,000", "48"]]
+    assert ui_format.document_rows(documents) == [["a.txt", 600_000, 190_000, 48]]
+    assert ">600,000</td>" in ui_format.table_html("Documents read", ui_format.DOCUMENT_HEADERS,
+                                                    ui_format.document_rows(documents))  # shown with separators
 
 
 def test_the_history_keeps_the_request_the_answer_and_customs_strategies():
