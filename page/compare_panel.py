@@ -127,10 +127,14 @@ def build_compare_panel(ctx: AppContext, question: dict, history: dict, seen, lo
     inputs = [question["files"], question["pasted"], question["question"], question["top_k"], question["reading"],
               question["no_answer_below"], profiles, strategies, history["history"]]
     starting = listen(compare_btn.click, bind(start_comparing, ctx), inputs=[profiles, strategies],
-                      outputs={"load_status": load_status, **{name: question[name] for name in ASKING}},
+                      outputs={"load_status": load_status, **{name: question[name] for name in ASKING},
+                               "stop": question["stop"]},
                       queue=False, api_visibility="private", show_progress="hidden")
     comparing = listen(starting.then, compare, inputs=inputs, outputs=outputs, api_name="compare",
                        **requests_group(ctx), show_progress_on=[table])
+    for ended in (comparing.success, comparing.failure):  # Stop stops a comparison too, while it runs
+        listen(ended, lambda: {"stop": gr.update(interactive=False)}, outputs={"stop": question["stop"]},
+               queue=False, show_progress="hidden", api_visibility="private")
     recolour_after(history, comparing)
     profiles.change(lambda names: gr.update(visible="custom" in (names or [])), inputs=profiles, outputs=strategies,
                     queue=False, api_visibility="private")
@@ -140,14 +144,14 @@ def build_compare_panel(ctx: AppContext, question: dict, history: dict, seen, lo
 
 def start_comparing(ctx: AppContext, names, custom_strategies) -> dict:
     """The moment a comparison is asked for: the line over the page says which profiles are compared and what is
-    loaded back after, and asking is disabled until it ends (the model panel's `show_loaded`)."""
+    loaded back after, asking is disabled until it ends (the model panel's `show_loaded`), and Stop enabled."""
     named = [f"custom ({', '.join(custom_strategies)})" if name == "custom" and custom_strategies else name
              for name in names or []]
     which = f"{', '.join(named[:-1])} and {named[-1]}" if len(named) > 1 else (named[0] if named else "none")
     return {"load_status": f"**Comparing profiles {fmt.escape_markdown(which)}** on your question, each loaded "
                            f"in turn; then {fmt.escape_markdown(loaded_now(ctx))} is loaded back. Ask and the "
                            "question are disabled until it ends.",
-            **asking_enabled(False)}
+            **asking_enabled(False), "stop": gr.update(interactive=True)}
 
 
 def comparison_frame(comparison: Comparison | None) -> pd.DataFrame:

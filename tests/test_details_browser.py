@@ -49,7 +49,9 @@ WATCH_LINE = """() => {
     line: document.querySelector('#load-status')?.innerText ?? '',
     askDisabled: Array.from(document.querySelectorAll('#ask-row button')).find(b => b.innerText.trim() === 'Ask')
       ?.disabled ?? null,
-    questionDisabled: question?.disabled ?? null});
+    questionDisabled: question?.disabled ?? null,
+    stopDisabled: Array.from(document.querySelectorAll('#ask-row button')).find(b => b.innerText.trim() === 'Stop')
+      ?.disabled ?? null});
   new MutationObserver(look).observe(document.body, {subtree: true, childList: true, attributes: true,
                                                      characterData: true});
   setInterval(look, 20);
@@ -181,6 +183,8 @@ def test_during_compare_ask_is_disabled_and_the_line_says_what_is_compared(brows
     # the line and the button are outputs of one update, applied one after the other: at the end, Ask first
     assert len(comparing) > 1 and all(shot["askDisabled"] for shot in comparing[:-1]), "Ask is enabled while comparing"
     assert all(shot["questionDisabled"] for shot in comparing[:-1]), "Enter in the question box asks while comparing"
+    assert any(not shot["stopDisabled"] for shot in comparing), "Stop cannot stop the comparison"
+    wait_until(lambda: not page.get_by_role("button", name="Stop", exact=True).is_enabled())  # nothing left to stop
     assert "question are disabled" in comparing[0]["line"]
     assert "cpu and baseline-fp32" in comparing[-1]["line"] and "loaded back" in comparing[-1]["line"]
     assert not page.get_by_role("button", name="Ask", exact=True).is_disabled() and question.is_editable()
