@@ -52,6 +52,11 @@ def fill_first_example() -> dict:
     return {"files": [str(SAMPLES_DIR / example["file"])], "pasted": "", "question": example["question"]}
 
 
+# What `new_documents` needs of the pasted text is whether there is any: the browser sends that, not the text (a
+# pasted book would otherwise go to the server at every key pressed in the box).
+PASTED_AS_FLAG = "(files, pasted) => [files, pasted && pasted.trim() ? 'text' : '']"
+
+
 def show_wait(waited_s, parts) -> str:
     """The visitor's wait beside the engine's stages (`fmt.wait_line`), from the browser's time and the readout's
     parts (MEASURE_WAIT)."""
@@ -199,5 +204,5 @@ def build_answer_panel(ctx: AppContext, question: dict[str, Block], seen: gr.Sta
     for trigger in (question["files"].upload, question["files"].clear, question["files"].delete,
                     question["pasted"].input):
         listen(trigger, new_documents, inputs=[question["files"], question["pasted"]], outputs=cleared,
-               queue=False, show_progress="hidden", api_visibility="private")
+               js=PASTED_AS_FLAG, queue=False, show_progress="hidden", api_visibility="private")
     return history
