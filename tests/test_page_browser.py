@@ -174,9 +174,8 @@ def test_an_error_and_new_documents_leave_no_old_answer(browser, served, tmp_pat
     empty = tmp_path / "empty.txt"
     empty.write_text("", encoding="utf-8")
     paste(page, "")
-    wait_for_status(page, "No documents")  # the old answer goes as soon as the documents change
     page.locator("#documents input[type=file]").set_input_files(str(empty))
-    wait_for_status(page, "New documents")
+    wait_for_status(page, "New documents")  # the old answer goes as soon as the documents change
     assert answer_shown(page) == "" and page.locator("#evidence .highlighted").count() == 0
     page.get_by_role("button", name="Ask", exact=True).click()
     status = wait_for_status(page, "The request failed")
