@@ -147,33 +147,22 @@ _SEEN_FORMS = 64  # occurrences of a word, after which its other occurrences can
 def written_as_documents(question: str, texts: list[str]) -> tuple[str, str | None]:
     """The question with the words it writes in lower case or in capitals, where the documents never write them so
     as a word, written as the documents write them inside a sentence (where a capital says "a name", not "a
-    sentence starts": "kelmoor" becomes "Kelmoor", "BRIDGE" "bridge"); a question all in capitals is read in
-    sentence case first. Returns the question and a notice saying how it was read, when that changed it.
+    sentence starts": "kelmoor" becomes "Kelmoor", "BRIDGE" "bridge"), and the words after a name as the documents
+    write them after it; a question all in capitals is read in lower case first (then starts with a capital).
+    Returns the question and a notice saying how it was read, when that changed it.
 
     A cased model reads "kelmoor" as other tokens than the "Kelmoor" of the documents: the demo model found the
     right answer for 26 % of lower-case questions, and 88 % once they were read so (92 % as written;
-    docs/demo-model.md). Words the documents do not have, and words written with a first capital, stay as the
-    question writes them.
+    docs/demo-model.md). Words the documents do not have, words written with a first capital, and words whose case
+    changes their length (Turkish "İ") stay as the question writes them.
     """
-    shouted = not any(c.islower() for c in question) and sum(len(w) > 1 for w in _CASED_WORD.findall(question)) > 1
-    asked = question[0] + question[1:].lower() if shouted else question
-    wanted = {m.group(0) for m in _CASED_WORD.finditer(asked) if _may_be_cased(m)
-              and not any(_has_word(text, m.group(0)) for text in texts)
-              and any(form in text for form in _other_forms(m.group(0)) for text in texts)}
-    if not wanted:
-        return _told(question, asked)
-    pattern = re.compile(r"\b(?:" + "|".join(map(re.escape, sorted(wanted, key=len, reverse=True))) + r")\b",
-                         re.IGNORECASE)
-    inside: dict[str, Counter] = {w.lower(): Counter() for w in wanted}
-    starting: dict[str, Counter] = {w.lower(): Counter() for w in wanted}
-    for text in texts:
-        for match in pattern.finditer(text):
-            word = match.group(0)
-            forms = starting if _starts_sentence(text, match.start()) else inside
-            if word.lower() in forms:
-                forms[word.lower()][word] += 1
-        if all(sum(forms.values()) >= _SEEN_FORMS for forms in inside.values()):
-            break
+    shouted = (not any(c.islower() for c in question)
+               and sum(any(c.isupper() for c in word) for word in _CASED_WORD.findall(question)) > 1)
+    asked = _CASED_WORD.sub(_lowered, question) if shouted else question  # read in lower case, then as below
+    cased = [m for m in _CASED_WORD.finditer(asked) if _may_be_cased(m)]
+    as_written = _words_in(texts, {m.group(0) for m in cased})
+    wanted = {m.group(0) for m in cased if m.group(0) not in as_written and _written_otherwise(m, texts)}
+    inside, starting = _forms_in(texts, wanted)
 
     def form(match: re.Match) -> str:
         word = match.group(0)
@@ -182,16 +171,52 @@ def written_as_documents(question: str, texts: list[str]) -> tuple[str, str | No
         seen = inside[word.lower()] or (starting[word.lower()] if word.isupper() else None)
         return seen.most_common(1)[0][0] if seen else word
 
-    return _told(question, _named_on(_CASED_WORD.sub(form, asked), texts))
+    read = _named_on(_CASED_WORD.sub(form, asked), texts)
+    first = _CASED_WORD.search(read)
+    if shouted and first and first.group(0).islower():  # a sentence starts with a capital
+        read = read[:first.start()] + read[first.start()].upper() + read[first.start() + 1:]
+    return _told(question, read)
+
+
+def _lowered(match: re.Match) -> str:
+    """A word in lower case, where that keeps its length (not Turkish "İ")."""
+    word = match.group(0)
+    return word.lower() if len(word.lower()) == len(word) else word
+
+
+def _forms_in(texts: list[str], wanted: set[str]) -> tuple[dict[str, Counter], dict[str, Counter]]:
+    """How the documents write each of `wanted` (as a word, in any case): inside sentences and at their starts, by
+    form; a word is no longer looked for once _SEEN_FORMS of it were seen inside sentences (one pass over each
+    text, whatever the words)."""
+    inside: dict[str, Counter] = {w.lower(): Counter() for w in wanted}
+    starting: dict[str, Counter] = {w.lower(): Counter() for w in wanted}
+    for text in texts:
+        left, position = {key for key, forms in inside.items() if sum(forms.values()) < _SEEN_FORMS}, 0
+        while left:
+            pattern = re.compile(r"\b(?:" + "|".join(map(re.escape, sorted(left, key=len, reverse=True))) + r")\b",
+                                 re.IGNORECASE)
+            for match in pattern.finditer(text, position):
+                word = match.group(0)
+                if word.lower() not in inside:  # a form that case-folds otherwise ("ﬁ")
+                    continue
+                (starting if _starts_sentence(text, match.start()) else inside)[word.lower()][word] += 1
+                if sum(inside[word.lower()].values()) >= _SEEN_FORMS:  # enough: on without it
+                    left.discard(word.lower())
+                    position = match.end()
+                    break
+            else:
+                break
+    return inside, starting
 
 
 def _named_on(question: str, texts: list[str]) -> str:
     """The words after a name written as the documents write them right after it, where the question writes
     them in lower case or in capitals: "Hollingsworth cooperative" becomes "Hollingsworth Cooperative", and
-    "Delacroix & sons" "Delacroix & Sons", although the documents write "cooperative" and "sons" alone too."""
+    "Delacroix & sons" "Delacroix & Sons", although the documents write "cooperative" and "sons" alone too. The
+    question's first word is no name by its capital."""
     words = list(_CASED_WORD.finditer(question))
     read = [w.group(0) for w in words]
-    for i in range(1, len(words)):
+    for i in range(2, len(words)):
         between = question[words[i - 1].end():words[i].start()]
         if not read[i - 1][0].isupper() or not _may_be_cased(words[i]) or between not in _NAME_JOINS:
             continue
@@ -204,28 +229,47 @@ def _named_on(question: str, texts: list[str]) -> str:
 
 
 def _told(question: str, read: str) -> tuple[str, str | None]:
-    if read == question:
-        return question, None
-    return read, f"The question was read as “{read}”: its words written as the documents write them."
+    return (question, None) if read == question else (read, read_as_notice(read))
+
+
+def read_as_notice(read: str) -> str:
+    """The notice of a question `written_as_documents` changed: how the model read it."""
+    return f"The question was read as “{read}”: its words written as the documents write them."
 
 
 def _may_be_cased(match: re.Match) -> bool:
-    """Whether a question's word may be written otherwise: all in lower case or in capitals, and of two letters or
-    more, or an initial ("p. hollingsworth", "compound k-7", "o'brien"; not "a" or "I")."""
+    """Whether a question's word may be written otherwise: all in lower case or in capitals (and so in either
+    case, of one length), and of two letters or more, or an initial ("p. hollingsworth", "compound k-7",
+    "o'brien"; not "a" or "I")."""
     word, after = match.group(0), match.string[match.end():match.end() + 1]
-    return (word.islower() or word.isupper()) and (len(word) > 1 or after in (".", "-", "'", "\u2019"))
+    return ((word.islower() or word.isupper()) and len(word.lower()) == len(word) == len(word.upper())
+            and (len(word) > 1 or after in (".", "-", "'", "\u2019")))
 
 
-def _other_forms(word: str) -> set[str]:
-    """The forms of `word` the documents may write instead: lower case, a first capital, capitals."""
-    return {word.lower(), word.capitalize(), word.upper()} - {word}
+def _written_otherwise(match: re.Match, texts: list[str]) -> bool:
+    """Whether the documents hold a question's word in another form (lower case, a first capital, capitals), an
+    initial with what follows it ("P."): one fast scan a form."""
+    word = match.group(0)
+    tail = match.string[match.end():match.end() + 1] if len(word) == 1 else ""
+    forms = {word.lower(), word.capitalize(), word.upper()} - {word}
+    return any(form + tail in text for form in forms for text in texts)
 
 
-def _has_word(text: str, word: str) -> bool:
-    """Whether `word` stands in `text` as a word of its own, written exactly so."""
-    if word not in text:  # the common answer for a word the question writes otherwise: one fast scan
-        return False
-    return re.search(r"\b" + re.escape(word) + r"\b", text) is not None
+def _words_in(texts: list[str], words: set[str]) -> set[str]:
+    """Those of `words` that stand in `texts` as words of their own, written exactly so: one pass over each text
+    (each search finds the first of the words left, which then leaves the search)."""
+    left = {word for word in words if any(word in text for text in texts)}  # one fast scan a word
+    found: set[str] = set()
+    for text in texts:
+        position = 0
+        while left - found:
+            todo = sorted(left - found, key=len, reverse=True)
+            match = re.compile(r"\b(?:" + "|".join(map(re.escape, todo)) + r")\b").search(text, position)
+            if match is None:
+                break
+            found.add(match.group(0))
+            position = match.end()
+    return found
 
 
 def _starts_sentence(text: str, start: int) -> bool:

@@ -16,7 +16,8 @@ from longqa_core.documents import Document
 from longqa_core.errors import InputError
 from longqa_core.index_cache import IndexCache
 from longqa_core.limits import (EngineSettings, StopCheck, check_chars, check_predicted_time, check_tokens,
-                                document_room, truncate_question, validate_request, written_as_documents)
+                                document_room, read_as_notice, truncate_question, validate_request,
+                                written_as_documents)
 from longqa_core.telemetry import timed, trim_heap
 from longqa_core.windows import (DocumentStats, DocumentTokens, WindowCut, chars_per_token, count_tokens,
                                  count_windows, narrowed_cut, tokenize_document, window_cuts)
@@ -147,8 +148,9 @@ def plan_request(tokenizer, documents: list[Document], question: str, settings: 
         with plan.stage("tokenize"):
             question, cut_notice = truncate_question(tokenizer, question, settings.max_question_len)
             question, case_notice = written_as_documents(question, [d.text for d in documents])
-            if case_notice:  # a word's other case may take more tokens
-                question, _ = truncate_question(tokenizer, question, settings.max_question_len)
+            if case_notice:  # a word's other case may take more tokens: cut again, and say how it was read
+                question, recut_notice = truncate_question(tokenizer, question, settings.max_question_len)
+                cut_notice, case_notice = cut_notice or recut_notice, read_as_notice(question)
             plan.question = question
             plan.notices = [n for n in (cut_notice, case_notice) if n]
             plan.question_tokens = len(tokenizer(plan.question, add_special_tokens=False)["input_ids"])

@@ -107,6 +107,20 @@ def test_a_question_the_documents_write_no_otherwise_is_read_as_written(question
     assert written_as_documents(question, [CASED]) == (question, None)
 
 
+def test_a_plan_reads_the_question_as_the_documents_write_it_and_says_so(tiny_tokenizer):
+    from longqa_core.plan import plan_request
+
+    documents = [Document("kelmoor.txt", CASED)]
+    plan = plan_request(tiny_tokenizer, documents, "what is the length of the bridge of kelmoor?", EngineSettings())
+    assert plan.question == "what is the length of the bridge of Kelmoor?"  # what the windows carry
+    assert plan.notices == [written_as_documents("what is the length of the bridge of kelmoor?", [CASED])[1]]
+    cut = plan_request(tiny_tokenizer, documents, "who paid the kelmoor council " + "and the bridge " * 30 + "?",
+                       EngineSettings(max_question_len=16))
+    assert len(tiny_tokenizer(cut.question, add_special_tokens=False)["input_ids"]) <= 16
+    assert cut.question.startswith("who paid the Kelmoor")
+    assert "was cut to its first 16 tokens" in cut.notices[0] and cut.question in cut.notices[1]  # both told
+
+
 def test_a_word_the_documents_write_only_at_sentence_starts_keeps_the_question_s_form():
     texts = ["Harbour fees rose. Harbour dues fell."]
     assert written_as_documents("what are the harbour fees?", texts) == ("what are the harbour fees?", None)
