@@ -562,6 +562,11 @@ def show_outcome(ctx: AppContext, request: gr.Request = None) -> dict:
     if outcome.readout is None:
         status = (fmt.stopped_status(*outcome.stopped, outcome.partial) if outcome.stopped is not None
                   else fmt.failed_status(outcome.message or "The request failed."))
+        if outcome.stopped is None:  # failed: no best answer so far stays shown as if it were the answer
+            return {"status": status, "download_json": no_download(), "download_csv": no_download(),
+                    "evidence": gr.update(value=None, label=fmt.EVIDENCE_LABEL),
+                    "answer": gr.update(value="", label=fmt.answer_label()),
+                    "answers": pd.DataFrame([], columns=fmt.ANSWER_HEADERS), "stop": idle}
         label = fmt.answer_label(fmt.partial_label(*outcome.stopped) if outcome.partial is not None else None)
         answers = (pd.DataFrame(fmt.provisional_rows(outcome.partial, fmt.UNJUDGED), columns=fmt.ANSWER_HEADERS)
                    if outcome.partial is not None else gr.skip())  # the best so far: never judged now

@@ -117,6 +117,7 @@ def test_an_error_shows_its_message_in_the_answer_area_and_no_download(ctx):
     assert shown["status"].startswith("### The request failed")
     assert ui_format.escape_markdown(raised.value.message)[:40] in shown["status"]
     assert shown["download_json"]["visible"] is False and shown["download_csv"]["visible"] is False
+    assert shown["answer"]["value"] == "" and shown["answers"].empty  # no best so far stands as the answer
     assert asking.show_outcome(ctx, request=request)["status"] is not None  # told once, then left as it is
 
 
