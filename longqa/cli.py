@@ -47,7 +47,7 @@ MEASUREMENTS = {
 
 def program_name() -> str:
     """How this command was started, for its usage lines: `longqa` (the console script) or `python -m longqa`."""
-    return "longqa" if os.path.basename(sys.argv[0]) == "longqa" else "python -m longqa"
+    return "longqa" if os.path.splitext(os.path.basename(sys.argv[0]))[0] == "longqa" else "python -m longqa"
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -9,7 +9,6 @@ Text in, words and scores out: it picks no window and judges no answer.
 from __future__ import annotations
 
 import re
-
 import sys
 import threading
 from typing import Callable, Protocol
