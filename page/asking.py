@@ -1,7 +1,8 @@
 """A request's way in and out: its settings cleaned, its documents read at the lane's door, the model it runs on
 (loaded on first use: `load_selection`, which the picks use too; a notice when another visitor changed it), its turn
-on the model and the page's Stop, the answer (or the training step), and the answer area cleared before and told
-after how it ended. Not the panels' layout (`page.answer_panel`) nor the model work itself (the backend's).
+on the model and the page's Stop, the answer, and the answer area cleared before and told after how it ended. Not
+the panels' layout (`page.answer_panel`), the training step (`page.training_panel`) nor the model work itself (the
+backend's).
 
 Stop is the page's own, not gradio's `cancels=`. The answer streams (`page.streaming`), so a cancel would keep the
 best answer so far on the page; but it ends the handler at once, also once every window is read and the answer is
@@ -38,7 +39,7 @@ from longqa.models import DEFAULT_MODEL, is_offline, needs_download
 from longqa.readout import Readout
 from longqa.serving import lane, policy
 from longqa.session import NO_MODEL, ReadRequest, read_request
-from longqa_core.errors import Cancelled, DocumentError, LongQAError, ModelLoadError, ProfileError
+from longqa_core.errors import Cancelled, DocumentError, LongQAError, ModelLoadError
 from longqa_core.limits import whole_number
 from longqa_core.reading import DEFAULT_READING
 from page import format as fmt
@@ -48,12 +49,9 @@ from page.hardening import abandonment_check, escape, expect, first_hop, number_
 from page.history_panel import history_outputs
 from page.streaming import LISTENER, heard_while
 from page.words import PICK_MODEL
-from page.zerogpu import RUNS_IN_WORKER, ZERO_GPU, answer_duration, gpu_function, training_step_on_gpu
+from page.zerogpu import RUNS_IN_WORKER, ZERO_GPU, answer_duration, gpu_function
 
 DEFAULT_TOP_K = 3
-DEFAULT_TRAINING_WINDOW = 512
-TRAINING_LOCKED = ("This deployment is shared and fixes its model: the training-step readout holds the model alone, "
-                   "so it is turned off here. Run the page yourself (`python app.py`) to try it.")
 CLEARED_TABLES = {"answers": fmt.ANSWER_HEADERS, "latency": fmt.LATENCY_HEADERS,
                   "memory": fmt.MEMORY_HEADERS, "run": fmt.RUN_HEADERS}
 MAX_VISITOR_NOTES = 256  # visitors whose last outcome or Stop the page keeps (the oldest go first)
@@ -586,20 +584,3 @@ def show_outcome(ctx: AppContext, request: gr.Request = None) -> dict:
             "download_csv": gr.update(value=str(history_path), visible=True),
             "answer": gr.update(label=fmt.answer_label()), "answers": gr.skip(),  # no longer the best so far
             "stop": idle}
-
-
-def run_training_step(ctx: AppContext, window_tokens, request: gr.Request = None, progress=gr.Progress()) -> dict:
-    """The training-step readout: both peaks and times, and what checkpointing saved. It holds the model alone (it
-    changes the model's mode), one step at a time whoever asks (`ModelLane.turn`'s `only_one`: another is refused
-    at once), so a crowd of steps holds another visitor's answer back by one step, not by all of them. Off under
-    --lock-profile unless the operator allows it (`--allow-training`)."""
-    with user_errors("The training step"):
-        if ctx.lock_profile and not ctx.allow_training:
-            raise ProfileError(TRAINING_LOCKED)
-        window_tokens = count_or_default(window_tokens, "The window", DEFAULT_TRAINING_WINDOW)
-        with model_turn(ctx, request, progress, exclusive=True, only_one="training step"):
-            ensure_loaded(ctx, progress)
-            progress(0.1, desc="Forward+backward without, then with checkpointing")
-            readout, window = training_step_on_gpu(ctx.key, window_tokens)
-    return {"table": pd.DataFrame(fmt.training_rows(readout), columns=fmt.TRAINING_HEADERS),
-            "summary": fmt.training_summary(readout, window)}

@@ -1,4 +1,4 @@
-"""The page's layout: the introduction, each panel in its place, the training and reference panels, and the queue.
+"""The page's layout: the introduction, each panel in its place, the reference panel, and the queue.
 Not the panels' own components and events: each panel's module lays out and wires its own.
 """
 
@@ -10,18 +10,16 @@ import gradio as gr
 import pandas as pd
 from gradio.blocks import Block
 
-from page import format as fmt
 from page import words
 from page.answer_panel import build_answer_panel, build_question_panel, first_example
-from page.asking import DEFAULT_TRAINING_WINDOW, run_training_step
 from page.compare_panel import build_compare_panel
-from page.context import DEFAULT_QUEUE_SIZE, AppContext, request_workers, requests_group
+from page.context import DEFAULT_QUEUE_SIZE, AppContext, request_workers
 from page.downloads import public_files
-from page.events import bind, listen
 from page.hardening import harden
 from page.model_panel import build_model_panel, show_loaded_after, wire_model_panel
 from page.picks import auto_profile
 from page.plan_panel import build_plan_panel
+from page.training_panel import build_training_panel
 from page.tables import ReadoutTable
 from strategies.hardware import Hardware
 from strategies.profiles import Profile, describe_profiles
@@ -66,20 +64,6 @@ def build_reference_panel(ctx: AppContext) -> None:
         ReadoutTable(profiles, headers=list(profiles.columns), label="Profiles on this machine")
         strategies = strategies_frame()
         ReadoutTable(strategies, headers=list(strategies.columns), label="Strategies")
-
-
-def build_training_panel(ctx: AppContext) -> None:
-    """One training step with and without gradient checkpointing: where that strategy saves memory."""
-    with gr.Accordion("Training-step memory: gradient checkpointing", open=False):
-        gr.Markdown("One forward+backward step on a window of a bundled sample, with and without gradient "
-                    "checkpointing. This is where that strategy saves memory; at inference it saves nothing.")
-        window_slider = gr.Slider(128, 4096, value=DEFAULT_TRAINING_WINDOW, step=64, label="Window (tokens)")
-        train_btn = gr.Button("Run one training step")
-        training_table = ReadoutTable(headers=fmt.TRAINING_HEADERS, label="Training step")
-        training_text = gr.Markdown(label="Training step summary")  # the label names it in the API
-    listen(train_btn.click, bind(run_training_step, ctx), inputs=window_slider,
-           outputs={"table": training_table, "summary": training_text}, **requests_group(ctx),
-           api_name="training_step")
 
 
 def build_blocks(ctx: AppContext, queue_size: int = DEFAULT_QUEUE_SIZE) -> gr.Blocks:

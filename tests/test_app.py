@@ -15,7 +15,7 @@ import pytest
 import app
 from page.context import make_context
 from page.layout import build_blocks
-from page import answer_panel, asking, cli, context, picks, zerogpu
+from page import answer_panel, asking, cli, context, picks, training_panel, zerogpu
 from page import format as ui_format
 from longqa.backend import Selection
 from longqa.demo_model.demo_task import make_example
@@ -492,7 +492,7 @@ def test_preview_shows_characters_tokens_and_windows_before_asking(ctx, long_doc
 
 @pytest.mark.slow
 def test_training_step_accordion_shows_both_peaks_and_times(ctx):
-    out = asking.run_training_step(ctx, 256)
+    out = training_panel.run_training_step(ctx, 256)
     table, summary = out["table"], out["summary"]
     rows = table.values.tolist()
     assert [r[0] for r in rows] == ["without checkpointing", "with checkpointing"]
@@ -558,9 +558,9 @@ def test_a_locked_deployment_refuses_training_steps_unless_the_operator_allows_t
                        default_profile="cpu", lock_profile=True)
     asking.ensure_loaded(ctx)
     with pytest.raises(gr.Error, match="training-step readout holds the model alone, so it is turned off here"):
-        asking.run_training_step(ctx, 128)
+        training_panel.run_training_step(ctx, 128)
     ctx.allow_training = True
-    assert "checkpointing" in asking.run_training_step(ctx, 128)["summary"]
+    assert "checkpointing" in training_panel.run_training_step(ctx, 128)["summary"]
     args = cli.build_parser().parse_args(["--lock-profile", "--allow-training", "--allow-compare"])
     allowed = cli.context_from(args, Session())
     assert allowed.allow_training and allowed.allow_compare and allowed.max_compare_s == context.DEFAULT_MAX_COMPARE_S
