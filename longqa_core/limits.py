@@ -193,9 +193,7 @@ def _forms_in(texts: list[str], wanted: set[str]) -> tuple[dict[str, Counter], d
     for text in texts:
         left, position = {key for key, forms in inside.items() if sum(forms.values()) < _SEEN_FORMS}, 0
         while left:
-            pattern = re.compile(r"\b(?:" + "|".join(map(re.escape, sorted(left, key=len, reverse=True))) + r")\b",
-                                 re.IGNORECASE)
-            for match in pattern.finditer(text, position):
+            for match in _any_word(left, re.IGNORECASE).finditer(text, position):
                 word = match.group(0)
                 if word.lower() not in inside:  # a form that case-folds otherwise ("ﬁ")
                     continue
@@ -222,10 +220,8 @@ def _named_on(question: str, texts: list[str]) -> str:
             continue
         read[i] = next((form for form in (read[i].capitalize(), read[i].upper()) if form != read[i]
                         and any(read[i - 1] + between + form in text for text in texts)), read[i])
-    pieces = [question[:words[0].start()]] if words else [question]
-    for i, word in enumerate(words):
-        pieces += [read[i], question[word.end():words[i + 1].start() if i + 1 < len(words) else len(question)]]
-    return "".join(pieces)
+    forms = iter(read)
+    return _CASED_WORD.sub(lambda _: next(forms), question)
 
 
 def _told(question: str, read: str) -> tuple[str, str | None]:
@@ -263,13 +259,17 @@ def _words_in(texts: list[str], words: set[str]) -> set[str]:
     for text in texts:
         position = 0
         while left - found:
-            todo = sorted(left - found, key=len, reverse=True)
-            match = re.compile(r"\b(?:" + "|".join(map(re.escape, todo)) + r")\b").search(text, position)
+            match = _any_word(left - found).search(text, position)
             if match is None:
                 break
             found.add(match.group(0))
             position = match.end()
     return found
+
+
+def _any_word(words: set[str], flags: int = 0) -> re.Pattern:
+    """A pattern for any of `words` as a word of its own (the longest first, where one begins another)."""
+    return re.compile(r"\b(?:" + "|".join(map(re.escape, sorted(words, key=len, reverse=True))) + r")\b", flags)
 
 
 def _starts_sentence(text: str, start: int) -> bool:
