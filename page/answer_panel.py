@@ -14,7 +14,7 @@ from longqa_core.reading import DEFAULT_READING, READING_MODES
 from page import format as fmt
 from page import words
 from page.asking import (DEFAULT_TOP_K, answered_before, ask, ask_in_full, clear_answer, new_documents,
-                         noting_outcome, press_stop, preview_documents, show_outcome)
+                         noting_outcome, press_stop, preview_documents, show_outcome, stop_enabled)
 from page.context import REQUEST_CONCURRENCY, AppContext, request_workers
 from page.events import bind, listen
 from page.hardening import LATER_INPUT, accept_counts_as_text
@@ -178,7 +178,7 @@ def build_answer_panel(ctx: AppContext, question: dict[str, Block], seen: gr.Sta
         how it ended and how long the visitor waited (timed in the browser from the trigger to the answer's outputs
         on the screen)."""
         trigger(None, js=MARK_ASKED, queue=False, api_visibility="private")
-        clearing = listen(trigger, lambda: {**clear_answer(fmt.ASKING_STATUS), "stop": gr.update(interactive=True)},
+        clearing = listen(trigger, lambda: {**clear_answer(fmt.ASKING_STATUS), **stop_enabled(True)},
                           outputs={**cleared, "stop": question["stop"]}, queue=False, show_progress="hidden",
                           api_visibility="private")
         asking = listen(clearing.then, noting_outcome(ctx, streaming(bind(handler, ctx)), outputs),

@@ -523,6 +523,11 @@ def clear_answer(status: str) -> dict:
             "readout": None, "download_json": no_download(), "download_csv": no_download(), "wait": "", **tables}
 
 
+def stop_enabled(enabled: bool) -> dict:
+    """The Stop button, enabled while a read or a comparison runs (pressed with nothing running it does nothing)."""
+    return {"stop": gr.update(interactive=enabled)}
+
+
 def new_documents(files, pasted_text) -> dict:
     """The answer area when the documents change: cleared, saying what to do next (press Ask, or give a document
     where none is left: a rejected upload or a cleared box leaves none)."""
@@ -553,10 +558,9 @@ def show_outcome(ctx: AppContext, request: gr.Request = None) -> dict:
     closest passages where nothing was found), the readout and history the answer showed, to download, and Stop
     disabled until the next read."""
     outcome = ctx.outcomes.pop(page_session(request), None)
-    idle = gr.update(interactive=False)  # Stop: nothing runs now
     if outcome is None:
         return {"status": gr.skip(), "download_json": gr.skip(), "download_csv": gr.skip(), "evidence": gr.skip(),
-                "answer": gr.skip(), "answers": gr.skip(), "stop": idle}
+                "answer": gr.skip(), "answers": gr.skip(), **stop_enabled(False)}
     if outcome.readout is None:
         status = (fmt.stopped_status(*outcome.stopped, outcome.partial) if outcome.stopped is not None
                   else fmt.failed_status(outcome.message or "The request failed."))
@@ -564,13 +568,13 @@ def show_outcome(ctx: AppContext, request: gr.Request = None) -> dict:
             return {"status": status, "download_json": no_download(), "download_csv": no_download(),
                     "evidence": gr.update(value=None, label=fmt.EVIDENCE_LABEL),
                     "answer": gr.update(value="", label=fmt.answer_label()),
-                    "answers": pd.DataFrame([], columns=fmt.ANSWER_HEADERS), "stop": idle}
+                    "answers": pd.DataFrame([], columns=fmt.ANSWER_HEADERS), **stop_enabled(False)}
         label = fmt.answer_label(fmt.partial_label(*outcome.stopped) if outcome.partial is not None else None)
         answers = (pd.DataFrame(fmt.provisional_rows(outcome.partial, fmt.UNJUDGED), columns=fmt.ANSWER_HEADERS)
                    if outcome.partial is not None else gr.skip())  # the best so far: never judged now
         return {"status": status, "download_json": no_download(), "download_csv": no_download(),
                 "evidence": gr.update(label=fmt.EVIDENCE_LABEL), "answer": gr.update(label=label),
-                "answers": answers, "stop": idle}
+                "answers": answers, **stop_enabled(False)}
     folder = DOWNLOADS.new()
     readout_path = folder / "longqa-readout.json"
     readout_path.write_text(json.dumps(outcome.readout_json, indent=2, ensure_ascii=False), encoding="utf-8")
@@ -583,4 +587,4 @@ def show_outcome(ctx: AppContext, request: gr.Request = None) -> dict:
             "download_json": gr.update(value=str(readout_path), visible=True),
             "download_csv": gr.update(value=str(history_path), visible=True),
             "answer": gr.update(label=fmt.answer_label()), "answers": gr.skip(),  # no longer the best so far
-            "stop": idle}
+            **stop_enabled(False)}

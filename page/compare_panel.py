@@ -19,7 +19,7 @@ from longqa.compare import Comparison, choices_from, compare_profiles
 from longqa_core.errors import Cancelled, InputError, ProfileError
 from page import format as fmt
 from page.asking import (ensure_loaded, loaded_now, model_turn, read_before_turn, request_settings, seen_now,
-                         stop_pressed_from_now)
+                         stop_enabled, stop_pressed_from_now)
 from page.context import AppContext, requests_group
 from page.events import bind, listen
 from page.hardening import expect_texts, user_errors
@@ -133,7 +133,7 @@ def build_compare_panel(ctx: AppContext, question: dict, history: dict, seen, lo
     comparing = listen(starting.then, compare, inputs=inputs, outputs=outputs, api_name="compare",
                        **requests_group(ctx), show_progress_on=[table])
     for ended in (comparing.success, comparing.failure):  # Stop stops a comparison too, while it runs
-        listen(ended, lambda: {"stop": gr.update(interactive=False)}, outputs={"stop": question["stop"]},
+        listen(ended, lambda: stop_enabled(False), outputs={"stop": question["stop"]},
                queue=False, show_progress="hidden", api_visibility="private")
     recolour_after(history, comparing)
     profiles.change(lambda names: gr.update(visible="custom" in (names or [])), inputs=profiles, outputs=strategies,
@@ -151,7 +151,7 @@ def start_comparing(ctx: AppContext, names, custom_strategies) -> dict:
     return {"load_status": f"**Comparing profiles {fmt.escape_markdown(which)}** on your question, each loaded "
                            f"in turn; then {fmt.escape_markdown(loaded_now(ctx))} is loaded back. Ask and the "
                            "question are disabled until it ends.",
-            **asking_enabled(False), "stop": gr.update(interactive=True)}
+            **asking_enabled(False), **stop_enabled(True)}
 
 
 def comparison_frame(comparison: Comparison | None) -> pd.DataFrame:

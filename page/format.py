@@ -199,9 +199,8 @@ def closest_passages(texts: list[str], answers, limit: int = CLOSEST_PASSAGES) -
     """Where the documents hold no answer: the passages around the best spans (at most `limit`; a span inside a
     passage already shown adds none), numbered, as plain words with nothing labelled, so that no span reads as the
     answer."""
-    spans, shown = [], []  # (document, first character, last character) of each passage shown
+    spans, shown, near = [], [], EVIDENCE_CONTEXT_CHARS  # shown: (document, first, last character) of each passage
     for answer in answers:
-        near = EVIDENCE_CONTEXT_CHARS
         if answer.document_index < 0 or any(document == answer.document_index and left <= answer.start_char
                                             and answer.end_char <= right for document, left, right in shown):
             continue
@@ -234,16 +233,15 @@ def wait_line(waited_s: float | None, latency_s: dict | None, queue: dict | None
 def stopped_status(windows_done: int, windows_total: int, best=None) -> str:
     """Markdown over the answer box after Stop: how far the read got, and where a best answer was read before it
     (`answering.Provisional`), that it is the one shown, not judged found or not found."""
+    heading = f"### Stopped after {windows_done:,} of {windows_total:,} windows\n"
     if best is not None:
         answer = best.answer
         where = escape_markdown(str(answer.location or answer.document))
-        return (f"### Stopped after {windows_done:,} of {windows_total:,} windows\nThe answer shown is the best of the "
-                f"windows read, not judged found or not found: in {where}, characters "
-                f"{answer.start_char:,}–{answer.end_char:,}; score {answer.score:.3g}.")
+        return (f"{heading}The answer shown is the best of the windows read, not judged found or not found: in "
+                f"{where}, characters {answer.start_char:,}–{answer.end_char:,}; score {answer.score:.3g}.")
     if not windows_total:
         return "### Stopped before any window was read\nNo answer is shown."
-    return (f"### Stopped after {windows_done:,} of {windows_total:,} windows\nNo answer is shown: the windows "
-            "read so far were not compared for the best span.")
+    return f"{heading}No answer is shown: the windows read so far were not compared for the best span."
 
 
 def answered_before_status(model: str, profile: str, loaded: str) -> str:
