@@ -1,5 +1,5 @@
-"""What a document is: its exact, cleaned text (`clean_text`, the cleaning every reader's text and a question go
-through), where a stretch of it stands as people find it (`Location`: the page of a PDF or of a text whose form
+"""What a document is: its cleaned text as a person reads it (`clean_text`, the cleaning every reader's text and a
+question go through; `flowing_text`, wrapped lines joined as `text_flow` joins every reader's), where a stretch of it stands as people find it (`Location`: the page of a PDF or of a text whose form
 feeds end pages, the nearest heading of a page or Markdown file, a text's line), one document's reading limits
 (`ReadLimits`: characters, PDF pages and seconds of extraction, the request's stop check, and how a reader hears that
 it waits), and a document made from pasted text.
@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Callable, NamedTuple
 
 from longqa_core.errors import CharLimitError, DocumentError
+from longqa_core.text_flow import Flow, LineMap, flow_text
 
 DEFAULT_MAX_FILE_BYTES = 50 * 1024 * 1024
 
@@ -64,6 +65,12 @@ def paged_text(text: str) -> tuple[str, tuple[int, ...]]:
     return text, starts if len(starts) > 1 else ()
 
 
+def flowing_text(text: str) -> Flow:
+    """A text file's or pasted text's text as a person reads it: cleaned and cut into pages (`paged_text`), its
+    wrapped lines joined and its running headers, footers and page numbers left out (`text_flow.flow_text`)."""
+    return flow_text(*paged_text(text))
+
+
 class Heading(NamedTuple):
     """A heading of a document's text: where it starts (a character offset), its level (1 for a title) and text."""
 
@@ -84,6 +91,8 @@ class Document:
     page_starts: tuple[int, ...] = field(default=(), repr=False, compare=False)
     headings: tuple[Heading, ...] = field(default=(), repr=False, compare=False)  # in order of `start_char`
     has_lines: bool = field(default=True, repr=False, compare=False)
+    # where the file's lines start in `text` once its reader joined wrapped lines (None: a line is a "\n" of `text`)
+    lines: LineMap | None = field(default=None, repr=False, compare=False)
 
     @property
     def n_chars(self) -> int:
@@ -115,7 +124,9 @@ def locate(document: Document, start_char: int, end_char: int) -> Location:
     if document.headings:
         before = bisect.bisect_right([h.start_char for h in document.headings], start_char)
         heading = document.headings[before - 1].title if before else None
-    line = document.text.count("\n", 0, start_char) + 1 if document.has_lines else None
+    line = None
+    if document.has_lines:
+        line = document.lines.line_at(start_char) if document.lines else document.text.count("\n", 0, start_char) + 1
     return Location(document.name, start_char, end_char, page, heading, line)
 
 
@@ -181,11 +192,11 @@ def from_text(text: str, name: str = "pasted text", *, max_bytes: int = DEFAULT_
     """
     n_bytes = len(text) if text.isascii() else len(text.encode("utf-8", errors="surrogatepass"))
     check_size(name, n_bytes, max_bytes, what="size limit")
-    text, page_starts = paged_text(text)
-    if not text.strip():
+    flow = flowing_text(text)
+    if not flow.text.strip():
         raise DocumentError(f"'{name}' is empty: paste or upload some text.")
-    ReadLimits(max_chars).check_chars(name, len(text))
-    return Document(name=name, text=text, page_starts=page_starts)
+    ReadLimits(max_chars).check_chars(name, len(flow.text))
+    return Document(name=name, text=flow.text, page_starts=flow.page_starts, lines=flow.lines)
 
 
 def check_size(name: str, n_bytes: int, max_bytes: int, what: str = "file size limit") -> None:

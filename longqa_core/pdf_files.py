@@ -1,34 +1,34 @@
-"""PDF files: their text layer, page by page, with pypdf, and where each page starts in it; extracted in a child
-process (`reader_children.READERS`, shared with HTML reading) that the time limit and a cancel stop and whose memory
-is capped, stopping as soon as a character, page or time limit is passed; errors a user can act on (damaged,
-encrypted, scanned, a decompression bomb).
+"""PDF files: their text layer as a person reads it, with where each page starts in it and the headings; the pieces of
+text and where they stand come from PDFium (`pypdfium2`), `pdf_layout` puts them in reading order and `text_flow`
+joins them. Extracted in a child process (`reader_children.READERS`, shared with HTML reading) that the time limit
+and a cancel stop and whose memory is capped, stopping as soon as a character, page or time limit is passed; errors
+a user can act on (damaged, encrypted, scanned, too large to read).
 
-It does not run OCR, keep layout, or pick readers by extension (`files`).
+It does not run OCR or pick readers by extension (`files`).
 """
 
 from __future__ import annotations
 
-import contextlib
-import io
+import ctypes
 import json
-import logging
 
-from pypdf import PasswordType, PdfReader
-from pypdf.errors import DependencyError, LimitReachedError
+import pypdfium2 as pdfium
+import pypdfium2.raw as pdfium_c
 
-from longqa_core.documents import ReadLimits, clean_text
+from longqa_core.documents import Heading, ReadLimits, clean_text
 from longqa_core.errors import CharLimitError, DocumentError
+from longqa_core.pdf_layout import Segment, page_lines
 from longqa_core.reader_children import OUT_OF_MEMORY_EXIT, READERS, ReaderChildren, read_in_child
+from longqa_core.text_flow import flow_lines
 
 MIB = 2**20
-# pypdf parses a page's whole content stream into Python objects before its text callbacks run: a 200 KB page that
-# inflates to 70 MB of text operators needs about 0.45 GB of memory and its parsing cannot be interrupted, which is
-# why it runs in a child. A child's address space may hold the interpreter, pypdf and one stream at pypdf's own
-# decompression limit (75 MB: a stream past it is refused by pypdf, with its own message, within 256 MB), and this
-# many bytes per byte of the file (a 3,000-page text PDF of 1 MB, or of 9.8 MB uncompressed, reads within its cap).
+# PDFium parses a page's whole content stream before its text can be read: a 200 KB page that inflates to 70 MB of
+# text operators needs hundreds of MB and its parsing cannot be interrupted, which is why it runs in a child. A
+# child's address space may hold the interpreter, PDFium and a page's objects, and this many bytes per byte of the
+# file (a 3,000-page text PDF of 1 MB, or of 9.8 MB uncompressed, reads within its cap).
 PDF_BASE_MEMORY_BYTES = 256 * MIB
 PDF_MEMORY_PER_BYTE = 32
-# The child checks the time limit itself between pages and pypdf's operators, with a message naming the page; the
+# The child checks the time limit itself between pages and a page's pieces of text, with a message naming the page; the
 # parent kills it this much later, for a child stuck inside one step (parsing one page's content stream).
 PDF_GRACE_S = 1.0
 # The child gets the limits as JSON and writes one line of JSON (where each page starts, or the error that stopped
@@ -42,8 +42,8 @@ name, max_chars, max_pages, max_read_s, began = json.loads(args[0])
 limits = ReadLimits(max_chars, max_pages, max_read_s, began)
 text = ""
 try:
-    text, page_starts = extract_pdf_text(sys.stdin.buffer.read(), name, limits)
-    head = {{"page_starts": page_starts}}
+    text, page_starts, headings = extract_pdf_text(sys.stdin.buffer.read(), name, limits)
+    head = {{"page_starts": page_starts, "headings": headings}}
 except CharLimitError as exc:
     head = {{"error": str(exc), "n_chars": exc.n_chars, "partial": exc.partial}}
 except DocumentError as exc:
@@ -59,9 +59,9 @@ def pdf_memory_cap(n_bytes: int, readers: ReaderChildren | None = None) -> int:
     return (readers or READERS).memory_cap(PDF_BASE_MEMORY_BYTES, PDF_MEMORY_PER_BYTE, n_bytes)
 
 
-def read_pdf_file(data: bytes, name: str, limits: ReadLimits) -> tuple[str, list[int]]:
-    """The text of every page, pages joined by a blank line, and the character offset where each page starts,
-    extracted by `_PDF_WORKER` within the limits, in a turn of `READERS`."""
+def read_pdf_file(data: bytes, name: str, limits: ReadLimits) -> tuple[str, list[int], list[Heading]]:
+    """The flowing text of every page (`extract_pdf_text`), the character offset where each page starts and the
+    headings, extracted by `_PDF_WORKER` within the limits, in a turn of `READERS`."""
     cap_bytes = pdf_memory_cap(len(data), READERS)
     # The time limit counts from when reading began in this process: perf_counter is the system's monotonic clock,
     # the same in the child, so the child counts the wait for its turn too.
@@ -74,128 +74,167 @@ def read_pdf_file(data: bytes, name: str, limits: ReadLimits) -> tuple[str, list
         raise CharLimitError(parts["error"], n_chars=parts["n_chars"], partial=parts["partial"])
     if "error" in parts:
         raise DocumentError(parts["error"])
-    return text, parts["page_starts"]
-
-
-@contextlib.contextmanager
-def _quiet_pypdf():
-    """pypdf logs each repair it attempts on a damaged file ("EOF marker not found"): our DocumentError already
-    says what a user can act on, and the CLI promises one line on stderr."""
-    logger = logging.getLogger("pypdf")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
+    return text, parts["page_starts"], [Heading(*heading) for heading in parts["headings"]]
 
 
 class _StopReading(Exception):
-    """Raised from inside pypdf's text extraction when a limit is passed in the middle of a page."""
+    """Raised between a page's pieces of text when a limit is passed in the middle of the page."""
 
 
-def extract_pdf_text(data: bytes, name: str, limits: ReadLimits) -> tuple[str, list[int]]:
-    """`read_pdf_file`'s text and page starts, extracted in this process: what its child runs."""
-    with _quiet_pypdf():
-        reader = _open_pdf(data, name)
-        try:
-            n_pages = len(reader.pages)
-        except LimitReachedError as exc:
-            raise _pypdf_limit_error(name, exc) from exc
-        except MemoryError:
-            raise
-        except Exception as exc:  # pypdf raises many exception types on damaged page trees
-            raise DocumentError(f"'{name}' could not be read as a PDF (the file may be damaged).") from exc
+def extract_pdf_text(data: bytes, name: str, limits: ReadLimits) -> tuple[str, list[int], list[list]]:
+    """`read_pdf_file`'s text, page starts and headings (offset, level, title), extracted in this process: what its
+    child runs."""
+    document = _open_pdf(data, name)
+    try:
+        n_pages = len(document)
         if not n_pages:
             raise DocumentError(f"'{name}' is a PDF without pages.")
         if n_pages > limits.max_pages:
             raise DocumentError(f"'{name}' has {n_pages:,} pages, over the limit of {limits.max_pages:,} pages.")
-        pages = [clean_text(page) for page in _extract_pages(reader, n_pages, name, limits)]
-    text = "\n\n".join(pages)
-    if not text.strip():
+        pages = _extract_pages(document, n_pages, name, limits)
+    finally:
+        document.close()
+    flow = flow_lines(page_lines(pages), n_pages)
+    if not flow.text.strip():
         raise DocumentError(
             f"'{name}': no text found (scanned PDF? Its {n_pages} page(s) have no text layer; run OCR on it first)."
         )
-    page_starts, start = [], 0
-    for page in pages:
-        page_starts.append(start)
-        start += len(page) + 2
-    return text, page_starts
+    return flow.text, list(flow.page_starts or (0,)), [list(heading) for heading in flow.headings]
 
 
-def _extract_pages(reader: PdfReader, n_pages: int, name: str, limits: ReadLimits) -> list[str]:
-    """Each page's text; stops as soon as the characters read pass `max_chars` or the time passes `max_read_s`,
-    checked between pages and, through pypdf's visitor callbacks, between the operators of one page."""
-    pages: list[str] = []
-    n_chars = 0  # pages before this one (each joined by a blank line) plus this page's text seen so far
-    page_chars = 0
+def _extract_pages(document: pdfium.PdfDocument, n_pages: int, name: str, limits: ReadLimits) -> list[list[Segment]]:
+    """Each page's pieces of text; stops as soon as the characters read pass `max_chars` or the time passes
+    `max_read_s`, checked between pages and between the pieces of one page."""
+    pages: list[list[Segment]] = []
+    n_chars = 0  # the pieces read so far, each counted with the break after it
 
-    def count_text(text, *_):
-        nonlocal page_chars
-        page_chars += len(text)
-        if limits.is_over_chars(n_chars + page_chars):
+    def count(segment: Segment) -> None:
+        nonlocal n_chars
+        n_chars += len(segment.text) + 1
+        if limits.is_over_chars(n_chars) or limits.is_over_time():
             raise _StopReading
 
-    def check_time(*_):
-        if limits.is_over_time():
-            raise _StopReading
+    def count_page(n_page_chars: int) -> None:
+        # PDFium counts a page's characters once its text is indexed: a page past the limit goes unread
+        if limits.is_over_chars(n_chars + n_page_chars):
+            count(Segment("x" * n_page_chars, 0, 0, 0, 0, 0))
 
     for number in range(n_pages):
-        page_chars = 0
         try:
-            check_time()  # inside: between pages, as between a page's operators, the time error names the page
-            page_text = reader.pages[number].extract_text(visitor_text=count_text,
-                                                         visitor_operand_before=check_time) or ""
+            if limits.is_over_time():
+                raise _StopReading
+            pages.append(page_segments(document, number, count, count_page))
         except _StopReading:
             progress = f"{number + 1:,} of {n_pages:,} pages"
-            if limits.is_over_chars(n_chars + page_chars):
-                raise CharLimitError(f"'{name}': read {n_chars + page_chars:,} characters from {progress}, over "
-                                     f"the limit of {limits.max_chars:,} characters.", n_chars=n_chars + page_chars,
-                                     partial=True) from None
-            raise limits.time_error(name, f"on page {progress}, {n_chars + page_chars:,} characters read") from None
-        except LimitReachedError as exc:
-            raise _pypdf_limit_error(name, exc) from exc
+            if limits.is_over_chars(n_chars):
+                raise CharLimitError(f"'{name}': read {n_chars:,} characters from {progress}, over the limit of "
+                                     f"{limits.max_chars:,} characters.", n_chars=n_chars,
+                                     partial=number + 1 < n_pages) from None
+            raise limits.time_error(name, f"on page {progress}, {n_chars:,} characters read") from None
         except MemoryError:
             raise
-        except Exception as exc:  # pypdf raises many exception types on damaged content streams
+        except pdfium.PdfiumError as exc:
             raise DocumentError(f"'{name}' could not be read as a PDF (the file may be damaged).") from exc
-        pages.append(page_text)
-        n_chars += len(page_text) + 2
-        if limits.is_over_chars(n_chars - 2):
-            raise CharLimitError(f"'{name}': read {n_chars - 2:,} characters from {number + 1:,} of {n_pages:,} "
-                                 f"pages, over the limit of {limits.max_chars:,} characters.", n_chars=n_chars - 2,
-                                 partial=number + 1 < n_pages)
     return pages
 
 
-def _pypdf_limit_error(name: str, exc: LimitReachedError) -> DocumentError:
-    """pypdf refuses streams that decompress past its limits (a "decompression bomb") and oversized structures."""
-    return DocumentError(f"'{name}' was refused: part of it is over one of pypdf's safety limits against files "
-                         f"that expand to huge sizes when read ({exc}).")
+_MAX_FORM_DEPTH = 8  # forms inside forms: deeper ones are a file built to be slow, not text
 
 
-def _open_pdf(data: bytes, name: str) -> PdfReader:
+def page_segments(document: pdfium.PdfDocument, number: int, heard=lambda segment: None,
+                  heard_chars=lambda n_chars: None) -> list[Segment]:
+    """The pieces of text of page `number` (0-based), each with its box in page points and font size, in the order
+    the page draws them, text inside forms (XObjects) included; `heard_chars` hears how many characters the page
+    has before they are read, `heard` each piece as it is read (either may raise to stop)."""
+    page = document[number]
+    textpage = page.get_textpage()
     try:
-        reader = PdfReader(io.BytesIO(data))
-        is_encrypted = reader.is_encrypted
-    except LimitReachedError as exc:
-        raise _pypdf_limit_error(name, exc) from exc
+        heard_chars(pdfium_c.FPDFText_CountChars(textpage))
+    except BaseException:
+        textpage.close()
+        page.close()
+        raise
+    segments: list[Segment] = []
+    left, bottom, right, top = (ctypes.c_float() for _ in range(4))
+    size = ctypes.c_float()
+    matrix = pdfium_c.FS_MATRIX()
+
+    def read_objects(count: int, get, transform, depth: int) -> None:
+        for index in range(count):
+            obj = get(index)
+            kind = pdfium_c.FPDFPageObj_GetType(obj)
+            if kind == pdfium_c.FPDF_PAGEOBJ_TEXT:
+                text = _object_text(obj, textpage)
+                if not text.strip() or not pdfium_c.FPDFPageObj_GetBounds(obj, left, bottom, right, top):
+                    continue
+                x0, y0, x1, y1 = _transformed(transform, left.value, bottom.value, right.value, top.value)
+                font = size.value if pdfium_c.FPDFTextObj_GetFontSize(obj, size) and size.value > 0 else 0.0
+                scale = _scale(transform)
+                segment = Segment(clean_text(text), x0, y0, x1, y1, font * scale if font else y1 - y0)
+                heard(segment)
+                segments.append(segment)
+            elif kind == pdfium_c.FPDF_PAGEOBJ_FORM and depth < _MAX_FORM_DEPTH:
+                pdfium_c.FPDFPageObj_GetMatrix(obj, matrix)
+                inner = (matrix.a, matrix.b, matrix.c, matrix.d, matrix.e, matrix.f)
+                read_objects(pdfium_c.FPDFFormObj_CountObjects(obj),
+                             lambda i, form=obj: pdfium_c.FPDFFormObj_GetObject(form, i),
+                             _compose(inner, transform), depth + 1)
+
+    try:
+        read_objects(pdfium_c.FPDFPage_CountObjects(page), lambda i: pdfium_c.FPDFPage_GetObject(page, i),
+                     None, 0)
+    finally:
+        textpage.close()
+        page.close()
+    return segments
+
+
+def _object_text(obj, textpage) -> str:
+    """A text object's text as PDFium reads it (its font's Unicode map)."""
+    n_bytes = pdfium_c.FPDFTextObj_GetText(obj, textpage, None, 0)
+    if n_bytes <= 2:
+        return ""
+    buffer = ctypes.create_string_buffer(n_bytes)
+    pdfium_c.FPDFTextObj_GetText(obj, textpage, ctypes.cast(buffer, ctypes.POINTER(pdfium_c.FPDF_WCHAR)), n_bytes)
+    return buffer.raw[: n_bytes - 2].decode("utf-16-le", errors="replace")
+
+
+def _compose(inner: tuple, outer: tuple | None) -> tuple:
+    """The matrix of `inner` followed by `outer` (PDF's a b c d e f); None is the identity."""
+    if outer is None:
+        return inner
+    a, b, c, d, e, f = inner
+    A, B, C, D, E, F = outer
+    return (a * A + b * C, a * B + b * D, c * A + d * C, c * B + d * D, e * A + f * C + E, e * B + f * D + F)
+
+
+def _transformed(transform: tuple | None, x0: float, y0: float, x1: float, y1: float) -> tuple[float, ...]:
+    """A box in a form's space as a box in the page's (the bounds of its four corners)."""
+    if transform is None:
+        return x0, y0, x1, y1
+    a, b, c, d, e, f = transform
+    xs, ys = [], []
+    for x, y in ((x0, y0), (x0, y1), (x1, y0), (x1, y1)):
+        xs.append(a * x + c * y + e)
+        ys.append(b * x + d * y + f)
+    return min(xs), min(ys), max(xs), max(ys)
+
+
+def _scale(transform: tuple | None) -> float:
+    """How much a form's matrix scales text vertically."""
+    return 1.0 if transform is None else (transform[2] ** 2 + transform[3] ** 2) ** 0.5
+
+
+def _open_pdf(data: bytes, name: str) -> pdfium.PdfDocument:
+    """The PDF opened with PDFium, which opens files encrypted only against editing (the empty password)."""
+    try:
+        return pdfium.PdfDocument(data)
     except MemoryError:
         raise
-    except Exception as exc:  # pypdf raises many exception types on damaged or non-PDF files
+    except pdfium.PdfiumError as exc:
+        if getattr(exc, "err_code", None) == pdfium_c.FPDF_ERR_PASSWORD:
+            raise DocumentError(
+                f"'{name}' is a password-protected PDF: remove the password and upload it again.") from None
+        if getattr(exc, "err_code", None) == pdfium_c.FPDF_ERR_SECURITY:
+            raise DocumentError(f"'{name}' uses a PDF encryption that cannot be opened here.") from None
         raise DocumentError(f"'{name}' could not be read as a PDF (the file may be damaged or not a PDF).") from exc
-    if is_encrypted and not _decrypt_with_empty_password(reader, name):
-        raise DocumentError(f"'{name}' is a password-protected PDF: remove the password and upload it again.")
-    return reader
-
-
-def _decrypt_with_empty_password(reader: PdfReader, name: str) -> bool:
-    """Many PDFs are encrypted only against editing and open with the empty password."""
-    try:
-        return reader.decrypt("") != PasswordType.NOT_DECRYPTED
-    except DependencyError:
-        raise DocumentError(
-            f"'{name}' is an AES-encrypted PDF, which needs the 'cryptography' package to open."
-        ) from None
-    except Exception:  # a damaged encryption dictionary: as good as a password we do not have
-        return False

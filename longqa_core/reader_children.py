@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -147,7 +148,8 @@ def read_in_child(readers: ReaderChildren, code: str, data: bytes, cap_bytes: in
                 child.kill()
                 child.communicate()  # reaps it and closes the pipes
     returncode = child.returncode
-    if returncode == OUT_OF_MEMORY_EXIT:
+    # Python exits with OUT_OF_MEMORY_EXIT on a MemoryError; PDFium, in C, aborts when an allocation past the cap fails
+    if returncode in (OUT_OF_MEMORY_EXIT, -signal.SIGABRT):
         raise DocumentError(f"'{name}' could not be read: its {kind} needs more than the {cap_bytes / 2**30:.2g} GB "
                             f"of memory that reading a {unit} of {len(data) / 2**20:.1f} MB may use.")
     if returncode < 0:

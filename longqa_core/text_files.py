@@ -1,6 +1,6 @@
 """Plain text files (.txt, .md): deciding their encoding, refusing binaries, and a Markdown file's headings; their
-text then goes through `documents.clean_text`, as every reader's does (`paged_text`: with its pages where form feeds
-end them).
+text then goes through `documents.clean_text`, as every reader's does, and flows as a person reads it
+(`documents.flowing_text`: wrapped lines joined, pages where form feeds end them, running headers left out).
 
 Encodings are decided from a BOM, UTF-16 NULs, UTF-8 validity, a declared label, then charset-normalizer's guess.
 It does not pick a reader by extension or check file sizes (`files`), and parses no markup: Markdown stays
@@ -16,8 +16,9 @@ import re
 
 import charset_normalizer
 
-from longqa_core.documents import Heading, ReadLimits, paged_text
+from longqa_core.documents import Heading, ReadLimits, flowing_text
 from longqa_core.errors import DocumentError
+from longqa_core.text_flow import LineMap
 
 # Random bytes decoded as cp1252 are about 12% control characters and real text about 0%, so "mostly
 # non-printable" has to mean a share well below one half to catch binaries that happen to hold no NUL byte.
@@ -209,13 +210,14 @@ def decode_non_binary(data: bytes, name: str, declared_encoding: str | None = No
     return text
 
 
-def read_text_file(data: bytes, name: str, limits: ReadLimits) -> tuple[str, tuple[int, ...]]:
-    """A .txt or .md file's decoded, cleaned text, within the character limit, and where its pages start where form
-    feeds end them (`paged_text`)."""
+def read_text_file(data: bytes, name: str, limits: ReadLimits) -> tuple[str, tuple[int, ...], LineMap | None]:
+    """A .txt or .md file's decoded, cleaned, flowing text (`documents.flowing_text`: wraps joined, running lines of
+    its pages left out), within the character limit, where its pages start where form feeds end them, and where each
+    of its lines starts in that text (None: where they stand in the file)."""
     # No character can take less than a byte, so the character cap can be passed only by more bytes than that.
-    text, page_starts = paged_text(decode_non_binary(data, name))
-    limits.check_chars(name, len(text))
-    return text, page_starts
+    flow = flowing_text(decode_non_binary(data, name))
+    limits.check_chars(name, len(flow.text))
+    return flow.text, flow.page_starts, flow.lines
 
 
 # ATX headings ("## Results", closing hashes dropped) and setext ones (a line underlined with "=" or "-").

@@ -23,7 +23,7 @@ MIB = 2**20
 
 @pytest.fixture(scope="module")
 def hostile_pdf() -> bytes:
-    return inflating_pdf(70_000_000)  # one page, about 200 KB, that pypdf parses in about 0.45 GB
+    return inflating_pdf(70_000_000)  # one page, about 200 KB, that PDFium cannot read within 0.26 GB
 
 
 def my_children() -> list[psutil.Process]:
@@ -43,7 +43,7 @@ def read_in_thread(data: bytes, name: str, outcome: dict, **kwargs) -> threading
 
 
 def test_a_page_that_inflates_past_the_childs_memory_cap_is_refused_and_leaves_nothing_behind(monkeypatch):
-    monkeypatch.setattr(pdf_files, "PDF_BASE_MEMORY_BYTES", 96 * MIB)  # pypdf itself fits; 8 MB of operators not
+    monkeypatch.setattr(pdf_files, "PDF_BASE_MEMORY_BYTES", 96 * MIB)  # PDFium itself fits; 8 MB of operators not
     rss_before = psutil.Process().memory_info().rss
     began = time.monotonic()
     with pytest.raises(DocumentError, match=r"^'bomb\.pdf' could not be read: its PDF needs more than the 0\.094 GB "
@@ -55,13 +55,15 @@ def test_a_page_that_inflates_past_the_childs_memory_cap_is_refused_and_leaves_n
 
 
 @pytest.mark.slow
-def test_stop_ends_the_pdf_child_within_a_second(hostile_pdf):
+def test_stop_ends_the_pdf_child_within_a_second(hostile_pdf, monkeypatch):
+    monkeypatch.setattr(pdf_files, "READERS", ReaderChildren(memory_bytes=1024 * MIB))
+    monkeypatch.setattr(pdf_files, "PDF_BASE_MEMORY_BYTES", 1024 * MIB)  # room to parse: only Stop ends it
     stop, outcome = threading.Event(), {}
     thread = read_in_thread(hostile_pdf, "bomb.pdf", outcome, should_stop=stop.is_set)
     deadline = time.monotonic() + 10
     while not my_children() and time.monotonic() < deadline:
         time.sleep(0.02)
-    time.sleep(1.5)  # inside pypdf's parse of the page (after its start, about 0.3 s), which no callback interrupts
+    time.sleep(1.5)  # inside PDFium's parse of the page, which nothing interrupts
     assert my_children()
     stop.set()
     stopped = time.monotonic()
@@ -95,7 +97,7 @@ def test_ordinary_pdfs_read_in_the_child_as_they_did_in_process():
     pages = [f"Page {n}: the fee is {n * 11} dollars.\nSigned in Paris." for n in range(1, 41)]
     data = text_pdf(*pages)
     document = read_document(data, name="contract.pdf")
-    text, page_starts = pdf_files.extract_pdf_text(data, "contract.pdf", pdf_files.ReadLimits())
+    text, page_starts, _ = pdf_files.extract_pdf_text(data, "contract.pdf", pdf_files.ReadLimits())
     assert (document.text, document.page_starts) == (text, tuple(page_starts))
     assert document.text == "\n\n".join(pages)
     assert [document.text[start:].split("\n")[0] for start in document.page_starts] == [

@@ -1,0 +1,187 @@
+"""A PDF page's text in reading order, from where its pieces of text stand: pieces on one baseline made into lines
+(cut where a gutter separates them), columns read left before right between the full-width lines that cross them,
+running headers, footers and page numbers found across pages, paragraphs by the space between lines, headings by
+their size.
+
+Pure geometry on `Segment`s in PDF points (y grows upwards), so it is tested without PDFs; `pdf_files` extracts the
+segments (PDFium) and `text_flow` joins the lines it returns.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+from longqa_core.text_flow import Line, edge_indices, running_lines
+
+GUTTER_EM = 1.0  # a horizontal gap this many font sizes wide cuts a baseline's pieces apart (columns, table cells)
+SPACE_EM = 0.15  # a gap this wide between two pieces of one line is a space between words
+PARAGRAPH_PITCH = 1.45  # a gap between lines of this many times the page's usual line pitch starts a paragraph
+HEADING_SIZE = 1.18  # a line this much larger than the document's body text is a heading
+HEADING_MAX_CHARS = 120
+COLUMN_MIN_LINES = 3  # lines each side of a gutter needs before a page is read as columns
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A run of text drawn as one piece: its text, its box in PDF points (x0 < x1, y0 < y1, y upwards) and its
+    font size in points."""
+
+    text: str
+    x0: float
+    y0: float
+    x1: float
+    y1: float
+    size: float
+
+    @property
+    def middle_y(self) -> float:
+        return (self.y0 + self.y1) / 2
+
+
+def baseline_pieces(segments: list[Segment]) -> list[Segment]:
+    """The page's segments made into line pieces: those on one baseline, left to right, joined (with a space where
+    they stand apart), cut where a gap of GUTTER_EM font sizes separates them; top to bottom, then left to right."""
+    rows: list[list[Segment]] = []
+    for segment in sorted((s for s in segments if s.text.strip()), key=lambda s: (-s.middle_y, s.x0)):
+        row = rows[-1] if rows else None
+        if row and abs(row[0].middle_y - segment.middle_y) <= 0.45 * min(row[0].size, segment.size):
+            row.append(segment)
+        else:
+            rows.append([segment])
+    pieces: list[Segment] = []
+    for row in rows:
+        row.sort(key=lambda s: s.x0)
+        current = row[0]
+        for segment in row[1:]:
+            gap = segment.x0 - current.x1
+            size = max(current.size, segment.size)
+            if gap > GUTTER_EM * size:
+                pieces.append(current)
+                current = segment
+                continue
+            space = "" if current.text.endswith((" ", "\t")) or segment.text.startswith((" ", "\t")) or \
+                gap < SPACE_EM * size else " "
+            current = Segment(current.text + space + segment.text, min(current.x0, segment.x0),
+                              min(current.y0, segment.y0), max(current.x1, segment.x1), max(current.y1, segment.y1),
+                              size)
+        pieces.append(current)
+    return [Segment(" ".join(p.text.split()), p.x0, p.y0, p.x1, p.y1, p.size) for p in pieces]
+
+
+def edge_pieces(pieces: list[Segment]) -> list[int]:
+    """Indices of the pieces on the page's first and last baselines that may be running ones (`text_flow.edge_indices`;
+    `baseline_pieces`' order is top to bottom)."""
+    rows: list[list[int]] = []
+    for index, piece in enumerate(pieces):
+        if rows and abs(pieces[rows[-1][0]].middle_y - piece.middle_y) <= 0.45 * piece.size:
+            rows[-1].append(index)
+        else:
+            rows.append([index])
+    return [index for row in edge_indices(len(rows)) for index in rows[row]]
+
+
+def without_running(pages: list[list[Segment]]) -> list[list[Segment]]:
+    """Each page's pieces without its running headers, footers and page numbers (`text_flow.running_lines` on the
+    pieces of each page's top and bottom baselines)."""
+    edges = [edge_pieces(pieces) for pieces in pages]
+    running = running_lines([[pieces[i].text for i in edge] for pieces, edge in zip(pages, edges)])
+    return [[piece for index, piece in enumerate(pieces) if index not in {edge[i] for i in found}]
+            for pieces, edge, found in zip(pages, edges, running)]
+
+
+def reading_order(pieces: list[Segment]) -> list[Segment]:
+    """A page's pieces as a person reads them: where a gutter splits the page into columns, the full-width pieces
+    that cross it in their place and, between two of them, the left column's pieces before the right column's (each
+    column read the same way, for three columns); elsewhere top to bottom, left to right."""
+    gutter = find_gutter(pieces)
+    if gutter is None:
+        return sorted(pieces, key=lambda p: (-p.middle_y, p.x0))
+    ordered: list[Segment] = []
+    band: list[Segment] = []
+
+    def flush() -> None:
+        ordered.extend(reading_order([p for p in band if p.x1 <= gutter]))
+        ordered.extend(reading_order([p for p in band if p.x0 >= gutter]))
+        band.clear()
+
+    for piece in sorted(pieces, key=lambda p: (-p.middle_y, p.x0)):
+        if piece.x0 < gutter < piece.x1:
+            flush()
+            ordered.append(piece)
+        else:
+            band.append(piece)
+    flush()
+    return ordered
+
+
+def find_gutter(pieces: list[Segment]) -> float | None:
+    """The x of a gap between columns: one that no piece narrower than half the text's width crosses, in the
+    middle half of that width, with COLUMN_MIN_LINES pieces on each side side by side and the right side's pieces
+    starting at one margin; None for a page of one column."""
+    if len(pieces) < 2 * COLUMN_MIN_LINES:
+        return None
+    left, right = min(p.x0 for p in pieces), max(p.x1 for p in pieces)
+    width = right - left
+    narrow = sorted((p for p in pieces if p.x1 - p.x0 < 0.55 * width), key=lambda p: p.x0)
+    if len(narrow) < 2 * COLUMN_MIN_LINES:
+        return None
+    size = statistics.median(p.size for p in narrow)
+    reach = narrow[0].x1
+    for piece in narrow[1:]:
+        gap_middle = (reach + piece.x0) / 2
+        if piece.x0 - reach >= 0.8 * size and left + 0.25 * width <= gap_middle <= left + 0.75 * width:
+            if _is_column_split(narrow, gap_middle, size):
+                return gap_middle
+        reach = max(reach, piece.x1)
+    return None
+
+
+def _is_column_split(narrow: list[Segment], gutter: float, size: float) -> bool:
+    """Whether the pieces each side of `gutter` are columns: enough of them, side by side (their heights overlap),
+    most of the right side's starting at one margin."""
+    lefts = [p for p in narrow if p.x1 <= gutter]
+    rights = [p for p in narrow if p.x0 >= gutter]
+    if len(lefts) < COLUMN_MIN_LINES or len(rights) < COLUMN_MIN_LINES:
+        return False
+    overlap = min(max(p.y1 for p in lefts), max(p.y1 for p in rights)) - \
+        max(min(p.y0 for p in lefts), min(p.y0 for p in rights))
+    if overlap < 2 * size:
+        return False
+    margin = min(p.x0 for p in rights)
+    return sum(abs(p.x0 - margin) <= size for p in rights) >= 0.5 * len(rights)
+
+
+def body_size(pages: list[list[Segment]]) -> float:
+    """The font size of most of the document's characters."""
+    weight: dict[float, int] = {}
+    for pieces in pages:
+        for piece in pieces:
+            weight[round(piece.size, 1)] = weight.get(round(piece.size, 1), 0) + len(piece.text)
+    return max(weight, key=weight.get) if weight else 0.0
+
+
+def page_lines(pages: list[list[Segment]]) -> list[Line]:
+    """The document's lines in reading order (`text_flow.Line`): running lines left out, columns in order, a
+    paragraph boundary where the gap to the line before is PARAGRAPH_PITCH times the column's usual pitch, headings
+    by size. A page's first line starts no paragraph: a sentence may run on from the page before."""
+    pages = without_running([baseline_pieces(segments) for segments in pages])
+    body = body_size(pages)
+    lines: list[Line] = []
+    for number, pieces in enumerate(pages):
+        ordered = reading_order(pieces)
+        pitch = _usual_pitch(ordered)
+        for index, piece in enumerate(ordered):
+            before = ordered[index - 1] if index else None
+            # the step from the line before, in the same column (a column's first line follows the other's last)
+            step = before.middle_y - piece.middle_y if before is not None else None
+            apart = step is not None and pitch is not None and step > PARAGRAPH_PITCH * pitch
+            heading = body > 0 and piece.size >= HEADING_SIZE * body and len(piece.text) <= HEADING_MAX_CHARS
+            lines.append(Line(piece.text, number, apart, heading))
+    return lines
+
+
+def _usual_pitch(ordered: list[Segment]) -> float | None:
+    """The distance between one line's middle and the next's that most of a page's lines keep."""
+    steps = [a.middle_y - b.middle_y for a, b in zip(ordered, ordered[1:]) if 0 < a.middle_y - b.middle_y]
+    return statistics.median(steps) if steps else None

@@ -1,0 +1,324 @@
+"""A document's text as a person reads it: the lines of a paragraph joined with a space, a word hyphenated at a
+line's end joined, running headers, footers and page numbers left out, a sentence that runs over a page break read
+as one; paragraph, heading, list and page boundaries kept, and where each page and each of the file's lines starts
+in the flowing text.
+
+Every reader ends here (`flow_text` for text, Markdown and pasted text; `flow_lines` for a PDF's lines in reading
+order), so the model, the ranker and the not-found rule read one text in which a line break is a boundary, never a
+wrap. It reads no file and knows nothing of PDFs' geometry (`pdf_layout` puts a page's lines in reading order).
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import re
+from array import array
+from dataclasses import dataclass, field
+
+# Where a line ends a sentence or a clause that a list or a label introduces: the break after it is kept.
+_ENDS_SENTENCE = re.compile(r"[.!?:\u2026\u3002\uff01\uff1f][\"'\u201d\u2019)\]]*\s*$")
+# A full stop after an initial or a title ("H. G.", "Dr.") ends no sentence: the line goes on.
+_ENDS_ABBREVIATION = re.compile(r"(?:^|[\s(])(?:[A-Z]|St|Dr|Mr|Mrs|Ms|Mt|Prof|Rev|Capt|Col|Gen|Lt|Sgt|Fr|Jr|Sr|No|"
+                                r"Nos|vs|approx|Inc|Ltd|Co|Fig|Figs|Eq|Vol|pp|cf|e\.g|i\.e)\.\s*$")
+_HAS_SENTENCE_END = re.compile(r"[.!?\u2026\u3002\uff01\uff1f][\"'\u201d\u2019)\]]*(?:\s|$)")
+# A line that starts something of its own: a list item, a Markdown heading, quote, table row or code fence, a
+# setext underline or a rule.
+_STARTS_ITEM = re.compile(r"\s*(?:[-*+\u2022\u25e6\u2023\u2043\u00b7\u2013\u2014](?:\s|$)|\(?(?:\d{1,3}|[a-zA-Z]|"
+                          r"[ivxlcdm]{1,6})[.)](?:\s|$)|#{1,6}(?:\s|$)|>|\||```|~~~|[=\-_*]{3,}\s*$)")
+_TABLE_GAP = re.compile(r"\S {3,}\S|\t")  # columns aligned with spaces or tabs: a table's row, not prose
+# A word cut by a hyphen at the line's end, and the rest of it at the next line's start.
+_HYPHEN_END = re.compile(r"(\w+)-$")
+_WORD_START = re.compile(r"\w+")
+# Words English writes with a hyphen before another word: "self-\ncontained" keeps it where the document never
+# writes the word either way on one line.
+_HYPHENATED_PREFIXES = frozenset({"self", "non", "well", "ex", "all", "half", "cross", "quasi", "anti", "post",
+                                  "pre", "pro", "multi", "co", "mid", "semi", "long", "short", "high", "low", "full",
+                                  "part", "first", "second", "third", "one", "two", "three", "four", "five"})
+_WORDS = re.compile(r"\w+(?:-\w+)*")
+_DIGITS = re.compile(r"\d+")
+_ROMAN = re.compile(r"[ivxlcdm]+", re.IGNORECASE)
+# A line that is only a page's number: "12", "- 12 -", "Page 12", "Page 12 of 16", "12 / 16", "p. 12", "[Page 3]".
+_PAGE_NUMBER = re.compile(r"[\s\-\u2013\u2014\[(]*(?:(?:page|p\.|pg\.?|seite|página|pagina)\s*)?(?:\d+|[ivxlcdm]+)"
+                          r"(?:\s*(?:of|/|von|de)\s*\d+)?[\s\-\u2013\u2014\])]*", re.IGNORECASE)
+RUNNING_LINES_PER_EDGE = 2  # a page's first and last lines that can be a running header or footer
+RUNNING_SHARE = 0.2  # of the pages a line must stand on (top or foot, digits aside) to be a running one
+
+
+@dataclass(frozen=True)
+class Line:
+    """One line of a document as its reader found it, in reading order: its text (without the break), the page it
+    stands on (0-based), whether a paragraph boundary comes before it (a blank line, a gap, a heading), whether it is
+    a heading, its line in the file (1-based; None for a PDF), and whether it is kept as it is."""
+
+    text: str
+    page: int = 0
+    paragraph_before: bool = False
+    is_heading: bool = False
+    source_line: int | None = None
+    verbatim: bool = False  # a line of fenced code: never joined to its neighbours
+
+
+@dataclass(frozen=True)
+class LineMap:
+    """Where each of a file's lines starts in the flowing text: `starts[i]` is the offset of line `numbers[i]`
+    (lines left out, blank or running, have no entry: an offset belongs to the line before it)."""
+
+    starts: array = field(default_factory=lambda: array("q"))
+    numbers: array = field(default_factory=lambda: array("q"))
+
+    def line_at(self, offset: int) -> int | None:
+        index = bisect.bisect_right(self.starts, offset) - 1
+        return self.numbers[index] if index >= 0 else (self.numbers[0] if self.numbers else None)
+
+
+@dataclass(frozen=True)
+class Flow:
+    """A document's flowing text, where each page starts in it (empty for a text without pages), where each file line
+    starts (None where the reader has no lines of the file: a PDF) and where its headings stand (offset, level,
+    title: the Markdown's are found in the flowing text by its reader)."""
+
+    text: str
+    page_starts: tuple[int, ...] = ()
+    lines: LineMap | None = None
+    headings: tuple[tuple[int, int, str], ...] = ()
+
+
+def is_page_number(text: str) -> bool:
+    """Whether a line holds nothing but a page's number ("12", "- 12 -", "Page 12 of 16", "xii")."""
+    return bool(text.strip()) and _PAGE_NUMBER.fullmatch(text) is not None
+
+
+def running_form(text: str) -> str:
+    """A line as running headers and footers repeat it: digits and white space aside, in lower case."""
+    return " ".join(_DIGITS.sub("#", text.lower()).split())
+
+
+def running_lines(edges: list[list[str]]) -> list[set[int]]:
+    """For each page, which of its edge lines (`edges[page]`: its first and last few lines) are running headers,
+    footers or page numbers: those whose form (`running_form`) stands on RUNNING_SHARE of the pages and on at
+    least two (all of them, in a document of two pages), and lines that are only a page number. A document of one
+    page has none."""
+    n_pages = len(edges)
+    if n_pages < 2:
+        return [set() for _ in edges]
+    pages_of: dict[str, set[int]] = {}
+    for page, lines in enumerate(edges):
+        for text in lines:
+            pages_of.setdefault(running_form(text), set()).add(page)
+    needed = n_pages if n_pages == 2 else max(2, math.ceil(RUNNING_SHARE * n_pages))
+    return [{i for i, text in enumerate(lines)
+             if is_page_number(text) or (text.strip() and len(pages_of[running_form(text)]) >= needed)}
+            for lines in edges]
+
+
+def edge_indices(n_lines: int) -> list[int]:
+    """Which of a page's `n_lines` lines may be running ones: its first and last RUNNING_LINES_PER_EDGE, fewer on a
+    short page, so that at least one line in the middle is the page's own (a page of two lines has none)."""
+    per_edge = min(RUNNING_LINES_PER_EDGE, (n_lines - 1) // 2)
+    return list(range(per_edge)) + list(range(n_lines - per_edge, n_lines)) if per_edge > 0 else []
+
+
+def is_prose(lines: list[str]) -> bool:
+    """Whether a block of lines is prose: some sentence in it ends (a list of notes without full stops is not)."""
+    return any(_HAS_SENTENCE_END.search(line) for line in lines)
+
+
+def ends_line_for_good(line: str) -> bool:
+    """Whether the break after `line` is one a writer made: after a sentence's end (not an initial's or a title's
+    full stop), a colon, or a table's row; or where the line is a heading or a list of notes' item."""
+    stripped = line.rstrip()
+    if not stripped:
+        return True
+    if _ENDS_SENTENCE.search(stripped) and not _ENDS_ABBREVIATION.search(stripped):
+        return True
+    return bool(_TABLE_GAP.search(stripped.strip())) or stripped.lstrip().startswith(("#", "|", "```", "~~~"))
+
+
+def starts_line_for_good(line: str) -> bool:
+    """Whether `line` starts something of its own (a list item, heading, quote, table row, rule or fence), or is a
+    row of a table aligned with spaces."""
+    return bool(_STARTS_ITEM.match(line)) or bool(_TABLE_GAP.search(line.strip()))
+
+
+class Vocabulary:
+    """The words a document writes on one line, built once when a hyphen at a line's end needs it."""
+
+    def __init__(self, text: str):
+        self._text = text
+        self._words: set[str] | None = None
+
+    def __contains__(self, word: str) -> bool:
+        if self._words is None:
+            self._words = {w.lower() for w in _WORDS.findall(self._text)}
+        return word.lower() in self._words
+
+
+def joined_break(line: str, following: str, prose: bool, vocabulary: Vocabulary) -> str | None:
+    """What the break between `line` and the `following` line of one paragraph becomes: " " where a sentence wraps,
+    "" where a word was hyphenated at the line's end ("Ves-" "mira"), "-" where a real hyphen stands there
+    ("self-" "contained"), None where the break is the writer's own.
+
+    A break inside a paragraph of prose is a wrap unless the line ends a sentence or the following line starts an
+    item of its own; a value's line before a capital stays apart ("... is 48,213" / "The capital ...": notes).
+    """
+    line, following = line.rstrip(), following.lstrip()
+    if not line or not following or starts_line_for_good(following) or ends_line_for_good(line):
+        return None
+    hyphen = _HYPHEN_END.search(line)
+    if hyphen and not line.endswith("--") and following[0].isalpha():
+        rest = _WORD_START.match(following)
+        return "-" if _keeps_hyphen(hyphen.group(1), rest.group(0) if rest else "", vocabulary) else ""
+    if not prose:
+        return None
+    if line[-1].isdigit() and following[0].isupper():
+        return None
+    return " "
+
+
+def _keeps_hyphen(before: str, after: str, vocabulary: Vocabulary) -> bool:
+    """Whether a hyphen at a line's end belongs to the words ("self-contained", "Anglo-Saxon", "COVID-19") rather
+    than to the typesetter: kept before a capital or a digit, where the document writes the hyphenated form and not
+    the joined one, or after a prefix English hyphenates."""
+    if not after or not after[0].islower() or before.isupper() or any(c.isdigit() for c in before):
+        return True
+    if f"{before}-{after}" in vocabulary:
+        return True
+    if f"{before}{after}" in vocabulary:
+        return False
+    return before.lower() in _HYPHENATED_PREFIXES
+
+
+def flow_lines(lines: list[Line], n_pages: int | None = None) -> Flow:
+    """The flowing text of lines in reading order (running lines already left out): each line as it is (a file's
+    indentation too), each break inside a paragraph what `joined_break` makes of it, "\\n\\n" at a paragraph
+    boundary, around a heading and at a page break that no sentence runs over, "\\n" at any other kept break; where each page starts (its first line's offset,
+    inside a sentence that runs over from the page before), where each file line starts, and the headings."""
+    vocabulary = Vocabulary("\n".join(line.text for line in lines))
+    n_pages = n_pages if n_pages is not None else (lines[-1].page + 1 if lines else 0)
+    page_starts: list[int | None] = [None] * n_pages
+    starts, numbers = array("q"), array("q")
+    headings: list[tuple[int, int, str]] = []
+    pieces: list[str] = []
+    length = 0
+    previous: Line | None = None
+    for block in _paragraphs(lines):
+        prose = is_prose([line.text for line in block])
+        for i, line in enumerate(block):
+            text = line.text.rstrip()
+            joint = joined_break(block[i - 1].text, text, prose, vocabulary) \
+                if i and not (line.verbatim or block[i - 1].verbatim) else None
+            if joint is not None:
+                last = pieces[-1].rstrip()
+                if joint == "":
+                    last = last[:-1]  # the typesetter's hyphen goes with the break
+                length += len(last) - len(pieces[-1])
+                pieces[-1] = last
+                text = text.lstrip()
+                if joint == " ":
+                    pieces.append(" ")
+                    length += 1
+            elif pieces:
+                apart = line.page != previous.page or i == 0 and (line.paragraph_before or line.is_heading or
+                                                                   previous.is_heading)
+                pieces.append("\n\n" if apart else "\n")
+                length += len(pieces[-1])
+            if page_starts[line.page] is None:
+                page_starts[line.page] = length
+            if line.source_line is not None:
+                starts.append(length)
+                numbers.append(line.source_line)
+            if line.is_heading:
+                headings.append((length, 1, " ".join(text.split())))
+            pieces.append(text)
+            length += len(text)
+            previous = line
+    return Flow("".join(pieces), _filled_page_starts(page_starts, length),
+                LineMap(starts, numbers) if numbers else None, tuple(headings))
+
+
+def _paragraphs(lines: list[Line]) -> list[list[Line]]:
+    """Lines cut into paragraphs: at a paragraph boundary, and around a heading."""
+    blocks: list[list[Line]] = []
+    for line in lines:
+        if not blocks or line.paragraph_before or line.is_heading or blocks[-1][-1].is_heading:
+            blocks.append([line])
+        else:
+            blocks[-1].append(line)
+    return blocks
+
+
+def _filled_page_starts(page_starts: list[int | None], length: int) -> tuple[int, ...]:
+    """Each page's start; a page without text starts where the next text does (at the end for the last pages).
+    A text of one page has none."""
+    filled: list[int] = []
+    following = length
+    for start in reversed(page_starts):
+        following = start if start is not None else following
+        filled.append(following)
+    filled.reverse()
+    return tuple(filled) if len(filled) > 1 else ()
+
+
+def flow_text(text: str, page_starts: tuple[int, ...] = ()) -> Flow:
+    """The flowing text of a text file or pasted text (already cleaned, its pages where form feeds ended them):
+    `flow_lines` of its lines, blank lines marking paragraphs, fenced code kept line by line, and where it has pages,
+    its running headers, footers and page numbers left out. A text with neither wraps nor running lines comes back
+    unchanged, so that every offset into it stays."""
+    raw_lines = text.split("\n")
+    page_of = _pages_of_lines(raw_lines, page_starts)
+    n_pages = len(page_starts) if page_starts else 1
+    running = _running_text_lines(raw_lines, page_of, n_pages) if page_starts else set()
+    lines: list[Line] = []
+    blank_before, fenced = False, False
+    for number, raw in enumerate(raw_lines):
+        if number in running:
+            continue
+        if not raw.strip():
+            blank_before = True
+            continue
+        fence = raw.lstrip().startswith(("```", "~~~"))
+        # a page's first line is no new paragraph for its margin's blank lines: a sentence may run on over the break
+        new_page = bool(lines) and page_of[number] != lines[-1].page
+        lines.append(Line(raw, page_of[number], blank_before and not new_page, False, number + 1, fenced or fence))
+        fenced = fenced != fence
+        blank_before = False
+    if not running and not _has_wrap(lines):
+        return Flow(text, page_starts, None, ())
+    return flow_lines(lines, n_pages)
+
+
+def _has_wrap(lines: list[Line]) -> bool:
+    """Whether any break inside a paragraph would be joined (most texts of notes and of one fact a line have none)."""
+    vocabulary = Vocabulary("")
+    for block in _paragraphs(lines):
+        if len(block) > 1:
+            texts = [line.text for line in block]
+            prose = is_prose(texts)
+            if any(joined_break(a.text, b.text, prose, vocabulary) is not None
+                   for a, b in zip(block, block[1:]) if not (a.verbatim or b.verbatim)):
+                return True
+    return False
+
+
+def _pages_of_lines(raw_lines: list[str], page_starts: tuple[int, ...]) -> list[int]:
+    """The page (0-based) of each line of a text whose pages start at `page_starts` (all 0 without pages)."""
+    if not page_starts:
+        return [0] * len(raw_lines)
+    pages, offset = [], 0
+    for raw in raw_lines:
+        pages.append(bisect.bisect_right(page_starts, offset) - 1)
+        offset += len(raw) + 1
+    return pages
+
+
+def _running_text_lines(raw_lines: list[str], page_of: list[int], n_pages: int) -> set[int]:
+    """The numbers (0-based) of a paged text's lines that are running headers, footers or page numbers: among each
+    page's first and last RUNNING_LINES_PER_EDGE lines that are not blank."""
+    by_page: list[list[int]] = [[] for _ in range(n_pages)]
+    for number, raw in enumerate(raw_lines):
+        if raw.strip():
+            by_page[page_of[number]].append(number)
+    edges = [[numbers[i] for i in edge_indices(len(numbers))] for numbers in by_page]
+    found = running_lines([[raw_lines[n] for n in edge] for edge in edges])
+    return {edge[i] for edge, indices in zip(edges, found) for i in indices}
