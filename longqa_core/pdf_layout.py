@@ -20,6 +20,7 @@ PARAGRAPH_PITCH = 1.45  # a gap between lines of this many times the page's usua
 HEADING_SIZE = 1.18  # a line this much larger than the document's body text is a heading
 HEADING_MAX_CHARS = 120
 COLUMN_MIN_LINES = 3  # lines each side of a gutter needs before a page is read as columns
+RUNNING_PLACE_PT = 12.0  # a running header or footer stands at the same height on every page, to a line or so
 
 
 @dataclass(frozen=True)
@@ -83,9 +84,11 @@ def edge_pieces(pieces: list[Segment]) -> list[int]:
 
 def without_running(pages: list[list[Segment]]) -> list[list[Segment]]:
     """Each page's pieces without its running headers, footers and page numbers (`text_flow.running_lines` on the
-    pieces of each page's top and bottom baselines)."""
+    pieces of each page's top and bottom baselines, a line repeated at the same height)."""
     edges = [edge_pieces(pieces) for pieces in pages]
-    running = running_lines([[pieces[i].text for i in edge] for pieces, edge in zip(pages, edges)])
+    running = running_lines([[pieces[i].text for i in edge] for pieces, edge in zip(pages, edges)],
+                            [[round(pieces[i].middle_y / RUNNING_PLACE_PT) for i in edge]
+                             for pieces, edge in zip(pages, edges)])
     return [[piece for index, piece in enumerate(pieces) if index not in {edge[i] for i in found}]
             for pieces, edge, found in zip(pages, edges, running)]
 

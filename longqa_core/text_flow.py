@@ -94,22 +94,23 @@ def running_form(text: str) -> str:
     return " ".join(_DIGITS.sub("#", text.lower()).split())
 
 
-def running_lines(edges: list[list[str]]) -> list[set[int]]:
+def running_lines(edges: list[list[str]], places: list[list[object]] | None = None) -> list[set[int]]:
     """For each page, which of its edge lines (`edges[page]`: its first and last few lines) are running headers,
-    footers or page numbers: those whose form (`running_form`) stands on RUNNING_SHARE of the pages and on at
-    least two (all of them, in a document of two pages), and lines that are only a page number. A document of one
-    page has none."""
+    footers or page numbers: those whose form (`running_form`), in the same place where `places` gives one (a PDF's
+    height on the page), stands on RUNNING_SHARE of the pages and on at least two (all of them, in a document of two
+    pages), and lines that are only a page number. A document of one page has none."""
     n_pages = len(edges)
     if n_pages < 2:
         return [set() for _ in edges]
-    pages_of: dict[str, set[int]] = {}
-    for page, lines in enumerate(edges):
-        for text in lines:
-            pages_of.setdefault(running_form(text), set()).add(page)
+    places = places or [[None] * len(lines) for lines in edges]
+    pages_of: dict[tuple, set[int]] = {}
+    for page, (lines, where) in enumerate(zip(edges, places)):
+        for text, place in zip(lines, where):
+            pages_of.setdefault((running_form(text), place), set()).add(page)
     needed = n_pages if n_pages == 2 else max(2, math.ceil(RUNNING_SHARE * n_pages))
-    return [{i for i, text in enumerate(lines)
-             if is_page_number(text) or (text.strip() and len(pages_of[running_form(text)]) >= needed)}
-            for lines in edges]
+    return [{i for i, (text, place) in enumerate(zip(lines, where))
+             if is_page_number(text) or (text.strip() and len(pages_of[running_form(text), place]) >= needed)}
+            for lines, where in zip(edges, places)]
 
 
 def edge_indices(n_lines: int) -> list[int]:
@@ -166,7 +167,7 @@ def joined_break(line: str, following: str, prose: bool, vocabulary: Vocabulary)
     if not line or not following or starts_line_for_good(following) or ends_line_for_good(line):
         return None
     hyphen = _HYPHEN_END.search(line)
-    if hyphen and not line.endswith("--") and following[0].isalpha():
+    if hyphen and not line.endswith("--") and following[0].isalnum():
         rest = _WORD_START.match(following)
         return "-" if _keeps_hyphen(hyphen.group(1), rest.group(0) if rest else "", vocabulary) else ""
     if not prose:

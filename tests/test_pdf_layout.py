@@ -1,0 +1,128 @@
+"""A PDF page's pieces of text in reading order: lines from pieces, columns, running lines, paragraphs; and PDFs
+made as people's are (matplotlib, two columns drawn across, hyphenated, page-broken) read whole."""
+
+import io
+
+import pytest
+
+from longqa_core.documents import locate
+from longqa_core.files import read_document
+from longqa_core.pdf_layout import Segment, baseline_pieces, find_gutter, page_lines, reading_order
+
+
+def word_segments(words: str, x: float, y: float, size: float = 10.0) -> list[Segment]:
+    """One segment a word, as some PDF writers draw them (0.5 em a character, a space between words)."""
+    segments = []
+    for word in words.split():
+        width = 0.5 * size * len(word)
+        segments.append(Segment(word, x, y, x + width, y + 0.7 * size, size))
+        x += width + 0.25 * size
+    return segments
+
+
+def test_words_drawn_one_by_one_make_one_line_and_a_gutter_cuts_it():
+    pieces = baseline_pieces(word_segments("The altitude of", 72, 700) + word_segments("Other column", 320, 700))
+    assert [p.text for p in pieces] == ["The altitude of", "Other column"]
+
+
+def column_page(lefts: list[str], rights: list[str], title: str | None = None) -> list[Segment]:
+    """A page of two columns drawn across (left line, right line, ...), with a full-width title on top."""
+    segments = [Segment(title, 72, 740, 540, 752, 14)] if title else []
+    for row, (left, right) in enumerate(zip(lefts, rights)):
+        y = 700 - 12 * row
+        segments += [Segment(left, 72, y, 290, y + 7, 10), Segment(right, 320, y, 540, y + 7, 10)]
+    return segments
+
+
+def test_two_columns_drawn_across_are_read_left_column_first_after_the_full_width_title():
+    lefts = [f"left {n}" for n in range(6)]
+    rights = [f"right {n}" for n in range(6)]
+    pieces = baseline_pieces(column_page(lefts, rights, "A title across both columns"))
+    assert find_gutter(pieces) == pytest.approx(305, abs=1)
+    assert [p.text for p in reading_order(pieces)] == ["A title across both columns", *lefts, *rights]
+
+
+def test_a_page_of_one_column_with_short_last_lines_has_no_gutter():
+    lines = ["A long line of prose that runs the whole width of the page here", "short end.",
+             "Another long line of prose that runs the whole width of the page", "and a last one."] * 3
+    segments = [Segment(text, 72, 700 - 12 * i, 72 + 4.5 * len(text), 707 - 12 * i, 10) for i, text in enumerate(lines)]
+    pieces = baseline_pieces(segments)
+    assert find_gutter(pieces) is None
+    assert [p.text for p in reading_order(pieces)] == lines
+
+
+def test_page_lines_leave_out_running_lines_and_mark_paragraphs_and_headings():
+    pages = []
+    words = ["alder", "birch", "cedar"]
+    for number, word in enumerate(words, start=1):
+        segments = [Segment("Harbour Report 2024", 72, 760, 200, 767, 9), Segment(f"Page {number} of 3", 280, 40, 340, 47, 9)]
+        segments += [Segment("Results" if number == 1 else f"Body {number} a", 72, 700, 150, 712, 14 if number == 1 else 10)]
+        segments += [Segment(f"Text {word} b", 72, 686, 150, 693, 10), Segment(f"Text {word} c", 72, 674, 150, 681, 10),
+                     Segment(f"Text {word} d", 72, 640, 150, 647, 10)]
+        pages.append(segments)
+    lines = page_lines(pages)
+    assert not any("Harbour" in line.text or "Page" in line.text for line in lines)
+    assert [line.text for line in lines if line.is_heading] == ["Results"]
+    assert [line.text for line in lines if line.paragraph_before] == [f"Text {word} d" for word in words]
+
+
+# PDFs made as people make them
+
+def test_a_matplotlib_pdf_whose_sentence_wraps_inside_a_name_reads_it_whole_on_its_page():
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    from matplotlib.backends.backend_pdf import PdfPages
+    import matplotlib.pyplot as plt
+
+    buffer = io.BytesIO()
+    filler = "The harbour office opened at nine and the clerks sorted the morning post."
+    with PdfPages(buffer) as pdf:
+        for number in range(1, 21):
+            figure = plt.figure(figsize=(8.27, 11.69))
+            figure.text(0.1, 0.95, "Harbour records", fontsize=9)
+            lines = [filler[:40], filler[40:]] * 6
+            if number == 17:
+                lines[5:7] = ["In the spring survey the altitude of Vesmira", "Quonthal is 2250. Nobody argued."]
+            for row, line in enumerate(lines):
+                figure.text(0.1, 0.85 - row * 0.025, line, fontsize=11)
+            figure.text(0.5, 0.04, f"Page {number} of 20", fontsize=9, ha="center")
+            pdf.savefig(figure)
+            plt.close(figure)
+    document = read_document(buffer.getvalue(), name="survey.pdf")
+    sentence = "In the spring survey the altitude of Vesmira Quonthal is 2250."
+    assert sentence in document.text
+    assert "Harbour records" not in document.text and "Page 17" not in document.text
+    value = document.text.index("2250")
+    assert locate(document, value, value + 4).page == 17
+
+
+def test_a_reportlab_pdf_in_two_columns_hyphenated_and_over_a_page_break_reads_in_order():
+    canvas_module = pytest.importorskip("reportlab.pdfgen.canvas")
+    buffer = io.BytesIO()
+    canvas = canvas_module.Canvas(buffer, pagesize=(612, 792))
+    left = ["Each member of the club keeps", "a log of the tides. The alti-", "tude of Vesmira Quonthal is",
+            "2250, as the survey found.", "Nobody disputes it now."] + ["More prose fills the column."] * 6
+    right = ["The right column starts", "here and goes on to the", "foot of the page, where it"] + \
+        ["keeps on going for a while"] * 7 + ["stops in the middle of a"]
+    for number in (1, 2):
+        canvas.setFont("Helvetica", 8)
+        canvas.drawString(72, 760, "Journal of Harbour Studies")
+        canvas.drawString(300, 40, f"- {number} -")
+        canvas.setFont("Helvetica", 10)
+        if number == 1:
+            for row, (a, b) in enumerate(zip(left, right)):  # drawn across: left line, right line, ...
+                canvas.drawString(72, 700 - 12 * row, a)
+                canvas.drawString(320, 700 - 12 * row, b)
+        else:
+            canvas.drawString(72, 700, "sentence that runs over the page. Then it ends.")
+            for row in range(1, 6):
+                canvas.drawString(72, 700 - 12 * row, "The second page goes on in one column here.")
+        canvas.showPage()
+    canvas.save()
+    document = read_document(buffer.getvalue(), name="journal.pdf")
+    text = document.text
+    assert "The altitude of Vesmira Quonthal is 2250, as the survey found." in text
+    assert "stops in the middle of a sentence that runs over the page." in text
+    assert text.index("Nobody disputes") < text.index("The right column starts")
+    assert "Journal of Harbour" not in text and "- 1 -" not in text
+    assert locate(document, text.index("sentence that runs"), text.index("sentence that runs") + 8).page == 2
