@@ -22,8 +22,9 @@ from longqa_core.batching import BatchState, ModelRunner
 from longqa_core.limits import EngineSettings
 from longqa_core.errors import ModelLoadError, ProfileError
 from strategies import band_kernel
+from strategies.auto import resolve_profile
 from strategies.base import from_pretrained_kwargs
-from strategies.hardware import Hardware
+from strategies.hardware import Hardware, detect_hardware
 from strategies.profiles import custom_profile
 from strategies.replicas import ReplicaRunner
 from tests.tiny import build_tokenizer, qa_batch, requires_cuda, tiny_checkpoint, tiny_config, tiny_encoder_checkpoint
@@ -99,8 +100,14 @@ def test_cpu_profile_falls_back_to_int8_without_bf16(folder):
     assert torch.isfinite(start).all()
 
 
-def test_auto_resolves_to_a_concrete_profile(folder):
-    assert load_model(str(folder), "auto", hardware=CPU).profile.name == "cpu"
+@pytest.mark.parametrize("hardware", [CPU, CPU_PLAIN], ids=["bf16", "avx2"])
+def test_auto_resolves_to_a_concrete_profile(hardware):
+    assert resolve_profile("auto", hardware).name == "cpu"
+
+
+def test_auto_loads_the_concrete_profile_on_this_machine(folder):
+    # the load runs here: this machine's own kind (a bf16 stack would not run on an AVX2-only CPU)
+    assert load_model(str(folder), "auto", hardware=detect_hardware()).profile.name == "cpu"
 
 
 def test_strategies_shape_settings_and_runtime(folder):
