@@ -43,6 +43,10 @@ _PAGE_NUMBER = re.compile(r"[\s\-\u2013\u2014\[(]*(?:(?:page|p\.|pg\.?|seite|pá
                           r"(?:\s*(?:of|/|von|de)\s*\d+)?[\s\-\u2013\u2014\])]*", re.IGNORECASE)
 RUNNING_LINES_PER_EDGE = 2  # a page's first and last lines that can be a running header or footer
 RUNNING_SHARE = 0.2  # of the pages a line must stand on (top or foot, digits aside) to be a running one
+# A wrap leaves the next word on the following line because it did not fit: a line with room for it (counted in
+# characters, with this slack for proportional fonts, whose lines of one width hold more or fewer characters) is not
+# a wrap.
+WRAP_SLACK = 0.85
 
 
 @dataclass(frozen=True)
@@ -161,8 +165,11 @@ def joined_break(line: str, following: str, prose: bool, vocabulary: Vocabulary)
     ("self-" "contained"), None where the break is the writer's own.
 
     A break inside a paragraph of prose is a wrap unless the line ends a sentence or the following line starts an
-    item of its own; a value's line before a capital stays apart ("... is 48,213" / "The capital ...": notes).
+    item of its own; a value's line before a capital stays apart ("... is 48,213" / "The capital ...": notes), and so
+    does a line that the following line's first word would have fitted on, since a wrap happens only where the next
+    word does not fit ("Grandpa's lentil soup" / "It feeds six and keeps for three days.": a title).
     """
+    following_width = len(following.rstrip())
     line, following = line.rstrip(), following.lstrip()
     if not line or not following or starts_line_for_good(following) or ends_line_for_good(line):
         return None
@@ -174,6 +181,8 @@ def joined_break(line: str, following: str, prose: bool, vocabulary: Vocabulary)
         return None
     if line[-1].isdigit() and following[0].isupper():
         return None
+    if len(line) + 1 + len(following.split(None, 1)[0]) <= WRAP_SLACK * following_width:
+        return None  # the following line's first word would have fitted: a title or a line of its own, not a wrap
     return " "
 
 

@@ -12,7 +12,10 @@ word; `no_answer_eval.before_and_after` compares it with issue 38's rule). Per
 profile: the scores of each kind, and for a grid of thresholds, with the score alone and with the evidence check,
 the share of answerable questions still found with the right answer (recall) and the share of unanswerable ones said
 not found; the threshold the registry records is chosen from these numbers by `choose_threshold` (with the evidence
-check) and printed with them. `--questions lowercase` asks every question in lower case, as people type them.
+check) and printed with them. `--questions lowercase` asks every question in lower case, as people type them. `--layout hard-wrapped` writes each
+document as a text file hard-wrapped at 72 columns (paragraphs kept) and reads it as an upload is read
+(`documents.from_text`: its wrapped lines joined); `--layout hard-wrapped-unjoined` reads those same lines as they
+stand, as the reader did before issue 57 (each line break kept).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import argparse
 import json
 import platform
 import sys
+import textwrap
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -30,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 from longqa.demo_model import no_answer_eval  # noqa: E402
 from longqa.loader import load_model  # noqa: E402
 from longqa.models import NO_ANSWER_RULES  # noqa: E402
-from longqa_core.documents import Document  # noqa: E402
+from longqa_core.documents import Document, from_text  # noqa: E402
 from longqa_core.answering import answer  # noqa: E402
 from longqa_core.no_answer import Evidence  # noqa: E402
 
@@ -39,12 +43,30 @@ HANDWRITTEN_PROSE = ROOT / "tests" / "data" / "handwritten_prose_qa.json"
 GRID = [10.0 ** (e / 4) for e in range(-40, 1)]  # 1e-10 .. 1, four steps a decade
 
 
-def run_item(loaded, item, settings) -> dict:
-    result = answer(loaded.runner, loaded.tokenizer, [Document(item.name, item.text)], item.question, settings,
+LAYOUTS = ("as-written", "hard-wrapped", "hard-wrapped-unjoined")
+
+
+def hard_wrapped(text: str, width: int = 72) -> str:
+    """Each paragraph (a line of `text`) wrapped at `width` columns, as plain-text files are."""
+    return "\n".join(textwrap.fill(line, width) if line.strip() else line for line in text.split("\n"))
+
+
+def document_of(item, layout: str) -> Document:
+    """The item's document as the reader gives it in `layout`."""
+    if layout == "as-written":
+        return Document(item.name, item.text)
+    if layout == "hard-wrapped":
+        return from_text(hard_wrapped(item.text), item.name)
+    return Document(item.name, hard_wrapped(item.text))
+
+
+def run_item(loaded, item, settings, layout: str = "as-written") -> dict:
+    document = document_of(item, layout)
+    result = answer(loaded.runner, loaded.tokenizer, [document], item.question, settings,
                     batch_state=loaded.batch_state, reading_mode="full")
     best = result.answers[0] if result.answers else None
     missing = None if best is None else \
-        Evidence(item.question, [item.text]).missing(0, best.start_char, best.end_char)
+        Evidence(item.question, [document.text]).missing(0, best.start_char, best.end_char)
     return {"kind": item.kind, "source": item.source, "name": item.name, "question": item.question,
             "gold": item.answer, "top": None if best is None else best.text,
             "score": None if best is None else best.score,
@@ -146,13 +168,15 @@ def main() -> None:
     parser.add_argument("--rescore", action="store_true", help="recompute the numbers from the records in --out")
     parser.add_argument("--questions", choices=["as-written", "lowercase"], default="as-written",
                         help="ask every question as written or in lower case")
+    parser.add_argument("--layout", choices=LAYOUTS, default="as-written",
+                        help="each document as written, or hard-wrapped at 72 columns and read joined or unjoined")
     args = parser.parse_args()
     notes = json.loads(HANDWRITTEN.read_text())
     items = no_answer_eval.make_items(args.n, args.seed, notes, json.loads(HANDWRITTEN_PROSE.read_text()))
     if args.questions == "lowercase":
         items = [replace(item, question=item.question.lower()) for item in items]
     report = {"model": args.model, "n_per_kind": args.n, "seed": args.seed, "items": len(items),
-              "questions": args.questions,
+              "questions": args.questions, "layout": args.layout,
               "command": "python scripts/evaluate_no_answer.py " + " ".join(sys.argv[1:]),
               "cpu": platform.processor() or platform.machine(), "profiles": {}}
     if args.rescore:  # recompute the numbers from the records kept in --out, without the model
@@ -163,7 +187,7 @@ def main() -> None:
         loaded = load_model(args.model, profile)
         settings = replace(loaded.settings, max_seq_len=4096, doc_stride=128, top_k=3)
         began = time.perf_counter()
-        records = [run_item(loaded, item, settings) for item in items]
+        records = [run_item(loaded, item, settings, args.layout) for item in items]
         report["profiles"][profile] = {"resolved_profile": loaded.profile.name,
                                        "seconds": round(time.perf_counter() - began, 1),
                                        **score_profile(records), "records": records}

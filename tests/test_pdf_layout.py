@@ -103,7 +103,7 @@ def test_a_reportlab_pdf_in_two_columns_hyphenated_and_over_a_page_break_reads_i
     left = ["Each member of the club keeps", "a log of the tides. The alti-", "tude of Vesmira Quonthal is",
             "2250, as the survey found.", "Nobody disputes it now."] + ["More prose fills the column."] * 6
     right = ["The right column starts", "here and goes on to the", "foot of the page, where it"] + \
-        ["keeps on going for a while"] * 7 + ["stops in the middle of a"]
+        ["keeps on going for a while"] * 7 + ["and it stops in the middle of a"]
     for number in (1, 2):
         canvas.setFont("Helvetica", 8)
         canvas.drawString(72, 760, "Journal of Harbour Studies")
@@ -114,7 +114,7 @@ def test_a_reportlab_pdf_in_two_columns_hyphenated_and_over_a_page_break_reads_i
                 canvas.drawString(72, 700 - 12 * row, a)
                 canvas.drawString(320, 700 - 12 * row, b)
         else:
-            canvas.drawString(72, 700, "sentence that runs over the page. Then it ends.")
+            canvas.drawString(72, 700, "sentence that runs over. Then it ends.")
             for row in range(1, 6):
                 canvas.drawString(72, 700 - 12 * row, "The second page goes on in one column here.")
         canvas.showPage()
@@ -122,7 +122,7 @@ def test_a_reportlab_pdf_in_two_columns_hyphenated_and_over_a_page_break_reads_i
     document = read_document(buffer.getvalue(), name="journal.pdf")
     text = document.text
     assert "The altitude of Vesmira Quonthal is 2250, as the survey found." in text
-    assert "stops in the middle of a sentence that runs over the page." in text
+    assert "and it stops in the middle of a sentence that runs over." in text
     assert text.index("Nobody disputes") < text.index("The right column starts")
     assert "Journal of Harbour" not in text and "- 1 -" not in text
     assert locate(document, text.index("sentence that runs"), text.index("sentence that runs") + 8).page == 2
