@@ -12,7 +12,10 @@ the public names of each:
   `DEFAULT_MAX_PAGES`, `DEFAULT_MAX_READ_S`); `files`: reading a file (`read_document`, `SUPPORTED_EXTENSIONS`):
   the size and extension checks and the reader for each kind: `text_files` (`decode_text`,
   `UnknownEncodingError`, `markdown_headings`), `pdf_files` (`read_pdf_file`) and `html_files` (`read_html_file`),
-  whose parsers run in the children of `reader_children` (`ReaderChildren` and its one instance `READERS`: so many
+  every reader's text flowing as a person reads it (`text_flow`: `flow_text`, `flow_lines`, `Line`, `LineMap`;
+  wrapped lines and hyphens joined, running headers and footers left out), a PDF page's pieces in reading order
+  (`pdf_layout`: `Segment`, `page_lines`; columns, paragraphs, headings), whose parsers run in the children of
+  `reader_children` (`ReaderChildren` and its one instance `READERS`: so many
   at once, one memory budget; `read_in_child`), all within one document's `ReadLimits`.
 - `limits`: `EngineSettings` (windows, batch, limits, the time budget) and the checks made before any model work
   (`validate_request`, `check_chars`, `check_tokens`, `check_predicted_time`, `max_chars_for`, `whole_number`).
