@@ -189,14 +189,19 @@ def page_segments(document: pdfium.PdfDocument, number: int, heard=lambda segmen
     return segments
 
 
+# PDFium marks a hyphen that ends a line as U+0002 (and some fonts map it to U+FFFE): a hyphen for `text_flow` to
+# join or keep, not a control character for `clean_text` to drop.
+_LINE_END_HYPHENS = str.maketrans({"\x02": "-", "\ufffe": "-"})
+
+
 def _object_text(obj, textpage) -> str:
-    """A text object's text as PDFium reads it (its font's Unicode map)."""
+    """A text object's text as PDFium reads it (its font's Unicode map), its line-end hyphen marks as hyphens."""
     n_bytes = pdfium_c.FPDFTextObj_GetText(obj, textpage, None, 0)
     if n_bytes <= 2:
         return ""
     buffer = ctypes.create_string_buffer(n_bytes)
     pdfium_c.FPDFTextObj_GetText(obj, textpage, ctypes.cast(buffer, ctypes.POINTER(pdfium_c.FPDF_WCHAR)), n_bytes)
-    return buffer.raw[: n_bytes - 2].decode("utf-16-le", errors="replace")
+    return buffer.raw[: n_bytes - 2].decode("utf-16-le", errors="replace").translate(_LINE_END_HYPHENS)
 
 
 def _compose(inner: tuple, outer: tuple | None) -> tuple:

@@ -14,12 +14,17 @@ from dataclasses import dataclass
 
 from longqa_core.text_flow import Line, edge_indices, running_lines
 
-GUTTER_EM = 1.0  # a horizontal gap this many font sizes wide cuts a baseline's pieces apart (columns, table cells)
+GUTTER_EM = 0.8  # a horizontal gap this many font sizes wide (of the smaller) cuts a baseline's pieces apart (LaTeX's
+# two columns stand 10 points apart in 10-point text; a justified line's widest word spaces stay under this)
 SPACE_EM = 0.15  # a gap this wide between two pieces of one line is a space between words
 PARAGRAPH_PITCH = 1.45  # a gap between lines of this many times the page's usual line pitch starts a paragraph
 HEADING_SIZE = 1.18  # a line this much larger than the document's body text is a heading
 HEADING_MAX_CHARS = 120
 COLUMN_MIN_LINES = 3  # lines each side of a gutter needs before a page is read as columns
+COLUMN_MIN_WIDTH = 0.3  # of the text's width: the median line of a column of text is at least this wide
+GUTTER_CROSSINGS = 0.05  # of a page's narrow pieces that may cross its gutter (captions, formulas, page numbers)
+_NO_SPACE_AFTER = (" ", "\t", "\u2018", "\u201c", "(", "[", "{")  # an opening quote or bracket holds on to its word
+_NO_SPACE_BEFORE = (" ", "\t", "\u2019", "\u201d", ")", "]", "}", ",", ".", ";", ":", "!", "?")
 RUNNING_PLACE_PT = 12.0  # a running header or footer stands at the same height on every page, to a line or so
 
 
@@ -57,11 +62,11 @@ def baseline_pieces(segments: list[Segment]) -> list[Segment]:
         for segment in row[1:]:
             gap = segment.x0 - current.x1
             size = max(current.size, segment.size)
-            if gap > GUTTER_EM * size:
+            if gap > GUTTER_EM * min(current.size, segment.size):
                 pieces.append(current)
                 current = segment
                 continue
-            space = "" if current.text.endswith((" ", "\t")) or segment.text.startswith((" ", "\t")) or \
+            space = "" if current.text.endswith(_NO_SPACE_AFTER) or segment.text.startswith(_NO_SPACE_BEFORE) or \
                 gap < SPACE_EM * size else " "
             current = Segment(current.text + space + segment.text, min(current.x0, segment.x0),
                               min(current.y0, segment.y0), max(current.x1, segment.x1), max(current.y1, segment.y1),
@@ -119,40 +124,59 @@ def reading_order(pieces: list[Segment]) -> list[Segment]:
 
 
 def find_gutter(pieces: list[Segment]) -> float | None:
-    """The x of a gap between columns: one that no piece narrower than half the text's width crosses, in the
-    middle half of that width, with COLUMN_MIN_LINES pieces on each side side by side and the right side's pieces
-    starting at one margin; None for a page of one column."""
+    """The x of a gap between columns: the middle of the widest clear stretch, in the middle half of the text's
+    width and at least GUTTER_EM wide, that the fewest pieces narrower than half that width cross (at most
+    GUTTER_CROSSINGS of them: a centred caption or a short formula crosses it and reads as full width), with
+    COLUMN_MIN_LINES pieces on each side side by side and the right side's pieces starting at one margin; None for
+    a page of one column."""
     if len(pieces) < 2 * COLUMN_MIN_LINES:
         return None
     left, right = min(p.x0 for p in pieces), max(p.x1 for p in pieces)
     width = right - left
-    narrow = sorted((p for p in pieces if p.x1 - p.x0 < 0.55 * width), key=lambda p: p.x0)
-    if len(narrow) < 2 * COLUMN_MIN_LINES:
+    narrow = [p for p in pieces if p.x1 - p.x0 < 0.55 * width]
+    if len(narrow) < max(2 * COLUMN_MIN_LINES, 0.5 * len(pieces)):  # a page of columns is mostly narrow lines
         return None
     size = statistics.median(p.size for p in narrow)
-    reach = narrow[0].x1
-    for piece in narrow[1:]:
-        gap_middle = (reach + piece.x0) / 2
-        if piece.x0 - reach >= 0.8 * size and left + 0.25 * width <= gap_middle <= left + 0.75 * width:
-            if _is_column_split(narrow, gap_middle, size):
-                return gap_middle
-        reach = max(reach, piece.x1)
-    return None
+    step = size / 4
+    xs = [left + 0.25 * width + step * i for i in range(int(0.5 * width / step) + 1)]
+    crossings = [sum(p.x0 < x < p.x1 for p in narrow) for x in xs]
+    fewest = min(crossings)
+    if fewest > max(1, GUTTER_CROSSINGS * len(narrow)):
+        return None
+    best: tuple[int, int] | None = None  # the widest run of xs crossed by the fewest pieces: (first, last)
+    first = None
+    for i, count in enumerate(crossings + [fewest + 1]):
+        if count == fewest and first is None:
+            first = i
+        elif count != fewest and first is not None:
+            if best is None or i - 1 - first > best[1] - best[0]:
+                best = (first, i - 1)
+            first = None
+    if best is None or (best[1] - best[0]) * step < GUTTER_EM * size - step:
+        return None
+    gutter = (xs[best[0]] + xs[best[1]]) / 2
+    return gutter if _is_column_split(narrow, gutter, size, width) else None
 
 
-def _is_column_split(narrow: list[Segment], gutter: float, size: float) -> bool:
-    """Whether the pieces each side of `gutter` are columns: enough of them, side by side (their heights overlap),
-    most of the right side's starting at one margin."""
+def _is_column_split(narrow: list[Segment], gutter: float, size: float, width: float) -> bool:
+    """Whether the pieces each side of `gutter` are columns: enough of them, one side's as wide as lines of text (a
+    table's cells are not), side by side (their heights overlap),
+    half the right side's starting at one margin or a third of the left side's ending at one edge."""
     lefts = [p for p in narrow if p.x1 <= gutter]
     rights = [p for p in narrow if p.x0 >= gutter]
     if len(lefts) < COLUMN_MIN_LINES or len(rights) < COLUMN_MIN_LINES:
         return False
+    if max(statistics.median(p.x1 - p.x0 for p in side) for side in (lefts, rights)) < COLUMN_MIN_WIDTH * width:
+        return False  # a table's cells, not columns of text (one column of text beside a listing is)
     overlap = min(max(p.y1 for p in lefts), max(p.y1 for p in rights)) - \
         max(min(p.y0 for p in lefts), min(p.y0 for p in rights))
     if overlap < 2 * size:
         return False
     margin = min(p.x0 for p in rights)
-    return sum(abs(p.x0 - margin) <= size for p in rights) >= 0.5 * len(rights)
+    if sum(abs(p.x0 - margin) <= size for p in rights) >= 0.5 * len(rights):
+        return True
+    edge = max(p.x1 for p in lefts)  # or a left column whose lines end at one edge (justified), beside a listing
+    return sum(edge - p.x1 <= 1.5 * size for p in lefts) >= 0.3 * len(lefts)
 
 
 def body_size(pages: list[list[Segment]]) -> float:

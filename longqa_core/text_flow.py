@@ -100,21 +100,38 @@ def running_form(text: str) -> str:
 
 def running_lines(edges: list[list[str]], places: list[list[object]] | None = None) -> list[set[int]]:
     """For each page, which of its edge lines (`edges[page]`: its first and last few lines) are running headers,
-    footers or page numbers: those whose form (`running_form`), in the same place where `places` gives one (a PDF's
-    height on the page), stands on RUNNING_SHARE of the pages and on at least two (all of them, in a document of two
-    pages), and lines that are only a page number. A document of one page has none."""
+    footers or page numbers: lines that are only a page number; lines whose form (`running_form`) stands on
+    RUNNING_SHARE of the pages and on at least two (all of them, in a document of two pages); and where `places`
+    gives each line's place (a PDF's height on the page), lines repeated in one place on two pages, and lines that
+    carry their page's printed number in the place where other pages carry theirs ("Chapter 6: Notes 33", the
+    number counting with the pages). A document of one page has none."""
     n_pages = len(edges)
     if n_pages < 2:
         return [set() for _ in edges]
+    has_places = places is not None
     places = places or [[None] * len(lines) for lines in edges]
     pages_of: dict[tuple, set[int]] = {}
+    numbered: dict[tuple, set[int]] = {}  # (place, printed number less the page's index): the pages that have it
     for page, (lines, where) in enumerate(zip(edges, places)):
         for text, place in zip(lines, where):
             pages_of.setdefault((running_form(text), place), set()).add(page)
+            for number in {int(n) for n in _DIGITS.findall(text) if len(n) <= 5} if has_places else ():
+                numbered.setdefault((place, number - page), set()).add(page)
     needed = n_pages if n_pages == 2 else max(2, math.ceil(RUNNING_SHARE * n_pages))
-    return [{i for i, (text, place) in enumerate(zip(lines, where))
-             if is_page_number(text) or (text.strip() and len(pages_of[running_form(text), place]) >= needed)}
-            for lines, where in zip(edges, places)]
+    repeated = 2 if has_places else needed
+    counting = {key for key, pages in numbered.items() if len(pages) >= needed}
+
+    def is_running(page: int, text: str, place: object) -> bool:
+        if is_page_number(text):
+            return True
+        if not text.strip():
+            return False
+        if len(pages_of[running_form(text), place]) >= repeated:
+            return True
+        return any((place, int(n) - page) in counting for n in _DIGITS.findall(text) if len(n) <= 5)
+
+    return [{i for i, (text, place) in enumerate(zip(lines, where)) if is_running(page, text, place)}
+            for page, (lines, where) in enumerate(zip(edges, places))]
 
 
 def edge_indices(n_lines: int) -> list[int]:
