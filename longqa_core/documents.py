@@ -125,8 +125,10 @@ def locate(document: Document, start_char: int, end_char: int) -> Location:
         before = bisect.bisect_right([h.start_char for h in document.headings], start_char)
         heading = document.headings[before - 1].title if before else None
     line = None
-    if document.has_lines:
-        line = document.lines.line_at(start_char) if document.lines else document.text.count("\n", 0, start_char) + 1
+    if document.lines:
+        line = document.lines.line_at(start_char)
+    elif document.has_lines:  # each form feed that ended a page before it became one more line break (`paged_text`)
+        line = document.text.count("\n", 0, start_char) + 1 - (page - 1 if page else 0)
     return Location(document.name, start_char, end_char, page, heading, line)
 
 

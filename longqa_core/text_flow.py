@@ -307,7 +307,9 @@ def flow_text(text: str, page_starts: tuple[int, ...] = ()) -> Flow:
         fence = raw.lstrip().startswith(("```", "~~~"))
         # a page's first line is no new paragraph for its margin's blank lines: a sentence may run on over the break
         new_page = bool(lines) and page_of[number] != lines[-1].page
-        lines.append(Line(raw, page_of[number], blank_before and not new_page, False, number + 1, fenced or fence))
+        # the file's line: each form feed that ended a page became one more line break here (`paged_text`)
+        lines.append(Line(raw, page_of[number], blank_before and not new_page, False, number + 1 - page_of[number],
+                          fenced or fence))
         fenced = fenced != fence
         blank_before = False
     if not running and not _has_wrap(lines):

@@ -804,7 +804,7 @@ def test_every_page_of_a_generated_pdf_is_named_right_where_its_words_are():
 @pytest.mark.parametrize("read", ["file", "pasted"])
 def test_a_text_whose_form_feeds_end_pages_names_each_page_and_keeps_its_text(read):
     """pdftotext ends every page of a PDF with a form feed; so do license texts and manual pages. The text is the
-    same as without pages (each form feed a line break), and an answer names its page and line."""
+    same as without pages (each form feed a line break), and an answer names its page and its line in the file."""
     pages = [f"Page {n} begins here.\r\nThe code on this page is K{n:03d}X.\n" for n in range(1, 6)]
     pages[2] = ""  # an empty page still counts
     raw = "\f".join(pages) + "\f"  # as pdftotext writes it: the last page ends with one too
@@ -815,7 +815,8 @@ def test_a_text_whose_form_feeds_end_pages_names_each_page_and_keeps_its_text(re
             continue
         start = document.text.index(f"K{number:03d}X")
         location = locate(document, start, start + 5)
-        assert location.page == number and location.line == document.text.count("\n", 0, start) + 1
+        in_file = raw.replace("\r\n", "\n")  # the file's lines: its form feeds end pages, not lines
+        assert location.page == number and location.line == in_file.count("\n", 0, in_file.index(f"K{number:03d}X")) + 1
         assert format_location(location) == f"{document.name}, page {number}, line {location.line:,}"
         first = document.text.index(f"Page {number} begins")
         assert locate(document, first, first + 4).page == number

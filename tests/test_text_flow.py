@@ -77,8 +77,14 @@ def test_running_headers_footers_and_page_numbers_of_a_paged_text_are_left_out_a
     value = flow.text.index("2250")
     document = Document("records.txt", flow.text, flow.page_starts, lines=flow.lines)
     assert locate(document, value, value + 4).page == 2
-    # "Vesmira is 2250." is line 9 of the file, its form feeds counted as line breaks (as `paged_text` makes them)
-    assert locate(document, value, value + 4).line == 9
+    # "Vesmira is 2250." is line 8 of the file: page 2 starts on line 6, after "- 1 -" and its form feed
+    assert locate(document, value, value + 4).line == 8
+
+
+def test_a_form_feed_on_a_line_of_its_own_adds_no_line():
+    document = from_text("First page.\n\f\nSecond page.", "paged.txt")
+    start = document.text.index("Second")
+    assert (locate(document, start, start + 6).line, locate(document, start, start + 6).page) == (3, 2)
 
 
 def test_every_line_of_the_file_is_found_again_in_the_flowing_text():
