@@ -24,8 +24,10 @@ _ENDS_ABBREVIATION = re.compile(r"(?:^|[\s(])(?:[A-Z]|St|Dr|Mr|Mrs|Ms|Mt|Prof|Re
 _HAS_SENTENCE_END = re.compile(r"[.!?\u2026\u3002\uff01\uff1f][\"'\u201d\u2019)\]]*(?:\s|$)")
 # A line that starts something of its own: a list item, a Markdown heading, quote, table row or code fence, a
 # setext underline or a rule.
-_STARTS_ITEM = re.compile(r"\s*(?:[-*+\u2022\u25e6\u2023\u2043\u00b7\u2013\u2014](?:\s|$)|\(?(?:\d{1,3}|[a-zA-Z]|"
-                          r"[ivxlcdm]{1,6})[.)](?:\s|$)|#{1,6}(?:\s|$)|>|\||```|~~~|[=\-_*]{3,}\s*$)")
+# A capital letter and a full stop is an initial ("G. K. Whitlock"), not an item: capitals mark items with ")" only.
+_STARTS_ITEM = re.compile(r"\s*(?:[-*+\u2022\u25e6\u2023\u2043\u00b7\u2013\u2014](?:\s|$)|\(?(?:\d{1,3}|[a-z]|"
+                          r"[ivxlcdm]{1,6}|[IVXLCDM]{2,6})[.)](?:\s|$)|\(?[A-Z]\)(?:\s|$)|#{1,6}(?:\s|$)|>|\||```|~~~|"
+                          r"[=\-_*]{3,}\s*$)")
 _TABLE_GAP = re.compile(r"\S {3,}\S|\t")  # columns aligned with spaces or tabs: a table's row, not prose
 # A word cut by a hyphen at the line's end, and the rest of it at the next line's start.
 _HYPHEN_END = re.compile(r"(\w+)-$")
@@ -36,6 +38,12 @@ _HYPHENATED_PREFIXES = frozenset({"self", "non", "well", "ex", "all", "half", "c
                                   "pre", "pro", "multi", "co", "mid", "semi", "long", "short", "high", "low", "full",
                                   "part", "first", "second", "third", "one", "two", "three", "four", "five"})
 _WORDS = re.compile(r"\w+(?:-\w+)*")
+_COPULAS = frozenset({"is", "are", "was", "were"})
+TITLE_MAX_WORDS = 8
+# Words a sentence goes on after: a line ending with one is no title ("The alias of the Petrel is" / "Vauvgoat.").
+_FUNCTION_WORDS = frozenset("a an the of to in on at by for with from and or but nor is are was were be been being "
+                            "as that which who whom whose than into onto its their his her our your my this these "
+                            "those has have had not".split())
 _DIGITS = re.compile(r"\d+")
 _ROMAN = re.compile(r"[ivxlcdm]+", re.IGNORECASE)
 # A line that is only a page's number: "12", "- 12 -", "Page 12", "Page 12 of 16", "12 / 16", "p. 12", "[Page 3]".
@@ -176,15 +184,16 @@ class Vocabulary:
         return word.lower() in self._words
 
 
-def joined_break(line: str, following: str, prose: bool, vocabulary: Vocabulary) -> str | None:
+def joined_break(line: str, following: str, prose: bool, vocabulary: Vocabulary, opens: bool = False) -> str | None:
     """What the break between `line` and the `following` line of one paragraph becomes: " " where a sentence wraps,
     "" where a word was hyphenated at the line's end ("Ves-" "mira"), "-" where a real hyphen stands there
     ("self-" "contained"), None where the break is the writer's own.
 
     A break inside a paragraph of prose is a wrap unless the line ends a sentence or the following line starts an
     item of its own; a value's line before a capital stays apart ("... is 48,213" / "The capital ...": notes), and so
-    does a line that the following line's first word would have fitted on, since a wrap happens only where the next
-    word does not fit ("Grandpa's lentil soup" / "It feeds six and keeps for three days.": a title).
+    does a line that `opens` its paragraph when the following line starts with a capital and its first word would
+    have fitted on the line, since a wrap happens only where the next word does not fit, and the line reads as a title
+    (`_is_title`: "Grandpa's lentil soup" / "It feeds six and keeps for three days.").
     """
     following_width = len(following.rstrip())
     line, following = line.rstrip(), following.lstrip()
@@ -198,9 +207,17 @@ def joined_break(line: str, following: str, prose: bool, vocabulary: Vocabulary)
         return None
     if line[-1].isdigit() and following[0].isupper():
         return None
-    if len(line) + 1 + len(following.split(None, 1)[0]) <= WRAP_SLACK * following_width:
-        return None  # the following line's first word would have fitted: a title or a line of its own, not a wrap
+    if opens and not following[0].islower() and _is_title(line) and \
+            len(line) + 1 + len(following.split(None, 1)[0]) <= WRAP_SLACK * following_width:
+        return None  # the following line's first word would have fitted: a title, not a wrap
     return " "
+
+
+def _is_title(line: str) -> bool:
+    """Whether a line could be a title: a few words, no verb that states a fact ("is", "was"), not ending with a
+    word a sentence goes on after."""
+    words = line.lower().split()
+    return len(words) <= TITLE_MAX_WORDS and words[-1] not in _FUNCTION_WORDS and not _COPULAS.intersection(words)
 
 
 def _keeps_hyphen(before: str, after: str, vocabulary: Vocabulary) -> bool:
@@ -233,7 +250,7 @@ def flow_lines(lines: list[Line], n_pages: int | None = None) -> Flow:
         prose = is_prose([line.text for line in block])
         for i, line in enumerate(block):
             text = line.text.rstrip()
-            joint = joined_break(block[i - 1].text, text, prose, vocabulary) \
+            joint = joined_break(block[i - 1].text, text, prose, vocabulary, opens=i == 1) \
                 if i and not (line.verbatim or block[i - 1].verbatim) else None
             if joint is not None:
                 last = pieces[-1].rstrip()
@@ -324,8 +341,8 @@ def _has_wrap(lines: list[Line]) -> bool:
         if len(block) > 1:
             texts = [line.text for line in block]
             prose = is_prose(texts)
-            if any(joined_break(a.text, b.text, prose, vocabulary) is not None
-                   for a, b in zip(block, block[1:]) if not (a.verbatim or b.verbatim)):
+            if any(joined_break(a.text, b.text, prose, vocabulary, opens=i == 0) is not None
+                   for i, (a, b) in enumerate(zip(block, block[1:])) if not (a.verbatim or b.verbatim)):
                 return True
     return False
 
