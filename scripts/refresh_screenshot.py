@@ -1,8 +1,10 @@
 """Refresh the page's screenshots: serve the page with the bundled demo model, ask two bundled examples in Debian's
 chromium (a click on an example asks), and take a full-page screenshot once both plots draw a bar per run, at a
 desktop width (docs/screenshot.png, the README's) and a phone's (docs/screenshot-400px.png); with --first-screen,
---notice and --plan, what the first screen shows after them, the first screen after two errors, and the plan panel
-for a T4 (docs/first-screen-WIDTH.png, docs/notice-WIDTH.png, docs/plan-panel-WIDTH.png).
+--notice, --plan and --wrapped-pdf, what the first screen shows after them, the first screen after two errors, the
+plan panel for a T4, and the answer area after asking about a 20-page PDF whose fact sentence wraps inside a name on
+page 17 (docs/first-screen-WIDTH.png, docs/notice-WIDTH.png, docs/plan-panel-WIDTH.png,
+docs/wrapped-pdf-answer-WIDTH.png).
 
 Run on demand after a change to the page (`python scripts/refresh_screenshot.py`); the tests never write it.
 Needs what the browser test needs: /usr/bin/chromium and the playwright package (never `playwright install`).
@@ -14,6 +16,7 @@ import argparse
 import contextlib
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -26,12 +29,14 @@ from page.context import make_context  # noqa: E402
 from page.layout import build_blocks  # noqa: E402
 from page.asking import ensure_loaded  # noqa: E402
 from strategies.profiles import PROFILES  # noqa: E402
+from tests.generated_pdfs import WRAPPED_QUESTION, wrapped_matplotlib_pdf  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync"]
 WIDTHS = {1400: "screenshot.png", 400: "screenshot-400px.png"}  # width in CSS pixels -> file in docs/
 HEIGHT = 900
+WRAPPED_PDF_HEIGHTS = {1400: 900, 400: 850}  # width -> the screen's height for the wrapped PDF's answer area
 TIMEOUT_S = 120.0
 
 
@@ -53,14 +58,14 @@ def ask_example(page, example: dict, runs: int) -> None:
 
 
 @contextlib.contextmanager
-def opened_page(url: str, width: int):
-    """The page at `url` in a fresh chromium, `width` CSS pixels wide, once its question box shows."""
+def opened_page(url: str, width: int, height: int = HEIGHT):
+    """The page at `url` in a fresh chromium, `width` by `height` CSS pixels, once its question box shows."""
     from playwright.sync_api import sync_playwright  # deferred: a test-only dependency (requirements-dev.txt)
 
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         try:
-            page = browser.new_page(viewport={"width": width, "height": HEIGHT})
+            page = browser.new_page(viewport={"width": width, "height": height})
             page.set_default_timeout(TIMEOUT_S * 1000)
             page.goto(url)
             page.get_by_label("Question", exact=True).wait_for()
@@ -109,6 +114,25 @@ def take_plan_screenshot(url: str, path: Path, width: int) -> None:
         page.locator("#plan-panel").screenshot(path=str(path))
 
 
+def take_wrapped_pdf_screenshot(url: str, path: Path, width: int) -> None:
+    """The screen a visitor sees after uploading the wrapped PDF (tests/generated_pdfs.py) and asking its question:
+    the answer area, scrolled into view by the page itself."""
+    with tempfile.TemporaryDirectory() as folder, opened_page(url, width, WRAPPED_PDF_HEIGHTS[width]) as page:
+        pdf = Path(folder) / "survey.pdf"
+        pdf.write_bytes(wrapped_matplotlib_pdf())
+        page.locator("#documents input[type=file]").set_input_files(str(pdf))
+        documents = page.get_by_role("table", name="Documents read", exact=True)
+        wait_until(lambda: "survey.pdf" in documents.inner_text(), "the PDF read")
+        page.get_by_label("Question", exact=True).fill(WRAPPED_QUESTION)
+        page.get_by_role("button", name="Ask", exact=True).click()
+        heading = page.locator("#answer-status h3")
+        wait_until(lambda: heading.count() == 1 and heading.inner_text() not in ("Asking…", "New documents"),
+                   "the answer's outcome")
+        time.sleep(2.0)  # page/behaviour.js looks again 1.5 s after the answer shows, and may scroll
+        page.mouse.move(0, 0)
+        page.screenshot(path=str(path))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "docs", help="folder for the screenshots")
@@ -120,6 +144,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="also save the first screen after two errors (notice-WIDTH.png beside them)")
     parser.add_argument("--plan", action="store_true",
                         help="also save the plan panel planned for a T4 (plan-panel-WIDTH.png beside them)")
+    parser.add_argument("--wrapped-pdf", action="store_true",
+                        help="also save the answer area after asking about a PDF whose fact wraps inside a name, at "
+                             "1400x900 and 400x850 (wrapped-pdf-answer-WIDTH.png beside them)")
     parser.add_argument("--profile", default="auto", choices=list(PROFILES))
     args = parser.parse_args(argv)
     ctx = make_context(Session(), models=["demo"], default_model="demo", default_profile=args.profile)
@@ -137,6 +164,8 @@ def main(argv: list[str] | None = None) -> int:
                 take_notice_screenshot(url, args.out / f"notice-{width}.png", width)
             if args.plan:
                 take_plan_screenshot(url, args.out / f"plan-panel-{width}.png", width)
+            if args.wrapped_pdf:
+                take_wrapped_pdf_screenshot(url, args.out / f"wrapped-pdf-answer-{width}.png", width)
     finally:
         demo.close()
     return 0

@@ -23,6 +23,7 @@ from page import format as ui_format
 from longqa.models import DEFAULT_MODEL, DEMO_MODEL_DIR
 from longqa.session import sample_examples, Session
 from tests.conftest import CHROMIUM, served_page
+from tests.generated_pdfs import WRAPPED_QUESTION, wrapped_matplotlib_pdf
 
 TIMEOUT_MS = 120_000
 PLOT_SETTLE_S = 20.0  # Vega draws an update asynchronously; a plot that lags never catches up
@@ -74,6 +75,14 @@ def launch(ctx):
 def served(tiny_model_dir):
     with served_page(Session(), tiny_model_dir, launch,
                      models=[str(tiny_model_dir), *(["demo"] if HAS_DEMO else [])]) as page_served:
+        yield page_served
+
+
+@pytest.fixture(scope="module")
+def served_demo():
+    """The page with the bundled demo model loaded, the model a first visit gets offline (it answers "What is the
+    <attribute> of <name>?")."""
+    with served_page(Session(), "demo", launch) as page_served:
         yield page_served
 
 
@@ -415,5 +424,36 @@ def test_a_comparisons_bars_are_coloured_by_profile(served, browser, long_docume
     wait_until(lambda: table_headers(page, "Profile comparison") == ["measure", "cpu", "baseline-fp32"])
     try:
         assert_bars_coloured_by_profile(page, ctx)
+    finally:
+        page.close()
+
+
+@pytest.mark.skipif(not HAS_DEMO, reason="the demo model has no weights yet")
+@pytest.mark.parametrize("width", SCREENS)
+def test_a_pdf_whose_fact_wraps_inside_a_name_is_found_highlighted_on_its_page(served_demo, browser, tmp_path, width):
+    """A 20-page report written by matplotlib (running header, "Page N of 20" footer), whose fact sentence wraps
+    between "Vesmira" and "Quonthal" on page 17: the answer area says Found, highlights "2250" in its passage with
+    the sentence read whole, and names page 17, at a desktop's width and a phone's."""
+    path = tmp_path / "survey.pdf"
+    path.write_bytes(wrapped_matplotlib_pdf())
+    page = open_at(browser, served_demo[1], width)
+    try:
+        page.locator("#documents input[type=file]").set_input_files(str(path))
+        wait_until(lambda: "survey.pdf" in table_text(page, "Documents read"))
+        answer = ask(page, WRAPPED_QUESTION)
+        assert answer == "2250"
+        heading = page.locator("#answer-status h3")  # the Markdown's, not the progress shown over it
+        wait_until(lambda: heading.count() == 1 and not heading.inner_text().startswith("Asking"))  # after the answer
+        assert heading.inner_text().startswith("Found"), heading.inner_text()
+        where = page.locator("#answer-status p").first.inner_text()
+        assert where.startswith("In survey.pdf, page 17,"), where
+        highlighted = page.locator("#evidence .highlighted")
+        assert highlighted.count() == 1 and highlighted.inner_text().strip() == "2250"
+        passage = " ".join(page.locator("#evidence").inner_text().split())  # the highlight stands apart in it
+        assert re.search(r"The altitude of Vesmira Quonthal is 2250 ?\.", passage), passage
+        assert "Page 17" not in passage and "survey notes" not in passage, "no running header or footer in it"
+        assert "survey.pdf, page 17" in table_text(page, "Top answers")
+        for area in ("#answer-status", "#best-answer", "#evidence"):
+            assert page.locator(area).is_visible(), f"{area} is hidden at {width} px"
     finally:
         page.close()

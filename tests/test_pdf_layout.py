@@ -3,11 +3,13 @@ made as people's are (matplotlib, two columns drawn across, hyphenated, page-bro
 
 import io
 
+import pypdfium2
 import pytest
 
 from longqa_core.documents import locate
 from longqa_core.files import read_document
 from longqa_core.pdf_layout import Segment, baseline_pieces, find_gutter, page_lines, reading_order
+from tests.generated_pdfs import WRAPPED_FACT, WRAPPED_HEADER, wrapped_matplotlib_pdf
 
 
 def word_segments(words: str, x: float, y: float, size: float = 10.0) -> list[Segment]:
@@ -69,29 +71,11 @@ def test_page_lines_leave_out_running_lines_and_mark_paragraphs_and_headings():
 # PDFs made as people make them
 
 def test_a_matplotlib_pdf_whose_sentence_wraps_inside_a_name_reads_it_whole_on_its_page():
-    matplotlib = pytest.importorskip("matplotlib")
-    matplotlib.use("Agg")
-    from matplotlib.backends.backend_pdf import PdfPages
-    import matplotlib.pyplot as plt
-
-    buffer = io.BytesIO()
-    filler = "The harbour office opened at nine and the clerks sorted the morning post."
-    with PdfPages(buffer) as pdf:
-        for number in range(1, 21):
-            figure = plt.figure(figsize=(8.27, 11.69))
-            figure.text(0.1, 0.95, "Harbour records", fontsize=9)
-            lines = [filler[:40], filler[40:]] * 6
-            if number == 17:
-                lines[5:7] = ["In the spring survey the altitude of Vesmira", "Quonthal is 2250. Nobody argued."]
-            for row, line in enumerate(lines):
-                figure.text(0.1, 0.85 - row * 0.025, line, fontsize=11)
-            figure.text(0.5, 0.04, f"Page {number} of 20", fontsize=9, ha="center")
-            pdf.savefig(figure)
-            plt.close(figure)
-    document = read_document(buffer.getvalue(), name="survey.pdf")
-    sentence = "In the spring survey the altitude of Vesmira Quonthal is 2250."
-    assert sentence in document.text
-    assert "Harbour records" not in document.text and "Page 17" not in document.text
+    data = wrapped_matplotlib_pdf()
+    assert "Vesmira\r\nQuonthal" in pypdfium2.PdfDocument(data)[16].get_textpage().get_text_range()  # as drawn
+    document = read_document(data, name="survey.pdf")
+    assert WRAPPED_FACT in document.text
+    assert WRAPPED_HEADER not in document.text and "Page 17" not in document.text
     value = document.text.index("2250")
     assert locate(document, value, value + 4).page == 17
 
