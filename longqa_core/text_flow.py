@@ -55,6 +55,9 @@ RUNNING_SHARE = 0.2  # of the pages a line must stand on (top or foot, digits as
 # characters, with this slack for proportional fonts, whose lines of one width hold more or fewer characters) is not
 # a wrap.
 WRAP_SLACK = 0.85
+WRAP_COLUMNS = (60, 80)  # the widths plain text is wrapped to (RFCs 72, mail 72-78, editors 80)
+LONG_WORD = 12  # a wrapped line ends at most this far from its width
+FULL_SHARE = 0.75  # of a wrapped paragraph's lines, all but its last, that fill its width
 
 
 @dataclass(frozen=True)
@@ -154,15 +157,18 @@ def is_prose(lines: list[str]) -> bool:
     return any(_HAS_SENTENCE_END.search(line) for line in lines)
 
 
-def ends_line_for_good(line: str) -> bool:
-    """Whether the break after `line` is one a writer made: after a sentence's end (not an initial's or a title's
-    full stop), a colon, or a table's row; or where the line is a heading or a list of notes' item."""
+def ends_sentence(line: str) -> bool:
+    """Whether `line` ends with a sentence's end (not an initial's or a title's full stop) or a colon."""
     stripped = line.rstrip()
-    if not stripped:
-        return True
-    if _ENDS_SENTENCE.search(stripped) and not _ENDS_ABBREVIATION.search(stripped):
-        return True
-    return bool(_TABLE_GAP.search(stripped.strip())) or stripped.lstrip().startswith(("#", "|", "```", "~~~"))
+    return bool(_ENDS_SENTENCE.search(stripped)) and not _ENDS_ABBREVIATION.search(stripped)
+
+
+def ends_line_for_good(line: str) -> bool:
+    """Whether the break after `line` is one a writer made: after an empty line, a table's row, a heading or a
+    fence."""
+    stripped = line.rstrip()
+    return not stripped or bool(_TABLE_GAP.search(stripped.strip())) or \
+        stripped.lstrip().startswith(("#", "|", "```", "~~~"))
 
 
 def starts_line_for_good(line: str) -> bool:
@@ -184,13 +190,16 @@ class Vocabulary:
         return word.lower() in self._words
 
 
-def joined_break(line: str, following: str, prose: bool, vocabulary: Vocabulary, opens: bool = False) -> str | None:
+def joined_break(line: str, following: str, prose: bool, vocabulary: Vocabulary, opens: bool = False,
+                 wraps: bool = False) -> str | None:
     """What the break between `line` and the `following` line of one paragraph becomes: " " where a sentence wraps,
     "" where a word was hyphenated at the line's end ("Ves-" "mira"), "-" where a real hyphen stands there
     ("self-" "contained"), None where the break is the writer's own.
 
-    A break inside a paragraph of prose is a wrap unless the line ends a sentence or the following line starts an
-    item of its own; a value's line before a capital stays apart ("... is 48,213" / "The capital ...": notes), and so
+    A break inside a paragraph of prose is a wrap unless the following line starts an item of its own, or the line
+    ends a sentence in a paragraph whose lines its writer ended (`wraps` False, as notes of one sentence a line;
+    `wraps` True: the paragraph was wrapped to a width, at a sentence's end as anywhere else, `is_wrapped`); a
+    value's line before a capital stays apart ("... is 48,213" / "The capital ...": notes), and so
     does a line that `opens` its paragraph when the following line starts with a capital and its first word would
     have fitted on the line, since a wrap happens only where the next word does not fit, and the line reads as a title
     (`_is_title`: "Grandpa's lentil soup" / "It feeds six and keeps for three days.").
@@ -205,6 +214,8 @@ def joined_break(line: str, following: str, prose: bool, vocabulary: Vocabulary,
         return "-" if _keeps_hyphen(hyphen.group(1), rest.group(0) if rest else "", vocabulary) else ""
     if not prose:
         return None
+    if ends_sentence(line):
+        return " " if wraps else None
     if line[-1].isdigit() and following[0].isupper():
         return None
     if opens and not following[0].islower() and _is_title(line) and \
@@ -248,9 +259,10 @@ def flow_lines(lines: list[Line], n_pages: int | None = None) -> Flow:
     previous: Line | None = None
     for block in _paragraphs(lines):
         prose = is_prose([line.text for line in block])
+        wrapped = is_wrapped(block)
         for i, line in enumerate(block):
             text = line.text.rstrip()
-            joint = joined_break(block[i - 1].text, text, prose, vocabulary, opens=i == 1) \
+            joint = joined_break(block[i - 1].text, text, prose, vocabulary, opens=i == 1, wraps=wrapped) \
                 if i and not (line.verbatim or block[i - 1].verbatim) else None
             if joint is not None:
                 last = pieces[-1].rstrip()
@@ -279,6 +291,21 @@ def flow_lines(lines: list[Line], n_pages: int | None = None) -> Flow:
             previous = line
     return Flow("".join(pieces), _filled_page_starts(page_starts, length),
                 LineMap(starts, numbers) if numbers else None, tuple(headings))
+
+
+def is_wrapped(block: list[Line]) -> bool:
+    """Whether a paragraph's lines were wrapped to a width rather than ended by their writer: fewer than half of them
+    end a sentence (notes of a sentence a line end them all; wrapped prose about one line in five), or, in three
+    lines or more, nearly all but the last fill a plain-text width (WRAP_COLUMNS) to within a long word."""
+    if len(block) < 2:
+        return False
+    ended = sum(ends_sentence(line.text) for line in block[:-1])
+    if ended < 0.5 * (len(block) - 1):
+        return True
+    lengths = [len(line.text.rstrip()) for line in block]
+    width = max(lengths)
+    return len(block) >= 3 and WRAP_COLUMNS[0] <= width <= WRAP_COLUMNS[1] and \
+        sum(n >= width - LONG_WORD for n in lengths[:-1]) >= FULL_SHARE * (len(block) - 1)
 
 
 def _paragraphs(lines: list[Line]) -> list[list[Line]]:
@@ -341,8 +368,9 @@ def _has_wrap(lines: list[Line]) -> bool:
         if len(block) > 1:
             texts = [line.text for line in block]
             prose = is_prose(texts)
-            if any(joined_break(a.text, b.text, prose, vocabulary, opens=i == 0) is not None
-                   for i, (a, b) in enumerate(zip(block, block[1:])) if not (a.verbatim or b.verbatim)):
+            wrapped = is_wrapped(block)
+            if any(joined_break(a.text, b.text, prose, vocabulary, opens=i == 0, wraps=wrapped)
+                   is not None for i, (a, b) in enumerate(zip(block, block[1:])) if not (a.verbatim or b.verbatim)):
                 return True
     return False
 
