@@ -5,7 +5,9 @@ reading order, hard-wrapped, paged and Markdown text, and two controls), each re
 
 Usage: python scripts/evaluate_layouts.py [--n 20] [--label before] [--layouts wrapped-pdf,paged-txt,...]
                                           [--model demo] [--profile cpu] [--reading auto]
-Per layout: right answer (the top answer's text, stripped of surrounding spaces and punctuation, is the value),
+Per layout: the fact read whole (the reader's text holds the fact sentence with its words apart by single spaces: the
+reader's part, apart from the model's), right answer (the top answer's text, stripped of surrounding spaces and
+punctuation, is the value),
 said found (the verdict's found is True), right place (the top answer's page is the value's page in a PDF; its line
 the value's line in a text file) and all three at once. Writes docs/results/layout-eval-<label>.json (per-item
 records, per-layout rates, the CPU kind and the command) and prints a markdown table.
@@ -31,7 +33,7 @@ from longqa_core.limits import validate_request  # noqa: E402
 from longqa_core.reading import DEFAULT_READING, READING_MODES  # noqa: E402
 
 SURROUNDING = " \t\n\r\f\v.,;:!?\"'()[]"  # what may stand around an answer in prose without changing it
-MEASURES = ("right", "found", "right_place", "all_three")
+MEASURES = ("read_whole", "right", "found", "right_place", "all_three")
 
 
 def cpu_kind() -> str:
@@ -47,6 +49,18 @@ def is_right(answer: str | None, value: str) -> bool:
     return answer is not None and answer.strip(SURROUNDING) == value.strip(SURROUNDING)
 
 
+def read_whole(item: LayoutItem, text: str) -> bool:
+    """Whether the reader's text holds the fact sentence whole, its words apart by single spaces: its parts as drawn
+    joined with a space, or at a hyphen ending a part, without it (a typesetter's) or with it (a compound's)."""
+    fact = ""
+    for part in (p.strip() for p in item.fact_lines):
+        if fact.endswith("-") and part[:1].isalnum():
+            fact = fact[:-1] + part if fact[:-1] + part in text else fact + part
+        else:
+            fact = f"{fact} {part}".strip()
+    return fact in text
+
+
 def ask_item(session: Session, item: LayoutItem, reading: str) -> dict:
     """One item read as an upload and asked as `longqa ask` asks it, and what came back."""
     record = {"layout": item.layout, "seed": item.seed, "file": item.name, "question": item.question,
@@ -55,6 +69,7 @@ def ask_item(session: Session, item: LayoutItem, reading: str) -> dict:
     began = time.perf_counter()
     try:
         documents, extract_s = read_documents([(item.name, item.data)])
+        record["read_whole"] = read_whole(item, documents[0].text)
         plan = session.plan(documents, validate_request(documents, item.question), reading)
         result = session.ask(plan, extract_s=extract_s).result
     except LongQAError as exc:
@@ -76,7 +91,8 @@ def ask_item(session: Session, item: LayoutItem, reading: str) -> dict:
 def rates(records: list[dict]) -> dict:
     """Per measure, the share of records that meet it, and the counts."""
     n = len(records)
-    counts = {"right": sum(r["right"] for r in records), "found": sum(r["found"] is True for r in records),
+    counts = {"read_whole": sum(bool(r.get("read_whole")) for r in records),
+              "right": sum(r["right"] for r in records), "found": sum(r["found"] is True for r in records),
               "right_place": sum(r["right_place"] for r in records), "all_three": sum(r["all_three"] for r in records)}
     return {"n": n, **{name: round(count / max(n, 1), 3) for name, count in counts.items()},
             "counts": counts, "errors": sum("error" in r for r in records)}
@@ -84,7 +100,8 @@ def rates(records: list[dict]) -> dict:
 
 def markdown_table(report: dict) -> str:
     """The per-layout rates as a markdown table, each rate with its count."""
-    lines = ["| layout | n | right answer | said found | right page/line | all three |", "|---|---|---|---|---|---|"]
+    lines = ["| layout | n | fact read whole | right answer | said found | right page/line | all three |",
+             "|---|---|---|---|---|---|---|"]
     for name, entry in report["layouts"].items():
         cells = [f"{entry[m]:.2f} ({entry['counts'][m]})" for m in MEASURES]
         lines.append(f"| {name} | {entry['n']} | " + " | ".join(cells) + " |")
