@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import ctypes
 import json
+import math
 
 import pypdfium2 as pdfium
 import pypdfium2.raw as pdfium_c
 
 from longqa_core.documents import Heading, ReadLimits, clean_text
 from longqa_core.errors import CharLimitError, DocumentError
-from longqa_core.pdf_layout import Segment, page_lines
+from longqa_core.pdf_layout import Segment, baseline_pieces, page_lines
 from longqa_core.reader_children import OUT_OF_MEMORY_EXIT, READERS, ReaderChildren, read_in_child
 from longqa_core.text_flow import flow_lines
 
@@ -114,16 +115,22 @@ def _extract_pages(document: pdfium.PdfDocument, n_pages: int, name: str, limits
         if limits.is_over_chars(n_chars) or limits.is_over_time():
             raise _StopReading
 
+    def check_time() -> None:
+        if limits.is_over_time():
+            raise _StopReading
+
     def count_page(n_page_chars: int) -> None:
+        nonlocal n_chars
         # PDFium counts a page's characters once its text is indexed: a page past the limit goes unread
         if limits.is_over_chars(n_chars + n_page_chars):
-            count(Segment("x" * n_page_chars, 0, 0, 0, 0, 0))
+            n_chars += n_page_chars
+            raise _StopReading
 
     for number in range(n_pages):
         try:
             if limits.is_over_time():
                 raise _StopReading
-            pages.append(page_segments(document, number, count, count_page))
+            pages.append(baseline_pieces(page_segments(document, number, count, count_page, check_time)))
         except _StopReading:
             progress = f"{number + 1:,} of {n_pages:,} pages"
             if limits.is_over_chars(n_chars):
@@ -139,54 +146,97 @@ def _extract_pages(document: pdfium.PdfDocument, n_pages: int, name: str, limits
 
 
 _MAX_FORM_DEPTH = 8  # forms inside forms: deeper ones are a file built to be slow, not text
+# PDFium finds a text object's text by searching the page's characters: past this many objects on a page (one a
+# glyph, as some writers draw them), one pass over the characters gives every object its text instead.
+_MANY_OBJECTS = 400
 
 
 def page_segments(document: pdfium.PdfDocument, number: int, heard=lambda segment: None,
-                  heard_chars=lambda n_chars: None) -> list[Segment]:
-    """The pieces of text of page `number` (0-based), each with its box in page points and font size, in the order
-    the page draws them, text inside forms (XObjects) included; `heard_chars` hears how many characters the page
-    has before they are read, `heard` each piece as it is read (either may raise to stop)."""
+                  heard_chars=lambda n_chars: None, tick=lambda: None) -> list[Segment]:
+    """The pieces of text of page `number` (0-based), each with its box in page points and font size (its text
+    matrix's scale included), in the order the page draws them, text inside forms (XObjects) included, turned so
+    that the page's text reads left to right (a landscape page drawn sideways); `heard_chars` hears how many
+    characters the page has before they are read, `heard` each piece as it is read, `tick` now and then while a
+    page's characters are gone through one by one (any of them may raise to stop)."""
     page = document[number]
     textpage = page.get_textpage()
     try:
         heard_chars(pdfium_c.FPDFText_CountChars(textpage))
-    except BaseException:
+        objects = _text_objects(page)
+        texts = _texts_by_character(textpage, tick) if len(objects) > _MANY_OBJECTS else None
+        segments, turns = [], []
+        left, bottom, right, top = (ctypes.c_float() for _ in range(4))
+        size, matrix = ctypes.c_float(), pdfium_c.FS_MATRIX()
+        for obj, transform in objects:
+            text = texts.get(ctypes.cast(obj, ctypes.c_void_p).value, "") if texts is not None else \
+                _object_text(obj, textpage)
+            if not text.strip() or not pdfium_c.FPDFPageObj_GetBounds(obj, left, bottom, right, top):
+                continue
+            x0, y0, x1, y1 = _transformed(transform, left.value, bottom.value, right.value, top.value)
+            pdfium_c.FPDFPageObj_GetMatrix(obj, matrix)
+            own = _compose((matrix.a, matrix.b, matrix.c, matrix.d, 0.0, 0.0), transform)
+            font = size.value if pdfium_c.FPDFTextObj_GetFontSize(obj, size) and size.value > 0 else 0.0
+            scale = math.hypot(own[2], own[3])
+            segment = Segment(clean_text(text), x0, y0, x1, y1, font * scale if font * scale >= 1 else
+                              max(min(x1 - x0, y1 - y0), 1.0))
+            heard(segment)
+            segments.append(segment)
+            turns.append(round(math.atan2(own[1], own[0]) / (math.pi / 2)) % 4)
+    finally:
         textpage.close()
         page.close()
-        raise
-    segments: list[Segment] = []
-    left, bottom, right, top = (ctypes.c_float() for _ in range(4))
-    size = ctypes.c_float()
+    return _upright(segments, turns)
+
+
+def _text_objects(page) -> list[tuple]:
+    """The page's text objects, with the matrix of the forms they are drawn in (None: the page's own)."""
+    found: list[tuple] = []
     matrix = pdfium_c.FS_MATRIX()
 
-    def read_objects(count: int, get, transform, depth: int) -> None:
+    def walk(count: int, get, transform, depth: int) -> None:
         for index in range(count):
             obj = get(index)
             kind = pdfium_c.FPDFPageObj_GetType(obj)
             if kind == pdfium_c.FPDF_PAGEOBJ_TEXT:
-                text = _object_text(obj, textpage)
-                if not text.strip() or not pdfium_c.FPDFPageObj_GetBounds(obj, left, bottom, right, top):
-                    continue
-                x0, y0, x1, y1 = _transformed(transform, left.value, bottom.value, right.value, top.value)
-                font = size.value if pdfium_c.FPDFTextObj_GetFontSize(obj, size) and size.value > 0 else 0.0
-                scale = _scale(transform)
-                segment = Segment(clean_text(text), x0, y0, x1, y1, font * scale if font else y1 - y0)
-                heard(segment)
-                segments.append(segment)
+                found.append((obj, transform))
             elif kind == pdfium_c.FPDF_PAGEOBJ_FORM and depth < _MAX_FORM_DEPTH:
                 pdfium_c.FPDFPageObj_GetMatrix(obj, matrix)
                 inner = (matrix.a, matrix.b, matrix.c, matrix.d, matrix.e, matrix.f)
-                read_objects(pdfium_c.FPDFFormObj_CountObjects(obj),
-                             lambda i, form=obj: pdfium_c.FPDFFormObj_GetObject(form, i),
-                             _compose(inner, transform), depth + 1)
+                walk(pdfium_c.FPDFFormObj_CountObjects(obj), lambda i, form=obj: pdfium_c.FPDFFormObj_GetObject(form, i),
+                     _compose(inner, transform), depth + 1)
 
-    try:
-        read_objects(pdfium_c.FPDFPage_CountObjects(page), lambda i: pdfium_c.FPDFPage_GetObject(page, i),
-                     None, 0)
-    finally:
-        textpage.close()
-        page.close()
-    return segments
+    walk(pdfium_c.FPDFPage_CountObjects(page), lambda i: pdfium_c.FPDFPage_GetObject(page, i), None, 0)
+    return found
+
+
+def _texts_by_character(textpage, tick) -> dict[int, str]:
+    """Every text object's text (keyed by its address), from one pass over the page's characters (`tick` called
+    every 4,096); the characters PDFium adds between objects (spaces, line breaks) belong to none."""
+    chars: dict[int, list[str]] = {}
+    for index in range(pdfium_c.FPDFText_CountChars(textpage)):
+        if not index % 4096:
+            tick()
+        obj = pdfium_c.FPDFText_GetTextObject(textpage, index)
+        key = ctypes.cast(obj, ctypes.c_void_p).value
+        if key:
+            chars.setdefault(key, []).append(chr(pdfium_c.FPDFText_GetUnicode(textpage, index) or 0xFFFD))
+    return {key: "".join(text).translate(_LINE_END_HYPHENS) for key, text in chars.items()}
+
+
+def _upright(segments: list[Segment], turns: list[int]) -> list[Segment]:
+    """The segments in the frame where most of the page's text reads left to right: a page whose text is drawn a
+    quarter or half turn round (a landscape table on a portrait page) turned back."""
+    if not segments:
+        return segments
+    weight = [0, 0, 0, 0]
+    for segment, turn in zip(segments, turns):
+        weight[turn] += len(segment.text)
+    turn = max(range(4), key=weight.__getitem__)
+    if turn == 0:
+        return segments
+    turned = {1: lambda s: (s.y0, -s.x1, s.y1, -s.x0), 2: lambda s: (-s.x1, -s.y1, -s.x0, -s.y0),
+              3: lambda s: (-s.y1, s.x0, -s.y0, s.x1)}[turn]
+    return [Segment(s.text, *turned(s), s.size) for s in segments]
 
 
 # PDFium marks a hyphen that ends a line as U+0002 (and some fonts map it to U+FFFE): a hyphen for `text_flow` to
@@ -223,11 +273,6 @@ def _transformed(transform: tuple | None, x0: float, y0: float, x1: float, y1: f
         xs.append(a * x + c * y + e)
         ys.append(b * x + d * y + f)
     return min(xs), min(ys), max(xs), max(ys)
-
-
-def _scale(transform: tuple | None) -> float:
-    """How much a form's matrix scales text vertically."""
-    return 1.0 if transform is None else (transform[2] ** 2 + transform[3] ** 2) ** 0.5
 
 
 def _open_pdf(data: bytes, name: str) -> pdfium.PdfDocument:

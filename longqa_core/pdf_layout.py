@@ -10,7 +10,7 @@ segments (PDFium) and `text_flow` joins the lines it returns.
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from longqa_core.text_flow import Line, edge_indices, running_lines
 
@@ -21,15 +21,17 @@ SPACE_EM = 0.2  # a gap this wide between two pieces of one line is a space betw
 PARAGRAPH_PITCH = 1.45  # a gap between lines of this many times the page's usual line pitch starts a paragraph
 HEADING_SIZE = 1.18  # a line this much larger than the document's body text is a heading
 HEADING_MAX_CHARS = 120
+TABLE_CELL_GAP = "   "  # between the cells of a row, as a text table aligns them (`text_flow` keeps such a row whole)
 COLUMN_MIN_LINES = 3  # lines each side of a gutter needs before a page is read as columns
 COLUMN_MIN_WIDTH = 0.3  # of the text's width: the median line of a column of text is at least this wide
+GUTTER_SAMPLES = 800  # places across the text's width where a gutter is looked for, at most
 GUTTER_CROSSINGS = 0.05  # of a page's narrow pieces that may cross its gutter (captions, formulas, page numbers)
 _NO_SPACE_AFTER = (" ", "\t", "\u2018", "\u201c", "(", "[", "{")  # an opening quote or bracket holds on to its word
 _NO_SPACE_BEFORE = (" ", "\t", "\u2019", "\u201d", ")", "]", "}", ",", ".", ";", ":", "!", "?")
 RUNNING_PLACE_PT = 12.0  # a running header or footer stands at the same height on every page, to a line or so
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # a page of glyphs drawn one by one has thousands
 class Segment:
     """A run of text drawn as one piece: its text, its box in PDF points (x0 < x1, y0 < y1, y upwards) and its
     font size in points."""
@@ -105,13 +107,14 @@ def reading_order(pieces: list[Segment]) -> list[Segment]:
     column read the same way, for three columns); elsewhere top to bottom, left to right."""
     gutter = find_gutter(pieces)
     if gutter is None:
-        return sorted(pieces, key=lambda p: (-p.middle_y, p.x0))
+        return top_to_bottom(pieces)
     ordered: list[Segment] = []
     band: list[Segment] = []
 
     def flush() -> None:
-        ordered.extend(reading_order([p for p in band if p.x1 <= gutter]))
-        ordered.extend(reading_order([p for p in band if p.x0 >= gutter]))
+        lefts = [p for p in band if p.x1 <= gutter]
+        ordered.extend(reading_order(lefts))
+        ordered.extend(reading_order([p for p in band if p.x1 > gutter]))
         band.clear()
 
     for piece in sorted(pieces, key=lambda p: (-p.middle_y, p.x0)):
@@ -122,6 +125,18 @@ def reading_order(pieces: list[Segment]) -> list[Segment]:
             band.append(piece)
     flush()
     return ordered
+
+
+def top_to_bottom(pieces: list[Segment]) -> list[Segment]:
+    """Pieces row by row from the top, each row left to right (a row's pieces share a baseline: their middles differ
+    by a descender at most)."""
+    rows: list[list[Segment]] = []
+    for piece in sorted(pieces, key=lambda p: -p.middle_y):
+        if rows and _same_row(rows[-1][0], piece):
+            rows[-1].append(piece)
+        else:
+            rows.append([piece])
+    return [piece for row in rows for piece in sorted(row, key=lambda p: p.x0)]
 
 
 def find_gutter(pieces: list[Segment]) -> float | None:
@@ -137,8 +152,8 @@ def find_gutter(pieces: list[Segment]) -> float | None:
     narrow = [p for p in pieces if p.x1 - p.x0 < 0.55 * width]
     if len(narrow) < max(2 * COLUMN_MIN_LINES, 0.5 * len(pieces)):  # a page of columns is mostly narrow lines
         return None
-    size = statistics.median(p.size for p in narrow)
-    step = size / 4
+    size = max(statistics.median(p.size for p in narrow), 1.0)
+    step = max(size / 4, width / GUTTER_SAMPLES)
     xs = [left + 0.25 * width + step * i for i in range(int(0.5 * width / step) + 1)]
     crossings = [sum(p.x0 < x < p.x1 for p in narrow) for x in xs]
     fewest = min(crossings)
@@ -201,12 +216,20 @@ def page_lines(pages: list[list[Segment]]) -> list[Line]:
         pitch = _usual_pitch(ordered)
         for index, piece in enumerate(ordered):
             before = ordered[index - 1] if index else None
+            if before is not None and _same_row(before, piece) and piece.x0 > before.x1 and lines:
+                # a table's row: its cells apart by a gutter, kept on one line as a text table sets them
+                lines[-1] = replace(lines[-1], text=f"{lines[-1].text}{TABLE_CELL_GAP}{piece.text}")
+                continue
             # the step from the line before, in the same column (a column's first line follows the other's last)
             step = before.middle_y - piece.middle_y if before is not None else None
             apart = step is not None and pitch is not None and step > PARAGRAPH_PITCH * pitch
             heading = body > 0 and piece.size >= HEADING_SIZE * body and len(piece.text) <= HEADING_MAX_CHARS
             lines.append(Line(piece.text, number, apart, heading))
     return lines
+
+
+def _same_row(a: Segment, b: Segment) -> bool:
+    return abs(a.middle_y - b.middle_y) <= 0.45 * min(a.size, b.size)
 
 
 def _usual_pitch(ordered: list[Segment]) -> float | None:

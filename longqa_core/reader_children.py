@@ -1,4 +1,4 @@
-"""The child processes that read documents (HTML with resiliparse, PDF with pypdf): one pool for both (`READERS`: so
+"""The child processes that read documents (HTML with resiliparse, PDF with PDFium): one pool for both (`READERS`: so
 many children at once, one memory budget for all, a bounded wait in line), and `read_in_child`, which runs one
 reader's code in a child under an address-space cap, killed at once when its request is stopped or its time is up.
 
@@ -22,7 +22,7 @@ from longqa_core.errors import DocumentError
 from longqa_core.waiting import wait_until
 
 MIB = 2**20
-# Parsers of untrusted documents hold the interpreter lock for seconds (lexbor, pypdf's content streams), are
+# Parsers of untrusted documents hold the interpreter lock for seconds (lexbor, PDFium's content streams), are
 # quadratic on some inputs, and need many times a file's size in memory (docs/html-readers.md, docs/serving.md).
 # So they run in children: the time limit and a cancel stop them, their memory is capped and handed back when they
 # end, and the server's interpreter waits on a pipe. `READERS` bounds how many run at once and their memory.

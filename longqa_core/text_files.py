@@ -214,8 +214,10 @@ def read_text_file(data: bytes, name: str, limits: ReadLimits) -> tuple[str, tup
     """A .txt or .md file's decoded, cleaned, flowing text (`documents.flowing_text`: wraps joined, running lines of
     its pages left out), within the character limit, where its pages start where form feeds end them, and where each
     of its lines starts in that text (None: where they stand in the file)."""
-    # No character can take less than a byte, so the character cap can be passed only by more bytes than that.
-    flow = flowing_text(decode_non_binary(data, name))
+    text = decode_non_binary(data, name)
+    # flowing never lengthens a text but by a line break a page: a text past the cap so is refused before it flows
+    limits.check_chars(name, len(text) - text.count("\f"))
+    flow = flowing_text(text)
     limits.check_chars(name, len(flow.text))
     return flow.text, flow.page_starts, flow.lines
 

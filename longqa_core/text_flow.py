@@ -28,15 +28,15 @@ _HAS_SENTENCE_END = re.compile(r"[.!?\u2026\u3002\uff01\uff1f][\"'\u201d\u2019)\
 _STARTS_ITEM = re.compile(r"\s*(?:[-*+\u2022\u25e6\u2023\u2043\u00b7\u2013\u2014](?:\s|$)|\(?(?:\d{1,3}|[a-z]|"
                           r"[ivxlcdm]{1,6}|[IVXLCDM]{2,6})[.)](?:\s|$)|\(?[A-Z]\)(?:\s|$)|#{1,6}(?:\s|$)|>|\||```|~~~|"
                           r"[=\-_*]{3,}\s*$)")
+_RULE = re.compile(r"\s*[=\-_*]{3,}\s*")  # a rule, or a Markdown heading's underline
 _TABLE_GAP = re.compile(r"\S {3,}\S|\t")  # columns aligned with spaces or tabs: a table's row, not prose
 # A word cut by a hyphen at the line's end, and the rest of it at the next line's start.
-_HYPHEN_END = re.compile(r"(\w+)-$")
+_HYPHEN_END = re.compile(r"(\w+)([-\u00ad\u2010])$")  # searched in a line's last HYPHEN_REACH characters only
+HYPHEN_REACH = 64
 _WORD_START = re.compile(r"\w+")
 # Words English writes with a hyphen before another word: "self-\ncontained" keeps it where the document never
 # writes the word either way on one line.
-_HYPHENATED_PREFIXES = frozenset({"self", "non", "well", "ex", "all", "half", "cross", "quasi", "anti", "post",
-                                  "pre", "pro", "multi", "co", "mid", "semi", "long", "short", "high", "low", "full",
-                                  "part", "first", "second", "third", "one", "two", "three", "four", "five"})
+_HYPHENATED_PREFIXES = frozenset({"self", "non", "well", "half", "quasi", "cross"})
 _WORDS = re.compile(r"\w+(?:-\w+)*")
 _COPULAS = frozenset({"is", "are", "was", "were"})
 TITLE_MAX_WORDS = 8
@@ -45,9 +45,8 @@ _FUNCTION_WORDS = frozenset("a an the of to in on at by for with from and or but
                             "as that which who whom whose than into onto its their his her our your my this these "
                             "those has have had not".split())
 _DIGITS = re.compile(r"\d+")
-_ROMAN = re.compile(r"[ivxlcdm]+", re.IGNORECASE)
 # A line that is only a page's number: "12", "- 12 -", "Page 12", "Page 12 of 16", "12 / 16", "p. 12", "[Page 3]".
-_PAGE_NUMBER = re.compile(r"[\s\-\u2013\u2014\[(]*(?:(?:page|p\.|pg\.?|seite|página|pagina)\s*)?(?:\d+|[ivxlcdm]+)"
+_PAGE_NUMBER = re.compile(r"[\s\-\u2013\u2014\[(]*(?:(?:page|p\.|pg\.?|seite|página|pagina)\s*)?(?:\d+|(?=[ivxlcdm])m{0,3}(?:cm|cd|d?c{0,3})(?:xc|xl|l?x{0,3})(?:ix|iv|v?i{0,3}))"
                           r"(?:\s*(?:of|/|von|de)\s*\d+)?[\s\-\u2013\u2014\])]*", re.IGNORECASE)
 RUNNING_LINES_PER_EDGE = 2  # a page's first and last lines that can be a running header or footer
 RUNNING_SHARE = 0.2  # of the pages a line must stand on (top or foot, digits aside) to be a running one
@@ -110,39 +109,50 @@ def running_form(text: str) -> str:
 
 
 def running_lines(edges: list[list[str]], places: list[list[object]] | None = None) -> list[set[int]]:
-    """For each page, which of its edge lines (`edges[page]`: its first and last few lines) are running headers,
-    footers or page numbers: lines that are only a page number; lines whose form (`running_form`) stands on
-    RUNNING_SHARE of the pages and on at least two (all of them, in a document of two pages); and where `places`
-    gives each line's place (a PDF's height on the page), lines repeated in one place on two pages, and lines that
-    carry their page's printed number in the place where other pages carry theirs ("Chapter 6: Notes 33", the
-    number counting with the pages). A document of one page has none."""
+    """For each page, which of its edge lines (`edges[page]`: its first and last few lines, in order) are running
+    headers, footers or page numbers: its first or last line where that is only a page number; lines whose form
+    (`running_form`, digits aside) stands on RUNNING_SHARE of the pages and on at least two (all of them, in a
+    document of two pages); and where `places` gives each line's place (a PDF's height on the page), the same line
+    in one place on two pages, and lines that carry their page's printed number in the place where RUNNING_SHARE of
+    the pages carry theirs ("Chapter 6: Notes 33", the number counting with the pages). A document of one page has
+    none."""
     n_pages = len(edges)
     if n_pages < 2:
         return [set() for _ in edges]
     has_places = places is not None
     places = places or [[None] * len(lines) for lines in edges]
-    pages_of: dict[tuple, set[int]] = {}
+    same: dict[tuple, set[int]] = {}  # (the line as written or its form, place): the pages that have it
     numbered: dict[tuple, set[int]] = {}  # (place, printed number less the page's index): the pages that have it
     for page, (lines, where) in enumerate(zip(edges, places)):
         for text, place in zip(lines, where):
-            pages_of.setdefault((running_form(text), place), set()).add(page)
-            for number in {int(n) for n in _DIGITS.findall(text) if len(n) <= 5} if has_places else ():
+            same.setdefault((_same_key(text, has_places), place), set()).add(page)
+            for number in _numbers(text) if has_places else ():
                 numbered.setdefault((place, number - page), set()).add(page)
     needed = n_pages if n_pages == 2 else max(2, math.ceil(RUNNING_SHARE * n_pages))
     repeated = 2 if has_places else needed
     counting = {key for key, pages in numbered.items() if len(pages) >= needed}
 
-    def is_running(page: int, text: str, place: object) -> bool:
-        if is_page_number(text):
-            return True
+    def is_running(page: int, index: int, n_edge: int, text: str, place: object) -> bool:
         if not text.strip():
             return False
-        if len(pages_of[running_form(text), place]) >= repeated:
+        if index in (0, n_edge - 1) and is_page_number(text):
             return True
-        return any((place, int(n) - page) in counting for n in _DIGITS.findall(text) if len(n) <= 5)
+        if len(same[_same_key(text, has_places), place]) >= repeated:
+            return True
+        return any((place, number - page) in counting for number in _numbers(text))
 
-    return [{i for i, (text, place) in enumerate(zip(lines, where)) if is_running(page, text, place)}
+    return [{i for i, (text, place) in enumerate(zip(lines, where)) if is_running(page, i, len(lines), text, place)}
             for page, (lines, where) in enumerate(zip(edges, places))]
+
+
+def _same_key(text: str, exact: bool) -> str:
+    """What two running lines share: the line itself where its place is known (a page's place is evidence enough),
+    else its form, digits aside (a text file's "RFC 791 ... September 1981" headers, "[Page 3]" footers)."""
+    return " ".join(text.split()) if exact else running_form(text)
+
+
+def _numbers(text: str) -> set[int]:
+    return {int(n) for n in _DIGITS.findall(text) if len(n) <= 5}
 
 
 def edge_indices(n_lines: int) -> list[int]:
@@ -164,10 +174,10 @@ def ends_sentence(line: str) -> bool:
 
 
 def ends_line_for_good(line: str) -> bool:
-    """Whether the break after `line` is one a writer made: after an empty line, a table's row, a heading or a
-    fence."""
+    """Whether the break after `line` is one a writer made: after an empty line, a table's row, a heading, a rule or
+    a heading's underline, or a fence."""
     stripped = line.rstrip()
-    return not stripped or bool(_TABLE_GAP.search(stripped.strip())) or \
+    return not stripped or bool(_TABLE_GAP.search(stripped.strip())) or bool(_RULE.fullmatch(stripped)) or \
         stripped.lstrip().startswith(("#", "|", "```", "~~~"))
 
 
@@ -208,10 +218,15 @@ def joined_break(line: str, following: str, prose: bool, vocabulary: Vocabulary,
     line, following = line.rstrip(), following.lstrip()
     if not line or not following or starts_line_for_good(following) or ends_line_for_good(line):
         return None
-    hyphen = _HYPHEN_END.search(line)
+    hyphen = _HYPHEN_END.search(line, max(0, len(line) - HYPHEN_REACH)) if line.endswith(("-", "\u00ad", "\u2010")) \
+        else None
     if hyphen and not line.endswith("--") and following[0].isalnum():
+        if hyphen.group(2) == "\u00ad":
+            return ""  # a soft hyphen is the typesetter's by definition
         rest = _WORD_START.match(following)
-        return "-" if _keeps_hyphen(hyphen.group(1), rest.group(0) if rest else "", vocabulary) else ""
+        after = rest.group(0) if rest else ""
+        goes_on = following[len(after):len(after) + 1] == "-"  # "state-" / "of-the-art": a compound's own hyphen
+        return "-" if goes_on or _keeps_hyphen(hyphen.group(1), after, vocabulary) else ""
     if not prose:
         return None
     if ends_sentence(line):
@@ -258,12 +273,10 @@ def flow_lines(lines: list[Line], n_pages: int | None = None) -> Flow:
     length = 0
     previous: Line | None = None
     for block in _paragraphs(lines):
-        prose = is_prose([line.text for line in block])
-        wrapped = is_wrapped(block)
+        joints = [None, *_joints(block, vocabulary)]
         for i, line in enumerate(block):
             text = line.text.rstrip()
-            joint = joined_break(block[i - 1].text, text, prose, vocabulary, opens=i == 1, wraps=wrapped) \
-                if i and not (line.verbatim or block[i - 1].verbatim) else None
+            joint = joints[i]
             if joint is not None:
                 last = pieces[-1].rstrip()
                 if joint == "":
@@ -363,16 +376,17 @@ def flow_text(text: str, page_starts: tuple[int, ...] = ()) -> Flow:
 
 def _has_wrap(lines: list[Line]) -> bool:
     """Whether any break inside a paragraph would be joined (most texts of notes and of one fact a line have none)."""
-    vocabulary = Vocabulary("")
-    for block in _paragraphs(lines):
-        if len(block) > 1:
-            texts = [line.text for line in block]
-            prose = is_prose(texts)
-            wrapped = is_wrapped(block)
-            if any(joined_break(a.text, b.text, prose, vocabulary, opens=i == 0, wraps=wrapped)
-                   is not None for i, (a, b) in enumerate(zip(block, block[1:])) if not (a.verbatim or b.verbatim)):
-                return True
-    return False
+    vocabulary = Vocabulary("\n".join(line.text for line in lines))
+    return any(joint is not None for block in _paragraphs(lines) for joint in _joints(block, vocabulary))
+
+
+def _joints(block: list[Line], vocabulary: Vocabulary):
+    """What each break of a paragraph becomes (`joined_break`), from the break after its first line on."""
+    prose, wrapped = is_prose([line.text for line in block]), is_wrapped(block)
+    for i in range(1, len(block)):
+        before, line = block[i - 1], block[i]
+        yield None if line.verbatim or before.verbatim else \
+            joined_break(before.text, line.text, prose, vocabulary, opens=i == 1, wraps=wrapped)
 
 
 def _pages_of_lines(raw_lines: list[str], page_starts: tuple[int, ...]) -> list[int]:

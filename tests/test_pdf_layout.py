@@ -2,6 +2,7 @@
 made as people's are (matplotlib, two columns drawn across, hyphenated, page-broken) read whole."""
 
 import io
+import time
 
 import pypdfium2
 import pytest
@@ -110,3 +111,68 @@ def test_a_reportlab_pdf_in_two_columns_hyphenated_and_over_a_page_break_reads_i
     assert text.index("Nobody disputes") < text.index("The right column starts")
     assert "Journal of Harbour" not in text and "- 1 -" not in text
     assert locate(document, text.index("sentence that runs"), text.index("sentence that runs") + 8).page == 2
+
+
+def reportlab_pdf(draw) -> bytes:
+    """A one-page PDF that `draw(canvas)` draws, in Helvetica."""
+    canvas_module = pytest.importorskip("reportlab.pdfgen.canvas")
+    buffer = io.BytesIO()
+    canvas = canvas_module.Canvas(buffer, pagesize=(612, 792))
+    draw(canvas)
+    canvas.showPage()
+    canvas.save()
+    return buffer.getvalue()
+
+
+PROSE = ["In the spring survey of the northern hills the", "altitude of Vesmira Quonthal was found to be",
+         "2250 metres, and nobody has measured it since.", "The river below it floods each spring."]
+
+
+def test_text_set_at_one_point_and_scaled_by_its_text_matrix_reads_in_order():
+    def draw(canvas):  # as cairo and Quartz write text: "1 Tf", the size in the text matrix
+        for row, line in enumerate(PROSE):
+            text = canvas.beginText()
+            text.setFont("Helvetica", 1)
+            text.setTextTransform(11, 0, 0, 11, 72, 700 - 14 * row)
+            for word in line.split():  # a text object a word
+                text.textOut(word + " ")
+            canvas.drawText(text)
+    assert read_document(reportlab_pdf(draw), name="scaled.pdf").text == " ".join(PROSE)
+
+
+def test_a_page_drawn_a_quarter_turn_round_reads_in_order():
+    def draw(canvas):
+        canvas.setPageRotation(90)
+        canvas.rotate(90)  # the text runs up the portrait page, to read across the landscape one
+        canvas.setFont("Helvetica", 11)
+        for row, line in enumerate(PROSE):
+            canvas.drawString(72, -72 - 14 * row, line)
+    assert read_document(reportlab_pdf(draw), name="landscape.pdf").text == " ".join(PROSE)
+
+
+def test_a_page_of_glyphs_drawn_one_by_one_reads_whole_and_soon():
+    from reportlab.pdfbase.pdfmetrics import stringWidth
+
+    def draw(canvas):
+        canvas.setFont("Helvetica", 11)
+        for row, line in enumerate(PROSE * 6):
+            x = 72.0
+            for char in line:
+                canvas.drawString(x, 700 - 14 * row, char)
+                x += stringWidth(char, "Helvetica", 11)
+    began = time.perf_counter()
+    document = read_document(reportlab_pdf(draw), name="glyphs.pdf")
+    assert time.perf_counter() - began < 15  # about 1 s with the child's start; each object's own search: quadratic
+    assert document.text.startswith(" ".join(PROSE)) and "Vesmira Quonthal" in document.text
+
+
+def test_a_tables_row_stays_on_one_line():
+    def draw(canvas):
+        canvas.setFont("Helvetica", 11)
+        canvas.drawString(72, 720, "The survey measured the hills of the north in the spring of that year and wrote")
+        canvas.drawString(72, 706, "down what it found, hill by hill, in the table below.")
+        for row, (name, value) in enumerate([("Vesmira Quonthal", "2250 m"), ("Brindle Cove", "40 m")]):
+            canvas.drawString(72, 680 - 14 * row, name)
+            canvas.drawString(300, 680 - 14 * row, value)
+    text = read_document(reportlab_pdf(draw), name="table.pdf").text
+    assert "Vesmira Quonthal   2250 m\nBrindle Cove   40 m" in text

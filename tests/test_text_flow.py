@@ -1,8 +1,11 @@
 """The flowing text every reader yields: wraps joined, hyphens decided, running lines left out, boundaries kept, and
 each page and file line found again in it."""
 
+import time
+
 import pytest
 
+from longqa_core.files import read_document
 from longqa_core.documents import Document, from_text, locate, paged_text
 from longqa_core.text_flow import Line, flow_lines, flow_text, is_page_number, running_lines
 
@@ -122,3 +125,37 @@ def test_pdf_lines_flow_over_pages_columns_and_headings():
                          "\n\nA new paragraph.")
     assert flow.page_starts == (0, flow.text.index("runs over"))
     assert flow.headings == ((0, 1, "Results"),)
+
+
+def test_a_very_long_word_costs_linear_time():
+    began = time.perf_counter()
+    document = from_text("Intro sentence.\n" + "a" * 200_000 + "\nthe end.", "long.txt")
+    assert time.perf_counter() - began < 3.0  # about 0.05 s; a search from every start of the word took minutes
+    assert document.text.endswith("a the end.")
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("It is state-\nof-the-art work.", "It is state-of-the-art work."),  # the rest goes on with a hyphen
+    ("The altitude of Ves\u00ad\nmira is 2250.", "The altitude of Vesmira is 2250."),  # a soft hyphen
+    ("An ex-\nample of it.", "An example of it."),  # "ex" is no prefix a typesetter's hyphen keeps
+])
+def test_more_hyphens(text, expected):
+    assert flowed(text) == expected
+
+
+def test_a_setext_headings_underline_ends_its_line():
+    text = "Results\n=======\nThe altitude of\nVesmira is 2250."
+    document = read_document(text.encode(), name="notes.md")
+    assert document.text == "Results\n=======\nThe altitude of Vesmira is 2250."
+    assert [h.title for h in document.headings] == ["Results"]
+
+
+def test_lines_that_differ_only_in_their_numbers_are_no_running_lines_where_their_place_is_known():
+    # chapters open on pages 1, 5 and 10: "Chapter N" at one height, its number not counting with the pages
+    words = "alder birch cedar damson elm fir gean hazel ilex juniper kauri larch".split()
+    edges = [[f"Chapter {(0, 4, 9).index(page) + 1}" if page in (0, 4, 9) else f"{words[page]} starts",
+              f"{words[page]} text", f"{words[page]} ends"] for page in range(12)]
+    places = [[70, 40, 1]] * 12
+    assert running_lines(edges, places) == [set()] * 12
+    assert running_lines([["Top", "2250", "body", "end"], ["Top", "17", "more", "stop"]], [[70, 60, 40, 1]] * 2) == [
+        {0}, {0}]  # a value on an inner edge line is no page number; the header repeats in its place
