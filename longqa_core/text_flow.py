@@ -24,9 +24,10 @@ _ENDS_ABBREVIATION = re.compile(r"(?:^|[\s(])(?:[A-Z]|St|Dr|Mr|Mrs|Ms|Mt|Prof|Re
 _HAS_SENTENCE_END = re.compile(r"[.!?\u2026\u3002\uff01\uff1f][\"'\u201d\u2019)\]]*(?:\s|$)")
 # A line that starts something of its own: a list item, a Markdown heading, quote, table row or code fence, a
 # setext underline or a rule.
-# A capital letter and a full stop is an initial ("G. K. Whitlock"), not an item: capitals mark items with ")" only.
+# A capital letter and a full stop is an initial ("G. K. Whitlock"), and capitals that read as a Roman numeral are a
+# name's too ("Blospif XL."): capitals mark items with ")" only.
 _STARTS_ITEM = re.compile(r"\s*(?:[-*+\u2022\u25e6\u2023\u2043\u00b7\u2013\u2014](?:\s|$)|\(?(?:\d{1,3}|[a-z]|"
-                          r"[ivxlcdm]{1,6}|[IVXLCDM]{2,6})[.)](?:\s|$)|\(?[A-Z]\)(?:\s|$)|#{1,6}(?:\s|$)|>|\||```|~~~|"
+                          r"[ivxlcdm]{1,6})[.)](?:\s|$)|\(?[A-Z]\)(?:\s|$)|#{1,6}(?:\s|$)|>|\||```|~~~|"
                           r"[=\-_*]{3,}\s*$)")
 _RULE = re.compile(r"\s*[=\-_*]{3,}\s*")  # a rule, or a Markdown heading's underline
 _TABLE_GAP = re.compile(r"\S {3,}\S|\t")  # columns aligned with spaces or tabs: a table's row, not prose
