@@ -37,7 +37,8 @@ HYPHEN_REACH = 64
 _WORD_START = re.compile(r"\w+")
 # Words English writes with a hyphen before another word: "self-\ncontained" keeps it where the document never
 # writes the word either way on one line.
-_HYPHENATED_PREFIXES = frozenset({"self", "non", "well", "half", "quasi", "cross"})
+_HYPHENATED_PREFIXES = frozenset({"self", "non", "well", "half", "quasi", "cross", "one", "two", "three", "four",
+                                  "five", "six", "seven", "eight", "nine", "ten", "first", "second", "third"})
 _WORDS = re.compile(r"\w+(?:-\w+)*")
 _COPULAS = frozenset({"is", "are", "was", "were"})
 TITLE_MAX_WORDS = 8

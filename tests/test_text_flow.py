@@ -138,6 +138,7 @@ def test_a_very_long_word_costs_linear_time():
     ("It is state-\nof-the-art work.", "It is state-of-the-art work."),  # the rest goes on with a hyphen
     ("The altitude of Ves\u00ad\nmira is 2250.", "The altitude of Vesmira is 2250."),  # a soft hyphen
     ("An ex-\nample of it.", "An example of it."),  # "ex" is no prefix a typesetter's hyphen keeps
+    ("A four-\nhour soak test.", "A four-hour soak test."),  # a number word is
 ])
 def test_more_hyphens(text, expected):
     assert flowed(text) == expected
