@@ -37,6 +37,8 @@ def simulated_cpu_kind(request, monkeypatch):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "requires_cuda: needs a CUDA GPU (skipped without one)")
+    config.addinivalue_line("markers", "requires_cpu_bf16: runs bf16 oneDNN kernels, which a CPU without AVX-512 "
+                                       "(kind B) cannot (skipped there; the logic is tested for both kinds elsewhere)")
     config.addinivalue_line("markers", "browser: drives Debian's chromium with Playwright")
 
 
@@ -50,12 +52,23 @@ def pytest_collection_finish(session):
 
 
 def pytest_collection_modifyitems(config, items):
-    if torch.cuda.is_available():
-        return
-    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    skips = {}
+    if not torch.cuda.is_available():
+        skips["requires_cuda"] = pytest.mark.skip(reason="needs a CUDA GPU")
+    if not _host_runs_bf16_kernels():
+        skips["requires_cpu_bf16"] = pytest.mark.skip(reason="needs a CPU whose oneDNN runs bf16 kernels (AVX-512)")
     for item in items:
-        if "requires_cuda" in item.keywords:
-            item.add_marker(skip)
+        for marker, skip in skips.items():
+            if marker in item.keywords:
+                item.add_marker(skip)
+
+
+def _host_runs_bf16_kernels() -> bool:
+    """Whether this host's oneDNN runs bf16 matmuls (the real CPU, whatever LONGQA_TEST_CPU_KIND simulates)."""
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except Exception:
+        return False
 
 
 @pytest.fixture(scope="session")

@@ -347,7 +347,8 @@ def test_a_failed_load_keeps_the_previous_model_and_says_why(tiny_model_dir, bro
     assert ctx.session.loaded.readout.strategies == loaded.readout.strategies
 
 
-@pytest.mark.parametrize("cpu_bf16", [True, False], ids=["cpu-with-bf16", "cpu-without-bf16"])
+@pytest.mark.parametrize("cpu_bf16", [pytest.param(True, marks=pytest.mark.requires_cpu_bf16), False],
+                         ids=["cpu-with-bf16", "cpu-without-bf16"])
 @pytest.mark.slow
 def test_a_load_that_fails_half_way_leaves_nothing_half_loaded(tiny_model_dir, monkeypatch, cpu_bf16):
     """On both CPU kinds (`cpu` is bf16 + fast attention with bf16, int8 + fast attention without)."""
