@@ -227,6 +227,7 @@ def test_demo_without_weights_says_so(monkeypatch, tmp_path):
 
 # ------------------------------------------------------------------------------------------ architectures
 @pytest.mark.slow
+@pytest.mark.requires_cpu_bf16  # the cpu profile's bf16 stack is what it loads first
 def test_architecture_refs_build_random_weights_once(monkeypatch, tmp_path, folder):
     monkeypatch.setenv("LONGQA_CACHE", str(tmp_path))
     monkeypatch.setattr(models, "DEMO_MODEL_DIR", folder)  # its tokenizer is used for arch: models

@@ -100,7 +100,8 @@ def test_a_small_pdf_that_expands_to_80_mb_of_text_delays_nobody(served, alone_s
     assert answer == EXAMPLE["answer"]
     assert waited < alone_s + VISITOR_WAIT_BOUND_S, \
         f"the normal request waited {waited:.1f} s (alone: {alone_s:.1f} s)"
-    assert "expanding.pdf" in error and "characters" in error and "limit" in error, error
+    # refused by its count of characters, or by the reader's memory cap where PDFium cannot even parse the page
+    assert "expanding.pdf" in error and ("characters" in error and "limit" in error or "memory" in error), error
     assert refused_s < 60, f"refused after {refused_s:.0f} s (it was 144 s before the reading limits)"
     assert rss_bytes() - before < 300 * MB
 

@@ -213,7 +213,9 @@ def test_spans_that_align_to_the_same_words_merge_their_scores():
     end = peaked(len(offsets), {T["ville10"]: 8.0})
     found, _ = window_candidates(start, end, context, offsets, text, 0, top_k=1, max_answer_len=15)
     fredville = [c for c in found if c.text == "Fredville"]
-    assert len(fredville) == 2  # "Fred…ville" and "ville" both become "Fredville"
+    # "Fred…ville" and "ville" both become "Fredville"; a third alignment, a million times weaker, is kept or not by
+    # the last bit of the CPU's exp (kept on an AVX2-only CPU)
+    assert len([c for c in fredville if c.score > 1e-3]) == 2
     merged = merge_candidates(found, top_k=1)
     assert merged[0].text == "Fredville"
     assert merged[0].score == pytest.approx(sum(c.score for c in fredville))
