@@ -52,9 +52,9 @@ _PAGE_NUMBER = re.compile(r"[\s\-\u2013\u2014\[(]*(?:(?:page|p\.|pg\.?|seite|pá
                           r"(?:\s*(?:of|/|von|de)\s*\d+)?[\s\-\u2013\u2014\])]*", re.IGNORECASE)
 RUNNING_LINES_PER_EDGE = 2  # a page's first and last lines that can be a running header or footer
 RUNNING_SHARE = 0.2  # of the pages a line must stand on (top or foot, digits aside) to be a running one
-# A wrap leaves the next word on the following line because it did not fit: a line with room for it (counted in
-# characters, with this slack for proportional fonts, whose lines of one width hold more or fewer characters) is not
-# a wrap.
+# A wrap leaves the next word on the following line because it did not fit: a title at a paragraph's start with
+# room for it (counted in characters, with this slack for proportional fonts, whose lines of one width hold more or
+# fewer characters) is no wrap.
 WRAP_SLACK = 0.85
 WRAP_COLUMNS = (60, 80)  # the widths plain text is wrapped to (RFCs 72, mail 72-78, editors 80)
 LONG_WORD = 12  # a wrapped line ends at most this far from its width
