@@ -48,7 +48,8 @@ _FUNCTION_WORDS = frozenset("a an the of to in on at by for with from and or but
                             "those has have had not".split())
 _DIGITS = re.compile(r"\d+")
 # A line that is only a page's number: "12", "- 12 -", "Page 12", "Page 12 of 16", "12 / 16", "p. 12", "[Page 3]".
-_PAGE_NUMBER = re.compile(r"[\s\-\u2013\u2014\[(]*(?:(?:page|p\.|pg\.?|seite|página|pagina)\s*)?(?:\d+|(?=[ivxlcdm])m{0,3}(?:cm|cd|d?c{0,3})(?:xc|xl|l?x{0,3})(?:ix|iv|v?i{0,3}))"
+_PAGE_NUMBER = re.compile(r"[\s\-\u2013\u2014\[(]*(?:(?:page|p\.|pg\.?|seite|página|pagina)\s*)?"
+                          r"(?:\d+|(?=[ivxlcdm])m{0,3}(?:cm|cd|d?c{0,3})(?:xc|xl|l?x{0,3})(?:ix|iv|v?i{0,3}))"
                           r"(?:\s*(?:of|/|von|de)\s*\d+)?[\s\-\u2013\u2014\])]*", re.IGNORECASE)
 RUNNING_LINES_PER_EDGE = 2  # a page's first and last lines that can be a running header or footer
 RUNNING_SHARE = 0.2  # of the pages a line must stand on (top or foot, digits aside) to be a running one
@@ -261,12 +262,15 @@ def _keeps_hyphen(before: str, after: str, vocabulary: Vocabulary) -> bool:
     return before.lower() in _HYPHENATED_PREFIXES
 
 
-def flow_lines(lines: list[Line], n_pages: int | None = None) -> Flow:
+def flow_lines(lines: list[Line], n_pages: int | None = None, joints: list[list[str | None]] | None = None) -> Flow:
     """The flowing text of lines in reading order (running lines already left out): each line as it is (a file's
-    indentation too), each break inside a paragraph what `joined_break` makes of it, "\\n\\n" at a paragraph
-    boundary, around a heading and at a page break that no sentence runs over, "\\n" at any other kept break; where each page starts (its first line's offset,
-    inside a sentence that runs over from the page before), where each file line starts, and the headings."""
-    vocabulary = Vocabulary("\n".join(line.text for line in lines))
+    indentation too), each break inside a paragraph what `joined_break` makes of it (`joints`, each paragraph's as
+    `paragraph_joints` gives them, where the caller has them), "\\n\\n" at a paragraph boundary, around a heading
+    and at a page break that no sentence runs over, "\\n" at any other kept break; where each page starts (its
+    first line's offset, inside a sentence that runs over from the page before), where each file line starts, and the
+    headings."""
+    blocks = _paragraphs(lines)
+    joints = joints if joints is not None else paragraph_joints(blocks)
     n_pages = n_pages if n_pages is not None else (lines[-1].page + 1 if lines else 0)
     page_starts: list[int | None] = [None] * n_pages
     starts, numbers = array("q"), array("q")
@@ -274,11 +278,10 @@ def flow_lines(lines: list[Line], n_pages: int | None = None) -> Flow:
     pieces: list[str] = []
     length = 0
     previous: Line | None = None
-    for block in _paragraphs(lines):
-        joints = [None, *_joints(block, vocabulary)]
+    for block, block_joints in zip(blocks, joints):
         for i, line in enumerate(block):
             text = line.text.rstrip()
-            joint = joints[i]
+            joint = block_joints[i - 1] if i else None
             if joint is not None:
                 last = pieces[-1].rstrip()
                 if joint == "":
@@ -371,15 +374,16 @@ def flow_text(text: str, page_starts: tuple[int, ...] = ()) -> Flow:
                           fenced or fence))
         fenced = fenced != fence
         blank_before = False
-    if not running and not _has_wrap(lines):
-        return Flow(text, page_starts, None, ())
-    return flow_lines(lines, n_pages)
+    joints = paragraph_joints(_paragraphs(lines))
+    if not running and all(joint is None for block_joints in joints for joint in block_joints):
+        return Flow(text, page_starts, None, ())  # no wrap to join (most notes, one fact a line): as it was
+    return flow_lines(lines, n_pages, joints)
 
 
-def _has_wrap(lines: list[Line]) -> bool:
-    """Whether any break inside a paragraph would be joined (most texts of notes and of one fact a line have none)."""
-    vocabulary = Vocabulary("\n".join(line.text for line in lines))
-    return any(joint is not None for block in _paragraphs(lines) for joint in _joints(block, vocabulary))
+def paragraph_joints(blocks: list[list[Line]]) -> list[list[str | None]]:
+    """What each break of each paragraph becomes (`_joints`), the document's own spelling deciding hyphens."""
+    vocabulary = Vocabulary("\n".join(line.text for block in blocks for line in block))
+    return [list(_joints(block, vocabulary)) for block in blocks]
 
 
 def _joints(block: list[Line], vocabulary: Vocabulary):
