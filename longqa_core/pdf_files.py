@@ -202,8 +202,8 @@ def _text_objects(page) -> list[tuple]:
             elif kind == pdfium_c.FPDF_PAGEOBJ_FORM and depth < _MAX_FORM_DEPTH:
                 pdfium_c.FPDFPageObj_GetMatrix(obj, matrix)
                 inner = (matrix.a, matrix.b, matrix.c, matrix.d, matrix.e, matrix.f)
-                walk(pdfium_c.FPDFFormObj_CountObjects(obj), lambda i, form=obj: pdfium_c.FPDFFormObj_GetObject(form, i),
-                     _compose(inner, transform), depth + 1)
+                walk(pdfium_c.FPDFFormObj_CountObjects(obj),
+                     lambda i, form=obj: pdfium_c.FPDFFormObj_GetObject(form, i), _compose(inner, transform), depth + 1)
 
     walk(pdfium_c.FPDFPage_CountObjects(page), lambda i: pdfium_c.FPDFPage_GetObject(page, i), None, 0)
     return found

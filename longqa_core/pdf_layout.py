@@ -16,6 +16,7 @@ from longqa_core.text_flow import Line, edge_indices, running_lines
 
 GUTTER_EM = 0.8  # a horizontal gap this many font sizes wide (of the smaller) cuts a baseline's pieces apart (LaTeX's
 # two columns stand 10 points apart in 10-point text; a justified line's widest word spaces stay under this)
+ROW_EM = 0.45  # pieces whose middles lie this many font sizes apart share a baseline
 SPACE_EM = 0.2  # a gap this wide between two pieces of one line is a space between words (a ligature drawn apart,
 # "ﬁ" then "rmed", stands 0.15 em off; the narrowest justified space, TeX's, is 0.22 em)
 PARAGRAPH_PITCH = 1.45  # a gap between lines of this many times the page's usual line pitch starts a paragraph
@@ -54,7 +55,7 @@ def baseline_pieces(segments: list[Segment]) -> list[Segment]:
     rows: list[list[Segment]] = []
     for segment in sorted((s for s in segments if s.text.strip()), key=lambda s: (-s.middle_y, s.x0)):
         row = rows[-1] if rows else None
-        if row and abs(row[0].middle_y - segment.middle_y) <= 0.45 * min(row[0].size, segment.size):
+        if row and _same_row(row[0], segment):
             row.append(segment)
         else:
             rows.append([segment])
@@ -83,7 +84,7 @@ def edge_pieces(pieces: list[Segment]) -> list[int]:
     `baseline_pieces`' order is top to bottom)."""
     rows: list[list[int]] = []
     for index, piece in enumerate(pieces):
-        if rows and abs(pieces[rows[-1][0]].middle_y - piece.middle_y) <= 0.45 * piece.size:
+        if rows and abs(pieces[rows[-1][0]].middle_y - piece.middle_y) <= ROW_EM * piece.size:
             rows[-1].append(index)
         else:
             rows.append([index])
@@ -229,7 +230,8 @@ def page_lines(pages: list[list[Segment]]) -> list[Line]:
 
 
 def _same_row(a: Segment, b: Segment) -> bool:
-    return abs(a.middle_y - b.middle_y) <= 0.45 * min(a.size, b.size)
+    """Whether two pieces share a baseline: their middles differ by a descender at most."""
+    return abs(a.middle_y - b.middle_y) <= ROW_EM * min(a.size, b.size)
 
 
 def _usual_pitch(ordered: list[Segment]) -> float | None:
