@@ -635,6 +635,16 @@ def test_questions_lose_bidirectional_controls():
     assert question == "Who pays the fee?"
 
 
+def test_a_question_over_the_cap_is_refused_in_words_before_it_is_cleaned(monkeypatch):
+    from longqa_core import limits
+
+    assert validate_request([Document("d", "text")], "Why? " * (limits.MAX_QUESTION_CHARS // 5)).endswith("Why?")
+    monkeypatch.setattr(limits, "clean_text", lambda text: pytest.fail("cleaned a question over the cap"))
+    with pytest.raises(InputError, match=r"The question is 4,001 characters long; a question may have at most "
+                                         r"4,000\. Ask in a sentence or a few"):
+        validate_request([Document("d", "text")], "x" * (limits.MAX_QUESTION_CHARS + 1))
+
+
 def test_a_question_the_size_of_a_book_is_cut_without_tokenizing_all_of_it(tiny_tokenizer):
     question = "What is the weight of the bridge in the old town? " * 200_000  # 10 million characters
     began = time.perf_counter()
