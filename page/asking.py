@@ -40,12 +40,12 @@ from longqa.readout import Readout
 from longqa.serving import lane, policy
 from longqa.session import NO_MODEL, ReadRequest, read_request
 from longqa_core.errors import Cancelled, DocumentError, LongQAError, ModelLoadError
-from longqa_core.limits import whole_number
+from longqa_core.limits import check_question_length, whole_number
 from longqa_core.reading import DEFAULT_READING
 from page import format as fmt
 from page.context import CONTEXTS, AppContext
 from page.downloads import DOWNLOADS, doc_url
-from page.hardening import abandonment_check, escape, expect, first_hop, number_or_none, user_errors
+from page.hardening import abandonment_check, escape, expect, number_or_none, proxy_address, user_errors
 from page.history_panel import history_outputs
 from page.streaming import LISTENER, heard_while
 from page.words import PICK_MODEL
@@ -60,15 +60,16 @@ MAX_VISITOR_NOTES = 256  # visitors whose last outcome or Stop the page keeps (t
 # ------------------------------------------------------------------------------------------- turns and Stop
 def visitor_keys(ctx: AppContext, request: gr.Request | None) -> tuple[str, ...]:
     """Every key a visitor's requests count under: its gradio session, and where the deployment names a proxy
-    header for the visitor (on a Space, by default), the address in its first hop, so that a fresh client per
-    request gets no more than one visitor's share. On a direct connection the address is never a key: many
-    visitors may share one (an office, a school, a test on loopback)."""
+    header for the visitor (on a Space, by default), the address the proxy gives in it (`proxy_address`: not the
+    first hop, which the client writes), so that a fresh client per request gets no more than one visitor's share.
+    On a direct connection the address is never a key: many visitors may share one (an office, a school, a test on
+    loopback)."""
     keys = []
     session_hash = getattr(request, "session_hash", None)
     if session_hash:
         keys.append(f"session:{session_hash}")
     if ctx.visitor_header and request is not None:
-        address = first_hop(request.headers.get(ctx.visitor_header))
+        address = proxy_address(request.headers.get(ctx.visitor_header))
         if address:
             keys.append(f"address:{address}")
     return tuple(keys)
@@ -315,6 +316,7 @@ def read_uploads(ctx: AppContext, files, pasted_text, question, progress=None) -
     wait for a document reader shown as progress, and the read stopped when the request is abandoned."""
     for field, text in (("pasted_text", pasted_text), ("question", question)):
         expect(field, text, str, max_chars=sys.maxsize)  # how long each may be, the request's limits say
+    check_question_length(question)  # before the documents are read: a question that long is refused anyway
     files = list(files or [])
     with ctx.uploads.reading(files):  # held first: a sweep between the check below and the read deletes none
         for path in files:

@@ -174,8 +174,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     # A stop signal ends the process through `finally`, so replicas and a Ray instance of ours are stopped and the
-    # uploads deleted too.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    # uploads deleted too; the reads in flight end before their next batch (`policy.stop_serving`), so that freeing
+    # the model waits a batch, not their whole reads.
+    signal.signal(signal.SIGTERM, stop_on_signal)
     ctx = None
     try:
         ctx = context_from(args, session)
@@ -188,6 +189,12 @@ def main(argv: list[str] | None = None) -> int:
         session.close()
         if ctx is not None:
             ctx.uploads.delete_all()
+
+
+def stop_on_signal(*_) -> None:
+    """SIGTERM: every request in progress is abandoned, then the process exits through `main`'s `finally`."""
+    policy.stop_serving()
+    sys.exit(0)
 
 
 def context_from(args, session: Backend) -> AppContext:

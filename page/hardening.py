@@ -17,6 +17,12 @@ gradio 6.31):
 - `gradio.context.LocalContext`, `Blocks._queue`, its `active_jobs` and `pending_messages_per_session`, and an
   event's `_id` and `alive`: a sync handler's thread cannot be killed, so a long read asks between batches whether
   its event is still wanted; gradio offers no public way to ask.
+- `Queue.pending_messages_per_session` and `pending_event_ids_session` (`spare_busy_sessions`): gradio keeps the
+  message queues of its last 2,000 sessions and drops the oldest whatever it is doing, so a crowd of fresh sessions
+  dropped a visitor's whose read was running (no message; gradio's progress task then died on the KeyError, and no
+  visitor had progress until a restart: issue 61). The page's cache drops the oldest session with no event pending.
+- `FileData` values before gradio reads them (`remote_file`): gradio fetches a file named by a web address into its
+  cache with no size limit, outside the upload gate; the page reads only files uploaded to it.
 """
 
 from __future__ import annotations
@@ -24,18 +30,23 @@ from __future__ import annotations
 import contextlib
 import functools
 import html
+import ipaddress
 import json
 import traceback
+from collections import OrderedDict
 from typing import Callable
 
 import gradio as gr
 from gradio.context import LocalContext
+from gradio.utils import LRUCache
+from gradio_client.utils import is_http_url_like
 from gradio.exceptions import InvalidPathError
 from pydantic import ValidationError
 from starlette.middleware import Middleware
 
 from longqa.serving import policy
-from longqa.serving.uploads import UploadGate, UploadStore, sweeping
+from longqa.serving.route_gate import RouteGate, body_cap_bytes
+from longqa.serving.uploads import DEFAULT_PER_VISITOR_BYTES, UploadGate, UploadStore, sweeping
 from longqa_core.errors import InputError, LongQAError
 
 MAX_SHOWN_CHARS = 200  # a value a visitor sent, shown in a message: no longer than this
@@ -81,29 +92,48 @@ UNUPLOADED_FILE = ("A file named in this request was never uploaded to this serv
                    "file with the request (gradio_client: pass handle_file(path), not the path itself).")
 UPLOAD_ROUTE = "/gradio_api/upload"
 DIRECT_ROUTE = "/gradio_api/run/"  # gradio's direct routes: `predict` (any event by its index) and each endpoint
+# Routes gradio serves that this page never uses, closed with these words (the monitoring pages are switched off at
+# launch: `enable_monitoring=False`).
+CLOSED_ROUTES = {"/gradio_api/process_recording": "This page records no audio or video: this route is closed."}
+REMOTE_FILE = ("'{label}' names a file by a web address; this server reads only files uploaded to it (gradio_client: "
+               "handle_file(path) of a file on your machine, or download it first).")
+# Sessions whose page state (gradio's copy of the page's values, about 260 KB each here: issue 61) the server
+# keeps; the oldest past this are dropped, and a dropped tab's next event starts from the page's defaults.
+SESSION_CAPACITY = 400
+MESSAGE_QUEUES = 2000  # sessions whose message queues gradio keeps (its own number), none with an event pending
 
 
 def harden(demo: gr.Blocks, uploads: UploadStore, visitor_header: str | None, *, css: str = "",
-           js: str | None = None, public: tuple[str, ...] | list[str] = ()) -> gr.Blocks:
+           js: str | None = None, public: tuple[str, ...] | list[str] = (),
+           max_text_bytes: int = DEFAULT_PER_VISITOR_BYTES) -> gr.Blocks:
     """`demo`, telling a caller why its call was refused before any handler ran (a file argument naming a server path
     that was never uploaded, an input of the wrong shape, too few values) and padding a call made before the
     not-found threshold was added; launched however it is (`serve`, tests, a Space), its upload route bounded
     (`UploadGate`) and its uploads swept, with the page's stylesheet and script. The stylesheet goes in the head as
     it is: gradio's `launch(css=...)` scopes each rule of a media query to its main column, which kept every phone
-    rule off the notices. The files in `public` (the write-ups the page links to) are served as they are. Wraps this
-    one page's methods (see the module's docstring)."""
+    rule off the notices. The files in `public` (the write-ups the page links to) are served as they are. Every
+    request body is bounded by its declared length (`RouteGate`: a pasted text of `max_text_bytes` and the rest),
+    the routes the page does not use are closed, gradio keeps `SESSION_CAPACITY` sessions' state and never drops
+    the message queue of a session whose event is pending. Wraps this one page's methods (see the module's
+    docstring)."""
     launch, preprocess_data, validate_inputs, process_api = (demo.launch, demo.preprocess_data, demo.validate_inputs,
                                                              demo.process_api)
 
     @functools.wraps(launch)
     def bounded_launch(*args, app_kwargs: dict | None = None, **kwargs):
-        app_kwargs = {**upload_bounds(demo, uploads, visitor_header), **(app_kwargs or {})}
+        app_kwargs = {**upload_bounds(demo, uploads, visitor_header, max_text_bytes), **(app_kwargs or {})}
         looks = {"head": f"<style>{css}</style>" if css else None, "js": js}
         allowed = {"allowed_paths": [*(kwargs.pop("allowed_paths", None) or []), *public]}
-        return launch(*args, app_kwargs=app_kwargs, **{**looks, **kwargs, **allowed})
+        sessions = {"state_session_capacity": SESSION_CAPACITY, "enable_monitoring": False}
+        spare_busy_sessions(demo._queue)
+        return launch(*args, app_kwargs=app_kwargs, **{**looks, **sessions, **kwargs, **allowed})
 
     @functools.wraps(preprocess_data)
     async def telling_preprocess_data(block_fn, inputs, *args, **kwargs):
+        for component, value in zip(block_fn.inputs, inputs):
+            if remote_file(value):
+                label = getattr(component, "label", None) or type(component).__name__
+                raise gr.Error(REMOTE_FILE.format(label=cut(label, 80)), print_exception=False)
         try:
             return await preprocess_data(block_fn, inputs, *args, **kwargs)
         except InvalidPathError:
@@ -169,20 +199,61 @@ def shape_of(value) -> str:
     return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
 
 
-def upload_bounds(demo: gr.Blocks, uploads: UploadStore, visitor_header: str | None) -> dict:
-    """The FastAPI arguments that bound `demo`'s uploads: the gate in front of gradio's upload route (a visitor is
-    the proxy header's first hop where the deployment names one; on a direct connection only the total counts) and
-    the sweep that deletes old uploads (and tells gradio they are gone)."""
+def upload_bounds(demo: gr.Blocks, uploads: UploadStore, visitor_header: str | None,
+                  max_text_bytes: int = DEFAULT_PER_VISITOR_BYTES) -> dict:
+    """The FastAPI arguments that bound `demo`'s requests: the route gate first (closed routes; every body but an
+    upload's bounded by its declared length, for a pasted text of `max_text_bytes`), the gate in front of gradio's
+    upload route (a visitor is the address the proxy gives, `proxy_address`, where the deployment names its header;
+    on a direct connection only the total counts) and the sweep that deletes old uploads (and tells gradio they are
+    gone)."""
     header = (visitor_header or "").lower()
 
     def visitor_of(headers: dict) -> str | None:
-        address = first_hop(headers.get(header)) if header else None
+        address = proxy_address(headers.get(header)) if header else None
         return f"address:{address}" if address else None
 
     uploads.on_delete = demo.upload_file_set.discard
-    return {"middleware": [Middleware(UploadGate, store=uploads, route=UPLOAD_ROUTE, visitor_of=visitor_of),
+    return {"middleware": [Middleware(RouteGate, max_body_bytes=body_cap_bytes(max_text_bytes),
+                                      closed=CLOSED_ROUTES, own_bounds=(UPLOAD_ROUTE,)),
+                           Middleware(UploadGate, store=uploads, route=UPLOAD_ROUTE, visitor_of=visitor_of),
                            Middleware(ToldErrors, route=DIRECT_ROUTE)],
             "lifespan": sweeping(uploads)}
+
+
+class SparingSessions(LRUCache):
+    """gradio's cache of message queues by session, which, when full, drops the oldest session with no event
+    pending (`is_busy(session)` false) rather than the oldest whatever it is doing; when every session has an event
+    pending it grows (the queue's own size bounds those)."""
+
+    def __init__(self, max_size: int, is_busy):
+        super().__init__(max_size)
+        self.is_busy = is_busy
+
+    def __setitem__(self, key, value) -> None:
+        if key in self:
+            self.move_to_end(key)
+        elif len(self) >= self.max_size:
+            idle = next((session for session in self if not self.is_busy(session)), None)
+            if idle is not None:
+                del self[idle]
+        OrderedDict.__setitem__(self, key, value)
+
+
+def spare_busy_sessions(queue) -> None:
+    """`queue`'s message queues by session kept in a `SparingSessions` (what it held kept)."""
+    pending = queue.pending_event_ids_session
+    sparing = SparingSessions(MESSAGE_QUEUES, lambda session: bool(pending.get(session)))
+    for session, messages in list(queue.pending_messages_per_session.items()):
+        sparing[session] = messages
+    queue.pending_messages_per_session = sparing
+
+
+def remote_file(value) -> bool:
+    """Whether a call's value names a file by a web address (a `FileData`, alone or in a list, whose path is a URL),
+    which gradio would fetch into its cache, unbounded."""
+    if isinstance(value, list):
+        return any(remote_file(item) for item in value)
+    return isinstance(value, dict) and isinstance(value.get("path"), str) and is_http_url_like(value["path"])
 
 
 class ToldErrors:
@@ -220,10 +291,26 @@ def told_error(body: bytes) -> bool:
     return isinstance(reply, dict) and bool(reply.get("error"))
 
 
-def first_hop(header: str | None) -> str | None:
-    """The first address of a forwarding header (`X-Forwarded-For: client, proxy1, proxy2`), or None."""
-    first = (header or "").split(",")[0].strip()
-    return first[:100] or None
+def proxy_address(header: str | None) -> str | None:
+    """The visitor's address in a forwarding header as the trusted proxy gives it, or None: the rightmost address
+    that is not private (`X-Forwarded-For: what the client sent, ..., the client's address as the proxy saw it,
+    the proxies' own hops inside the host's network`), or the rightmost where all are private. A proxy appends the
+    address it saw to whatever the client sent, so the hops left of it are the client's to make up; one that
+    replaces the header leaves the address alone. docs/serving.md says which header to name behind which proxy."""
+    hops = [hop.strip() for hop in (header or "").split(",") if hop.strip()]
+    public = [hop for hop in hops if not is_private(hop)]
+    address = (public or hops or [""])[-1]
+    return address[:100] or None
+
+
+def is_private(hop: str) -> bool:
+    """Whether a forwarding hop is an address inside a network (private, loopback, link-local: a proxy's own), not
+    a visitor's on the internet. Anything that is not an address (a made-up or obfuscated hop) counts as public."""
+    try:
+        address = ipaddress.ip_address(hop.strip("[]").rsplit("%", 1)[0])
+    except ValueError:
+        return False
+    return address.is_private or address.is_loopback or address.is_link_local
 
 
 KIND_WORDS = {str: "text", int: "a number", float: "a number", bool: "true or false", list: "a list"}
@@ -286,14 +373,17 @@ def abandonment_check() -> Callable[[], bool]:
     """Whether the gradio event running this handler was abandoned: Stop pressed (gradio cancels the event), the
     tab closed or the client vanished (gradio marks it dead), or nobody reads its stream (`policy.UnreadStall`: a
     queue call that was posted and never listened to leaves its progress messages piling up; a listening client
-    reads them, if late). A direct call, outside gradio's queue, never is."""
+    reads them, if late), or the server is stopping (`policy.stop_serving`). A direct call, outside gradio's queue,
+    is abandoned only when the server stops."""
     blocks, event_id = LocalContext.blocks.get(None), LocalContext.event_id.get(None)
     queue = getattr(blocks, "_queue", None)
     if queue is None or event_id is None:
-        return lambda: False
+        return policy.is_stopping
     stall = policy.UnreadStall()
 
     def is_abandoned() -> bool:
+        if policy.is_stopping():
+            return True
         for job in list(queue.active_jobs):
             for event in job or ():
                 if event._id == event_id:

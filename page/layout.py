@@ -95,5 +95,8 @@ def build_blocks(ctx: AppContext, queue_size: int = DEFAULT_QUEUE_SIZE) -> gr.Bl
         build_training_panel(ctx)
         build_plan_panel(ctx)
         build_reference_panel(ctx)
-    demo.queue(default_concurrency_limit=request_workers(ctx), max_size=queue_size)
-    return harden(demo, ctx.uploads, ctx.visitor_header, css=CSS, js=JS, public=public_files())
+    # api_open=False: gradio's direct routes refuse the queued events, which run only through the queue (counted in
+    # the visitor's share, abandoned when the client goes); the page's own quick unqueued events still use them.
+    demo.queue(default_concurrency_limit=request_workers(ctx), max_size=queue_size, api_open=False)
+    return harden(demo, ctx.uploads, ctx.visitor_header, css=CSS, js=JS, public=public_files(),
+                  max_text_bytes=ctx.max_file_bytes)

@@ -541,7 +541,8 @@ def test_a_flood_from_one_session_is_refused_at_once_while_another_visitor_is_se
 @pytest.mark.slow
 def test_no_event_answers_500_to_raw_calls_of_any_shape_and_long_values_are_cut(server):
     """Every event, private ones included, called raw on gradio's direct route with values of every wrong shape:
-    a one-line told refusal (400) or an answer, never a 500; no message echoes a long value whole."""
+    a queued event refused there (it runs only through the queue), an unqueued one a one-line told refusal (400) or
+    an answer, never a 500; no message echoes a long value whole."""
     ctx, url = server
     info = httpx.get(f"{url}config", timeout=30).json()
     for dependency in info["dependencies"]:
@@ -550,17 +551,26 @@ def test_no_event_answers_500_to_raw_calls_of_any_shape_and_long_values_are_cut(
             data = [value] * len(dependency["inputs"])
             reply = httpx.post(f"{url}gradio_api/run/predict", json={"fn_index": fn_index, "data": data,
                                                                      "session_hash": "raw"}, timeout=60)
+            if dependency["queue"]:
+                assert reply.status_code == 404 and "join the queue" in reply.text, reply.text[:300]
+                continue
             assert reply.status_code in (200, 400), (dependency.get("api_name"), repr(value)[:10], reply.text[:300])
             if reply.status_code == 400:
                 error = reply.json()["error"]
                 assert error and "\n" not in error.strip() and len(error) < 1000, error[:300]
 
 
-def test_a_named_direct_route_tells_a_wrong_call_with_400_not_500(server):
-    """`/gradio_api/run/ask` with the six values a client sends (not the page's eight): told in words, 400."""
+def test_reads_never_run_on_gradios_direct_route_and_an_unqueued_event_tells_a_wrong_call_with_400(server):
+    """`/gradio_api/run/ask` (a read outside the queue: no visitor's share, never abandoned; issue 61) is refused in
+    words, the page's own unqueued events still answer there, and one called with a value too few is told, 400."""
     _, url = server
     reply = httpx.post(f"{url}gradio_api/run/ask", json={"data": [None, "Some text.", "What?", 3, "auto", ""]},
                        timeout=60)
+    assert reply.status_code == 404 and "join the queue" in reply.json()["detail"], reply.text[:300]
+    info = httpx.get(f"{url}config", timeout=30).json()
+    unqueued = next(d for d in info["dependencies"] if d["api_name"] == "new_documents")
+    reply = httpx.post(f"{url}gradio_api/run/predict", json={"fn_index": unqueued["id"], "data": [None],
+                                                             "session_hash": "raw"}, timeout=60)
     assert reply.status_code == 400 and "values" in reply.json()["error"], reply.text[:300]
     assert hardening.told_error(b'{"error": "told"}') and not hardening.told_error(b"Internal Server Error")
     assert not hardening.told_error(b'{"error": null}')

@@ -6,17 +6,22 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import time
 
 import gradio as gr
+import httpx
 import pytest
 from gradio.context import LocalContext
 from gradio.queueing import Event
+from gradio.utils import LRUCache
 
-from longqa.serving.uploads import UploadStore
-from page.hardening import LATER_INPUT, UNUPLOADED_FILE, abandonment_check, harden
+from longqa.serving import policy
+from longqa.serving.uploads import MIB, UploadStore
+from page.hardening import (LATER_INPUT, MESSAGE_QUEUES, SESSION_CAPACITY, UNUPLOADED_FILE, SparingSessions,
+                            abandonment_check, harden, proxy_address, remote_file)
 
 
-def hardened_page():
+def hardened_page(**kwargs):
     """A page with one event taking a file list, a question and the later input, hardened as the app's is."""
     with gr.Blocks() as demo:
         files = gr.File(file_count="multiple", type="filepath")
@@ -25,7 +30,7 @@ def hardened_page():
         answer = gr.Textbox()
         gr.Button().click(lambda f, q, t: f"{q}|{t}", inputs=[files, question, later], outputs=answer, api_name="ask")
     demo.queue()
-    return harden(demo, UploadStore(), None)
+    return harden(demo, UploadStore(), None, **kwargs)
 
 
 def test_the_wrapped_methods_are_gradios_with_the_signatures_harden_calls():
@@ -96,3 +101,68 @@ def test_the_queue_attributes_the_abandonment_check_reads_are_there():
 
 def test_outside_gradios_queue_nothing_is_abandoned():
     assert abandonment_check()() is False
+
+
+def test_launch_closes_the_routes_the_page_does_not_use_and_bounds_bodies_and_sessions():
+    demo = hardened_page(max_text_bytes=1000)
+    _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", quiet=True)
+    try:
+        assert demo.state_session_capacity == SESSION_CAPACITY and demo.enable_monitoring is False
+        assert isinstance(demo._queue.pending_messages_per_session, SparingSessions)
+        recording = httpx.post(f"{url}gradio_api/process_recording", files={"files": ("a.wav", b"x" * 1000)})
+        assert recording.status_code == 404 and "records no audio" in recording.text
+        assert httpx.get(f"{url}monitoring/summary").status_code == 403  # gradio's own answer, monitoring off
+        began = time.monotonic()
+        join = httpx.post(f"{url}gradio_api/queue/join", content=b"{" + b" " * (2 * MIB) + b"}",
+                          headers={"content-type": "application/json"}, timeout=30)
+        assert join.status_code == 413 and "at most 1.0 MB" in join.text, join.text
+        assert time.monotonic() - began < 10.0
+        small = httpx.post(f"{url}gradio_api/queue/join", json={"data": [None, "q", ""], "fn_index": 0,
+                                                                "session_hash": "s"}, timeout=30)
+        assert small.status_code == 200 and small.json().get("event_id"), small.text
+    finally:
+        demo.close()
+
+
+def test_a_full_message_cache_drops_the_oldest_idle_session_never_one_with_an_event_pending():
+    pending = {"busy": {"event"}}
+    cache = SparingSessions(3, lambda session: bool(pending.get(session)))
+    assert isinstance(cache, LRUCache)  # what gradio's queue holds there
+    for session in ("busy", "idle-1", "idle-2", "idle-3", "idle-4"):
+        cache[session] = object()
+    assert list(cache) == ["busy", "idle-3", "idle-4"]
+    pending.update({"idle-3": {"e"}, "idle-4": {"e"}})
+    cache["fresh"] = object()  # every session has an event pending: the cache grows rather than drop one
+    assert list(cache) == ["busy", "idle-3", "idle-4", "fresh"]
+    assert MESSAGE_QUEUES == 2000  # gradio's own bound, kept (queueing.Queue: LRUCache(2000))
+    assert "LRUCache(2000)" in inspect.getsource(__import__("gradio.queueing").queueing.Queue.__init__)
+
+
+def test_a_file_named_by_a_web_address_is_refused_before_gradio_fetches_it():
+    demo = hardened_page()
+    block_fn = next(iter(demo.fns.values()))
+    remote = {"path": "http://198.51.100.7/big.txt", "meta": {"_type": "gradio.FileData"}}
+    assert remote_file([remote]) and remote_file(remote) and not remote_file([{"path": "/tmp/x.txt"}])
+    with pytest.raises(gr.Error) as refused:
+        asyncio.run(demo.preprocess_data(block_fn, [[remote], "q", ""], None))
+    assert refused.value.message.startswith("'File' names a file by a web address")
+
+
+def test_the_visitors_address_is_the_one_the_proxy_appends_not_a_made_up_first_hop():
+    made_up = [f"1.2.3.{n}, 81.2.69.142" for n in range(6)]  # six clients' own first hops, one real address
+    assert {proxy_address(header) for header in made_up} == {"81.2.69.142"}
+    assert proxy_address("81.2.69.142, 10.0.0.2, 127.0.0.1") == "81.2.69.142"  # the host's own hops skipped
+    assert proxy_address("not-an-address, 81.2.69.142") == "81.2.69.142"
+    assert proxy_address("192.168.1.20") == "192.168.1.20"  # a proxy on a private network: its only hop
+    assert proxy_address("81.2.69.142, not-an-address") == "not-an-address"  # unknown hops are no proxy's own
+    assert proxy_address("") is None and proxy_address(None) is None
+
+
+def test_once_the_server_stops_every_request_counts_as_abandoned():
+    check = abandonment_check()
+    assert check() is False
+    policy.stop_serving()
+    try:
+        assert check() is True and abandonment_check()() is True
+    finally:
+        policy.STOPPING.clear()

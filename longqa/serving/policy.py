@@ -1,5 +1,5 @@
-"""Serving policy, free of gradio: when a request counts as abandoned, the key under which a ZeroGPU worker finds a
-request's stop check, how many seconds of GPU a ZeroGPU request asks for, and the memory settings a server process
+"""Serving policy, free of gradio: when a request counts as abandoned (the server stopping among the reasons), the
+key under which a ZeroGPU worker finds a request's stop check, how many seconds of GPU a ZeroGPU request asks for, and the memory settings a server process
 starts with. Turns on the model are the lane's (`ModelLane.turn`, `lane.request_turn`).
 
 It holds no model and formats nothing; the page supplies what only gradio knows (its queue, the visitor).
@@ -8,6 +8,7 @@ It holds no model and formats nothing; the page supplies what only gradio knows 
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 import uuid
 from typing import Callable, Iterator
@@ -42,6 +43,20 @@ class UnreadStall:
         if waiting is None or waiting <= self.limit:
             self.drained_at = now
         return now - self.drained_at > self.stall_s
+
+
+# Set once the server is told to stop (SIGTERM): every request in progress counts as abandoned and ends before its
+# next batch, so that the model can be freed and the process exit within seconds, not after the reads in flight.
+STOPPING = threading.Event()
+
+
+def stop_serving() -> None:
+    """From now on every request's stop check says stop."""
+    STOPPING.set()
+
+
+def is_stopping() -> bool:
+    return STOPPING.is_set()
 
 
 # How a GPU function run in ZeroGPU's forked worker learns that its request was abandoned (Stop, a closed tab, a

@@ -1,0 +1,81 @@
+"""The route gate (`longqa.serving.route_gate`) on a bare ASGI app: closed routes told in words, bodies refused by
+their declared length before the app reads a byte, the routes that bound their own bodies passed as they are."""
+
+from __future__ import annotations
+
+import asyncio
+
+from longqa.serving.route_gate import RouteGate, body_cap_bytes
+from longqa.serving.uploads import MIB
+
+
+def call(gate: RouteGate, path: str, method: str = "POST", headers: list | None = None, body: bytes = b""):
+    """One request through `gate`: (status, reply body, whether the app behind it was reached, body bytes the
+    gate itself read)."""
+    reached, read = [], [0]
+    chunks = [body[i:i + 65536] for i in range(0, len(body), 65536)] or [b""]
+
+    async def app(scope, receive, send):
+        reached.append(scope["path"])
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    async def receive():
+        chunk = chunks.pop(0) if chunks else b""
+        read[0] += len(chunk)
+        return {"type": "http.request", "body": chunk, "more_body": bool(chunks)}
+
+    replies = []
+
+    async def send(message):
+        replies.append(message)
+
+    gate.app = app
+    scope = {"type": "http", "method": method, "path": path, "headers": headers or []}
+    asyncio.run(gate(scope, receive, send))
+    status = next(m["status"] for m in replies if m["type"] == "http.response.start")
+    text = b"".join(m.get("body", b"") for m in replies if m["type"] == "http.response.body").decode()
+    return status, text, bool(reached), read[0]
+
+
+def gate(**kwargs) -> RouteGate:
+    return RouteGate(None, max_body_bytes=kwargs.pop("max_body_bytes", 1000),
+                     closed={"/gradio_api/process_recording": "This route is closed."}, **kwargs)
+
+
+def test_a_body_over_the_cap_is_refused_by_its_declared_length_before_the_app_reads_it():
+    status, text, reached, _ = call(gate(), "/gradio_api/queue/join", headers=[(b"content-length", b"1001")],
+                                    body=b"x" * 1001)
+    assert status == 413 and not reached
+    assert "this server takes requests of at most" in text and "Upload a long document as a file" in text
+
+
+def test_a_body_within_the_cap_and_a_request_without_a_body_reach_the_app():
+    assert call(gate(), "/gradio_api/queue/join", headers=[(b"content-length", b"1000")], body=b"x" * 1000)[:3] == (
+        200, "ok", True)
+    assert call(gate(), "/gradio_api/cancel")[2]  # a POST without a body says no length: nothing to bound
+    assert call(gate(), "/config", method="GET")[2]
+
+
+def test_a_body_sent_in_chunks_of_undeclared_total_is_refused():
+    status, text, reached, _ = call(gate(), "/gradio_api/run/predict", headers=[(b"transfer-encoding", b"chunked")],
+                                    body=b"x" * 10)
+    assert status == 411 and not reached and "Content-Length" in text
+
+
+def test_a_route_that_bounds_its_own_bodies_is_passed_as_it_is():
+    own = gate(own_bounds=("/gradio_api/upload",))
+    assert call(own, "/gradio_api/upload", headers=[(b"content-length", b"5000")], body=b"x" * 5000)[2]
+
+
+def test_a_closed_route_is_told_in_words_whatever_its_method_and_its_body_is_not_kept():
+    for method in ("POST", "GET"):
+        status, text, reached, _ = call(gate(), "/gradio_api/process_recording/", method=method,
+                                        headers=[(b"content-length", b"3")], body=b"abc")
+        assert (status, text, reached) == (404, "This route is closed.", False)
+
+
+def test_the_cap_leaves_room_for_a_pasted_text_at_the_file_limit_with_its_escapes():
+    cap = body_cap_bytes(50 * MIB)
+    assert 50 * MIB + 50 * MIB // 8 < cap <= 50 * MIB + 50 * MIB // 8 + MIB
+    assert cap < 100 * 10**6  # a 100 MB question is refused at the door (issue 61)
