@@ -12,6 +12,7 @@ import logging
 import os
 import sys
 import warnings
+from pathlib import Path
 
 from transformers.utils import logging as hf_logging
 
@@ -26,6 +27,7 @@ from longqa.session import Session, read_documents
 from longqa_core.documents import format_location
 from longqa_core.errors import LongQAError
 from longqa_core.limits import validate_request
+from longqa_core.pdf_pages import render_page
 from longqa_core.reading import DEFAULT_READING, READING_MODES
 from strategies.auto import resolve_auto
 from strategies.gpu_catalog import GPU_MODELS
@@ -78,6 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="say 'not found' when the best answer scores under SCORE (between 0 and 1); replaces the "
                           "model's own rule (the demo model's measured threshold, a SQuAD 2.0 model's null score)")
     ask.add_argument("--json", action="store_true", help="print one JSON object with answers and readouts")
+    ask.add_argument("--page-image", metavar="PATH", help="write the top answer's PDF page, the answer marked on it, "
+                     "as a PNG to PATH (an answer from a PDF only)")
 
     compare = commands.add_parser("compare", help="ask one question under several profiles in turn, each loaded "
                                   "afresh, and compare time, memory and answers")
@@ -181,6 +185,8 @@ def run_ask(args) -> int:
                         doc_stride=args.doc_stride, max_answer_len=args.max_answer_len, top_k=args.top_k,
                         no_answer_below=args.no_answer_below, passage_window_tokens=args.passage_window_tokens)
     readout = session.ask(plan, extract_s=extract_s)
+    if args.page_image:
+        write_page_image(args.page_image, readout.result, documents)
     if args.json:
         print(json.dumps(readout.to_json()))
         return 0
@@ -201,6 +207,19 @@ def run_ask(args) -> int:
           f"read {reading.windows_read} of {reading.windows_total} windows, {reading.mode}: {reading.reason}",
           file=sys.stderr)
     return 0
+
+
+def write_page_image(path: str, result, documents) -> None:
+    """The top answer's first page, its place marked (`pdf_pages.render_page`), written to `path` as a PNG; a note
+    where there is none to draw (not found, not from a PDF)."""
+    best = result.answers[0] if result.answers and result.found is not False else None
+    marks = best.location.marks if best is not None and best.location is not None else ()
+    if not marks:
+        why = "no answer was found" if best is None else "the answer is not marked on a PDF page"
+        print(f"note: no page image written: {why}", file=sys.stderr)
+        return
+    Path(path).write_bytes(render_page(documents[best.document_index], marks[0]))
+    print(f"note: page {marks[0].page} of {best.document}, the answer marked, written to {path}", file=sys.stderr)
 
 
 def run_compare(args) -> int:

@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
-from longqa_core import no_answer, reading, telemetry
+from longqa_core import no_answer, pdf_pages, reading, telemetry
 from longqa_core.batching import BatchState, ForwardSample, Runner, WindowProgress, release_memory, run_windows
-from longqa_core.documents import Document, locate
-from longqa_core.errors import Cancelled, LongQAError
+from longqa_core.documents import Document, ReadLimits, locate
+from longqa_core.errors import Cancelled, DocumentError, LongQAError
 from longqa_core.index_cache import IndexCache
-from longqa_core.limits import EngineSettings, StopCheck, check_tokens, no_answer_rule
+from longqa_core.limits import EngineSettings, StopCheck, check_tokens, no_answer_rule, stop_check
 from longqa_core.plan import RequestPlan, plan_request
 from longqa_core.spans import Answer, Candidate, Decoded, decode, decode_window, merged_answers
 from longqa_core.telemetry import MemoryReadout
@@ -228,6 +228,9 @@ def answer_plan(runner: Runner, tokenizer, plan: RequestPlan, *, batch_state: Ba
                 measurement.latency_s["forward"] -= best_so_far.seconds
             answers, verdict = judge_answers(decoded, settings,
                                              read.readout.windows_read == read.readout.windows_total, evidence)
+            if verdict.found is not False and any(d.places is not None for d in plan.documents):
+                with measurement.stage("mark"):  # a not-found answer's closest spans are no answer to point at
+                    read.notices += mark_on_pages(answers, plan.documents, should_stop)
     except LongQAError as exc:
         # The traceback keeps every frame it passed through, and with them the windows and logits: drop them.
         read = None
@@ -277,6 +280,35 @@ def judge_answers(decoded, settings: EngineSettings, read_whole: bool,
     for answer, word in zip(decoded.answers, no_answer.in_score_order(words, [a.score for a in decoded.answers])):
         answer.confidence = word
     return decoded.answers, verdict
+
+
+def mark_on_pages(answers: list[Answer], documents: list[Document], should_stop: StopCheck | None = None,
+                  max_s: float = pdf_pages.MARK_SECONDS) -> list[str]:
+    """Each answer from a PDF read from a file marked where it stands on its page(s) (`pdf_pages.answer_marks`: one
+    reading child per document, within `max_s`), its `location.marks` set; what could not be marked said in
+    notices, the answers kept."""
+    notices = []
+    by_document: dict[int, list[Answer]] = {}
+    for answer in answers:
+        document = documents[answer.document_index] if answer.document_index >= 0 else None
+        if document is not None and document.places is not None and document.source is not None and \
+                answer.location is not None:
+            by_document.setdefault(answer.document_index, []).append(answer)
+    for index, marked in by_document.items():
+        limits = ReadLimits(max_read_s=max_s, should_stop=stop_check(should_stop))
+        try:
+            marks = pdf_pages.answer_marks(documents[index], [(a.start_char, a.end_char) for a in marked], limits)
+        except Cancelled:  # a Stop once every window is read keeps the answer, unmarked
+            break
+        except DocumentError as exc:
+            notices.append(f"The answer is not marked on its page: {exc}")
+            continue
+        except RuntimeError:  # the child failed in a way no limit explains: the answer stands without its mark
+            notices.append(f"The answer is not marked on its page: the PDF reader failed on '{documents[index].name}'.")
+            continue
+        for answer, found in zip(marked, marks):
+            answer.location = replace(answer.location, marks=found)
+    return notices
 
 
 def missing_words(rule: no_answer.NoAnswerRule, evidence: no_answer.Evidence | None, answer: Answer) -> list[str]:

@@ -16,10 +16,14 @@ import bisect
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Callable, NamedTuple
+from typing import TYPE_CHECKING, Callable, NamedTuple
 
 from longqa_core.errors import CharLimitError, DocumentError
 from longqa_core.text_flow import Flow, LineMap, flow_text
+
+if TYPE_CHECKING:
+    from longqa_core.pdf_layout import PdfPlaces
+    from longqa_core.pdf_pages import PageMark
 
 DEFAULT_MAX_FILE_BYTES = 50 * 1024 * 1024
 
@@ -93,6 +97,9 @@ class Document:
     has_lines: bool = field(default=True, repr=False, compare=False)
     # where the file's lines start in `text` once its reader joined wrapped lines (None: a line is a "\n" of `text`)
     lines: LineMap | None = field(default=None, repr=False, compare=False)
+    # a PDF's: where each line of `text` was drawn on its page (what marks an answer there: `pdf_pages`)
+    places: PdfPlaces | None = field(default=None, repr=False, compare=False)
+    source: str | None = field(default=None, repr=False, compare=False)  # the path it was read from, where it was
 
     @property
     def n_chars(self) -> int:
@@ -111,6 +118,7 @@ class Location:
     page: int | None = None
     heading: str | None = None
     line: int | None = None
+    marks: tuple[PageMark, ...] = ()  # a PDF's: where it stands on its page(s) (`pdf_pages`), once it is marked
 
     def __str__(self) -> str:
         return format_location(self)

@@ -60,9 +60,9 @@ def read_document(
         raise DocumentError(f"'{name}' is empty.")
     if limits.is_over_time():  # the documents before it used the request's time budget
         raise limits.time_error(name, "before reading it")
-    page_starts, headings, lines = (), (), None
+    page_starts, headings, lines, places = (), (), None, None
     if extension == ".pdf":
-        text, page_starts, headings = read_pdf_file(data, name, limits)
+        text, page_starts, headings, places = read_pdf_file(data, name, limits)
     elif extension in (".html", ".htm"):
         text, headings = read_html_file(data, name, limits)
     else:
@@ -73,7 +73,8 @@ def read_document(
         raise DocumentError(f"'{name}' contains only whitespace, no text.")
     limits.check_chars(name, len(text))
     return Document(name, text, tuple(page_starts), tuple(headings), has_lines=extension in (".txt", ".md"),
-                    lines=lines)
+                    lines=lines, places=places, source=None if isinstance(source, (bytes, bytearray, memoryview))
+                    else os.fspath(source))
 
 
 def _supported_extension(name: str, shown_name: str | None = None) -> str:

@@ -12,13 +12,14 @@ from __future__ import annotations
 import ctypes
 import json
 import math
+from typing import NamedTuple
 
 import pypdfium2 as pdfium
 import pypdfium2.raw as pdfium_c
 
 from longqa_core.documents import Heading, ReadLimits, clean_text
 from longqa_core.errors import CharLimitError, DocumentError
-from longqa_core.pdf_layout import Segment, baseline_pieces, page_lines
+from longqa_core.pdf_layout import PdfPlaces, Segment, baseline_pieces, placed_lines
 from longqa_core.reader_children import OUT_OF_MEMORY_EXIT, READERS, ReaderChildren, read_in_child
 from longqa_core.text_flow import flow_lines
 
@@ -43,8 +44,8 @@ name, max_chars, max_pages, max_read_s, began = json.loads(args[0])
 limits = ReadLimits(max_chars, max_pages, max_read_s, began)
 text = ""
 try:
-    text, page_starts, headings = extract_pdf_text(sys.stdin.buffer.read(), name, limits)
-    head = {{"page_starts": page_starts, "headings": headings}}
+    text, page_starts, headings, places = extract_pdf_text(sys.stdin.buffer.read(), name, limits)
+    head = {{"page_starts": page_starts, "headings": headings, "places": places.to_json()}}
 except CharLimitError as exc:
     head = {{"error": str(exc), "n_chars": exc.n_chars, "partial": exc.partial}}
 except DocumentError as exc:
@@ -60,9 +61,19 @@ def pdf_memory_cap(n_bytes: int, readers: ReaderChildren | None = None) -> int:
     return (readers or READERS).memory_cap(PDF_BASE_MEMORY_BYTES, PDF_MEMORY_PER_BYTE, n_bytes)
 
 
-def read_pdf_file(data: bytes, name: str, limits: ReadLimits) -> tuple[str, list[int], list[Heading]]:
-    """The flowing text of every page (`extract_pdf_text`), the character offset where each page starts and the
-    headings, extracted by `_PDF_WORKER` within the limits, in a turn of `READERS`."""
+class PdfText(NamedTuple):
+    """What reading a PDF keeps: its flowing text, the character offset where each page starts, the headings, and
+    where each line was drawn (`PdfPlaces`: what marks an answer on its page)."""
+
+    text: str
+    page_starts: list[int]
+    headings: list
+    places: PdfPlaces
+
+
+def read_pdf_file(data: bytes, name: str, limits: ReadLimits) -> PdfText:
+    """The flowing text of every page (`extract_pdf_text`), extracted by `_PDF_WORKER` within the limits, in a turn
+    of `READERS`."""
     cap_bytes = pdf_memory_cap(len(data), READERS)
     # The time limit counts from when reading began in this process: perf_counter is the system's monotonic clock,
     # the same in the child, so the child counts the wait for its turn too.
@@ -75,16 +86,17 @@ def read_pdf_file(data: bytes, name: str, limits: ReadLimits) -> tuple[str, list
         raise CharLimitError(parts["error"], n_chars=parts["n_chars"], partial=parts["partial"])
     if "error" in parts:
         raise DocumentError(parts["error"])
-    return text, parts["page_starts"], [Heading(*heading) for heading in parts["headings"]]
+    return PdfText(text, parts["page_starts"], [Heading(*heading) for heading in parts["headings"]],
+                   PdfPlaces.from_json(parts["places"]))
 
 
 class _StopReading(Exception):
     """Raised between a page's pieces of text when a limit is passed in the middle of the page."""
 
 
-def extract_pdf_text(data: bytes, name: str, limits: ReadLimits) -> tuple[str, list[int], list[list]]:
-    """`read_pdf_file`'s text, page starts and headings (offset, level, title), extracted in this process: what its
-    child runs."""
+def extract_pdf_text(data: bytes, name: str, limits: ReadLimits) -> PdfText:
+    """`read_pdf_file`'s text, page starts, headings (offset, level, title) and places, extracted in this process:
+    what its child runs."""
     document = _open_pdf(data, name)
     try:
         n_pages = len(document)
@@ -92,21 +104,25 @@ def extract_pdf_text(data: bytes, name: str, limits: ReadLimits) -> tuple[str, l
             raise DocumentError(f"'{name}' is a PDF without pages.")
         if n_pages > limits.max_pages:
             raise DocumentError(f"'{name}' has {n_pages:,} pages, over the limit of {limits.max_pages:,} pages.")
-        pages = _extract_pages(document, n_pages, name, limits)
+        pages, turns = _extract_pages(document, n_pages, name, limits)
     finally:
         document.close()
-    flow = flow_lines(page_lines(pages), n_pages)
+    lines, places = placed_lines(pages)
+    flow = flow_lines(lines, n_pages)
     if not flow.text.strip():
         raise DocumentError(
             f"'{name}': no text found (scanned PDF? Its {n_pages} page(s) have no text layer; run OCR on it first)."
         )
-    return flow.text, list(flow.page_starts or (0,)), [list(heading) for heading in flow.headings]
+    return PdfText(flow.text, list(flow.page_starts or (0,)), [list(heading) for heading in flow.headings],
+                   PdfPlaces.of(flow.lines, places, lines, turns))
 
 
-def _extract_pages(document: pdfium.PdfDocument, n_pages: int, name: str, limits: ReadLimits) -> list[list[Segment]]:
-    """Each page's pieces of text; stops as soon as the characters read pass `max_chars` or the time passes
+def _extract_pages(document: pdfium.PdfDocument, n_pages: int, name: str,
+                   limits: ReadLimits) -> tuple[list[list[Segment]], list[int]]:
+    """Each page's pieces of text, and the quarter turns that made each upright (`page_segments`); stops as soon as the characters read pass `max_chars` or the time passes
     `max_read_s`, checked between pages and between the pieces of one page."""
     pages: list[list[Segment]] = []
+    turns: list[int] = []
     n_chars = 0  # the pieces read so far, each counted with the break after it
 
     def count(segment: Segment) -> None:
@@ -130,7 +146,9 @@ def _extract_pages(document: pdfium.PdfDocument, n_pages: int, name: str, limits
         try:
             if limits.is_over_time():
                 raise _StopReading
-            pages.append(baseline_pieces(page_segments(document, number, count, count_page, check_time)))
+            segments, turn = page_segments(document, number, count, count_page, check_time)
+            pages.append(baseline_pieces(segments))
+            turns.append(turn)
         except _StopReading:
             progress = f"{number + 1:,} of {n_pages:,} pages"
             if limits.is_over_chars(n_chars):
@@ -142,7 +160,7 @@ def _extract_pages(document: pdfium.PdfDocument, n_pages: int, name: str, limits
             raise
         except pdfium.PdfiumError as exc:
             raise DocumentError(f"'{name}' could not be read as a PDF (the file may be damaged).") from exc
-    return pages
+    return pages, turns
 
 
 _MAX_FORM_DEPTH = 8  # forms inside forms: deeper ones are a file built to be slow, not text
@@ -152,10 +170,11 @@ _MANY_OBJECTS = 400
 
 
 def page_segments(document: pdfium.PdfDocument, number: int, heard=lambda segment: None,
-                  heard_chars=lambda n_chars: None, tick=lambda: None) -> list[Segment]:
+                  heard_chars=lambda n_chars: None, tick=lambda: None) -> tuple[list[Segment], int]:
     """The pieces of text of page `number` (0-based), each with its box in page points and font size (its text
     matrix's scale included), in the order the page draws them, text inside forms (XObjects) included, turned so
-    that the page's text reads left to right (a landscape page drawn sideways); `heard_chars` hears how many
+    that the page's text reads left to right (a landscape page drawn sideways: `upright`), and the quarter turns
+    that took; `heard_chars` hears how many
     characters the page has before they are read, `heard` each piece as it is read, `tick` now and then while a
     page's characters are gone through one by one (any of them may raise to stop)."""
     page = document[number]
@@ -185,7 +204,8 @@ def page_segments(document: pdfium.PdfDocument, number: int, heard=lambda segmen
     finally:
         textpage.close()
         page.close()
-    return _upright(segments, turns)
+    turn = upright_turn(segments, turns)
+    return [Segment(s.text, *upright(turn, (s.x0, s.y0, s.x1, s.y1)), s.size) for s in segments], turn
 
 
 def _text_objects(page) -> list[tuple]:
@@ -223,20 +243,19 @@ def _texts_by_character(textpage, tick) -> dict[int, str]:
     return {key: "".join(text).translate(_LINE_END_HYPHENS) for key, text in chars.items()}
 
 
-def _upright(segments: list[Segment], turns: list[int]) -> list[Segment]:
-    """The segments in the frame where most of the page's text reads left to right: a page whose text is drawn a
-    quarter or half turn round (a landscape table on a portrait page) turned back."""
-    if not segments:
-        return segments
+def upright_turn(segments: list[Segment], turns: list[int]) -> int:
+    """The quarter turns (0-3) to the frame where most of the page's text reads left to right: a page whose text is
+    drawn a quarter or half turn round (a landscape table on a portrait page) is turned back."""
     weight = [0, 0, 0, 0]
     for segment, turn in zip(segments, turns):
         weight[turn] += len(segment.text)
-    turn = max(range(4), key=weight.__getitem__)
-    if turn == 0:
-        return segments
-    turned = {1: lambda s: (s.y0, -s.x1, s.y1, -s.x0), 2: lambda s: (-s.x1, -s.y1, -s.x0, -s.y0),
-              3: lambda s: (-s.y1, s.x0, -s.y0, s.x1)}[turn]
-    return [Segment(s.text, *turned(s), s.size) for s in segments]
+    return max(range(4), key=weight.__getitem__) if segments else 0
+
+
+def upright(turn: int, box: tuple[float, float, float, float]) -> tuple[float, float, float, float]:
+    """A box (x0, y0, x1, y1) in the frame `turn` quarter turns upright (`upright_turn`)."""
+    x0, y0, x1, y1 = box
+    return ((x0, y0, x1, y1), (y0, -x1, y1, -x0), (-x1, -y1, -x0, -y0), (-y1, x0, -y0, x1))[turn]
 
 
 # PDFium marks a hyphen that ends a line as U+0002 (and some fonts map it to U+FFFE): a hyphen for `text_flow` to

@@ -9,7 +9,10 @@ segments (PDFium) and `text_flow` joins the lines it returns.
 
 from __future__ import annotations
 
+import base64
+import bisect
 import statistics
+from array import array
 from dataclasses import dataclass, replace
 
 from longqa_core.text_flow import Line, edge_indices, running_lines
@@ -209,9 +212,17 @@ def page_lines(pages: list[list[Segment]]) -> list[Line]:
     """The document's lines in reading order (`text_flow.Line`): running lines left out, columns in order, a
     paragraph boundary where the gap to the line before is PARAGRAPH_PITCH times the column's usual pitch, headings
     by size. A page's first line starts no paragraph: a sentence may run on from the page before."""
+    return placed_lines(pages)[0]
+
+
+def placed_lines(pages: list[list[Segment]]) -> tuple[list[Line], list[list[tuple[int, Segment]]]]:
+    """`page_lines`, each line numbered by its index (`Line.source_line`, so that `text_flow.flow_lines` says where
+    each starts in the flowing text), and where each was drawn: its pieces, each with where it starts in the line
+    (a table's row has several)."""
     pages = without_running([baseline_pieces(segments) for segments in pages])
     body = body_size(pages)
     lines: list[Line] = []
+    places: list[list[tuple[int, Segment]]] = []
     for number, pieces in enumerate(pages):
         ordered = reading_order(pieces)
         pitch = _usual_pitch(ordered)
@@ -219,14 +230,102 @@ def page_lines(pages: list[list[Segment]]) -> list[Line]:
             before = ordered[index - 1] if index else None
             if before is not None and _same_row(before, piece) and piece.x0 > before.x1 and lines:
                 # a table's row: its cells apart by a gutter, kept on one line as a text table sets them
+                places[-1].append((len(lines[-1].text) + len(TABLE_CELL_GAP), piece))
                 lines[-1] = replace(lines[-1], text=f"{lines[-1].text}{TABLE_CELL_GAP}{piece.text}")
                 continue
             # the step from the line before, in the same column (a column's first line follows the other's last)
             step = before.middle_y - piece.middle_y if before is not None else None
             apart = step is not None and pitch is not None and step > PARAGRAPH_PITCH * pitch
             heading = body > 0 and piece.size >= HEADING_SIZE * body and len(piece.text) <= HEADING_MAX_CHARS
-            lines.append(Line(piece.text, number, apart, heading))
-    return lines
+            lines.append(Line(piece.text, number, apart, heading, source_line=len(lines)))
+            places.append([(0, piece)])
+    return lines, places
+
+
+@dataclass(frozen=True)
+class PiecePart:
+    """Part of a stretch of the flowing text, as it was drawn: the piece of a line that holds it (its page, 0-based,
+    its box and font size as `Segment`s have them, the page turned upright by `turn` quarter turns, and its text
+    as the flowing text has it) and which of the piece's characters the stretch covers."""
+
+    page: int
+    turn: int
+    box: tuple[float, float, float, float]
+    size: float
+    text: str
+    start: int
+    end: int
+
+
+_ARRAYS = {"starts": "q", "pages": "i", "first": "i", "offsets": "i", "lengths": "i", "boxes": "f", "sizes": "f",
+           "turns": "b"}
+
+
+@dataclass(frozen=True)
+class PdfPlaces:
+    """Where each line of a PDF's flowing text was drawn, kept beside the text by the reading that made it: line i
+    starts at `starts[i]` in the text, on page `pages[i]`; its pieces are those from `first[i]` to `first[i + 1]`,
+    each starting `offsets[j]` characters into the line, `lengths[j]` long, drawn in `boxes[4j:4j + 4]` (x0, y0, x1,
+    y1 in points, y upwards, on the page turned `turns[page]` quarter turns upright) at font size `sizes[j]`.
+    Arrays, not objects: a book has a hundred thousand lines."""
+
+    starts: array
+    pages: array
+    first: array
+    offsets: array
+    lengths: array
+    boxes: array
+    sizes: array
+    turns: array
+
+    @classmethod
+    def of(cls, line_starts, places: list[list[tuple[int, Segment]]], lines: list[Line],
+           turns: list[int]) -> "PdfPlaces":
+        """The places of `placed_lines`' lines, where `text_flow.flow_lines` started them (`line_starts`: its
+        `LineMap`, whose numbers are the lines' indices), and each page's turn."""
+        built = {name: array(code) for name, code in _ARRAYS.items()}
+        built["turns"].extend(turns)
+        for start, index in zip(line_starts.starts, line_starts.numbers):
+            built["starts"].append(start)
+            built["pages"].append(lines[index].page)
+            built["first"].append(len(built["offsets"]))
+            for offset, piece in places[index]:
+                built["offsets"].append(offset)
+                built["lengths"].append(len(piece.text))
+                built["boxes"].extend((piece.x0, piece.y0, piece.x1, piece.y1))
+                built["sizes"].append(piece.size)
+        built["first"].append(len(built["offsets"]))
+        return cls(**built)
+
+    def to_json(self) -> dict:
+        return {name: base64.b64encode(getattr(self, name).tobytes()).decode("ascii") for name in _ARRAYS}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "PdfPlaces":
+        built = {}
+        for name, code in _ARRAYS.items():
+            built[name] = array(code)
+            built[name].frombytes(base64.b64decode(data[name]))
+        return cls(**built)
+
+    def parts(self, text: str, start: int, end: int) -> list[PiecePart]:
+        """Where `text[start:end]` (the flowing text these places are of) was drawn: one part per piece of a line
+        it covers, in reading order."""
+        found: list[PiecePart] = []
+        line = max(bisect.bisect_right(self.starts, start) - 1, 0)
+        while line < len(self.starts) and self.starts[line] < end:
+            line_start = self.starts[line]
+            line_end = self.starts[line + 1] if line + 1 < len(self.starts) else len(text)
+            for j in range(self.first[line], self.first[line + 1]):
+                piece_start = line_start + self.offsets[j]
+                piece_end = min(piece_start + self.lengths[j], line_end)  # a hyphen joined away is not there
+                if piece_start < end and start < piece_end:
+                    page = self.pages[line]
+                    found.append(PiecePart(page, self.turns[page], tuple(self.boxes[4 * j:4 * j + 4]), self.sizes[j],
+                                           text[piece_start:piece_end], max(start, piece_start) - piece_start,
+                                           min(end, piece_end) - piece_start))
+            line += 1
+        return found
 
 
 def _same_row(a: Segment, b: Segment) -> bool:

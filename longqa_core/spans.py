@@ -298,7 +298,8 @@ class Answer:
         """Its fields, the location as its fields and its `text` for people ("report.pdf, page 37")."""
         out = vars(self).copy()
         if self.location is not None:
-            out["location"] = {**vars(self.location), "text": format_location(self.location)}
+            out["location"] = {**vars(self.location), "marks": [mark.to_json() for mark in self.location.marks],
+                               "text": format_location(self.location)}
         return out
 
 

@@ -17,7 +17,7 @@ import pandas as pd
 MISSING = "—"
 EVIDENCE_CONTEXT_CHARS = 300
 _WORDS = re.compile(r"\s*\S+\s*|\s+")  # a word with the white space around it
-STAGES = ("extract", "tokenize", "rank", "forward", "decode", "total")
+STAGES = ("extract", "tokenize", "rank", "forward", "decode", "mark", "total")
 
 DOCUMENT_HEADERS = ["document", "characters", "tokens", "windows"]
 ANSWER_HEADERS = ["rank", "answer", "score", "confidence", "document", "position (characters)"]

@@ -87,7 +87,8 @@ def test_ask_answers_a_long_document_with_every_readout(ctx, long_document):
     assert highlighted == [best["text"]]
     passage = "".join(span for span, _ in out["evidence"]).strip("…")
     assert passage in example.text
-    assert out["latency"]["stage"].tolist() == ["extract", "tokenize", "rank", "forward", "decode", "total", "throughput"]
+    assert out["latency"]["stage"].tolist() == ["extract", "tokenize", "rank", "forward", "decode", "mark", "total",
+                                                "throughput"]
     host = readout["memory"]
     assert out["memory"].values.tolist()[-1] == ["host", ui_format.format_bytes(host["host_peak_rss_bytes"]),
                                                  ui_format.format_bytes(host["host_request_peak_bytes"]),

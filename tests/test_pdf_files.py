@@ -97,7 +97,7 @@ def test_ordinary_pdfs_read_in_the_child_as_they_did_in_process():
     pages = [f"Page {n}: the fee is {n * 11} dollars.\nSigned in Paris." for n in range(1, 41)]
     data = text_pdf(*pages)
     document = read_document(data, name="contract.pdf")
-    text, page_starts, _ = pdf_files.extract_pdf_text(data, "contract.pdf", pdf_files.ReadLimits())
+    text, page_starts, *_ = pdf_files.extract_pdf_text(data, "contract.pdf", pdf_files.ReadLimits())
     assert (document.text, document.page_starts) == (text, tuple(page_starts))
     assert document.text == "\n\n".join(pages)
     assert [document.text[start:].split("\n")[0] for start in document.page_starts] == [

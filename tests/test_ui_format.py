@@ -117,7 +117,7 @@ def test_a_question_the_documents_do_not_answer_shows_not_found_and_the_best_spa
 def test_latency_and_memory_rows_cover_every_stage_and_device():
     latency = {"total": 2.5, "extract": 0.01, "tokenize": 0.02, "forward": 2.4, "decode": 0.07}
     rows = ui_format.latency_rows(latency, 4096.0)
-    assert [r[0] for r in rows] == ["extract", "tokenize", "rank", "forward", "decode", "total", "throughput"]
+    assert [r[0] for r in rows] == ["extract", "tokenize", "rank", "forward", "decode", "mark", "total", "throughput"]
     assert rows[3][1] == "2.40 s" and rows[-1][1] == "4,096 tokens/s"
     assert rows[2][1] == ui_format.MISSING  # no ranking in a full read
     memory = MemoryReadout(host_rss_bytes=2e9, host_peak_rss_bytes=3e9,
