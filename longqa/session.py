@@ -119,6 +119,11 @@ def sample_examples() -> list[dict]:
     return json.loads(path.read_text(encoding="utf-8")) if path.exists() else []
 
 
+def sample_files() -> list[Path]:
+    """The bundled documents the sample questions are about."""
+    return sorted({SAMPLES_DIR / example["file"] for example in sample_examples()})
+
+
 def training_batch(tokenizer, window_tokens: int) -> dict:
     """The first window of the longest bundled sample, `window_tokens` long, encoded as the engine encodes it."""
     example = max(sample_examples(), key=lambda e: (SAMPLES_DIR / e["file"]).stat().st_size)

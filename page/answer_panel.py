@@ -13,8 +13,8 @@ from longqa_core.gpu_devices import gpu_snapshot
 from longqa_core.reading import DEFAULT_READING, READING_MODES
 from page import format as fmt
 from page import words
-from page.asking import (DEFAULT_TOP_K, answered_before, ask, ask_in_full, clear_answer, new_documents,
-                         noting_outcome, press_stop, preview_documents, show_outcome, stop_enabled)
+from page.asking import (DEFAULT_TOP_K, answered_before, ask, ask_in_full, clear_answer, let_go_of_documents,
+                         new_documents, noting_outcome, press_stop, preview_documents, show_outcome, stop_enabled)
 from page.context import REQUEST_CONCURRENCY, AppContext, request_workers
 from page.events import bind, listen
 from page.hardening import LATER_INPUT, accept_counts_as_text
@@ -120,6 +120,12 @@ def build_question_panel(ctx: AppContext) -> dict[str, Block]:
             "no_answer_below": no_answer_below, "ask": ask_btn, "full": full_btn, "stop": stop_btn,
             "documents": doc_table, "examples": examples, "status": status, "answer": answer_box,
             "evidence": evidence_box, "download_json": download_json, "download_csv": download_csv}
+
+
+def wire_document_claims(ctx: AppContext, demo: gr.Blocks) -> None:
+    """The uploads in this page's Documents stay on the server while the page holds them: claimed at each change of
+    the documents and each ask (`page.asking.read_at_door`), let go when the page closes."""
+    demo.unload(bind(let_go_of_documents, ctx))
 
 
 def build_answer_panel(ctx: AppContext, question: dict[str, Block], seen: gr.State,

@@ -325,8 +325,8 @@ def read_uploads(ctx: AppContext, files, pasted_text, question, progress=None) -
                 if not ctx.uploads.was_deleted(path):
                     raise DocumentError(f"'{name}' is not on this server: upload the file itself.")
                 raise DocumentError(f"'{name}' is no longer on this server: uploads are deleted "
-                                    f"{ctx.uploads.keep_s / 60:g} minutes after they came (sooner when the server "
-                                    "needs the room). Upload it again.")
+                                    f"{ctx.uploads.keep_s / 60:g} minutes after they came, once no open page holds "
+                                    "them (sooner when the server needs the room). Upload it again.")
         return read_request(files, pasted_text, question, max_bytes=ctx.max_file_bytes,
                             max_total_tokens=ctx.max_total_tokens, should_stop=abandonment_check(),
                             on_wait=reader_wait_shown(progress))
@@ -340,6 +340,7 @@ def read_at_door(ctx: AppContext, files, pasted_text, question, request: gr.Requ
     yields what was read (`ReadRequest`: the documents, the question as checked, the seconds reading) and the place,
     once the reloads that came before it have ended where it is `planned_here` (a plan made while one unloads the
     model would find none). What an answer, a preview and a comparison all read by."""
+    hold_documents(ctx, files, request)
     with ctx.lane.door(visitor_keys(ctx, request)) as place:
         if progress is not None:
             progress(0.0, desc="Reading the documents")
@@ -347,6 +348,18 @@ def read_at_door(ctx: AppContext, files, pasted_text, question, request: gr.Requ
         if planned_here:
             ctx.lane.after_exclusive(place, abandonment_check(), waiting_shown(progress))
         yield read, place
+
+
+def hold_documents(ctx: AppContext, files, request: gr.Request = None) -> None:
+    """This page's documents now: the uploads among them stay on the server while it holds them, whoever else
+    uploaded or let go of the same file (`UploadStore.claim`); a direct call, with no page session, holds none."""
+    paths = [path for path in files or [] if isinstance(path, str)] if isinstance(files, list) else []
+    ctx.uploads.claim(page_session(request), paths)
+
+
+def let_go_of_documents(ctx: AppContext, request: gr.Request = None) -> None:
+    """This page closed: its claims on uploads end (other pages' stay)."""
+    ctx.uploads.release(page_session(request))
 
 
 def read_before_turn(ctx: AppContext, files, pasted_text, question, request: gr.Request | None,
@@ -372,6 +385,7 @@ def preview_documents(ctx: AppContext, files, pasted_text, question, request: gr
     with every limit checked; counted without the model, so a preview never waits for an answer in flight. It
     counts toward the visitor's requests, as an answer does."""
     if not files and not (pasted_text or "").strip():
+        hold_documents(ctx, [], request)
         return pd.DataFrame([], columns=fmt.DOCUMENT_HEADERS)
     with user_errors("Reading the documents"):
         with read_at_door(ctx, files, pasted_text, None, request) as (read, _):

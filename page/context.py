@@ -12,7 +12,7 @@ from longqa.backend import Backend, Selection
 from longqa.models import DEFAULT_MODEL, KNOWN_MODELS
 from longqa.serving.lane import MAX_ACTIVE, MAX_QUEUED_WINDOWS, ModelLane
 from longqa.serving.uploads import UploadStore
-from longqa.session import Session
+from longqa.session import Session, sample_files
 from longqa_core.limits import DEFAULT_MAX_TOTAL_TOKENS
 from strategies.hardware import Hardware, detect_hardware
 from strategies.profiles import get_profile
@@ -105,6 +105,7 @@ def make_context(session: Backend | None = None, *, models=None, default_model: 
                      allow_compare=allow_compare, allow_training=allow_training, max_compare_s=max_compare_s or None,
                      visitor_header=visitor_header or None, uploads=uploads or UploadStore(),
                      passage_window_tokens=passage_window_tokens)
+    ctx.uploads.keep_copies_of(sample_files())  # the examples' copies: "Try it" must find them however late
     ctx.lane = ModelLane(max_waiting=queue_size, capacity=session.capacity,
                          max_active=max(MAX_ACTIVE, session.capacity), max_queued_windows=max_queued_windows or None,
                          seconds_for_windows=ctx.seconds_for_windows)

@@ -11,7 +11,7 @@ import pandas as pd
 from gradio.blocks import Block
 
 from page import words
-from page.answer_panel import build_answer_panel, build_question_panel, first_example
+from page.answer_panel import build_answer_panel, build_question_panel, first_example, wire_document_claims
 from page.compare_panel import build_compare_panel
 from page.context import DEFAULT_QUEUE_SIZE, AppContext, request_workers
 from page.downloads import public_files
@@ -84,6 +84,7 @@ def build_blocks(ctx: AppContext, queue_size: int = DEFAULT_QUEUE_SIZE) -> gr.Bl
         seen = gr.State({})  # what this tab has seen loaded, to tell it when another visitor switched
         model = build_model_panel(ctx)
         question = build_question_panel(ctx)
+        wire_document_claims(ctx, demo)
         reloads = wire_model_panel(ctx, demo, seen, model, question)
         history = build_answer_panel(ctx, question, seen, intro, reloads)
         compared = build_compare_panel(ctx, question, history, seen, model["load_status"])

@@ -131,3 +131,57 @@ def test_the_gate_refuses_by_content_length_before_the_route_runs_and_records_wh
     status, message = call_gate(gate, {"Content-Length": str(MIB + 200), "X-Visitor": "a"})
     assert status == 413 and b"one visitor may hold" in message and len(routed) == 1
     assert call_gate(gate, {"Content-Length": str(MIB + 200), "X-Visitor": "b"})[0] == 200  # another visitor
+
+
+def test_an_upload_two_pages_hold_lives_until_both_let_go_and_each_lets_go_only_of_its_own(tmp_path, clock):
+    store = UploadStore(keep_s=600, clock=clock)
+    shared = upload(store, tmp_path, "shared.txt", 10)  # gradio names a file by its bytes: both pages get this path
+    store.claim("session:a", [shared])
+    store.claim("session:b", [shared])
+    clock.now += 601
+    store.claim("session:b", [])  # b removes it from its documents, after the upload's own time
+    assert store.sweep() == 0 and os.path.exists(shared)  # a still holds it
+    clock.now += 6000
+    assert store.sweep() == 0 and os.path.exists(shared) and store.is_claimed(shared)
+    store.release("session:a")  # a closes its page
+    assert store.sweep() == 4096 and not os.path.exists(shared) and not store.is_claimed(shared)
+
+
+def test_a_page_that_drops_an_upload_before_its_time_leaves_it_its_time(tmp_path, clock):
+    store = UploadStore(keep_s=600, clock=clock)
+    path = upload(store, tmp_path, "a.txt", 10)
+    store.claim("session:a", [path])
+    store.claim("session:a", [])
+    assert store.sweep() == 0 and os.path.exists(path)
+    clock.now += 601
+    assert store.sweep() == 4096
+
+
+def test_a_copy_of_a_bundled_example_is_never_deleted_whoever_uploads_it(tmp_path, clock):
+    example = tmp_path / "harbour_records.txt"
+    example.write_text("The harbour records say the tide is high at noon.\n" * 20)
+    store = UploadStore(keep_s=600, clock=clock)
+    store.keep_copies_of([example])
+    copy = tmp_path / "hash" / "harbour_records.txt"  # where gradio puts both the example's copy and an upload of it
+    copy.parent.mkdir()
+    copy.write_bytes(example.read_bytes())
+    store.record([str(copy)], "address:b")
+    other = upload(store, tmp_path, "other.txt", len(example.read_bytes()))  # same size, other bytes
+    store.claim("session:b", [str(copy), other])
+    store.release("session:b")
+    clock.now += 10_000
+    store.sweep()
+    store.delete_all()
+    assert copy.exists() and not store.is_known(str(copy)) and store.held_bytes("address:b") == 0
+    assert not os.path.exists(other)
+
+
+def test_the_total_makes_room_from_uploads_no_page_holds_first(tmp_path, clock):
+    store = UploadStore(total_bytes=5 * MIB, clock=clock)
+    held = upload(store, tmp_path, "held.txt", 2 * MIB)
+    clock.now += 1
+    unheld = upload(store, tmp_path, "unheld.txt", 2 * MIB)
+    store.claim("session:a", [held])
+    clock.now += 10
+    upload(store, tmp_path, "new.txt", 2 * MIB)
+    assert store.is_known(held) and not store.is_known(unheld)

@@ -1,7 +1,13 @@
 """Uploads on this server's disk, bounded: the bytes each visitor and all visitors together may hold (refused at the
 door, before anything is written, with a message that says so), the files being read now (never deleted), and each
-upload deleted a short time after it came (`keep_s`), or sooner, oldest first, when a new upload needs the room and
-the old one is not being read.
+upload deleted a short time (`keep_s`) after it came and after the last page that holds it in its documents let it
+go, or sooner, oldest first, when a new upload needs the room and the old one is not being read. A copy of a bundled
+example is never deleted: an upload of the same bytes lands on the same path as the example's copy.
+
+Pages claim the files their documents hold (`claim`, by page session): gradio names an upload by its bytes, so two
+visitors with the same file share one path, and one's clean-up must not take it from the other. A claim lasts until
+its page drops the file from its documents or closes (`release`); claimed files are touched at each sweep, so that
+gradio's own cache clean-up, which goes by a file's age, leaves them too.
 
 It admits, records and deletes files by path; it knows nothing of gradio's routes (the page's middleware asks it
 before an upload is written and tells it which files were written) nor of what a file holds.
@@ -63,6 +69,8 @@ class UploadStore:
         self._pending: dict[int, tuple[int, str | None]] = {}  # reservations of uploads being written
         self._reading: Counter[str] = Counter()  # paths being read now, by how many requests
         self._deleted: OrderedDict[str, None] = OrderedDict()  # the last MAX_DELETED_NAMED paths deleted
+        self._claims: dict[str, set[str]] = {}  # path -> the page sessions holding it in their documents
+        self._bundled: dict[int, list[Path]] = {}  # the bundled examples by size: their copies are never deleted
         self._ids = itertools.count()
         self._lock = threading.Lock()
 
@@ -105,11 +113,60 @@ class UploadStore:
                 del self._pending[reservation]
 
     def record(self, paths: Iterable[str], visitor: str | None = None) -> None:
-        """Files written by an upload of `visitor`: held from now, deleted after `keep_s` unless being read."""
+        """Files written by an upload of `visitor`: held from now, deleted after `keep_s` unless being read or
+        claimed. A copy of a bundled example is not recorded: it is never deleted."""
         now = self.clock()
+        paths = [path for path in map(str, paths) if not self.is_bundled_copy(path)]
         with self._lock:
-            for path in map(str, paths):
+            for path in paths:
                 self._uploads[path] = Upload(path, _disk_bytes(path), visitor, now)
+
+    def keep_copies_of(self, examples: Iterable[str | Path]) -> None:
+        """The bundled `examples`: a file with the same bytes as one of them is never recorded, so never deleted."""
+        for size, paths in _by_size(examples).items():
+            self._bundled.setdefault(size, []).extend(paths)
+
+    def is_bundled_copy(self, path: str) -> bool:
+        """Whether the file at `path` holds the same bytes as a bundled example (an upload of the example, or gradio's
+        copy of it: the same path, as gradio names a file by its bytes)."""
+        try:
+            size = os.stat(path).st_size
+            return any(_same_bytes(path, example) for example in self._bundled.get(size, ()))
+        except OSError:
+            return False
+
+    def claim(self, holder: str | None, paths: Iterable[str]) -> None:
+        """Page session `holder` holds exactly `paths` in its documents now: each is kept while any page claims it,
+        and the files it held before and not now lose its claim (never anyone else's). None (a direct call, not a
+        page) claims nothing."""
+        if holder is None:
+            return
+        paths = {str(p) for p in paths or ()}
+        with self._lock:
+            self._drop_claims(holder, keep=paths)
+            for path in paths:
+                self._claims.setdefault(path, set()).add(holder)
+
+    def release(self, holder: str | None) -> None:
+        """Page session `holder` closed: its claims end (an upload no other page claims goes at the next sweep
+        after its time)."""
+        if holder is not None:
+            with self._lock:
+                self._drop_claims(holder, keep=set())
+
+    def holders(self, path: str) -> int:
+        """How many pages hold `path` in their documents now."""
+        with self._lock:
+            return len(self._claims.get(str(path), ()))
+
+    def is_claimed(self, path: str) -> bool:
+        return self.holders(path) > 0
+
+    def _drop_claims(self, holder: str, keep: set[str]) -> None:
+        for path in [p for p, holders in self._claims.items() if holder in holders and p not in keep]:
+            self._claims[path].discard(holder)
+            if not self._claims[path]:
+                del self._claims[path]
 
     @contextlib.contextmanager
     def reading(self, paths: Iterable[str]) -> Iterator[None]:
@@ -125,10 +182,15 @@ class UploadStore:
                 self._reading += Counter()  # drops the paths no request reads any more
 
     def sweep(self) -> int:
-        """Delete the uploads older than `keep_s` that nothing reads; returns the bytes freed."""
+        """Delete the uploads older than `keep_s` that nothing reads and no page claims; returns the bytes freed.
+        The claimed files are touched: gradio's cache clean-up deletes its files by their change time."""
         now = self.clock()
         with self._lock:
-            old = [u for u in self._uploads.values() if now - u.at_s > self.keep_s and u.path not in self._reading]
+            for path in self._claims:
+                with contextlib.suppress(OSError):
+                    os.utime(path)
+            old = [u for u in self._uploads.values() if now - u.at_s > self.keep_s and u.path not in self._reading
+                   and u.path not in self._claims]
             return sum(self._delete(u) for u in old)
 
     def delete_all(self) -> None:
@@ -146,15 +208,16 @@ class UploadStore:
             raise UploadRefused(
                 f"This upload ({_mb(n_bytes)}) would bring your uploads on this server to {_mb(held + n_bytes)}, "
                 f"over the {_mb(self.per_visitor_bytes)} one visitor may hold. Uploads are deleted "
-                f"{self.keep_s / 60:g} minutes after they came: try again then, or upload less.")
+                f"{self.keep_s / 60:g} minutes after they came, once no page holds them: remove some from your "
+                "documents, or upload less.")
 
     def _make_room(self, n_bytes: int) -> None:
-        """Delete unread uploads older than `evict_after_s`, oldest first, until `n_bytes` fit in the total; else
-        UploadRefused."""
+        """Delete unread uploads older than `evict_after_s`, those no page claims first, then oldest first, until
+        `n_bytes` fit in the total; else UploadRefused."""
         now = self.clock()
         evictable = sorted((u for u in self._uploads.values()
                             if now - u.at_s > self.evict_after_s and u.path not in self._reading),
-                           key=lambda u: u.at_s)
+                           key=lambda u: (u.path in self._claims, u.at_s))
         held = self._held(None)
         for upload in evictable:
             if held + n_bytes <= self.total_bytes:
@@ -185,6 +248,25 @@ def _disk_bytes(path: str) -> int:
         return max(MIN_FILE_BYTES, os.stat(path).st_size)
     except OSError:
         return MIN_FILE_BYTES
+
+
+def _by_size(paths: Iterable[str | Path]) -> dict[int, list[Path]]:
+    by_size: dict[int, list[Path]] = {}
+    for path in map(Path, paths):
+        with contextlib.suppress(OSError):
+            by_size.setdefault(path.stat().st_size, []).append(path)
+    return by_size
+
+
+def _same_bytes(path: str, example: Path) -> bool:
+    """Whether two files of the same size hold the same bytes (a bundled example is a few kilobytes)."""
+    with open(path, "rb") as mine, open(example, "rb") as theirs:
+        while True:
+            a, b = mine.read(1 << 16), theirs.read(1 << 16)
+            if a != b:
+                return False
+            if not a:
+                return True
 
 
 def _mb(n_bytes: int) -> str:

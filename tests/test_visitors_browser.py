@@ -1,0 +1,127 @@
+"""What one visitor does never changes what another sees (issue 58), in Debian's chromium (Playwright) at 1400x900 and
+400x800, offline with the bundled demo model standing in for the default model: the example file kept however another
+visitor's upload of the same bytes is cleaned up, and an upload two visitors hold kept until both let go (two pages,
+the upload store on a clock the test moves).
+
+Selects components by their labels and element ids (the page's contract), with tests/test_app_browser.py's browser
+set-up.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from longqa.models import DEFAULT_MODEL, DEMO_MODEL_DIR
+from longqa.serving.uploads import UploadStore
+from longqa.session import SAMPLES_DIR, Session, sample_examples
+from page.context import make_context
+from tests.conftest import CHROMIUM
+from tests.test_app_browser import SCREENS, launch, open_at, table_text, wait_until
+from tests.test_details_browser import offline  # noqa: F401 (a fixture: downloads off for the module)
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.slow,
+    pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium "
+                                                     "(apt-get install -y chromium; CI installs it)"),
+    pytest.mark.skipif(not any(DEMO_MODEL_DIR.glob("*.safetensors")), reason="the demo model has no weights yet"),
+]
+
+EXAMPLE = sample_examples()[0]  # what "Try it" asks: the harbour records' first question
+
+
+class Clock:
+    """The upload store's clock, moved by the test."""
+
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture(scope="module")
+def served(offline):  # noqa: F811
+    """The page offline on the default model (the demo model stands in), its uploads on a clock the test moves."""
+    clock = Clock()
+    ctx = make_context(Session(), models=[DEFAULT_MODEL], default_model=DEFAULT_MODEL, default_profile="cpu",
+                       uploads=UploadStore(clock=clock))
+    demo, url = launch(ctx)
+    try:
+        yield ctx, url, clock
+    finally:
+        demo.close()
+
+
+def status_text(page) -> str:
+    return page.locator("#answer-status").inner_text()
+
+
+def ask_and_wait(page, question: str | None = None) -> str:
+    """Press Ask (after typing `question`, if given) and wait until the answer area says how it ended."""
+    if question is not None:
+        page.get_by_label("Question", exact=True).fill(question)
+    page.get_by_role("button", name="Ask", exact=True).click()
+    wait_until(lambda: "Asking" in status_text(page) or "failed" in status_text(page))
+    tracker = page.locator("#answer-status [data-testid=status-tracker]").first
+    wait_until(lambda: "Asking" not in status_text(page) and "hide" in (tracker.get_attribute("class") or ""))
+    return status_text(page)
+
+
+def upload(page, path) -> None:
+    page.locator("#documents input[type=file]").set_input_files(str(path))
+    wait_until(lambda: path.name in table_text(page, "Documents read"))
+
+
+def remove_documents(page) -> None:
+    """The Documents box cleared with its own button, as a visitor does."""
+    page.locator("#documents").get_by_role("button", name="Clear").first.click()
+    wait_until(lambda: page.locator("#documents").get_by_text(".txt").count() == 0)
+
+
+@pytest.mark.parametrize("width", SCREENS)
+def test_the_example_survives_another_visitors_upload_of_it_being_cleaned_up(browser, served, width):
+    ctx, url, clock = served
+    first, second = open_at(browser, url, width), open_at(browser, url, width)
+    try:
+        first.locator("#try-example").click()
+        wait_until(lambda: EXAMPLE["answer"] == first.locator("#best-answer textarea").input_value())
+        upload(second, SAMPLES_DIR / EXAMPLE["file"])  # the same bytes: gradio stores them on the example's path
+        remove_documents(second)
+        clock.now += ctx.uploads.keep_s + 60
+        ctx.uploads.sweep()
+        status = ask_and_wait(first, EXAMPLE["question"])
+        assert "no longer on this server" not in status and "failed" not in status, status
+        assert first.locator("#best-answer textarea").input_value() == EXAMPLE["answer"]
+    finally:
+        first.close()
+        second.close()
+
+
+@pytest.mark.parametrize("width", SCREENS)
+def test_an_upload_two_visitors_hold_stays_until_the_last_lets_go(browser, served, tmp_path, width):
+    ctx, url, clock = served
+    own = tmp_path / f"harbour_copy_{width}.txt"  # not a bundled example: its upload is swept in its time
+    own.write_text((SAMPLES_DIR / EXAMPLE["file"]).read_text(encoding="utf-8") + f"\nA copy for {width}.\n",
+                   encoding="utf-8")
+    first, second = open_at(browser, url, width), open_at(browser, url, width)
+    try:
+        upload(first, own)
+        upload(second, own)  # the same bytes, the same path on the server
+        held = first.locator("#documents a").first.get_attribute("href").split("file=", 1)[-1]
+        wait_until(lambda: ctx.uploads.holders(held) == 2)
+        remove_documents(second)  # the second visitor is done with it
+        wait_until(lambda: ctx.uploads.holders(held) == 1)
+        clock.now += ctx.uploads.keep_s + 60
+        ctx.uploads.sweep()
+        status = ask_and_wait(first, EXAMPLE["question"])
+        assert "no longer on this server" not in status and "failed" not in status, status
+        assert first.locator("#best-answer textarea").input_value() == EXAMPLE["answer"]
+        remove_documents(first)  # now nobody holds it: it goes in its time
+        wait_until(lambda: ctx.uploads.holders(held) == 0)
+        clock.now += ctx.uploads.keep_s + 60
+        ctx.uploads.sweep()
+        assert not ctx.uploads.is_known(held)
+    finally:
+        first.close()
+        second.close()
