@@ -21,6 +21,10 @@ gradio 6.31):
   message queues of its last 2,000 sessions and drops the oldest whatever it is doing, so a crowd of fresh sessions
   dropped a visitor's whose read was running (no message; gradio's progress task then died on the KeyError, and no
   visitor had progress until a restart: issue 61). The page's cache drops the oldest session with no event pending.
+- `gradio.state_holder.StateHolder` and `SessionState` (`light_sessions`): gradio's state for a new session copies
+  every block's config at once (about 250 KB and 33 ms of the event loop for this page's 126 blocks), only for its
+  deep links, which this page does not offer (their route is closed); 5,000 fresh sessions kept +1.25 GB (issue 61).
+  The page's sessions start without that copy; gradio fills it for the blocks an event changes, as it does anyway.
 - `FileData` values before gradio reads them (`remote_file`): gradio fetches a file named by a web address into its
   cache with no size limit, outside the upload gate; the page reads only files uploaded to it.
 """
@@ -28,19 +32,22 @@ gradio 6.31):
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import html
 import ipaddress
 import json
+import os
 import traceback
 from collections import OrderedDict
 from typing import Callable
 
 import gradio as gr
 from gradio.context import LocalContext
+from gradio.exceptions import InvalidPathError
+from gradio.state_holder import SessionState, StateHolder
 from gradio.utils import LRUCache
 from gradio_client.utils import is_http_url_like
-from gradio.exceptions import InvalidPathError
 from pydantic import ValidationError
 from starlette.middleware import Middleware
 
@@ -94,12 +101,14 @@ UPLOAD_ROUTE = "/gradio_api/upload"
 DIRECT_ROUTE = "/gradio_api/run/"  # gradio's direct routes: `predict` (any event by its index) and each endpoint
 # Routes gradio serves that this page never uses, closed with these words (the monitoring pages are switched off at
 # launch: `enable_monitoring=False`).
-CLOSED_ROUTES = {"/gradio_api/process_recording": "This page records no audio or video: this route is closed."}
+CLOSED_ROUTES = {"/gradio_api/process_recording": "This page records no audio or video: this route is closed.",
+                 "/gradio_api/deep_link": "This page makes no deep links: this route is closed."}
 REMOTE_FILE = ("'{label}' names a file by a web address; this server reads only files uploaded to it (gradio_client: "
                "handle_file(path) of a file on your machine, or download it first).")
-# Sessions whose page state (gradio's copy of the page's values, about 260 KB each here: issue 61) the server
-# keeps; the oldest past this are dropped, and a dropped tab's next event starts from the page's defaults.
-SESSION_CAPACITY = 400
+# Sessions whose page state (the page's own values: its history and what it has seen loaded; gradio's copy of every
+# block's config is left out, `light_sessions`) the server keeps; the oldest past this are dropped, and a dropped
+# tab's next event starts from the page's defaults.
+SESSION_CAPACITY = 1000
 MESSAGE_QUEUES = 2000  # sessions whose message queues gradio keeps (its own number), none with an event pending
 
 
@@ -126,7 +135,9 @@ def harden(demo: gr.Blocks, uploads: UploadStore, visitor_header: str | None, *,
         allowed = {"allowed_paths": [*(kwargs.pop("allowed_paths", None) or []), *public]}
         sessions = {"state_session_capacity": SESSION_CAPACITY, "enable_monitoring": False}
         spare_busy_sessions(demo._queue)
-        return launch(*args, app_kwargs=app_kwargs, **{**looks, **sessions, **kwargs, **allowed})
+        launched = launch(*args, app_kwargs=app_kwargs, **{**looks, **sessions, **kwargs, **allowed})
+        light_sessions(demo.server_app.state_holder)
+        return launched
 
     @functools.wraps(preprocess_data)
     async def telling_preprocess_data(block_fn, inputs, *args, **kwargs):
@@ -237,6 +248,34 @@ class SparingSessions(LRUCache):
             if idle is not None:
                 del self[idle]
         OrderedDict.__setitem__(self, key, value)
+
+
+class LightSessionState(SessionState):
+    """gradio's state of one session without the copy of every block's config it makes at once for deep links
+    (`config_values`, kept empty until an event changes a block). The rest as gradio's `SessionState.__init__`
+    sets it (pinned by tests/test_hardening.py)."""
+
+    def __init__(self, blocks: gr.Blocks):  # gradio's own __init__ not called: it makes the copy
+        self.blocks_config = copy.copy(blocks.default_config)
+        self.config_values = {}
+        self.state_data = {}
+        self._state_ttl = {}
+        self.is_closed = False
+        self.STATE_TTL_WHEN_CLOSED = 1 if os.getenv("GRADIO_IS_E2E_TEST", None) else 3600
+
+
+class LightStateHolder(StateHolder):
+    """gradio's state holder, whose new sessions are `LightSessionState`s."""
+
+    def __getitem__(self, session_id: str) -> SessionState:
+        if session_id not in self.session_data:
+            self.session_data[session_id] = LightSessionState(self.blocks)
+        return super().__getitem__(session_id)
+
+
+def light_sessions(holder: StateHolder) -> None:
+    """`holder` (a launched page's) makes light sessions from now on."""
+    holder.__class__ = LightStateHolder
 
 
 def spare_busy_sessions(queue) -> None:

@@ -166,3 +166,34 @@ def test_once_the_server_stops_every_request_counts_as_abandoned():
         assert check() is True and abandonment_check()() is True
     finally:
         policy.STOPPING.clear()
+
+
+def test_a_pages_new_session_leaves_out_gradios_copy_of_every_blocks_config_and_still_keeps_state():
+    from gradio.state_holder import SessionState
+
+    from page.hardening import LightSessionState
+
+    made = inspect.getsource(SessionState.__init__)  # what LightSessionState sets, but the copy: gradio's own
+    for attribute in ("self.blocks_config = copy(blocks.default_config)", "self.config_values = {",
+                      "self.state_data: dict[int, Any] = {}", "self._state_ttl = {}", "self.is_closed = False",
+                      "self.STATE_TTL_WHEN_CLOSED"):
+        assert attribute in made, attribute
+    with gr.Blocks() as demo:
+        kept = gr.State([])
+        shown = gr.Textbox()
+        gr.Button().click(lambda k: (k + ["x"], str(len(k) + 1)), inputs=kept, outputs=[kept, shown], api_name="add")
+        for _ in range(100):
+            gr.Textbox("filler")
+    demo.queue()
+    harden(demo, UploadStore(), None)
+    _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", quiet=True)
+    try:
+        holder = demo.server_app.state_holder
+        session = holder["fresh"]
+        assert isinstance(session, LightSessionState) and session.config_values == {}
+        assert len(SessionState(demo).config_values) > 100  # what gradio's own would have copied
+        client = __import__("gradio_client").Client(url, verbose=False)
+        assert client.predict(api_name="/add") == "1" and client.predict(api_name="/add") == "2"  # state kept
+        assert httpx.get(f"{url}gradio_api/deep_link", params={"session_hash": "fresh"}).status_code == 404
+    finally:
+        demo.close()
