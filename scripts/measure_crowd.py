@@ -13,9 +13,12 @@ Writes the JSON and prints Markdown rows.
 started as its own process (memory counted with its children), written to docs/crowd-html-uploads.json.
 `--attacks endpoints`: issue 48's floods of /plan, /load_profile, /compare and /training_step the same way, written
 to docs/crowd-endpoints.json (docs/serving.md's table of attacks).
+`--attacks door`: issue 61's six ways around the door the same way (and under --lock-profile), written to
+docs/crowd-door.json (docs/serving.md's table of attacks).
 Usage: python scripts/measure_crowd.py [--out docs/crowd.json] [--clients 8] [--mb 5] [--attacks full,html]
        python scripts/measure_crowd.py --attacks html-uploads [--out docs/crowd-html-uploads.json]
        python scripts/measure_crowd.py --attacks endpoints [--out docs/crowd-endpoints.json]
+       python scripts/measure_crowd.py --attacks door [--out docs/crowd-door.json]
        python scripts/measure_crowd.py --attacks guided_fallback,index,memory --base-tree DIR --out docs/crowd-lane.json
        python scripts/measure_crowd.py --attacks guided_fallback,index,cancel --out docs/crowd-cancel.json
        python scripts/measure_crowd.py --attacks emoji --out docs/crowd-emoji.json
@@ -388,6 +391,69 @@ def endpoint_attacks(work: Path, seconds: float = 30.0) -> dict:
     return {"visitor_alone_s": alone, "rows": rows}
 
 
+def door_attacks(work: Path) -> dict:
+    """Issue 61's six ways around the door, each against `python app.py --model demo` as a user starts it and under
+    --lock-profile (the made-up hops against a server behind a proxy header): 45 full reads of 2 MB posted to
+    gradio's direct route, each client gone after 3 s; two 100 MB questions, a 200 MB pasted text and a 40 MB
+    question at once; 5,000 fresh-session /plan joins; 2,600 of them during a visitor's 4 MB full read; ten 50 MB
+    posts to the recording route, a file named by a web address and the monitoring summary; six clients making up
+    their first hop behind one address; and SIGTERM with three full reads of 4 MB in flight."""
+    two_mb, four_mb = work / "two-mb.txt", work / "four-mb.txt"
+    two_mb.write_text(crowd_check.fact_text(2 * MB, 7))
+    four_mb.write_text(crowd_check.fact_text(4 * MB, 7))
+    text = two_mb.read_text()
+    plan = ["demo", "T4", None, 1, None, None, None, False, None]
+    rows, alone, stops = {}, {}, {}
+    for setting in ("--no-lock-profile", "--lock-profile", "--visitor-header=X-Forwarded-For"):
+        name = {"--no-lock-profile": "", "--lock-profile": " (--lock-profile)"}.get(setting, " (X-Forwarded-For)")
+        uploads = work / f"uploads{setting.replace('=', '-')}"
+        shutil.rmtree(uploads, ignore_errors=True)
+        uploads.mkdir()
+        server, url = crowd_attacks.start_demo_server(uploads, setting)
+        try:
+            visitor(url)()
+            alone[setting] = round(visitor(url)()[1], 2)
+            if setting.startswith("--visitor-header"):
+                rows["6 clients behind one address, each making up its first hop" + name] = attack_row(
+                    crowd_attacks.spoofed_first_hops(url, server.pid, four_mb, visitor(url)))
+                continue
+            rows["45 full reads of 2 MB posted to /gradio_api/run/ask, each client gone after 3 s" + name] = (
+                attack_row(crowd_attacks.direct_reads(url, server.pid, text, visitor(url))))
+            rows["two 100 MB questions, a 200 MB pasted text and a 40 MB question at once" + name] = attack_row(
+                crowd_attacks.large_bodies(url, server.pid, visitor(url)))
+            rows["5,000 /plan joins, each from a fresh session" + name] = attack_row(
+                crowd_attacks.fresh_session_joins(url, server.pid, "plan", plan, visitor(url), joins=5000))
+            long_read = crowd_attacks.long_read_visitor(url, four_mb)
+            right, long_alone, seen = long_read()
+            alone[f"{setting} 4 MB full read"] = {"s": round(long_alone, 2), "right": right, **seen}
+            rows["2,600 fresh-session /plan joins during a visitor's 4 MB full read" + name] = attack_row(
+                crowd_attacks.fresh_session_joins(url, server.pid, "plan", plan, long_read, joins=2600))
+            rows["ten 50 MB posts to /gradio_api/process_recording, a file by web address, /monitoring/summary"
+                 + name] = attack_row(crowd_attacks.recording_and_remote_files(url, server.pid, uploads,
+                                                                               visitor(url)))
+            stops[setting] = crowd_attacks.stop_during_reads(server, url, four_mb, uploads)
+        finally:
+            if server.poll() is None:
+                load_check.stop_server(server)
+    return {"visitor_alone_s": alone, "rows": rows, "sigterm_with_reads_in_flight": stops}
+
+
+def main_door(out: Path) -> int:
+    result = measured_attacks(out, "crowd-door", door_attacks,
+                              "defaults, direct connection, `python app.py --model demo` (--lock-profile or "
+                              "--visitor-header X-Forwarded-For where named)")
+    print("| attack | visitor's longest wait (median, asks) | refused asks | RSS idle | peak, after (above idle) | "
+          "the attack's calls |\n|---|---|---|---|---|---|")
+    for name, row in result["rows"].items():
+        print(f"| {name} | {row['visitor_s']} s ({row.get('visitor_median_s')} s, {row.get('visitor_asks')}) | "
+              f"{row.get('visitor_refused')} {row['visitor_error'] or ''} | {row['rss_idle_mb']} MB | "
+              f"{row['rss_peak_above_idle_mb']:+} MB, {row['rss_after_above_idle_mb']:+} MB | {row['crowd']} "
+              f"{row.get('joins', '')} {row.get('joins_refused', '')} {row.get('statuses', '')} "
+              f"{row.get('cpu_s_after_posts', '')} {row['refusals'][:2]} |")
+    print(json.dumps(result["sigterm_with_reads_in_flight"], indent=2))
+    return 0
+
+
 def main_endpoints(out: Path) -> int:
     result = measured_attacks(out, "crowd-endpoints", endpoint_attacks,
                               "defaults, direct connection, `python app.py --model demo` (--lock-profile where named)")
@@ -410,7 +476,8 @@ def main(argv=None) -> int:
                         help="which to run: full, html (issue 32), guided_fallback, index, memory, cancel, emoji "
                              "(issue 40); "
                              "html-uploads alone: issue 40's HTML and upload attacks; endpoints alone: issue 48's "
-                             "floods of /plan, /load_profile, /compare and /training_step")
+                             "floods of /plan, /load_profile, /compare and /training_step; door alone: issue 61's "
+                             "ways around the door")
     parser.add_argument("--base-tree", type=Path, default=None,
                         help="a checkout of the commit to compare with (memory: its app.py as a process)")
     args = parser.parse_args(argv)
@@ -418,6 +485,8 @@ def main(argv=None) -> int:
     if attacks == {"endpoints"}:
         return main_endpoints(args.out if args.out != ROOT / "docs" / "crowd.json"
                               else ROOT / "docs" / "crowd-endpoints.json")
+    if attacks == {"door"}:
+        return main_door(args.out if args.out != ROOT / "docs" / "crowd.json" else ROOT / "docs" / "crowd-door.json")
     if attacks == {"html-uploads"}:
         return main_html_uploads(args.out if args.out != ROOT / "docs" / "crowd.json"
                                  else ROOT / "docs" / "crowd-html-uploads.json")
