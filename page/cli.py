@@ -117,8 +117,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "1024: the first answer about 4x sooner with the default model on a CPU), and the whole "
                              "window only while the answer is weak; default: whole windows (docs/reading.md)")
     parser.add_argument("--visitor-header", default=default_visitor_header(),
-                        help="behind a proxy: the header naming the visitor's address (its first hop), so that "
-                             "per-visitor limits count the address as well as the page session (default: "
+                        help="behind a proxy: the header naming the visitor's address (the rightmost public address "
+                             "in it, which the proxy appended: docs/serving.md), so that per-visitor limits count "
+                             "the address as well as the page session (default: "
                              f"{SPACE_VISITOR_HEADER} in a Hugging Face Space, none elsewhere: on a direct connection "
                              "many visitors may share one address); 'none' turns it off")
     parser.add_argument("--max-queued-windows", type=int, default=MAX_QUEUED_WINDOWS,

@@ -158,11 +158,15 @@ def test_the_visitors_address_is_the_one_the_proxy_appends_not_a_made_up_first_h
     assert proxy_address("") is None and proxy_address(None) is None
 
 
-def test_once_the_server_stops_every_request_counts_as_abandoned():
+def test_once_the_server_is_told_to_stop_every_request_counts_as_abandoned():
+    from page.cli import stop_on_signal
+
     check = abandonment_check()
     assert check() is False
-    policy.stop_serving()
     try:
+        with pytest.raises(SystemExit) as exited:
+            stop_on_signal()  # SIGTERM's handler in `python app.py`
+        assert exited.value.code == 0 and policy.is_stopping()
         assert check() is True and abandonment_check()() is True
     finally:
         policy.STOPPING.clear()
