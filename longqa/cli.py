@@ -218,7 +218,8 @@ def write_page_image(path: str, result, documents) -> None:
         why = "no answer was found" if best is None else "the answer is not marked on a PDF page"
         print(f"note: no page image written: {why}", file=sys.stderr)
         return
-    Path(path).write_bytes(render_page(documents[best.document_index], marks[0]))
+    document = documents[best.document_index]
+    Path(path).write_bytes(render_page(document.source, document.name, marks[0]))
     print(f"note: page {marks[0].page} of {best.document}, the answer marked, written to {path}", file=sys.stderr)
 
 

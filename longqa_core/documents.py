@@ -140,6 +140,33 @@ def locate(document: Document, start_char: int, end_char: int) -> Location:
     return Location(document.name, start_char, end_char, page, heading, line)
 
 
+def heading_path(document: Document, offset: int) -> list[str]:
+    """The headings `offset` stands under, outermost first: the nearest before it of each level above the next."""
+    path: list[Heading] = []
+    for heading in document.headings:
+        if heading.start_char > offset:
+            break
+        while path and path[-1].level >= heading.level:
+            path.pop()
+        path.append(heading)
+    return [heading.title for heading in path]
+
+
+def passage_place(document: Document, start: int, end: int) -> str | None:
+    """Where the passage `document.text[start:end]` stands, to find it in the file: its lines ("notes.txt, lines
+    408–416") where the document has lines of its own, its pages in a PDF, else the headings it stands under
+    ("page.html, § Results › Altitude"); None where it has none of these."""
+    first, last = locate(document, start, start), locate(document, max(start, end - 1), end)
+    if first.line is not None and last.line is not None:
+        lines = f"line {first.line}" if first.line == last.line else f"lines {first.line}–{last.line}"
+        return f"{document.name}, {lines}"
+    if first.page is not None and last.page is not None:
+        pages = f"page {first.page}" if first.page == last.page else f"pages {first.page}–{last.page}"
+        return f"{document.name}, {pages}"
+    path = heading_path(document, start)
+    return f"{document.name}, § {' › '.join(path)}" if path else None
+
+
 def format_location(location: Location) -> str:
     """A location for people: "report.pdf, page 37", "page.html, § 3.2 Results", "notes.txt, line 120"."""
     parts = [location.document]

@@ -70,15 +70,16 @@ sys.stdout.buffer.write(out)
 """
 
 
-def _run(job: str, document: Document, request, limits: ReadLimits, doing: str) -> bytes:
-    """`job` (`marks_in_child` or `render_in_child`) run on the document's file in a reading child."""
+def _run(job: str, source: str, name: str, request, limits: ReadLimits, doing: str) -> bytes:
+    """`job` (`marks_in_child` or `render_in_child`) run on the PDF file `source` (shown as `name`) in a reading
+    child."""
     from longqa_core.pdf_files import pdf_memory_cap  # the reader of the text: its children's memory rule
 
-    data = _source_bytes(document)
+    data = _source_bytes(source, name)
     cap_bytes = pdf_memory_cap(len(data), READERS) + PAGE_IMAGE_MAX_PIXELS * 8  # the bitmap and its PNG
-    arguments = json.dumps([job, document.name, request, limits.max_read_s, limits.began])
+    arguments = json.dumps([job, name, request, limits.max_read_s, limits.began])
     try:
-        out = read_in_child(READERS, _WORKER, data, cap_bytes, document.name, limits, doing, kind="PDF",
+        out = read_in_child(READERS, _WORKER, data, cap_bytes, name, limits, doing, kind="PDF",
                             unit="file", args=(arguments,), grace_s=_CHILD_GRACE_S)
     except DocumentError as exc:
         raise DocumentError(str(exc).replace("could not be read", f"could not be {doing}", 1)) from None
@@ -89,33 +90,34 @@ def _run(job: str, document: Document, request, limits: ReadLimits, doing: str) 
     return out
 
 
-def _source_bytes(document: Document) -> bytes:
-    """The PDF the document was read from, as it was (DocumentError when it is gone or changed)."""
-    if document.source is None or document.places is None:
-        raise DocumentError(f"'{document.name}' has no pages to show: only a PDF read from a file has.")
+def _source_bytes(source: str, name: str) -> bytes:
+    """The PDF file a document was read from (DocumentError when it is gone)."""
     try:
-        with open(document.source, "rb") as file:
+        with open(source, "rb") as file:
             return file.read()
     except OSError:
-        raise DocumentError(f"'{document.name}' is no longer on this server: upload it again to see its page.") from None
+        raise DocumentError(f"'{name}' is no longer on this server: upload it again to see its page.") from None
 
 
 def answer_marks(document: Document, spans: list[tuple[int, int]], limits: ReadLimits | None = None
                  ) -> list[tuple[PageMark, ...]]:
     """Where each of `spans` (start and end characters of the document's text) stands on its pages: one `PageMark`
     per page it covers (an answer across a page break has two), found in one child for all of them."""
+    if document.source is None or document.places is None:
+        raise DocumentError(f"'{document.name}' has no pages to mark: only a PDF read from a file has.")
     limits = limits or ReadLimits(max_read_s=MARK_SECONDS)
     parts = [document.places.parts(document.text, start, end) for start, end in spans]
     request = [[[p.page, p.turn, list(p.box), p.size, p.text, p.start, p.end] for p in span] for span in parts]
-    marks = json.loads(_run("marks_in_child", document, request, limits, "marked"))
+    marks = json.loads(_run("marks_in_child", document.source, document.name, request, limits, "marked"))
     return [tuple(PageMark.from_json(mark) for mark in span) for span in marks]
 
 
-def render_page(document: Document, mark: PageMark, limits: ReadLimits | None = None) -> bytes:
-    """The page of `mark` drawn as a PNG, PAGE_IMAGE_WIDTH_PX wide (fewer pixels for a tall page), with the mark's
-    boxes highlighted; a page over MAX_PAGE_SIDE_PT a side is refused in words."""
+def render_page(source: str, name: str, mark: PageMark, limits: ReadLimits | None = None) -> bytes:
+    """The page of `mark` in the PDF file `source` (shown as `name`: `Document.source` and `name`) drawn as a PNG,
+    PAGE_IMAGE_WIDTH_PX wide (fewer pixels for a tall page), with the mark's boxes highlighted; a page over
+    MAX_PAGE_SIDE_PT a side is refused in words."""
     limits = limits or ReadLimits(max_read_s=MARK_SECONDS)
-    return _run("render_in_child", document, mark.to_json(), limits, "drawn")
+    return _run("render_in_child", source, name, mark.to_json(), limits, "drawn")
 
 
 # ------------------------------------------------------------------------------------------ in the child

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import textwrap
+import zlib
 
 from longqa.demo_model.eval_task import EvalWriter
 from tests.hostile import write_pdf
@@ -92,3 +93,32 @@ def _lines_breaking_after(writer: EvalWriter, fact: str, word: str) -> list[str]
             lines = textwrap.wrap(" ".join([*sentences[:at], fact, *sentences[at:]]), _LINE_CHARS)
             if any(line.endswith(f" {word}") for line in lines):
                 return lines
+
+
+def canvas_pdf(pages, size=(612, 792)) -> bytes:
+    """A PDF of one page per `draw(canvas)` in `pages`, in Helvetica."""
+    from reportlab.pdfgen.canvas import Canvas  # deferred: a test-only package
+
+    buffer = io.BytesIO()
+    canvas = Canvas(buffer, pagesize=size)
+    for draw in pages:
+        draw(canvas)
+        canvas.showPage()
+    canvas.save()
+    return buffer.getvalue()
+
+
+def image_bomb_pdf(side: int = 30_000) -> bytes:
+    """A page of text over an image of `side` × `side` grey pixels (2.7 GB decoded), compressed to a few hundred KB."""
+    pixels = zlib.compress(b"\x80" * side * side, 9)
+    content = b"q 500 0 0 700 50 50 cm /Im1 Do Q BT /F1 12 Tf 72 720 Td (The altitude of Vesmira Quonthal is 2250.) Tj ET"
+    return write_pdf({
+        1: b"<< /Type /Catalog /Pages 2 0 R >>",
+        2: b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        3: b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 4 0 R >> "
+           b"/XObject << /Im1 5 0 R >> >> /Contents 6 0 R >>",
+        4: b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+        5: b"<< /Type /XObject /Subtype /Image /Width %d /Height %d /ColorSpace /DeviceGray /BitsPerComponent 8 "
+           b"/Filter /FlateDecode /Length %d >>\nstream\n%s\nendstream" % (side, side, len(pixels), pixels),
+        6: b"<< /Length %d >>\nstream\n%s\nendstream" % (len(content), content),
+    })

@@ -12,6 +12,7 @@ import urllib.request
 from pathlib import Path
 
 import httpx
+import pypdfium2
 import pytest
 from gradio_client import Client, handle_file
 from gradio_client.exceptions import AppError
@@ -25,6 +26,7 @@ import longqa.session
 from longqa.session import read_documents, SAMPLES_DIR, Session
 from longqa.serving import crowd_check
 from tests.conftest import served_page
+from tests.generated_pdfs import WRAPPED_QUESTION, wrapped_matplotlib_pdf
 from tests.test_documents import blank_page_pdf, encrypt_pdf, make_pdf
 from tests.tiny import CountingRunner
 
@@ -111,7 +113,7 @@ def test_ask_a_long_upload_returns_the_answer_and_every_readout_field(client, se
         line = example.text.count("\n", 0, answer["start_char"]) + 1
         assert answer["location"] == {"document": path.name, "start_char": answer["start_char"],
                                       "end_char": answer["end_char"], "page": None, "heading": None, "line": line,
-                                      "text": f"{path.name}, line {line:,}"}
+                                      "marks": [], "text": f"{path.name}, line {line:,}"}  # marks: a PDF's (62)
 
     assert out["answer"] == readout["answers"][0]["text"]
     assert [row[1] for row in out["answers"]["data"]] == [a["text"] for a in readout["answers"]]
@@ -121,6 +123,27 @@ def test_ask_a_long_upload_returns_the_answer_and_every_readout_field(client, se
     assert [row[0] for row in out["latency"]["data"]][-2:] == ["total", "throughput"]
     run_label, profile = out["memory_plot"]["value"]["data"][-1][:2]
     assert profile == "cpu" and run_label == f"{len(out['history_table']['data']):02d}"  # bars coloured by profile
+
+
+def test_an_answer_from_a_pdf_carries_its_page_size_and_boxes_in_points_and_no_image(client, tmp_path):
+    path = tmp_path / "survey.pdf"
+    data = wrapped_matplotlib_pdf(n_pages=3, fact_page=2)
+    path.write_bytes(data)
+    out = ask(client, [path], question=WRAPPED_QUESTION)
+    readout = out["readout"]
+    assert "mark" in readout["latency_s"]
+    pdf = pypdfium2.PdfDocument(data)
+    for answer in readout["answers"]:
+        marks = answer["location"]["marks"]
+        assert [mark["page"] for mark in marks] == [answer["location"]["page"]]  # none of these spans a page break
+        mark = marks[0]
+        page = pdf[mark["page"] - 1]
+        assert (mark["width"], mark["height"]) == pytest.approx(page.get_size(), abs=0.01)
+        assert len(mark["boxes"]) == len(mark["view_boxes"]) >= 1
+        for x0, y0, x1, y1 in mark["boxes"]:
+            assert 0 <= x0 < x1 <= mark["width"] and 0 <= y0 < y1 <= mark["height"]
+    assert "image" not in json.dumps(readout).lower()  # the API sends no picture unless asked
+    pdf.close()
 
 
 def test_ask_takes_a_not_found_threshold_and_refuses_one_outside_zero_one(client):

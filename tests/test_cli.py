@@ -322,3 +322,32 @@ def test_the_usage_names_the_command_as_it_was_started(monkeypatch, capsys, argv
     monkeypatch.setattr(sys, "argv", [argv0])
     cli.build_parser().print_usage()
     assert capsys.readouterr().out.startswith(usage)
+
+
+def test_page_image_writes_the_top_answers_pdf_page_with_its_mark_and_the_json_keeps_its_boxes(capsys, tmp_path):
+    from PIL import Image
+
+    from tests.generated_pdfs import WRAPPED_QUESTION, wrapped_matplotlib_pdf
+
+    report = tmp_path / "survey.pdf"
+    report.write_bytes(wrapped_matplotlib_pdf(n_pages=3, fact_page=2))
+    picture = tmp_path / "page.png"
+    code, out, err = run_cli(capsys, "ask", "--model", "demo", "--question", WRAPPED_QUESTION, str(report),
+                             "--page-image", str(picture), "--json")
+    assert code == 0, err
+    best = json.loads(out)["answers"][0]
+    assert best["text"] == "2250" and best["location"]["page"] == 2
+    (mark,) = best["location"]["marks"]
+    image = Image.open(picture).convert("RGB")
+    scale = image.width / mark["width"]
+    left, top, right, bottom = (edge * scale for edge in mark["view_boxes"][0])
+    pixel = image.getpixel((round(left + 1), round((top + bottom) / 2)))
+    assert pixel[0] - pixel[2] > 60, pixel  # marked where the value stands
+    assert "page 2 of survey.pdf" in err
+
+    sample = Path(__file__).resolve().parents[1] / "longqa" / "samples" / "harbour_records.txt"
+    code, out, err = run_cli(capsys, "ask", "--model", "demo", "--question",
+                             "What is the frequency of Chiomklian Oustklaeth?", str(sample), "--page-image",
+                             str(tmp_path / "none.png"))
+    assert code == 0 and "no page image written: the answer is not marked on a PDF page" in err
+    assert not (tmp_path / "none.png").exists()

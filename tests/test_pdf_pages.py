@@ -14,10 +14,9 @@ from longqa_core import pdf_pages
 from longqa_core.documents import ReadLimits
 from longqa_core.errors import DocumentError
 from longqa_core.files import read_document
-from tests.generated_pdfs import wrapped_matplotlib_pdf
-from tests.hostile import write_pdf
+from tests.generated_pdfs import canvas_pdf, image_bomb_pdf, wrapped_matplotlib_pdf
 
-reportlab_canvas = pytest.importorskip("reportlab.pdfgen.canvas")
+pytest.importorskip("reportlab.pdfgen.canvas")
 
 
 def read_from_file(tmp_path, data: bytes, name: str = "report.pdf"):
@@ -49,17 +48,6 @@ def centre_on_glyphs(box, glyphs) -> bool:
 def marks_of(document, value: str, after: str = ""):
     start = document.text.index(value, document.text.index(after) if after else 0)
     return pdf_pages.answer_marks(document, [(start, start + len(value))])[0]
-
-
-def canvas_pdf(pages, size=(612, 792)) -> bytes:
-    """A PDF of one page per `draw(canvas)` in `pages`, in Helvetica."""
-    buffer = io.BytesIO()
-    canvas = reportlab_canvas.Canvas(buffer, pagesize=size)
-    for draw in pages:
-        draw(canvas)
-        canvas.showPage()
-    canvas.save()
-    return buffer.getvalue()
 
 
 FILLER = "The survey went on along the coast and wrote down what it found, hill by hill, that whole spring."
@@ -172,7 +160,7 @@ def test_the_page_is_drawn_with_the_mark_where_the_value_stands(tmp_path):
     data = wrapped_matplotlib_pdf(n_pages=3, fact_page=2)
     document = read_from_file(tmp_path, data)
     (mark,) = marks_of(document, "2250")
-    image = Image.open(io.BytesIO(pdf_pages.render_page(document, mark))).convert("RGB")
+    image = Image.open(io.BytesIO(pdf_pages.render_page(document.source, document.name, mark))).convert("RGB")
     assert abs(image.width - pdf_pages.PAGE_IMAGE_WIDTH_PX) <= 1  # whole pixels, rounded up
     scale = image.width / mark.width
     left, top, right, bottom = (edge * scale for edge in mark.view_boxes[0])
@@ -188,28 +176,10 @@ def test_a_huge_page_is_refused_in_words_and_its_file_gone_is_said(tmp_path):
     document = read_from_file(tmp_path, canvas_pdf([draw], size=(10_000, 10_000)))
     (mark,) = marks_of(document, "2250")
     with pytest.raises(DocumentError, match=r"10,000 × 10,000 points, over the 5,000 points a side"):
-        pdf_pages.render_page(document, mark)
+        pdf_pages.render_page(document.source, document.name, mark)
     os.remove(document.source)
     with pytest.raises(DocumentError, match="no longer on this server"):
-        pdf_pages.render_page(document, mark)
-
-
-def image_bomb_pdf(side: int = 30_000) -> bytes:
-    """A page of text over an image of `side` × `side` grey pixels (2.7 GB decoded), compressed to a few hundred KB."""
-    import zlib
-
-    pixels = zlib.compress(b"\x80" * side * side, 9)
-    content = b"q 500 0 0 700 50 50 cm /Im1 Do Q BT /F1 12 Tf 72 720 Td (The altitude of Vesmira Quonthal is 2250.) Tj ET"
-    return write_pdf({
-        1: b"<< /Type /Catalog /Pages 2 0 R >>",
-        2: b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
-        3: b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 4 0 R >> "
-           b"/XObject << /Im1 5 0 R >> >> /Contents 6 0 R >>",
-        4: b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
-        5: b"<< /Type /XObject /Subtype /Image /Width %d /Height %d /ColorSpace /DeviceGray /BitsPerComponent 8 "
-           b"/Filter /FlateDecode /Length %d >>\nstream\n%s\nendstream" % (side, side, len(pixels), pixels),
-        6: b"<< /Length %d >>\nstream\n%s\nendstream" % (len(content), content),
-    })
+        pdf_pages.render_page(document.source, document.name, mark)
 
 
 @pytest.mark.slow
@@ -218,7 +188,7 @@ def test_an_image_bomb_is_drawn_within_the_childs_memory_and_time_or_refused_in_
     (mark,) = marks_of(document, "2250")
     began = time.perf_counter()
     try:
-        png = pdf_pages.render_page(document, mark, ReadLimits(max_read_s=20))
+        png = pdf_pages.render_page(document.source, document.name, mark, ReadLimits(max_read_s=20))
     except DocumentError as exc:
         assert "could not be drawn" in str(exc) or "time limit" in str(exc)
     else:
