@@ -3,8 +3,8 @@ chromium (a click on an example asks), and take a full-page screenshot once both
 desktop width (docs/screenshot.png, the README's) and a phone's (docs/screenshot-400px.png); with --first-screen,
 --notice, --plan and --wrapped-pdf, what the first screen shows after them, the first screen after two errors, the
 plan panel for a T4, and the answer area after asking about a 20-page PDF whose fact sentence wraps inside a name on
-page 17 (docs/first-screen-WIDTH.png, docs/notice-WIDTH.png, docs/plan-panel-WIDTH.png,
-docs/wrapped-pdf-answer-WIDTH.png).
+page 17, then its page opened with the answer marked (docs/first-screen-WIDTH.png, docs/notice-WIDTH.png,
+docs/plan-panel-WIDTH.png, docs/wrapped-pdf-answer-WIDTH.png, docs/answer-page-WIDTH.png).
 
 Run on demand after a change to the page (`python scripts/refresh_screenshot.py`); the tests never write it.
 Needs what the browser test needs: /usr/bin/chromium and the playwright package (never `playwright install`).
@@ -131,6 +131,14 @@ def take_wrapped_pdf_screenshot(url: str, path: Path, width: int) -> None:
         time.sleep(2.0)  # page/behaviour.js looks again 1.5 s after the answer shows, and may scroll
         page.mouse.move(0, 0)
         page.screenshot(path=str(path))
+        room = page.locator("#answer-page-room")
+        room.get_by_text("See it on the page").click()
+        image = page.locator("#answer-page img")
+        image.wait_for()
+        wait_until(lambda: image.evaluate("img => img.complete && img.naturalWidth > 0"), "the page drawn")
+        time.sleep(0.5)
+        page.mouse.move(0, 0)
+        room.screenshot(path=str(path.parent / f"answer-page-{width}.png"))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -146,7 +154,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="also save the plan panel planned for a T4 (plan-panel-WIDTH.png beside them)")
     parser.add_argument("--wrapped-pdf", action="store_true",
                         help="also save the answer area after asking about a PDF whose fact wraps inside a name, at "
-                             "1400x900 and 400x850 (wrapped-pdf-answer-WIDTH.png beside them)")
+                             "1400x900 and 400x850 (wrapped-pdf-answer-WIDTH.png beside them), and its page opened "
+                             "with the answer marked (answer-page-WIDTH.png)")
     parser.add_argument("--profile", default="auto", choices=list(PROFILES))
     args = parser.parse_args(argv)
     ctx = make_context(Session(), models=["demo"], default_model="demo", default_profile=args.profile)
