@@ -8,6 +8,7 @@ import fnmatch
 import json
 import os
 import shutil
+import site
 import subprocess
 import sys
 import tomllib
@@ -61,6 +62,17 @@ def test_the_dependencies_are_the_requirements_spaces_installs():
     assert PYPROJECT["project"]["scripts"] == {"longqa": "longqa.__main__:main"}
 
 
+def see_this_environment(venv: Path) -> None:
+    """Let the venv at `venv` import what this interpreter imports (torch, transformers, ...) after its own
+    packages: `--system-site-packages` shows it the base interpreter's, which are not these where the tests run in a
+    venv themselves (as the README's commands make one). A .pth file's lines only add folders: the repository's own
+    editable install, if any, is not among them."""
+    inner = subprocess.run([venv / "bin" / "python", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    outer = [path for path in (*site.getsitepackages(), site.getusersitepackages()) if Path(path).is_dir()]
+    (Path(inner) / "outer-environment.pth").write_text("".join(f"{path}\n" for path in outer))
+
+
 @pytest.mark.slow
 def test_the_console_script_answers_from_outside_the_repository(tmp_path):
     source = tmp_path / "source"  # a copy of the tracked tree, so the build leaves nothing in the repository
@@ -70,6 +82,7 @@ def test_the_console_script_answers_from_outside_the_repository(tmp_path):
             shutil.copy2(ROOT / name, source / name)
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+    see_this_environment(venv)
     subprocess.run([venv / "bin" / "pip", "install", "--quiet", "--no-deps", str(source)],
                    check=True, cwd=tmp_path)
     elsewhere = tmp_path / "elsewhere"
