@@ -172,10 +172,11 @@ def render_in_child(data: bytes, name: str, request: dict, limits: ReadLimits) -
         overlay = Image.new("RGBA", image.size, (0, 0, 0, 0))
         draw = ImageDraw.Draw(overlay)
         sx, sy = image.width / width, image.height / height  # the bitmap is whole pixels: a little over `scale`
-        pad = max(1.0, 1.5 * scale)
+        pad = max(2.0, 1.5 * scale)
+        edge = max(3, round(2 * scale))  # seen on a phone, where the page shows at a third of its pixels
         for left, top, right, bottom in mark.view_boxes:
             draw.rectangle((left * sx - pad, top * sy - pad, right * sx + pad, bottom * sy + pad),
-                           fill=_MARK_FILL, outline=_MARK_EDGE, width=max(2, round(scale)))
+                           fill=_MARK_FILL, outline=_MARK_EDGE, width=edge)
         image = Image.alpha_composite(image.convert("RGBA"), overlay).convert("RGB")
         page.close()
     finally:
