@@ -52,7 +52,7 @@ from pydantic import ValidationError
 from starlette.middleware import Middleware
 
 from longqa.serving import policy
-from longqa.serving.route_gate import RouteGate, body_cap_bytes
+from longqa.serving.route_gate import JoinBudget, RouteGate, body_cap_bytes
 from longqa.serving.uploads import DEFAULT_PER_VISITOR_BYTES, UploadGate, UploadStore, sweeping
 from longqa_core.errors import InputError, LongQAError
 
@@ -110,6 +110,12 @@ REMOTE_FILE = ("'{label}' names a file by a web address; this server reads only 
 # tab's next event starts from the page's defaults.
 SESSION_CAPACITY = 1000
 MESSAGE_QUEUES = 2000  # sessions whose message queues gradio keeps (its own number), none with an event pending
+# Where the proxy names visitors: the joins one address may send to gradio's queue, before they take its places
+# (fresh sessions are new visitors to the lane, but not to this). A page's ask is a few joins; an office behind one
+# address sends several visitors' worth.
+JOIN_ROUTES = ("/gradio_api/queue/join", "/gradio_api/call/")
+JOINS_BURST = 40
+JOINS_PER_S = 4.0
 
 
 def harden(demo: gr.Blocks, uploads: UploadStore, visitor_header: str | None, *, css: str = "",
@@ -213,7 +219,8 @@ def shape_of(value) -> str:
 def upload_bounds(demo: gr.Blocks, uploads: UploadStore, visitor_header: str | None,
                   max_text_bytes: int = DEFAULT_PER_VISITOR_BYTES) -> dict:
     """The FastAPI arguments that bound `demo`'s requests: the route gate first (closed routes; every body but an
-    upload's bounded by its declared length, for a pasted text of `max_text_bytes`), the gate in front of gradio's
+    upload's bounded by its declared length, for a pasted text of `max_text_bytes`; where the deployment names the
+    proxy's header, each address's joins to the queue, `JoinBudget`), the gate in front of gradio's
     upload route (a visitor is the address the proxy gives, `proxy_address`, where the deployment names its header;
     on a direct connection only the total counts) and the sweep that deletes old uploads (and tells gradio they are
     gone)."""
@@ -224,8 +231,10 @@ def upload_bounds(demo: gr.Blocks, uploads: UploadStore, visitor_header: str | N
         return f"address:{address}" if address else None
 
     uploads.on_delete = demo.upload_file_set.discard
+    joins = JoinBudget(JOINS_PER_S, JOINS_BURST) if header else None
     return {"middleware": [Middleware(RouteGate, max_body_bytes=body_cap_bytes(max_text_bytes),
-                                      closed=CLOSED_ROUTES, own_bounds=(UPLOAD_ROUTE,)),
+                                      closed=CLOSED_ROUTES, own_bounds=(UPLOAD_ROUTE,), budgeted=JOIN_ROUTES,
+                                      budget=joins, address_of=lambda headers: proxy_address(headers.get(header))),
                            Middleware(UploadGate, store=uploads, route=UPLOAD_ROUTE, visitor_of=visitor_of),
                            Middleware(ToldErrors, route=DIRECT_ROUTE)],
             "lifespan": sweeping(uploads)}

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import gradio as gr
 import httpx
@@ -199,5 +200,27 @@ def test_a_pages_new_session_leaves_out_gradios_copy_of_every_blocks_config_and_
         client = __import__("gradio_client").Client(url, verbose=False)
         assert client.predict(api_name="/add") == "1" and client.predict(api_name="/add") == "2"  # state kept
         assert httpx.get(f"{url}gradio_api/deep_link", params={"session_hash": "fresh"}).status_code == 404
+    finally:
+        demo.close()
+
+
+def test_behind_a_proxy_one_address_sends_its_budget_of_joins_and_another_address_its_own(monkeypatch):
+    from page import hardening
+
+    monkeypatch.setattr(hardening, "JOINS_PER_S", 0.1)  # the burst as it is; its refill too slow to matter here
+    with gr.Blocks() as demo:
+        gr.Button().click(lambda: "x", outputs=gr.Textbox(), api_name="x")
+    demo.queue()
+    harden(demo, UploadStore(), "X-Forwarded-For")
+    _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", quiet=True)
+    try:
+        def join(address: str, n: int) -> int:
+            return httpx.post(f"{url}gradio_api/queue/join", json={"data": [], "fn_index": 0, "session_hash": f"s{n}"},
+                              headers={"X-Forwarded-For": f"1.2.3.{n}, {address}"}, timeout=30).status_code
+
+        with ThreadPoolExecutor(4) as pool:  # a made-up first hop each time
+            flood = list(pool.map(lambda n: join("81.2.69.142", n), range(hardening.JOINS_BURST + 10)))
+        assert flood.count(200) <= hardening.JOINS_BURST + 2 and flood.count(429) >= 8, flood
+        assert join("81.2.69.143", 0) == 200
     finally:
         demo.close()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from longqa.serving.route_gate import RouteGate, body_cap_bytes
+from longqa.serving.route_gate import JoinBudget, RouteGate, body_cap_bytes
 from longqa.serving.uploads import MIB
 
 
@@ -79,3 +79,34 @@ def test_the_cap_leaves_room_for_a_pasted_text_at_the_file_limit_with_its_escape
     cap = body_cap_bytes(50 * MIB)
     assert 50 * MIB + 50 * MIB // 8 < cap <= 50 * MIB + 50 * MIB // 8 + MIB
     assert cap < 100 * 10**6  # a 100 MB question is refused at the door (issue 61)
+
+
+class Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_an_address_may_send_its_burst_of_joins_then_its_rate_and_another_address_its_own():
+    clock = Clock()
+    budget = JoinBudget(per_s=2.0, burst=5, clock=clock)
+    assert [budget.take("a") for _ in range(7)] == [True] * 5 + [False] * 2
+    assert budget.take("b")  # another address: its own budget
+    clock.now = 1.0  # two more a second
+    assert [budget.take("a") for _ in range(3)] == [True, True, False]
+    clock.now = 100.0
+    assert sum(budget.take("a") for _ in range(10)) == 5  # a long pause refills the burst, no more
+
+
+def test_joins_past_the_budget_are_refused_in_words_before_the_app_and_unknown_callers_are_not_counted():
+    budgeted = gate(budgeted=("/gradio_api/queue/join", "/gradio_api/call/"), budget=JoinBudget(0.001, 2),
+                    address_of=lambda headers: headers.get("x-forwarded-for"))
+    one = [(b"x-forwarded-for", b"81.2.69.142"), (b"content-length", b"2")]
+    assert [call(budgeted, "/gradio_api/queue/join", headers=one, body=b"{}")[2] for _ in range(2)] == [True, True]
+    status, text, reached, _ = call(budgeted, "/gradio_api/call/ask", headers=one, body=b"{}")
+    assert status == 429 and not reached and "Please wait a few seconds" in text
+    assert call(budgeted, "/gradio_api/upload", headers=one, body=b"{}")[2]  # not a route that starts work
+    anonymous = [(b"content-length", b"2")]
+    assert all(call(budgeted, "/gradio_api/queue/join", headers=anonymous, body=b"{}")[2] for _ in range(5))

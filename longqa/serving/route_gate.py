@@ -1,7 +1,8 @@
 """The door in front of a web app's routes, before anything is parsed: routes the app does not use closed (404 with
-a message in words), and every request body refused by its declared length (413 over `max_body_bytes`, 411 without a
+a message in words), every request body refused by its declared length (413 over `max_body_bytes`, 411 without a
 Content-Length) before a byte of it is kept, except on the routes that bound their bodies themselves (the upload
-gate's).
+gate's), and where the caller is known by an address, the requests it may send to the routes that start work
+(`JoinBudget`: 429 past it).
 
 ASGI middleware that knows routes only as path ends and fragments it is given (the page names gradio's); it reads
 no body and knows nothing of what a request asks.
@@ -9,7 +10,14 @@ no body and knows nothing of what a request asks.
 
 from __future__ import annotations
 
+import threading
+import time
+from collections import OrderedDict
+from typing import Callable
+
 from longqa.serving.uploads import MIB, _discard_body, _plain_response
+
+MAX_ADDRESSES = 10_000  # addresses whose budgets are kept (the longest idle go first: a full budget is no loss)
 
 
 def body_cap_bytes(max_text_bytes: int) -> int:
@@ -19,14 +27,39 @@ def body_cap_bytes(max_text_bytes: int) -> int:
     return max_text_bytes + max_text_bytes // 8 + MIB
 
 
+class JoinBudget:
+    """How many requests each address may send to the routes that start work: `burst` at once, then `per_s` a
+    second (a token bucket per address, bounded to MAX_ADDRESSES addresses)."""
+
+    def __init__(self, per_s: float, burst: int, clock: Callable[[], float] = time.monotonic):
+        self.per_s, self.burst, self.clock = per_s, burst, clock
+        self._left: OrderedDict[str, tuple[float, float]] = OrderedDict()  # address: (requests left, when)
+        self._lock = threading.Lock()
+
+    def take(self, address: str) -> bool:
+        """Whether `address` may send one more now (and count it)."""
+        now = self.clock()
+        with self._lock:
+            left, then = self._left.pop(address, (float(self.burst), now))
+            left = min(float(self.burst), left + (now - then) * self.per_s)
+            self._left[address] = (left - 1.0 if left >= 1.0 else left, now)
+            while len(self._left) > MAX_ADDRESSES:
+                self._left.popitem(last=False)
+            return left >= 1.0
+
+
 class RouteGate:
     """ASGI middleware: `closed` maps a path's end to the message a request for it is answered with (404); a POST
-    to any other route (none of whose path ends in `own_bounds`) must declare its length, at most `max_body_bytes`."""
+    to any other route (none of whose path ends in `own_bounds`) must declare its length, at most `max_body_bytes`;
+    a POST to a route whose path holds one of `budgeted` takes one from its address's `budget` (the address
+    `address_of(headers)` names; None: not counted), 429 when none is left."""
 
     def __init__(self, app, max_body_bytes: int, closed: dict[str, str] | None = None,
-                 own_bounds: tuple[str, ...] = ()):
+                 own_bounds: tuple[str, ...] = (), budgeted: tuple[str, ...] = (), budget: JoinBudget | None = None,
+                 address_of: Callable[[dict], str | None] = lambda headers: None):
         self.app, self.max_body_bytes, self.own_bounds = app, max_body_bytes, own_bounds
         self.closed = dict(closed or {})
+        self.budgeted, self.budget, self.address_of = budgeted, budget, address_of
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -38,11 +71,11 @@ class RouteGate:
             return await _plain_response(send, 404, closed)
         if scope["method"] != "POST" or path.endswith(self.own_bounds):
             return await self.app(scope, receive, send)
-        refusal = self.refusal(*_declared(scope))
+        refusal = self.refusal(*_declared(scope)) or self.over_budget(scope, path)
         if refusal is None:
             return await self.app(scope, receive, send)
         status, message = refusal
-        if status == 413:
+        if status in (413, 429):
             await _discard_body(receive)  # a client still sending would miss a reply sent before it has finished
         await _plain_response(send, status, message)
 
@@ -56,6 +89,18 @@ class RouteGate:
                          f"{self.max_body_bytes / MIB:,.1f} MB (a pasted text within the file size limit, a question "
                          "of a few sentences). Upload a long document as a file.")
         return None
+
+
+    def over_budget(self, scope, path: str) -> tuple[int, str] | None:
+        """(429, message) when the request starts work and its address has no budget left; else None."""
+        if self.budget is None or not any(route in path for route in self.budgeted):
+            return None
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        address = self.address_of(headers)
+        if address is None or self.budget.take(address):
+            return None
+        return 429, (f"Your address has sent more than {self.budget.burst} requests in a few seconds; this server "
+                     f"takes about {self.budget.per_s:g} a second from one address. Please wait a few seconds.")
 
 
 def _declared(scope) -> tuple[int | None, bool]:
