@@ -397,7 +397,8 @@ def door_attacks(work: Path) -> dict:
     gradio's direct route, each client gone after 3 s; two 100 MB questions, a 200 MB pasted text and a 40 MB
     question at once; 5,000 fresh-session /plan joins; 2,600 of them during a visitor's 4 MB full read; ten 50 MB
     posts to the recording route, a file named by a web address and the monitoring summary; six clients making up
-    their first hop behind one address; and SIGTERM with three full reads of 4 MB in flight."""
+    their first hop behind one address, and 5,000 fresh-session joins from one address there; and SIGTERM with three
+    full reads of 4 MB in flight."""
     two_mb, four_mb = work / "two-mb.txt", work / "four-mb.txt"
     two_mb.write_text(crowd_check.fact_text(2 * MB, 7))
     four_mb.write_text(crowd_check.fact_text(4 * MB, 7))
@@ -416,6 +417,9 @@ def door_attacks(work: Path) -> dict:
             if setting.startswith("--visitor-header"):
                 rows["6 clients behind one address, each making up its first hop" + name] = attack_row(
                     crowd_attacks.spoofed_first_hops(url, server.pid, four_mb, visitor(url)))
+                rows["5,000 /plan joins, each from a fresh session, one address behind the proxy" + name] = attack_row(
+                    crowd_attacks.fresh_session_joins(url, server.pid, "plan", plan, visitor(url), joins=5000,
+                                                      headers={"X-Forwarded-For": "81.2.69.142"}))
                 continue
             rows["45 full reads of 2 MB posted to /gradio_api/run/ask, each client gone after 3 s" + name] = (
                 attack_row(crowd_attacks.direct_reads(url, server.pid, text, visitor(url))))

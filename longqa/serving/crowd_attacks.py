@@ -223,13 +223,14 @@ def upload_flood(url: str, pid: int, folder: Path, visitor, *, uploaders: int = 
 
 
 # ------------------------------------------------------------------------------------------------ issue 48
-def join_raw(url: str, fn_index: int, data: list, session_hash: str, timeout_s: float = 30.0) -> str:
+def join_raw(url: str, fn_index: int, data: list, session_hash: str, timeout_s: float = 30.0,
+             headers: dict | None = None) -> str:
     """One raw `queue/join` for `session_hash`, as a hostile client posts it, never reading its stream: "joined",
     or the refusal gradio answered with."""
     body = json.dumps({"data": data, "fn_index": fn_index, "session_hash": session_hash, "event_data": None,
                        "trigger_id": None}).encode()
     request = urllib.request.Request(f"{url}gradio_api/queue/join", data=body,
-                                     headers={"Content-Type": "application/json"})
+                                     headers={"Content-Type": "application/json", **(headers or {})})
     try:
         with urllib.request.urlopen(request, timeout=timeout_s) as reply:
             answer = json.loads(reply.read() or b"{}")
@@ -606,10 +607,11 @@ def large_bodies(url: str, pid: int, visitor, *, question_mb: float = 100.0, pas
 
 
 def fresh_session_joins(url: str, pid: int, api_name: str, data: list, visitor, *, joins: int = 5000,
-                        threads: int = 6, settle_s: float = 10.0) -> AttackOutcome:
-    """Issue 61 items 3 and 4: `joins` raw joins of `api_name`, each with a fresh session hash, never read, from
-    `threads` threads, while the visitor keeps asking (a long read, to see whether it outlives the crowd of
-    sessions, and whether its progress keeps coming): memory before, at its peak and `settle_s` after."""
+                        threads: int = 6, settle_s: float = 10.0, headers: dict | None = None) -> AttackOutcome:
+    """Issue 61 items 3 and 4: `joins` raw joins of `api_name`, each with a fresh session hash (and `headers`: a
+    proxy's, for one address), never read, from `threads` threads, while the visitor keeps asking (a long read, to
+    see whether it outlives the crowd of sessions, and whether its progress keeps coming): memory before, at its
+    peak and `settle_s` after."""
     server = psutil.Process(pid)
     outcome = AttackOutcome(rss_idle=tree_rss(server))
     sampler = MemorySampler(pid, every_s=0.2)
@@ -622,7 +624,8 @@ def fresh_session_joins(url: str, pid: int, api_name: str, data: list, visitor, 
 
     def flood(count: int, worker: int) -> None:
         for i in range(count):
-            results.append(join_raw(url, fn_index, data, f"fresh-{worker}-{i}-{time.monotonic_ns()}"))
+            results.append(join_raw(url, fn_index, data, f"fresh-{worker}-{i}-{time.monotonic_ns()}",
+                                    headers=headers))
 
     share = [joins // threads + (i < joins % threads) for i in range(threads)]
     workers = [threading.Thread(target=flood, args=(n, w), daemon=True) for w, n in enumerate(share)]
