@@ -111,11 +111,11 @@ REMOTE_FILE = ("'{label}' names a file by a web address; this server reads only 
 SESSION_CAPACITY = 1000
 MESSAGE_QUEUES = 2000  # sessions whose message queues gradio keeps (its own number), none with an event pending
 # Where the proxy names visitors: the joins one address may send to gradio's queue, before they take its places
-# (fresh sessions are new visitors to the lane, but not to this). A page's ask is a few joins; an office behind one
-# address sends several visitors' worth.
+# (fresh sessions are new visitors to the lane, but not to this). A page's ask is a few joins, and on a GPU the
+# gauge's tick one every 2 s; an office behind one address sends twenty open pages' worth.
 JOIN_ROUTES = ("/gradio_api/queue/join", "/gradio_api/call/")
-JOINS_BURST = 40
-JOINS_PER_S = 4.0
+JOINS_BURST = 60
+JOINS_PER_S = 10.0
 
 
 def harden(demo: gr.Blocks, uploads: UploadStore, visitor_header: str | None, *, css: str = "",
