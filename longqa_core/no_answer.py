@@ -404,17 +404,21 @@ class Verdict:
             return f"No verdict: this model's {NOT_CALIBRATED}."
         if self.found:
             return f"Found ({sure})."
+        return f"{self.message} ({sure}): {self.reason}."
+
+    @property
+    def reason(self) -> str:
+        """Why the documents do not hold the answer, in a few words (meant for a not-found verdict)."""
         if self.best_score is None:
-            why = "the model found no answer span"
-        elif form:
-            why = form
-        elif self.absent:
-            why = f"no document mentions {_quoted(self.absent)}"
-        elif self.rule.needs_evidence and self.missing:
-            why = f"no likely answer sits beside {_quoted(self.missing)}"
-        else:
-            why = "no passage answers the question clearly enough"
-        return f"{self.message} ({sure}): {why}."
+            return "the model found no answer span"
+        if self.outside_form:
+            return (f"this model answers questions of the form \u201c{self.rule.question_form.form}\u201d, and this one "
+                    "is not")
+        if self.absent:
+            return f"no document mentions {_quoted(self.absent)}"
+        if self.rule.needs_evidence and self.missing:
+            return f"no likely answer sits beside {_quoted(self.missing)}"
+        return "no passage answers the question clearly enough"
 
     @property
     def details(self) -> str:

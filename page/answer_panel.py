@@ -77,13 +77,14 @@ def build_question_panel(ctx: AppContext) -> dict[str, Block]:
     with gr.Row(elem_id="ask-row"):
         with gr.Column(min_width=320):
             files = gr.File(file_count="multiple", file_types=list(SUPPORTED_EXTENSIONS), type="filepath",
-                            label="Documents", elem_id="documents", height=140)
-            pasted = gr.Textbox(label="Or paste text", lines=3, max_lines=8, placeholder="Paste a document here")
+                            label="Documents", elem_id="documents", height=84)
+            # one line until something is pasted (it grows to max_lines): Ask stays on a laptop's first screen
+            pasted = gr.Textbox(label="Or paste text", lines=1, max_lines=8, placeholder="Paste a document here")
             question = gr.Textbox(label="Question",  # no `info`: it would join the label, which tests select by
                                   placeholder="What is the frequency of Chiomklian Oustklaeth? (Enter asks)")
             with gr.Row():
                 ask_btn = gr.Button("Ask", variant="primary", min_width=90)
-                full_btn = gr.Button("Read the whole document", min_width=90)
+                full_btn = gr.Button("Read the whole document", min_width=90, scale=2)  # its words on one line
                 stop_btn = gr.Button("Stop", variant="stop", min_width=90, interactive=False)  # while a read runs
             with gr.Accordion("Reading options", open=False):
                 top_k = accept_counts_as_text(gr.Slider(1, 10, value=DEFAULT_TOP_K, step=1, label="Top-k answers",

@@ -434,7 +434,7 @@ def ask(ctx: AppContext, files, pasted_text, question, top_k, reading, history, 
     result = readout.result
     if changed:
         result.notices.insert(0, changed)
-    for notice in result.notices:
+    for notice in shown_notices(result):
         gr.Warning(escape(notice))
     best = result.answers[0] if result.answers else None
     if result.verdict is not None and result.verdict.found is False:  # no span in its passage reads as the answer
@@ -461,6 +461,14 @@ def ask(ctx: AppContext, files, pasted_text, question, top_k, reading, history, 
         "seen": seen_now(ctx),
         "readout": readout_json,
     }
+
+
+def shown_notices(result) -> list[str]:
+    """The notices the page shows beside an answer: all but the verdict's own where nothing is found (the line over
+    the answer box says why, once)."""
+    verdict = result.verdict
+    said = verdict.notices if verdict is not None and verdict.found is False else []
+    return [notice for notice in result.notices if notice not in said]
 
 
 def answer(ctx: AppContext, plan, extract_s: float = 0.0, progress=None, gate=None,
@@ -598,9 +606,12 @@ def show_outcome(ctx: AppContext, request: gr.Request = None) -> dict:
     outcome.history_table.to_csv(history_path, index=False)
     result = outcome.readout.result
     evaluation = result.verdict.evaluation if result.verdict is not None else None
-    return {"status": fmt.answer_status(result, doc_url(evaluation)),
+    return {"status": fmt.answer_status(result, doc_url(evaluation),
+                                        fmt.ran_on(outcome.readout.model, outcome.readout.profile)),
             "evidence": gr.update(label=fmt.evidence_label(result)),
             "download_json": gr.update(value=str(readout_path), visible=True),
             "download_csv": gr.update(value=str(history_path), visible=True),
-            "answer": gr.update(label=fmt.answer_label()), "answers": gr.skip(),  # no longer the best so far
+            "answer": gr.update(label=fmt.answer_label("none found" if result.verdict is not None
+                                                       and result.verdict.found is False else None)),
+            "answers": gr.skip(),  # no longer the best so far
             **stop_enabled(False)}

@@ -117,25 +117,31 @@ def best_answer(result) -> str:
     if best is None:
         return "(no answer found in the documents)"
     if verdict is not None and verdict.found is False:
-        return verdict.explanation  # the spans stay in the top answers, marked low confidence
+        return ""  # the line over it says so (`answer_status`); the spans stay in the top answers, marked low
     return best.text  # without a rule, the run table and the JSON say the confidence is not calibrated
 
 
-def answer_status(result, evaluation_url: str | None = None) -> str:
+def ran_on(model: str | None, profile: str | None) -> str:
+    """The model and profile an answer ran on, as the answer area names them."""
+    return f"Ran on {escape_markdown(str(model))} with profile {escape_markdown(str(profile))}."
+
+
+def answer_status(result, evaluation_url: str | None = None, ran: str = "") -> str:
     """Markdown over the answer box: whether the documents hold the answer (by the model's rule or the request's
     threshold), and where the best answer stands; without a rule, its confidence from the score alone. Not found:
     the verdict's confidence, and its rule's numbers behind a closed disclosure (`how_decided`) linking to
-    `evaluation_url`, where the rule was measured."""
+    `evaluation_url`, where the rule was measured. `ran`: what it ran on (`ran_on`), said last on the line."""
     verdict = result.verdict
     best = result.answers[0] if result.answers and result.answers[0].document is not None else None
+    ran = f" {ran}" if ran else ""
     if best is None:
-        return "### Not found in the documents\nThe model found no answer span in the text it read."
+        return f"### Not found in the documents\nThe model found no answer span in the text it read.{ran}"
     where = (f"In {escape_markdown(str(best.location or best.document))}, characters "
-             f"{best.start_char:,}–{best.end_char:,}; score {best.score:.3g}.")
-    if verdict is not None and verdict.found is False:
-        return (f"### {escape_markdown(verdict.message)} ({verdict.confidence} confidence)\nThe closest passages "
-                "are below, nothing in them marked as the answer; the spans the model liked best are in Top answers, "
-                f"marked low confidence.\n\n{how_decided(verdict, evaluation_url)}")
+             f"{best.start_char:,}–{best.end_char:,}; score {best.score:.3g}.{ran}")
+    if verdict is not None and verdict.found is False:  # said once, here: the answer box stays empty
+        return (f"### {escape_markdown(verdict.message)} ({verdict.confidence} confidence)\n"
+                f"{escape_markdown(verdict.reason[:1].upper() + verdict.reason[1:])}.{ran}\n\n"
+                f"{how_decided(verdict, evaluation_url)}")
     if verdict is not None and verdict.found:
         return f"### Found ({best.confidence or MISSING} confidence)\n{where}"
     if verdict is not None and verdict.confidence == "low":  # outside the model's question form, or a word absent
@@ -175,12 +181,15 @@ def provisional_rows(best, confidence: str = PROVISIONAL) -> list[list]:
 
 
 def how_decided(verdict, evaluation_url: str | None = None) -> str:
-    """A closed disclosure, "How this is decided": the verdict's rule with its numbers, and a link to where the rule
-    was measured (`evaluation_url`, for a rule measured in this project)."""
+    """A closed disclosure, "How this is decided": the verdict's rule with its numbers, where nothing is found what
+    the passages below and the top answers are, and a link to where the rule was measured (`evaluation_url`, for a
+    rule measured in this project)."""
     measured = (f" [How often this rule is right]({evaluation_url}) ({escape_markdown(verdict.evaluation)})."
                 if evaluation_url and verdict.evaluation else "")
+    shown = (" The closest passages are below, nothing in them marked as the answer; the spans the model liked best "
+             "are in Top answers, marked low confidence." if verdict.found is False else "")
     return (f'<details class="how-decided"><summary>How this is decided</summary>\n\n'
-            f"{escape_markdown(verdict.details)}{measured}\n\n</details>")
+            f"{escape_markdown(verdict.details)}{measured}{shown}\n\n</details>")
 
 
 EVIDENCE_LABEL = "Evidence: the answer in its passage"

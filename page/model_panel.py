@@ -11,11 +11,13 @@ from page import format as fmt
 from page import words
 from page.context import AppContext, requests_group
 from page.events import bind, listen
-from page.picks import (ASKING, auto_profile, load_profile, load_status, model_choices, model_info, on_page_load,
-                        show_custom_controls, show_loaded, start_loading, start_model_pick, start_profile_pick,
-                        strategy_choices)
+from page.picks import (ASKING, FOLLOWED, auto_profile, follow_loaded, load_profile, load_status, model_choices,
+                        model_info, on_page_load, show_custom_controls, show_loaded, start_loading, start_model_pick,
+                        start_profile_pick, strategy_choices)
 from page.tables import ReadoutTable
 from strategies.profiles import profile_choices
+
+FOLLOW_EVERY_S = 10.0  # how often a page looks whether another visitor reloaded the shared model
 
 
 def build_model_panel(ctx: AppContext) -> dict[str, Block]:
@@ -32,20 +34,22 @@ def build_model_panel(ctx: AppContext) -> dict[str, Block]:
                                info=model_info(ctx.selection.model), interactive=not ctx.lock_profile, scale=2,
                                min_width=300)
     status = gr.Markdown(load_status(ctx), elem_id="load-status")
-    with gr.Row():
+    with gr.Row(elem_id="custom-strategies"):  # folded away (style.css) while its two components are hidden
         strategies_cb = gr.CheckboxGroup(strategy_choices(ctx.hardware), label="Custom strategies",
                                          info=words.STRATEGIES_INFO, visible=False, scale=4, min_width=300)
         apply_btn = gr.Button("Load custom profile", visible=False, scale=1, min_width=160)
     load_table = ReadoutTable(headers=fmt.LOAD_HEADERS, label="Load readout", render=False)
     load_json = gr.JSON(label="Load readout (JSON)", render=False, elem_id="load-json")
+    shown = gr.State(None)  # the session's load generation the pickers and the line over the page show
     return {"banner": banner_box, "profile": profile_dd, "model": model_dd, "load_status": status,
-            "strategies": strategies_cb, "apply": apply_btn, "load_table": load_table, "load_json": load_json}
+            "strategies": strategies_cb, "apply": apply_btn, "load_table": load_table, "load_json": load_json,
+            "shown": shown}
 
 
 def loaded_outputs(model: dict[str, Block], question: dict[str, Block]) -> dict[str, Block]:
     """What `show_loaded` fills: the dropdowns, the load readouts, the line over the page and the ask buttons."""
     return {**{name: model[name] for name in ("profile", "model", "strategies", "banner", "load_table", "load_json",
-                                              "load_status")},
+                                              "load_status", "shown")},
             **{name: question[name] for name in ASKING}}
 
 
@@ -70,9 +74,15 @@ def wire_model_panel(ctx: AppContext, demo: gr.Blocks, seen: gr.State, model: di
     # what was loaded when it ran, reach the page before those of a reload asked for after it, and never undo the
     # reload's `show_loaded`; both run in the requests group, so neither waits in gradio's queue.
     listen(demo.load, bind(on_page_load, ctx),
-           outputs={**selection, "seen": seen, **readouts, "load_status": model["load_status"]},
+           outputs={**selection, "seen": seen, "shown": model["shown"], **readouts, "load_status": model["load_status"]},
            **requests_group(ctx), api_visibility="private", show_progress_on=[model["load_status"]])
-    listen(model["profile"].change, show_custom_controls, inputs=model["profile"],
+    # Every open page follows another visitor's reload within one poll: a quick look, no turn on the model.
+    listen(gr.Timer(FOLLOW_EVERY_S).tick, bind(follow_loaded, ctx), inputs=model["shown"],
+           outputs={name: model[name] for name in FOLLOWED}, queue=False, show_progress="hidden",
+           api_visibility="private")
+    # `select`, the visitor's own pick: the strategies open when the visitor picks `custom`, not when a visit or
+    # another visitor's reload shows it
+    listen(model["profile"].select, show_custom_controls, inputs=model["profile"],
            outputs={"strategies": model["strategies"], "apply": model["apply"]}, queue=False,
            api_visibility="private")
     # `select`, not `input`: a dropdown fires `input` twice per pick in gradio 6.31 (two loads, two errors).

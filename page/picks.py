@@ -5,6 +5,8 @@ load itself (`page.asking.load_selection`: a request's first one loads the model
 
 from __future__ import annotations
 
+import html
+
 import gradio as gr
 import pandas as pd
 
@@ -93,12 +95,13 @@ def banner(ctx: AppContext) -> dict:
     stand_in = demo_stands_in(ctx)
     if ctx.session.loaded is None and ctx.load_error:
         text = f"**{NO_MODEL}** {fmt.escape_markdown(ctx.load_error)} {PICK_MODEL}"
-    elif stand_in is not None:
+    elif stand_in is not None:  # one line, its reason folded: the Ask row stays on a laptop's first screen
         wanted, reason = stand_in
-        text = (f"**Running on the bundled demo model**, not {fmt.escape_markdown(wanted)}. "
-                f"{fmt.escape_markdown(reason)} The demo model is tiny: it answers "
-                "questions like *What is the frequency of …?* about sentences *The frequency of … is ….*, "
-                "as in the examples below.")
+        text = (f"<details><summary><b>Running on the bundled demo model</b>, not {html.escape(wanted)}: it answers "
+                "only questions like <i>What is the frequency of …?</i></summary>\n\n"
+                f"{fmt.escape_markdown(reason)} The demo model is tiny: it answers questions like *What is the "
+                "frequency of …?* about sentences *The frequency of … is ….*, as in the examples below.\n\n"
+                "</details>")
     else:
         return gr.update(value="", visible=False)
     return gr.update(value=text, visible=True)
@@ -138,7 +141,8 @@ def shown_selection(ctx: AppContext) -> dict:
 
 
 def on_page_load(ctx: AppContext, request: gr.Request = None, progress=gr.Progress()) -> dict:
-    """A new visitor: load the model if none is yet, and show what is selected and loaded now. It takes its place
+    """A new visitor: load the model if none is yet, and show what is selected and loaded now (the custom strategies
+    folded away until the visitor picks `custom`: they would fill a phone's first screen). It takes its place
     at the lane's door (counted in the visitor's share) after the reloads asked for before it, so that what it
     shows is what they loaded; a reload asked for after it waits for it, so its outputs never undo the reload's."""
     with user_errors("Opening the page"):
@@ -148,8 +152,8 @@ def on_page_load(ctx: AppContext, request: gr.Request = None, progress=gr.Progre
                 ensure_loaded(ctx, progress)
             except LongQAError:
                 pass  # the banner shows why; the page stays usable to pick another model
-            return {**shown_selection(ctx), "seen": seen_now(ctx), **load_outputs(ctx),
-                    "load_status": load_status(ctx)}
+            return {**shown_selection(ctx), "seen": seen_now(ctx), "shown": ctx.session.generation,
+                    **load_outputs(ctx), "load_status": load_status(ctx)}
 
 
 def load_profile(ctx: AppContext, profile_name: str, model_ref: str, strategies=None, seen=None,
@@ -217,10 +221,30 @@ def picked_value(picked: gr.SelectData | None, shown):
 
 def show_loaded(ctx: AppContext) -> dict:
     """After a load, done or refused: the dropdowns, the readouts and the line over the page show what is loaded
-    now, and asking is enabled again."""
-    return {**shown_selection(ctx), **load_outputs(ctx), "load_status": load_status(ctx), **asking_enabled(True)}
+    now (the page's `shown` generation), and asking is enabled again."""
+    return {**shown_selection(ctx), **load_outputs(ctx), "load_status": load_status(ctx), **asking_enabled(True),
+            "shown": ctx.session.generation}
 
 
-def show_custom_controls(profile_name: str) -> dict:
-    custom = profile_name == "custom"
+def follow_loaded(ctx: AppContext, shown) -> dict:
+    """A page's poll (`model_panel.FOLLOW_EVERY_S`): where what is loaded changed since the page last showed it
+    (`shown`: the session's load generation then), another visitor's reload, the pickers, the banner, the load
+    readouts and the line over the page show what is loaded now, with the custom strategies folded away (they open
+    when this visitor picks `custom`); otherwise, or while a reload or a comparison holds the model, nothing
+    changes."""
+    if shown == ctx.session.generation or ctx.lane.is_reloading():
+        return {name: gr.skip() for name in FOLLOWED}
+    selection = shown_selection(ctx)
+    selection["strategies"]["visible"] = False
+    return {**selection, **load_outputs(ctx), "load_status": load_status(ctx), "apply": gr.update(visible=False),
+            "shown": ctx.session.generation}
+
+
+FOLLOWED = ("profile", "model", "strategies", "banner", "load_table", "load_json", "load_status", "apply", "shown")
+
+
+def show_custom_controls(profile_name: str | None, picked: gr.SelectData = None) -> dict:
+    """The custom strategies and their button: shown when the profile picked (the select event's own pick, else
+    `profile_name`) is `custom`, folded away otherwise."""
+    custom = picked_value(picked, profile_name) == "custom"
     return {"strategies": gr.update(visible=custom), "apply": gr.update(visible=custom)}

@@ -9,13 +9,11 @@ from __future__ import annotations
 
 TITLE = "# Long-document question answering with Longformer"
 
-INTRO = (
-    "Upload documents (or paste text) and ask a question: a Longformer model reads them window by window and shows "
-    "the answer highlighted in its passage, with what the read cost in time and memory. "
-    "The bundled **demo model** is tiny and knows one task: questions like *What is the &lt;attribute&gt; of "
-    "&lt;name&gt;?* about sentences such as *The frequency of Chiomklian Oustklaeth is 30.* in the sample "
-    "documents. A **profile** is a recipe for one kind of machine (precision, quantization, attention kernel, "
-    "where the weights go); switch it to see what each recipe costs and saves."
+INTRO = (  # two lines on a laptop: the Ask row stays on the first screen
+    "Upload documents and ask a question: a Longformer model reads them window by window and shows the answer in "
+    "its passage, with what the read cost. The bundled **demo model** knows one task: questions like *What is the "
+    "&lt;attribute&gt; of &lt;name&gt;?* about sentences such as *The frequency of Chiomklian Oustklaeth is 30.* "
+    "A **profile** is a recipe for one kind of machine: switch it to see what each costs."
 )
 
 TRY_LABEL = "Try it: {question}"  # the intro's one-click example

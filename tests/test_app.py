@@ -185,7 +185,7 @@ def test_an_upload_deleted_after_its_time_is_named_and_asked_for_again(ctx, tmp_
     assert ctx.uploads.sweep() and not gone.exists()
     ctx.uploads.keep_s = keep_s
     with pytest.raises(gr.Error, match=r"'notes\.txt' is no longer on this server: uploads are deleted 10 minutes "
-                                       r"after they came .* Upload it again\."):
+                                       r"after they came, once no open page holds them .* Upload it again\."):
         ask(ctx, [gone])
 
 
@@ -410,6 +410,20 @@ def test_custom_controls_show_only_for_the_custom_profile():
     assert {name: u["visible"] for name, u in hidden.items()} == {"strategies": False, "apply": False}
 
 
+def test_a_page_follows_a_reload_it_did_not_show_yet_with_the_custom_strategies_folded(ctx):
+    shown = picks.on_page_load(ctx)["shown"]
+    assert all(value is gr.skip() or value == gr.skip() for value in picks.follow_loaded(ctx, shown).values())
+    asking.load_selection(ctx, Selection.of(ctx.session.model_ref, "custom", ["dynamic_batching"]))  # another visitor's reload
+    followed = picks.follow_loaded(ctx, shown)
+    assert followed["shown"] == ctx.session.generation != shown
+    assert followed["profile"]["value"] == "custom" and followed["strategies"]["value"] == ["dynamic_batching"]
+    assert followed["strategies"]["visible"] is False and followed["apply"]["visible"] is False
+    assert "profile **custom**" in followed["load_status"]
+    assert picks.follow_loaded(ctx, followed["shown"])["profile"] == gr.skip()  # shown: nothing more to do
+    with ctx.lane.turn(("session:other",), exclusive=True):  # a reload or a comparison holds the model
+        assert picks.follow_loaded(ctx, shown)["profile"] == gr.skip()
+
+
 @pytest.mark.skipif(not any(DEMO_MODEL_DIR.glob("*.safetensors")), reason="the demo model has no weights yet")
 def test_offline_the_default_model_falls_back_to_the_demo_model_and_the_page_says_so(monkeypatch):
     import huggingface_hub.constants
@@ -423,7 +437,7 @@ def test_offline_the_default_model_falls_back_to_the_demo_model_and_the_page_say
     assert "demo" in [value for _, value in picks.model_choices(ctx)]
     assert shown["profile"]["value"] == "cpu" and shown["load_json"]["model_ref"] == "demo"
     assert shown["banner"]["visible"] is True and "Running on the bundled demo model" in shown["banner"]["value"]
-    assert f"not {ui_format.escape_markdown(DEFAULT_MODEL)}" in shown["banner"]["value"]  # the model asked for
+    assert f"not {DEFAULT_MODEL}:" in shown["banner"]["value"]  # the model asked for
     assert "Could not fetch" in shown["banner"]["value"]
     assert picks.show_loaded(ctx)["model"]["value"] == "demo"
 
@@ -442,7 +456,7 @@ def test_offline_the_demo_notice_stays_after_a_visitor_reloads_a_profile(monkeyp
     assert ctx.session.loaded.readout.fallback_reason is None and ctx.session.profile_name == "baseline-fp32"
     shown = picks.on_page_load(ctx)  # a fresh page
     assert shown["banner"]["visible"] is True and "Running on the bundled demo model" in shown["banner"]["value"]
-    assert f"not {ui_format.escape_markdown(DEFAULT_MODEL)}" in shown["banner"]["value"]
+    assert f"not {DEFAULT_MODEL}:" in shown["banner"]["value"]
     assert "downloads are off" in shown["banner"]["value"]
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)  # online, demo picked by name: no notice
     assert picks.on_page_load(ctx)["banner"]["visible"] is False
@@ -749,8 +763,8 @@ def test_the_gpu_gauge_shows_where_a_gpu_is_detected(tiny_model_dir, monkeypatch
     demo = build_blocks(ctx)
     blocks = list(demo.blocks.values())
     assert next(b for b in blocks if getattr(b, "label", None) == "Live GPU memory (NVML)").visible is True
-    timer = next(b for b in blocks if isinstance(b, gr.Timer))
-    assert timer.active is True and timer.value == answer_panel.GPU_REFRESH_S
+    timer = next(b for b in blocks if isinstance(b, gr.Timer) and b.value == answer_panel.GPU_REFRESH_S)
+    assert timer.active is True
     monkeypatch.setattr(answer_panel, "gpu_snapshot", lambda: [
         {"index": 0, "name": "Tesla T4", "nvml_used_bytes": 3_900_000_000, "nvml_total_bytes": 15_600_000_000}])
     assert answer_panel.refresh_gpu_gauge() == {"GPU 0 Tesla T4: 3.9 GB / 15.6 GB": 0.25}

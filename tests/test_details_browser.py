@@ -138,8 +138,9 @@ def test_not_found_highlights_nothing_and_keeps_its_rule_behind_a_closed_disclos
     status = ask_about_the_history(page, ABSENT)
     heading = next(line for line in status.splitlines() if not re.fullmatch(r"[\d.]+s", line))  # not a progress timer
     assert heading in {f"Not found in the documents ({word} confidence)" for word in ("low", "medium", "high")}
-    answer = page.locator("#best-answer textarea").input_value()
-    assert answer.startswith("Not found in the documents (") and "ticker" in answer
+    assert page.locator("#best-answer textarea").input_value() == "", "the verdict is said again in the answer box"
+    assert status.count("Not found") == 1 and "ticker" in status, status  # one short line says why, once
+    assert "Ran on demo with profile cpu." in status
     assert page.locator("#evidence .highlighted").count() == 0, "a span is highlighted as if it were the answer"
     evidence = page.locator("#evidence")
     assert "Closest passages" in evidence.inner_text() and "Brindlewick" in evidence.inner_text()
@@ -150,6 +151,8 @@ def test_not_found_highlights_nothing_and_keeps_its_rule_behind_a_closed_disclos
     assert not rule.is_visible(), "the rule's words show before the disclosure is opened"
     height = page.locator("#answer-status").bounding_box()["height"]
     assert height < 200, f"the not-found verdict is {height:.0f} px tall"
+    box = page.locator("#best-answer").bounding_box()["height"]
+    assert box < 120, f"the empty answer box is {box:.0f} px tall"
     shoot(page, "not-found", width)
     disclosure.locator("summary").click()
     rule.wait_for()

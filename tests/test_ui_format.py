@@ -102,13 +102,16 @@ def test_a_question_the_documents_do_not_answer_shows_not_found_and_the_best_spa
     answers = [Answer("teal", 3e-11, "a.txt", 0, 1200, 1204, "low")]
     rule = no_answer.NoAnswerRule(no_answer.THRESHOLD, 1e-5, "measured")
     result = SimpleNamespace(answers=answers, verdict=no_answer.judge(rule, 3e-11, 0.99, True))
-    shown = ui_format.best_answer(result)
-    assert shown.startswith(no_answer.NOT_FOUND) and "teal" not in shown  # no span in large type
+    assert ui_format.best_answer(result) == ""  # no span in large type, and the verdict said once, over it
+    status = ui_format.answer_status(result, ran=ui_format.ran_on("demo", "cpu"))
+    assert status.splitlines()[:2] == ["### Not found in the documents (high confidence)",
+                                       "No passage answers the question clearly enough. Ran on demo with profile cpu."]
+    assert status.count("Not found") == 1 and status.count("<details") == 1
     assert ui_format.answer_rows(answers)[0][3] == "low"
     assert ui_format.verdict_text(result) == f"{no_answer.NOT_FOUND} (high confidence): no passage answers the " \
                                              "question clearly enough."  # the rule's numbers stay in "details"
     part = SimpleNamespace(answers=answers, verdict=no_answer.judge(rule, 3e-11, 0.99, False))
-    assert ui_format.best_answer(part).startswith(no_answer.NOT_FOUND_IN_PART)
+    assert ui_format.answer_status(part).startswith(f"### {no_answer.NOT_FOUND_IN_PART}")
     free = no_answer.NoAnswerRule(no_answer.UNCALIBRATED)
     loose = SimpleNamespace(answers=answers, verdict=no_answer.judge(free, 3e-11, 0.99, True))
     assert ui_format.best_answer(loose) == "teal" and no_answer.NOT_CALIBRATED in ui_format.verdict_text(loose)
@@ -242,8 +245,9 @@ def test_not_found_shows_one_short_sentence_with_a_confidence_word_and_no_rule_n
     rule = no_answer.NoAnswerRule(no_answer.THRESHOLD, 4.2e-8, "docs/no-answer.md: measured, 97.3 % kept")
     result = SimpleNamespace(answers=answers, verdict=no_answer.judge(rule, 3e-11, None, True))
     shown, status = ui_format.best_answer(result), ui_format.answer_status(result)
-    assert shown == "Not found in the documents (high confidence): no passage answers the question clearly enough."
-    assert status.startswith("### Not found in the documents (high confidence)\n")
+    assert shown == ""  # said once, over the answer box
+    assert status.startswith("### Not found in the documents (high confidence)\nNo passage answers the question "
+                             "clearly enough.\n")
     visible, disclosure = status.split('<details class="how-decided"><summary>How this is decided</summary>')
     assert "4.2e" not in shown + visible and "97" not in shown + visible  # the numbers are the disclosure's
     assert "4\\.2e\\-08" in disclosure and "97\\.3" in disclosure and disclosure.endswith("</details>")

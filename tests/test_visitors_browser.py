@@ -1,7 +1,8 @@
 """What one visitor does never changes what another sees (issue 58), in Debian's chromium (Playwright) at 1400x900 and
 400x800, offline with the bundled demo model standing in for the default model: the example file kept however another
 visitor's upload of the same bytes is cleaned up, and an upload two visitors hold kept until both let go (two pages,
-the upload store on a clock the test moves).
+the upload store on a clock the test moves); every open page following another visitor's reload, an answer naming
+the profile it ran on, and a new visitor seeing `custom` loaded with its strategies folded away.
 
 Selects components by their labels and element ids (the page's contract), with tests/test_app_browser.py's browser
 set-up.
@@ -11,12 +12,16 @@ from __future__ import annotations
 
 import pytest
 
+from longqa.backend import Selection
 from longqa.models import DEFAULT_MODEL, DEMO_MODEL_DIR
 from longqa.serving.uploads import UploadStore
 from longqa.session import SAMPLES_DIR, Session, sample_examples
+from page import asking
 from page.context import make_context
+from page.model_panel import FOLLOW_EVERY_S
+from strategies.profiles import profile_choices
 from tests.conftest import CHROMIUM
-from tests.test_app_browser import SCREENS, launch, open_at, table_text, wait_until
+from tests.test_app_browser import SCREENS, choose, launch, open_at, table_text, wait_until
 from tests.test_details_browser import offline  # noqa: F401 (a fixture: downloads off for the module)
 
 pytestmark = [
@@ -125,3 +130,63 @@ def test_an_upload_two_visitors_hold_stays_until_the_last_lets_go(browser, serve
     finally:
         first.close()
         second.close()
+
+
+def profile_label(ctx, profile: str) -> str:
+    """How the Hardware profile dropdown names `profile` on this machine."""
+    choices = profile_choices(ctx.hardware, ctx.session.auto_profile(ctx.session.model_ref))
+    return next(label for label, value in choices if value == profile)
+
+
+@pytest.mark.parametrize("width", SCREENS)
+def test_every_open_page_follows_another_visitors_reload_and_a_new_one_sees_it_folded(browser, served, width):
+    ctx, url, _ = served
+    first, second = open_at(browser, url, width), open_at(browser, url, width)
+    try:
+        choose(second, "Hardware profile", profile_label(ctx, "baseline-fp32"))
+        wait_until(lambda: ctx.session.profile_name == "baseline-fp32")
+        # the first page, untouched, follows within one poll (3x its period allowed)
+        wait_until(lambda: first.get_by_label("Hardware profile", exact=True).input_value()
+                   == profile_label(ctx, "baseline-fp32")
+                   and "baseline-fp32" in first.locator("#load-status").inner_text(),
+                   timeout_s=3 * FOLLOW_EVERY_S)
+        first.locator("#try-example").click()
+        wait_until(lambda: "Ran on" in status_text(first) or "failed" in status_text(first))
+        assert "Ran on demo with profile baseline-fp32." in status_text(first), status_text(first)
+        choose(second, "Hardware profile", profile_label(ctx, "custom"))
+        strategies = second.get_by_text("Custom strategies", exact=True)
+        strategies.wait_for()  # the visitor who picks custom sees its strategies
+        second.get_by_role("button", name="Load custom profile").click()
+        wait_until(lambda: ctx.session.profile_name == "custom")
+        fresh = open_at(browser, url, width)  # a new visitor, after custom was loaded
+        custom = profile_label(ctx, "custom")
+        wait_until(lambda: fresh.get_by_label("Hardware profile", exact=True).input_value() == custom)
+        wait_until(lambda: first.get_by_label("Hardware profile", exact=True).input_value() == custom,
+                   timeout_s=3 * FOLLOW_EVERY_S)
+        for page in (fresh, first):
+            assert not page.get_by_text("Custom strategies", exact=True).is_visible(), "strategies unfolded"
+            assert "custom" in page.locator("#load-status").inner_text()
+        ask_button = fresh.get_by_role("button", name="Ask", exact=True).bounding_box()
+        assert ask_button["y"] + ask_button["height"] <= SCREENS[width]["height"] or width == 400, ask_button
+        fresh.close()
+    finally:
+        first.close()
+        second.close()
+        asking.load_selection(ctx, Selection(DEFAULT_MODEL, "cpu"))  # as the module started
+
+
+LAPTOPS = {"1400x900": {"width": 1400, "height": 900}, "1366x768": {"width": 1366, "height": 768}}
+
+
+@pytest.mark.parametrize("screen", LAPTOPS)
+def test_a_first_visit_on_a_laptop_shows_the_ask_row_whole(browser, served, screen):
+    page = browser.new_page(viewport=LAPTOPS[screen])
+    try:
+        page.goto(served[1])
+        page.get_by_label("Question", exact=True).wait_for()
+        wait_until(lambda: "Loaded" in page.locator("#load-status").inner_text())
+        for name in ("Ask", "Read the whole document", "Stop"):
+            box = page.get_by_role("button", name=name, exact=True).bounding_box()
+            assert box["y"] >= 0 and box["y"] + box["height"] <= LAPTOPS[screen]["height"], (name, box)
+    finally:
+        page.close()

@@ -100,6 +100,12 @@ class ModelLane:
         with self._condition:
             return any(t.holding for t in self._tickets)
 
+    def is_reloading(self) -> bool:
+        """Whether an exclusive turn (a reload, a comparison, a training step) is in the lane: what is loaded may
+        change until it ends."""
+        with self._condition:
+            return any(t.exclusive for t in self._tickets)
+
     def is_small(self, ticket: Ticket) -> bool:
         return not ticket.exclusive and 0 < ticket.windows <= self.small_windows
 
