@@ -28,7 +28,8 @@ FIT_PROFILES_HINT = ("consumer-gpu (bitsandbytes quantization + CPU offload) or 
                      "or lower --max-seq-len")
 EMPTY_QUESTION = "The question is empty: type a question about the documents."
 # A question is a sentence or a few, read with every window: a longer one is refused before it is cleaned (cleaning
-# and splitting 100 MB of question took 2.6 GB, issue 61), and text to read belongs in the documents.
+# and splitting take many times the text's size in memory: docs/serving.md), and text to read belongs in the
+# documents.
 MAX_QUESTION_CHARS = 4_000
 NO_DOCUMENT = "No document given: upload a file or paste some text."
 

@@ -2,7 +2,8 @@
 `gr.Error` with their message (`user_errors`, the only place that happens; messages shown as toasts stay text), the
 upload route's bounds, a call's inputs of the wrong shape or count told in words (a value it echoes cut short), any
 failure of a raw call told in words and answered 400 rather than 500 on gradio's direct routes, a count sent as text,
-and whether a running event was abandoned. Not where errors are made: the engine raises them.
+whether a running event was abandoned, and the door's bounds on routes, request bodies, joins and sessions. Not
+where errors are made: the engine raises them.
 
 Not a subclass of `gr.Blocks`: `harden` wraps one page's `launch`, `preprocess_data`, `validate_inputs` and
 `process_api`. What is not gradio's public API, and why it is needed (each pinned by tests/test_hardening.py against
@@ -19,12 +20,12 @@ gradio 6.31):
   its event is still wanted; gradio offers no public way to ask.
 - `Queue.pending_messages_per_session` and `pending_event_ids_session` (`spare_busy_sessions`): gradio keeps the
   message queues of its last 2,000 sessions and drops the oldest whatever it is doing, so a crowd of fresh sessions
-  dropped a visitor's whose read was running (no message; gradio's progress task then died on the KeyError, and no
-  visitor had progress until a restart: issue 61). The page's cache drops the oldest session with no event pending.
+  would drop a running read's stream (no message, and gradio's progress task dies on the KeyError). The page's cache
+  drops the oldest session with no event pending.
 - `gradio.state_holder.StateHolder` and `SessionState` (`light_sessions`): gradio's state for a new session copies
-  every block's config at once (about 250 KB and 33 ms of the event loop for this page's 126 blocks), only for its
-  deep links, which this page does not offer (their route is closed); 5,000 fresh sessions kept +1.25 GB (issue 61).
-  The page's sessions start without that copy; gradio fills it for the blocks an event changes, as it does anyway.
+  every block's config at once (about 250 KB and 33 ms of the event loop for this page), only for its deep links,
+  which this page does not offer (their route is closed). The page's sessions start without that copy; gradio fills
+  it for the blocks an event changes, as it does anyway. docs/serving.md measures both.
 - `FileData` values before gradio reads them (`remote_file`): gradio fetches a file named by a web address into its
   cache with no size limit, outside the upload gate; the page reads only files uploaded to it.
 """
@@ -53,7 +54,8 @@ from starlette.middleware import Middleware
 
 from longqa.serving import policy
 from longqa.serving.route_gate import JoinBudget, RouteGate, body_cap_bytes
-from longqa.serving.uploads import DEFAULT_PER_VISITOR_BYTES, UploadGate, UploadStore, sweeping
+from longqa.serving.uploads import UploadGate, UploadStore, sweeping
+from longqa_core.documents import DEFAULT_MAX_FILE_BYTES
 from longqa_core.errors import InputError, LongQAError
 
 MAX_SHOWN_CHARS = 200  # a value a visitor sent, shown in a message: no longer than this
@@ -120,7 +122,7 @@ JOINS_PER_S = 10.0
 
 def harden(demo: gr.Blocks, uploads: UploadStore, visitor_header: str | None, *, css: str = "",
            js: str | None = None, public: tuple[str, ...] | list[str] = (),
-           max_text_bytes: int = DEFAULT_PER_VISITOR_BYTES) -> gr.Blocks:
+           max_text_bytes: int = DEFAULT_MAX_FILE_BYTES) -> gr.Blocks:
     """`demo`, telling a caller why its call was refused before any handler ran (a file argument naming a server path
     that was never uploaded, an input of the wrong shape, too few values) and padding a call made before the
     not-found threshold was added; launched however it is (`serve`, tests, a Space), its upload route bounded
@@ -217,7 +219,7 @@ def shape_of(value) -> str:
 
 
 def upload_bounds(demo: gr.Blocks, uploads: UploadStore, visitor_header: str | None,
-                  max_text_bytes: int = DEFAULT_PER_VISITOR_BYTES) -> dict:
+                  max_text_bytes: int = DEFAULT_MAX_FILE_BYTES) -> dict:
     """The FastAPI arguments that bound `demo`'s requests: the route gate first (closed routes; every body but an
     upload's bounded by its declared length, for a pasted text of `max_text_bytes`; where the deployment names the
     proxy's header, each address's joins to the queue, `JoinBudget`), the gate in front of gradio's
