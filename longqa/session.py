@@ -48,9 +48,12 @@ def read_documents(files: list, pasted_text: str | None = None, max_bytes: int =
                    max_chars: int | None = max_chars_for(DEFAULT_MAX_TOTAL_TOKENS),
                    max_pages: int = DEFAULT_MAX_PAGES,
                    max_read_s: float | None = DEFAULT_MAX_READ_S, should_stop: Callable[[], bool] | None = None,
-                   on_wait: Callable[[int], None] | None = None) -> tuple[list[Document], float]:
+                   on_wait: Callable[[int], None] | None = None,
+                   left_out: list[tuple[str, str]] | None = None) -> tuple[list[Document], float]:
     """Documents from file paths (or `(name, bytes)` pairs) and pasted text, and the seconds it took; a reader that
-    waits or runs a child stops when `should_stop` says so and tells `on_wait` how many reads are ahead.
+    waits or runs a child stops when `should_stop` says so and tells `on_wait` how many reads are ahead. Given a
+    `left_out` list, a file that cannot be read (empty, unsupported, corrupt, too large) costs only itself: its name
+    and why go to the list and the others are read (DocumentError still when none can be).
 
     Each file and the pasted text obey `max_bytes`; `max_chars` is one budget for the whole request: each document
     may have what the ones before it left (reading stops at the one that passes it), and all share one
@@ -61,7 +64,7 @@ def read_documents(files: list, pasted_text: str | None = None, max_bytes: int =
                   should_stop=should_stop, on_wait=on_wait)
     documents = []
 
-    def add(read: Callable[[int | None], Document]) -> None:
+    def add(read: Callable[[int | None], Document], name: str) -> None:
         """Read the next document with what the ones before it left of `max_chars`."""
         used = sum(d.n_chars for d in documents)
         left = None if max_chars is None else max_chars - used
@@ -76,27 +79,34 @@ def read_documents(files: list, pasted_text: str | None = None, max_bytes: int =
             raise DocumentError(f"The {len(documents) + 1} documents have {'more than ' if exc.partial else ''}"
                                 f"{used + exc.n_chars:,} characters together, over the limit of {max_chars:,} "
                                 f"characters.") from None
+        except DocumentError as exc:
+            if left_out is None:
+                raise
+            left_out.append((name, str(exc)))
 
     for item in files or []:
         if isinstance(item, tuple):
             name, data = item
-            add(lambda left: read_document(data, name, max_chars=left, **limits))
+            add(lambda left: read_document(data, name, max_chars=left, **limits), name)
         else:
-            add(lambda left: read_document(item, Path(item).name, max_chars=left, **limits))
+            add(lambda left: read_document(item, Path(item).name, max_chars=left, **limits), Path(item).name)
     if pasted_text and pasted_text.strip():
-        add(lambda left: from_text(pasted_text, max_bytes=max_bytes, max_chars=left))
+        add(lambda left: from_text(pasted_text, max_bytes=max_bytes, max_chars=left), "pasted text")
+    if not documents and left_out:
+        raise DocumentError(" ".join(why for _, why in left_out))
     if not documents:
         raise InputError(NO_DOCUMENT)
     return documents, time.perf_counter() - began
 
 
 class ReadRequest(NamedTuple):
-    """What `read_request` read: the documents, the question as checked (None where none was given) and the seconds
-    reading took."""
+    """What `read_request` read: the documents, the question as checked (None where none was given), the seconds
+    reading took, and the files left out because they cannot be read (name, why)."""
 
     documents: list[Document]
     question: Question | None
     extract_s: float
+    left_out: tuple[tuple[str, str], ...] = ()
 
 
 def read_request(files: list, pasted_text: str | None, question: str | None, *, max_bytes: int,
@@ -105,12 +115,14 @@ def read_request(files: list, pasted_text: str | None, question: str | None, *, 
     """A request's documents read under its limits (characters capped for `max_total_tokens`, as the engine caps
     them), the question checked once (InputError when `question` is given and nothing is left of it; planning takes
     the `Question` as it is), and the seconds it took. Needs no model, so a page can read and check a request before
-    its turn on the model (`should_stop` and `on_wait`: as in `read_documents`)."""
+    its turn on the model (`should_stop` and `on_wait`: as in `read_documents`). A file that cannot be read is left
+    out while another can be (`ReadRequest.left_out`)."""
+    left_out: list[tuple[str, str]] = []
     documents, extract_s = read_documents(files, pasted_text, max_bytes,
                                           max_chars=max_chars_for(max_total_tokens), should_stop=should_stop,
-                                          on_wait=on_wait)
+                                          on_wait=on_wait, left_out=left_out)
     checked = validate_request(documents, question) if question is not None else None
-    return ReadRequest(documents, checked, extract_s)
+    return ReadRequest(documents, checked, extract_s, tuple(left_out))
 
 
 def sample_examples() -> list[dict]:

@@ -14,7 +14,7 @@ from longqa_core.reading import DEFAULT_READING, READING_MODES
 from page import format as fmt
 from page import words
 from page.asking import (DEFAULT_TOP_K, answered_before, ask, ask_in_full, clear_answer, let_go_of_documents,
-                         new_documents, noting_outcome, press_stop, preview_documents, show_outcome, stop_enabled)
+                         new_documents, noting_outcome, press_stop, preview_with_status, show_outcome, stop_enabled)
 from page.context import REQUEST_CONCURRENCY, AppContext, request_workers
 from page.events import bind, listen
 from page.hardening import LATER_INPUT, accept_counts_as_text
@@ -114,9 +114,10 @@ def build_question_panel(ctx: AppContext) -> dict[str, Block]:
                            example_labels=[row[2] for row in rows],  # the questions: a list that fits a phone
                            api_visibility="private")
 
-    for trigger in (files.change, pasted.blur):
-        trigger(bind(preview_documents, ctx), inputs=[files, pasted, question], outputs=doc_table,
-                api_visibility="private")
+    # pasted text previewed when the box is left; files after `new_documents` (build_answer_panel), so that what is
+    # left out is said after "press Ask", never before it
+    listen(pasted.blur, bind(preview_with_status, ctx), inputs=[files, pasted, question],
+           outputs={"documents": doc_table, "status": status}, api_visibility="private")
     return {"files": files, "pasted": pasted, "question": question, "top_k": top_k, "reading": reading,
             "no_answer_below": no_answer_below, "ask": ask_btn, "full": full_btn, "stop": stop_btn,
             "documents": doc_table, "examples": examples, "status": status, "answer": answer_box,
@@ -208,8 +209,13 @@ def build_answer_panel(ctx: AppContext, question: dict[str, Block], seen: gr.Sta
     recolour_after(history, *asked)
     question["stop"].click(bind(press_stop, ctx), queue=False, api_visibility="private")
     # New documents: the answer to the old ones goes (the examples and the introduction set them, and ask, above).
-    for trigger in (question["files"].upload, question["files"].clear, question["files"].delete,
-                    question["pasted"].input):
-        listen(trigger, new_documents, inputs=[question["files"], question["pasted"]], outputs=cleared,
-               js=PASTED_AS_FLAG, queue=False, show_progress="hidden", api_visibility="private")
+    for trigger, is_file in ((question["files"].upload, True), (question["files"].clear, True),
+                             (question["files"].delete, True), (question["pasted"].input, False)):
+        changed = listen(trigger, new_documents, inputs=[question["files"], question["pasted"]], outputs=cleared,
+                         js=PASTED_AS_FLAG, queue=False, show_progress="hidden", api_visibility="private")
+        if is_file:  # the documents' preview, and any file left out, after it
+            listen(changed.then, bind(preview_with_status, ctx),
+                   inputs=[question["files"], question["pasted"], question["question"]],
+                   outputs={"documents": question["documents"], "status": question["status"]},
+                   api_visibility="private")
     return history

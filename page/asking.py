@@ -382,11 +382,17 @@ def reader_wait_shown(progress) -> Callable[[int], None]:
 
 def preview_documents(ctx: AppContext, files, pasted_text, question, request: gr.Request = None) -> pd.DataFrame:
     """Characters, tokens and windows of each document before asking (windows depend on the question's length),
-    with every limit checked; counted without the model, so a preview never waits for an answer in flight. It
-    counts toward the visitor's requests, as an answer does."""
+    with every limit checked, and a row for each file that will be left out; counted without the model, so a
+    preview never waits for an answer in flight. It counts toward the visitor's requests, as an answer does."""
+    return preview_table(preview_read(ctx, files, pasted_text, question, request))
+
+
+def preview_read(ctx: AppContext, files, pasted_text, question, request: gr.Request = None):
+    """What a preview read: (rows of the documents read, the files left out (name, why)); no rows without
+    documents."""
     if not files and not (pasted_text or "").strip():
         hold_documents(ctx, [], request)
-        return pd.DataFrame([], columns=fmt.DOCUMENT_HEADERS)
+        return [], ()
     with user_errors("Reading the documents"):
         with read_at_door(ctx, files, pasted_text, None, request) as (read, _):
             if ctx.session.loaded is None:
@@ -395,7 +401,28 @@ def preview_documents(ctx: AppContext, files, pasted_text, question, request: gr
                 plan = ctx.session.plan(read.documents, (question or "").strip() or "?", "full",
                                         max_total_tokens=ctx.max_total_tokens)
                 rows = fmt.document_rows(plan.stats)
-    return pd.DataFrame(rows, columns=fmt.DOCUMENT_HEADERS)
+    return rows, read.left_out
+
+
+def preview_table(read) -> pd.DataFrame:
+    rows, left_out = read
+    return pd.DataFrame([*rows, *([name, fmt.LEFT_OUT, None, None] for name, _ in left_out)],
+                        columns=fmt.DOCUMENT_HEADERS)
+
+
+def preview_with_status(ctx: AppContext, files, pasted_text, question, request: gr.Request = None) -> dict:
+    """The page's preview (`preview_documents`) and, where a file will be left out or none can be read, the line
+    over the answer saying which and why in the words an answer would (never an error beside "press Ask")."""
+    try:
+        read = preview_read(ctx, files, pasted_text, question, request)
+    except gr.Error as exc:
+        if not isinstance(exc.__cause__, DocumentError):
+            raise
+        return {"documents": preview_table(([], ())),
+                "status": fmt.unreadable_status(html.unescape(str(exc.message)))}
+    _, left_out = read
+    return {"documents": preview_table(read),
+            "status": fmt.left_out_status(left_out) if left_out else gr.skip()}
 
 
 def ask(ctx: AppContext, files, pasted_text, question, top_k, reading, history, seen=None, no_answer_below="",
@@ -434,6 +461,7 @@ def ask(ctx: AppContext, files, pasted_text, question, top_k, reading, history, 
     result = readout.result
     if changed:
         result.notices.insert(0, changed)
+    result.notices[:0] = [fmt.left_out_notice(name, why) for name, why in read.left_out]
     for notice in shown_notices(result):
         gr.Warning(escape(notice))
     best = result.answers[0] if result.answers else None

@@ -268,6 +268,23 @@ NO_ANSWER_YET = "Ask a question: the answer shows here, highlighted in its passa
 ASKING_STATUS = ("### Asking…\nThe previous answer is cleared; progress shows here, and the best answer so far below "
                  "as the windows are read (the final answer replaces it).")
 NEW_DOCUMENTS_STATUS = "### New documents\nPress Ask to answer from them."
+LEFT_OUT = "left out"  # the Documents read table's characters cell for a file that cannot be read
+
+
+def left_out_notice(name: str, why: str) -> str:
+    """The notice beside an answer read without a file that cannot be read."""
+    return f"Answered without '{name}': {why}"
+
+
+def left_out_status(left_out) -> str:
+    """The line over the answer when some of the documents cannot be read: which will be left out and why."""
+    return ("### New documents\nPress Ask to answer from the others; left out: "
+            + " ".join(escape_markdown(why) for _, why in left_out))
+
+
+def unreadable_status(message: str) -> str:
+    """The line over the answer when none of the documents can be read."""
+    return f"### No readable documents\n{escape_markdown(message)}"
 NO_DOCUMENTS_STATUS = "### No documents\nUpload a file or paste some text, then ask a question about it."
 
 

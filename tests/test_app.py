@@ -189,6 +189,20 @@ def test_an_upload_deleted_after_its_time_is_named_and_asked_for_again(ctx, tmp_
         ask(ctx, [gone])
 
 
+def test_an_empty_file_among_good_ones_is_left_out_with_a_notice_and_the_preview_says_so_alike(ctx, tmp_path):
+    good, empty = tmp_path / "good.txt", tmp_path / "empty.txt"
+    good.write_text("The colour of Zorbin is teal.")
+    empty.write_bytes(b"")
+    out = ask(ctx, [empty, good])
+    assert [d["name"] for d in out["readout"]["documents"]] == ["good.txt"] and out["readout"]["answers"]
+    assert out["readout"]["notices"][0] == "Answered without 'empty.txt': 'empty.txt' is empty."
+    preview = asking.preview_with_status(ctx, [str(empty), str(good)], "", "What is the colour of Zorbin?")
+    assert preview["documents"].values.tolist()[1][:2] == ["empty.txt", ui_format.LEFT_OUT]
+    assert preview["status"].startswith("### New documents\nPress Ask to answer from the others; left out: ")
+    alone = asking.preview_with_status(ctx, [str(empty)], "", "")
+    assert alone["status"].startswith("### No readable documents\n") and alone["documents"].empty  # no "error"
+
+
 @pytest.mark.parametrize("pasted, question, field", [("Some text.", 42, "question"),
                                                      (["a", "b"], "What?", "pasted_text")])
 def test_a_question_or_pasted_text_that_is_not_text_is_told_by_name(ctx, pasted, question, field):

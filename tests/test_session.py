@@ -250,3 +250,22 @@ def test_a_visitor_never_reuses_another_visitors_index_so_its_readout_tells_noth
     assert rank_s("session:first") < 0.1 and session.index_cache.builds == 2  # its own, cached
     assert rank_s(None) >= 0.3 and session.index_cache.builds == 2 and len(session.index_cache) == 2  # none kept
     assert session.index_cache.bytes <= session.index_cache.max_bytes
+
+
+def test_a_file_that_cannot_be_read_costs_only_itself_when_the_request_says_so(tmp_path):
+    from longqa.session import read_request
+    from longqa_core.errors import DocumentError
+
+    good, empty, odd = tmp_path / "good.txt", tmp_path / "empty.txt", tmp_path / "table.xlsx"
+    good.write_text("The colour of Zorbin is teal.")
+    empty.write_bytes(b"")
+    odd.write_bytes(b"PK\x03\x04")
+    read = read_request([str(empty), str(good), str(odd)], "", "What is the colour of Zorbin?", max_bytes=2**20,
+                        max_total_tokens=4096)
+    assert [d.name for d in read.documents] == ["good.txt"]
+    assert [name for name, _ in read.left_out] == ["empty.txt", "table.xlsx"]
+    assert "'empty.txt' is empty" in read.left_out[0][1]
+    with pytest.raises(DocumentError, match="'empty.txt' is empty"):  # without a list, as before: it stops the read
+        read_documents([str(empty), str(good)])
+    with pytest.raises(DocumentError, match="'empty.txt' is empty"):  # none left: why each cannot be read
+        read_request([str(empty)], "", "What?", max_bytes=2**20, max_total_tokens=4096)

@@ -190,3 +190,26 @@ def test_a_first_visit_on_a_laptop_shows_the_ask_row_whole(browser, served, scre
             assert box["y"] >= 0 and box["y"] + box["height"] <= LAPTOPS[screen]["height"], (name, box)
     finally:
         page.close()
+
+
+@pytest.mark.parametrize("width", SCREENS)
+def test_an_empty_file_among_good_ones_costs_only_itself(browser, served, tmp_path, width):
+    empty = tmp_path / "empty.txt"
+    empty.write_bytes(b"")
+    page = open_at(browser, served[1], width)
+    try:
+        page.locator("#documents input[type=file]").set_input_files([str(SAMPLES_DIR / EXAMPLE["file"]), str(empty)])
+        try:
+            wait_until(lambda: "left out" in status_text(page), timeout_s=30)
+        except AssertionError:
+            raise AssertionError(f"the line over the answer reads {status_text(page)!r}") from None
+        status = status_text(page)
+        assert "'empty.txt' is empty" in status and "error" not in status.lower() and "failed" not in status, status
+        assert page.locator("[data-testid=toast-body]").count() == 0, "an error beside 'press Ask'"
+        assert "empty.txt" in table_text(page, "Documents read") and "left out" in table_text(page, "Documents read")
+        status = ask_and_wait(page, EXAMPLE["question"])
+        assert "Found" in status and "failed" not in status, status
+        assert page.locator("#best-answer textarea").input_value() == EXAMPLE["answer"]
+        page.locator("[data-testid=toast-body]").get_by_text("Answered without 'empty.txt'").first.wait_for()
+    finally:
+        page.close()
