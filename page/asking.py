@@ -156,7 +156,7 @@ class Outcome:
     message: str | None = None
     stopped: tuple[int, int] | None = None  # (windows read, windows planned)
     partial: Provisional | None = None  # after a Stop: the best answer of the windows read, which the page shows
-    # what the answer showed, built once, for the downloads: the readout's JSON and the history's table
+    # what the answer showed, built once, for the downloads: the readout's JSON and the history as data
     readout_json: dict | None = None
     history_table: pd.DataFrame | None = None
 
@@ -474,7 +474,7 @@ def ask(ctx: AppContext, files, pasted_text, question, top_k, reading, history, 
     readout_json = readout.to_json()
     # for the page's answer area, which offers both as downloads
     remember(ctx.outcomes, page_session(request), Outcome(readout=readout, readout_json=readout_json,
-                                                          history_table=runs["history_table"]))
+                                                          history_table=fmt.history_data(runs["history"])))
     return {
         "documents": pd.DataFrame(fmt.document_rows(result.documents),
                                   columns=fmt.DOCUMENT_HEADERS),

@@ -428,12 +428,19 @@ def load_rows(readout) -> list[list]:
     ]
 
 
-def history_entry(readout, run: int, documents: list[str] | None = None) -> dict:
+def history_entry(readout, run: int, documents: list[str] | None = None, finished_at: str | None = None) -> dict:
     """What the run history (the page's state) keeps of one answer's readout (bytes and seconds): the request (the
-    question, the documents' names), the answer, the profile (`custom`: with the strategies ticked) and the
+    question, the documents' names), the answer with its score, confidence and verdict (`found`: None without a
+    not-found rule), when it finished (ISO 8601), the profile (`custom`: with the strategies ticked) and the
     figures."""
     result = readout.result
-    return {"run": run, "profile": readout.profile, "model": readout.model,
+    best = result.answers[0] if result.answers and result.answers[0].document is not None else None
+    verdict = result.verdict
+    return {"run": run, "finished_at": finished_at, "profile": readout.profile, "model": readout.model,
+            "score": best.score if best is not None else None,
+            "confidence": verdict.confidence if verdict is not None and verdict.found is False
+            else (best.confidence if best is not None else None),
+            "found": verdict.found if verdict is not None else None,
             "strategies": list(readout.strategies or []) if readout.profile == "custom" else [],
             "question": result.question,
             "documents": list(documents) if documents is not None else [d.name for d in result.documents],
@@ -459,6 +466,23 @@ def history_rows(history: list[dict]) -> list[list]:
              format_bytes(h.get("request_peak_bytes")), format_bytes(h["peak_allocated_bytes"]),
              format_bytes(h["host_peak_rss_bytes"]), format_seconds(h["latency_s"]), format_rate(h["tokens_per_s"])]
             for h in history]
+
+
+# The history as data (the CSV download): one row per run, numbers in base units named in the header, empty where a
+# value is not known; the page's table shows the same runs formatted (`history_rows`).
+HISTORY_DATA = {"run": "run", "finished_at": "finished_at (ISO 8601, UTC)", "profile": "profile", "model": "model",
+                "strategies": "strategies", "question": "question", "documents": "documents", "answer": "answer",
+                "found": "found", "score": "score", "confidence": "confidence", "reading": "reading",
+                "tokens": "tokens", "windows": "windows", "latency_s": "latency (seconds)",
+                "tokens_per_s": "throughput (tokens per second)", "request_peak_bytes": "request's own peak (bytes)",
+                "peak_allocated_bytes": "peak GPU allocated (bytes)", "host_peak_rss_bytes": "host peak RSS (bytes)"}
+
+
+def history_data(history: list[dict]) -> pd.DataFrame:
+    """The run history as data (`HISTORY_DATA`): lists joined with "; ", nothing made into words."""
+    rows = [[("; ".join(h.get(key) or []) if key in ("documents", "strategies") else h.get(key))
+             for key in HISTORY_DATA] for h in history]
+    return pd.DataFrame(rows, columns=list(HISTORY_DATA.values()))
 
 
 PLOT_COLUMNS = ["run", "profile", PLOT_MEMORY, PLOT_LATENCY, "strategies", "reading"]

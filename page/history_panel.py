@@ -4,6 +4,8 @@ answer and a comparison each add their runs. Not the runs themselves: the answer
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
+
 import gradio as gr
 import pandas as pd
 
@@ -63,8 +65,9 @@ def history_outputs(runs: list[dict] | None, readouts: list[Readout], documents:
     own), its table, and the plots' data (`plot_outputs`): what an answer and a comparison both show."""
     earlier = list(runs or [])
     runs = list(earlier)
+    finished_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
     for readout in readouts:
-        runs.append(fmt.history_entry(readout, len(runs) + 1, documents))
+        runs.append(fmt.history_entry(readout, len(runs) + 1, documents, finished_at))
     return {"history": runs, "history_table": pd.DataFrame(fmt.history_rows(runs),
                                                            columns=fmt.HISTORY_HEADERS),
             **plot_outputs(earlier, runs)}

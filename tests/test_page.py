@@ -4,6 +4,8 @@ downloads, and the glossary covering every term of art the page shows."""
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import json
 import os
 import re
@@ -58,8 +60,15 @@ def test_an_answer_says_whether_it_was_found_and_offers_both_downloads(ctx):
     readout = json.loads(open(shown["download_json"]["value"], encoding="utf-8").read())
     assert readout == out["readout"]
     history = pd.read_csv(shown["download_csv"]["value"])
-    assert list(history.columns) == ui_format.HISTORY_HEADERS and len(history) == 1
+    assert list(history.columns) == list(ui_format.HISTORY_DATA.values()) and len(history) == 1
     assert shown["download_json"]["visible"] and shown["download_csv"]["visible"]
+    run = history.iloc[0]  # data, not words: base units named in the header, a time a program reads
+    best = readout["answers"][0]
+    assert run["score"] == pytest.approx(best["score"]) and run["answer"] == out["answer"]
+    assert run["latency (seconds)"] == pytest.approx(readout["latency_s"]["total"])
+    assert run["host peak RSS (bytes)"] == readout["memory"]["host_peak_rss_bytes"]
+    assert datetime.fromisoformat(run["finished_at (ISO 8601, UTC)"]).tzinfo is not None
+    assert run["profile"] == readout["profile"] and run["documents"] == "pasted text" and pd.isna(run["found"])
 
 
 def test_an_answer_builds_its_json_and_history_table_once_for_the_page_and_its_downloads(ctx, monkeypatch):
@@ -73,8 +82,9 @@ def test_an_answer_builds_its_json_and_history_table_once_for_the_page_and_its_d
     out, shown = asked(ctx, visitor("tab-once"))
     assert calls == {"to_json": 1, "history_rows": 1}
     assert json.loads(open(shown["download_json"]["value"], encoding="utf-8").read()) == out["readout"]
-    assert pd.read_csv(shown["download_csv"]["value"]).astype(str).values.tolist() == \
-        out["history_table"].astype(str).values.tolist()
+    with open(shown["download_csv"]["value"], encoding="utf-8") as written:
+        assert written.read() == ui_format.history_data(out["history"]).to_csv(index=False)
+    assert len(out["history_table"]) == 1  # the page's table: the same run, formatted
 
 
 def test_download_folders_go_after_their_time_and_the_folder_is_listed_once_in_their_time(tmp_path, monkeypatch):
@@ -106,7 +116,8 @@ def test_download_folders_go_after_their_time_and_the_folder_is_listed_once_in_t
 def test_under_the_threshold_the_answer_area_says_not_found(ctx):
     out, shown = asked(ctx, visitor(), no_answer_below="0.999")
     assert shown["status"].startswith("### Not found in the documents")
-    assert "confidence)" in shown["status"] and "answers the question clearly enough" in out["answer"]
+    assert "confidence)" in shown["status"] and "answers the question clearly enough" in shown["status"]
+    assert out["answer"] == ""  # said once, over the answer box
 
 
 def test_an_error_shows_its_message_in_the_answer_area_and_no_download(ctx):
@@ -277,7 +288,7 @@ def test_the_demo_model_says_not_found_for_a_name_the_documents_never_mention():
     answer, status = asked_about[example["question"]]
     assert answer == example["answer"] and status.startswith("### Found")
     answer, status = asked_about["What is the frequency of Zebulon Quarrimax?"]
-    assert status.startswith("### Not found in the documents") and "Not found in the documents" in answer
+    assert status.startswith("### Not found in the documents") and status.count("Not found") == 1 and answer == ""
 
 
 # The best answer so far, streamed (issue 50 item 2) -----------------------------------------------------------
