@@ -28,6 +28,10 @@ gradio 6.31):
   it for the blocks an event changes, as it does anyway. docs/serving.md measures both.
 - `FileData` values before gradio reads them (`remote_file`): gradio fetches a file named by a web address into its
   cache with no size limit, outside the upload gate; the page reads only files uploaded to it.
+- `Queue.push` (`budget_new_sessions`), on a direct connection: the first thing a join reaches that knows its
+  session, the one place a join of a session nobody has heard of can be refused before it takes a place in
+  gradio's queue (every loopback client is one address there, so a budget on every join would refuse the
+  visitors on it too).
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from collections import OrderedDict
 from typing import Callable
 
 import gradio as gr
+from fastapi import HTTPException
 from gradio.context import LocalContext
 from gradio.exceptions import InvalidPathError
 from gradio.state_holder import SessionState, StateHolder
@@ -53,7 +58,7 @@ from pydantic import ValidationError
 from starlette.middleware import Middleware
 
 from longqa.serving import policy
-from longqa.serving.route_gate import JoinBudget, RouteGate, body_cap_bytes
+from longqa.serving.route_gate import JoinBudget, NewSessionBudget, RouteGate, SessionsHeard, body_cap_bytes
 from longqa.serving.uploads import UploadGate, UploadStore, sweeping
 from longqa_core.documents import DEFAULT_MAX_FILE_BYTES
 from longqa_core.errors import InputError, LongQAError
@@ -118,6 +123,15 @@ MESSAGE_QUEUES = 2000  # sessions whose message queues gradio keeps (its own num
 JOIN_ROUTES = ("/gradio_api/queue/join", "/gradio_api/call/")
 JOINS_BURST = 60
 JOINS_PER_S = 10.0
+# On a direct connection (no proxy names the visitor), every loopback client, and an office or a school behind one
+# address, shares the socket's address: there only joins of sessions the server has neither seen nor heard on
+# gradio's heartbeat (which a page and gradio_client open as they first join) count, the same budget of them for
+# each address. A page already open, or a client already connected, joins as often as the lane lets it; a flood of
+# raw joins, each naming a new session and none opening its heartbeat, is refused past the budget before it takes
+# a place in gradio's queue (docs/serving.md measures it).
+NEW_SESSIONS_BURST = JOINS_BURST
+NEW_SESSIONS_PER_S = JOINS_PER_S
+HEARTBEAT_ROUTE = "/gradio_api/heartbeat/"
 
 
 def harden(demo: gr.Blocks, uploads: UploadStore, visitor_header: str | None, *, css: str = "",
@@ -131,18 +145,21 @@ def harden(demo: gr.Blocks, uploads: UploadStore, visitor_header: str | None, *,
     rule off the notices. The files in `public` (the write-ups the page links to) are served as they are. Every
     request body is bounded by its declared length (`RouteGate`: a pasted text of `max_text_bytes` and the rest),
     the routes the page does not use are closed, gradio keeps `SESSION_CAPACITY` sessions' state and never drops
-    the message queue of a session whose event is pending. Wraps this one page's methods (see the module's
-    docstring)."""
+    the message queue of a session whose event is pending, and on a direct connection each address's joins of new
+    sessions are budgeted (`budget_new_sessions`). Wraps this one page's methods (see the module's docstring)."""
     launch, preprocess_data, validate_inputs, process_api = (demo.launch, demo.preprocess_data, demo.validate_inputs,
                                                              demo.process_api)
+    heard = SessionsHeard()
 
     @functools.wraps(launch)
     def bounded_launch(*args, app_kwargs: dict | None = None, **kwargs):
-        app_kwargs = {**upload_bounds(demo, uploads, visitor_header, max_text_bytes), **(app_kwargs or {})}
+        app_kwargs = {**upload_bounds(demo, uploads, visitor_header, max_text_bytes, heard), **(app_kwargs or {})}
         looks = {"head": f"<style>{css}</style>" if css else None, "js": js}
         allowed = {"allowed_paths": [*(kwargs.pop("allowed_paths", None) or []), *public]}
         sessions = {"state_session_capacity": SESSION_CAPACITY, "enable_monitoring": False}
         spare_busy_sessions(demo._queue)
+        if not visitor_header:  # behind a proxy, RouteGate budgets every join by the address the proxy gives
+            budget_new_sessions(demo, heard)
         launched = launch(*args, app_kwargs=app_kwargs, **{**looks, **sessions, **kwargs, **allowed})
         light_sessions(demo.server_app.state_holder)
         return launched
@@ -219,13 +236,13 @@ def shape_of(value) -> str:
 
 
 def upload_bounds(demo: gr.Blocks, uploads: UploadStore, visitor_header: str | None,
-                  max_text_bytes: int = DEFAULT_MAX_FILE_BYTES) -> dict:
+                  max_text_bytes: int = DEFAULT_MAX_FILE_BYTES, heard: SessionsHeard | None = None) -> dict:
     """The FastAPI arguments that bound `demo`'s requests: the route gate first (closed routes; every body but an
     upload's bounded by its declared length, for a pasted text of `max_text_bytes`; where the deployment names the
-    proxy's header, each address's joins to the queue, `JoinBudget`), the gate in front of gradio's
-    upload route (a visitor is the address the proxy gives, `proxy_address`, where the deployment names its header;
-    on a direct connection only the total counts) and the sweep that deletes old uploads (and tells gradio they are
-    gone)."""
+    proxy's header, each address's joins to the queue, `JoinBudget`; the sessions whose heartbeat opens, noted in
+    `heard`), the gate in front of gradio's upload route (a visitor is the address the proxy gives,
+    `proxy_address`, where the deployment names its header; on a direct connection only the total counts) and the
+    sweep that deletes old uploads (and tells gradio they are gone)."""
     header = (visitor_header or "").lower()
 
     def visitor_of(headers: dict) -> str | None:
@@ -236,10 +253,35 @@ def upload_bounds(demo: gr.Blocks, uploads: UploadStore, visitor_header: str | N
     joins = JoinBudget(JOINS_PER_S, JOINS_BURST) if header else None
     return {"middleware": [Middleware(RouteGate, max_body_bytes=body_cap_bytes(max_text_bytes),
                                       closed=CLOSED_ROUTES, own_bounds=(UPLOAD_ROUTE,), budgeted=JOIN_ROUTES,
-                                      budget=joins, address_of=lambda headers: proxy_address(headers.get(header))),
+                                      budget=joins, address_of=lambda headers: proxy_address(headers.get(header)),
+                                      heard=heard, heard_route=HEARTBEAT_ROUTE),
                            Middleware(UploadGate, store=uploads, route=UPLOAD_ROUTE, visitor_of=visitor_of),
                            Middleware(ToldErrors, route=DIRECT_ROUTE)],
             "lifespan": sweeping(uploads)}
+
+
+def budget_new_sessions(demo: gr.Blocks, heard: SessionsHeard) -> None:
+    """`demo`'s queue refuses (429, in words) a join of a session the page neither holds (its message queue or its
+    state) nor heard on the heartbeat route once the join's socket address has opened NEW_SESSIONS_BURST new
+    sessions, then NEW_SESSIONS_PER_S a second (`NewSessionBudget`); every other join goes to gradio's queue as
+    before. A page launched again is wrapped once."""
+    queue = demo._queue
+
+    def is_known(session: str) -> bool:
+        app = getattr(demo, "server_app", None)
+        return session in queue.pending_messages_per_session or (app is not None and session in app.state_holder)
+
+    sessions = NewSessionBudget(JoinBudget(NEW_SESSIONS_PER_S, NEW_SESSIONS_BURST), heard, is_known)
+    push = getattr(queue.push, "__wrapped__", queue.push)
+
+    @functools.wraps(push)
+    async def budgeted_push(body, request, username):
+        address = request.client.host if request is not None and request.client else None
+        if not await sessions.admits(address, body.session_hash):
+            raise HTTPException(status_code=429, detail=sessions.refusal())
+        return await push(body, request, username)
+
+    queue.push = budgeted_push
 
 
 class SparingSessions(LRUCache):

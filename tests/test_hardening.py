@@ -13,7 +13,7 @@ import gradio as gr
 import httpx
 import pytest
 from gradio.context import LocalContext
-from gradio.queueing import Event
+from gradio.queueing import Event, Queue
 from gradio.utils import LRUCache
 
 from longqa.serving import policy
@@ -222,5 +222,35 @@ def test_behind_a_proxy_one_address_sends_its_budget_of_joins_and_another_addres
             flood = list(pool.map(lambda n: join("81.2.69.142", n), range(hardening.JOINS_BURST + 10)))
         assert flood.count(200) <= hardening.JOINS_BURST + 2 and flood.count(429) >= 8, flood
         assert join("81.2.69.143", 0) == 200
+    finally:
+        demo.close()
+
+
+def test_on_a_direct_connection_new_sessions_past_the_budget_are_refused_and_known_or_heard_ones_join(monkeypatch):
+    from page import hardening
+
+    monkeypatch.setattr(hardening, "NEW_SESSIONS_PER_S", 0.1)  # the burst as it is; its refill too slow to matter here
+    assert list(inspect.signature(Queue.push).parameters) == ["self", "body", "request", "username"]
+    with gr.Blocks() as demo:  # a page with state, as the app's: gradio's page and client open its heartbeat
+        kept = gr.State(0)
+        gr.Button().click(lambda k: "x", inputs=kept, outputs=gr.Textbox(), api_name="x")
+    demo.queue()
+    harden(demo, UploadStore(), None)
+    _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", quiet=True)
+    try:
+        def join(session: str) -> httpx.Response:
+            return httpx.post(f"{url}gradio_api/queue/join", json={"data": [], "fn_index": 0, "session_hash": session},
+                              timeout=30)
+
+        with ThreadPoolExecutor(4) as pool:  # raw joins from loopback, each naming a new session, none heard of
+            flood = [r.status_code for r in pool.map(lambda n: join(f"s{n}"), range(hardening.NEW_SESSIONS_BURST + 10))]
+        assert flood.count(200) <= hardening.NEW_SESSIONS_BURST + 2 and flood.count(429) >= 8, flood
+        refused = join("one-more")
+        assert refused.status_code == 429 and "new sessions" in refused.json()["detail"]
+        assert join("s0").status_code == 200  # a session that joined before: known, past the budget
+        with httpx.stream("GET", f"{url}gradio_api/heartbeat/page-open", timeout=30) as beat:
+            next(beat.iter_lines())
+            assert join("page-open").status_code == 200  # its heartbeat heard, as a page's and gradio_client's are
+        assert __import__("gradio_client").Client(url, verbose=False).predict(api_name="/x") == "x"
     finally:
         demo.close()

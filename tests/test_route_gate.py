@@ -1,11 +1,13 @@
 """The route gate (`longqa.serving.route_gate`) on a bare ASGI app: closed routes told in words, bodies refused by
-their declared length before the app reads a byte, the routes that bound their own bodies passed as they are."""
+their declared length before the app reads a byte, the routes that bound their own bodies passed as they are; the
+join budgets (per address behind a proxy, of new sessions on a direct connection) as rules."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 
-from longqa.serving.route_gate import JoinBudget, RouteGate, body_cap_bytes
+from longqa.serving.route_gate import JoinBudget, NewSessionBudget, RouteGate, SessionsHeard, body_cap_bytes
 from longqa.serving.uploads import MIB
 
 
@@ -110,3 +112,49 @@ def test_joins_past_the_budget_are_refused_in_words_before_the_app_and_unknown_c
     assert call(budgeted, "/gradio_api/upload", headers=one, body=b"{}")[2]  # not a route that starts work
     anonymous = [(b"content-length", b"2")]
     assert all(call(budgeted, "/gradio_api/queue/join", headers=anonymous, body=b"{}")[2] for _ in range(5))
+
+
+def test_sessions_heard_are_noted_from_the_heartbeat_route_the_latest_kept():
+    heard = SessionsHeard(capacity=2)
+    beat = gate(heard=heard, heard_route="/gradio_api/heartbeat/")
+    assert call(beat, "/gradio_api/heartbeat/page-1", method="GET")[2]  # noted, and gradio still answers it
+    call(beat, "/gradio_api/queue/join", headers=[(b"content-length", b"2")], body=b"{}")
+    assert "page-1" in heard and "/gradio_api/queue/join" not in heard and "join" not in heard
+    heard.note("page-2")
+    heard.note("page-3")
+    assert "page-1" not in heard and "page-2" in heard and "page-3" in heard
+    heard.note("x" * 5000)
+    assert "x" * 5000 in heard and None not in heard and "" not in heard
+
+
+def test_new_sessions_take_their_addresses_budget_and_known_or_heard_sessions_join_past_it():
+    known = {"open-page"}
+    heard = SessionsHeard()
+    sessions = NewSessionBudget(JoinBudget(per_s=0.001, burst=3), heard, known.__contains__, grace_s=0.3)
+    admits = lambda address, session: asyncio.run(sessions.admits(address, session))  # noqa: E731
+    assert [admits("127.0.0.1", f"fresh-{n}") for n in range(5)] == [True] * 3 + [False] * 2
+    assert admits("127.0.0.1", "open-page")  # a session the server holds: past the budget, not counted
+    heard.note("heartbeat-open")
+    assert admits("127.0.0.1", "heartbeat-open")
+    assert admits("10.0.0.7", "fresh-x")  # another address: its own budget
+    assert admits(None, "fresh-y")  # no address: not counted
+    began = time.monotonic()
+    assert not admits("127.0.0.1", None)  # a join that names no session is always new, and nothing can be heard
+    assert time.monotonic() - began < 0.1
+    assert "new sessions" in sessions.refusal() and "Please wait a few seconds" in sessions.refusal()
+
+
+def test_a_new_session_past_the_budget_joins_when_its_heartbeat_is_heard_within_the_grace():
+    heard = SessionsHeard()
+    sessions = NewSessionBudget(JoinBudget(per_s=0.001, burst=0), heard, grace_s=1.0)
+
+    async def heartbeat_behind_its_join():
+        joining = asyncio.create_task(sessions.admits("127.0.0.1", "late-heartbeat"))
+        await asyncio.sleep(0.1)
+        heard.note("late-heartbeat")
+        return await joining, await sessions.admits("127.0.0.1", "never-heard")
+
+    began = time.monotonic()
+    late, never = asyncio.run(heartbeat_behind_its_join())
+    assert late and not never
+    assert 1.0 <= time.monotonic() - began < 2.0  # the one never heard waited out its grace, no longer

@@ -10,6 +10,7 @@ no body and knows nothing of what a request asks.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections import OrderedDict
@@ -18,6 +19,10 @@ from typing import Callable
 from longqa.serving.uploads import MIB, _discard_body, _plain_response
 
 MAX_ADDRESSES = 10_000  # addresses whose budgets are kept (the longest idle go first: a full budget is no loss)
+MAX_SESSIONS_HEARD = 10_000  # session names heard on the heartbeat route that are kept (the oldest go first)
+MAX_SESSION_CHARS = 100  # a session name as kept: gradio's are 11 to 36 characters
+HEARD_GRACE_S = 0.5  # how long a join past its address's budget waits for its own session to be heard of
+HEARD_POLL_S = 0.02
 
 
 def body_cap_bytes(max_text_bytes: int) -> int:
@@ -48,18 +53,79 @@ class JoinBudget:
             return left >= 1.0
 
 
+class SessionsHeard:
+    """Sessions heard of on a route that names them in its path (gradio's heartbeat, `/gradio_api/heartbeat/NAME`,
+    which a page opens as it sends its first event and gradio_client as it connects): the last MAX_SESSIONS_HEARD.
+    Only the event loop that serves the routes notes and reads them."""
+
+    def __init__(self, capacity: int = MAX_SESSIONS_HEARD):
+        self.capacity = capacity
+        self._heard: OrderedDict[str, None] = OrderedDict()
+
+    def note(self, session: str) -> None:
+        self._heard[session[:MAX_SESSION_CHARS]] = None
+        self._heard.move_to_end(session[:MAX_SESSION_CHARS])
+        while len(self._heard) > self.capacity:
+            self._heard.popitem(last=False)
+
+    def __contains__(self, session: str | None) -> bool:
+        return bool(session) and session[:MAX_SESSION_CHARS] in self._heard
+
+    async def heard_within(self, session: str | None, seconds: float) -> bool:
+        """Whether `session` is heard of within `seconds` from now: a page's heartbeat and its first join leave
+        together, and the join may arrive first."""
+        deadline = time.monotonic() + seconds
+        while session not in self:
+            if not session or time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(HEARD_POLL_S)
+        return True
+
+
+class NewSessionBudget:
+    """Which joins to the queue may come in where the caller's address is the socket's (a direct connection, where
+    an office, a school or every test on loopback share one): every join of a session the server knows (`is_known`:
+    it joined before or holds state) or has heard of (`heard`); of the others (a session nobody has heard of, a
+    join that names no session), `budget`'s from each address, and past that only one whose session is heard of
+    within `grace_s`. A client that never opens its session's heartbeat, as a flood of raw joins does not, is
+    refused past the budget; a page or a client on the same address still joins."""
+
+    def __init__(self, budget: JoinBudget, heard: SessionsHeard, is_known: Callable[[str], bool] = lambda s: False,
+                 grace_s: float = HEARD_GRACE_S):
+        self.budget, self.heard, self.is_known, self.grace_s = budget, heard, is_known, grace_s
+
+    def is_new(self, session: str | None) -> bool:
+        """Whether `session` is one the server neither knows nor has heard of (a join without one always is)."""
+        return not session or not (session in self.heard or self.is_known(session))
+
+    async def admits(self, address: str | None, session: str | None) -> bool:
+        """Whether a join of `session` from `address` may come in now (a new session's counted in the address's
+        budget). A caller with no address is not counted."""
+        if not self.is_new(session) or address is None or self.budget.take(address):
+            return True
+        return bool(session) and await self.heard.heard_within(session, self.grace_s)
+
+    def refusal(self) -> str:
+        return (f"Your address has opened more than {self.budget.burst} new sessions in a few seconds; this server "
+                f"takes about {self.budget.per_s:g} new sessions a second from one address (a page already open "
+                "is not counted). Please wait a few seconds.")
+
+
 class RouteGate:
     """ASGI middleware: `closed` maps a path's end to the message a request for it is answered with (404); a POST
     to any other route (none of whose path ends in `own_bounds`) must declare its length, at most `max_body_bytes`;
     a POST to a route whose path holds one of `budgeted` takes one from its address's `budget` (the address
-    `address_of(headers)` names; None: not counted), 429 when none is left."""
+    `address_of(headers)` names; None: not counted), 429 when none is left. A request to a route whose path holds
+    `heard_route` names a session at its path's end, noted in `heard`."""
 
     def __init__(self, app, max_body_bytes: int, closed: dict[str, str] | None = None,
                  own_bounds: tuple[str, ...] = (), budgeted: tuple[str, ...] = (), budget: JoinBudget | None = None,
-                 address_of: Callable[[dict], str | None] = lambda headers: None):
+                 address_of: Callable[[dict], str | None] = lambda headers: None,
+                 heard: SessionsHeard | None = None, heard_route: str | None = None):
         self.app, self.max_body_bytes, self.own_bounds = app, max_body_bytes, own_bounds
         self.closed = dict(closed or {})
         self.budgeted, self.budget, self.address_of = budgeted, budget, address_of
+        self.heard, self.heard_route = heard, heard_route
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -69,6 +135,8 @@ class RouteGate:
         if closed is not None:
             await _discard_body(receive)
             return await _plain_response(send, 404, closed)
+        if self.heard is not None and self.heard_route and self.heard_route in path:
+            self.heard.note(path.rsplit("/", 1)[-1])
         if scope["method"] != "POST" or path.endswith(self.own_bounds):
             return await self.app(scope, receive, send)
         refusal = self.refusal(*_declared(scope)) or self.over_budget(scope, path)
