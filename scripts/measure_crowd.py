@@ -14,11 +14,12 @@ started as its own process (memory counted with its children), written to docs/c
 `--attacks endpoints`: issue 48's floods of /plan, /load_profile, /compare and /training_step the same way, written
 to docs/crowd-endpoints.json (docs/serving.md's table of attacks).
 `--attacks door`: issue 61's six ways around the door the same way (and under --lock-profile), written to
-docs/crowd-door.json (docs/serving.md's table of attacks).
+docs/crowd-door.json (docs/serving.md's table of attacks); `--door-attacks fresh` (or others of DOOR_ATTACKS) re-runs
+only those and replaces their rows there.
 Usage: python scripts/measure_crowd.py [--out docs/crowd.json] [--clients 8] [--mb 5] [--attacks full,html]
        python scripts/measure_crowd.py --attacks html-uploads [--out docs/crowd-html-uploads.json]
        python scripts/measure_crowd.py --attacks endpoints [--out docs/crowd-endpoints.json]
-       python scripts/measure_crowd.py --attacks door [--out docs/crowd-door.json]
+       python scripts/measure_crowd.py --attacks door [--out docs/crowd-door.json] [--door-attacks fresh,...]
        python scripts/measure_crowd.py --attacks guided_fallback,index,memory --base-tree DIR --out docs/crowd-lane.json
        python scripts/measure_crowd.py --attacks guided_fallback,index,cancel --out docs/crowd-cancel.json
        python scripts/measure_crowd.py --attacks emoji --out docs/crowd-emoji.json
@@ -32,6 +33,7 @@ import os
 import platform
 import shutil
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -391,21 +393,39 @@ def endpoint_attacks(work: Path, seconds: float = 30.0) -> dict:
     return {"visitor_alone_s": alone, "rows": rows}
 
 
-def door_attacks(work: Path) -> dict:
+# The door attacks by the name `--door-attacks` picks them with (each run as a user starts the app and under
+# --lock-profile, or behind the proxy header where PROXY_DOOR_ATTACKS has it).
+DOOR_ATTACKS = {"direct": "45 full reads of 2 MB posted to gradio's direct route",
+                "bodies": "two 100 MB questions, a 200 MB pasted text and a 40 MB question at once",
+                "fresh": "5,000 fresh-session /plan joins",
+                "long-read": "2,600 fresh-session /plan joins during a visitor's 4 MB full read",
+                "recording": "the recording route, a file by web address, the monitoring summary",
+                "stop": "SIGTERM with three 4 MB full reads in flight",
+                "hops": "6 clients behind one address, each making up its first hop (behind the proxy header)",
+                "proxy-fresh": "5,000 fresh-session /plan joins from one address behind the proxy header"}
+PROXY_DOOR_ATTACKS = {"hops", "proxy-fresh"}
+
+
+def door_attacks(work: Path, picks: set[str] | None = None) -> dict:
     """Issue 61's six ways around the door, each against `python app.py --model demo` as a user starts it and under
     --lock-profile (the made-up hops against a server behind a proxy header): 45 full reads of 2 MB posted to
     gradio's direct route, each client gone after 3 s; two 100 MB questions, a 200 MB pasted text and a 40 MB
     question at once; 5,000 fresh-session /plan joins; 2,600 of them during a visitor's 4 MB full read; ten 50 MB
     posts to the recording route, a file named by a web address and the monitoring summary; six clients making up
     their first hop behind one address, and 5,000 fresh-session joins from one address there; and SIGTERM with three
-    full reads of 4 MB in flight."""
+    full reads of 4 MB in flight. `picks`: only these of DOOR_ATTACKS (a server is started only for a setting one of
+    them runs in)."""
     two_mb, four_mb = work / "two-mb.txt", work / "four-mb.txt"
     two_mb.write_text(crowd_check.fact_text(2 * MB, 7))
     four_mb.write_text(crowd_check.fact_text(4 * MB, 7))
     text = two_mb.read_text()
     plan = ["demo", "T4", None, 1, None, None, None, False, None]
     rows, alone, stops = {}, {}, {}
+    picks = set(DOOR_ATTACKS) if picks is None else set(picks)
     for setting in ("--no-lock-profile", "--lock-profile", "--visitor-header=X-Forwarded-For"):
+        behind_proxy = setting.startswith("--visitor-header")
+        if not picks & (PROXY_DOOR_ATTACKS if behind_proxy else set(DOOR_ATTACKS) - PROXY_DOOR_ATTACKS):
+            continue
         name = {"--no-lock-profile": "", "--lock-profile": " (--lock-profile)"}.get(setting, " (X-Forwarded-For)")
         uploads = work / f"uploads{setting.replace('=', '-')}"
         shutil.rmtree(uploads, ignore_errors=True)
@@ -414,38 +434,49 @@ def door_attacks(work: Path) -> dict:
         try:
             visitor(url)()
             alone[setting] = round(visitor(url)()[1], 2)
-            if setting.startswith("--visitor-header"):
-                rows["6 clients behind one address, each making up its first hop" + name] = attack_row(
-                    crowd_attacks.spoofed_first_hops(url, server.pid, four_mb, visitor(url)))
-                rows["5,000 /plan joins, each from a fresh session, one address behind the proxy" + name] = attack_row(
-                    crowd_attacks.fresh_session_joins(url, server.pid, "plan", plan, visitor(url), joins=5000,
-                                                      headers={"X-Forwarded-For": "81.2.69.142"}))
+            if behind_proxy:
+                if "hops" in picks:
+                    rows["6 clients behind one address, each making up its first hop" + name] = attack_row(
+                        crowd_attacks.spoofed_first_hops(url, server.pid, four_mb, visitor(url)))
+                if "proxy-fresh" in picks:
+                    rows["5,000 /plan joins, each from a fresh session, one address behind the proxy" + name] = (
+                        attack_row(crowd_attacks.fresh_session_joins(url, server.pid, "plan", plan, visitor(url),
+                                                                     joins=5000,
+                                                                     headers={"X-Forwarded-For": "81.2.69.142"})))
                 continue
-            rows["45 full reads of 2 MB posted to /gradio_api/run/ask, each client gone after 3 s" + name] = (
-                attack_row(crowd_attacks.direct_reads(url, server.pid, text, visitor(url))))
-            rows["two 100 MB questions, a 200 MB pasted text and a 40 MB question at once" + name] = attack_row(
-                crowd_attacks.large_bodies(url, server.pid, visitor(url)))
-            rows["5,000 /plan joins, each from a fresh session" + name] = attack_row(
-                crowd_attacks.fresh_session_joins(url, server.pid, "plan", plan, visitor(url), joins=5000))
-            long_read = crowd_attacks.long_read_visitor(url, four_mb)
-            right, long_alone, seen = long_read()
-            alone[f"{setting} 4 MB full read"] = {"s": round(long_alone, 2), "right": right, **seen}
-            rows["2,600 fresh-session /plan joins during a visitor's 4 MB full read" + name] = attack_row(
-                crowd_attacks.fresh_session_joins(url, server.pid, "plan", plan, long_read, joins=2600))
-            rows["ten 50 MB posts to /gradio_api/process_recording, a file by web address, /monitoring/summary"
-                 + name] = attack_row(crowd_attacks.recording_and_remote_files(url, server.pid, uploads,
-                                                                               visitor(url)))
-            stops[setting] = crowd_attacks.stop_during_reads(server, url, four_mb, uploads)
+            if "direct" in picks:
+                rows["45 full reads of 2 MB posted to /gradio_api/run/ask, each client gone after 3 s" + name] = (
+                    attack_row(crowd_attacks.direct_reads(url, server.pid, text, visitor(url))))
+            if "bodies" in picks:
+                rows["two 100 MB questions, a 200 MB pasted text and a 40 MB question at once" + name] = attack_row(
+                    crowd_attacks.large_bodies(url, server.pid, visitor(url)))
+            if "fresh" in picks:
+                rows["5,000 /plan joins, each from a fresh session" + name] = attack_row(
+                    crowd_attacks.fresh_session_joins(url, server.pid, "plan", plan, visitor(url), joins=5000))
+            if "long-read" in picks:
+                long_read = crowd_attacks.long_read_visitor(url, four_mb)
+                right, long_alone, seen = long_read()
+                alone[f"{setting} 4 MB full read"] = {"s": round(long_alone, 2), "right": right, **seen}
+                rows["2,600 fresh-session /plan joins during a visitor's 4 MB full read" + name] = attack_row(
+                    crowd_attacks.fresh_session_joins(url, server.pid, "plan", plan, long_read, joins=2600))
+            if "recording" in picks:
+                rows["ten 50 MB posts to /gradio_api/process_recording, a file by web address, /monitoring/summary"
+                     + name] = attack_row(crowd_attacks.recording_and_remote_files(url, server.pid, uploads,
+                                                                                   visitor(url)))
+            if "stop" in picks:
+                stops[setting] = crowd_attacks.stop_during_reads(server, url, four_mb, uploads)
         finally:
             if server.poll() is None:
                 load_check.stop_server(server)
     return {"visitor_alone_s": alone, "rows": rows, "sigterm_with_reads_in_flight": stops}
 
 
-def main_door(out: Path) -> int:
-    result = measured_attacks(out, "crowd-door", door_attacks,
+def main_door(out: Path, picks: set[str] | None = None) -> int:
+    """All of the door's attacks, written to `out`; or only `picks`, whose rows (and the visitor's time alone, the
+    stops) replace theirs in `out`, each row noted in its `re_measured` with the commit, machine and load."""
+    result = measured_attacks(out, "crowd-door", lambda work: door_attacks(work, picks),
                               "defaults, direct connection, `python app.py --model demo` (--lock-profile or "
-                              "--visitor-header X-Forwarded-For where named)")
+                              "--visitor-header X-Forwarded-For where named)", merge=picks is not None)
     print("| attack | visitor's longest wait (median, asks) | refused asks | RSS idle | peak, after (above idle) | "
           "the attack's calls |\n|---|---|---|---|---|---|")
     for name, row in result["rows"].items():
@@ -482,6 +513,10 @@ def main(argv=None) -> int:
                              "html-uploads alone: issue 40's HTML and upload attacks; endpoints alone: issue 48's "
                              "floods of /plan, /load_profile, /compare and /training_step; door alone: issue 61's "
                              "ways around the door")
+    parser.add_argument("--door-attacks", default=None,
+                        help="with --attacks door: only these, comma-separated ("
+                             + "; ".join(f"{k}: {v}" for k, v in DOOR_ATTACKS.items())
+                             + "); their rows replace theirs in the JSON, the others kept")
     parser.add_argument("--base-tree", type=Path, default=None,
                         help="a checkout of the commit to compare with (memory: its app.py as a process)")
     args = parser.parse_args(argv)
@@ -490,7 +525,12 @@ def main(argv=None) -> int:
         return main_endpoints(args.out if args.out != ROOT / "docs" / "crowd.json"
                               else ROOT / "docs" / "crowd-endpoints.json")
     if attacks == {"door"}:
-        return main_door(args.out if args.out != ROOT / "docs" / "crowd.json" else ROOT / "docs" / "crowd-door.json")
+        picks = set(args.door_attacks.split(",")) if args.door_attacks else None
+        if picks and picks - set(DOOR_ATTACKS):
+            parser.error(f"--door-attacks: {', '.join(sorted(picks - set(DOOR_ATTACKS)))} is none of "
+                         f"{', '.join(DOOR_ATTACKS)}")
+        return main_door(args.out if args.out != ROOT / "docs" / "crowd.json" else ROOT / "docs" / "crowd-door.json",
+                         picks)
     if attacks == {"html-uploads"}:
         return main_html_uploads(args.out if args.out != ROOT / "docs" / "crowd.json"
                                  else ROOT / "docs" / "crowd-html-uploads.json")
@@ -566,9 +606,10 @@ def main(argv=None) -> int:
     return 0
 
 
-def measured_attacks(out: Path, name: str, attacks, settings: str) -> dict:
+def measured_attacks(out: Path, name: str, attacks, settings: str, merge: bool = False) -> dict:
     """Run `attacks` (a function of a work folder) with the machine and its load recorded before and after, write
-    the result to `out` as JSON, print what the machine was, and return it."""
+    the result to `out` as JSON (`merge`: into what `out` holds, `merged_rows`), print what the machine was, and
+    return it."""
     work = ROOT / "bench-results" / name
     work.mkdir(parents=True, exist_ok=True)
     load = os.getloadavg()
@@ -576,9 +617,25 @@ def measured_attacks(out: Path, name: str, attacks, settings: str) -> dict:
               "cpu_kind": cpu_kind(), "model": "demo", "profile": "cpu", "settings": settings,
               "load_average_before": [round(x, 2) for x in load], **attacks(work)}
     result["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    written = merged_rows(json.loads(out.read_text()), result) if merge and out.exists() else result
+    out.write_text(json.dumps(written, indent=2) + "\n")
     print(f"CPU: {result['cpu_kind']}; load before {load}; visitor alone: {result['visitor_alone_s']} s\n")
     return result
+
+
+def merged_rows(earlier: dict, result: dict) -> dict:
+    """`earlier` (a whole run's JSON) with `result`'s rows, visitor times alone and stops in place of its own, each
+    row's `re_measured` saying where and when (the commit, the machine, the load before and after)."""
+    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True).stdout.strip() or None  # None in an exported tree: say the commit in docs/
+    where = {"commit": commit, "machine": result["machine"], "cpu_kind": result["cpu_kind"],
+             "load_average_before": result["load_average_before"], "load_average_after": result["load_average_after"]}
+    merged = {**earlier, "rows": {**earlier.get("rows", {})}}
+    for key in ("visitor_alone_s", "sigterm_with_reads_in_flight"):
+        merged[key] = {**earlier.get(key, {}), **result.get(key, {})}
+    for name, row in result["rows"].items():
+        merged["rows"][name] = {**row, "re_measured": where}
+    return merged
 
 
 def main_html_uploads(out: Path) -> int:
