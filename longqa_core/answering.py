@@ -109,10 +109,11 @@ class Provisional:
     answer: Answer
     windows_read: int
     windows_total: int
+    plausible: bool = True  # its score reaches the request's not-found threshold (True where the rule has none)
 
     def to_json(self) -> dict:
         return {"provisional": True, "answer": self.answer.to_json(), "windows_read": self.windows_read,
-                "windows_total": self.windows_total}
+                "windows_total": self.windows_total, "plausible": self.plausible}
 
 
 class BestSoFar:
@@ -155,9 +156,11 @@ class BestSoFar:
             return
         best = self.best
         document = self.documents[best.document_index]
+        rule = no_answer_rule(self.settings)
+        plausible = rule.kind != no_answer.THRESHOLD or rule.threshold is None or best.score >= rule.threshold
         self.latest = Provisional(Answer(best.text, best.score, document.name, best.document_index, best.start_char,
                                          best.end_char, location=locate(document, best.start_char, best.end_char)),
-                                  state.windows_done, state.windows_total)
+                                  state.windows_done, state.windows_total, plausible)
         self.on_candidate(self.latest)
 
     def decoded(self, windows: list[Window]) -> Decoded | None:

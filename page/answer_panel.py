@@ -82,6 +82,8 @@ def build_question_panel(ctx: AppContext) -> dict[str, Block]:
             pasted = gr.Textbox(label="Or paste text", lines=1, max_lines=8, placeholder="Paste a document here")
             question = gr.Textbox(label="Question",  # no `info`: it would join the label, which tests select by
                                   placeholder="What is the frequency of Chiomklian Oustklaeth? (Enter asks)")
+            # beside the box when Ask finds it empty (the page stays where the visitor types)
+            question_note = gr.Markdown("", visible=False, elem_id="question-note")
             with gr.Row():
                 ask_btn = gr.Button("Ask", variant="primary", min_width=90)
                 full_btn = gr.Button("Read the whole document", min_width=90, scale=2)  # its words on one line
@@ -121,6 +123,7 @@ def build_question_panel(ctx: AppContext) -> dict[str, Block]:
     return {"files": files, "pasted": pasted, "question": question, "top_k": top_k, "reading": reading,
             "no_answer_below": no_answer_below, "ask": ask_btn, "full": full_btn, "stop": stop_btn,
             "documents": doc_table, "examples": examples, "status": status, "answer": answer_box,
+            "question_note": question_note,
             "evidence": evidence_box, "download_json": download_json, "download_csv": download_csv}
 
 
@@ -170,11 +173,12 @@ def build_answer_panel(ctx: AppContext, question: dict[str, Block], seen: gr.Sta
                "evidence": question["evidence"], "latency": latency_table, "memory": memory_table, "run": run_table,
                **history, "seen": seen,
                "readout": readout_json}  # last: API clients take the readout as `*_, readout = predict(...)`
-    cleared = {"status": question["status"], "answer": question["answer"], "evidence": question["evidence"],
+    cleared = {"question_note": question["question_note"], "status": question["status"], "answer": question["answer"], "evidence": question["evidence"],
                "answers": answers_table, "latency": latency_table, "wait": wait, "memory": memory_table,
                "run": run_table, "readout": readout_json, "download_json": question["download_json"],
                "download_csv": question["download_csv"]}
-    ended = {**{name: question[name] for name in ("status", "evidence", "download_json", "download_csv", "answer")},
+    ended = {**{name: question[name] for name in ("status", "evidence", "download_json", "download_csv", "answer",
+                                                  "question_note")},
              "answers": answers_table, "stop": question["stop"]}
     # Every event of the requests group names the same limit: gradio lowers a group to its smallest one. Progress
     # shows over the line above the answer, not over the answer box, where the best answer so far shows meanwhile.

@@ -40,7 +40,7 @@ from longqa.readout import Readout
 from longqa.serving import lane, policy
 from longqa.session import NO_MODEL, ReadRequest, read_request
 from longqa_core.errors import Cancelled, DocumentError, LongQAError, ModelLoadError
-from longqa_core.limits import check_question_length, whole_number
+from longqa_core.limits import EMPTY_QUESTION, check_question_length, whole_number
 from longqa_core.reading import DEFAULT_READING
 from page import format as fmt
 from page.context import CONTEXTS, AppContext
@@ -156,6 +156,7 @@ class Outcome:
     message: str | None = None
     stopped: tuple[int, int] | None = None  # (windows read, windows planned)
     partial: Provisional | None = None  # after a Stop: the best answer of the windows read, which the page shows
+    no_question: bool = False  # the page asked with its question box empty
     # what the answer showed, built once, for the downloads: the readout's JSON and the history as data
     readout_json: dict | None = None
     history_table: pd.DataFrame | None = None
@@ -435,6 +436,10 @@ def ask(ctx: AppContext, files, pasted_text, question, top_k, reading, history, 
     time; the lane admits, and the GPU function asks for time, by that plan.
     `reading` is "auto", "full" or "guided" (empty: auto); `no_answer_below` a score in (0, 1) under which the answer
     is "not found" (empty: the model's own rule)."""
+    if page_session(request) is not None and isinstance(question, str) and not question.strip():
+        # the page's own empty box: said next to it (`show_outcome`), not as a failed request; an API call's is an error
+        remember(ctx.outcomes, page_session(request), Outcome(message=EMPTY_QUESTION, no_question=True))
+        return {"readout": gr.skip()}  # nothing changes: the answer area was cleared when Ask was pressed
     with user_errors("Answering"):
         reading, settings = request_settings(ctx, top_k, reading, no_answer_below)
         # Its place in the lane first: reading, indexing and planning count toward the visitor's share and the queue.
@@ -572,7 +577,8 @@ def clear_answer(status: str) -> dict:
     evidence, readouts or downloads left showing; `status` says why."""
     tables = {name: pd.DataFrame([], columns=headers) for name, headers in CLEARED_TABLES.items()}
     return {"status": status, "answer": gr.update(value="", label=fmt.answer_label()), "evidence": None,
-            "readout": None, "download_json": no_download(), "download_csv": no_download(), "wait": "", **tables}
+            "readout": None, "download_json": no_download(), "download_csv": no_download(), "wait": "", **tables,
+            "question_note": gr.update(visible=False)}
 
 
 def stop_enabled(enabled: bool) -> dict:
@@ -610,6 +616,10 @@ def show_outcome(ctx: AppContext, request: gr.Request = None) -> dict:
     closest passages where nothing was found), the readout and history the answer showed, to download, and Stop
     disabled until the next read."""
     outcome = ctx.outcomes.pop(page_session(request), None)
+    if outcome is not None and outcome.no_question:
+        return {"status": fmt.NO_QUESTION_STATUS, "question_note": gr.update(value=fmt.NO_QUESTION_NOTE, visible=True),
+                "download_json": no_download(), "download_csv": no_download(), "evidence": gr.skip(),
+                "answer": gr.skip(), "answers": gr.skip(), **stop_enabled(False)}
     if outcome is None:
         return {"status": gr.skip(), "download_json": gr.skip(), "download_csv": gr.skip(), "evidence": gr.skip(),
                 "answer": gr.skip(), "answers": gr.skip(), **stop_enabled(False)}
@@ -622,6 +632,8 @@ def show_outcome(ctx: AppContext, request: gr.Request = None) -> dict:
                     "answer": gr.update(value="", label=fmt.answer_label()),
                     "answers": pd.DataFrame([], columns=fmt.ANSWER_HEADERS), **stop_enabled(False)}
         label = fmt.answer_label(fmt.partial_label(*outcome.stopped) if outcome.partial is not None else None)
+        if outcome.partial is not None and not outcome.partial.plausible:
+            label = fmt.implausible_label(*outcome.stopped, stopped=True)
         answers = (pd.DataFrame(fmt.provisional_rows(outcome.partial, fmt.UNJUDGED), columns=fmt.ANSWER_HEADERS)
                    if outcome.partial is not None else gr.skip())  # the best so far: never judged now
         return {"status": status, "download_json": no_download(), "download_csv": no_download(),

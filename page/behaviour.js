@@ -12,14 +12,25 @@
 
   const text = (selector) => document.querySelector(selector)?.innerText.trim() ?? "";
 
-  // Scrolls `area` to the top of the screen unless its top and bottom already show.
-  function show(area) {
+  // Scrolls `area` to the top of the screen unless its top and bottom already show. While a read runs (`reading`),
+  // Stop stays on the screen: where it sits above the answer (a phone's one column), the scroll stops at Stop's row.
+  function show(area, reading = false) {
     const top = document.querySelector(area.top);
     if (!top) return;
     const first = top.getBoundingClientRect();
     const last = (document.querySelector(area.bottom) || top).getBoundingClientRect();
     if (first.top >= 0 && last.bottom <= window.innerHeight) return;
+    const stop = reading ? stopButton() : null;
+    const row = stop?.parentElement.getBoundingClientRect();
+    if (row && row.top < first.top && first.top - row.top < window.innerHeight / 2) {
+      if (row.top < 0 || first.top > window.innerHeight / 2) window.scrollBy({ top: row.top - 8, behavior: "instant" });
+      return;
+    }
     top.scrollIntoView({ block: "start", behavior: "instant" });
+  }
+
+  function stopButton() {
+    return Array.from(document.querySelectorAll("#ask-row button")).find(b => b.innerText.trim() === "Stop") ?? null;
   }
 
   function settle(area) {  // the answer's passage and tables render after the status: look again once they have
@@ -47,12 +58,19 @@
       === "Question";
   }
 
+  // The question box's text; an ask with none stays where the visitor types (the note beside the box says why).
+  function questionText() {
+    const box = Array.from(document.querySelectorAll("#ask-row textarea, #ask-row input")).find(isQuestionBox);
+    return box?.value.trim() ?? "";
+  }
+
   document.addEventListener("click", (event) => {
     const area = whichAsk(event.target);
-    if (area) startAsk(area);
+    const typed = event.target.closest("#ask-row") === null || questionText() !== "";  // Try it, an example: filled
+    if (area && (area !== ANSWER || typed)) startAsk(area);
   }, true);
   document.addEventListener("keydown", (event) => {
-    if (event.key === "Enter" && !event.shiftKey && isQuestionBox(event.target)) startAsk(ANSWER);
+    if (event.key === "Enter" && !event.shiftKey && isQuestionBox(event.target) && questionText()) startAsk(ANSWER);
   }, true);
 
   function followAsk() {
@@ -66,7 +84,7 @@
       return;
     }
     if (text(ANSWER.top).startsWith(ASKING)) {
-      if (!pending.askingSeen) show(ANSWER);  // the progress shows over it, the best answer so far below
+      if (!pending.askingSeen) show(ANSWER, true);  // the progress shows over it, the best answer so far below
       pending.askingSeen = true;
     } else if (pending.askingSeen) {
       show(ANSWER);

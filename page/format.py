@@ -155,6 +155,7 @@ def answer_status(result, evaluation_url: str | None = None, ran: str = "") -> s
 ANSWER_LABEL = "Answer"
 PROVISIONAL = "pending"  # the confidence column of an answer not judged yet (a word that fits it at 400 px)
 UNJUDGED = "not judged"  # the confidence column of the partial answer a Stop kept: it never will be
+UNDER_THE_BAR = "under the bar"  # the confidence column of a best so far under the model's not-found threshold
 
 
 def answer_label(state: str | None = None) -> str:
@@ -165,6 +166,13 @@ def answer_label(state: str | None = None) -> str:
 def provisional_label(best) -> str:
     """What an answer shown while a read goes on is (`answering.Provisional`)."""
     return f"best so far, {best.windows_read:,} of {best.windows_total:,} windows read"
+
+
+def implausible_label(windows_read: int, windows_total: int, stopped: bool = False) -> str:
+    """The answer box's label while (or, `stopped`, after) a read whose best so far is under the model's not-found
+    threshold: nothing shown as an answer."""
+    return (f"{ANSWER_LABEL}: nothing plausible {'read' if stopped else 'yet'} "
+            f"({windows_read:,} of {windows_total:,} windows read)")
 
 
 def partial_label(windows_done: int, windows_total: int) -> str:
@@ -243,6 +251,9 @@ def stopped_status(windows_done: int, windows_total: int, best=None) -> str:
     """Markdown over the answer box after Stop: how far the read got, and where a best answer was read before it
     (`answering.Provisional`), that it is the one shown, not judged found or not found."""
     heading = f"### Stopped after {windows_done:,} of {windows_total:,} windows\n"
+    if best is not None and not best.plausible:
+        return (f"{heading}Nothing plausible was read: the best span so far scores {best.answer.score:.3g}, under "
+                "the model's not-found threshold; it is in Top answers, not shown as the answer.")
     if best is not None:
         answer = best.answer
         where = escape_markdown(str(answer.location or answer.document))
@@ -268,6 +279,8 @@ NO_ANSWER_YET = "Ask a question: the answer shows here, highlighted in its passa
 ASKING_STATUS = ("### Asking…\nThe previous answer is cleared; progress shows here, and the best answer so far below "
                  "as the windows are read (the final answer replaces it).")
 NEW_DOCUMENTS_STATUS = "### New documents\nPress Ask to answer from them."
+NO_QUESTION_STATUS = "### No question yet\nType one in the Question box."
+NO_QUESTION_NOTE = "Type a question first."  # next to the Question box
 LEFT_OUT = "left out"  # the Documents read table's characters cell for a file that cannot be read
 
 

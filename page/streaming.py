@@ -34,6 +34,10 @@ def provisional_outputs(best: Provisional, documents: list[Document]) -> dict:
     """The answer area and the top answers while a read goes on: the best answer so far, its score and place, in
     its passage, labelled provisional; the readout says so for API clients (`Provisional.to_json`)."""
     answer = best.answer
+    if not best.plausible:  # under the model's not-found threshold: no span in large type, none marked
+        return {"answer": gr.update(value="", label=fmt.implausible_label(best.windows_read, best.windows_total)),
+                "answers": pd.DataFrame(fmt.provisional_rows(best, fmt.UNDER_THE_BAR), columns=fmt.ANSWER_HEADERS),
+                "evidence": None, "readout": best.to_json()}
     return {"answer": gr.update(value=answer.text, label=fmt.answer_label(fmt.provisional_label(best))),
             "answers": pd.DataFrame(fmt.provisional_rows(best), columns=fmt.ANSWER_HEADERS),
             "evidence": fmt.evidence(documents[answer.document_index].text, answer.start_char, answer.end_char),

@@ -310,3 +310,20 @@ def test_the_wait_line_counts_the_rest_as_the_page_and_the_network():
     stopped = ui_format.wait_line(5.4, None, None)  # a Stop: no stages measured, no "0 ms in the engine"
     assert stopped == "**You waited 5.40 s** from click to the end (timed in your browser)."
     assert ui_format.wait_line(None, {"total": 0.2}, None) == ""
+
+
+def test_a_best_so_far_under_the_models_threshold_is_not_shown_as_an_answer():
+    from longqa_core.answering import Provisional
+    from longqa_core.documents import Document
+    from page.streaming import provisional_outputs
+
+    document = Document("manual.txt", "This feature is only implemented for CGI scripts, says the message.")
+    junk = Provisional(Answer("message", 4.7e-11, "manual.txt", 0, 59, 66), 44, 208, plausible=False)
+    shown = provisional_outputs(junk, [document])
+    assert shown["answer"]["value"] == "" and shown["evidence"] is None
+    assert shown["answer"]["label"] == "Answer: nothing plausible yet (44 of 208 windows read)"
+    assert shown["answers"].values.tolist()[0][3] == ui_format.UNDER_THE_BAR and shown["readout"]["plausible"] is False
+    stopped = ui_format.stopped_status(44, 208, junk)
+    assert stopped.startswith("### Stopped after 44 of 208 windows\nNothing plausible was read") and "4.7e-11" in stopped
+    fair = Provisional(Answer("30", 0.4, "manual.txt", 0, 5, 7), 44, 208)
+    assert provisional_outputs(fair, [document])["answer"]["value"] == "30"  # over the bar: shown, labelled so far

@@ -10,6 +10,9 @@ set-up.
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
+
 import pytest
 
 from longqa.backend import Selection
@@ -211,5 +214,78 @@ def test_an_empty_file_among_good_ones_costs_only_itself(browser, served, tmp_pa
         assert "Found" in status and "failed" not in status, status
         assert page.locator("#best-answer textarea").input_value() == EXAMPLE["answer"]
         page.locator("[data-testid=toast-body]").get_by_text("Answered without 'empty.txt'").first.wait_for()
+    finally:
+        page.close()
+
+
+@pytest.mark.parametrize("width", SCREENS)
+def test_an_empty_question_keeps_its_box_in_view_with_a_short_note_beside_it(browser, served, width):
+    page = open_at(browser, served[1], width)
+    try:
+        page.locator("#documents input[type=file]").set_input_files(str(SAMPLES_DIR / EXAMPLE["file"]))
+        wait_until(lambda: EXAMPLE["file"] in table_text(page, "Documents read"))
+        page.get_by_role("button", name="Ask", exact=True).click()
+        note = page.locator("#question-note")
+        wait_until(lambda: note.is_visible() and "Type a question first" in note.inner_text())
+        time.sleep(1.0)  # anything that would scroll has done so
+        box = page.get_by_label("Question", exact=True).bounding_box()
+        assert 0 <= box["y"] and box["y"] + box["height"] <= SCREENS[width]["height"], box
+        assert "failed" not in status_text(page) and "No question yet" in status_text(page)
+        toasts = page.locator("[data-testid=toast-body]").all_inner_texts()
+        assert toasts == [], f"a notice for a missing input: {toasts}"
+        note_box = note.bounding_box()
+        assert 0 <= note_box["y"] - (box["y"] + box["height"]) < 80, (box, note_box)  # right under the box
+        ask_and_wait(page, EXAMPLE["question"])  # asked again: the note goes
+        assert not note.is_visible()
+    finally:
+        page.close()
+
+
+HISTORY = Path(__file__).parent / "data" / "brindlewick_history.txt"  # a company history of about 2,900 words
+ABSENT = "What is the stock ticker of Brindlewick Instruments?"  # "ticker" is nowhere in it
+# Whether the progress shown over the line above the answer and that line's own words are both drawn where they meet.
+DRAWN_OVER = """() => {
+  const status = document.querySelector('#answer-status');
+  const tracker = status.querySelector(':scope > [data-testid=status-tracker]');
+  if (!tracker || tracker.classList.contains('hide') || !tracker.innerText.trim()) return null;
+  const words = Array.from(status.children).filter(c => c !== tracker && c.innerText.trim());
+  const box = tracker.getBoundingClientRect();
+  return words.some(w => { const r = w.getBoundingClientRect(); return getComputedStyle(w).opacity !== '0'
+    && r.top < box.bottom && box.top < r.bottom && r.left < box.right && box.left < r.right; });
+}"""
+
+
+@pytest.mark.parametrize("width", SCREENS)
+def test_a_long_read_keeps_stop_in_reach_its_progress_clear_and_no_junk_shown_as_an_answer(browser, served, tmp_path,
+                                                                                           width):
+    long_history = tmp_path / "long_history.txt"
+    long_history.write_text("\n\n".join([HISTORY.read_text(encoding="utf-8")] * 80), encoding="utf-8")
+    page = open_at(browser, served[1], width)
+    try:
+        upload(page, long_history)
+        page.get_by_label("Question", exact=True).fill(ABSENT)
+        page.get_by_role("button", name="Read the whole document", exact=True).click()
+        wait_until(lambda: "windows done" in status_text(page))
+        stop = page.get_by_role("button", name="Stop", exact=True)
+        seen = []
+        for _ in range(10):  # the read goes on: each look finds Stop on the screen and nothing drawn twice
+            time.sleep(0.3)
+            box = stop.bounding_box()
+            seen.append(page.evaluate(DRAWN_OVER))
+            assert box is not None and 0 <= box["y"] and box["y"] + box["height"] <= SCREENS[width]["height"], box
+        assert True not in seen, "the progress was drawn over the line's words"
+        label = page.locator("#best-answer [data-testid=block-info]").inner_text()
+        shown = page.locator("#best-answer textarea").input_value()
+        if "nothing plausible yet" in label:
+            assert shown == "" and page.locator("#evidence .highlighted").count() == 0
+        else:  # a best so far shown as an answer must reach the model's threshold
+            score = float(page.get_by_role("table", name="Top answers", exact=True).locator("tbody td").nth(2)
+                          .inner_text())
+            assert score >= 4.2e-8, (label, shown, score)
+        stop.click()
+        wait_until(lambda: "Stopped" in status_text(page))
+        if "nothing plausible" in page.locator("#best-answer [data-testid=block-info]").inner_text():
+            assert "Nothing plausible was read" in status_text(page)
+            assert page.locator("#best-answer textarea").input_value() == ""
     finally:
         page.close()
