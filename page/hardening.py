@@ -470,11 +470,11 @@ def abandonment_check() -> Callable[[], bool]:
     blocks, event_id = LocalContext.blocks.get(None), LocalContext.event_id.get(None)
     queue = getattr(blocks, "_queue", None)
     if queue is None or event_id is None:
-        return policy.is_stopping
+        return policy.STOPPING.is_set
     stall = policy.UnreadStall()
 
     def is_abandoned() -> bool:
-        if policy.is_stopping():
+        if policy.STOPPING.is_set():  # the event's own method: the check enters no module of ours on its way
             return True
         for job in list(queue.active_jobs):
             for event in job or ():
