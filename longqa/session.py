@@ -25,13 +25,15 @@ from longqa.models import KNOWN_MODELS, model_config, resolve_model
 from longqa.readout import MemoryPrediction, Readout, predict_full_read_s
 from longqa_core.answering import Provisional, QAResult, answer_plan
 from longqa_core.batching import WindowProgress, collate
-from longqa_core.documents import DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_PAGES, DEFAULT_MAX_READ_S, Document, from_text
+from longqa_core.documents import (DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_PAGES, DEFAULT_MAX_READ_S, Document, ReadLimits,
+                                   from_text)
 from longqa_core.files import read_document
 from longqa_core.errors import CharLimitError, DocumentError, InputError, LongQAError, ModelLoadError, ProfileError
 from longqa_core.telemetry import trim_heap
 from longqa_core.index_cache import IndexCache
 from longqa_core.limits import (DEFAULT_MAX_TOTAL_TOKENS, NO_DOCUMENT, EngineSettings, Question, StopCheck,
                                 max_chars_for, validate_request)
+from longqa_core.pdf_pages import MARK_SECONDS, render_page
 from longqa_core.plan import RequestPlan, plan_request
 from longqa_core.reading import DEFAULT_READING
 from longqa_core.windows import make_windows
@@ -97,6 +99,13 @@ def read_documents(files: list, pasted_text: str | None = None, max_bytes: int =
     if not documents:
         raise InputError(NO_DOCUMENT)
     return documents, time.perf_counter() - began
+
+
+def page_image(source: str, name: str, mark, should_stop: Callable[[], bool] | None = None) -> bytes:
+    """The PNG of an answer's PDF page with its mark drawn (`location.marks`' `PageMark`), from the file `source` its
+    document was read from (shown as `name`), in a reading child within MARK_SECONDS and `should_stop`: what the
+    page shows when a visitor opens it (DocumentError in words where it cannot be drawn)."""
+    return render_page(source, name, mark, ReadLimits(max_read_s=MARK_SECONDS, should_stop=should_stop))
 
 
 class ReadRequest(NamedTuple):

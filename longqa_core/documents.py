@@ -23,7 +23,6 @@ from longqa_core.text_flow import Flow, LineMap, flow_text
 
 if TYPE_CHECKING:
     from longqa_core.pdf_layout import PdfPlaces
-    from longqa_core.pdf_pages import PageMark
 
 DEFAULT_MAX_FILE_BYTES = 50 * 1024 * 1024
 
@@ -118,7 +117,7 @@ class Location:
     page: int | None = None
     heading: str | None = None
     line: int | None = None
-    marks: tuple[PageMark, ...] = ()  # a PDF's: where it stands on its page(s) (`pdf_pages`), once it is marked
+    marks: tuple = ()  # a PDF's: where it stands on its page(s) (`pdf_pages.PageMark`s), once it is marked
 
     def __str__(self) -> str:
         return format_location(self)

@@ -97,7 +97,7 @@ class _StopReading(Exception):
 def extract_pdf_text(data: bytes, name: str, limits: ReadLimits) -> PdfText:
     """`read_pdf_file`'s text, page starts, headings (offset, level, title) and places, extracted in this process:
     what its child runs."""
-    document = _open_pdf(data, name)
+    document = open_pdf(data, name)
     try:
         n_pages = len(document)
         if not n_pages:
@@ -294,7 +294,7 @@ def _transformed(transform: tuple | None, x0: float, y0: float, x1: float, y1: f
     return min(xs), min(ys), max(xs), max(ys)
 
 
-def _open_pdf(data: bytes, name: str) -> pdfium.PdfDocument:
+def open_pdf(data: bytes, name: str) -> pdfium.PdfDocument:
     """The PDF opened with PDFium, which opens files encrypted only against editing (the empty password)."""
     try:
         return pdfium.PdfDocument(data)

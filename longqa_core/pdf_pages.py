@@ -15,8 +15,12 @@ import io
 import json
 from dataclasses import dataclass
 
+import pypdfium2.raw as pdfium_c
+from PIL import Image, ImageDraw
+
 from longqa_core.documents import Document, ReadLimits
 from longqa_core.errors import DocumentError
+from longqa_core.pdf_files import open_pdf, pdf_memory_cap, upright
 from longqa_core.pdf_layout import ROW_EM, PiecePart
 from longqa_core.reader_children import OUT_OF_MEMORY_EXIT, READERS, read_in_child
 
@@ -73,10 +77,8 @@ sys.stdout.buffer.write(out)
 def _run(job: str, source: str, name: str, request, limits: ReadLimits, doing: str) -> bytes:
     """`job` (`marks_in_child` or `render_in_child`) run on the PDF file `source` (shown as `name`) in a reading
     child."""
-    from longqa_core.pdf_files import pdf_memory_cap  # the reader of the text: its children's memory rule
-
     data = _source_bytes(source, name)
-    cap_bytes = pdf_memory_cap(len(data), READERS) + PAGE_IMAGE_MAX_PIXELS * 8  # the bitmap and its PNG
+    cap_bytes = pdf_memory_cap(len(data), READERS) + PAGE_IMAGE_MAX_PIXELS * 8  # the reader's, and the bitmap
     arguments = json.dumps([job, name, request, limits.max_read_s, limits.began])
     try:
         out = read_in_child(READERS, _WORKER, data, cap_bytes, name, limits, doing, kind="PDF",
@@ -123,9 +125,7 @@ def render_page(source: str, name: str, mark: PageMark, limits: ReadLimits | Non
 # ------------------------------------------------------------------------------------------ in the child
 def marks_in_child(data: bytes, name: str, request: list, limits: ReadLimits) -> bytes:
     """`answer_marks` in the child: the parts of each span found among their page's characters."""
-    from longqa_core.pdf_files import _open_pdf
-
-    pdf = _open_pdf(data, name)
+    pdf = open_pdf(data, name)
     pages: dict[int, _PageCharacters] = {}
     out = []
     try:
@@ -151,12 +151,8 @@ def marks_in_child(data: bytes, name: str, request: list, limits: ReadLimits) ->
 
 def render_in_child(data: bytes, name: str, request: dict, limits: ReadLimits) -> bytes:
     """`render_page` in the child."""
-    from PIL import Image, ImageDraw
-
-    from longqa_core.pdf_files import _open_pdf
-
     mark = PageMark.from_json(request)
-    pdf = _open_pdf(data, name)
+    pdf = open_pdf(data, name)
     try:
         if not 1 <= mark.page <= len(pdf):
             raise DocumentError(f"'{name}' has no page {mark.page}.")
@@ -191,9 +187,6 @@ class _PageCharacters:
     page's own space."""
 
     def __init__(self, pdf, index: int):
-        import pypdfium2.raw as pdfium_c
-
-        self._c = pdfium_c
         self.page = pdf[index]
         textpage = self.page.get_textpage()
         try:
@@ -213,8 +206,6 @@ class _PageCharacters:
 
     def boxes_of(self, part: PiecePart) -> list[float] | None:
         """The box of the characters `part` covers (the union of theirs), or None where none is found."""
-        from longqa_core.pdf_files import upright
-
         x0, y0, x1, y1 = part.box
         middle = (y0 + y1) / 2
         inside = []
@@ -239,12 +230,11 @@ class _PageCharacters:
 
     def view_box(self, box: list[float]) -> list[float]:
         """A box in the page's space as points from the top-left of the page as shown (its /Rotate applied)."""
-        c = self._c
         scale = 100  # FPDF_PageToDevice rounds to whole device units: hundredths of a point
         xs, ys = [], []
         for x, y in ((box[0], box[1]), (box[2], box[3])):
             dx, dy = ctypes.c_int(), ctypes.c_int()
-            c.FPDF_PageToDevice(self.page, 0, 0, round(self.width * scale), round(self.height * scale), 0, x, y,
+            pdfium_c.FPDF_PageToDevice(self.page, 0, 0, round(self.width * scale), round(self.height * scale), 0, x, y,
                                 dx, dy)
             xs.append(dx.value / scale)
             ys.append(dy.value / scale)
