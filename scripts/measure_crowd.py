@@ -624,15 +624,18 @@ def measured_attacks(out: Path, name: str, attacks, settings: str, merge: bool =
 
 
 def merged_rows(earlier: dict, result: dict) -> dict:
-    """`earlier` (a whole run's JSON) with `result`'s rows, visitor times alone and stops in place of its own, each
-    row's `re_measured` saying where and when (the commit, the machine, the load before and after)."""
+    """`earlier` (a whole run's JSON) with `result`'s rows and stops in place of its own, each row's `re_measured`
+    saying where and when (the commit, the machine, the load before and after, the visitor alone then: `earlier`'s
+    times alone stay, for its own rows)."""
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip() or None  # None in an exported tree: say the commit in docs/
     where = {"commit": commit, "machine": result["machine"], "cpu_kind": result["cpu_kind"],
-             "load_average_before": result["load_average_before"], "load_average_after": result["load_average_after"]}
+             "load_average_before": result["load_average_before"], "load_average_after": result["load_average_after"],
+             "visitor_alone_s": result.get("visitor_alone_s", {}),
+             "command": " ".join(["python scripts/measure_crowd.py", *sys.argv[1:]])}
     merged = {**earlier, "rows": {**earlier.get("rows", {})}}
-    for key in ("visitor_alone_s", "sigterm_with_reads_in_flight"):
-        merged[key] = {**earlier.get(key, {}), **result.get(key, {})}
+    merged["sigterm_with_reads_in_flight"] = {**earlier.get("sigterm_with_reads_in_flight", {}),
+                                              **result.get("sigterm_with_reads_in_flight", {})}
     for name, row in result["rows"].items():
         merged["rows"][name] = {**row, "re_measured": where}
     return merged
