@@ -33,7 +33,6 @@ import os
 import platform
 import shutil
 import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -45,27 +44,17 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from longqa.session import SAMPLES_DIR, Session  # noqa: E402
+from longqa.session import Session  # noqa: E402
 from page.cli import serve  # noqa: E402
 from page.context import make_context  # noqa: E402
 from page.layout import build_blocks  # noqa: E402
 from page.asking import ensure_loaded  # noqa: E402
 from longqa.serving import crowd_attacks, crowd_check, load_check  # noqa: E402
+from scripts.crowd_runs import MB, attack_row, cpu_kind, measured_attacks, visitor  # noqa: E402
+from scripts.measure_door import DOOR_ATTACKS, main_door  # noqa: E402
 from longqa.serving.lane import GatedRunner, ModelLane  # noqa: E402
 from longqa_core.reading import DEFAULT_READING  # noqa: E402
 
-MB = 1024 * 1024
-
-
-def cpu_kind() -> str:
-    flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    if "amx_bf16" in flags:
-        return "kind C: AVX-512 BF16 and AMX"
-    return "AVX-512 with avx512_bf16" if "avx512_bf16" in flags else "AVX2 only (no avx512_bf16)"
-
-
-def visitor(url: str):
-    return crowd_check.sample_visitor(url, SAMPLES_DIR)
 
 
 def crowd_row(url: str, ctx, files: list[Path], reading: str) -> dict:
@@ -307,20 +296,6 @@ def compare_orders(batch_s: float = 0.02, large: int = 4, large_batches: int = 1
     return results
 
 
-def attack_row(out: crowd_attacks.AttackOutcome) -> dict:
-    kinds: dict[str, int] = {}
-    for o in out.crowd:
-        kind = o.split(":")[0]
-        kinds[kind] = kinds.get(kind, 0) + 1
-    refusals = sorted({o[len("refused: "):][:160] for o in out.crowd if o.startswith("refused: ")})
-    return {"visitor_right": out.visitor_right, "visitor_s": round(out.visitor_s, 1) if out.visitor_s else None,
-            "visitor_error": out.visitor_error, "rss_idle_mb": round(out.rss_idle / MB),
-            "rss_peak_above_idle_mb": round((out.rss_peak - out.rss_idle) / MB),
-            "rss_after_above_idle_mb": round((out.rss_after - out.rss_idle) / MB),
-            "children_peak": out.children_peak, "upload_folder_peak_mb": round(out.folder_peak / MB),
-            "crowd": kinds, "refusals": refusals, **out.extra}
-
-
 def html_and_upload_attacks(work: Path) -> dict:
     """Issue 40 items 3 and 5 against a fresh `python app.py --model demo` with default settings: twelve fresh
     clients with 4 MB of dense HTML each, one client sending 34 slow HTML pages at once, a cancel during a slow
@@ -391,102 +366,6 @@ def endpoint_attacks(work: Path, seconds: float = 30.0) -> dict:
         finally:
             load_check.stop_server(server)
     return {"visitor_alone_s": alone, "rows": rows}
-
-
-# The door attacks by the name `--door-attacks` picks them with (each run as a user starts the app and under
-# --lock-profile, or behind the proxy header where PROXY_DOOR_ATTACKS has it).
-DOOR_ATTACKS = {"direct": "45 full reads of 2 MB posted to gradio's direct route",
-                "bodies": "two 100 MB questions, a 200 MB pasted text and a 40 MB question at once",
-                "fresh": "5,000 fresh-session /plan joins",
-                "long-read": "2,600 fresh-session /plan joins during a visitor's 4 MB full read",
-                "recording": "the recording route, a file by web address, the monitoring summary",
-                "stop": "SIGTERM with three 4 MB full reads in flight",
-                "hops": "6 clients behind one address, each making up its first hop (behind the proxy header)",
-                "proxy-fresh": "5,000 fresh-session /plan joins from one address behind the proxy header"}
-PROXY_DOOR_ATTACKS = {"hops", "proxy-fresh"}
-
-
-def door_attacks(work: Path, picks: set[str] | None = None) -> dict:
-    """Issue 61's six ways around the door, each against `python app.py --model demo` as a user starts it and under
-    --lock-profile (the made-up hops against a server behind a proxy header): 45 full reads of 2 MB posted to
-    gradio's direct route, each client gone after 3 s; two 100 MB questions, a 200 MB pasted text and a 40 MB
-    question at once; 5,000 fresh-session /plan joins; 2,600 of them during a visitor's 4 MB full read; ten 50 MB
-    posts to the recording route, a file named by a web address and the monitoring summary; six clients making up
-    their first hop behind one address, and 5,000 fresh-session joins from one address there; and SIGTERM with three
-    full reads of 4 MB in flight. `picks`: only these of DOOR_ATTACKS (a server is started only for a setting one of
-    them runs in)."""
-    two_mb, four_mb = work / "two-mb.txt", work / "four-mb.txt"
-    two_mb.write_text(crowd_check.fact_text(2 * MB, 7))
-    four_mb.write_text(crowd_check.fact_text(4 * MB, 7))
-    text = two_mb.read_text()
-    plan = ["demo", "T4", None, 1, None, None, None, False, None]
-    rows, alone, stops = {}, {}, {}
-    picks = set(DOOR_ATTACKS) if picks is None else set(picks)
-    for setting in ("--no-lock-profile", "--lock-profile", "--visitor-header=X-Forwarded-For"):
-        behind_proxy = setting.startswith("--visitor-header")
-        if not picks & (PROXY_DOOR_ATTACKS if behind_proxy else set(DOOR_ATTACKS) - PROXY_DOOR_ATTACKS):
-            continue
-        name = {"--no-lock-profile": "", "--lock-profile": " (--lock-profile)"}.get(setting, " (X-Forwarded-For)")
-        uploads = work / f"uploads{setting.replace('=', '-')}"
-        shutil.rmtree(uploads, ignore_errors=True)
-        uploads.mkdir()
-        server, url = crowd_attacks.start_demo_server(uploads, setting)
-        try:
-            visitor(url)()
-            alone[setting] = round(visitor(url)()[1], 2)
-            if behind_proxy:
-                if "hops" in picks:
-                    rows["6 clients behind one address, each making up its first hop" + name] = attack_row(
-                        crowd_attacks.spoofed_first_hops(url, server.pid, four_mb, visitor(url)))
-                if "proxy-fresh" in picks:
-                    rows["5,000 /plan joins, each from a fresh session, one address behind the proxy" + name] = (
-                        attack_row(crowd_attacks.fresh_session_joins(url, server.pid, "plan", plan, visitor(url),
-                                                                     joins=5000,
-                                                                     headers={"X-Forwarded-For": "81.2.69.142"})))
-                continue
-            if "direct" in picks:
-                rows["45 full reads of 2 MB posted to /gradio_api/run/ask, each client gone after 3 s" + name] = (
-                    attack_row(crowd_attacks.direct_reads(url, server.pid, text, visitor(url))))
-            if "bodies" in picks:
-                rows["two 100 MB questions, a 200 MB pasted text and a 40 MB question at once" + name] = attack_row(
-                    crowd_attacks.large_bodies(url, server.pid, visitor(url)))
-            if "fresh" in picks:
-                rows["5,000 /plan joins, each from a fresh session" + name] = attack_row(
-                    crowd_attacks.fresh_session_joins(url, server.pid, "plan", plan, visitor(url), joins=5000))
-            if "long-read" in picks:
-                long_read = crowd_attacks.long_read_visitor(url, four_mb)
-                right, long_alone, seen = long_read()
-                alone[f"{setting} 4 MB full read"] = {"s": round(long_alone, 2), "right": right, **seen}
-                rows["2,600 fresh-session /plan joins during a visitor's 4 MB full read" + name] = attack_row(
-                    crowd_attacks.fresh_session_joins(url, server.pid, "plan", plan, long_read, joins=2600))
-            if "recording" in picks:
-                rows["ten 50 MB posts to /gradio_api/process_recording, a file by web address, /monitoring/summary"
-                     + name] = attack_row(crowd_attacks.recording_and_remote_files(url, server.pid, uploads,
-                                                                                   visitor(url)))
-            if "stop" in picks:
-                stops[setting] = crowd_attacks.stop_during_reads(server, url, four_mb, uploads)
-        finally:
-            if server.poll() is None:
-                load_check.stop_server(server)
-    return {"visitor_alone_s": alone, "rows": rows, "sigterm_with_reads_in_flight": stops}
-
-
-def main_door(out: Path, picks: set[str] | None = None) -> int:
-    """All of the door's attacks, written to `out`; or only `picks`, whose rows (and the visitor's time alone, the
-    stops) replace theirs in `out`, each row noted in its `re_measured` with the commit, machine and load."""
-    result = measured_attacks(out, "crowd-door", lambda work: door_attacks(work, picks),
-                              "defaults, direct connection, `python app.py --model demo` (--lock-profile or "
-                              "--visitor-header X-Forwarded-For where named)", merge=picks is not None)
-    print("| attack | visitor's longest wait (median, asks) | refused asks | RSS idle | peak, after (above idle) | "
-          "the attack's calls |\n|---|---|---|---|---|---|")
-    for name, row in result["rows"].items():
-        print(f"| {name} | {row['visitor_s']} s ({row.get('visitor_median_s')} s, {row.get('visitor_asks')}) | "
-              f"{row.get('visitor_refused')} {row['visitor_error'] or ''} | {row['rss_idle_mb']} MB | "
-              f"{row['rss_peak_above_idle_mb']:+} MB, {row['rss_after_above_idle_mb']:+} MB | {row['crowd']} "
-              f"{row.get('joins', '')} {row.get('joins_refused', '')} {row.get('statuses', '')} "
-              f"{row.get('cpu_s_after_posts', '')} {row['refusals'][:2]} |")
-    print(json.dumps(result["sigterm_with_reads_in_flight"], indent=2))
-    return 0
 
 
 def main_endpoints(out: Path) -> int:
@@ -604,41 +483,6 @@ def main(argv=None) -> int:
         print(f"| {name} | idle {row['rss_idle_mb']} MB | peak {row['rss_peak_above_idle_mb']:+} MB | "
               f"a minute after {row['rss_60s_after_above_idle_mb']:+} MB |")
     return 0
-
-
-def measured_attacks(out: Path, name: str, attacks, settings: str, merge: bool = False) -> dict:
-    """Run `attacks` (a function of a work folder) with the machine and its load recorded before and after, write
-    the result to `out` as JSON (`merge`: into what `out` holds, `merged_rows`), print what the machine was, and
-    return it."""
-    work = ROOT / "bench-results" / name
-    work.mkdir(parents=True, exist_ok=True)
-    load = os.getloadavg()
-    result = {"machine": f"{platform.processor() or platform.machine()}, {psutil.cpu_count()} cores",
-              "cpu_kind": cpu_kind(), "model": "demo", "profile": "cpu", "settings": settings,
-              "load_average_before": [round(x, 2) for x in load], **attacks(work)}
-    result["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
-    written = merged_rows(json.loads(out.read_text()), result) if merge and out.exists() else result
-    out.write_text(json.dumps(written, indent=2) + "\n")
-    print(f"CPU: {result['cpu_kind']}; load before {load}; visitor alone: {result['visitor_alone_s']} s\n")
-    return result
-
-
-def merged_rows(earlier: dict, result: dict) -> dict:
-    """`earlier` (a whole run's JSON) with `result`'s rows and stops in place of its own, each row's `re_measured`
-    saying where and when (the commit, the machine, the load before and after, the visitor alone then: `earlier`'s
-    times alone stay, for its own rows)."""
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True).stdout.strip() or None  # None in an exported tree: say the commit in docs/
-    where = {"commit": commit, "machine": result["machine"], "cpu_kind": result["cpu_kind"],
-             "load_average_before": result["load_average_before"], "load_average_after": result["load_average_after"],
-             "visitor_alone_s": result.get("visitor_alone_s", {}),
-             "command": " ".join(["python scripts/measure_crowd.py", *sys.argv[1:]])}
-    merged = {**earlier, "rows": {**earlier.get("rows", {})}}
-    merged["sigterm_with_reads_in_flight"] = {**earlier.get("sigterm_with_reads_in_flight", {}),
-                                              **result.get("sigterm_with_reads_in_flight", {})}
-    for name, row in result["rows"].items():
-        merged["rows"][name] = {**row, "re_measured": where}
-    return merged
 
 
 def main_html_uploads(out: Path) -> int:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from longqa.serving import crowd_attacks, crowd_check, load_check
+from longqa.serving import crowd_attacks, crowd_check, door_attacks, load_check
 from longqa.session import SAMPLES_DIR
 
 pytestmark = pytest.mark.slow
@@ -52,7 +52,7 @@ def served_within_target(out: crowd_attacks.AttackOutcome) -> None:
 
 def test_reads_posted_to_gradios_direct_route_are_refused_and_nothing_reads_on(server, text_file):
     process, url = server
-    out = crowd_attacks.direct_reads(url, process.pid, text_file.read_text(), visitor(url), posts=6, threads=3,
+    out = door_attacks.direct_reads(url, process.pid, text_file.read_text(), visitor(url), posts=6, threads=3,
                                      quiet_window_s=3.0)
     served_within_target(out)
     assert out.extra["statuses"] == {"404": 6}, out.extra
@@ -61,7 +61,7 @@ def test_reads_posted_to_gradios_direct_route_are_refused_and_nothing_reads_on(s
 
 def test_questions_and_pasted_texts_of_hundreds_of_mb_are_refused_by_their_length(server):
     process, url = server
-    out = crowd_attacks.large_bodies(url, process.pid, visitor(url), question_mb=100.0, pasted_mb=200.0, at_once=2)
+    out = door_attacks.large_bodies(url, process.pid, visitor(url), question_mb=100.0, pasted_mb=200.0, at_once=2)
     served_within_target(out)
     assert sum("HTTP 413" in reply for reply in out.crowd) == 3, out.crowd
     assert out.rss_peak - out.rss_idle < 0.5 * 2**30 and out.rss_after - out.rss_idle < 0.2 * 2**30, out
@@ -69,7 +69,7 @@ def test_questions_and_pasted_texts_of_hundreds_of_mb_are_refused_by_their_lengt
 
 def test_fresh_session_joins_past_the_budget_are_refused_and_keep_no_page_state_worth_counting(server):
     process, url = server
-    out = crowd_attacks.fresh_session_joins(url, process.pid, "plan", PLAN, visitor(url), joins=600, threads=12,
+    out = door_attacks.fresh_session_joins(url, process.pid, "plan", PLAN, visitor(url), joins=600, threads=12,
                                             settle_s=3.0)
     served_within_target(out)  # a fresh client each ask, on the same address: its heartbeat heard, never refused
     assert out.extra["joins"] == 600 and out.extra["joins_refused"] >= 200, out.extra
@@ -80,7 +80,7 @@ def test_fresh_session_joins_past_the_budget_are_refused_and_keep_no_page_state_
 def test_the_recording_route_a_file_by_web_address_and_the_monitoring_summary_are_closed(server, uploads):
     process, url = server
     before = crowd_check.folder_bytes(uploads)
-    out = crowd_attacks.recording_and_remote_files(url, process.pid, uploads, visitor(url), posts=2, file_mb=5.0)
+    out = door_attacks.recording_and_remote_files(url, process.pid, uploads, visitor(url), posts=2, file_mb=5.0)
     served_within_target(out)
     assert sum("recording: HTTP 404" in reply for reply in out.crowd) == 2, out.crowd
     assert any(reply.startswith("remote file: refused: 'Documents' names a file by a web address")
@@ -92,7 +92,7 @@ def test_the_recording_route_a_file_by_web_address_and_the_monitoring_summary_ar
 def test_clients_making_up_their_first_hop_behind_one_address_get_one_visitors_share(tmp_path, text_file):
     process, url = crowd_attacks.start_demo_server(tmp_path, "--visitor-header", "X-Forwarded-For")
     try:
-        out = crowd_attacks.spoofed_first_hops(url, process.pid, text_file, visitor(url), clients=6)
+        out = door_attacks.spoofed_first_hops(url, process.pid, text_file, visitor(url), clients=6)
     finally:
         load_check.stop_server(process)
     served_within_target(out)
@@ -106,7 +106,7 @@ def test_sigterm_ends_the_server_within_seconds_with_reads_in_flight(tmp_path):
     path.write_text(crowd_check.fact_text(4 * MB, 7))  # about 24 s a full read here: it must not be waited for
     process, url = crowd_attacks.start_demo_server(folder)
     try:
-        stopped = crowd_attacks.stop_during_reads(process, url, path, folder, clients=3, after_s=3.0)
+        stopped = door_attacks.stop_during_reads(process, url, path, folder, clients=3, after_s=3.0)
     finally:
         if process.poll() is None:
             process.kill()
