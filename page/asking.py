@@ -436,8 +436,10 @@ def ask(ctx: AppContext, files, pasted_text, question, top_k, reading, history, 
     time; the lane admits, and the GPU function asks for time, by that plan.
     `reading` is "auto", "full" or "guided" (empty: auto); `no_answer_below` a score in (0, 1) under which the answer
     is "not found" (empty: the model's own rule)."""
-    if page_session(request) is not None and isinstance(question, str) and not question.strip():
-        # the page's own empty box: said next to it (`show_outcome`), not as a failed request; an API call's is an error
+    has_documents = bool(files) or (isinstance(pasted_text, str) and bool(pasted_text.strip()))
+    if page_session(request) is not None and has_documents and isinstance(question, str) and not question.strip():
+        # the page's own empty box: said next to it (`show_outcome`), not as a failed request; an API call's is an
+        # error, and so is a page's with no document either (the documents come first)
         remember(ctx.outcomes, page_session(request), Outcome(message=EMPTY_QUESTION, no_question=True))
         return {"readout": gr.skip()}  # nothing changes: the answer area was cleared when Ask was pressed
     with user_errors("Answering"):

@@ -1,7 +1,7 @@
 """Refresh the page's screenshots: serve the page with the bundled demo model, ask two bundled examples in Debian's
 chromium (a click on an example asks), and take a full-page screenshot once both plots draw a bar per run, at a
 desktop width (docs/screenshot.png, the README's) and a phone's (docs/screenshot-400px.png); with --first-screen,
---notice, --plan and --wrapped-pdf, what the first screen shows after them, the first screen after two errors, the
+--notice, --plan and --wrapped-pdf, what the first screen shows after them, the first screen after two mistakes, the
 plan panel for a T4, and the answer area after asking about a 20-page PDF whose fact sentence wraps inside a name on
 page 17, then its page opened with the answer marked (docs/first-screen-WIDTH.png, docs/notice-WIDTH.png,
 docs/plan-panel-WIDTH.png, docs/wrapped-pdf-answer-WIDTH.png, docs/answer-page-WIDTH.png).
@@ -89,14 +89,15 @@ def take_screenshot(url: str, path: Path, width: int, first_screen: Path | None 
 
 
 def take_notice_screenshot(url: str, path: Path, width: int) -> None:
-    """What the first screen shows after two errors (Ask with no document, then with no question): one notice."""
+    """What the first screen shows after two mistakes (Ask with no document: one notice; then with no question: a
+    note under the question box)."""
     with opened_page(url, width) as page:
         texts = page.locator("[data-testid=toast-text]")
         page.get_by_role("button", name="Ask", exact=True).click()
         wait_until(lambda: texts.count() > 0, "the first notice")
         page.get_by_label("Or paste text", exact=True).fill("The frequency of Chiomklian Oustklaeth is 30.")
         page.get_by_role("button", name="Ask", exact=True).click()
-        wait_until(lambda: "question" in texts.last.inner_text().lower(), "the second notice")
+        wait_until(lambda: page.locator("#question-note").is_visible(), "the note under the question box")
         time.sleep(1.0)  # the answer area scrolls into view
         page.mouse.move(0, 0)
         page.screenshot(path=str(path))
@@ -149,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--first-screen", action="store_true",
                         help="also save what the first 900 px show (first-screen-WIDTH.png beside them)")
     parser.add_argument("--notice", action="store_true",
-                        help="also save the first screen after two errors (notice-WIDTH.png beside them)")
+                        help="also save the first screen after two mistakes (notice-WIDTH.png beside them)")
     parser.add_argument("--plan", action="store_true",
                         help="also save the plan panel planned for a T4 (plan-panel-WIDTH.png beside them)")
     parser.add_argument("--wrapped-pdf", action="store_true",

@@ -405,3 +405,13 @@ def test_after_a_reload_an_answer_of_the_model_loaded_before_says_whose_it_is(ct
     status = asking.answered_before(ctx, {**now, "profile": "baseline-fp32"})["status"].replace("\\", "")  # as shown
     assert status.startswith("### Answered by ") and "with profile baseline-fp32" in status
     assert f"profile {ctx.session.profile_name}: press Ask to answer with it." in status
+
+
+def test_an_empty_question_on_the_page_is_a_note_beside_its_box_and_elsewhere_an_error(ctx):
+    out, shown = asked(ctx, visitor("tab-empty"), question="  ")
+    assert shown["status"] == ui_format.NO_QUESTION_STATUS and "failed" not in shown["status"]
+    assert shown["question_note"]["visible"] is True and shown["question_note"]["value"] == ui_format.NO_QUESTION_NOTE
+    with pytest.raises(gr.Error, match="question is empty"):  # an API call, with no page session
+        asking.ask(ctx, [], "The colour of Zorbin is teal.", "", 1, "auto", [], progress=lambda *a, **k: None)
+    with pytest.raises(gr.Error, match="No document given"):  # the documents come first
+        asked(ctx, visitor("tab-nothing"), pasted="", question="")
