@@ -16,9 +16,9 @@ from longqa.session import NO_MODEL
 from longqa_core.errors import LongQAError, ProfileError
 from page import format as fmt
 from page.context import AppContext
-from page.asking import (ensure_loaded, falls_back_to_demo, load_selection, loaded_now, model_turn, seen_now,
-                         visitor_keys, waiting_shown)
-from page.hardening import abandonment_check, cut, expect, expect_texts, user_errors
+from page.asking import (ensure_loaded, falls_back_to_demo, load_selection, loaded_now, model_turn, page_session,
+                         seen_now, visitor_keys, waiting_shown)
+from page.hardening import abandonment_check, cut, escape, expect, expect_texts, user_errors
 from page.words import MODEL_INFO, MODEL_NAMES, PICK_MODEL
 from strategies.hardware import Hardware
 from strategies.profiles import Profile, custom_profile, device_for, profile_choices
@@ -171,7 +171,14 @@ def load_profile(ctx: AppContext, profile_name: str, model_ref: str, strategies=
         selection = Selection.of(model_ref, profile_name, strategies)
         if not is_loaded_now(ctx, selection):
             with model_turn(ctx, request, progress, exclusive=True):
-                load_selection(ctx, selection, progress)
+                try:
+                    load_selection(ctx, selection, progress)
+                except ProfileError as exc:
+                    if page_session(request) is None:
+                        raise  # an API call's refusal is its error
+                    # on the page a profile this machine cannot run is a refused pick, not a failure: said as a
+                    # warning, and the pickers go back to what is loaded (`show_loaded`)
+                    gr.Warning(escape(str(exc)))
     return {"seen": seen_now(ctx), **load_outputs(ctx)}
 
 

@@ -8,6 +8,7 @@ import json
 import os
 import threading
 import time
+from types import SimpleNamespace
 
 import gradio as gr
 import pytest
@@ -316,6 +317,12 @@ def test_an_unavailable_profile_is_refused_and_nothing_is_reloaded(ctx, tiny_mod
     assert ctx.session.loaded is loaded and ctx.selection.profile == "cpu"
     shown = picks.show_loaded(ctx)  # the dropdowns go back to what is still loaded
     assert shown["profile"]["value"] == "cpu" and shown["model"]["value"] == str(tiny_model_dir)
+    warned = []
+    with pytest.MonkeyPatch.context() as patch:  # on the page: a refused pick, told as a warning, not an error
+        patch.setattr(picks.gr, "Warning", warned.append)
+        picks.load_profile(ctx, "t4-16gb", str(tiny_model_dir), request=SimpleNamespace(session_hash="tab-1",
+                                                                                       headers={}))
+    assert len(warned) == 1 and "cannot run on this machine" in warned[0] and ctx.session.loaded is loaded
 
 
 def corrupt_weights_dir(tmp_path, tiny_model_dir):
