@@ -16,7 +16,8 @@ from typing import Callable
 
 DOWNLOADS_KEEP_S = 3600.0  # a download file is removed after an hour (gradio serves its own copy)
 REPOSITORY = Path(__file__).resolve().parent.parent
-PUBLIC_DOCS = ("docs/no-answer.md",)  # linked from the not-found verdict's "How this is decided"
+PUBLIC_DOCS = ("docs/no-answer.md",  # linked from the not-found verdict's "How this is decided"
+               "docs/gpu-planning.md")  # linked from the plan panel's article, which it names and checks
 
 
 def public_files() -> list[str]:

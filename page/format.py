@@ -636,12 +636,15 @@ def plan_recommendation(plan) -> str:
             f"{escape_markdown(plan.recommendation_reason)}.\n\nMachine: {machine}")
 
 
-def plan_article(plan) -> str:
-    """Markdown: the article's advice for the planned GPU and where the planner's predictions disagree."""
+def plan_article(plan, write_up_url: str | None = None) -> str:
+    """Markdown: the article's advice for the planned GPU and where the planner's predictions disagree, saying which
+    article it is and linking to the write-up that checks it (`write_up_url`)."""
     article = plan.article
+    which = "the article this project grew from"
+    named = f"[{which}]({write_up_url})" if write_up_url else which
     if article is None:
-        return "### The article\nIt gives no advice for a machine without a GPU."
+        return f"### The article\n{named[:1].upper() + named[1:]} gives no advice for a machine without a GPU."
     corrections = "\n".join(f"- {escape_markdown(line)}" for line in article.corrections)
     return (f"### The article: {escape_markdown(article.advice)}\n"
-            f"Its answer for {escape_markdown(article.cards)} (our profile `{article.profile}`). Where the "
-            f"predictions say it is wrong or says too little:\n{corrections}")
+            f"The answer of {named} for {escape_markdown(article.cards)} (our profile `{article.profile}`). Where "
+            f"the predictions say it is wrong or says too little:\n{corrections}")

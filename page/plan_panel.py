@@ -15,6 +15,7 @@ import gradio as gr
 from longqa.gpu_plan import DEFAULT_HOST_GB, LongQAError, MachinePlan, plan_request
 from longqa.models import DEFAULT_MODEL
 from page import format as fmt
+from page.downloads import doc_url
 from page.asking import visitor_keys
 from page.context import AppContext, requests_group
 from page.hardening import cut, escape, expect, user_errors
@@ -141,7 +142,8 @@ def build_plan_panel(ctx: AppContext) -> dict:
         plan = checked_plan(ctx, model_ref, request, tokens=whole(window_tokens),
                             batch=whole(batch_size), cpu_bf16=bool(host_bf16),
                             **machine_arguments(gpu_name, gpu_memory_gb, compute_capability, gpu_count, host_gb))
-        return {ours: fmt.plan_recommendation(plan), article: fmt.plan_article(plan),
+        return {ours: fmt.plan_recommendation(plan),
+                article: fmt.plan_article(plan, doc_url("docs/gpu-planning.md")),
                 table: fmt.plan_rows(plan), plan_json: plan.to_json()}
 
     def plan(model: str, gpu: str | None = None, gpu_memory_gb: float | None = None, gpus: int = 1,

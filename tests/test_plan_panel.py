@@ -107,5 +107,7 @@ def test_every_number_in_the_table_is_labelled_predicted():
 
 def test_without_a_gpu_the_article_has_nothing_to_say():
     assert "no advice for a machine without a GPU" in ui_format.plan_article(plan_request(LARGE, cpu_memory_gb=16))
+    linked = ui_format.plan_article(plan_request(LARGE, gpu="T4"), "gradio_api/file=/app/docs/gpu-planning.md")
+    assert "[the article this project grew from](gradio_api/file=/app/docs/gpu-planning.md)" in linked  # named
     nothing = plan_request(LARGE, cpu_memory_gb=0.5)
     assert ui_format.plan_recommendation(nothing).startswith("### Ours: nothing fits (predicted)")
