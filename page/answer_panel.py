@@ -13,8 +13,9 @@ from longqa_core.gpu_devices import gpu_snapshot
 from longqa_core.reading import DEFAULT_READING, READING_MODES
 from page import format as fmt
 from page import words
-from page.asking import (DEFAULT_TOP_K, answered_before, ask, ask_in_full, clear_answer, let_go_of_documents,
-                         new_documents, noting_outcome, press_stop, preview_with_status, show_outcome, stop_enabled)
+from page.asking import (DEFAULT_TOP_K, answered_before, ask, ask_in_full, let_go_of_documents, new_documents,
+                         no_question_shown, noting_outcome, press_stop, preview_with_status, show_outcome,
+                         start_asking)
 from page.context import REQUEST_CONCURRENCY, AppContext, request_workers
 from page.events import bind, listen
 from page.hardening import LATER_INPUT, accept_counts_as_text
@@ -190,10 +191,13 @@ def build_answer_panel(ctx: AppContext, question: dict[str, Block], seen: gr.Sta
         how it ended and how long the visitor waited (timed in the browser from the trigger to the answer's outputs
         on the screen)."""
         trigger(None, js=MARK_ASKED, queue=False, api_visibility="private")
-        clearing = listen(trigger, lambda: {**clear_answer(fmt.ASKING_STATUS), **stop_enabled(True)},
+        clearing = listen(trigger, start_asking, inputs=[question["files"], question["pasted"], question["question"]],
                           outputs={**cleared, "stop": question["stop"]}, queue=False, show_progress="hidden",
                           api_visibility="private")
-        asking = listen(clearing.then, noting_outcome(ctx, streaming(bind(handler, ctx)), outputs),
+        listen(clearing.failure, no_question_shown, outputs={name: question[name] for name in
+                                                             ("status", "question_note")},
+               queue=False, show_progress="hidden", api_visibility="private")
+        asking = listen(clearing.success, noting_outcome(ctx, streaming(bind(handler, ctx)), outputs),
                         inputs=handler_inputs, outputs=outputs, **request, **event)
         asking.then(show_wait, js=MEASURE_WAIT, inputs=[waited, readout_json], outputs=wait, queue=False,
                     show_progress="hidden", api_visibility="private")

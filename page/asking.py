@@ -156,7 +156,6 @@ class Outcome:
     message: str | None = None
     stopped: tuple[int, int] | None = None  # (windows read, windows planned)
     partial: Provisional | None = None  # after a Stop: the best answer of the windows read, which the page shows
-    no_question: bool = False  # the page asked with its question box empty
     # what the answer showed, built once, for the downloads: the readout's JSON and the history as data
     readout_json: dict | None = None
     history_table: pd.DataFrame | None = None
@@ -436,12 +435,6 @@ def ask(ctx: AppContext, files, pasted_text, question, top_k, reading, history, 
     time; the lane admits, and the GPU function asks for time, by that plan.
     `reading` is "auto", "full" or "guided" (empty: auto); `no_answer_below` a score in (0, 1) under which the answer
     is "not found" (empty: the model's own rule)."""
-    has_documents = bool(files) or (isinstance(pasted_text, str) and bool(pasted_text.strip()))
-    if page_session(request) is not None and has_documents and isinstance(question, str) and not question.strip():
-        # the page's own empty box: said next to it (`show_outcome`), not as a failed request; an API call's is an
-        # error, and so is a page's with no document either (the documents come first)
-        remember(ctx.outcomes, page_session(request), Outcome(message=EMPTY_QUESTION, no_question=True))
-        return {"readout": gr.skip()}  # nothing changes: the answer area was cleared when Ask was pressed
     with user_errors("Answering"):
         reading, settings = request_settings(ctx, top_k, reading, no_answer_below)
         # Its place in the lane first: reading, indexing and planning count toward the visitor's share and the queue.
@@ -583,6 +576,22 @@ def clear_answer(status: str) -> dict:
             "question_note": gr.update(visible=False)}
 
 
+def start_asking(files, pasted_text, question) -> dict:
+    """The page's first step of every way of asking: the answer area cleared and Stop enabled; but where there are
+    documents and the question box is empty, the ask stops here, unseen (an error gradio does not show), and
+    `no_question_shown` says so beside the box: no failed request, no notice, no scroll. (An API call's empty
+    question is still `ask`'s error: the API runs `ask` alone.)"""
+    has_documents = bool(files) or (isinstance(pasted_text, str) and bool(pasted_text.strip()))
+    if has_documents and isinstance(question, str) and not question.strip():
+        raise gr.Error(EMPTY_QUESTION, visible=False, print_exception=False)
+    return {**clear_answer(fmt.ASKING_STATUS), **stop_enabled(True)}
+
+
+def no_question_shown() -> dict:
+    """Ask with the question box empty: a short note right under the box, and the line over the answer says so."""
+    return {"status": fmt.NO_QUESTION_STATUS, "question_note": gr.update(value=fmt.NO_QUESTION_NOTE, visible=True)}
+
+
 def stop_enabled(enabled: bool) -> dict:
     """The Stop button, enabled while a read or a comparison runs (pressed with nothing running it does nothing)."""
     return {"stop": gr.update(interactive=enabled)}
@@ -618,10 +627,6 @@ def show_outcome(ctx: AppContext, request: gr.Request = None) -> dict:
     closest passages where nothing was found), the readout and history the answer showed, to download, and Stop
     disabled until the next read."""
     outcome = ctx.outcomes.pop(page_session(request), None)
-    if outcome is not None and outcome.no_question:
-        return {"status": fmt.NO_QUESTION_STATUS, "question_note": gr.update(value=fmt.NO_QUESTION_NOTE, visible=True),
-                "download_json": no_download(), "download_csv": no_download(), "evidence": gr.skip(),
-                "answer": gr.skip(), "answers": gr.skip(), **stop_enabled(False)}
     if outcome is None:
         return {"status": gr.skip(), "download_json": gr.skip(), "download_csv": gr.skip(), "evidence": gr.skip(),
                 "answer": gr.skip(), "answers": gr.skip(), **stop_enabled(False)}

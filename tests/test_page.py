@@ -407,11 +407,14 @@ def test_after_a_reload_an_answer_of_the_model_loaded_before_says_whose_it_is(ct
     assert f"profile {ctx.session.profile_name}: press Ask to answer with it." in status
 
 
-def test_an_empty_question_on_the_page_is_a_note_beside_its_box_and_elsewhere_an_error(ctx):
-    out, shown = asked(ctx, visitor("tab-empty"), question="  ")
+def test_an_empty_question_on_the_page_stops_before_asking_with_a_note_and_elsewhere_is_an_error(ctx):
+    with pytest.raises(gr.Error) as stopped:  # the page's first step: unseen, no notice
+        asking.start_asking([], "The colour of Zorbin is teal.", "  ")
+    assert stopped.value.visible is False
+    shown = asking.no_question_shown()
     assert shown["status"] == ui_format.NO_QUESTION_STATUS and "failed" not in shown["status"]
     assert shown["question_note"]["visible"] is True and shown["question_note"]["value"] == ui_format.NO_QUESTION_NOTE
-    with pytest.raises(gr.Error, match="question is empty"):  # an API call, with no page session
-        asking.ask(ctx, [], "The colour of Zorbin is teal.", "", 1, "auto", [], progress=lambda *a, **k: None)
-    with pytest.raises(gr.Error, match="No document given"):  # the documents come first
-        asked(ctx, visitor("tab-nothing"), pasted="", question="")
+    assert asking.start_asking([], "", "")["question_note"]["visible"] is False  # no document: asked, and told so
+    assert asking.start_asking([], "Some text.", "What?")["status"] == ui_format.ASKING_STATUS
+    with pytest.raises(gr.Error, match="question is empty"):  # the API runs `ask` alone: its error, as before
+        asked(ctx, visitor("tab-empty"), question="  ")
