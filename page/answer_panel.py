@@ -14,12 +14,13 @@ from longqa_core.reading import DEFAULT_READING, READING_MODES
 from page import format as fmt
 from page import words
 from page.asking import (DEFAULT_TOP_K, answered_before, ask, ask_in_full, let_go_of_documents, new_documents,
-                         no_question_shown, noting_outcome, press_stop, preview_with_status, show_outcome,
-                         start_asking)
+                         no_question_shown, noting_outcome, press_stop, preview_with_status, show_answer_page,
+                         show_outcome, start_asking)
 from page.context import REQUEST_CONCURRENCY, AppContext, request_workers
 from page.events import bind, listen
 from page.hardening import LATER_INPUT, accept_counts_as_text
 from page.history_panel import build_history_panel, recolour_after
+from page.page_view import build_page_room, room_after_answer
 from page.streaming import streaming
 from page.tables import ReadoutTable
 
@@ -106,6 +107,7 @@ def build_question_panel(ctx: AppContext) -> dict[str, Block]:
             evidence_box = gr.HighlightedText(label=fmt.EVIDENCE_LABEL, elem_id="evidence",
                                               color_map={"answer": "yellow"}, show_legend=False,
                                               show_inline_category=False)
+            room = build_page_room()
             with gr.Row():
                 download_json = gr.DownloadButton("Readout (JSON)", visible=False, size="sm", min_width=140,
                                                   elem_id="download-readout")
@@ -125,7 +127,7 @@ def build_question_panel(ctx: AppContext) -> dict[str, Block]:
             "no_answer_below": no_answer_below, "ask": ask_btn, "full": full_btn, "stop": stop_btn,
             "documents": doc_table, "examples": examples, "status": status, "answer": answer_box,
             "question_note": question_note,
-            "evidence": evidence_box, "download_json": download_json, "download_csv": download_csv}
+            "evidence": evidence_box, "download_json": download_json, "download_csv": download_csv, **room}
 
 
 def wire_document_claims(ctx: AppContext, demo: gr.Blocks) -> None:
@@ -174,7 +176,8 @@ def build_answer_panel(ctx: AppContext, question: dict[str, Block], seen: gr.Sta
                "evidence": question["evidence"], "latency": latency_table, "memory": memory_table, "run": run_table,
                **history, "seen": seen,
                "readout": readout_json}  # last: API clients take the readout as `*_, readout = predict(...)`
-    cleared = {"question_note": question["question_note"], "status": question["status"], "answer": question["answer"], "evidence": question["evidence"],
+    room = {name: question[name] for name in ("page_room", "page_pick", "page_note", "page_image")}
+    cleared = {"question_note": question["question_note"], **room, "status": question["status"], "answer": question["answer"], "evidence": question["evidence"],
                "answers": answers_table, "latency": latency_table, "wait": wait, "memory": memory_table,
                "run": run_table, "readout": readout_json, "download_json": question["download_json"],
                "download_csv": question["download_csv"]}
@@ -201,6 +204,8 @@ def build_answer_panel(ctx: AppContext, question: dict[str, Block], seen: gr.Sta
                         inputs=handler_inputs, outputs=outputs, **request, **event)
         asking.then(show_wait, js=MEASURE_WAIT, inputs=[waited, readout_json], outputs=wait, queue=False,
                     show_progress="hidden", api_visibility="private")
+        listen(asking.success, room_after_answer, outputs=room, queue=False, show_progress="hidden",
+               api_visibility="private")
         for outcome in (asking.success, asking.failure):  # `then` alone would not run after an error
             listen(outcome, bind(show_outcome, ctx), outputs=ended, queue=False, show_progress="hidden",
                    api_visibility="private")
@@ -216,6 +221,13 @@ def build_answer_panel(ctx: AppContext, question: dict[str, Block], seen: gr.Sta
     asked.append(asks_after(filling.then, ask, inputs, api_visibility="private"))
     recolour_after(history, *asked)
     question["stop"].click(bind(press_stop, ctx), queue=False, api_visibility="private")
+    # The answer's page is drawn when the visitor opens the room, or picks another answer's page in it; an API
+    # client asks for it by name after its answer (`/answer_page`, the pick's choice or none for the top answer's).
+    for trigger, api in ((room["page_room"].expand, dict(api_name="answer_page")),
+                         (room["page_pick"].input, dict(api_visibility="private"))):
+        listen(trigger, bind(show_answer_page, ctx), inputs=room["page_pick"],
+               outputs={"page_note": room["page_note"], "page_image": room["page_image"]},
+               concurrency_id=REQUEST_CONCURRENCY, concurrency_limit=request_workers(ctx), **api)
     # New documents: the answer to the old ones goes (the examples and the introduction set them, and ask, above).
     for trigger, is_file in ((question["files"].upload, True), (question["files"].clear, True),
                              (question["files"].delete, True), (question["pasted"].input, False)):

@@ -23,6 +23,7 @@ import contextlib
 import functools
 import html
 import inspect
+import io
 import json
 import os
 import sys
@@ -33,12 +34,14 @@ from typing import Callable, Iterator
 
 import gradio as gr
 import pandas as pd
+from PIL import Image
 
 from longqa.backend import Provisional, Selection
 from longqa.models import DEFAULT_MODEL, is_offline, needs_download
 from longqa.readout import Readout
 from longqa.serving import lane, policy
-from longqa.session import NO_MODEL, ReadRequest, read_request
+from longqa.session import NO_MODEL, ReadRequest, page_image, read_request
+from longqa_core.documents import passage_place
 from longqa_core.errors import Cancelled, DocumentError, LongQAError, ModelLoadError
 from longqa_core.limits import EMPTY_QUESTION, check_question_length, whole_number
 from longqa_core.reading import DEFAULT_READING
@@ -47,6 +50,7 @@ from page.context import CONTEXTS, AppContext
 from page.downloads import DOWNLOADS, doc_url
 from page.hardening import abandonment_check, escape, expect, number_or_none, proxy_address, user_errors
 from page.history_panel import history_outputs
+from page import page_view
 from page.streaming import LISTENER, heard_while
 from page.words import PICK_MODEL
 from page.zerogpu import RUNS_IN_WORKER, ZERO_GPU, answer_duration, gpu_function
@@ -159,6 +163,7 @@ class Outcome:
     # what the answer showed, built once, for the downloads: the readout's JSON and the history as data
     readout_json: dict | None = None
     history_table: pd.DataFrame | None = None
+    passage_place: str | None = None  # where the answer's passage stands in its file (`documents.passage_place`)
 
 
 def noting_outcome(ctx: AppContext, handler: Callable, outputs) -> Callable:
@@ -465,16 +470,22 @@ def ask(ctx: AppContext, files, pasted_text, question, top_k, reading, history, 
     for notice in shown_notices(result):
         gr.Warning(escape(notice))
     best = result.answers[0] if result.answers else None
+    place = None  # where the passage shown stands in its file
     if result.verdict is not None and result.verdict.found is False:  # no span in its passage reads as the answer
         passage = fmt.closest_passages([document.text for document in documents], result.answers)
+    elif best is not None and best.document_index >= 0:
+        document = documents[best.document_index]
+        passage = fmt.evidence(document.text, best.start_char, best.end_char)
+        place = passage_place(document, *fmt.passage_bounds(document.text, best.start_char, best.end_char))
     else:
-        passage = (fmt.evidence(documents[best.document_index].text, best.start_char, best.end_char)
-                   if best is not None and best.document_index >= 0 else [])
+        passage = []
     runs = history_outputs(history, [readout])  # the history, its table and the plots' data: one bar per run
     readout_json = readout.to_json()
     # for the page's answer area, which offers both as downloads
     remember(ctx.outcomes, page_session(request), Outcome(readout=readout, readout_json=readout_json,
-                                                          history_table=fmt.history_data(runs["history"])))
+                                                          history_table=fmt.history_data(runs["history"]),
+                                                          passage_place=place))
+    page_view.keep_pages(page_session(request), result, documents)  # its pages, drawn if the visitor opens them
     return {
         "documents": pd.DataFrame(fmt.document_rows(result.documents),
                                   columns=fmt.DOCUMENT_HEADERS),
@@ -567,13 +578,34 @@ def ask_in_full(ctx: AppContext, files, pasted_text, question, top_k, history, s
     return ask(ctx, files, pasted_text, question, top_k, "full", history, seen, no_answer_below, request, progress)
 
 
+def show_answer_page(ctx: AppContext, choice, request: gr.Request = None) -> dict:
+    """The picked answer's PDF page drawn with its mark (`page_view`: the top answer's where none is picked), at the
+    visitor's place at the door (counted in its share), its file held meanwhile; drawn once, then kept for the
+    visitor. A page that cannot be drawn says why in the room."""
+    session = page_session(request)
+    page = page_view.page_of(session, choice)
+    if page is None:
+        return {"page_note": page_view.NO_PAGE, "page_image": None}
+    png = page_view.kept_image(session, page.choice)
+    if png is None:
+        try:
+            with ctx.lane.door(visitor_keys(ctx, request)), ctx.uploads.reading([page.source]):
+                png = page_image(page.source, page.document, page.mark, abandonment_check())
+        except LongQAError as exc:
+            return {"page_note": escape(str(exc)), "page_image": None}
+        page_view.keep_image(session, page.choice, png)
+    return {"page_note": f"{escape(page.document)}, page {page.mark.page}: the answer is marked in yellow.",
+            "page_image": Image.open(io.BytesIO(png))}
+
+
 def clear_answer(status: str) -> dict:
     """What a new question or new documents do to the answer area before anything runs: no previous answer, its
     evidence, readouts or downloads left showing; `status` says why."""
     tables = {name: pd.DataFrame([], columns=headers) for name, headers in CLEARED_TABLES.items()}
     return {"status": status, "answer": gr.update(value="", label=fmt.answer_label()), "evidence": None,
             "readout": None, "download_json": no_download(), "download_csv": no_download(), "wait": "", **tables,
-            "question_note": gr.update(visible=False)}
+            "question_note": gr.update(visible=False),
+            **page_view.room_closed()}
 
 
 def start_asking(files, pasted_text, question) -> dict:
@@ -655,7 +687,7 @@ def show_outcome(ctx: AppContext, request: gr.Request = None) -> dict:
     evaluation = result.verdict.evaluation if result.verdict is not None else None
     return {"status": fmt.answer_status(result, doc_url(evaluation),
                                         fmt.ran_on(outcome.readout.model, outcome.readout.profile)),
-            "evidence": gr.update(label=fmt.evidence_label(result)),
+            "evidence": gr.update(label=fmt.evidence_label(result, outcome.passage_place)),
             "download_json": gr.update(value=str(readout_path), visible=True),
             "download_csv": gr.update(value=str(history_path), visible=True),
             "answer": gr.update(label=fmt.answer_label("none found" if result.verdict is not None

@@ -205,11 +205,13 @@ CLOSEST_LABEL = "Closest passages: none answers the question, nothing is marked"
 CLOSEST_PASSAGES = 2  # where nothing is found, the passages around this many of the best spans
 
 
-def evidence_label(result) -> str:
-    """The passage box's label: the answer in its passage, or, where the documents hold no answer, the closest
-    passages (`closest_passages`)."""
+def evidence_label(result, place: str | None = None) -> str:
+    """The passage box's label: the answer in its passage, and where the passage stands (`place`: its lines, pages
+    or headings), or, where the documents hold no answer, the closest passages (`closest_passages`)."""
     verdict = result.verdict if result is not None else None
-    return CLOSEST_LABEL if verdict is not None and verdict.found is False else EVIDENCE_LABEL
+    if verdict is not None and verdict.found is False:
+        return CLOSEST_LABEL
+    return f"{EVIDENCE_LABEL} ({place})" if place else EVIDENCE_LABEL
 
 
 def closest_passages(texts: list[str], answers, limit: int = CLOSEST_PASSAGES) -> list[tuple]:
@@ -308,9 +310,9 @@ def verdict_text(result) -> str:
     return MISSING if verdict is None else verdict.explanation
 
 
-def evidence(text: str, start: int, end: int, context_chars: int = EVIDENCE_CONTEXT_CHARS) -> list[tuple]:
-    """The passage around text[start:end] as highlighted spans: the answer labelled "answer", the rest one span per
-    word (so the passage wraps like text around the highlight), cut at white space with an ellipsis where cut."""
+def passage_bounds(text: str, start: int, end: int, context_chars: int = EVIDENCE_CONTEXT_CHARS) -> tuple[int, int]:
+    """Where the passage around text[start:end] that `evidence` shows starts and ends: `context_chars` each side,
+    cut at white space."""
     left = max(0, start - context_chars)
     if left > 0:
         space = text.find(" ", left, start)
@@ -319,6 +321,13 @@ def evidence(text: str, start: int, end: int, context_chars: int = EVIDENCE_CONT
     if right < len(text):
         space = text.rfind(" ", end, right)
         right = space if space != -1 else right
+    return left, right
+
+
+def evidence(text: str, start: int, end: int, context_chars: int = EVIDENCE_CONTEXT_CHARS) -> list[tuple]:
+    """The passage around text[start:end] as highlighted spans: the answer labelled "answer", the rest one span per
+    word (so the passage wraps like text around the highlight), cut at white space with an ellipsis where cut."""
+    left, right = passage_bounds(text, start, end, context_chars)
     before = ("…" if left > 0 else "") + text[left:start]
     after = text[end:right] + ("…" if right < len(text) else "")
     return [*((word, None) for word in _WORDS.findall(before)), (text[start:end], "answer"),

@@ -568,7 +568,8 @@ def test_the_auto_label_names_what_the_loader_picks_for_the_model(tiny_model_dir
 def test_named_endpoints_and_queue_bounds(ctx):
     demo = build_blocks(ctx, queue_size=7)
     by_name = {fn.api_name: fn for fn in demo.fns.values() if fn.api_visibility == "public"}
-    assert set(by_name) == {"ask", "load_profile", "training_step", "plan", "compare"}  # plan_panel, compare_panel
+    assert set(by_name) == {"ask", "load_profile", "training_step", "plan", "compare",  # plan_panel, compare_panel
+                            "answer_page"}  # the answer's PDF page, marked (page_view)
     # every event that waits for something shared runs in the requests group and takes its place in the lane: none
     # waits in gradio's queue behind a one-at-a-time group (issue 48)
     visit = next(fn for fn in demo.fns.values() if fn.targets and fn.targets[0][1] == "load")

@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 import pypdfium2
 import pytest
+from PIL import Image
 from gradio_client import Client, handle_file
 from gradio_client.exceptions import AppError
 from gradio_client.utils import Status
@@ -144,6 +145,14 @@ def test_an_answer_from_a_pdf_carries_its_page_size_and_boxes_in_points_and_no_i
             assert 0 <= x0 < x1 <= mark["width"] and 0 <= y0 < y1 <= mark["height"]
     assert "image" not in json.dumps(readout).lower()  # the API sends no picture unless asked
     pdf.close()
+    note, picture = client.predict(None, api_name="/answer_page")  # asked: the top answer's page, marked
+    assert f"page {readout['answers'][0]['location']['page']}" in note
+    image = Image.open(picture).convert("RGB")
+    mark = readout["answers"][0]["location"]["marks"][0]
+    scale = image.width / mark["width"]
+    left, top, right, bottom = (edge * scale for edge in mark["view_boxes"][0])
+    pixel = image.getpixel((round(left + 1), round((top + bottom) / 2)))
+    assert pixel[0] - pixel[2] > 60, pixel
 
 
 def test_ask_takes_a_not_found_threshold_and_refuses_one_outside_zero_one(client):

@@ -9,11 +9,14 @@ the test's temporary folder; scripts/refresh_screenshot.py refreshes docs/screen
 
 from __future__ import annotations
 
+import io
 import re
 import time
 from pathlib import Path
 
+import pypdfium2
 import pytest
+from PIL import Image
 
 from page.context import make_context
 from page.layout import build_blocks
@@ -455,5 +458,37 @@ def test_a_pdf_whose_fact_wraps_inside_a_name_is_found_highlighted_on_its_page(s
         assert "survey.pdf, page 17" in table_text(page, "Top answers")
         for area in ("#answer-status", "#best-answer", "#evidence"):
             assert page.locator(area).is_visible(), f"{area} is hidden at {width} px"
+        assert_the_page_is_shown_marked(page, path, 17, "2250", width)
     finally:
         page.close()
+
+
+def assert_the_page_is_shown_marked(page, path, number: int, value: str, width: int) -> None:
+    """Nothing is drawn until the room under the passage is opened; opened, it shows page `number` of the PDF at
+    `path` as a picture that fits the screen's width, with `value`'s glyphs (as PDFium places them) under the
+    highlighter's yellow."""
+    room = page.locator("#answer-page-room")
+    assert f"See it on the page: {path.name}, page {number}" in room.inner_text()
+    image = page.locator("#answer-page img")
+    assert image.count() == 0, "drawn before the visitor opened it"
+    room.get_by_text("See it on the page").click()
+    image.wait_for()
+    wait_until(lambda: image.evaluate("img => img.complete && img.naturalWidth > 0"))
+    box = image.bounding_box()
+    assert box["x"] >= 0 and box["x"] + box["width"] <= SCREENS[width]["width"], box
+    png = Image.open(io.BytesIO(page.request.get(image.get_attribute("src")).body())).convert("RGB")
+    pdf_page = pypdfium2.PdfDocument(str(path))[number - 1]
+    textpage = pdf_page.get_textpage()
+    first, count = textpage.search(value, match_case=True).get_next()
+    scale = png.width / pdf_page.get_width()
+    glyphs = [textpage.get_charbox(i) for i in range(first, first + count)]
+    textpage.close()
+    left, right = min(g[0] for g in glyphs) * scale, max(g[2] for g in glyphs) * scale
+    top, bottom = (pdf_page.get_height() - max(g[3] for g in glyphs)) * scale, \
+        (pdf_page.get_height() - min(g[1] for g in glyphs)) * scale
+    pixels = [png.getpixel((round(x), round(y))) for x in range(round(left), round(right))
+              for y in range(round(top), round(bottom))]
+    pdf_page.pdf.close()
+    yellow = [p for p in pixels if p[0] - p[2] > 60 and p[1] - p[2] > 40]  # the highlighter over paper and ink
+    assert len(yellow) > 0.8 * len(pixels), f"{len(yellow)} of {len(pixels)} pixels over '{value}' are marked"
+    page.screenshot(path=str(path.parent / f"page-room-{width}.png"), full_page=False)
