@@ -174,8 +174,8 @@ def load_profile(ctx: AppContext, profile_name: str, model_ref: str, strategies=
                 try:
                     load_selection(ctx, selection, progress)
                 except ProfileError as exc:
-                    if page_session(request) is None:
-                        raise  # an API call's refusal is its error
+                    if page_session(request) is None or request.headers.get("x-gradio-user"):
+                        raise  # an API call's refusal is its error (gradio's client names itself "api")
                     # on the page a profile this machine cannot run is a refused pick, not a failure: said as a
                     # warning, and the pickers go back to what is loaded (`show_loaded`)
                     gr.Warning(escape(str(exc)))

@@ -498,7 +498,7 @@ def test_ask_streams_the_best_answer_so_far_then_the_same_final_output(client):
     assert len(provisional) >= 2, [output[-1] for output in outputs]
     reads = [p["windows_read"] for p in provisional]
     assert reads == sorted(reads) and all(p["windows_total"] == final[-1]["windows"] for p in provisional)
-    assert all(set(p) == {"provisional", "answer", "windows_read", "windows_total"} for p in provisional)
+    assert all(set(p) == {"provisional", "answer", "windows_read", "windows_total", "plausible"} for p in provisional)
     assert len(final) == len(ASK_RETURNS) and set(final[-1]) == READOUT_KEYS and outputs[-1] == final
     assert final[1] == final[-1]["answers"][0]["text"]  # the answer itself, no longer a best-so-far update
 
