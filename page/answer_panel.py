@@ -14,13 +14,14 @@ from longqa_core.reading import DEFAULT_READING, READING_MODES
 from page import format as fmt
 from page import words
 from page.asking import (DEFAULT_TOP_K, answered_before, ask, ask_in_full, let_go_of_documents, new_documents,
-                         no_question_shown, noting_outcome, press_stop, preview_with_status, show_answer_page,
+                         no_question_shown, noting_outcome, press_stop, show_answer_page,
                          show_outcome, start_asking)
 from page.context import REQUEST_CONCURRENCY, AppContext, request_workers
 from page.events import bind, listen
 from page.hardening import LATER_INPUT, accept_counts_as_text
 from page.history_panel import build_history_panel, recolour_after
 from page.page_view import build_page_room, room_after_answer
+from page.preview import preview_with_status
 from page.streaming import streaming
 from page.tables import ReadoutTable
 
@@ -177,8 +178,8 @@ def build_answer_panel(ctx: AppContext, question: dict[str, Block], seen: gr.Sta
                **history, "seen": seen,
                "readout": readout_json}  # last: API clients take the readout as `*_, readout = predict(...)`
     room = {name: question[name] for name in ("page_room", "page_pick", "page_note", "page_image")}
-    cleared = {"question_note": question["question_note"], **room, "status": question["status"], "answer": question["answer"], "evidence": question["evidence"],
-               "answers": answers_table, "latency": latency_table, "wait": wait, "memory": memory_table,
+    cleared = {"question_note": question["question_note"], **room, "status": question["status"],
+               "answer": question["answer"], "evidence": question["evidence"], "answers": answers_table, "latency": latency_table, "wait": wait, "memory": memory_table,
                "run": run_table, "readout": readout_json, "download_json": question["download_json"],
                "download_csv": question["download_csv"]}
     ended = {**{name: question[name] for name in ("status", "evidence", "download_json", "download_csv", "answer",

@@ -1,8 +1,7 @@
 """A request's way in and out: its settings cleaned, its documents read at the lane's door, the model it runs on
-(loaded on first use: `load_selection`, which the picks use too; a notice when another visitor changed it), its turn
-on the model and the page's Stop, the answer, and the answer area cleared before and told after how it ended. Not
-the panels' layout (`page.answer_panel`), the training step (`page.training_panel`) nor the model work itself (the
-backend's).
+loaded if none is (`page.loading`), its turn on the model and the page's Stop, the answer, and the answer area
+cleared before and told after how it ended. Not the panels' layout (`page.answer_panel`), the documents' preview
+(`page.preview`), the training step (`page.training_panel`) nor the model work itself (the backend's).
 
 Stop is the page's own, not gradio's `cancels=`. The answer streams (`page.streaming`), so a cancel would keep the
 best answer so far on the page; but it ends the handler at once, also once every window is read and the answer is
@@ -36,8 +35,7 @@ import gradio as gr
 import pandas as pd
 from PIL import Image
 
-from longqa.backend import Provisional, Selection
-from longqa.models import DEFAULT_MODEL, is_offline, needs_download
+from longqa.backend import Provisional
 from longqa.readout import Readout
 from longqa.serving import lane, policy
 from longqa.session import NO_MODEL, ReadRequest, page_image, read_request
@@ -46,11 +44,12 @@ from longqa_core.errors import Cancelled, DocumentError, LongQAError, ModelLoadE
 from longqa_core.limits import EMPTY_QUESTION, check_question_length, whole_number
 from longqa_core.reading import DEFAULT_READING
 from page import format as fmt
+from page import page_view
 from page.context import CONTEXTS, AppContext
 from page.downloads import DOWNLOADS, doc_url
 from page.hardening import abandonment_check, escape, expect, number_or_none, proxy_address, user_errors
 from page.history_panel import history_outputs
-from page import page_view
+from page.loading import ensure_loaded, loaded_now
 from page.streaming import LISTENER, heard_while
 from page.words import PICK_MODEL
 from page.zerogpu import RUNS_IN_WORKER, ZERO_GPU, answer_duration, gpu_function
@@ -214,73 +213,6 @@ def noting_outcome(ctx: AppContext, handler: Callable, outputs) -> Callable:
     return noted
 
 
-# ---------------------------------------------------------------------------------- the model a request runs on
-def check_model_allowed(ctx: AppContext, model_ref: str) -> None:
-    if model_ref not in ctx.models:
-        raise ModelLoadError(f"This page can only load the listed models ({', '.join(ctx.models)}); "
-                             f"{str(model_ref)[:200]!r} is not one of them.")
-
-
-def falls_back_to_demo(model_ref: str) -> bool:
-    """Whether a load of `model_ref` that cannot fetch it from the Hub loads the bundled demo model instead (the
-    default model does, so that the page always starts with something that answers; any other is refused)."""
-    return model_ref == DEFAULT_MODEL
-
-
-def check_model_reachable(model_ref: str) -> None:
-    """A Hub model that is not in the local cache while downloads are off is refused in plain words before the
-    loader tries (the default model still falls back to the demo model there, as the loader decides)."""
-    if not falls_back_to_demo(model_ref) and is_offline() and needs_download(model_ref):
-        raise ModelLoadError(f"Could not fetch {model_ref!r} from the Hugging Face Hub: it is not in this machine's "
-                             "cache, and downloads are off here (HF_HUB_OFFLINE is set). Pick a model not marked "
-                             "'cannot load here', such as the bundled demo model.")
-
-
-def current_model(ctx: AppContext) -> str:
-    session = ctx.session
-    if session.loaded is None:
-        return "No model is loaded now."
-    return f"Still using {loaded_now(ctx)}."
-
-
-def loaded_now(ctx: AppContext) -> str:
-    """The model loaded now, in words: "demo with profile cpu" (or that none is)."""
-    session = ctx.session
-    if session.loaded is None:
-        return "no model loaded yet"
-    return f"{session.model_ref} with profile {session.profile_name}"
-
-
-def load_selection(ctx: AppContext, selection: Selection, progress=None) -> None:
-    """Load the selection (model, profile, `custom`'s strategies) into the session; on failure the previous model
-    stays and the error says so. The page's selection then names the model that did load: the bundled demo model
-    when the default could not be fetched."""
-    on_progress = (lambda fraction, message: progress(fraction, desc=message)) if progress else None
-    try:
-        check_model_allowed(ctx, selection.model)
-        check_model_reachable(selection.model)
-        profile = ctx.session.runnable_profile(selection.profile, selection.strategies)
-        ctx.session.load(selection.model, profile, on_progress=on_progress,
-                         fallback_to_demo=falls_back_to_demo(selection.model), strategies=selection.strategies)
-    except LongQAError as exc:
-        raise type(exc)(f"{exc} {current_model(ctx)}") from exc
-    ctx.load_error = None
-
-
-def ensure_loaded(ctx: AppContext, progress=None) -> None:
-    """Load the selected model if none is loaded yet (the first visit or request after start)."""
-    if ctx.session.loaded is not None:
-        return
-    with ctx.session.lock:
-        if ctx.session.loaded is not None:
-            return
-        try:
-            load_selection(ctx, ctx.start, progress)
-        except LongQAError as exc:
-            ctx.load_error = str(exc)
-            raise
-
-
 def seen_now(ctx: AppContext) -> dict:
     """What a visitor has seen loaded (kept per browser tab): the session's load generation and its names."""
     return {"generation": ctx.session.generation, "model": ctx.session.model_ref,
@@ -385,51 +317,6 @@ def reader_wait_shown(progress) -> Callable[[int], None]:
     return on_wait
 
 
-def preview_documents(ctx: AppContext, files, pasted_text, question, request: gr.Request = None) -> pd.DataFrame:
-    """Characters, tokens and windows of each document before asking (windows depend on the question's length),
-    with every limit checked, and a row for each file that will be left out; counted without the model, so a
-    preview never waits for an answer in flight. It counts toward the visitor's requests, as an answer does."""
-    return preview_table(preview_read(ctx, files, pasted_text, question, request))
-
-
-def preview_read(ctx: AppContext, files, pasted_text, question, request: gr.Request = None):
-    """What a preview read: (rows of the documents read, the files left out (name, why)); no rows without
-    documents."""
-    if not files and not (pasted_text or "").strip():
-        hold_documents(ctx, [], request)
-        return [], ()
-    with user_errors("Reading the documents"):
-        with read_at_door(ctx, files, pasted_text, None, request) as (read, _):
-            if ctx.session.loaded is None:
-                rows = [[d.name, d.n_chars, None, None] for d in read.documents]
-            else:
-                plan = ctx.session.plan(read.documents, (question or "").strip() or "?", "full",
-                                        max_total_tokens=ctx.max_total_tokens)
-                rows = fmt.document_rows(plan.stats)
-    return rows, read.left_out
-
-
-def preview_table(read) -> pd.DataFrame:
-    rows, left_out = read
-    return pd.DataFrame([*rows, *([name, fmt.LEFT_OUT, None, None] for name, _ in left_out)],
-                        columns=fmt.DOCUMENT_HEADERS)
-
-
-def preview_with_status(ctx: AppContext, files, pasted_text, question, request: gr.Request = None) -> dict:
-    """The page's preview (`preview_documents`) and, where a file will be left out or none can be read, the line
-    over the answer saying which and why in the words an answer would (never an error beside "press Ask")."""
-    try:
-        read = preview_read(ctx, files, pasted_text, question, request)
-    except gr.Error as exc:
-        if not isinstance(exc.__cause__, DocumentError):
-            raise
-        return {"documents": preview_table(([], ())),
-                "status": fmt.unreadable_status(html.unescape(str(exc.message)))}
-    _, left_out = read
-    return {"documents": preview_table(read),
-            "status": fmt.left_out_status(left_out) if left_out else gr.skip()}
-
-
 def ask(ctx: AppContext, files, pasted_text, question, top_k, reading, history, seen=None, no_answer_below="",
         request: gr.Request = None, progress=gr.Progress()) -> dict:
     """Answer the question over the documents: every readout by name, the full JSON readout as "readout".
@@ -444,7 +331,8 @@ def ask(ctx: AppContext, files, pasted_text, question, top_k, reading, history, 
         reading, settings = request_settings(ctx, top_k, reading, no_answer_below)
         # Its place in the lane first: reading, indexing and planning count toward the visitor's share and the queue.
         with read_at_door(ctx, files, pasted_text, question, request, progress) as (read, place):
-            ensure_loaded(ctx, progress)
+            if ctx.session.loaded is None:  # the first request after start loads it (`page.loading`)
+                ensure_loaded(ctx, progress)
             progress(0.0, desc="Ranking the windows" if reading != "full" else "Planning the read")
             plan = ctx.session.plan(read.documents, read.question, reading, should_stop=abandonment_check(),
                                     visitor=" ".join(visitor_keys(ctx, request)) or None, **settings)

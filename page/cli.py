@@ -25,7 +25,7 @@ from longqa_core.limits import DEFAULT_MAX_TOTAL_TOKENS
 from page import format as fmt
 from page.context import DEFAULT_MAX_COMPARE_S, DEFAULT_MAX_FILE_MB, DEFAULT_QUEUE_SIZE, MB, AppContext, make_context
 from page.layout import build_blocks
-from page.asking import ensure_loaded
+from page.loading import ensure_loaded
 from page.zerogpu import ZERO_GPU
 from strategies.profiles import PROFILES
 

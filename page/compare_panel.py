@@ -18,8 +18,9 @@ import pandas as pd
 from longqa.compare import Comparison, choices_from, compare_profiles
 from longqa_core.errors import Cancelled, InputError, ProfileError
 from page import format as fmt
-from page.asking import (ensure_loaded, loaded_now, model_turn, read_before_turn, request_settings, seen_now,
-                         stop_enabled, stop_pressed_from_now)
+from page import panel_format as panel_fmt
+from page.asking import model_turn, read_before_turn, request_settings, seen_now, stop_enabled, stop_pressed_from_now
+from page.loading import ensure_loaded, loaded_now
 from page.context import AppContext, requests_group
 from page.events import bind, listen
 from page.hardening import expect_texts, user_errors
@@ -79,7 +80,7 @@ def build_compare_panel(ctx: AppContext, question: dict, history: dict, seen, lo
         strategies = gr.CheckboxGroup([card["name"] for card in strategy_cards()], label="Strategies for custom",
                                       visible="custom" in chosen)
         compare_btn = gr.Button("Compare profiles", interactive=is_compare_allowed(ctx))
-        table = ReadoutTable(comparison_frame(None), headers=[fmt.COMPARE_MEASURE], label="Profile comparison",
+        table = ReadoutTable(comparison_frame(None), headers=[panel_fmt.COMPARE_MEASURE], label="Profile comparison",
                              elem_id="compare-table")
         summary = gr.Markdown(elem_id="compare-summary", label="Comparison summary")  # the label names it in the API
         with gr.Accordion("Comparison (JSON: what /compare and `python -m longqa compare --json` return)",
@@ -120,7 +121,7 @@ def build_compare_panel(ctx: AppContext, question: dict, history: dict, seen, lo
                         raise InputError(OVER_TIME.format(limit=ctx.max_compare_s, loaded=loaded_now(ctx))) from None
                     raise
         return {"table": comparison_frame(comparison),
-                "summary": fmt.compare_summary(comparison),
+                "summary": panel_fmt.compare_summary(comparison),
                 **history_outputs(runs, [run.readout for run in comparison.runs], comparison.documents),
                 "seen": seen_now(ctx), "json": comparison.to_json()}
 
@@ -155,8 +156,8 @@ def start_comparing(ctx: AppContext, names, custom_strategies) -> dict:
 
 
 def comparison_frame(comparison: Comparison | None) -> pd.DataFrame:
-    """The comparison table: a row per measure, a column per profile (`fmt.compare_rows`); before any
+    """The comparison table: a row per measure, a column per profile (`panel_fmt.compare_rows`); before any
     comparison, the measures alone."""
     if comparison is None:
-        return pd.DataFrame([[measure] for measure in fmt.COMPARE_MEASURES], columns=[fmt.COMPARE_MEASURE])
-    return pd.DataFrame(fmt.compare_rows(comparison), columns=fmt.compare_headers(comparison))
+        return pd.DataFrame([[measure] for measure in panel_fmt.COMPARE_MEASURES], columns=[panel_fmt.COMPARE_MEASURE])
+    return pd.DataFrame(panel_fmt.compare_rows(comparison), columns=panel_fmt.compare_headers(comparison))

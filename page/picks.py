@@ -1,6 +1,6 @@
 """The profile and model picks: which models the page may load, loading the one picked (or the first on a visit),
 and what the dropdowns, the banner and the load readout show. Not the panel's layout (`page.model_panel`), nor the
-load itself (`page.asking.load_selection`: a request's first one loads the model too).
+load itself (`page.loading.load_selection`: a request's first one loads the model too).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from longqa.session import NO_MODEL
 from longqa_core.errors import LongQAError, ProfileError
 from page import format as fmt
 from page.context import AppContext
-from page.asking import (ensure_loaded, falls_back_to_demo, load_selection, loaded_now, model_turn, page_session,
-                         seen_now, visitor_keys, waiting_shown)
+from page.asking import model_turn, page_session, seen_now, visitor_keys, waiting_shown
+from page.loading import ensure_loaded, falls_back_to_demo, load_selection, loaded_now
 from page.hardening import abandonment_check, cut, escape, expect, expect_texts, user_errors
 from page.words import MODEL_INFO, MODEL_NAMES, PICK_MODEL
 from strategies.hardware import Hardware

@@ -14,7 +14,7 @@ import gradio as gr
 
 from longqa.gpu_plan import DEFAULT_HOST_GB, LongQAError, MachinePlan, plan_request
 from longqa.models import DEFAULT_MODEL
-from page import format as fmt
+from page import panel_format as panel_fmt
 from page.downloads import doc_url
 from page.asking import visitor_keys
 from page.context import AppContext, requests_group
@@ -129,7 +129,7 @@ def build_plan_panel(ctx: AppContext) -> dict:
                 ours = gr.Markdown(elem_id="plan-ours")
             with gr.Column(min_width=320):
                 article = gr.Markdown(elem_id="plan-article")
-        table = ReadoutTable(headers=fmt.PLAN_HEADERS, label="Every profile on that machine (predicted)")
+        table = ReadoutTable(headers=panel_fmt.PLAN_HEADERS, label="Every profile on that machine (predicted)")
         with gr.Accordion("Plan (JSON: what /plan and `python -m longqa plan --json` return)", open=False):
             plan_json = gr.JSON(label="Plan (JSON)")
 
@@ -142,9 +142,9 @@ def build_plan_panel(ctx: AppContext) -> dict:
         plan = checked_plan(ctx, model_ref, request, tokens=whole(window_tokens),
                             batch=whole(batch_size), cpu_bf16=bool(host_bf16),
                             **machine_arguments(gpu_name, gpu_memory_gb, compute_capability, gpu_count, host_gb))
-        return {ours: fmt.plan_recommendation(plan),
-                article: fmt.plan_article(plan, doc_url("docs/gpu-planning.md")),
-                table: fmt.plan_rows(plan), plan_json: plan.to_json()}
+        return {ours: panel_fmt.plan_recommendation(plan),
+                article: panel_fmt.plan_article(plan, doc_url("docs/gpu-planning.md")),
+                table: panel_fmt.plan_rows(plan), plan_json: plan.to_json()}
 
     def plan(model: str, gpu: str | None = None, gpu_memory_gb: float | None = None, gpus: int = 1,
              tokens: int | None = None, batch: int | None = None, cpu_memory_gb: float | None = None,

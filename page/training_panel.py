@@ -10,7 +10,8 @@ import pandas as pd
 
 from longqa_core.errors import ProfileError
 from page import format as fmt
-from page.asking import count_or_default, ensure_loaded, model_turn
+from page.asking import count_or_default, model_turn
+from page.loading import ensure_loaded
 from page.context import AppContext, requests_group
 from page.events import bind, listen
 from page.hardening import user_errors

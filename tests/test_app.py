@@ -14,9 +14,11 @@ import gradio as gr
 import pytest
 
 import app
+from page import loading
 from page.context import make_context
 from page.layout import build_blocks
 from page import answer_panel, asking, cli, context, picks, training_panel, zerogpu
+from page import preview as previews
 from page import format as ui_format
 from longqa.backend import Selection
 from longqa.demo_model.demo_task import make_example
@@ -197,10 +199,10 @@ def test_an_empty_file_among_good_ones_is_left_out_with_a_notice_and_the_preview
     out = ask(ctx, [empty, good])
     assert [d["name"] for d in out["readout"]["documents"]] == ["good.txt"] and out["readout"]["answers"]
     assert out["readout"]["notices"][0] == "Answered without 'empty.txt': 'empty.txt' is empty."
-    preview = asking.preview_with_status(ctx, [str(empty), str(good)], "", "What is the colour of Zorbin?")
+    preview = previews.preview_with_status(ctx, [str(empty), str(good)], "", "What is the colour of Zorbin?")
     assert preview["documents"].values.tolist()[1][:2] == ["empty.txt", ui_format.LEFT_OUT]
     assert preview["status"].startswith("### New documents\nPress Ask to answer from the others; left out: ")
-    alone = asking.preview_with_status(ctx, [str(empty)], "", "")
+    alone = previews.preview_with_status(ctx, [str(empty)], "", "")
     assert alone["status"].startswith("### No readable documents\n") and alone["documents"].empty  # no "error"
 
 
@@ -434,7 +436,8 @@ def test_custom_controls_show_only_for_the_custom_profile():
 def test_a_page_follows_a_reload_it_did_not_show_yet_with_the_custom_strategies_folded(ctx):
     shown = picks.on_page_load(ctx)["shown"]
     assert all(value is gr.skip() or value == gr.skip() for value in picks.follow_loaded(ctx, shown).values())
-    asking.load_selection(ctx, Selection.of(ctx.session.model_ref, "custom", ["dynamic_batching"]))  # another visitor's reload
+    # another visitor's reload
+    loading.load_selection(ctx, Selection.of(ctx.session.model_ref, "custom", ["dynamic_batching"]))
     followed = picks.follow_loaded(ctx, shown)
     assert followed["shown"] == ctx.session.generation != shown
     assert followed["profile"]["value"] == "custom" and followed["strategies"]["value"] == ["dynamic_batching"]
@@ -510,7 +513,7 @@ def test_a_preview_does_not_wait_for_the_model(ctx, long_document):
     try:
         assert held.wait(30)
         began = time.monotonic()
-        preview = asking.preview_documents(ctx, [str(path)], "", example.question)
+        preview = previews.preview_documents(ctx, [str(path)], "", example.question)
         assert time.monotonic() - began < 10 and not release.is_set()
         assert preview.values.tolist()[0][2] > 4096
     finally:
@@ -520,11 +523,11 @@ def test_a_preview_does_not_wait_for_the_model(ctx, long_document):
 
 def test_preview_shows_characters_tokens_and_windows_before_asking(ctx, long_document):
     path, example = long_document
-    preview = asking.preview_documents(ctx, [str(path)], "The colour of Zorbin is teal.", example.question)
+    preview = previews.preview_documents(ctx, [str(path)], "The colour of Zorbin is teal.", example.question)
     asked = ask(ctx, [path], pasted="The colour of Zorbin is teal.", question=example.question)
     assert preview.values.tolist() == asked["documents"].values.tolist()
     assert preview.values.tolist()[1][0] == "pasted text"
-    assert asking.preview_documents(ctx, None, "  ", "").empty
+    assert previews.preview_documents(ctx, None, "  ", "").empty
 
 
 @pytest.mark.slow

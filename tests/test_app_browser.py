@@ -23,6 +23,7 @@ from page.layout import build_blocks
 from strategies.profiles import profile_choices, PROFILES
 from page import picks
 from page import format as ui_format
+from page import panel_format as panel_fmt
 from longqa.models import DEFAULT_MODEL, DEMO_MODEL_DIR
 from longqa.session import sample_examples, Session
 from tests.conftest import CHROMIUM, served_page
@@ -396,7 +397,7 @@ def test_the_comparison_table(served, browser, long_document):
         page.get_by_role("button", name="Compare profiles", exact=True).click()
         table = page.get_by_role("table", name="Profile comparison", exact=True)
         wait_until(lambda: table_headers(page, "Profile comparison") == ["measure", "cpu", "baseline-fp32"])
-        assert table.locator("tbody tr").count() == len(ui_format.COMPARE_MEASURES)
+        assert table.locator("tbody tr").count() == len(panel_fmt.COMPARE_MEASURES)
         text = table.inner_text()
         assert "(1.00×)" in text and "yes" in text
         assert_plots_match_history(page, 2)

@@ -17,6 +17,7 @@ from page.layout import build_blocks
 from page import asking
 from page import compare_panel
 from page import format as ui_format
+from page import panel_format as panel_fmt
 import longqa.session
 from longqa.backend import Selection
 from longqa.demo_model.demo_task import make_example
@@ -50,7 +51,7 @@ def test_the_button_compares_the_profiles_and_adds_their_runs_to_the_history(ctx
                   "Profile comparison")
     table = update.set_index("measure")  # a row per measure, a column per profile
     assert table.columns.tolist() == ["baseline-fp32", "custom (int8_dynamic)"]
-    assert table.index.tolist() == ui_format.COMPARE_MEASURES
+    assert table.index.tolist() == panel_fmt.COMPARE_MEASURES
     assert table.loc["time", "baseline-fp32"].endswith("(1.00×)")
     assert table.loc["same answer as the first", "baseline-fp32"] == "yes"
     comparison = next(value for component, value in values.items() if getattr(component, "label", "") ==

@@ -21,7 +21,7 @@ import pytest
 from longqa.backend import Selection
 from longqa.models import DEFAULT_MODEL, DEMO_MODEL_DIR
 from longqa.session import Session
-from page import asking
+from page import loading
 from page.context import make_context
 from strategies.profiles import profile_choices
 from tests.conftest import CHROMIUM
@@ -129,7 +129,7 @@ def test_the_demo_notice_shows_on_a_fresh_page_after_another_visitor_reloaded_a_
         fresh.close()
     finally:
         first.close()
-        asking.load_selection(ctx, Selection(DEFAULT_MODEL, "cpu"))  # as the module started: the fallback's own load
+        loading.load_selection(ctx, Selection(DEFAULT_MODEL, "cpu"))  # as the module started: the fallback's own load
 
 
 @pytest.mark.parametrize("width", SCREENS)

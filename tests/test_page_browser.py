@@ -16,7 +16,8 @@ import gradio as gr
 import pytest
 
 from strategies.profiles import profile_choices
-from page import answer_panel, asking, hardening, model_panel, picks
+from page import loading
+from page import answer_panel, hardening, model_panel, picks
 from page import words as page_help
 from longqa.backend import Selection
 from longqa.demo_model.demo_task import make_example
@@ -227,7 +228,7 @@ def test_a_reload_says_what_is_loading_then_what_loaded(browser, served):
                    and "baseline-fp32" in status_text(page, "#load-status")
                    and page.get_by_role("button", name="Ask", exact=True).is_enabled())
     finally:
-        asking.load_selection(ctx, Selection(str(served[0].session.model_ref), "cpu"))
+        loading.load_selection(ctx, Selection(str(served[0].session.model_ref), "cpu"))
 
 
 def test_at_400_px_the_panels_stack_and_nothing_runs_off_the_side(browser, served):

@@ -10,6 +10,7 @@ from gradio_client.exceptions import AppError
 
 from page import plan_panel
 from page import format as ui_format
+from page import panel_format as panel_fmt
 from page.context import make_context
 from longqa.gpu_plan import plan_request
 from longqa.session import Session
@@ -95,8 +96,8 @@ def test_the_panels_fields_become_the_plans_arguments():
 
 def test_every_number_in_the_table_is_labelled_predicted():
     plan = plan_request(LARGE, gpu="T4", gpus=2, batch=16)
-    assert all("predicted" in ui_format.PLAN_HEADERS[index] for index in (1, 3, 4))  # fits, peak, per device
-    rows = {row[0]: row for row in ui_format.plan_rows(plan)}
+    assert all("predicted" in panel_fmt.PLAN_HEADERS[index] for index in (1, 3, 4))  # fits, peak, per device
+    rows = {row[0]: row for row in panel_fmt.plan_rows(plan)}
     assert set(rows) == {row.name + (" (recommended)" if row.name == plan.recommended else "")
                          for row in plan.profiles}
     replicas = rows["multi-gpu (recommended)"]
@@ -106,8 +107,8 @@ def test_every_number_in_the_table_is_labelled_predicted():
 
 
 def test_without_a_gpu_the_article_has_nothing_to_say():
-    assert "no advice for a machine without a GPU" in ui_format.plan_article(plan_request(LARGE, cpu_memory_gb=16))
-    linked = ui_format.plan_article(plan_request(LARGE, gpu="T4"), "gradio_api/file=/app/docs/gpu-planning.md")
+    assert "no advice for a machine without a GPU" in panel_fmt.plan_article(plan_request(LARGE, cpu_memory_gb=16))
+    linked = panel_fmt.plan_article(plan_request(LARGE, gpu="T4"), "gradio_api/file=/app/docs/gpu-planning.md")
     assert "[the article this project grew from](gradio_api/file=/app/docs/gpu-planning.md)" in linked  # named
     nothing = plan_request(LARGE, cpu_memory_gb=0.5)
-    assert ui_format.plan_recommendation(nothing).startswith("### Ours: nothing fits (predicted)")
+    assert panel_fmt.plan_recommendation(nothing).startswith("### Ours: nothing fits (predicted)")

@@ -19,7 +19,7 @@ from longqa.backend import Selection
 from longqa.models import DEFAULT_MODEL, DEMO_MODEL_DIR
 from longqa.serving.uploads import UploadStore
 from longqa.session import SAMPLES_DIR, Session, sample_examples
-from page import asking
+from page import loading
 from page.context import make_context
 from page.model_panel import FOLLOW_EVERY_S
 from strategies.profiles import profile_choices
@@ -175,7 +175,7 @@ def test_every_open_page_follows_another_visitors_reload_and_a_new_one_sees_it_f
     finally:
         first.close()
         second.close()
-        asking.load_selection(ctx, Selection(DEFAULT_MODEL, "cpu"))  # as the module started
+        loading.load_selection(ctx, Selection(DEFAULT_MODEL, "cpu"))  # as the module started
 
 
 LAPTOPS = {"1400x900": {"width": 1400, "height": 900}, "1366x768": {"width": 1366, "height": 768}}
