@@ -361,6 +361,7 @@ def test_offline_the_demo_model_stands_in_and_the_page_shows_it(browser, monkeyp
     try:
         page = open_page(browser, url)
         page.locator("#banner").get_by_text("Running on the bundled demo model").wait_for()
+        page.locator("#banner summary").click()  # the reason, folded under the one line (issue 58 item 7)
         assert "Could not fetch" in page.locator("#banner").inner_text()
         assert ctx.session.model_ref == "demo"
         model = page.get_by_label("Model", exact=True)
