@@ -16,24 +16,17 @@ from pathlib import Path
 import pytest
 
 from longqa.backend import Selection
-from longqa.models import DEFAULT_MODEL, DEMO_MODEL_DIR
+from longqa.models import DEFAULT_MODEL
 from longqa.serving.uploads import UploadStore
 from longqa.session import SAMPLES_DIR, Session, sample_examples
 from page import loading
 from page.context import make_context
 from page.model_panel import FOLLOW_EVERY_S
 from strategies.profiles import profile_choices
-from tests.conftest import CHROMIUM
 from tests.test_app_browser import SCREENS, choose, launch, open_at, table_text, wait_until
-from tests.test_details_browser import offline  # noqa: F401 (a fixture: downloads off for the module)
-
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.slow,
-    pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium "
-                                                     "(apt-get install -y chromium; CI installs it)"),
-    pytest.mark.skipif(not any(DEMO_MODEL_DIR.glob("*.safetensors")), reason="the demo model has no weights yet"),
-]
+# the fixture that turns downloads off for the module, and the same marks (browser, slow, chromium and the demo
+# model's weights needed)
+from tests.test_details_browser import offline, pytestmark  # noqa: F401
 
 EXAMPLE = sample_examples()[0]  # what "Try it" asks: the harbour records' first question
 
