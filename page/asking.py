@@ -22,7 +22,6 @@ import contextlib
 import functools
 import html
 import inspect
-import io
 import json
 import os
 import sys
@@ -33,7 +32,6 @@ from typing import Callable, Iterator
 
 import gradio as gr
 import pandas as pd
-from PIL import Image
 
 from longqa.backend import Provisional
 from longqa.readout import Readout
@@ -474,16 +472,20 @@ def show_answer_page(ctx: AppContext, choice, request: gr.Request = None) -> dic
     page = page_view.page_of(session, choice)
     if page is None:
         return {"page_note": page_view.NO_PAGE, "page_image": None}
-    png = page_view.kept_image(session, page.choice)
-    if png is None:
+    picture = page_view.kept_image(session, page.choice)
+    if picture is None:
         try:
             with ctx.lane.door(visitor_keys(ctx, request)), ctx.uploads.reading([page.source]):
                 png = page_image(page.source, page.document, page.mark, abandonment_check())
         except LongQAError as exc:
             return {"page_note": escape(str(exc)), "page_image": None}
-        page_view.keep_image(session, page.choice, png)
+        # the child's PNG as it is, a file gradio serves a copy of: not decoded here to be encoded again
+        path = DOWNLOADS.new() / f"page-{page.mark.page}.png"
+        path.write_bytes(png)
+        picture = str(path)
+        page_view.keep_image(session, page.choice, picture)
     return {"page_note": f"{escape(page.document)}, page {page.mark.page}: the answer is marked in yellow.",
-            "page_image": Image.open(io.BytesIO(png))}
+            "page_image": picture}
 
 
 def clear_answer(status: str) -> dict:

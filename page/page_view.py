@@ -9,6 +9,7 @@ the visitor's place at the door is `page.asking.show_answer_page`'s.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -39,7 +40,7 @@ class AnswerPage:
 @dataclass
 class SessionPages:
     pages: list[AnswerPage]
-    images: OrderedDict = field(default_factory=OrderedDict)  # choice -> PNG bytes, the last KEPT_IMAGES
+    images: OrderedDict = field(default_factory=OrderedDict)  # choice -> its picture's file, the last KEPT_IMAGES
 
 
 _PAGES: OrderedDict[str, SessionPages] = OrderedDict()
@@ -66,7 +67,8 @@ def answer_pages(result, documents) -> list[AnswerPage]:
 
 
 def keep_pages(session: str | None, result, documents) -> None:
-    """What `page_room_after` and `show_answer_page` offer this page session: its last answer's pages."""
+    """What `room_after_answer` and `page.asking.show_answer_page` offer this page session: its last answer's
+    pages."""
     if session is None:
         return
     with _LOCK:
@@ -74,11 +76,6 @@ def keep_pages(session: str | None, result, documents) -> None:
         _PAGES.move_to_end(session)
         while len(_PAGES) > MAX_SESSIONS:
             _PAGES.popitem(last=False)
-
-
-def forget_pages(session: str | None) -> None:
-    with _LOCK:
-        _PAGES.pop(session, None)
 
 
 def page_of(session: str | None, choice) -> AnswerPage | None:
@@ -90,18 +87,21 @@ def page_of(session: str | None, choice) -> AnswerPage | None:
         return next((page for page in held.pages if page.choice == choice), held.pages[0])
 
 
-def kept_image(session: str | None, choice: str) -> bytes | None:
+def kept_image(session: str | None, choice: str) -> str | None:
+    """The file of the picture drawn for this page session's `choice`, while it is there (download folders go
+    after an hour)."""
     with _LOCK:
         held = _PAGES.get(session)
-        return held.images.get(choice) if held is not None else None
+        path = held.images.get(choice) if held is not None else None
+    return path if path is not None and os.path.exists(path) else None
 
 
-def keep_image(session: str | None, choice: str, png: bytes) -> None:
+def keep_image(session: str | None, choice: str, path: str) -> None:
     with _LOCK:
         held = _PAGES.get(session)
         if held is None:
             return
-        held.images[choice] = png
+        held.images[choice] = path
         held.images.move_to_end(choice)
         while len(held.images) > KEPT_IMAGES:
             held.images.popitem(last=False)
@@ -112,7 +112,7 @@ def build_page_room() -> dict[str, Block]:
     with gr.Accordion(LABEL, open=False, visible=False, elem_id="answer-page-room") as room:
         pick = gr.Radio([], label=PICK_LABEL, visible=False, elem_id="answer-page-pick")
         note = gr.Markdown(elem_id="answer-page-note")
-        image = gr.Image(label=IMAGE_LABEL, type="pil", format="png", interactive=False, elem_id="answer-page",
+        image = gr.Image(label=IMAGE_LABEL, type="filepath", format="png", interactive=False, elem_id="answer-page",
                          buttons=["fullscreen", "download"])
     return {"page_room": room, "page_pick": pick, "page_note": note, "page_image": image}
 

@@ -36,8 +36,8 @@ def test_the_answers_page_is_offered_drawn_when_opened_kept_and_only_for_its_vis
     assert page_view.kept_image("one", room["page_pick"]["value"]) is None  # nothing drawn before it is opened
 
     shown = asking.show_answer_page(ctx, room["page_pick"]["value"], visitor("one"))
-    image = shown["page_image"]
-    assert isinstance(image, Image.Image) and image.width >= 900
+    image = Image.open(shown["page_image"])  # the child's PNG as a file, as gradio serves it
+    assert image.format == "PNG" and image.width >= 900
     page = page_view.page_of("one", room["page_pick"]["value"])
     scale = image.width / page.mark.width
     left, top, right, bottom = (edge * scale for edge in page.mark.view_boxes[0])
@@ -47,7 +47,7 @@ def test_the_answers_page_is_offered_drawn_when_opened_kept_and_only_for_its_vis
     def not_again(*args, **kwargs):
         raise AssertionError("drawn twice")
     monkeypatch.setattr(asking, "page_image", not_again)
-    assert isinstance(asking.show_answer_page(ctx, page.choice, visitor("one"))["page_image"], Image.Image)
+    assert asking.show_answer_page(ctx, page.choice, visitor("one"))["page_image"] == shown["page_image"]
     assert asking.show_answer_page(ctx, page.choice, visitor("two")) == {"page_note": page_view.NO_PAGE,
                                                                            "page_image": None}
     assert page_view.room_after_answer(visitor("two"))["page_room"]["visible"] is False
