@@ -23,11 +23,10 @@ from longqa.arguments import positive_int
 from longqa.compare import Comparison, choices_from, compare_profiles
 from longqa.gpu_plan import MachinePlan, plan_request
 from longqa.models import DEFAULT_MODEL, model_config
-from longqa.session import Session, read_documents
+from longqa.session import Session, page_image, read_documents
 from longqa_core.documents import format_location
 from longqa_core.errors import LongQAError
 from longqa_core.limits import validate_request
-from longqa_core.pdf_pages import render_page
 from longqa_core.reading import DEFAULT_READING, READING_MODES
 from strategies.auto import resolve_auto
 from strategies.gpu_catalog import GPU_MODELS
@@ -210,7 +209,8 @@ def run_ask(args) -> int:
 
 
 def write_page_image(path: str, result, documents) -> None:
-    """The top answer's first page, its place marked (`pdf_pages.render_page`), written to `path` as a PNG; a note
+    """The top answer's first page, its place marked (`session.page_image`, as the page draws it), written to `path`
+    as a PNG; a note
     where there is none to draw (not found, not from a PDF)."""
     best = result.answers[0] if result.answers and result.found is not False else None
     marks = best.location.marks if best is not None and best.location is not None else ()
@@ -219,7 +219,7 @@ def write_page_image(path: str, result, documents) -> None:
         print(f"note: no page image written: {why}", file=sys.stderr)
         return
     document = documents[best.document_index]
-    Path(path).write_bytes(render_page(document.source, document.name, marks[0]))
+    Path(path).write_bytes(page_image(document.source, document.name, marks[0]))
     print(f"note: page {marks[0].page} of {best.document}, the answer marked, written to {path}", file=sys.stderr)
 
 

@@ -119,8 +119,9 @@ def extract_pdf_text(data: bytes, name: str, limits: ReadLimits) -> PdfText:
 
 def _extract_pages(document: pdfium.PdfDocument, n_pages: int, name: str,
                    limits: ReadLimits) -> tuple[list[list[Segment]], list[int]]:
-    """Each page's pieces of text, and the quarter turns that made each upright (`page_segments`); stops as soon as the characters read pass `max_chars` or the time passes
-    `max_read_s`, checked between pages and between the pieces of one page."""
+    """Each page's pieces of text, and the quarter turns that made each upright (`page_segments`); stops as soon as
+    the characters read pass `max_chars` or the time passes `max_read_s`, checked between pages and between the
+    pieces of one page."""
     pages: list[list[Segment]] = []
     turns: list[int] = []
     n_chars = 0  # the pieces read so far, each counted with the break after it
@@ -174,9 +175,9 @@ def page_segments(document: pdfium.PdfDocument, number: int, heard=lambda segmen
     """The pieces of text of page `number` (0-based), each with its box in page points and font size (its text
     matrix's scale included), in the order the page draws them, text inside forms (XObjects) included, turned so
     that the page's text reads left to right (a landscape page drawn sideways: `upright`), and the quarter turns
-    that took; `heard_chars` hears how many
-    characters the page has before they are read, `heard` each piece as it is read, `tick` now and then while a
-    page's characters are gone through one by one (any of them may raise to stop)."""
+    that took; `heard_chars` hears how many characters the page has before they are read, `heard` each piece as it
+    is read, `tick` now and then while a page's characters are gone through one by one (any of them may raise to
+    stop)."""
     page = document[number]
     textpage = page.get_textpage()
     try:

@@ -235,7 +235,7 @@ class _PageCharacters:
         for x, y in ((box[0], box[1]), (box[2], box[3])):
             dx, dy = ctypes.c_int(), ctypes.c_int()
             pdfium_c.FPDF_PageToDevice(self.page, 0, 0, round(self.width * scale), round(self.height * scale), 0, x, y,
-                                dx, dy)
+                                       dx, dy)
             xs.append(dx.value / scale)
             ys.append(dy.value / scale)
         return [min(xs), min(ys), max(xs), max(ys)]
@@ -267,6 +267,7 @@ def _aligned(wanted: str, found: str, first: int, last: int) -> list[int]:
             chosen.extend(range(b0 + lo - a0, b0 + hi - a0))
         elif b1 > b0:
             span = (b1 - b0) / (a1 - a0)
-            chosen.extend(range(b0 + int((lo - a0) * span), max(b0 + int((hi - a0) * span), b0 + int((lo - a0) * span) + 1)))
+            begin = b0 + int((lo - a0) * span)
+            chosen.extend(range(begin, max(b0 + int((hi - a0) * span), begin + 1)))
     return sorted(set(i for i in chosen if 0 <= i < len(found)))
 
