@@ -101,6 +101,16 @@ def long_document(tmp_path_factory):
     return path, example
 
 
+class Clock:
+    """A clock a test moves by hand (`clock.now += 60`), for the code that takes one: a monotonic reading."""
+
+    def __init__(self, now: float = 0.0):
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
 CHROMIUM = Path("/usr/bin/chromium")  # Debian's chromium (never `playwright install`)
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync"]

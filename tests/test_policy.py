@@ -8,14 +8,7 @@ import pytest
 
 from longqa.serving import policy
 from longqa_core.batching import BatchState
-
-
-class Clock:
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.conftest import Clock
 
 
 def test_a_stream_is_unread_only_after_it_stays_long_for_the_stall_time():

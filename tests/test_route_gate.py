@@ -9,6 +9,7 @@ import time
 
 from longqa.serving.route_gate import JoinBudget, NewSessionBudget, RouteGate, SessionsHeard, body_cap_bytes
 from longqa.serving.uploads import MIB
+from tests.conftest import Clock
 
 
 def call(gate: RouteGate, path: str, method: str = "POST", headers: list | None = None, body: bytes = b""):
@@ -81,14 +82,6 @@ def test_the_cap_leaves_room_for_a_pasted_text_at_the_file_limit_with_its_escape
     cap = body_cap_bytes(50 * MIB)
     assert 50 * MIB + 50 * MIB // 8 < cap <= 50 * MIB + 50 * MIB // 8 + MIB
     assert cap < 100 * 10**6  # a 100 MB question is refused at the door (issue 61)
-
-
-class Clock:
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def test_an_address_may_send_its_burst_of_joins_then_its_rate_and_another_address_its_own():

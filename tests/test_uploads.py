@@ -10,19 +10,12 @@ import os
 import pytest
 
 from longqa.serving.uploads import MIB, UploadGate, UploadRefused, UploadStore
-
-
-class Clock:
-    def __init__(self):
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.conftest import Clock
 
 
 @pytest.fixture
 def clock():
-    return Clock()
+    return Clock(1000.0)
 
 
 def upload(store: UploadStore, tmp_path, name: str, n_bytes: int, visitor: str | None = None) -> str:

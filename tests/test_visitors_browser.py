@@ -23,6 +23,7 @@ from page import loading
 from page.context import make_context
 from page.model_panel import FOLLOW_EVERY_S
 from strategies.profiles import profile_choices
+from tests.conftest import Clock
 from tests.test_app_browser import SCREENS, choose, launch, open_at, table_text, wait_until
 # the fixture that turns downloads off for the module, and the same marks (browser, slow, chromium and the demo
 # model's weights needed)
@@ -31,20 +32,10 @@ from tests.test_details_browser import offline, pytestmark  # noqa: F401
 EXAMPLE = sample_examples()[0]  # what "Try it" asks: the harbour records' first question
 
 
-class Clock:
-    """The upload store's clock, moved by the test."""
-
-    def __init__(self):
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @pytest.fixture(scope="module")
 def served(offline):  # noqa: F811
     """The page offline on the default model (the demo model stands in), its uploads on a clock the test moves."""
-    clock = Clock()
+    clock = Clock(1000.0)
     ctx = make_context(Session(), models=[DEFAULT_MODEL], default_model=DEFAULT_MODEL, default_profile="cpu",
                        uploads=UploadStore(clock=clock))
     demo, url = launch(ctx)
