@@ -16,7 +16,7 @@ import time
 from collections import OrderedDict
 from typing import Callable
 
-from longqa.serving.uploads import MIB, _discard_body, _plain_response
+from longqa.serving.uploads import MIB, discard_body, plain_response
 
 MAX_ADDRESSES = 10_000  # addresses whose budgets are kept (the longest idle go first: a full budget is no loss)
 MAX_SESSIONS_HEARD = 10_000  # session names heard on the heartbeat route that are kept (the oldest go first)
@@ -133,8 +133,8 @@ class RouteGate:
         path = scope["path"].rstrip("/")
         closed = next((message for end, message in self.closed.items() if path.endswith(end)), None)
         if closed is not None:
-            await _discard_body(receive)
-            return await _plain_response(send, 404, closed)
+            await discard_body(receive)
+            return await plain_response(send, 404, closed)
         if self.heard is not None and self.heard_route and self.heard_route in path:
             self.heard.note(path.rsplit("/", 1)[-1])
         if scope["method"] != "POST" or path.endswith(self.own_bounds):
@@ -144,8 +144,8 @@ class RouteGate:
             return await self.app(scope, receive, send)
         status, message = refusal
         if status in (413, 429):
-            await _discard_body(receive)  # a client still sending would miss a reply sent before it has finished
-        await _plain_response(send, status, message)
+            await discard_body(receive)  # a client still sending would miss a reply sent before it has finished
+        await plain_response(send, status, message)
 
     def refusal(self, length: int | None, streamed: bool = False) -> tuple[int, str] | None:
         """(status, message) for a body of declared `length` (None: not declared; `streamed`: sent in chunks of

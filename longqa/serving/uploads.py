@@ -288,14 +288,14 @@ class UploadGate:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
         length = headers.get("content-length", "")
         if not length.isdigit():
-            return await _plain_response(send, 411, "An upload must say its size (a Content-Length header).")
+            return await plain_response(send, 411, "An upload must say its size (a Content-Length header).")
         visitor = self.visitor_of(headers)
         try:
             reservation = self.store.admit(int(length), visitor)
             reservation.__enter__()
         except UploadRefused as exc:
-            await _discard_body(receive)  # a client still sending would miss a reply sent before it has finished
-            return await _plain_response(send, 413, str(exc))
+            await discard_body(receive)  # a client still sending would miss a reply sent before it has finished
+            return await plain_response(send, 413, str(exc))
         answer = {"status": None, "body": []}
 
         async def send_and_keep(message):
@@ -321,7 +321,7 @@ def _paths_in(body: bytes) -> list[str]:
     return [p for p in paths if isinstance(p, str)] if isinstance(paths, list) else []
 
 
-async def _discard_body(receive) -> None:
+async def discard_body(receive) -> None:
     """Read the request's body to its end, keeping none of it."""
     while True:
         message = await receive()
@@ -329,7 +329,8 @@ async def _discard_body(receive) -> None:
             return
 
 
-async def _plain_response(send, status: int, message: str) -> None:
+async def plain_response(send, status: int, message: str) -> None:
+    """Answer the request with `status` and `message` as plain text (the upload gate's and the route gate's refusals)."""
     body = message.encode("utf-8")
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"text/plain; charset=utf-8"),
