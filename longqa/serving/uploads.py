@@ -330,7 +330,7 @@ async def discard_body(receive) -> None:
 
 
 async def plain_response(send, status: int, message: str) -> None:
-    """Answer the request with `status` and `message` as plain text (the upload gate's and the route gate's refusals)."""
+    """Answer the request with `status` and `message` as plain text (the upload and route gates' refusals)."""
     body = message.encode("utf-8")
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"text/plain; charset=utf-8"),
