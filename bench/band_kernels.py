@@ -2,7 +2,7 @@
 a base-model window (4,096 tokens, 12 heads of 64, w = 256, a question of 24 global tokens), interleaved over rounds,
 the best time of each, its GFLOP/s of needed work (2w+1 keys per query) and the ratio:
 
-    python -m longqa bench kernels [--out docs/cpu-floor] [--rounds 8] [--threads N] [--also REV]
+    python -m longqa bench kernels [--out docs/results/cpu-floor] [--rounds 8] [--threads N] [--also REV]
 
 `--also REV` times the AMX kernel as it was at git revision REV beside them (built from that revision's source and
 header), for a before-and-after in one process. Writes band-kernels-<kind>.json and .md. Process CPU time is recorded beside wall time: on a loaded machine it is the
@@ -102,7 +102,7 @@ def format_markdown(result: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m longqa bench kernels", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", default="docs/cpu-floor")
+    parser.add_argument("--out", default="docs/results/cpu-floor")
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--threads", type=int, default=None, help="default: torch's")
     parser.add_argument("--also", metavar="REV", help="also time the AMX kernel as it was at this git revision")

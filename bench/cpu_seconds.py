@@ -8,7 +8,7 @@ memory bandwidth still shared). In one process, interleaved over rounds, best of
 - the `cpu` forward of one window, with each bf16 band kernel variant that runs here (AMX, AVX-512 BF16), and the
   CPU seconds its Linear layers took inside it (per shape, against the same shapes alone).
 
-    python -m longqa bench cpu-seconds [--out docs/cpu-floor] [--rounds 4] [--also REV]
+    python -m longqa bench cpu-seconds [--out docs/results/cpu-floor] [--rounds 4] [--also REV]
 
 `--also REV` adds the window with the AMX band kernel as it was at git revision REV, for a before-and-after in one
 process. Writes cpu-seconds-<kind>.json and .md.
@@ -201,7 +201,7 @@ def format_markdown(result: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m longqa bench cpu-seconds", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", default="docs/cpu-floor")
+    parser.add_argument("--out", default="docs/results/cpu-floor")
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--also", metavar="REV", help="also the window with the AMX kernel as it was at this revision")
     args = parser.parse_args(argv)

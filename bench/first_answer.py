@@ -103,7 +103,7 @@ def main(argv: list[str]) -> int:
                         help="the sized guided read's windows, in tokens (default 1024)")
     parser.add_argument("--rounds", type=int, default=2, help="rounds of the two guided reads (default 2)")
     parser.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
-    parser.add_argument("--out", default="docs/first-answer")
+    parser.add_argument("--out", default="docs/results/first-answer")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     result = measure(args.model, args.profile, args.pages, args.sized_tokens, args.rounds)

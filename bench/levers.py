@@ -2,7 +2,7 @@
 arch:base (random weights) for each variant of the `cpu` stack this CPU resolves to, interleaved over rounds (best of
 the rounds per variant), beside this CPU's measured floor:
 
-    python -m longqa bench levers [--out docs/cpu-floor] [--rounds 6] [--compile] [--cpu-kind avx2]
+    python -m longqa bench levers [--out docs/results/cpu-floor] [--rounds 6] [--compile] [--cpu-kind avx2]
 
 Variants: the stack before this work (the attention's plan rebuilt in every layer, the band on SDPA), the plan
 once per forward, prepacked oneDNN Linear layers, the band kernel (today's `cpu` where it runs: bf16 with AVX-512
@@ -186,7 +186,7 @@ def attention_alone(dtype: torch.dtype, rounds: int) -> dict:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m longqa bench levers")
-    parser.add_argument("--out", default="docs/cpu-floor")
+    parser.add_argument("--out", default="docs/results/cpu-floor")
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--compile", action="store_true", help="also time torch.compile of the encoder layers, "
                         "and FlexAttention against the fused SDPA band on one layer")

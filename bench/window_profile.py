@@ -2,7 +2,7 @@
 torch.profiler, operators' self CPU time grouped by kind, tokenizing and decoding timed around it, beside this
 CPU's measured floor:
 
-    python -m longqa bench window [--out docs/cpu-floor] [--cpu-kind detected|avx2|avx512-bf16] [--threads N]
+    python -m longqa bench window [--out docs/results/cpu-floor] [--cpu-kind detected|avx2|avx512-bf16] [--threads N]
 
 Writes window-breakdown-<kind>.json and .md. An operator counts to the group of the nearest of itself and the
 operators that called it that names a group (a `copy_` inside `addmm` is the Linear layer's bias, inside `_to_copy`
@@ -264,7 +264,7 @@ def format_markdown(result: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m longqa bench window", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", default="docs/cpu-floor")
+    parser.add_argument("--out", default="docs/results/cpu-floor")
     parser.add_argument("--cpu-kind", choices=("detected", "avx2", "avx512-bf16"), default="detected",
                         help="resolve the cpu profile as this kind of CPU would (default: as detected)")
     parser.add_argument("--model", default=MODEL, help="default arch:base (random weights)")

@@ -31,7 +31,7 @@ _MB = 1024 * 1024
 # prose); more pages than that is a file built to make extraction slow.
 DEFAULT_MAX_PAGES = 5_000
 # Extracting one document, or all of one request's documents together, may take this long: enough for a genuine
-# book, not for a PDF whose pages share one huge content stream (docs/serving.json has what that costs).
+# book, not for a PDF whose pages share one huge content stream (docs/results/measure-serving.json has what that costs).
 DEFAULT_MAX_READ_S = 30.0
 
 _LINE_BREAKS = re.compile(r"\r\n?|[\v\f\x85]")

@@ -1,6 +1,6 @@
 """How long this process's idle OpenMP threads spin before they sleep, set before torch loads its OpenMP runtime
 (libgomp on Linux): the entry points (`app.py`, `python -m longqa`, the measuring scripts) call `limit_spin_wait`
-first. docs/cpu-floor/amx.md measures why.
+first. docs/cpu-floor-amx.md measures why.
 
 It sets an environment variable only: it imports no torch, starts no thread and changes nothing once libgomp is
 loaded (libgomp reads its settings once, when it loads). Where torch uses another OpenMP runtime (macOS, Windows,
@@ -18,10 +18,10 @@ SPIN_VARIABLE = "GOMP_SPINCOUNT"
 # spins for minutes).
 OPERATOR_VARIABLES = (SPIN_VARIABLE, "OMP_WAIT_POLICY")
 # libgomp's default is 300,000 spins (its comment reckons 3 ms; one spin is a load and a `pause`: 9.5 ns on the Xeon
-# with AMX of docs/cpu-floor/amx.md, so 2.9 ms there) after every parallel region, on each thread that finished its
+# with AMX of docs/cpu-floor-amx.md, so 2.9 ms there) after every parallel region, on each thread that finished its
 # share. On a CPU shared with other processes those spins are CPU time taken from the threads that still have work:
 # there a 4,096-token window of arch:base on 2 cores took 1.3x the wall time and 1.5x the CPU seconds
-# (docs/cpu-floor/amx.md). 10,000 spins (about 0.1 ms there) still cover most gaps between one operator and the next
+# (docs/cpu-floor-amx.md). 10,000 spins (about 0.1 ms there) still cover most gaps between one operator and the next
 # in a forward pass (the same page measures them).
 SERVER_SPIN_COUNT = 10_000
 MAPS = Path("/proc/self/maps")

@@ -5,7 +5,7 @@ ranking cannot decide or the answer read so far is weak), and the loop that read
 
 The index is built from characters alone and does not depend on the question, so a second question on the same
 documents pays only the query. It does not plan a request (`longqa_core.plan`: it cuts the windows) nor assemble
-its answer (`longqa_core.answering`). docs/reading-eval.json and docs/reading.md say how the numbers below were
+its answer (`longqa_core.answering`). docs/results/reading-eval.json and docs/reading.md say how the numbers below were
 chosen.
 """
 
@@ -42,7 +42,7 @@ FIRST_ROUND_WINDOWS = 2  # windows read first when the ranking is decisive
 TIE_SHARE = 0.5
 # More tied windows than this share of all: the scores are too flat to pick from, and auto reads everything. 0.6,
 # not the 0.5 of ranked stretches of about 0.8 window: a whole window holds more text, so the entity's dozen
-# mentions light a larger share of them (docs/ranking.json: 0.6 reads 36 of 40 literal and 31 of 40 paraphrased
+# mentions light a larger share of them (docs/results/ranking.json: 0.6 reads 36 of 40 literal and 31 of 40 paraphrased
 # questions guided, as 0.5 did over stretches; 0.5 over windows, 26 and 8). Reading the ties of a flat ranking
 # first costs little now that the windows left are read only once.
 FLAT_SHARE = 0.6

@@ -238,7 +238,7 @@ class WindowCut:
 
 _ENCODE_GROUP_CHARS = 1 << 17  # characters encoded in one call (two chunks, which the Rust tokenizer spreads over
 # the cores); Stop is asked between calls, about every 0.1 s of one core for prose here. Fewer chunks a call were no
-# slower (docs/tokenizing.json: 6 MB of prose, 1.97 CPU seconds two a call, 2.33 sixteen a call)
+# slower (docs/results/tokenizing.json: 6 MB of prose, 1.97 CPU seconds two a call, 2.33 sixteen a call)
 _LONE_SPACE = "\u0120"  # byte-level BPE's token for a space alone ("Ġ")
 
 

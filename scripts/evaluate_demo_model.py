@@ -2,7 +2,7 @@
 
 Usage: python scripts/evaluate_demo_model.py [--model demo] [--profile baseline-fp32] [--profile cpu] [--n 200]
                                              [--questions as-written|lowercase|uppercase]
-                                             [--out docs/demo-model-eval.json]
+                                             [--out docs/results/demo-model-eval.json]
 Windows of 4,096 tokens overlapping by 128, top answer only. The sets, and what each measures:
 - training-generator: documents from `longqa.demo_model.demo_task`, the generator the model was trained on (held-out seeds and
   held-out filler sentences, but the same names, attributes, values and kind of prose): how well the model learned
@@ -158,7 +158,7 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=200, help="documents per generated set (notes: a quarter)")
     parser.add_argument("--seed", type=int, default=2026)
     parser.add_argument("--sets", default=",".join(MEASURES), help="comma-separated subset of " + ", ".join(MEASURES))
-    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "demo-model-eval.json")
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results" / "demo-model-eval.json")
     parser.add_argument("--cpu-kind", choices=["detected", "avx2", "avx512-bf16"], default="detected",
                         help="resolve the profiles as on a CPU without native bf16 (avx2: the cpu profile is int8 + "
                              "fast attention) or with it, whatever this CPU is; results are keyed 'PROFILE@KIND'")

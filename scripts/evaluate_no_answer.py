@@ -2,7 +2,7 @@
 documents answer and of questions they do not, on data the model's training never saw.
 
 Usage: python scripts/evaluate_no_answer.py [--n 40] [--seed 38] [--profile baseline-fp32] [--profile cpu]
-                                            [--questions lowercase] [--out docs/no-answer-eval.json]
+                                            [--questions lowercase] [--out docs/results/no-answer-eval.json]
 Items from `longqa.demo_model.no_answer_eval` (the independent generator's documents of 600 to 40,000 characters and
 the hand-written template and prose notes), read whole with windows of 4,096 tokens, top answer only. Per item it
 keeps the top answer's text, score and place, whether it is the gold answer, the question's words its sentence (and
@@ -164,7 +164,7 @@ def main() -> None:
     parser.add_argument("--profile", action="append", help="repeatable; default baseline-fp32 and cpu")
     parser.add_argument("--n", type=int, default=40, help="generated items of each kind")
     parser.add_argument("--seed", type=int, default=38)
-    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "no-answer-eval.json")
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results" / "no-answer-eval.json")
     parser.add_argument("--rescore", action="store_true", help="recompute the numbers from the records in --out")
     parser.add_argument("--questions", choices=["as-written", "lowercase"], default="as-written",
                         help="ask every question as written or in lower case")

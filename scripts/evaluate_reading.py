@@ -2,8 +2,8 @@
 `longqa.demo_model.long_eval` asked once with `reading_mode="full"` and once with `reading_mode="guided"`, with the
 demo model, through the engine (issue 28, item 4).
 
-Usage: python scripts/evaluate_reading.py [--n 20] [--tokens 100000] [--seed 2026] [--out docs/reading-eval.json]
-       [--passage-window-tokens 1024]
+Usage: python scripts/evaluate_reading.py [--n 20] [--tokens 100000] [--seed 2026]
+       [--out docs/results/reading-eval.json] [--passage-window-tokens 1024]
 Windows of 4,096 tokens overlapping by 128, top answer only. Per category and overall: exact match of each mode
 (the top answer's text equals the gold value, character for character, as scripts/evaluate_demo_model.py counts
 it); of the items the full read answers exactly, how many guided answers the same; whether the gold fact's sentence
@@ -244,7 +244,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=long_eval.DEFAULT_TOKENS, help="document length in tokens")
     parser.add_argument("--seed", type=int, default=2026)
     parser.add_argument("--categories", default=",".join(long_eval.CATEGORIES))
-    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "reading-eval.json")
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results" / "reading-eval.json")
     parser.add_argument("--passage-window-tokens", type=int, default=None,
                         help="also read each item guided in windows of this many tokens sized to the ranked passage")
     args = parser.parse_args()

@@ -6,11 +6,11 @@
 # Made for one H200 with no internet: it installs only the wheels --fetch-wheels put in .whl/, and
 # ends within GPU_CHECK_BUDGET_S (default 470 s): a bench cut short keeps and reports the rows it measured.
 #
-#   scripts/gpu_check.sh [--out DIR]        on the GPU machine; writes DIR (default docs/bench-gpu): results.json,
-#                                           results.md, results.png, workers.log, gpu_check.log
+#   scripts/gpu_check.sh [--out DIR]        on the GPU machine; writes DIR (default docs/results/bench-gpu):
+#                                           results.json, results.md, results.png, workers.log, gpu_check.log
 #   scripts/gpu_check.sh --dry [--out DIR]  the same steps on CPU with the bundled demo model at 1,024 tokens, 1
 #                                           check and 1 timed run per row (GPU profiles are listed as skipped),
-#                                           into DIR (default a new temporary folder), never docs/bench-gpu
+#                                           into DIR (default a new temporary folder), never docs/results/bench-gpu
 #   scripts/gpu_check.sh --fetch-wheels [--out DIR]   on a machine with internet: downloads the wheels the GPU
 #                                           machine lacks into DIR (default .whl/, git-ignored), for the check to
 #                                           install there with pip --no-index. That machine has Python 3.12 on
@@ -146,9 +146,9 @@ if [ "$MODE" = dry ]; then
     TOKENS=${TOKENS:-1024}  # the demo model reads 4,096 too, but 2 CPU cores take a minute longer
     CHECKS=${CHECKS:-1}
     REPEAT=${REPEAT:-1}
-    if [ -n "$OUT" ] \
-            && [ "$(cd "$(dirname "$OUT")" 2>/dev/null && pwd)/$(basename "$OUT")" = "$ROOT/docs/bench-gpu" ]; then
-        echo "--dry never writes docs/bench-gpu: give another --out" >&2
+    if [ -n "$OUT" ] && [ "$(cd "$(dirname "$OUT")" 2>/dev/null && pwd)/$(basename "$OUT")" \
+            = "$ROOT/docs/results/bench-gpu" ]; then
+        echo "--dry never writes docs/results/bench-gpu: give another --out" >&2
         exit 2
     fi
 else
@@ -156,7 +156,7 @@ else
     TOKENS=${TOKENS:-4096}
     CHECKS=${CHECKS:-5}
     REPEAT=${REPEAT:-3}
-    OUT=${OUT:-docs/bench-gpu}
+    OUT=${OUT:-docs/results/bench-gpu}
 fi
 
 # Every step runs PYTHON, and without torch each would fail on its own, after minutes, with only a traceback: a

@@ -10,19 +10,20 @@ and punctuation takes to be answered or refused, and how soon its request stops 
 or decodes (`--attacks emoji`, issue 40 item 2).
 Writes the JSON and prints Markdown rows.
 `--attacks html-uploads`: issue 40's attacks on HTML reading and uploads instead, against `python app.py --model demo`
-started as its own process (memory counted with its children), written to docs/crowd-html-uploads.json.
+started as its own process (memory counted with its children), written to docs/results/crowd-html-uploads.json.
 `--attacks endpoints`: issue 48's floods of /plan, /load_profile, /compare and /training_step the same way, written
-to docs/crowd-endpoints.json (docs/serving.md's table of attacks).
+to docs/results/crowd-endpoints.json (docs/serving.md's table of attacks).
 `--attacks door`: issue 61's six ways around the door the same way (and under --lock-profile), written to
-docs/crowd-door.json (docs/serving.md's table of attacks); `--door-attacks fresh` (or others of DOOR_ATTACKS) re-runs
-only those and replaces their rows there.
-Usage: python scripts/measure_crowd.py [--out docs/crowd.json] [--clients 8] [--mb 5] [--attacks full,html]
-       python scripts/measure_crowd.py --attacks html-uploads [--out docs/crowd-html-uploads.json]
-       python scripts/measure_crowd.py --attacks endpoints [--out docs/crowd-endpoints.json]
-       python scripts/measure_crowd.py --attacks door [--out docs/crowd-door.json] [--door-attacks fresh,...]
-       python scripts/measure_crowd.py --attacks guided_fallback,index,memory --base-tree DIR --out docs/crowd-lane.json
-       python scripts/measure_crowd.py --attacks guided_fallback,index,cancel --out docs/crowd-cancel.json
-       python scripts/measure_crowd.py --attacks emoji --out docs/crowd-emoji.json
+docs/results/crowd-door.json (docs/serving.md's table of attacks); `--door-attacks fresh` (or others of DOOR_ATTACKS)
+re-runs only those and replaces their rows there.
+Usage: python scripts/measure_crowd.py [--out docs/results/crowd.json] [--clients 8] [--mb 5] [--attacks full,html]
+       python scripts/measure_crowd.py --attacks html-uploads [--out docs/results/crowd-html-uploads.json]
+       python scripts/measure_crowd.py --attacks endpoints [--out docs/results/crowd-endpoints.json]
+       python scripts/measure_crowd.py --attacks door [--out docs/results/crowd-door.json] [--door-attacks fresh,...]
+       python scripts/measure_crowd.py --attacks guided_fallback,index,memory --base-tree DIR
+           --out docs/results/crowd-lane.json
+       python scripts/measure_crowd.py --attacks guided_fallback,index,cancel --out docs/results/crowd-cancel.json
+       python scripts/measure_crowd.py --attacks emoji --out docs/results/crowd-emoji.json
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ import psutil
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "docs" / "results"
 sys.path.insert(0, str(ROOT))
 
 from longqa.session import Session  # noqa: E402
@@ -383,7 +385,7 @@ def main_endpoints(out: Path) -> int:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "crowd.json")
+    parser.add_argument("--out", type=Path, default=RESULTS / "crowd.json")
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--mb", type=float, default=5.0)
     parser.add_argument("--attacks", default="full,html",
@@ -401,18 +403,17 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     attacks = set(args.attacks.split(","))
     if attacks == {"endpoints"}:
-        return main_endpoints(args.out if args.out != ROOT / "docs" / "crowd.json"
-                              else ROOT / "docs" / "crowd-endpoints.json")
+        return main_endpoints(args.out if args.out != RESULTS / "crowd.json"
+                              else RESULTS / "crowd-endpoints.json")
     if attacks == {"door"}:
         picks = set(args.door_attacks.split(",")) if args.door_attacks else None
         if picks and picks - set(DOOR_ATTACKS):
             parser.error(f"--door-attacks: {', '.join(sorted(picks - set(DOOR_ATTACKS)))} is none of "
                          f"{', '.join(DOOR_ATTACKS)}")
-        return main_door(args.out if args.out != ROOT / "docs" / "crowd.json" else ROOT / "docs" / "crowd-door.json",
-                         picks)
+        return main_door(args.out if args.out != RESULTS / "crowd.json" else RESULTS / "crowd-door.json", picks)
     if attacks == {"html-uploads"}:
-        return main_html_uploads(args.out if args.out != ROOT / "docs" / "crowd.json"
-                                 else ROOT / "docs" / "crowd-html-uploads.json")
+        return main_html_uploads(args.out if args.out != RESULTS / "crowd.json"
+                                 else RESULTS / "crowd-html-uploads.json")
     os.environ.setdefault("GRADIO_TEMP_DIR", str(ROOT / "bench-results" / "crowd" / "gradio"))
     load_before = os.getloadavg()
     ctx = make_context(Session(), models=["demo"], default_model="demo", default_profile="cpu")

@@ -1,5 +1,5 @@
 """Issue 61's ways around the door, each against `python app.py --model demo` as a user starts it, under
---lock-profile, or behind a proxy header (`longqa.serving.door_attacks`): the rows of docs/crowd-door.json. Run as
+--lock-profile, or behind a proxy header (`longqa.serving.door_attacks`): the rows of docs/results/crowd-door.json. Run as
 `python scripts/measure_crowd.py --attacks door [--door-attacks NAMES]`."""
 
 from __future__ import annotations

@@ -2,13 +2,14 @@
 
 For each scenario: when the hostile request was refused or ended, how long a normal request sent 1 s after it
 waited (against the same request alone), whether that answer was right, and the server's RSS change. Writes
-docs/serving.json and prints a Markdown table for the README. Bounded: one request of each kind, loopback only.
+docs/results/measure-serving.json and prints a Markdown table for the README. Bounded: one request of each kind,
+loopback only.
 `--collection`: what a stopped or refused request's clean-up (`batching.release_memory`, a full garbage collection
 that holds the interpreter lock) costs in a process set up as `python app.py --model demo` sets one up, with
 start-up's objects frozen (`policy.tune_server_process`, as `python app.py` does) and not, each in a process of its
-own; writes docs/collection.json.
-Usage: python scripts/measure_serving.py [--out docs/serving.json]
-       python scripts/measure_serving.py --collection [--out docs/collection.json]
+own; writes docs/results/measure-serving-collection.json.
+Usage: python scripts/measure_serving.py [--out docs/results/measure-serving.json]
+       python scripts/measure_serving.py --collection [--out docs/results/measure-serving-collection.json]
 """
 
 from __future__ import annotations
@@ -141,7 +142,8 @@ def collection(out: Path) -> int:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=None,
-                        help="default docs/serving.json, or docs/collection.json with --collection")
+                        help="default docs/results/measure-serving.json, "
+                             "or docs/results/measure-serving-collection.json with --collection")
     parser.add_argument("--collection", action="store_true",
                         help="measure a clean-up's garbage collection, start-up frozen and not")
     parser.add_argument("--collection-child", choices=("frozen", "thawed"), help=argparse.SUPPRESS)
@@ -150,8 +152,8 @@ def main(argv=None) -> int:
         print(json.dumps(collection_child(args.collection_child == "frozen")))
         return 0
     if args.collection:
-        return collection(args.out or ROOT / "docs" / "collection.json")
-    args.out = args.out or ROOT / "docs" / "serving.json"
+        return collection(args.out or ROOT / "docs" / "results" / "measure-serving-collection.json")
+    args.out = args.out or ROOT / "docs" / "results" / "measure-serving.json"
     ctx = make_context(Session(), models=["demo"], default_model="demo", default_profile="cpu")
     ensure_loaded(ctx)
     demo = build_blocks(ctx)

@@ -103,9 +103,9 @@ class SlidingWindowSelfAttention(nn.Module):
     with the length and the work is one fused SDPA call over (B*blocks, H, w, d) instead of chunk copies. The
     4-D layout matters: on CPU a 5-D (B, H, blocks, ...) call falls back to SDPA's math path, which was slower
     than eager. Blocks of w/2 or w/4 (`query_block_divisor`) waste less of the band but were slower in the whole
-    model: more mask and more key copies (`python -m longqa bench levers`, docs/cpu-floor). On a CPU the band goes to
-    a band kernel instead where one runs (`use_band_kernel`; bf16 with AVX-512 BF16, fp32 with AVX2): one call per
-    layer over exactly the band, without padded copies or a mask (strategies/band_kernel.py).
+    model: more mask and more key copies (`python -m longqa bench levers`, docs/results/cpu-floor). On a CPU the band
+    goes to a band kernel instead where one runs (`use_band_kernel`; bf16 with AVX-512 BF16, fp32 with AVX2): one call
+    per layer over exactly the band, without padded copies or a mask (strategies/band_kernel.py).
     """
 
     query_block_divisor = 1  # blocks of w / this many queries, each over its w/divisor + 2w keys
@@ -269,7 +269,7 @@ def _split_fused_projection(module, state_dict, prefix, local_metadata) -> None:
 def first_row_bidirectional_mask(config, inputs_embeds, attention_mask, **kwargs):
     """transformers' `create_bidirectional_mask` for the first query row only: (B, 1, 1, L) instead of (B, 1, L, L).
     LongformerModel.forward materializes the full mask and keeps only `[:, 0, 0, :]` (a padding mask, the same in
-    every row), which cost about 70 ms of CPU per 4,096-token window (docs/cpu-floor/amx.md)."""
+    every row), which cost about 70 ms of CPU per 4,096-token window (docs/cpu-floor-amx.md)."""
     return create_bidirectional_mask(config, inputs_embeds[:, :1], attention_mask,
                                      encoder_hidden_states=inputs_embeds, **kwargs)
 
@@ -332,7 +332,7 @@ class FastAttention(Strategy):
     on the project's band kernels on CPU (bf16 with AVX-512 BF16, fp32 with AVX2).
 
     Saves: attention time and memory: the eager implementation spends most of its time copying and masking
-        chunks; the gain grows with the length and the batch (measured in docs/bench-cpu). Same weights and
+        chunks; the gain grows with the length and the batch (measured in docs/results/bench-cpu). Same weights and
         state dict, same outputs (within 1e-4 of eager in fp32; bf16 within eager's own rounding).
     Costs: on SDPA, keys are computed in bands of 3w for blocks of w queries, so about 1.5× the band's
         arithmetic, and one additive mask per forward (B × L × (G+3w) in the model's dtype); a band kernel (on CPU)

@@ -20,7 +20,7 @@ class GradientCheckpointing(Strategy):
 
     Saves: activation memory of a TRAINING step (forward + backward): the per-layer activations are not kept,
         only each layer's input. Nothing at inference: no activations are stored for a backward pass there.
-    Costs: one extra forward per layer in the backward pass (the training-step rows of docs/bench-cpu time it).
+    Costs: one extra forward per layer in the backward pass (the training-step rows of docs/results/bench-cpu time it).
     Requires: a model with `supports_gradient_checkpointing` (Longformer has it); training mode to act.
     """
 

@@ -21,9 +21,9 @@ class Int8Dynamic(Strategy):
 
     Saves: about 3/4 of the Linear weight memory (most of the model) compared with fp32; int8 matmuls where
         the CPU has VNNI. Activations stay fp32 between the layers, so the peak falls far less than the
-        weights do (measured in docs/bench-cpu).
+        weights do (measured in docs/results/bench-cpu).
     Costs: accuracy of int8 activations (the top answer can change); quantization at load time; on CPUs with
-        native bf16, bf16 is faster and smaller (docs/bench-cpu).
+        native bf16, bf16 is faster and smaller (docs/results/bench-cpu).
     Requires: CPU execution (the quantized kernels are CPU-only); fp32 weights to start from.
     """
 

@@ -28,7 +28,7 @@ CUDA_CONTEXT_BYTES = 600 * 10**6  # CUDA context + cuBLAS workspace outside torc
 #                                   on our GPUs; torch 2.x typically shows 0.4-0.6 GB in NVML before any tensor)
 CUDA_ALLOCATOR_SLACK = 0.10  # reserved over allocated in torch's caching allocator, for the "fits" decision
 # A fresh process's memory before it loads a model (python, torch, transformers and this package imported), for a
-# CPU plan of another machine: the bench workers' `runtime_rss_bytes` in docs/bench-cpu-calibration (0.433 GB,
+# CPU plan of another machine: the bench workers' `runtime_rss_bytes` in docs/results/bench-cpu-calibration (0.433 GB,
 # 16 rows within 1.3 MB; AMD EPYC with avx512_bf16, kind A). The page's own process also holds gradio.
 CPU_PROCESS_BYTES = 433 * 10**6
 DTYPE_BYTES = {torch.float32: 4, torch.float16: 2, torch.bfloat16: 2}

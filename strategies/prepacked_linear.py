@@ -205,7 +205,7 @@ class PrepackedLinear(Strategy):
 
     Saves: time: the Linear layers are most of a window's arithmetic, and eager `F.linear` re-lays the weight
         out and adds the bias in a separate pass on every call, the residual adds and the GELU in passes of their
-        own (measured in docs/cpu-floor).
+        own (measured in docs/results/cpu-floor).
     Costs: packing at load time (well under a second for Longformer-base); no backward: a training step unpacks
         the layers for its duration and packs them again after; the layers run on CPU only. Memory unchanged: the
         packed weight replaces the plain one.

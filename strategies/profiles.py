@@ -78,8 +78,9 @@ def _row(name, targets, strategies=(), **settings) -> Profile:
     return Profile(name, targets, tuple(strategies), **settings)
 
 
-# `speed_rank`: fastest first. On CPU the order is measured (docs/bench-cpu); the GPU order follows the strategies
-# (bigger batches and the fused attention first, quantization and offload last) until a GPU bench row measures it.
+# `speed_rank`: fastest first. On CPU the order is measured (docs/results/bench-cpu); the GPU order follows the
+# strategies (bigger batches and the fused attention first, quantization and offload last) until a GPU bench row
+# measures it.
 PROFILES: dict[str, Profile] = {profile.name: profile for profile in (
     _row("auto", "whatever is detected (resolves to a profile below)"),  # any machine: NVML/torch decide
     _row("rtx-3090-24gb", "RTX 3090/4090, 24 GB",  # Ampere/Ada consumer cards, 24 GB

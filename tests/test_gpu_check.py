@@ -69,9 +69,9 @@ def test_a_custom_stack_takes_strategy_options():
 
 
 def test_dry_mode_refuses_to_write_the_gpu_results():
-    done = subprocess.run([str(SCRIPT), "--dry", "--out", "docs/bench-gpu"], cwd=PROJECT_ROOT, capture_output=True,
-                          text=True, timeout=30)
-    assert done.returncode == 2 and "never writes docs/bench-gpu" in done.stderr
+    done = subprocess.run([str(SCRIPT), "--dry", "--out", "docs/results/bench-gpu"], cwd=PROJECT_ROOT,
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 2 and "never writes docs/results/bench-gpu" in done.stderr
 
 
 def test_without_torch_it_stops_before_any_step_and_names_the_interpreter(tmp_path):
