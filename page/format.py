@@ -9,6 +9,7 @@ cells escaped (`table_html`), so that it shows as text.
 from __future__ import annotations
 
 import html
+import math
 import numbers
 import re
 
@@ -520,6 +521,28 @@ def history_frame(history: list[dict]) -> pd.DataFrame:
                      PLOT_LATENCY: h["latency_s"], "strategies": ", ".join(h.get("strategies") or []) or MISSING,
                      "reading": h.get("reading") or MISSING})
     return pd.DataFrame(rows, columns=PLOT_COLUMNS)
+
+
+PLOT_HEADROOM = 1.05  # the tallest bar stops at least this far under the plot's top: its value is read, not cut
+PLOT_TOPS = (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10)
+
+
+def plot_top(values: list[float]) -> float | None:
+    """The top of a bar plot's y axis over `values`: the first round number (`PLOT_TOPS` times a power of ten) at
+    least `PLOT_HEADROOM` times the largest, as a chart's "nice" axis ends; None without a positive value (the
+    plot's own scale then)."""
+    largest = max((value for value in values if value is not None and math.isfinite(value)), default=0.0)
+    if largest <= 0:
+        return None
+    wanted = largest * PLOT_HEADROOM
+    power = 10.0 ** math.floor(math.log10(wanted))
+    return next(float(f"{step * power:.12g}") for step in PLOT_TOPS if step * power >= wanted * (1 - 1e-9))
+
+
+def plot_limits(history: list[dict]) -> dict[str, list[float | None]]:
+    """Each bar plot's y range over the history (`history_frame`'s columns): from zero to `plot_top`."""
+    frame = history_frame(history)
+    return {column: [0, plot_top([float(value) for value in frame[column]])] for column in (PLOT_MEMORY, PLOT_LATENCY)}
 
 
 PROFILE_COLOURS = ["#2563eb", "#f97316", "#16a34a", "#dc2626", "#9333ea", "#0891b2", "#ca8a04", "#db2777",

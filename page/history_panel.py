@@ -23,8 +23,9 @@ def build_history_panel() -> dict:
     # What gradio 6.31 draws right (tests/test_app_browser.py counts the bars drawn in Chromium):
     # - An update carries the plot's data only. An update that also changes a plot property (y_lim, sort, ...)
     #   rebuilds the chart from the data the plot held before the update, while the new data goes to the chart
-    #   being replaced: the bars lagged one answer behind the table. So the y axis is fixed from zero here (left
-    #   alone, it starts at the smallest bar and hides it).
+    #   being replaced: the bars lagged one answer behind the table. So the y axis starts from zero here (left
+    #   alone, it starts at the smallest bar and hides it), and its top (`format.plot_top`: with y_lim set, Vega-Lite
+    #   leaves the axis un-"niced", and the tallest bar touched the plot's top) comes after the data, with the colours.
     # - No data until the first answer: a chart first drawn from an empty frame keeps that frame's layout after
     #   data arrives, its axis titles and labels cut; with none, the first answer draws it whole.
     # - Colour by profile: the chart's colour scale keeps the profiles of the data it was drawn from, and a bar of a
@@ -55,9 +56,18 @@ def plot_outputs(earlier: list[dict], runs: list[dict]) -> dict:
     """Both plots' new data, one bar per run of `runs`, after `earlier` runs: the data alone, but for the page's
     first data, which comes with the profiles' colours (see build_history_panel)."""
     plotted = fmt.history_frame(runs)
-    colours = {} if earlier else {"color_map": profile_colours(runs)}
+    if earlier:
+        return {"memory_plot": gr.update(value=plotted), "latency_plot": gr.update(value=plotted)}
     # one update per plot: gradio takes the value out of the update it processes
-    return {"memory_plot": gr.update(value=plotted, **colours), "latency_plot": gr.update(value=plotted, **colours)}
+    return dict(zip(("memory_plot", "latency_plot"), plot_properties(runs, value=plotted)))
+
+
+def plot_properties(runs: list[dict], **value) -> tuple[dict, dict]:
+    """Each plot's properties over the history `runs`: the profiles' colours and the y axis's range (and `value`,
+    for the page's first data)."""
+    colours, limits = profile_colours(runs), fmt.plot_limits(runs)
+    return (gr.update(color_map=colours, y_lim=limits[fmt.PLOT_MEMORY], **value),
+            gr.update(color_map=colours, y_lim=limits[fmt.PLOT_LATENCY], **value))
 
 
 def history_outputs(runs: list[dict] | None, readouts: list[Readout], documents: list[str] | None = None) -> dict:
@@ -74,10 +84,10 @@ def history_outputs(runs: list[dict] | None, readouts: list[Readout], documents:
 
 
 def recolour_after(history: dict, *events) -> None:
-    """After each event that adds runs: the plots' colours for the profiles in the history (see build_history_panel)."""
+    """After each event that adds runs: the plots' colours for the profiles in the history and their y axes' tops
+    over its runs (see build_history_panel)."""
     def recolour(runs):
-        colours = profile_colours(runs or [])
-        return gr.update(color_map=colours), gr.update(color_map=colours)
+        return plot_properties(runs or [])
 
     for event in events:
         event.then(recolour, inputs=history["history"], outputs=[history["memory_plot"], history["latency_plot"]],

@@ -121,9 +121,10 @@ def test_run_history_grows_per_page_and_feeds_the_plots(ctx):
         for plot in ("memory_plot", "latency_plot"):
             # the plot's whole data and, after the first, nothing else: an update that also changes a plot property
             # makes gradio 6.31 draw the data the plot held before (tests/test_app_browser.py counts the bars drawn);
-            # the first data comes with the colours, so the chart is drawn once, coloured
-            extra = {"color_map"} if runs == 1 else set()
+            # the first data comes with the colours and the y axis's top, so the chart is drawn once, coloured
+            extra = {"color_map", "y_lim"} if runs == 1 else set()
             assert set(out[plot]) == {"__type__", "value"} | extra and len(out[plot]["value"]) == runs
+    assert first["latency_plot"]["y_lim"] == [0, ui_format.plot_top([first["readout"]["latency_s"]["total"]])]
     assert first["memory_plot"]["color_map"] == first["latency_plot"]["color_map"] == {"cpu": ui_format.PROFILE_COLOURS[list(PROFILES).index("cpu")]}
     assert second["memory_plot"]["value"]["run"].tolist() == ["01", "02"]
     assert second["memory_plot"]["value"]["profile"].tolist() == ["cpu", "cpu"]  # the bars' colour

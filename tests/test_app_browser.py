@@ -49,6 +49,14 @@ SIDEWAYS = """selector => Array.from(document.querySelectorAll(`${selector}, ${s
     ['auto', 'scroll'].includes(getComputedStyle(element).overflowX) && element.scrollWidth > element.clientWidth + 1
     ).map(element => `${element.className}: ${element.scrollWidth} px in ${element.clientWidth}`)"""
 
+# Per plot: how far the tallest bar's top stands under the top of the plot's frame, in pixels.
+BAR_ROOM = """() => Object.fromEntries(Array.from(document.querySelectorAll('#plots > *'), block => {
+    const frame = block.querySelector('.role-frame path.background');
+    const tops = Array.from(block.querySelectorAll('.mark-rect path'), bar => bar.getBoundingClientRect().top);
+    return [block.querySelector('[data-testid=block-info]')?.innerText.trim(),
+            frame && tops.length ? Math.min(...tops) - frame.getBoundingClientRect().top : null];
+}))"""
+
 AXIS_TITLES = """() => Object.fromEntries(Array.from(document.querySelectorAll('#plots > *'), block => [
     block.querySelector('[data-testid=block-info]')?.innerText.trim(),
     Array.from(block.querySelectorAll('.role-axis-title text'), title => title.textContent).sort()]))"""
@@ -218,6 +226,15 @@ def assert_plots_match_history(page, runs: int) -> None:
     assert drawn_runs(page) == expected, "a plot changed after it matched the history"
 
 
+def assert_room_over_the_tallest_bar(page) -> None:
+    """Each plot's y axis ends over its tallest bar (`ui_format.plot_top`): the bar never touches the plot's top."""
+    try:
+        wait_until(lambda: all(room is not None and room > 5 for room in page.evaluate(BAR_ROOM).values()),
+                   timeout_s=PLOT_SETTLE_S)
+    except AssertionError:
+        raise AssertionError(f"the tallest bars stand {page.evaluate(BAR_ROOM)} px under their plots' tops") from None
+
+
 def assert_bars_coloured_by_profile(page, ctx) -> None:
     """Each plot fills each bar with its run's profile's colour (`ui_format.profile_colours`)."""
     profiles = [ctx_profile.split(" (")[0] for ctx_profile in history_column(page, "profile")]
@@ -276,6 +293,7 @@ def test_upload_ask_highlight_readouts_switch_profile_and_plots(page, served, lo
     answer = ask(page, example.question)
     assert_plots_match_history(page, 1)
     assert_bars_coloured_by_profile(page, ctx)  # the first data, drawn once with its colours
+    assert_room_over_the_tallest_bar(page)
     assert_dropdowns_show_loaded(page, ctx)
     assert page.evaluate(AXIS_TITLES) == {  # drawn whole: a chart laid out for no data cuts its axis titles
         "Peak memory by run": ["peak memory (MB, GPU else host RSS)", "run"],
@@ -312,6 +330,7 @@ def test_upload_ask_highlight_readouts_switch_profile_and_plots(page, served, lo
     assert history_column(page, "profile") == ["cpu", "baseline-fp32"]
     assert history_column(page, "reading") == ["full", "full"]  # the samples are short: auto reads whole
     assert_bars_coloured_by_profile(page, ctx)
+    assert_room_over_the_tallest_bar(page)
     assert_dropdowns_show_loaded(page, ctx)
 
     if HAS_DEMO:  # the bundled demo model answering a bundled example

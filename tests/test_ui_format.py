@@ -151,6 +151,15 @@ def test_history_frame_uses_gpu_peak_else_host_peak():
     assert list(ui_format.history_frame(guided)["reading"]) == ["guided"]
     assert ui_format.history_rows(guided)[0][6] == "guided"
     assert ui_format.history_frame([]).empty
+    assert ui_format.plot_limits(history) == {ui_format.PLOT_MEMORY: [0, 2500.0], ui_format.PLOT_LATENCY: [0, 2.0]}
+
+
+def test_a_plots_top_is_a_round_number_over_its_tallest_bar():
+    for values, top in (([830.0], 1000.0), ([0.4], 0.5), ([100.0, 3.0], 120.0), ([0.28], 0.3), ([5.1], 6.0),
+                        ([0.021], 0.025), ([float("nan"), 3.0], 4.0)):
+        assert ui_format.plot_top(values) == top
+        assert top >= max(v for v in values if v == v) * ui_format.PLOT_HEADROOM  # room over the tallest bar
+    assert ui_format.plot_top([]) is None and ui_format.plot_top([0.0]) is None  # the plot's own scale then
 
 
 def test_gpu_gauge_fractions_and_missing_nvml():
