@@ -100,7 +100,7 @@ def test_a_python_that_is_not_there_is_bad_usage(tmp_path):
 
 @pytest.mark.slow
 def test_dry_mode_runs_every_step_on_cpu(tmp_path):
-    gpu_results = PROJECT_ROOT / "docs" / "bench-gpu" / "results.json"
+    gpu_results = PROJECT_ROOT / "docs" / "results" / "bench-gpu" / "results.json"
     before = gpu_results.stat().st_mtime if gpu_results.exists() else None
     out = tmp_path / "dry"
     # PYTHON is this interpreter, the one with torch: python3 on PATH need not be (a virtual environment run as
