@@ -2,7 +2,7 @@
 a base-model window (4,096 tokens, 12 heads of 64, w = 256, a question of 24 global tokens), interleaved over rounds,
 the best time of each, its GFLOP/s of needed work (2w+1 keys per query) and the ratio:
 
-    python -m longqa bench kernels [--out docs/results/cpu-floor] [--rounds 8] [--threads N] [--also REV]
+    python -m bench kernels [--out docs/results/cpu-floor] [--rounds 8] [--threads N] [--also REV]
 
 `--also REV` times the AMX kernel as it was at git revision REV beside them (built from that revision's source and
 header), for a before-and-after in one process. Writes band-kernels-<kind>.json and .md. Process CPU time is recorded beside wall time: on a loaded machine it is the
@@ -16,8 +16,8 @@ import time
 
 import torch
 
-from longqa.bench.kernel_revisions import kernel_at
-from longqa.bench.runner import measured_here, write_measurement
+from bench.kernel_revisions import kernel_at
+from bench.measured import measured_here, write_measurement
 from strategies import band_kernel
 
 SHAPE = {"batch": 1, "length": 4096, "heads": 12, "head_dim": 64, "window": 256, "n_global": 24}
@@ -101,7 +101,7 @@ def format_markdown(result: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m longqa bench kernels", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m bench kernels", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="docs/results/cpu-floor")
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--threads", type=int, default=None, help="default: torch's")
@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     result = measured_here(lambda: measure(args.rounds, args.also))
-    result["command"] = "python -m longqa bench kernels" + (
+    result["command"] = "python -m bench kernels" + (
         f" --threads {args.threads}" if args.threads else "") + (
         f" --rounds {args.rounds}" if args.rounds != 8 else "") + (f" --also {args.also}" if args.also else "")
     stem = f"band-kernels-{result['machine']['kind']}" + (f"-{args.threads}-thread" if args.threads else "")

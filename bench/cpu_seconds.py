@@ -8,7 +8,7 @@ memory bandwidth still shared). In one process, interleaved over rounds, best of
 - the `cpu` forward of one window, with each bf16 band kernel variant that runs here (AMX, AVX-512 BF16), and the
   CPU seconds its Linear layers took inside it (per shape, against the same shapes alone).
 
-    python -m longqa bench cpu-seconds [--out docs/results/cpu-floor] [--rounds 4] [--also REV]
+    python -m bench cpu-seconds [--out docs/results/cpu-floor] [--rounds 4] [--also REV]
 
 `--also REV` adds the window with the AMX band kernel as it was at git revision REV, for a before-and-after in one
 process. Writes cpu-seconds-<kind>.json and .md.
@@ -23,9 +23,9 @@ from collections import defaultdict
 
 import torch
 
-from longqa.bench.floor import Shapes, band_products, linear_shapes, window_flops
-from longqa.bench.kernel_revisions import computing_with, kernel_at
-from longqa.bench.runner import measured_here, write_measurement
+from bench.floor import Shapes, band_products, linear_shapes, window_flops
+from bench.kernel_revisions import computing_with, kernel_at
+from bench.measured import measured_here, write_measurement
 from longqa.loader import load_model
 from longqa.models import model_config
 from strategies import band_kernel
@@ -200,13 +200,13 @@ def format_markdown(result: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m longqa bench cpu-seconds", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m bench cpu-seconds", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="docs/results/cpu-floor")
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--also", metavar="REV", help="also the window with the AMX kernel as it was at this revision")
     args = parser.parse_args(argv)
     result = measured_here(lambda: measure(args.rounds, args.also))
-    result["command"] = "python -m longqa bench cpu-seconds" + (
+    result["command"] = "python -m bench cpu-seconds" + (
         f" --rounds {args.rounds}" if args.rounds != 4 else "") + (f" --also {args.also}" if args.also else "")
     write_measurement(args.out, f"cpu-seconds-{result['machine']['kind']}", result, format_markdown(result))
     return 0

@@ -1,10 +1,10 @@
-"""Time to a first answer (`python -m longqa bench first-answer`): one model on one profile, a PDF of `--pages`
+"""Time to a first answer (`python -m bench first-answer`): one model on one profile, a PDF of `--pages`
 pages (100 pages: about 13 windows of 4,096 tokens) read whole, guided in whole windows, and guided in windows sized
 to the ranked passage (`EngineSettings.passage_window_tokens`), in one process, the guided reads alternating: the
 seconds a window, the first candidate (the first batch's end, heard through `on_window_progress`), the end, and what
 the plan expected the read to take before it began (issue 50 items 3 and 4). docs/reading.md keeps the numbers.
 
-It measures (`measure`); `longqa.bench.first_answer_report` makes the table.
+It measures (`measure`); `bench.first_answer_report` makes the table.
 """
 
 from __future__ import annotations
@@ -16,10 +16,11 @@ import time
 
 import torch
 
-from longqa.bench.first_answer_report import markdown
-from longqa.bench.runner import machine_info, write_measurement
-from longqa.bench.streaming import pdf_bytes
-from longqa.demo_model import eval_task
+from bench.first_answer_report import markdown
+from bench.measured import write_measurement
+from longqa.bench.runner import machine_info
+from bench.streaming import pdf_bytes
+from evals import eval_task
 from longqa.loader import load_model
 from longqa.session import read_documents
 from longqa_core import answering
@@ -94,7 +95,7 @@ def measure(model: str, profile: str, pages: int, sized_tokens: int, rounds: int
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m longqa bench first-answer", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m bench first-answer", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="arch:large")
     parser.add_argument("--profile", default="cpu")
@@ -107,6 +108,6 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     result = measure(args.model, args.profile, args.pages, args.sized_tokens, args.rounds)
-    result["command"] = "python -m longqa bench first-answer " + " ".join(argv)
+    result["command"] = "python -m bench first-answer " + " ".join(argv)
     write_measurement(args.out, "first-answer", result, markdown(result))
     return 0

@@ -1,4 +1,4 @@
-"""The table of `longqa.bench.first_answer`'s measurement: each read's seconds a window, first candidate and end,
+"""The table of `bench.first_answer`'s measurement: each read's seconds a window, first candidate and end,
 against what its plan expected, and the sized guided read against the whole-window one (medians of the rounds,
 side by side). It formats; it measures nothing."""
 

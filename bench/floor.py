@@ -1,8 +1,9 @@
 """The compute floor of one window on this machine: the window's FLOPs counted from the model's config, divided by
 the throughput this CPU reaches on the model's own matrix shapes, per precision the profiles use.
 
-Measures and counts; never formats (`longqa.bench.report` does) and never loads a model (only its config).
-`python -m longqa.bench.floor OUT.json [--model M]` measures in a fresh process for the bench's runner.
+Measures and counts; never formats (`longqa.bench.report` does, and scales a recorded floor to a row's window) and
+never loads a model (only its config). `python -m bench.floor OUT.json [--model M]` measures in a fresh process, as
+`longqa bench` runs it from a checkout for its "× floor" column; `python -m bench floor` prints it.
 """
 
 from __future__ import annotations
@@ -11,15 +12,20 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 import time
 import warnings
 from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
+from longqa.bench.report import format_floor
+from longqa.bench.runner import machine_info, run_floor
 from longqa.models import model_config
+from longqa_core.errors import InputError
 from strategies.hardware import Hardware, cpu_flags, detect_hardware
 
 PRECISIONS = ("fp32", "bf16", "int8")  # int8: torch.ao dynamic-quantized Linear layers, fp32 attention band
@@ -120,21 +126,6 @@ class Floor:
 def floor_seconds(flops: WindowFlops, linear_flops_per_s: float, band_flops_per_s: float) -> float:
     """A window's floor: its linear FLOPs at the linear layers' throughput plus its band at the band's."""
     return flops.linear / linear_flops_per_s + flops.band / band_flops_per_s
-
-
-def floor_for_tokens(floor: dict, precision: str, shapes: Shapes, tokens: int,
-                     band_at_linear_rate: bool = False) -> float | None:
-    """The floor of a window of `tokens` tokens in `precision`, from a recorded floor's throughputs (a results.json's
-    `floor`); None when that precision was not measured. With `band_at_linear_rate`, the second floor: the band's
-    needed products (2w+1 keys per query) counted at the Linear layers' rate, as a kernel that multiplies the band
-    as fast as the CPU multiplies the model's matrices would (on AMX CPUs far below the first floor, whose band rate
-    is PyTorch's bare batched products of SDPA-shaped blocks)."""
-    measured = (floor.get("precisions") or {}).get(precision)
-    if not measured:
-        return None
-    linear_rate = measured["linear_flops_per_s"]
-    band_rate = linear_rate if band_at_linear_rate else measured["band_flops_per_s"]
-    return floor_seconds(window_flops(shapes, tokens), linear_rate, band_rate)
 
 
 def hardware_for(kind: str) -> Hardware:
@@ -257,22 +248,29 @@ def measure_floor(model_ref: str = "arch:base", *, tokens: int = FLOOR_TOKENS, r
                  load_average=list(os.getloadavg()) if hasattr(os, "getloadavg") else None)
 
 
-# ------------------------------------------------------------------------------------------------ which floor
-def row_precision(strategies, dtype: str | None) -> str | None:
-    """The precision a bench row's matrix products run in, from what the row loaded (its resolved strategies and
-    weight dtype): "int8" for int8_dynamic (the cpu profile without native bf16), "bf16" for bf16 weights (the cpu
-    profile with it), "fp32" for fp32; None for what has no CPU floor here (fp16, bitsandbytes)."""
-    if "int8_dynamic" in (strategies or []):
-        return "int8"
-    if dtype == "bfloat16":
-        return "bf16"
-    if dtype == "float32":
-        return "fp32"
-    return None
-
-
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m longqa.bench.floor")
+    parser = argparse.ArgumentParser(prog="python -m bench floor", description="this CPU's compute floor of one "
+                                     "window of --model per precision, measured in a fresh process as `longqa bench` "
+                                     "measures it for its \"× floor\" column: printed, and written to --out/floor.json "
+                                     "with the machine")
+    parser.add_argument("--model", default="arch:base")
+    parser.add_argument("--out", default="bench-results", help="output folder (default bench-results/)")
+    args = parser.parse_args(argv)
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    machine = machine_info(detect_hardware())
+    with tempfile.TemporaryDirectory(prefix="longqa-floor-") as work_dir:
+        floor = run_floor(args.model, Path(work_dir), out_dir / "floor.log")
+    if floor.get("error"):
+        raise InputError(f"Could not measure the floor: {floor['error']}")
+    (out_dir / "floor.json").write_text(json.dumps({"machine": machine, "floor": floor}, indent=2))
+    print(format_floor(floor, machine))
+    return 0
+
+
+def measure_to(argv: list[str]) -> int:
+    """The floor's own process: `python -m bench.floor OUT.json [--model M]` writes the floor as JSON."""
+    parser = argparse.ArgumentParser(prog="python -m bench.floor")
     parser.add_argument("out", help="where to write the floor as JSON")
     parser.add_argument("--model", default="arch:base")
     parser.add_argument("--tokens", type=int, default=FLOOR_TOKENS)
@@ -285,4 +283,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))
+    raise SystemExit(measure_to(sys.argv[1:]))

@@ -1,5 +1,5 @@
 """A band kernel as it was at an earlier git revision, built and loaded beside today's, so that a measurement can set
-the two side by side in one process (`python -m longqa bench kernels --also REV`, `python -m longqa bench
+the two side by side in one process (`python -m bench kernels --also REV`, `python -m bench
 cpu-seconds --also REV`). A measuring tool only: the product never loads an old kernel.
 """
 

@@ -2,7 +2,7 @@
 arch:base (random weights) for each variant of the `cpu` stack this CPU resolves to, interleaved over rounds (best of
 the rounds per variant), beside this CPU's measured floor:
 
-    python -m longqa bench levers [--out docs/results/cpu-floor] [--rounds 6] [--compile] [--cpu-kind avx2]
+    python -m bench levers [--out docs/results/cpu-floor] [--rounds 6] [--compile] [--cpu-kind avx2]
 
 Variants: the stack before this work (the attention's plan rebuilt in every layer, the band on SDPA), the plan
 once per forward, prepacked oneDNN Linear layers, the band kernel (today's `cpu` where it runs: bf16 with AVX-512
@@ -27,11 +27,15 @@ from torch.nn import functional as F
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 from transformers.masking_utils import create_bidirectional_mask
 
-from longqa.bench.floor import best_time_s, hardware_for, kind_name, measure_floor, row_precision
-from longqa.bench.runner import cpu_flags, cpu_model, write_measurement
-from longqa.bench.worker import window_batch
+from bench.floor import best_time_s, hardware_for, kind_name, measure_floor
+from bench.measured import write_measurement
+from longqa.bench.report import row_precision
+from longqa.bench.runner import cpu_flags, cpu_model
+from longqa.bench.worker import agreement_inputs
 from longqa.loader import load_model
 from longqa_core import batching, telemetry
+from longqa_core.limits import EngineSettings
+from longqa_core.windows import make_windows
 from strategies import band_kernel, fast_attention
 from strategies.fast_attention import BandPlanCache, SlidingWindowSelfAttention
 from strategies.hardware import detect_hardware
@@ -184,8 +188,17 @@ def attention_alone(dtype: torch.dtype, rounds: int) -> dict:
     return result
 
 
+def window_batch(tokenizer, tokens: int, batch: int = 1) -> dict[str, torch.Tensor]:
+    """Model inputs of `batch` copies of one window of at most `tokens` tokens: the first agreement input's question
+    and document as the engine windows them, for timing bare forward passes."""
+    check = agreement_inputs(tokenizer, tokens, 1)[0]
+    settings = EngineSettings(max_seq_len=tokens).resolved(tokenizer)
+    windows, _ = make_windows(tokenizer, check.question, [check.document], settings)
+    return batching.collate([windows[0]] * batch, tokenizer.pad_token_id)  # (B, L) each
+
+
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m longqa bench levers")
+    parser = argparse.ArgumentParser(prog="python -m bench levers")
     parser.add_argument("--out", default="docs/results/cpu-floor")
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--compile", action="store_true", help="also time torch.compile of the encoder layers, "
@@ -270,7 +283,7 @@ def main(argv: list[str]) -> int:
              "x_before": v.best_s / variants[0].best_s, "max_abs_logit_gap_vs_before": gaps[v.name],
              "rss_after_last_run_bytes": v.rss_after_bytes}
             for v in variants]
-    result = {"command": "python -m longqa bench levers " + " ".join(argv), "cpu": cpu_model(),
+    result = {"command": "python -m bench levers " + " ".join(argv), "cpu": cpu_model(),
               "cpu_kind": kind, "cpu_flags": cpu_flags(), "threads": cores, "load_average_at_start": load_average,
               "torch": torch.__version__, "python": platform.python_version(), "model": MODEL, "tokens": TOKENS,
               "stack": resolved, "band_kernel": band_kernel.status(attention_dtype), "floor_precision": precision,

@@ -1,6 +1,6 @@
 """The reading sweep's report: guided against full per document length (speed-up, what ran before the first forward
 pass as a share of the answer), reading.json, reading.md and a log-log plot. It measures nothing
-(`longqa.bench.reading_sweep` does)."""
+(`bench.reading_sweep` does)."""
 
 from __future__ import annotations
 

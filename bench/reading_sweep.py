@@ -1,9 +1,9 @@
-"""The cost-growth curve of reading (`python -m longqa bench --reading full,guided`): one question over documents of
+"""The cost-growth curve of reading (`python -m bench reading --modes full,guided`): one question over documents of
 growing length, read in full and guided, each row measured in a fresh process
-(`python -m longqa.bench.reading_sweep SPEC.json RESULT.json`): seconds per stage (reading the file, tokenizing,
+(`python -m bench.reading_sweep SPEC.json RESULT.json`): seconds per stage (reading the file, tokenizing,
 ranking, forward, decoding), windows read and peak memory.
 
-It measures; `longqa.bench.reading_report` makes the ratios, Markdown and the plot. A full read too long to run
+It measures; `bench.reading_report` makes the ratios, Markdown and the plot. A full read too long to run
 (over `--max-full-tokens`) is predicted from the largest full read measured, and says so.
 """
 
@@ -22,9 +22,9 @@ from pathlib import Path
 from tqdm import tqdm
 
 from longqa.arguments import positive_int, positive_int_list
-from longqa.bench.reading_report import write_reading_report
+from bench.reading_report import write_reading_report
 from longqa.bench.runner import PROJECT_ROOT, machine_info, prepare_model, worker_env
-from longqa.demo_model import eval_task
+from evals import eval_task
 from longqa.loader import load_model
 from longqa.session import read_documents
 from longqa_core import answering
@@ -90,11 +90,11 @@ def plan_specs(args, model: str, folder: Path) -> list[SweepSpec]:
     specs = []
     for doc_tokens in args.doc_tokens:
         path, item = write_document(doc_tokens, folder)
-        for mode in args.reading:
+        for mode in args.modes:
             if mode == "full" and doc_tokens > args.max_full_tokens:
                 continue  # predicted afterwards from the largest full read measured
             weak = 0.0 if model.startswith("arch:") else None
-            specs.append(SweepSpec(model, args.profile_name, mode, doc_tokens, str(path), item.question,
+            specs.append(SweepSpec(model, args.profile, mode, doc_tokens, str(path), item.question,
                                    item.answer, item.answer_start, weak))
     return specs
 
@@ -104,7 +104,7 @@ def run_row(spec: SweepSpec, work_dir: Path, log_path: Path) -> dict:
     result_path = work_dir / f"{spec.mode}-{spec.doc_tokens}.result.json"
     spec_path.write_text(json.dumps(asdict(spec)))
     with open(log_path, "a") as log:
-        done = subprocess.run([sys.executable, "-m", "longqa.bench.reading_sweep", str(spec_path), str(result_path)],
+        done = subprocess.run([sys.executable, "-m", "bench.reading_sweep", str(spec_path), str(result_path)],
                               stdout=log, stderr=subprocess.STDOUT, env=worker_env(), cwd=PROJECT_ROOT)
     if done.returncode != 0 or not result_path.exists():
         return {"mode": spec.mode, "doc_tokens": spec.doc_tokens, "error": f"worker exited {done.returncode}"}
@@ -141,19 +141,17 @@ def predict_full_rows(rows: list[dict], doc_tokens: list[int]) -> list[dict]:
 
 def run(args) -> int:
     """Measure every row of the sweep in its own process, predict the full reads not run, write the report."""
-    modes = args.reading
+    modes = args.modes
     if any(m not in READING_MODES for m in modes):
-        raise InputError(f"--reading takes {', '.join(READING_MODES)}, got {','.join(modes)}.")
+        raise InputError(f"--modes takes {', '.join(READING_MODES)}, got {','.join(modes)}.")
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     hardware = detect_hardware()
-    profiles = [p for p in args.profiles.split(",") if p and p != "all"] or ["cpu"]
-    args.profile_name = profiles[0]
     prepare_model(args.model)
-    command = ["python", "-m", "longqa", "bench", "--model", args.model, "--profiles", args.profile_name,
-               "--reading", ",".join(modes), "--doc-tokens", ",".join(map(str, args.doc_tokens)),
+    command = ["python", "-m", "bench", "reading", "--model", args.model, "--profile", args.profile,
+               "--modes", ",".join(modes), "--doc-tokens", ",".join(map(str, args.doc_tokens)),
                "--max-full-tokens", str(args.max_full_tokens), "--out", str(args.out)]
-    results = {"model": args.model, "profile": args.profile_name, "command": shlex.join(command),
+    results = {"model": args.model, "profile": args.profile, "command": shlex.join(command),
                "started": datetime.datetime.now().isoformat(timespec="seconds"), "machine": machine_info(hardware),
                "settings": {"doc_tokens": args.doc_tokens, "reading": modes,
                             "max_full_tokens": args.max_full_tokens},
@@ -177,25 +175,31 @@ def run(args) -> int:
     return 1 if failed else 0
 
 
-def main(argv: list[str]) -> int:
+def measure_row(argv: list[str]) -> int:
+    """The worker: `python -m bench.reading_sweep SPEC.json RESULT.json` measures one row."""
     if len(argv) != 2:
-        print("usage: python -m longqa.bench.reading_sweep SPEC.json RESULT.json", file=sys.stderr)
+        print("usage: python -m bench.reading_sweep SPEC.json RESULT.json", file=sys.stderr)
         return 2
     spec = SweepSpec(**json.loads(Path(argv[0]).read_text()))
     Path(argv[1]).write_text(json.dumps(measure(spec)))
     return 0
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--reading", type=lambda text: [m.strip() for m in text.split(",") if m.strip()],
-                        help="measure the cost-growth curve of reading instead of the strategy table: comma-separated "
-                             "modes (full,guided), one question over documents of --doc-tokens tokens")
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench reading", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--modes", type=lambda text: [m.strip() for m in text.split(",") if m.strip()],
+                        default=["full", "guided"], help="comma-separated reading modes (default full,guided)")
+    parser.add_argument("--model", default="arch:base",
+                        help="checkpoint, local folder, 'demo', or 'arch:base'/'arch:large' (default arch:base)")
+    parser.add_argument("--profile", default="cpu", help="the profile every row runs (default cpu)")
     parser.add_argument("--doc-tokens", type=positive_int_list, default=DEFAULT_DOC_TOKENS,
-                        help="document lengths in tokens for --reading (default 10000,100000,500000,2000000)")
+                        help="document lengths in tokens (default 10000,100000,500000,2000000)")
     parser.add_argument("--max-full-tokens", type=positive_int, default=DEFAULT_MAX_FULL_TOKENS,
                         help="full reads of longer documents are predicted from the largest measured, not run "
                              "(default 100000)")
+    parser.add_argument("--out", default="bench-results", help="output folder (default bench-results/)")
+    return run(parser.parse_args(argv))
 
 
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))
+    raise SystemExit(measure_row(sys.argv[1:]))

@@ -1,4 +1,4 @@
-"""`python -m longqa bench --stream [--stream-pairs N] [--out DIR]`: what streaming the best answer so far costs and gains (issue 50 item 2), with
+"""`python -m bench stream [--pairs N] [--out DIR]`: what streaming the best answer so far costs and gains (issue 50 item 2), with
 the bundled demo model on the `cpu` profile, on a pasted text of about 1.5 MB and a 100-page PDF made from the demo
 model's generator with the fact late in the first tenth: the full read's seconds with a listener and without, side by
 side (alternating, so a changing load falls on both), and when the right answer first showed as the best so far,
@@ -16,7 +16,7 @@ import statistics
 import time
 from pathlib import Path
 
-from longqa.demo_model.demo_task import make_example
+from training.demo_task import make_example
 from longqa.models import DEMO_MODEL_DIR
 from longqa.session import read_documents, Session
 
@@ -134,19 +134,18 @@ def report_lines(measured: dict) -> list[str]:
     return lines
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--stream", action="store_true",
-                        help="measure streaming the best answer so far instead of the strategy table: the demo model's "
-                             "full reads of 1.5 MB pasted and a 100-page PDF with a listener and without, side by side "
-                             "(writes streaming.json in --out)")
-    parser.add_argument("--stream-pairs", type=int, default=2, metavar="N",
-                        help="with --stream: reads with and without a listener, N each (default 2)")
-
-
 def run(args) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    measured = measure(args.stream_pairs)
+    measured = measure(args.pairs)
     (out / "streaming.json").write_text(json.dumps(measured, indent=1))
     print("\n".join(report_lines(measured)))
     return 0
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench stream", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pairs", type=int, default=2, metavar="N",
+                        help="reads with and without a listener, N each (default 2)")
+    parser.add_argument("--out", default="bench-results", help="where streaming.json goes (default bench-results/)")
+    return run(parser.parse_args(argv))

@@ -2,7 +2,7 @@
 torch.profiler, operators' self CPU time grouped by kind, tokenizing and decoding timed around it, beside this
 CPU's measured floor:
 
-    python -m longqa bench window [--out docs/results/cpu-floor] [--cpu-kind detected|avx2|avx512-bf16] [--threads N]
+    python -m bench window [--out docs/results/cpu-floor] [--cpu-kind detected|avx2|avx512-bf16] [--threads N]
 
 Writes window-breakdown-<kind>.json and .md. An operator counts to the group of the nearest of itself and the
 operators that called it that names a group (a `copy_` inside `addmm` is the Linear layer's bias, inside `_to_copy`
@@ -22,9 +22,10 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from longqa.bench.floor import (Shapes, hardware_for, kind_name, linear_shapes, measure_floor,
-                                row_precision, window_flops)
-from longqa.bench.runner import cpu_flags, cpu_model, write_measurement
+from bench.floor import Shapes, hardware_for, kind_name, linear_shapes, measure_floor, window_flops
+from bench.measured import write_measurement
+from longqa.bench.report import row_precision
+from longqa.bench.runner import cpu_flags, cpu_model
 from longqa.bench.worker import agreement_inputs
 from longqa.loader import load_model
 from longqa.models import model_config
@@ -263,7 +264,7 @@ def format_markdown(result: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m longqa bench window", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m bench window", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="docs/results/cpu-floor")
     parser.add_argument("--cpu-kind", choices=("detected", "avx2", "avx512-bf16"), default="detected",
                         help="resolve the cpu profile as this kind of CPU would (default: as detected)")
@@ -286,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
                "load_average": list(os.getloadavg())}
     breakdown = profile_window(args.model, hardware, args.tokens, args.repeat)
     flops = window_flops(Shapes.from_config(model_config(args.model)), breakdown["window_tokens"])
-    command = "python -m longqa bench window" + "".join(
+    command = "python -m bench window" + "".join(
         f" {flag} {value}" for flag, value in (("--model", args.model), ("--out", args.out),
                                                ("--cpu-kind", args.cpu_kind), ("--threads", args.threads))
         if value != parser.get_default(flag.lstrip("-").replace("-", "_")))

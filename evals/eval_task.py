@@ -1,9 +1,9 @@
 """An evaluation-only generator of the demo task's facts, independent of the training generator.
 
-Same sentence and question templates as `longqa.demo_model.demo_task` ("The {attribute} of {entity} is {value}.", "What is
+Same sentence and question templates as `training.demo_task` ("The {attribute} of {entity} is {value}.", "What is
 the {attribute} of {entity}?"), but nothing else in common: its own hand-written prose in ten registers, its own
 names (several shapes), attributes and values. It is never used for training; tests/test_eval_task.py checks that it
-shares no vocabulary with the training generator (`longqa/demo_model/data/nouns.txt`, demo_task's word and syllable lists).
+shares no vocabulary with the training generator (`training/data/nouns.txt`, demo_task's word and syllable lists).
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from reportlab.pdfbase.pdfmetrics import stringWidth
 from evals.line_breaking import (Piece, break_lines, compound_point, hyphen_point, line_ending_at, line_width,
                                  pieces_of, split_piece)
 from evals.pages import Line
-from longqa.demo_model import eval_task
+from evals import eval_task
 from longqa.demo_model.fact import Fact
 
 MIN_FILL = 0.7  # a line ended by a chosen break inside the fact is at least this full, as ragged lines are

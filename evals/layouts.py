@@ -1,5 +1,5 @@
 """Evaluation documents laid out as people's files are (issue 57): the demo task's documents from the independent
-evaluation generator (`longqa.demo_model.eval_task`, never the training one), each with one asked fact and its
+evaluation generator (`evals.eval_task`, never the training one), each with one asked fact and its
 distractors, written as PDFs whose lines wrap, hyphenate, break over pages past running headers and footers or run in
 two columns drawn out of reading order, and as text files hard-wrapped, hyphenated, paged with form feeds or written
 in Markdown; the controls keep the fact sentence whole.
@@ -21,7 +21,7 @@ from reportlab.pdfbase.pdfmetrics import stringWidth
 from evals.fact_breaks import (FactPlace, Measure, break_blocks, characters, fact_breaks, fact_parts, font_measure,
                                place_blocks, with_compound)
 from evals.pages import Drawn, Line, flow, frame_holding, justified_space, lines_of, write_pdf
-from longqa.demo_model import eval_task
+from evals import eval_task
 from longqa.demo_model.fact import Fact
 
 # Issue 57's own seeds: none of the other evaluations' (scripts/evaluate_demo_model.py: 5 to 27 million and from

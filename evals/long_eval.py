@@ -13,7 +13,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
-from longqa.demo_model import eval_task
+from evals import eval_task
 from longqa.demo_model.fact import Fact
 
 CATEGORIES = ("literal", "paraphrased", "notes")

@@ -20,7 +20,7 @@ import math
 import random
 from dataclasses import dataclass
 
-from longqa.demo_model import eval_task, long_eval
+from evals import eval_task, long_eval
 from longqa.demo_model.fact import Fact
 
 KINDS = ("answerable", "paraphrased", "absent_entity", "other_entity", "general")

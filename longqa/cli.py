@@ -16,10 +16,8 @@ from pathlib import Path
 
 from transformers.utils import logging as hf_logging
 
-from longqa.bench import (band_kernels, cpu_seconds, first_answer, levers, reading_sweep, streaming,
-                          window_profile)
-from longqa.bench import runner as bench_module
 from longqa.arguments import positive_int
+from longqa.bench import runner as bench_module
 from longqa.compare import Comparison, choices_from, compare_profiles
 from longqa.gpu_plan import MachinePlan, plan_request
 from longqa.models import DEFAULT_MODEL, model_config
@@ -35,15 +33,6 @@ from strategies.memory_planner import plan_profile
 from strategies.profiles import PROFILES, describe_profiles
 
 EXIT_USAGE = 2
-# `python -m longqa bench NAME ...`: the CPU floor's measurements (docs/cpu-floor.md), each with its own arguments
-# (`bench NAME --help`); plain `bench` measures every profile.
-MEASUREMENTS = {
-    "window": window_profile,  # where one window's time goes, under torch.profiler
-    "levers": levers,  # the cpu stack's levers one at a time, side by side
-    "cpu-seconds": cpu_seconds,  # one window against its floors in one thread's CPU seconds
-    "kernels": band_kernels,  # the bf16 band kernels side by side
-    "first-answer": first_answer,  # a 100-page PDF read whole, guided, and guided in sized windows: the first answer
-}
 
 
 def program_name() -> str:
@@ -106,12 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
     plan = commands.add_parser("plan", help="predict each profile's memory on a GPU or CPU you do not have")
     add_plan_arguments(plan)
 
-    bench = commands.add_parser("bench", help="measure memory and latency of every profile",
-                                epilog="measurements with their own arguments: python -m longqa bench "
-                                       f"{{{','.join(MEASUREMENTS)}}} ... (see docs/cpu-floor.md)")
+    bench = commands.add_parser("bench", help="measure memory and latency of every profile")
     bench_module.add_arguments(bench)
-    reading_sweep.add_arguments(bench)
-    streaming.add_arguments(bench)
     return parser
 
 
@@ -294,12 +279,9 @@ def quiet_libraries() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    measurement = MEASUREMENTS.get(argv[1]) if argv[:1] == ["bench"] and len(argv) > 1 else None
-    args = None if measurement else build_parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
     quiet_libraries()
     try:
-        if measurement:
-            return measurement.main(argv[2:])
         if args.command == "ask":
             return run_ask(args)
         if args.command == "compare":
@@ -308,10 +290,6 @@ def main(argv: list[str] | None = None) -> int:
             return run_profiles(args)
         if args.command == "plan":
             return run_plan(args)
-        if args.reading:
-            return reading_sweep.run(args)
-        if args.stream:
-            return streaming.run(args)
         return bench_module.run(args)
     except LongQAError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -16,7 +16,7 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from longqa.serving import crowd_attacks, crowd_check  # noqa: E402
+from bench.crowd import crowd_attacks, crowd_check  # noqa: E402
 from longqa.session import SAMPLES_DIR  # noqa: E402
 
 MB = 1024 * 1024

@@ -4,10 +4,10 @@ Usage: python scripts/evaluate_demo_model.py [--model demo] [--profile baseline-
                                              [--questions as-written|lowercase|uppercase]
                                              [--out docs/results/demo-model-eval.json]
 Windows of 4,096 tokens overlapping by 128, top answer only. The sets, and what each measures:
-- training-generator: documents from `longqa.demo_model.demo_task`, the generator the model was trained on (held-out seeds and
+- training-generator: documents from `training.demo_task`, the generator the model was trained on (held-out seeds and
   held-out filler sentences, but the same names, attributes, values and kind of prose): how well the model learned
   that generator, not the task.
-- independent: documents from `longqa.demo_model.eval_task`, a second generator that shares no word list, name code or prose
+- independent: documents from `evals.eval_task`, a second generator that shares no word list, name code or prose
   with training, 300 to 40,000 tokens: the task itself on facts, names, values and prose never seen in training.
 - independent-notes: short notes (20 to 100 words) from the same independent generator.
 - handwritten: the hand-written natural documents of tests/data/handwritten_qa.json.
@@ -32,8 +32,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from longqa.bench.floor import hardware_for  # noqa: E402
-from longqa.demo_model import demo_task, eval_task  # noqa: E402
+from bench.floor import hardware_for  # noqa: E402
+from evals import eval_task  # noqa: E402
+from training import demo_task  # noqa: E402
 from longqa.loader import load_model  # noqa: E402
 from longqa_core.documents import Document  # noqa: E402
 from longqa_core.answering import answer# noqa: E402
@@ -43,11 +44,11 @@ INDEPENDENT_SEED_BASE = 5_000_000
 NOTE_SEED_BASE = 6_000_000
 HANDWRITTEN = ROOT / "tests" / "data" / "handwritten_qa.json"
 MEASURES = {
-    "training-generator": "Documents from longqa/demo_model/demo_task.py, the generator the model was trained on "
+    "training-generator": "Documents from training/demo_task.py, the generator the model was trained on "
                           "(held-out seeds and filler sentences, but the same names, attributes, values and kind of "
                           "prose), 287 to "
                           "about 40,000 tokens: how well the model learned that generator, not the task.",
-    "independent": "Documents from longqa/demo_model/eval_task.py, a generator that shares no word list, name "
+    "independent": "Documents from evals/eval_task.py, a generator that shares no word list, name "
                    "code or prose with training (its own names of many shapes, attributes, values and ten registers of prose), 300 to "
                    "40,000 tokens, fact anywhere including the first and last sentence: the task on data never seen.",
     "independent-notes": "Short notes of 20 to 100 words from the same independent generator.",

@@ -3,7 +3,7 @@ documents answer and of questions they do not, on data the model's training neve
 
 Usage: python scripts/evaluate_no_answer.py [--n 40] [--seed 38] [--profile baseline-fp32] [--profile cpu]
                                             [--questions lowercase] [--out docs/results/no-answer-eval.json]
-Items from `longqa.demo_model.no_answer_eval` (the independent generator's documents of 600 to 40,000 characters and
+Items from `evals.no_answer_eval` (the independent generator's documents of 600 to 40,000 characters and
 the hand-written template and prose notes), read whole with windows of 4,096 tokens, top answer only. Per item it
 keeps the top answer's text, score and place, whether it is the gold answer, the question's words its sentence (and
 the one before) lacks (`longqa_core.no_answer.Evidence`), and the readout's `found` under the registry's rule, with
@@ -31,7 +31,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from longqa.demo_model import no_answer_eval  # noqa: E402
+from evals import no_answer_eval  # noqa: E402
 from longqa.loader import load_model  # noqa: E402
 from longqa.models import NO_ANSWER_RULES  # noqa: E402
 from longqa_core.documents import Document, from_text  # noqa: E402

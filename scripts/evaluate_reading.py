@@ -1,5 +1,5 @@
 """Does question-guided reading lose answers that the full read finds? Each long document of
-`longqa.demo_model.long_eval` asked once with `reading_mode="full"` and once with `reading_mode="guided"`, with the
+`evals.long_eval` asked once with `reading_mode="full"` and once with `reading_mode="guided"`, with the
 demo model, through the engine (issue 28, item 4).
 
 Usage: python scripts/evaluate_reading.py [--n 20] [--tokens 100000] [--seed 2026]
@@ -29,7 +29,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from longqa.demo_model import long_eval  # noqa: E402
+from evals import long_eval  # noqa: E402
 from longqa.loader import load_model  # noqa: E402
 from longqa_core.documents import Document  # noqa: E402
 from longqa_core.answering import answer# noqa: E402

@@ -1,4 +1,4 @@
-"""Write the bundled sample documents the app's offline examples use: facts in prose, from `longqa.demo_model.demo_task`.
+"""Write the bundled sample documents the app's offline examples use: facts in prose, from `training.demo_task`.
 
 Usage: python scripts/make_samples.py [--out longqa/samples] [--verify]
 Each sample is ordinary English prose with "The {attribute} of {entity} is {value}." facts at sentence
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from longqa.demo_model.demo_task import Fact, FactWriter  # noqa: E402
+from training.demo_task import Fact, FactWriter  # noqa: E402
 from longqa.session import Session, read_documents  # noqa: E402
 
 SENTENCES_PER_PARAGRAPH = 6

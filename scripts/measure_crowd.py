@@ -51,7 +51,7 @@ from page.cli import serve  # noqa: E402
 from page.context import make_context  # noqa: E402
 from page.layout import build_blocks  # noqa: E402
 from page.asking import ensure_loaded  # noqa: E402
-from longqa.serving import crowd_attacks, crowd_check, load_check  # noqa: E402
+from bench.crowd import crowd_attacks, crowd_check, load_check  # noqa: E402
 from scripts.crowd_runs import MB, attack_row, cpu_kind, measured_attacks, visitor  # noqa: E402
 from scripts.measure_door import DOOR_ATTACKS, main_door  # noqa: E402
 from longqa.serving.lane import GatedRunner, ModelLane  # noqa: E402

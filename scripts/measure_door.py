@@ -1,5 +1,5 @@
 """Issue 61's ways around the door, each against `python app.py --model demo` as a user starts it, under
---lock-profile, or behind a proxy header (`longqa.serving.door_attacks`): the rows of docs/results/crowd-door.json. Run as
+--lock-profile, or behind a proxy header (`bench.crowd.door_attacks`): the rows of docs/results/crowd-door.json. Run as
 `python scripts/measure_crowd.py --attacks door [--door-attacks NAMES]`."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from longqa.serving import crowd_attacks, crowd_check, load_check  # noqa: E402
-from longqa.serving import door_attacks as door  # noqa: E402
+from bench.crowd import crowd_attacks, crowd_check, load_check  # noqa: E402
+from bench.crowd import door_attacks as door  # noqa: E402
 from scripts.crowd_runs import MB, attack_row, measured_attacks, visitor  # noqa: E402
 
 

@@ -5,7 +5,7 @@ Usage: python scripts/measure_pdf_reading.py --before /tmp/old [--rounds 5] [--o
 same PDFs with `longqa_core.files.read_document` (the child process, its memory cap and limits, as an upload is
 read) in a fresh interpreter of each checkout, alternating; the medians and their ratio are written. The PDFs: 100
 pages of wrapped prose from the independent evaluation generator with a running header and a page-number footer
-(reportlab), and `longqa.bench.first_answer`'s 100 pages of one long line each.
+(reportlab), and `bench.first_answer`'s 100 pages of one long line each.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from reportlab.pdfgen import canvas
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from longqa.bench.first_answer import make_pdf  # noqa: E402
-from longqa.demo_model import eval_task  # noqa: E402
+from bench.first_answer import make_pdf  # noqa: E402
+from evals import eval_task  # noqa: E402
 
 PAGES = 100
 _TIMER = """

@@ -31,7 +31,7 @@ from gradio_client import Client, handle_file
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from longqa.bench.runner import measured_here  # noqa: E402
+from bench.measured import measured_here  # noqa: E402
 from longqa.serving import policy  # noqa: E402
 from longqa.session import SAMPLES_DIR, Session  # noqa: E402
 from longqa_core import telemetry  # noqa: E402

@@ -4,7 +4,7 @@ Usage: python scripts/train_demo_model.py [--steps 12000] [--minutes 100] [--run
        python scripts/train_demo_model.py --resume [--minutes 100]     # go on where the last sitting stopped
        python scripts/train_demo_model.py --resume --more-steps 6000   # a finished run, trained further
 Builds a byte-level BPE tokenizer, then trains on short generated contexts of the classic and the broad task
-(`longqa.demo_model.demo_task`), with windows that do not hold the fact (target `<s>`), and the fused-attention swap, which
+(`training.demo_task`), with windows that do not hold the fact (target `<s>`), and the fused-attention swap, which
 computes the same function as the eager attention the saved model runs with. A checkpoint is written every
 --save-every steps and a validation measure (held-out classic, broad and short-note batches) every --validate-every
 steps to RUN_DIR/validation.jsonl. The finished model goes to RUN_DIR/model, never over the shipped
@@ -29,7 +29,7 @@ from tokenizers.processors import RobertaProcessing
 from transformers import LongformerConfig, LongformerForQuestionAnswering, PreTrainedTokenizerFast
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from longqa.demo_model import broad_task, demo_task  # noqa: E402
+from training import broad_task, demo_task  # noqa: E402
 from strategies.fast_attention import swap_attention  # noqa: E402
 
 MAX_POSITIONS = 4098  # 4,096 usable tokens, like the real checkpoints

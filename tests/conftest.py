@@ -93,7 +93,7 @@ def tiny_model(tiny_model_dir):
 @pytest.fixture(scope="session")
 def long_document(tmp_path_factory):
     """(path, example): a .txt of about 12,000 characters, over 4,096 tokens with the tiny tokenizer."""
-    from longqa.demo_model.demo_task import make_example
+    from training.demo_task import make_example
 
     example = make_example(7, 12_000)
     path = tmp_path_factory.mktemp("documents") / "long_report.txt"

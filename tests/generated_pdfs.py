@@ -7,7 +7,7 @@ import io
 import textwrap
 import zlib
 
-from longqa.demo_model.eval_task import EvalWriter
+from evals.eval_task import EvalWriter
 from tests.hostile import write_pdf
 
 

@@ -21,7 +21,7 @@ from page import answer_panel, asking, cli, context, picks, training_panel, zero
 from page import preview as previews
 from page import format as ui_format
 from longqa.backend import Selection
-from longqa.demo_model.demo_task import make_example
+from training.demo_task import make_example
 from longqa.models import DEFAULT_MODEL, DEMO_MODEL_DIR, KNOWN_MODELS, model_config
 from longqa.serving import policy
 from longqa.session import read_documents, sample_examples, SAMPLES_DIR, Session

@@ -25,7 +25,7 @@ from page.layout import build_blocks
 from page import asking, cli, context, hardening
 import longqa.session
 from longqa.session import read_documents, SAMPLES_DIR, Session
-from longqa.serving import crowd_check
+from bench.crowd import crowd_check
 from tests.conftest import served_page
 from tests.generated_pdfs import WRAPPED_QUESTION, wrapped_matplotlib_pdf
 from tests.test_documents import blank_page_pdf, encrypt_pdf, make_pdf

@@ -214,14 +214,13 @@ def test_a_failing_worker_becomes_an_error_row(tmp_path, monkeypatch):
     assert len(rows) == 1 and "out of memory here" in rows[0]["error"] and rows[0]["profile"] == "cpu"
 
 
-@pytest.mark.slow  # a real floor process: about 8 s on 2 cores
-def test_floor_only_prints_the_floor_and_writes_floor_json(tiny_model_dir, tmp_path, capsys):
-    assert main(["bench", "--floor-only", "--model", str(tiny_model_dir), "--out", str(tmp_path)]) == 0
-    printed = capsys.readouterr().out
-    assert "## The floor" in printed and "| fp32 |" in printed and "CPU kind: " in printed
-    written = json.loads((tmp_path / "floor.json").read_text())
-    assert written["floor"]["precisions"]["int8"]["floor_s"] > 0 and written["machine"]["cpu_model"]
-    assert not (tmp_path / "results.json").exists()
+def test_outside_a_checkout_the_table_comes_without_the_floor(monkeypatch, tmp_path):
+    """The floor is the workshop's measurement (bench/floor.py, not installed): where it is missing, the floor says
+    why it was not measured and no process is started."""
+    monkeypatch.setattr(bench, "FLOOR_SCRIPT", tmp_path / "missing.py")
+    monkeypatch.setattr(bench.subprocess, "run", lambda *args, **kwargs: pytest.fail("started a process"))
+    floor = bench.run_floor("arch:base", tmp_path, tmp_path / "workers.log")
+    assert "checkout" in floor["error"]
 
 
 @pytest.mark.slow  # the floor in its own process, then the rows: about 20 s on 2 cores

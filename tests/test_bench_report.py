@@ -9,7 +9,7 @@ import re
 import pytest
 
 from longqa.bench import report as bench_report
-from longqa.bench.floor import Shapes, window_flops
+from bench.floor import Shapes, window_flops
 from longqa.cli import main
 from strategies.hardware import Hardware
 

@@ -1,9 +1,9 @@
-"""`python -m longqa bench --stream`'s inputs and table: the generated PDF reads back page by page, the fact lies in
+"""`python -m bench stream`'s inputs and table: the generated PDF reads back page by page, the fact lies in
 the first tenth, the table shows the ratios measured."""
 
 from __future__ import annotations
 
-from longqa.bench import streaming
+from bench import streaming
 from longqa.session import read_documents
 
 

@@ -9,7 +9,6 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -127,7 +126,7 @@ def test_a_real_run_prints_only_our_own_notes_on_stderr(tmp_path, profile):
 
 @pytest.mark.slow
 def test_ask_reads_guided_and_full_with_the_same_answer(capsys, tmp_path):
-    from longqa.demo_model import eval_task
+    from evals import eval_task
 
     item = eval_task.make_document(5, 30_000)
     path = tmp_path / "report.txt"
@@ -263,21 +262,6 @@ def test_compare_refuses_a_profile_this_machine_cannot_run_in_one_line(capsys, l
     assert code == 2 and out == "" and err.startswith("error: ") and "t4-16gb" in err and len(err.splitlines()) == 1
 
 
-@pytest.mark.parametrize("name", ["window", "levers", "cpu-seconds", "kernels"])
-def test_each_bench_measurement_answers_to_its_name_with_its_own_arguments(capsys, name):
-    with pytest.raises(SystemExit) as stopped:
-        main(["bench", name, "--help"])
-    assert stopped.value.code == 0
-    assert capsys.readouterr().out.startswith(f"usage: python -m longqa bench {name} ")
-
-
-def test_a_bench_measurement_gets_the_arguments_after_its_name(monkeypatch):
-    seen = []
-    monkeypatch.setitem(cli.MEASUREMENTS, "window", SimpleNamespace(main=lambda argv: seen.append(argv) or 3))
-    assert main(["bench", "window", "--tokens", "1024", "--out", "x"]) == 3
-    assert seen == [["--tokens", "1024", "--out", "x"]]
-
-
 @pytest.mark.slow
 def test_every_answer_over_a_pdf_and_a_markdown_file_names_its_page_or_line(capsys, tmp_path):
     """Issue 50: the harbour records as a PDF of one paragraph a page (lines of a few words), beside the expedition
@@ -317,8 +301,6 @@ def test_every_answer_over_a_pdf_and_a_markdown_file_names_its_page_or_line(caps
 @pytest.mark.parametrize("argv0, usage", [("/venv/bin/longqa", "usage: longqa "),
                                           ("/repo/longqa/__main__.py", "usage: python -m longqa ")])
 def test_the_usage_names_the_command_as_it_was_started(monkeypatch, capsys, argv0, usage):
-    from longqa import cli
-
     monkeypatch.setattr(sys, "argv", [argv0])
     cli.build_parser().print_usage()
     assert capsys.readouterr().out.startswith(usage)

@@ -10,7 +10,7 @@ import pytest
 
 from longqa.backend import Selection
 from longqa.compare import ProfileChoice, choices_from, compare_profiles, ratio
-from longqa.demo_model.demo_task import make_example
+from training.demo_task import make_example
 from longqa.readout import RequestMemory
 from longqa.session import Session
 from longqa_core.documents import from_text

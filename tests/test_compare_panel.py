@@ -20,7 +20,7 @@ from page import format as ui_format
 from page import panel_format as panel_fmt
 import longqa.session
 from longqa.backend import Selection
-from longqa.demo_model.demo_task import make_example
+from training.demo_task import make_example
 from longqa.session import Session
 
 

@@ -23,7 +23,7 @@ from page import asking
 import longqa_core.reading
 import longqa_core.spans
 import longqa_core.windows
-from longqa.serving import crowd_check, load_check
+from bench.crowd import crowd_check, load_check
 from longqa.session import SAMPLES_DIR, Session
 
 # The crowd targets (crowd_check's, reported in docs/) times the margin a busy machine needs.

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from longqa.serving import crowd_attacks, crowd_check, load_check
+from bench.crowd import crowd_attacks, crowd_check, load_check
 from longqa.session import SAMPLES_DIR
 
 pytestmark = pytest.mark.slow

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from longqa.serving import crowd_attacks, crowd_check, load_check
+from bench.crowd import crowd_attacks, crowd_check, load_check
 from longqa.session import SAMPLES_DIR
 from longqa_core.documents import DEFAULT_MAX_READ_S
 from longqa_core.reader_children import DEFAULT_READERS

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from longqa.demo_model import demo_task
+from training import demo_task
 from longqa.models import DEMO_MODEL_DIR
 from longqa_core.documents import Document
 from longqa_core.answering import answer

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from longqa.demo_model import broad_task, demo_task
+from training import broad_task, demo_task
 
 
 def test_the_classic_task_draws_what_it_always_drew():

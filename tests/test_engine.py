@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from longqa.demo_model import demo_task
+from training import demo_task
 from longqa_core.documents import Document
 from longqa_core.answering import answer
 from longqa_core.batching import BatchState, ModelRunner, collate

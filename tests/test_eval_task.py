@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from longqa.demo_model import broad_task, demo_task, eval_task
+from evals import eval_task
+from training import broad_task, demo_task
 
 SEEDS = range(300)
 HANDWRITTEN = Path(__file__).parent / "data" / "handwritten_qa.json"

@@ -1,9 +1,9 @@
-"""The time-to-a-first-answer bench (longqa.bench.first_answer) and its table (longqa.bench.first_answer_report):
+"""The time-to-a-first-answer bench (bench.first_answer) and its table (bench.first_answer_report):
 the PDF it reads, and the medians it reports."""
 
 from __future__ import annotations
 
-from longqa.bench import first_answer, first_answer_report
+from bench import first_answer, first_answer_report
 from longqa.session import read_documents
 
 
@@ -25,7 +25,7 @@ def row(mode: str, sized: int | None, first_s: float, total_s: float, round_inde
 
 def test_the_table_gives_each_read_the_median_of_its_rounds_side_by_side():
     result = {"model": "arch:large", "profile": "cpu", "pages": 100, "threads": 2, "chars": 160_000,
-              "extract_s": 0.4, "command": "python -m longqa bench first-answer", "load_average_end": [3.0],
+              "extract_s": 0.4, "command": "python -m bench first-answer", "load_average_end": [3.0],
               "machine": {"cpu_model": "AMD EPYC", "load_average_start": [2.0]},
               "rows": [row("guided", None, 9.0, 20.0), row("guided", 1024, 2.0, 4.0),
                        row("guided", 1024, 4.0, 6.0, 1), row("guided", None, 11.0, 22.0, 1),

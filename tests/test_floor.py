@@ -3,11 +3,14 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from transformers import LongformerConfig
 
-from longqa.bench import floor as floor_module
-from longqa.bench.floor import Shapes, floor_for_tokens, measure_floor, row_precision, window_flops
+from bench import floor as floor_module
+from bench.floor import Shapes, measure_floor, window_flops
+from longqa.bench.report import floor_for_tokens, row_precision
 from strategies.hardware import Hardware
 
 BASE = Shapes(hidden=768, ffn=3072, layers=12, heads=12, one_sided_window=256)
@@ -60,11 +63,12 @@ def test_floor_per_precision_skips_bf16_where_it_is_not_native(hardware, expecte
 def test_a_recorded_floor_scales_with_the_window_length():
     recorded = measure_floor("arch:base", hardware=Hardware(cpu_bf16=False), time_linear=fake_linear,
                              time_band=fake_band).to_dict()
-    full, quarter = floor_for_tokens(recorded, "fp32", BASE, 4096), floor_for_tokens(recorded, "fp32", BASE, 1024)
+    full, quarter = floor_for_tokens(recorded, "fp32", 4096), floor_for_tokens(recorded, "fp32", 1024)
     assert full == pytest.approx(recorded["precisions"]["fp32"]["floor_s"]) and quarter == pytest.approx(full / 4)
-    assert floor_for_tokens(recorded, "bf16", BASE, 4096) is None  # not measured on that machine
+    assert quarter == pytest.approx(window_flops(BASE, 1024).linear / 100e9 + window_flops(BASE, 1024).band / 25e9)
+    assert floor_for_tokens(recorded, "bf16", 4096) is None  # not measured on that machine
     linear_rate = recorded["precisions"]["fp32"]["linear_flops_per_s"]
-    assert floor_for_tokens(recorded, "fp32", BASE, 4096, band_at_linear_rate=True) == pytest.approx(
+    assert floor_for_tokens(recorded, "fp32", 4096, band_at_linear_rate=True) == pytest.approx(
         window_flops(BASE, 4096).total / linear_rate)
 
 
@@ -84,9 +88,19 @@ def test_measured_throughputs_are_positive():
 
 
 def test_the_cpu_kind_names_amx_where_the_cpu_has_it():
-    from longqa.bench.floor import kind_name
+    from bench.floor import kind_name
 
     amx = frozenset({"avx512_bf16", "amx_bf16", "amx_tile"})
     assert kind_name(Hardware(cpu_bf16=True), amx) == "amx-bf16"
     assert kind_name(Hardware(cpu_bf16=True), amx - {"amx_bf16"}) == "avx512-bf16"
     assert kind_name(Hardware(cpu_bf16=False), amx) == "avx2"  # bf16 not native (or simulated off): the AVX2 stack
+
+
+@pytest.mark.slow  # a real floor process: about 8 s on 2 cores
+def test_python_m_bench_floor_prints_the_floor_and_writes_floor_json(tiny_model_dir, tmp_path, capsys):
+    assert floor_module.main(["--model", str(tiny_model_dir), "--out", str(tmp_path)]) == 0
+    printed = capsys.readouterr().out
+    assert "## The floor" in printed and "| fp32 |" in printed and "CPU kind: " in printed
+    written = json.loads((tmp_path / "floor.json").read_text())
+    assert written["floor"]["precisions"]["int8"]["floor_s"] > 0 and written["machine"]["cpu_model"]
+    assert not (tmp_path / "results.json").exists()

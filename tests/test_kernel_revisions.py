@@ -9,7 +9,7 @@ import subprocess
 import pytest
 import torch
 
-from longqa.bench.kernel_revisions import ROOT, computing_with, kernel_at
+from bench.kernel_revisions import ROOT, computing_with, kernel_at
 from strategies import band_kernel
 from tests.test_band_kernel import random_case
 

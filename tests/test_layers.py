@@ -1,6 +1,6 @@
 """The import graph, built from the code itself: imports go one way, core <- strategies <- composition <- page <-
-app.py, with no package or module cycle, in-function imports counted; the page reaches the model only through the
-backend."""
+app.py <- the workshop beside them (bench/, evals/, training/), with no package or module cycle, in-function imports
+counted; the page reaches the model only through the backend."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("longqa_core", "strategies", "longqa", "page")
-LAYERS = {"longqa_core": 0, "strategies": 1, "longqa": 2, "page": 3, "app": 4}  # package -> rank
-NAMES = {0: "core", 1: "strategies", 2: "composition", 3: "page", 4: "entry point"}
+PACKAGES = ("longqa_core", "strategies", "longqa", "page", "bench", "evals", "training")
+# package -> rank; the workshop (measurements, evaluations, training) may import the product, never the reverse
+LAYERS = {"longqa_core": 0, "strategies": 1, "longqa": 2, "page": 3, "app": 4, "bench": 5, "evals": 5, "training": 5}
+NAMES = {0: "core", 1: "strategies", 2: "composition", 3: "page", 4: "entry point", 5: "workshop"}
 # The composition layer's rooms, bottom to top: the demo task's generators, the request path, the jobs built on it
 # (serving, the bench: side by side, neither imports the other), the command line that starts any of them, and
 # `python -m longqa` that starts the command line.
@@ -21,7 +22,7 @@ ROOMS = {"longqa.demo_model": 0, "longqa": 1, "longqa.serving": 2, "longqa.bench
 
 
 def project_modules() -> dict[str, Path]:
-    """Dotted module name -> file, for every module of the four layers."""
+    """Dotted module name -> file, for every module of the layers."""
     modules = {"app": ROOT / "app.py"}
     for package in PACKAGES:
         for path in sorted((ROOT / package).rglob("*.py")):

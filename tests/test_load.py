@@ -7,7 +7,7 @@ import pytest
 from page.context import make_context
 from page.layout import build_blocks
 from page import asking, context
-from longqa.serving.load_check import is_numeric_fact, requests_for, run_load, start_server, summarize
+from bench.crowd.load_check import is_numeric_fact, requests_for, run_load, start_server, summarize
 from longqa.session import Session
 
 

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from longqa.demo_model import demo_task, eval_task, long_eval
+from evals import eval_task, long_eval
+from training import demo_task
 from longqa.demo_model.fact import Fact
 from tests.test_eval_task import imported_names
 

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from longqa.demo_model import no_answer_eval
+from evals import no_answer_eval
 
 NOTES = json.loads((Path(__file__).parent / "data" / "handwritten_qa.json").read_text())
 _ASKED = re.compile(r"What is the (.+) of (.+)\?")

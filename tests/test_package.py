@@ -1,4 +1,5 @@
-"""`pip install .`: pyproject.toml ships every file the installed code reads, and the `longqa` console script answers
+"""`pip install .`: pyproject.toml ships every file the installed code reads and nothing of the workshop beside it
+(bench/, evals/, training/), a question asked imports nothing of the workshop, and the `longqa` console script answers
 a question over a bundled sample from outside the repository (a fresh virtual environment, slow; pip fetches
 setuptools for the build from the package index)."""
 
@@ -44,6 +45,12 @@ def is_package_data(path: str, packages: set[str]) -> bool:
     return False
 
 
+# The workshop beside the packages: measurements, evaluations and the demo model's training tasks and data.
+WORKSHOP = ("bench", "evals", "training")
+# What stays of longqa/bench: the strategy table for a user's own machine (`longqa bench`).
+PRODUCT_BENCH = {"__init__", "documents", "report", "runner", "worker"}
+
+
 def test_the_runtime_packages_and_their_data_are_shipped():
     files = tracked_files()
     packages = shipped_packages(files)
@@ -54,6 +61,32 @@ def test_the_runtime_packages_and_their_data_are_shipped():
     assert "longqa/demo_model/model.safetensors" in runtime and "strategies/band_attention.c" in runtime
     missing = [name for name in runtime if not is_package_data(name, packages)]
     assert not missing, f"read at run time but not in pyproject's package-data: {missing}"
+
+
+def test_the_workshop_and_the_training_data_are_not_shipped():
+    files = tracked_files()
+    packages = shipped_packages(files)
+    assert {name for name in packages if name.split(".")[0] in WORKSHOP} == set()
+    assert {"bench", "bench.crowd", "evals", "training"} <= {".".join(Path(name).parent.parts) for name in files
+                                                              if name.endswith("/__init__.py")}  # they exist
+    assert {Path(name).stem for name in files if name.startswith("longqa/bench/")} == PRODUCT_BENCH
+    shipped = [name for name in files if is_package_data(name, packages)]
+    assert not [name for name in shipped if Path(name).name in ("prose.txt", "nouns.txt")], shipped
+
+
+def test_a_question_asked_on_the_command_line_imports_nothing_of_the_workshop(tmp_path):
+    """`longqa ask` run from the repository's root, where the workshop could be imported: it is not."""
+    sample = json.loads((ROOT / "longqa" / "samples" / "examples.json").read_text())[0]
+    code = ("import sys; from longqa.__main__ import main; "
+            f"code = main(['ask', {str(ROOT / 'longqa' / 'samples' / sample['file'])!r}, '-q', {sample['question']!r}, "
+            "'--model', 'demo', '--profile', 'cpu', '--json']); "
+            f"print(sorted(m for m in sys.modules if m.split('.')[0] in {WORKSHOP!r}), file=sys.stderr); "
+            "raise SystemExit(code)")
+    asked = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                           env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert asked.returncode == 0, asked.stderr
+    assert json.loads(asked.stdout)["answers"][0]["text"] == sample["answer"]
+    assert asked.stderr.strip().splitlines()[-1] == "[]"
 
 
 def test_the_dependencies_are_the_requirements_spaces_installs():
@@ -92,6 +125,10 @@ def test_the_console_script_answers_from_outside_the_repository(tmp_path):
                              capture_output=True, text=True, check=True, cwd=elsewhere, env=environment)
     samples = Path(located.stdout.strip()).parent / "samples"
     assert samples.is_relative_to(venv), located.stdout  # the installed copy, not the repository's
+    installed = samples.parents[1]  # site-packages
+    assert not [name for name in WORKSHOP if (installed / name).exists()]
+    assert {path.stem for path in (installed / "longqa" / "bench").glob("*.py")} == PRODUCT_BENCH
+    assert not [path for path in installed.rglob("*.txt") if path.name in ("prose.txt", "nouns.txt")]
     example = json.loads((samples / "examples.json").read_text())[0]
     asked = subprocess.run([venv / "bin" / "longqa", "ask", str(samples / example["file"]), "-q",
                             example["question"], "--model", "demo", "--profile", "cpu", "--json"],

@@ -20,7 +20,7 @@ from page import loading
 from page import answer_panel, hardening, model_panel, picks
 from page import words as page_help
 from longqa.backend import Selection
-from longqa.demo_model.demo_task import make_example
+from training.demo_task import make_example
 from longqa.session import Session
 from tests.conftest import CHROMIUM, served_page
 from tests.test_app_browser import SIDEWAYS, TIMEOUT_MS, choose, launch, wait_until

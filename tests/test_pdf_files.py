@@ -10,7 +10,7 @@ import time
 import psutil
 import pytest
 
-from longqa.serving.crowd_attacks import inflating_pdf
+from bench.crowd.crowd_attacks import inflating_pdf
 from longqa_core import pdf_files
 from longqa_core.documents import DEFAULT_MAX_READ_S
 from longqa_core.files import read_document

@@ -19,9 +19,9 @@ from gradio_client import Client
 from page.context import make_context
 from page.layout import build_blocks
 from page import asking
-from longqa.demo_model import eval_task
+from evals import eval_task
 from longqa.backend import Backend
-from longqa.serving.load_check import requests_for, run_alone, run_concurrent, run_load, summarize
+from bench.crowd.load_check import requests_for, run_alone, run_concurrent, run_load, summarize
 from longqa.serving.ray_replicas import RaySession, check_room, deployment_failure, replica_resources, wait_for
 from longqa_core import batching
 from longqa_core.documents import Document

@@ -9,7 +9,7 @@ import time
 import pytest
 import torch
 
-from longqa.demo_model import eval_task
+from evals import eval_task
 from longqa.models import DEMO_MODEL_DIR
 from longqa.session import read_documents
 from longqa_core import answering, batching, limits, no_answer, reading

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from longqa.bench import reading_report
-from longqa.bench.reading_sweep import predict_full_rows
-from longqa.cli import main
+from bench import reading_report
+from bench.reading_sweep import predict_full_rows
+from bench.__main__ import main
 
 
 def row(mode, tokens, chars, windows_read, windows_total, forward, **extra):
@@ -40,7 +40,7 @@ def test_the_report_puts_each_guided_read_beside_the_full_one():
     assert not rows[1]["speedup_predicted"] and rows[3]["speedup_predicted"]
     before = sum(rows[3]["latency_s"][s] for s in ("extract", "tokenize", "rank"))
     assert rows[3]["before_forward_share"] == pytest.approx(before / rows[3]["latency_s"]["total"])
-    results = {"model": "arch:base", "profile": "cpu", "command": "python -m longqa bench --reading full,guided",
+    results = {"model": "arch:base", "profile": "cpu", "command": "python -m bench reading --modes full,guided",
                "started": "now", "stopping": "the engine's own", "rows": rows,
                "machine": {"cpu_model": "AMD EPYC", "cpu_cores_logical": 2, "cpu_bf16": True, "torch": "2.13.0"}}
     markdown = reading_report.format_markdown(results)
@@ -50,7 +50,7 @@ def test_the_report_puts_each_guided_read_beside_the_full_one():
 @pytest.mark.slow
 def test_the_sweep_runs_each_row_in_its_own_process_and_writes_the_curve(tmp_path, capsys):
     out = tmp_path / "curve"
-    code = main(["bench", "--model", "demo", "--profiles", "baseline-fp32", "--reading", "full,guided",
+    code = main(["reading", "--model", "demo", "--profile", "baseline-fp32", "--modes", "full,guided",
                  "--doc-tokens", "3000,20000", "--max-full-tokens", "3000", "--out", str(out)])
     assert code == 0, capsys.readouterr().err
     results = json.loads((out / "reading.json").read_text())
@@ -60,9 +60,9 @@ def test_the_sweep_runs_each_row_in_its_own_process_and_writes_the_curve(tmp_pat
     assert rows[("guided", 20000)]["chars"] > 4 * rows[("guided", 3000)]["chars"]
     assert all(r["host_peak_rss_bytes"] > 0 for r in results["rows"] if not r["predicted"])
     assert (out / "reading.md").exists() and (out / "reading.png").stat().st_size > 0
-    assert "--reading full,guided" in results["command"]
+    assert "--modes full,guided" in results["command"]
 
 
 def test_an_unknown_mode_is_refused(tmp_path, capsys):
-    assert main(["bench", "--reading", "skim", "--out", str(tmp_path)]) == 2
-    assert "--reading takes auto, full, guided" in capsys.readouterr().err
+    assert main(["reading", "--modes", "skim", "--out", str(tmp_path)]) == 2
+    assert "--modes takes auto, full, guided" in capsys.readouterr().err

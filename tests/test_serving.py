@@ -20,7 +20,8 @@ from gradio_client import Client, handle_file
 from page.context import make_context
 from page.layout import build_blocks
 from page import asking
-from longqa.serving import crowd_check, policy
+from bench.crowd import crowd_check
+from longqa.serving import policy
 from longqa.session import SAMPLES_DIR, Session
 from tests.hostile import combining_marks_text, shared_stream_pdf
 from tests.tiny import CountingRunner

@@ -1,4 +1,4 @@
-"""`python -m longqa bench window`'s grouping (longqa/bench/window_profile.py): an operator counts to the nearest of
+"""`python -m longqa bench window`'s grouping (bench/window_profile.py): an operator counts to the nearest of
 itself and its callers that names a group, and what the fast attention runs without naming one is its bookkeeping
 (made-up profiler events, no model)."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from longqa.bench import window_profile as profile_window
+from bench import window_profile as profile_window
 
 
 @dataclass

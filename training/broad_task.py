@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 import re
 
-from longqa.demo_model.demo_task import Example, FactWriter, load_nouns, make_entity, make_word
+from training.demo_task import Example, FactWriter, load_nouns, make_entity, make_word
 from longqa.demo_model.fact import Fact
 
 # A second syllable inventory: open syllables, as in many languages' names ("Kamiro", "Tesunan").

@@ -31,9 +31,9 @@ from gradio_client import Client, handle_file
 from pypdf import PdfWriter
 from pypdf.generic import DictionaryObject, NameObject, StreamObject
 
-from longqa.serving.crowd_check import (CHILD_GONE_TARGET_S, MAX_CLIENTS, MemorySampler, ask_job, children,
+from bench.crowd.crowd_check import (CHILD_GONE_TARGET_S, MAX_CLIENTS, MemorySampler, ask_job, children,
                                         outcome_of, settle, tree_rss, visitor_within_target)
-from longqa.serving.load_check import start_server, stop_server
+from bench.crowd.load_check import start_server, stop_server
 
 MIB = 2**20
 UPLOAD_ROUTE = "gradio_api/upload"

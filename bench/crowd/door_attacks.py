@@ -22,9 +22,9 @@ from pathlib import Path
 import psutil
 from gradio_client import Client, handle_file
 
-from longqa.serving.crowd_attacks import (MIB, AttackOutcome, TreeCpu, fn_index_of, join_raw, post_upload, visit,
+from bench.crowd.crowd_attacks import (MIB, AttackOutcome, TreeCpu, fn_index_of, join_raw, post_upload, visit,
                                           visits_during)
-from longqa.serving.crowd_check import MAX_CLIENTS, MemorySampler, ask_job, folder_bytes, outcome_of, tree_rss
+from bench.crowd.crowd_check import MAX_CLIENTS, MemorySampler, ask_job, folder_bytes, outcome_of, tree_rss
 
 MAX_JOINS = 6000  # fresh-session joins one attack may post, whatever the caller asks
 ASK_VALUES = 8  # the page's /ask takes the documents, pasted text, question, top-k, reading, two states, threshold

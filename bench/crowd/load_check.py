@@ -5,8 +5,8 @@ generated fact's value and the very answer (text and position) the same server g
 lost, mixed-up or cross-talking call shows. Reports per-call latency (p50/p95) of the concurrent round and the
 queue positions the clients saw. It sends nothing but these requests, to the URL it is given, and stops after
 `n_calls` each round or `timeout_s`.
-Usage: python -m longqa.serving.load_check [--calls 20] [--model demo] [--profile cpu] [-- APP ARGS...]
-       python -m longqa.serving.load_check --url http://127.0.0.1:7860/ [--calls 20]
+Usage: python -m bench.crowd.load_check [--calls 20] [--model demo] [--profile cpu] [-- APP ARGS...]
+       python -m bench.crowd.load_check --url http://127.0.0.1:7860/ [--calls 20]
 Without --url it starts `python app.py` on a free loopback port (any arguments after `--` go to app.py, e.g.
 `-- --engine ray --replicas 2`) and stops it afterwards. It runs the page as a separate process and never imports it.
 """
@@ -29,7 +29,7 @@ from pathlib import Path
 
 from gradio_client import Client
 
-from longqa.demo_model import demo_task
+from training import demo_task
 from longqa.arguments import positive_int
 
 MAX_CALLS = 64  # the load stays bounded whatever --calls says

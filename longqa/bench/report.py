@@ -1,6 +1,6 @@
 """The bench's report: from measured rows to ratios against the baseline and against the CPU's compute floor, the
 memory planner's predictions beside them, and results.json, results.md and results.png. It measures nothing and
-starts no process (`longqa.bench.runner` and `longqa.bench.floor` do).
+starts no process (`longqa.bench.runner` does, and the workshop's floor from a checkout).
 """
 
 from __future__ import annotations
@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from longqa.bench.floor import Shapes, floor_for_tokens, row_precision
 from longqa.bench.worker import BASELINE, FLAG_CHANGED_FRACTION, MAX_WINDOW_TOKENS, parse_profile
 from longqa.models import model_config
 from longqa_core.errors import InputError
@@ -70,6 +69,34 @@ def window_s(row: dict) -> float | None:
     return latency / windows if latency is not None and windows else None
 
 
+def row_precision(strategies, dtype: str | None) -> str | None:
+    """The precision a bench row's matrix products run in, from what the row loaded (its resolved strategies and
+    weight dtype): "int8" for int8_dynamic (the cpu profile without native bf16), "bf16" for bf16 weights (the cpu
+    profile with it), "fp32" for fp32; None for what has no CPU floor here (fp16, bitsandbytes)."""
+    if "int8_dynamic" in (strategies or []):
+        return "int8"
+    if dtype == "bfloat16":
+        return "bf16"
+    if dtype == "float32":
+        return "fp32"
+    return None
+
+
+def floor_for_tokens(floor: dict, precision: str, tokens: int, band_at_linear_rate: bool = False) -> float | None:
+    """The floor of a window of `tokens` tokens in `precision`, from a recorded floor (a results.json's `floor`: the
+    FLOPs of its window, counted from the rows' model, and the throughputs measured); None when that precision was
+    not measured. A window's FLOPs grow in proportion to its tokens. With `band_at_linear_rate`, the second floor:
+    the band's needed products (2w+1 keys per query) counted at the Linear layers' rate, as a kernel that multiplies
+    the band as fast as the CPU multiplies the model's matrices would (on AMX CPUs far below the first floor, whose
+    band rate is PyTorch's bare batched products of SDPA-shaped blocks)."""
+    measured = (floor.get("precisions") or {}).get(precision)
+    if not measured:
+        return None
+    linear_rate = measured["linear_flops_per_s"]
+    band_rate = linear_rate if band_at_linear_rate else measured["band_flops_per_s"]
+    return tokens / floor["tokens"] * (floor["linear_flops"] / linear_rate + floor["band_flops"] / band_rate)
+
+
 def add_floor_ratios(rows: list[dict], floor: dict | None) -> None:
     """Per CPU inference row: `window_s`, the precision its matrix products run in, the floor of one of its windows
     in that precision (`floor_s`, from the measured throughputs at the row's window length) and `x_floor`; and the
@@ -84,9 +111,8 @@ def add_floor_ratios(rows: list[dict], floor: dict | None) -> None:
         tokens = row.get("window_tokens") or min(row["tokens"], MAX_WINDOW_TOKENS)
         floor_s = second_s = None
         if usable and precision:
-            shapes = Shapes.from_config(model_config(row["model"]))
-            floor_s = floor_for_tokens(usable, precision, shapes, tokens)
-            second_s = floor_for_tokens(usable, precision, shapes, tokens, band_at_linear_rate=True)
+            floor_s = floor_for_tokens(usable, precision, tokens)
+            second_s = floor_for_tokens(usable, precision, tokens, band_at_linear_rate=True)
         row["floor_precision"], row["floor_s"] = precision, floor_s
         row["x_floor"] = ratio(row["window_s"], floor_s)
         row["floor_band_at_linear_rate_s"] = second_s

@@ -3,7 +3,7 @@
 Reads the arguments, plans the rows (every available profile plus the fp32 reference, at each length, and the
 training step with and without checkpointing), runs each in `longqa.bench.worker` and gathers what they measured;
 `longqa.bench.report` turns the rows into ratios, predictions, results.md and results.png. It measures nothing
-itself: the workers do, so no row's peak leaks into another's, and so does `longqa.bench.floor`, in a process of its
+itself: the workers do, so no row's peak leaks into another's, and so does `bench.floor`, in a process of its
 own before the rows, for the "× floor" column.
 """
 
@@ -20,7 +20,6 @@ import sys
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable
 
 import accelerate
 import psutil
@@ -29,8 +28,7 @@ import transformers
 from tqdm import tqdm
 
 from longqa.arguments import positive_int, positive_int_list
-from longqa.bench.floor import kind_name
-from longqa.bench.report import (add_baseline_ratios, format_floor, recorded_hardware, summary_lines, write_report,
+from longqa.bench.report import (add_baseline_ratios, recorded_hardware, summary_lines, write_report,
                                  write_results)
 from longqa.bench.worker import BASELINE, MAX_WINDOW_TOKENS, WorkerSpec, parse_profile
 from longqa.loader import download, materialize_architecture
@@ -68,9 +66,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default="bench-results", help="output folder (default bench-results/)")
     parser.add_argument("--rescore", action="store_true",
                         help="measure nothing: recompute ratios and memory predictions of --out's results.json")
-    parser.add_argument("--floor-only", action="store_true",
-                        help="measure only this CPU's compute floor of one window of --model per precision, print "
-                             "it and write floor.json to --out")
     parser.add_argument("--no-floor", dest="floor", action="store_false",
                         help="skip measuring the CPU's floor (no \"× floor\" column); it is skipped anyway where a GPU "
                              "runs the rows")
@@ -162,12 +157,20 @@ def run_worker(spec: WorkerSpec, work_dir: Path, log_path: Path) -> list[dict]:
     return json.loads(result_path.read_text())
 
 
+# The floor is the workshop's measurement (`bench/floor.py`, beside the packages in a checkout, not installed): run
+# as a command in its own process, never imported, so the installed bench measures its rows without it.
+FLOOR_SCRIPT = PROJECT_ROOT / "bench" / "floor.py"
+
+
 def floor_command(model: str, out_path: Path) -> list[str]:
-    return [sys.executable, "-m", "longqa.bench.floor", str(out_path), "--model", model]
+    return [sys.executable, "-m", "bench.floor", str(out_path), "--model", model]
 
 
 def run_floor(model: str, work_dir: Path, log_path: Path) -> dict:
-    """The floor as a fresh process measured it (`longqa.bench.floor`), or {"error": why} when it failed."""
+    """The floor as a fresh process measured it (`bench.floor`), or {"error": why} when it failed or this is not a
+    checkout."""
+    if not FLOOR_SCRIPT.is_file():
+        return {"error": "the floor is measured from a checkout of the repository (bench/floor.py), not installed"}
     out_path = work_dir / "floor.json"
     out_path.unlink(missing_ok=True)
     with open(log_path, "a") as log:
@@ -211,27 +214,6 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def measured_here(measure: Callable[[], dict]) -> dict:
-    """`measure()`'s result with `machine`: what it ran on (the CPU's model and kind, torch) and how busy the machine
-    was (load averages before and after; `loaded` where either passed half the cores), for the CPU-floor scripts."""
-    before = list(os.getloadavg())
-    result = measure()
-    after = list(os.getloadavg())
-    result["machine"] = {"cpu_model": cpu_model(), "kind": kind_name(detect_hardware()), "torch": torch.__version__,
-                         "load_average_before": before, "load_average_after": after,
-                         "loaded": max(before[0], after[0]) > 0.5 * (os.cpu_count() or 1)}
-    return result
-
-
-def write_measurement(out_dir: str | Path, stem: str, result: dict, markdown: str) -> None:
-    """`stem`.json and `stem`.md in `out_dir` (made if missing), and the markdown printed."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"{stem}.json").write_text(json.dumps(result, indent=2))
-    (out / f"{stem}.md").write_text(markdown)
-    print(markdown)
-
-
 def cpu_flags() -> list[str]:
     """The CPU's vector and matrix features that decide the floor (from /proc/cpuinfo; empty where unreadable)."""
     return sorted(all_cpu_flags() & set(CPU_KIND_FLAGS))
@@ -261,27 +243,11 @@ def rescore(out_dir: Path) -> int:
     return 0
 
 
-def floor_only(args) -> int:
-    """Measure the floor alone, print it, write floor.json beside where results.json would go."""
-    out_dir = Path(args.out)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    machine = machine_info(detect_hardware())
-    with tempfile.TemporaryDirectory(prefix="longqa-floor-") as work_dir:
-        floor = run_floor(args.model, Path(work_dir), out_dir / "floor.log")
-    if floor.get("error"):
-        raise InputError(f"Could not measure the floor: {floor['error']}")
-    (out_dir / "floor.json").write_text(json.dumps({"machine": machine, "floor": floor}, indent=2))
-    print(format_floor(floor, machine))
-    return 0
-
-
 def run(args) -> int:
     """Measure every planned row in its own process and write the three outputs; 1 when any row failed."""
     out_dir = Path(args.out)
     if args.rescore:
         return rescore(out_dir)
-    if args.floor_only:
-        return floor_only(args)
     out_dir.mkdir(parents=True, exist_ok=True)
     hardware = detect_hardware()
     profiles, skipped = choose_profiles(args.profiles, hardware)

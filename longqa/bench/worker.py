@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from longqa.demo_model.demo_task import FactWriter, make_example
+from longqa.bench.documents import Prose, make_document
 from longqa.loader import load_model
 from longqa_core import telemetry
 from longqa_core.answering import answer
@@ -98,42 +98,33 @@ def _cut_to_tokens(tokenizer, text: str, n_tokens: int) -> str | None:
 
 
 def _document_text(tokenizer, seed: int, n_tokens: int, chars_per_token: float) -> str:
-    """A demo-task document (its facts in the first ~80 %) padded with filler and cut to `n_tokens` tokens."""
-    text = clean_text(make_example(seed, int(0.8 * n_tokens * chars_per_token)).text)
-    writer = FactWriter(seed + FILLER_SEED_OFFSET, split="test")
+    """A bench document (its facts in the first ~80 %) padded with more prose and cut to `n_tokens` tokens."""
+    text = clean_text(make_document(seed, int(0.8 * n_tokens * chars_per_token))[0])
+    writer = Prose(seed + FILLER_SEED_OFFSET)
     while (cut := _cut_to_tokens(tokenizer, text, n_tokens)) is None:
         extra = []
         while sum(len(s) + 1 for s in extra) < 0.3 * n_tokens * chars_per_token + 200:
-            extra.append(writer.filler())
+            extra.append(writer.sentence())
         text = clean_text(" ".join([text, *extra]))
     return cut
 
 
 def agreement_inputs(tokenizer, tokens: int, count: int, seed: int = 0) -> list[CheckInput]:
-    """`count` question/document pairs from the demo task, each at most `tokens` input tokens long; the first
+    """`count` question/document pairs (`longqa.bench.documents`), each at most `tokens` input tokens long; the first
     has the longest question and fills exactly `tokens` (the timed request asks its question)."""
     seeds = [seed + index for index in range(count)]
-    questions = {s: make_example(s, 0).question for s in seeds}  # the target fact is drawn before any filler
+    questions = {s: make_document(s, 0)[1] for s in seeds}
     question_tokens = {s: count_tokens(tokenizer, q) for s, q in questions.items()}
     seeds.sort(key=lambda s: -question_tokens[s])
     document_tokens = tokens - question_tokens[seeds[0]] - SPECIAL_TOKENS_PER_WINDOW
     if document_tokens < MIN_DOCUMENT_TOKENS:
         raise InputError(f"{tokens} tokens leave no room for a document after the question; use at least "
                          f"{tokens - document_tokens + MIN_DOCUMENT_TOKENS}.")
-    sample = " ".join(FactWriter(seed, split="test").filler() for _ in range(50))
+    sample = " ".join(Prose(seed).sentence() for _ in range(50))
     chars_per_token = len(sample) / max(count_tokens(tokenizer, sample), 1)
     return [CheckInput(questions[s], Document(f"check-{s}", _document_text(tokenizer, s, document_tokens,
                                                                            chars_per_token)))
             for s in seeds]
-
-
-def window_batch(tokenizer, tokens: int, batch: int = 1) -> dict[str, torch.Tensor]:
-    """Model inputs of `batch` copies of one window of at most `tokens` tokens: the first agreement input's question
-    and document as the engine windows them, for timing bare forward passes."""
-    check = agreement_inputs(tokenizer, tokens, 1)[0]
-    settings = EngineSettings(max_seq_len=tokens).resolved(tokenizer)
-    windows, _ = make_windows(tokenizer, check.question, [check.document], settings)
-    return collate([windows[0]] * batch, tokenizer.pad_token_id)  # (B, L) each
 
 
 # ------------------------------------------------------------------------------------------------ agreement

@@ -1,0 +1,41 @@
+"""`python -m bench NAME ...`: one of the workshop's measurements, each with its own arguments
+(`python -m bench NAME --help`); docs/cpu-floor.md, docs/reading.md, docs/streaming.md and docs/first-answer.md
+keep what they found. The strategy table for a user's own machine is the product's: `python -m longqa bench`.
+"""
+
+from longqa_core.openmp_wait import limit_spin_wait
+
+limit_spin_wait()  # before the measurements' imports load torch, and with it libgomp, which reads it once
+
+import sys  # noqa: E402
+
+from bench import (band_kernels, cpu_seconds, first_answer, floor, levers, reading_sweep,  # noqa: E402
+                   streaming, window_profile)
+from longqa_core.errors import LongQAError  # noqa: E402
+
+MEASUREMENTS = {
+    "floor": floor,  # this CPU's compute floor of one window per precision, written as JSON
+    "window": window_profile,  # where one window's time goes, under torch.profiler
+    "levers": levers,  # the cpu stack's levers one at a time, side by side
+    "cpu-seconds": cpu_seconds,  # one window against its floors in one thread's CPU seconds
+    "kernels": band_kernels,  # the bf16 band kernels side by side
+    "first-answer": first_answer,  # a 100-page PDF read whole, guided, and guided in sized windows: the first answer
+    "reading": reading_sweep,  # the cost-growth curve of reading, full against guided, by document length
+    "stream": streaming,  # what streaming the best answer so far costs and gains
+}
+USAGE = f"usage: python -m bench {{{','.join(MEASUREMENTS)}}} [ARGUMENTS ...]  (python -m bench NAME --help)"
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] not in MEASUREMENTS:
+        print(USAGE, file=sys.stdout if argv[:1] in (["-h"], ["--help"]) else sys.stderr)
+        return 0 if argv[:1] in (["-h"], ["--help"]) else 2
+    try:
+        return MEASUREMENTS[argv[0]].main(argv[1:])
+    except LongQAError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
