@@ -21,7 +21,8 @@ from longqa.bench import runner as bench_module
 from longqa.compare import Comparison, choices_from, compare_profiles
 from longqa.gpu_plan import MachinePlan, plan_request
 from longqa.models import DEFAULT_MODEL, model_config
-from longqa.session import Session, page_image, read_documents
+from longqa.request import run_request
+from longqa.session import ReadRequest, Session, page_image, read_documents
 from longqa_core.documents import format_location
 from longqa_core.errors import LongQAError
 from longqa_core.limits import validate_request
@@ -159,16 +160,21 @@ def plan_lines(plan: MachinePlan) -> list[str]:
 
 
 def run_ask(args) -> int:
-    documents, extract_s = read_documents(args.files, max_bytes=int(args.max_file_mb * 1024 * 1024))
-    question = validate_request(documents, args.question)  # refuse bad input before any model work, once
     session = Session()
-    loaded = session.load(args.model, args.profile, fallback_to_demo=(args.model == DEFAULT_MODEL))
-    if loaded.fallback_reason:
-        print(f"note: {loaded.fallback_reason}", file=sys.stderr)
-    plan = session.plan(documents, question, args.reading, max_seq_len=args.max_seq_len,
-                        doc_stride=args.doc_stride, max_answer_len=args.max_answer_len, top_k=args.top_k,
-                        no_answer_below=args.no_answer_below, passage_window_tokens=args.passage_window_tokens)
-    readout = session.ask(plan, extract_s=extract_s)
+
+    def read() -> ReadRequest:  # refuse bad input before any model work, once
+        documents, extract_s = read_documents(args.files, max_bytes=int(args.max_file_mb * 1024 * 1024))
+        return ReadRequest(documents, validate_request(documents, args.question), extract_s)
+
+    def load() -> None:
+        loaded = session.load(args.model, args.profile, fallback_to_demo=(args.model == DEFAULT_MODEL))
+        if loaded.fallback_reason:
+            print(f"note: {loaded.fallback_reason}", file=sys.stderr)
+
+    answered = run_request(session, read, args.reading, load=load, max_seq_len=args.max_seq_len,
+                           doc_stride=args.doc_stride, max_answer_len=args.max_answer_len, top_k=args.top_k,
+                           no_answer_below=args.no_answer_below, passage_window_tokens=args.passage_window_tokens)
+    readout, documents = answered.readout, answered.read.documents
     if args.page_image:
         write_page_image(args.page_image, readout.result, documents)
     if args.json:

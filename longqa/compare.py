@@ -3,7 +3,8 @@ afresh through the backend (`longqa.backend.Backend`: the embedded `Session` or 
 table: time, peak memory, the request's own peak above the loaded model's baseline, windows a second, whether the
 best answer is the first profile's, and ratios to the first profile. What was loaded before is loaded back after.
 
-Composition: it drives a backend's load, plan and ask, and measures nothing itself (the figures are the readouts').
+Composition: it drives a backend's loads, and each read through the request function (`longqa.request`), and
+measures nothing itself (the figures are the readouts').
 It formats nothing for people; JSON only in `Comparison.to_json`, for the CLI's --json and the page's JSON panel.
 """
 
@@ -14,6 +15,8 @@ from typing import Callable
 
 from longqa.backend import Backend, Progress, Selection
 from longqa.readout import Readout
+from longqa.request import run_request
+from longqa.session import ReadRequest
 from longqa_core.documents import Document
 from longqa_core.errors import Cancelled, InputError
 from longqa_core.limits import StopCheck, stop_check
@@ -154,6 +157,7 @@ def compare_profiles(backend: Backend, model_ref: str, choices: list[ProfileChoi
     progress = on_progress or (lambda fraction, message: None)
     is_stopped = stop_check(should_stop)
     comparison = Comparison(model_ref, question, [d.name for d in documents])
+    read = ReadRequest(documents, question, extract_s)
     previous = loaded_selection(backend)
     steps = len(choices)
     try:
@@ -164,9 +168,9 @@ def compare_profiles(backend: Backend, model_ref: str, choices: list[ProfileChoi
             load = backend.load(model_ref, profile, force=True, fallback_to_demo=fallback_to_demo,
                                 strategies=choice.strategies)
             progress((index + 0.2) / steps, f"Asking under {choice.label} ({index + 1} of {steps})")
-            plan = backend.plan(documents, question, reading, should_stop=should_stop, **overrides)
-            readout = backend.ask(plan, extract_s=extract_s, should_stop=should_stop,
-                                  on_window_progress=window_progress(progress, index, steps, choice))
+            readout = run_request(backend, lambda: read, reading, should_stop=should_stop,
+                                  on_window_progress=window_progress(progress, index, steps, choice),
+                                  **overrides).readout
             comparison.runs.append(ComparedRun(choice, load.load_time_s, readout))
     finally:
         restore(backend, previous, progress)

@@ -1,6 +1,7 @@
-"""A request's way in and out: its settings cleaned, its documents read at the lane's door, the model it runs on
-loaded if none is (`page.loading`), its turn on the model and the page's Stop, the answer, and the answer area
-cleared before and told after how it ended. Not the panels' layout (`page.answer_panel`), the documents' preview
+"""A request's way in and out: its settings cleaned, what the request function (`longqa.request.run_request`: read
+at the lane's door, load, plan once, turns, answer) needs of the page (its uploads read, the model loaded if none is
+through `page.loading`, the page's Stop, where the answer runs), and the answer area cleared before and told after
+how it ended. Not the panels' layout (`page.answer_panel`), the documents' preview
 (`page.preview`), the training step (`page.training_panel`) nor the model work itself (the backend's).
 
 Stop is the page's own, not gradio's `cancels=`. The answer streams (`page.streaming`), so a cancel would keep the
@@ -35,7 +36,9 @@ import pandas as pd
 
 from longqa.backend import Provisional
 from longqa.readout import Readout
-from longqa.serving import lane, policy
+from longqa.request import PLANNING, READING, at_door, run_request
+from longqa.serving import policy
+from longqa.serving.lane import LaneTurns
 from longqa.session import NO_MODEL, ReadRequest, page_image, read_request
 from longqa_core.documents import passage_place
 from longqa_core.errors import Cancelled, DocumentError, LongQAError, ModelLoadError
@@ -109,22 +112,6 @@ def model_turn(ctx: AppContext, request: gr.Request | None, progress=None, *, ex
     with ctx.lane.turn(visitor_keys(ctx, request), should_stop=should_stop, on_wait=waiting_shown(progress),
                        exclusive=exclusive, only_one=only_one):
         yield should_stop
-
-
-@contextlib.contextmanager
-def request_turn(ctx: AppContext, request: gr.Request | None, progress=None, *, windows: int = 0, place=None):
-    """This answer's place in the lane (`lane.request_turn`: turns on the model between batches), with the wait
-    shown as progress; yields its ticket, its gate and its stop check: abandoned, or its page session pressed Stop.
-    Under ZeroGPU the read runs in a forked worker that cannot take turns with this process's lane: it holds one
-    turn throughout, and has no gate. `place`: its ticket from the lane's door (`ModelLane.door`)."""
-    is_abandoned, stop_pressed = abandonment_check(), stop_check(ctx, request)
-
-    def should_stop() -> bool:
-        return is_abandoned() or stop_pressed()
-
-    with lane.request_turn(ctx.lane, visitor_keys(ctx, request), should_stop, waiting_shown(progress),
-                           windows=windows, whole=ZERO_GPU, place=place) as (ticket, gate):
-        yield ticket, gate, should_stop
 
 
 def press_stop(ctx: AppContext, request: gr.Request = None) -> None:
@@ -270,19 +257,37 @@ def read_uploads(ctx: AppContext, files, pasted_text, question, progress=None) -
 @contextlib.contextmanager
 def read_at_door(ctx: AppContext, files, pasted_text, question, request: gr.Request | None, progress=None,
                  planned_here: bool = True):
-    """A request's place at the lane's door (counted toward the visitor's share and the queue: LaneBusyError past
-    either, before anything is read) and its documents read there (`read_uploads`), held while the body plans it:
-    yields what was read (`ReadRequest`: the documents, the question as checked, the seconds reading) and the place,
-    once the reloads that came before it have ended where it is `planned_here` (a plan made while one unloads the
-    model would find none). What an answer, a preview and a comparison all read by."""
+    """A request's place at the lane's door and its documents read there (`longqa.request.at_door`: counted toward
+    the visitor's share and the queue before anything is read), its uploads held (`hold_documents`, `read_uploads`):
+    yields what was read (`ReadRequest`) and the place. What a preview and a comparison read by; an answer reads the
+    same way inside its request (`ask`)."""
     hold_documents(ctx, files, request)
-    with ctx.lane.door(visitor_keys(ctx, request)) as place:
-        if progress is not None:
+    with at_door(lambda: read_uploads(ctx, files, pasted_text, question, progress), lane_turns(ctx, request, progress),
+                 abandonment_check(), planned_here=planned_here, on_step=steps_shown(progress, "full")) as door:
+        yield door
+
+
+def lane_turns(ctx: AppContext, request: gr.Request | None, progress=None) -> LaneTurns:
+    """A request's place in the page's lane: counted by its visitor's keys, its wait shown as progress; under
+    ZeroGPU the read runs in a forked worker that cannot take turns with this process's lane, so it holds one turn
+    throughout."""
+    return LaneTurns(ctx.lane, visitor_keys(ctx, request), whole=ZERO_GPU, on_wait=waiting_shown(progress))
+
+
+def steps_shown(progress, reading: str) -> Callable | None:
+    """The request's `on_step`: each step as progress (the documents read, the windows ranked or the read planned,
+    what the read is expected to take)."""
+    if progress is None:
+        return None
+
+    def on_step(step: str, plan) -> None:
+        if step == READING:
             progress(0.0, desc="Reading the documents")
-        read = read_uploads(ctx, files, pasted_text, question, progress)
-        if planned_here:
-            ctx.lane.after_exclusive(place, abandonment_check(), waiting_shown(progress))
-        yield read, place
+        elif step == PLANNING:
+            progress(0.0, desc="Ranking the windows" if reading != "full" else "Planning the read")
+        else:
+            progress(0.0, desc=fmt.read_expectation(plan))
+    return on_step
 
 
 def hold_documents(ctx: AppContext, files, request: gr.Request = None) -> None:
@@ -327,28 +332,17 @@ def ask(ctx: AppContext, files, pasted_text, question, top_k, reading, history, 
     is "not found" (empty: the model's own rule)."""
     with user_errors("Answering"):
         reading, settings = request_settings(ctx, top_k, reading, no_answer_below)
-        # Its place in the lane first: reading, indexing and planning count toward the visitor's share and the queue.
-        with read_at_door(ctx, files, pasted_text, question, request, progress) as (read, place):
-            if ctx.session.loaded is None:  # the first request after start loads it (`page.loading`)
-                ensure_loaded(ctx, progress)
-            progress(0.0, desc="Ranking the windows" if reading != "full" else "Planning the read")
-            plan = ctx.session.plan(read.documents, read.question, reading, should_stop=abandonment_check(),
-                                    visitor=" ".join(visitor_keys(ctx, request)) or None, **settings)
-            with request_turn(ctx, request, progress, windows=plan.expected_windows, place=place) as (ticket, gate,
-                                                                                                      should_stop):
-                changed = changed_since(ctx, seen)
-                progress(0.0, desc=fmt.read_expectation(plan))
-                if ZERO_GPU:  # a forked worker: its stop check travels as a key, its best so far comes back
-                    with policy.stop_key(should_stop) as key:
-                        work_s = policy.answer_work_s(plan, ctx.measured())  # once: the grant and the budget
-                        readout = from_gpu_worker(answer_on_gpu(ctx.key, plan, read.extract_s, progress, key,
-                                                                work_s), plan.documents)
-                else:
-                    readout = answer(ctx, plan, read.extract_s, progress, gate, should_stop)
+        hold_documents(ctx, files, request)
+        answered = run_request(ctx.session, lambda: read_uploads(ctx, files, pasted_text, question, progress),
+                               reading, turns=lane_turns(ctx, request, progress),
+                               load=lambda: ensure_loaded(ctx, progress),  # the first request after start loads it
+                               should_stop=abandonment_check(), stop_from_turn=stop_check(ctx, request),
+                               visitor=" ".join(visitor_keys(ctx, request)) or None,
+                               answer=answered_here(ctx, progress), on_step=steps_shown(progress, reading), **settings)
+    read, readout, changed = answered.read, answered.readout, changed_since(ctx, seen)
     documents = read.documents
     if RUNS_IN_WORKER:
         ctx.session.learn(readout)
-    readout.queue = ticket.queue_readout()
     result = readout.result
     if changed:
         result.notices.insert(0, changed)
@@ -394,6 +388,20 @@ def shown_notices(result) -> list[str]:
     verdict = result.verdict
     said = verdict.notices if verdict is not None and verdict.found is False else []
     return [notice for notice in result.notices if notice not in said]
+
+
+def answered_here(ctx: AppContext, progress=None):
+    """Where the page's planned request is answered (`longqa.request.Answerer`): in this process (`answer`), or
+    under ZeroGPU in a forked worker (`answer_on_gpu`) whose stop check travels as a key and whose best answers so
+    far come back as it yields them."""
+    def on_gpu(plan, extract_s, gate, should_stop) -> Readout:
+        with policy.stop_key(should_stop) as key:
+            work_s = policy.answer_work_s(plan, ctx.measured())  # once: the grant and the budget
+            return from_gpu_worker(answer_on_gpu(ctx.key, plan, extract_s, progress, key, work_s), plan.documents)
+
+    def here(plan, extract_s, gate, should_stop) -> Readout:
+        return answer(ctx, plan, extract_s, progress, gate, should_stop)
+    return on_gpu if ZERO_GPU else here
 
 
 def answer(ctx: AppContext, plan, extract_s: float = 0.0, progress=None, gate=None,

@@ -10,6 +10,7 @@ import html
 import gradio as gr
 import pandas as pd
 
+from longqa.request import plan_read
 from longqa_core.errors import DocumentError
 from page import format as fmt
 from page.asking import hold_documents, read_at_door
@@ -35,8 +36,8 @@ def preview_read(ctx: AppContext, files, pasted_text, question, request: gr.Requ
             if ctx.session.loaded is None:
                 rows = [[d.name, d.n_chars, None, None] for d in read.documents]
             else:
-                plan = ctx.session.plan(read.documents, (question or "").strip() or "?", "full",
-                                        max_total_tokens=ctx.max_total_tokens)
+                plan = plan_read(ctx.session, read._replace(question=(question or "").strip() or "?"), "full",
+                                 max_total_tokens=ctx.max_total_tokens)
                 rows = fmt.document_rows(plan.stats)
     return rows, read.left_out
 

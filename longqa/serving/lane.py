@@ -273,6 +273,9 @@ class ModelLane:
         return self._tickets[0] is ticket and not any(t.holding for t in self._tickets)
 
     def _wait(self, ticket: Ticket, may_go: Callable[[Ticket], bool], should_stop, on_wait, stopped: str) -> None:
+        if may_go(ticket):  # no wait: as `wait_until` would return at once, without a poll or a report
+            self._condition.notify_all()
+            return
         began = time.monotonic()
         ahead = None
 
@@ -426,3 +429,25 @@ def request_turn(lane: ModelLane, visitors, should_stop: Callable[[], bool],
     with lane.request(visitors, windows=windows, should_stop=should_stop, on_wait=on_wait, ticket=place) as ticket:
         with lane.batch(ticket, should_stop=should_stop, on_wait=on_wait) if whole else contextlib.nullcontext():
             yield ticket, None if whole else LaneGate(lane, ticket, should_stop)
+
+
+@dataclass(frozen=True)
+class LaneTurns:
+    """A request's turns in `lane` (`longqa.request.Turns`): counted by its visitor's `visitors` keys at the door,
+    `whole` where its read runs where the lane cannot reach (one turn throughout, no gate), `on_wait` hearing how
+    many requests are ahead while it waits."""
+
+    lane: ModelLane
+    visitors: tuple[str, ...] = ()
+    whole: bool = False
+    on_wait: Callable[[int], None] | None = None
+
+    def door(self):
+        return self.lane.door(self.visitors)
+
+    def after_exclusive(self, place: Ticket, should_stop: Callable[[], bool] | None) -> None:
+        self.lane.after_exclusive(place, should_stop, self.on_wait)
+
+    def turns(self, place: Ticket | None, windows: int, should_stop: Callable[[], bool]):
+        return request_turn(self.lane, self.visitors, should_stop, self.on_wait, windows=windows, whole=self.whole,
+                            place=place)

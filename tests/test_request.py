@@ -1,0 +1,114 @@
+"""One request's steps in order (longqa/request.py) with the tiny model: read at the door before the model loads,
+planned once, its turns taken in the lane, answered with its listeners; a visitor past its share refused before its
+documents are read; a stop from the turn on that leaves the reading alone; where the answer runs handed the plan."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from longqa.request import ANSWERING, PLANNING, READING, run_request
+from longqa.serving.lane import LaneBusyError, LaneTurns, ModelLane
+from longqa.session import ReadRequest, Session
+from longqa_core.documents import from_text
+from longqa_core.errors import Cancelled
+from longqa_core.limits import validate_request
+
+TEXT = " ".join(f"Line {n} says that the colour of Zorbin is teal, and nothing more." for n in range(120))
+QUESTION = "What is the colour of Zorbin?"
+
+
+class CountingSession(Session):
+    """The embedded session, counting its plans and asks."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.plans = self.asks = 0
+
+    def plan(self, *args, **kwargs):
+        self.plans += 1
+        return super().plan(*args, **kwargs)
+
+    def ask(self, *args, **kwargs):
+        self.asks += 1
+        return super().ask(*args, **kwargs)
+
+
+def reader(steps: list):
+    def read() -> ReadRequest:
+        steps.append("read")
+        documents = [from_text(TEXT)]
+        return ReadRequest(documents, validate_request(documents, QUESTION), 0.25)
+    return read
+
+
+def test_a_request_reads_then_loads_then_plans_once_then_answers_in_its_turn(tiny_model_dir):
+    session, steps, heard = CountingSession(), [], []
+    lane = ModelLane(capacity=1)
+
+    def load() -> None:
+        steps.append("load")
+        session.load(str(tiny_model_dir), "cpu")
+
+    answered = run_request(session, reader(steps), "full", turns=LaneTurns(lane, ("session:a",)), load=load,
+                           on_step=lambda step, plan: steps.append((step, plan is not None)),
+                           on_window_progress=lambda state: heard.append(state.windows_done),
+                           on_candidate=lambda best: heard.append(best), max_seq_len=256, doc_stride=64, top_k=2)
+    assert steps == [(READING, False), "read", "load", (PLANNING, False), (ANSWERING, True)]
+    assert (session.plans, session.asks) == (1, 1)
+    result = answered.readout.result
+    assert result.answers and len(result.answers) <= 2 and result.latency_s["extract"] == 0.25
+    assert answered.plan.settings.max_seq_len == 256 and answered.plan.overrides["top_k"] == 2
+    assert answered.read.documents[0].text == TEXT and answered.readout.queue is not None
+    progress = [h for h in heard if isinstance(h, int)]
+    candidates = [h for h in heard if not isinstance(h, int)]
+    assert result.windows > 1 and progress[-1] == result.windows
+    assert candidates and candidates[-1].windows_read == result.windows  # the best so far after the last batch
+    assert lane.waiting() == 0 and not lane.is_busy(), "the request left the lane"
+
+
+def test_a_loaded_model_is_not_loaded_again_and_without_a_lane_there_is_no_wait(tiny_model_dir):
+    session = CountingSession()
+    session.load(str(tiny_model_dir), "cpu")
+    loads = session.loads
+    answered = run_request(session, reader([]), "full", load=lambda: pytest.fail("loaded again"))
+    assert session.loads == loads and answered.readout.queue is None and answered.readout.result.answers
+
+
+def test_a_visitor_past_its_share_is_refused_before_its_documents_are_read(tiny_model_dir):
+    session = CountingSession()
+    session.load(str(tiny_model_dir), "cpu")
+    lane, steps = ModelLane(per_visitor=1), []
+    with lane.door(("session:a",)):
+        with pytest.raises(LaneBusyError):
+            run_request(session, reader(steps), "full", turns=LaneTurns(lane, ("session:a",)))
+    assert steps == [] and session.plans == 0
+
+
+def test_a_stop_from_the_turn_on_ends_the_answer_but_not_the_reading(tiny_model_dir):
+    session = CountingSession()
+    session.load(str(tiny_model_dir), "cpu")
+    pressed = threading.Event()
+    pressed.set()  # already pressed: the reading and the plan go on, the answer does not begin its first batch
+    steps = []
+    with pytest.raises(Cancelled):
+        run_request(session, reader(steps), "full", turns=LaneTurns(ModelLane()), stop_from_turn=pressed,
+                    max_seq_len=256, doc_stride=64)
+    assert steps == ["read"] and session.plans == 1
+
+
+def test_where_the_answer_runs_is_handed_the_plan_its_reading_time_and_its_stop(tiny_model_dir):
+    session = CountingSession()
+    session.load(str(tiny_model_dir), "cpu")
+    handed = []
+
+    def elsewhere(plan, extract_s, gate, should_stop):
+        handed.append((plan, extract_s, gate, should_stop()))
+        return session.ask(plan, extract_s=extract_s, gate=gate, should_stop=should_stop)
+
+    answered = run_request(session, reader([]), "full", turns=LaneTurns(ModelLane(), whole=True),
+                           should_stop=lambda: False, stop_from_turn=lambda: False, answer=elsewhere)
+    (plan, extract_s, gate, stopped), = handed
+    assert plan is answered.plan and extract_s == 0.25 and gate is None and stopped is False  # whole: no gate
+    assert session.asks == 1 and answered.readout.queue is not None
