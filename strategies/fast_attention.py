@@ -103,7 +103,7 @@ class SlidingWindowSelfAttention(nn.Module):
     with the length and the work is one fused SDPA call over (B*blocks, H, w, d) instead of chunk copies. The
     4-D layout matters: on CPU a 5-D (B, H, blocks, ...) call falls back to SDPA's math path, which was slower
     than eager. Blocks of w/2 or w/4 (`query_block_divisor`) waste less of the band but were slower in the whole
-    model: more mask and more key copies (`python -m longqa bench levers`, docs/results/cpu-floor). On a CPU the band
+    model: more mask and more key copies (`python -m bench levers`, docs/results/cpu-floor). On a CPU the band
     goes to a band kernel instead where one runs (`use_band_kernel`; bf16 with AVX-512 BF16, fp32 with AVX2): one call
     per layer over exactly the band, without padded copies or a mask (strategies/band_kernel.py).
     """

@@ -1,4 +1,4 @@
-"""`python -m longqa bench window`'s grouping (bench/window_profile.py): an operator counts to the nearest of
+"""`python -m bench window`'s grouping (bench/window_profile.py): an operator counts to the nearest of
 itself and its callers that names a group, and what the fast attention runs without naming one is its bookkeeping
 (made-up profiler events, no model)."""
 
