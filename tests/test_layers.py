@@ -14,9 +14,9 @@ PACKAGES = ("longqa_core", "strategies", "longqa", "page", "bench", "evals", "tr
 # package -> rank; the workshop (measurements, evaluations, training) may import the product, never the reverse
 LAYERS = {"longqa_core": 0, "strategies": 1, "longqa": 2, "page": 3, "app": 4, "bench": 5, "evals": 5, "training": 5}
 NAMES = {0: "core", 1: "strategies", 2: "composition", 3: "page", 4: "entry point", 5: "workshop"}
-# The composition layer's rooms, bottom to top: the demo task's generators, the request path, the jobs built on it
-# (serving, the bench: side by side, neither imports the other), the command line that starts any of them, and
-# `python -m longqa` that starts the command line.
+# The composition layer's rooms, bottom to top: the demo model (its weights and question form), the request path,
+# the jobs built on it (serving, the bench: side by side, neither imports the other), the command line that starts
+# any of them, and `python -m longqa` that starts the command line.
 ROOMS = {"longqa.demo_model": 0, "longqa": 1, "longqa.serving": 2, "longqa.bench": 2, "longqa.cli": 3,
          "longqa.__main__": 4}
 
