@@ -364,7 +364,9 @@ def test_a_stop_pressed_once_every_window_is_read_shows_the_answer(ctx):
 
 # Ask's path from the page's handler to the model's forward (issue 47 item 2), measured at 26 modules for a full
 # read and 28 for a guided one before the page and the request's modules were made to match their jobs; one more
-# since issue 57, where pasted text flows as a person reads it (`longqa_core.text_flow`).
+# since issue 57, where pasted text flows as a person reads it (`longqa_core.text_flow`). Since issue 59 the request
+# function (`longqa.request`) is one of them, and the lane's polling loop (`longqa_core.waiting`) is entered only
+# where a request waits.
 PAGE_BOUNDS = {"full": 16, "guided": 19}
 OFF_THE_PATH = ("page.zerogpu", "page.picks", "page.turns", "page.errors", "page.streaming", "longqa.serving.policy",
                 "longqa.loader", "longqa_core.text_files", "longqa_core.document_limits", "longqa_core.host_memory")
