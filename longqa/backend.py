@@ -1,7 +1,8 @@
 """The one interface between the page and wherever the model runs: a `Backend` loads a model, plans a request
 (before its turn on the model) and answers a plan, with a gate for turns on a shared model, progress and a stop
 check; `Session` (the model in this process) and `longqa.serving.ray_replicas.RaySession` (Ray Serve replicas)
-implement all of it, the second by holding a `Session` for its record of what is loaded. A visitor's choice of
+implement all of it (`ask_steps` yields the best answer so far as a read goes on; `ask` hears it through a
+callback), the second by holding a `Session` for its record of what is loaded. A visitor's choice of
 model is a `Selection`, taken whole; the best answer so far while a read goes on, a `Provisional` (the engine's).
 
 Types only: it holds no model and runs nothing.
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Callable, Protocol, runtime_checkable
+from typing import Callable, Generator, Protocol, runtime_checkable
 
 import torch
 from transformers import PreTrainedTokenizerBase
@@ -114,6 +115,13 @@ class Backend(Protocol):
             should_stop: StopCheck | None = None,
             on_window_progress: Callable[[WindowProgress], None] | None = None,
             on_candidate: Callable[[Provisional], None] | None = None): ...
+
+    def ask_steps(self, plan: RequestPlan, *, extract_s: float = 0.0, gate: Gate | None = None,
+                  should_stop: StopCheck | None = None,
+                  on_window_progress: Callable[[WindowProgress], None] | None = None,
+                  best_so_far: bool = True) -> Generator[Provisional, None, object]:
+        """`ask` as a generator: each best answer so far as the read goes on, then the readout it returns; closed
+        at a yield, the read goes no further."""
 
     def learn(self, readout) -> None: ...
 

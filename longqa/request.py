@@ -13,13 +13,13 @@ from __future__ import annotations
 import contextlib
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Protocol
+from typing import Any, Callable, Generator, Iterator, Protocol
 
 from longqa.backend import Backend, Gate
 from longqa.readout import QueueReadout, Readout
 from longqa.session import ReadRequest
 from longqa_core.answering import Provisional
-from longqa_core.batching import WindowProgress
+from longqa_core.batching import WindowProgress, drain
 from longqa_core.limits import StopCheck, stop_check
 from longqa_core.plan import RequestPlan
 from longqa_core.reading import DEFAULT_READING
@@ -29,9 +29,9 @@ from longqa_core.reading import DEFAULT_READING
 READING, PLANNING, ANSWERING = "reading", "planning", "answering"
 
 Reader = Callable[[], ReadRequest]
-# Where a planned request is answered when not by `backend.ask` here (a ZeroGPU worker): (plan, extract_s, gate,
-# should_stop) to its readout.
-Answerer = Callable[[RequestPlan, float, "Gate | None", "StopCheck | None"], Readout]
+# Where a planned request is answered when not by `backend.ask_steps` here (a ZeroGPU worker): (plan, extract_s,
+# gate, should_stop) to its steps: each best answer so far, then the readout it returns.
+Answerer = Callable[[RequestPlan, float, "Gate | None", "StopCheck | None"], Generator[Provisional, None, Readout]]
 
 
 class Place(Protocol):
@@ -89,16 +89,26 @@ def plan_read(backend: Backend, read: ReadRequest, reading: str = DEFAULT_READIN
     return backend.plan(read.documents, read.question, reading, should_stop=should_stop, visitor=visitor, **settings)
 
 
-def run_request(backend: Backend, read: Reader, reading: str = DEFAULT_READING, *, turns: Turns | None = None,
-                load: Callable[[], None] | None = None, should_stop: StopCheck | None = None,
-                stop_from_turn: StopCheck | None = None, visitor: str | None = None,
-                answer: Answerer | None = None, on_step: Callable[[str, RequestPlan | None], None] | None = None,
-                on_window_progress: Callable[[WindowProgress], None] | None = None,
-                on_candidate: Callable[[Provisional], None] | None = None, **settings) -> Answered:
-    """One request's steps in order: its documents read at the door (`read`, with its place in `turns` where it has
-    some), the model loaded where none is (`load`), the plan made once (`plan_read`), its turns on the model
-    taken (`Turns.turns`: a turn per batch through its gate, or one throughout), and the plan answered
-    (`answer`, else `backend.ask` here) with `on_window_progress` and `on_candidate` hearing each batch.
+def run_request(backend: Backend, read: Reader, reading: str = DEFAULT_READING, *,
+                on_candidate: Callable[[Provisional], None] | None = None, **options) -> Answered:
+    """`request_steps` read to its end (`options` as there), each best answer so far told to `on_candidate` (none
+    decoded without one)."""
+    return drain(request_steps(backend, read, reading, best_so_far=on_candidate is not None, **options),
+                 on_candidate)
+
+
+def request_steps(backend: Backend, read: Reader, reading: str = DEFAULT_READING, *, turns: Turns | None = None,
+                  load: Callable[[], None] | None = None, should_stop: StopCheck | None = None,
+                  stop_from_turn: StopCheck | None = None, visitor: str | None = None,
+                  answer: Answerer | None = None, on_step: Callable[[str, RequestPlan | None], None] | None = None,
+                  on_window_progress: Callable[[WindowProgress], None] | None = None, best_so_far: bool = True,
+                  **settings) -> Generator[Provisional, None, Answered]:
+    """One request's steps in order, as a generator: its documents read at the door (`read`, with its place in `turns`
+    where it has some), the model loaded where none is (`load`), the plan made once (`plan_read`), its turns on the
+    model taken (`Turns.turns`: a turn per batch through its gate, or one throughout), and the plan answered
+    (`answer`, else `backend.ask_steps` here) with `on_window_progress` hearing each batch. It yields the best
+    answer so far after each batch that has one (none with `best_so_far` false, where the answer runs here) and
+    returns how the request ended; closed at a yield, the read goes no further and its turns end.
 
     `should_stop` ends it at any step (Cancelled); `stop_from_turn` too, from its turn on (a Stop that counts for
     the answer, not for the reading). `on_step(step, plan)` hears each step as it begins (`READING`, `PLANNING`,
@@ -115,10 +125,11 @@ def run_request(backend: Backend, read: Reader, reading: str = DEFAULT_READING, 
             if on_step is not None:
                 on_step(ANSWERING, plan)
             if answer is not None:
-                readout = answer(plan, documents.extract_s, gate, answer_stop)
+                readout = yield from answer(plan, documents.extract_s, gate, answer_stop)
             else:
-                readout = backend.ask(plan, extract_s=documents.extract_s, gate=gate, should_stop=answer_stop,
-                                      on_window_progress=on_window_progress, on_candidate=on_candidate)
+                readout = yield from backend.ask_steps(plan, extract_s=documents.extract_s, gate=gate,
+                                                       should_stop=answer_stop, on_window_progress=on_window_progress,
+                                                       best_so_far=best_so_far)
     if ticket is not None:
         readout.queue = ticket.queue_readout()
     return Answered(documents, plan, readout)

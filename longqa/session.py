@@ -17,14 +17,14 @@ import weakref
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
-from typing import Callable, NamedTuple
+from typing import Callable, Generator, NamedTuple
 
 from longqa import loader
 from longqa.backend import Gate, Progress, Selection
 from longqa.models import KNOWN_MODELS, model_config, resolve_model
 from longqa.readout import MemoryPrediction, Readout, predict_full_read_s
-from longqa_core.answering import Provisional, QAResult, answer_plan
-from longqa_core.batching import WindowProgress, collate
+from longqa_core.answering import Provisional, QAResult, answer_steps
+from longqa_core.batching import WindowProgress, collate, drain
 from longqa_core.documents import (DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_PAGES, DEFAULT_MAX_READ_S, Document, ReadLimits,
                                    from_text)
 from longqa_core.files import read_document
@@ -271,21 +271,33 @@ class Session:
             should_stop: StopCheck | None = None,
             on_window_progress: Callable[[WindowProgress], None] | None = None,
             on_candidate: Callable[[Provisional], None] | None = None) -> Readout:
-        """Answer a plan with the loaded model (a plan made for a model since replaced is made again for this one):
-        `gate` gives the request its turn per batch on a shared model (and admits it again before a guided read falls
-        back to every window, waiting for a full read's place), `should_stop` ends it between batches,
-        `on_window_progress` hears after each batch, and `on_candidate` the best answer so far. Requests run side by side, each tokenizing on its own copy of
+        """`ask_steps` read to its end, each best answer so far told to `on_candidate` (none decoded without
+        one)."""
+        return drain(self.ask_steps(plan, extract_s=extract_s, gate=gate, should_stop=should_stop,
+                                    on_window_progress=on_window_progress, best_so_far=on_candidate is not None),
+                     on_candidate)
+
+    def ask_steps(self, plan: RequestPlan, *, extract_s: float = 0.0, gate: Gate | None = None,
+                  should_stop: StopCheck | None = None,
+                  on_window_progress: Callable[[WindowProgress], None] | None = None,
+                  best_so_far: bool = True) -> Generator[Provisional, None, Readout]:
+        """Answer a plan with the loaded model (a plan made for a model since replaced is made again for this one),
+        yielding the best answer so far after each batch (`answering.answer_steps`) and returning the readout:
+        `gate` gives the request its turn per batch on a shared model (and admits it again before a guided read
+        falls back to every window, waiting for a full read's place), `should_stop` ends it between batches, and
+        `on_window_progress` hears after each batch. Requests run side by side, each tokenizing on its own copy of
         the tokenizer; a load or a training step waits for the requests in progress, and requests wait for it. The
-        freed heap goes back to the system after every request, answered or not (`trim_heap`)."""
+        freed heap goes back to the system after every request, answered, stopped or closed (`trim_heap`)."""
         with self.asking() as loaded:
             tokenizer = self._borrow_tokenizer(loaded)
             try:
                 plan = self.current(plan, loaded)
                 runner = gate.runner(loaded.runner) if gate is not None else loaded.runner
-                result = answer_plan(runner, tokenizer, plan, batch_state=loaded.batch_state, extract_s=extract_s,
-                                     should_stop=should_stop, on_window_progress=on_window_progress,
-                                     before_wider_read=gate.widen if gate is not None else None,
-                                     on_candidate=on_candidate)
+                result = yield from answer_steps(runner, tokenizer, plan, batch_state=loaded.batch_state,
+                                                 extract_s=extract_s, should_stop=should_stop,
+                                                 on_window_progress=on_window_progress,
+                                                 before_wider_read=gate.widen if gate is not None else None,
+                                                 best_so_far=best_so_far)
             finally:
                 self._return_tokenizer(loaded, tokenizer)
                 trim_heap()  # the request's windows and logits are gone: their pages go back to the system (issue 40)

@@ -24,7 +24,8 @@ the public names of each:
 - `windows`: the model's inputs (`make_windows`, `Window`, `DocumentStats`), the same windows cut from a document's
   tokens kept once (`tokenize_document`, `window_cuts`, `cut_windows`) and token counts (`count_tokens`,
   `count_windows`, `chars_per_token`).
-- `batching`: `run_windows` (batches, stop checks, out-of-memory back-off), `ModelRunner`, `collate`,
+- `batching`: `iter_windows` (batches, stop checks, out-of-memory back-off; a step after each batch) and
+  `run_windows` (read to its end, `drain`), `ModelRunner`, `collate`,
   `stack_batches`/`split_rows` for shared passes, and `BatchState`: a loaded model's batch size and its one
   throughput estimate (`window_s`, `tokens_per_s`).
 - `reading`: question-guided reading: the ranking of the full read's windows, its `ReadingPlan` (mode, reason
@@ -35,8 +36,8 @@ the public names of each:
 - `ranker`: the one module that knows the ranker is BM25 (bm25s): `PassageIndex` (`score`, `nbytes`,
   `vocabulary`), `index_passages`, and the content words (`STOPWORDS`, `content_words`, `question_words`) that the
   ranking and the evidence check share.
-- `answering`: `answer_plan` answers a plan into a `QAResult` (with `ReadingReadout`); `answer` plans and answers;
-  `BestSoFar` keeps the best answer of the windows read while a read goes on (`Provisional`).
+- `answering`: `answer_steps` answers a plan into a `QAResult` (with `ReadingReadout`), yielding the best answer so
+  far after each batch (`BestSoFar`, `Provisional`); `answer_plan` reads it to its end; `answer` plans and answers.
 - `telemetry`: `measure` (latency by stage, `MemoryReadout`), `HostPeak`, `timed`, `current_rss_bytes`; handing
   freed memory back to the system (`trim_heap`) and a server's memory settings (`tune_allocator`, `freeze_start_up`).
 - `gpu_devices`: the NVML wrapper (`nvml`, `nvml_handle`, `device_memory`, `gpu_snapshot`, `cuda_device_indices`).

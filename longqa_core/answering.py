@@ -11,10 +11,11 @@ from __future__ import annotations
 import time
 import traceback
 from dataclasses import dataclass, field, replace
-from typing import Callable
+from typing import Callable, Generator, TypeVar
 
 from longqa_core import no_answer, pdf_pages, reading, telemetry
-from longqa_core.batching import BatchState, ForwardSample, Runner, WindowProgress, release_memory, run_windows
+from longqa_core.batching import (BatchState, ForwardSample, Runner, WindowProgress, drain, iter_windows,
+                                  release_memory)
 from longqa_core.documents import Document, ReadLimits, locate
 from longqa_core.errors import Cancelled, DocumentError, LongQAError
 from longqa_core.index_cache import IndexCache
@@ -23,6 +24,8 @@ from longqa_core.plan import RequestPlan, plan_request
 from longqa_core.spans import Answer, Candidate, Decoded, decode, decode_window, merged_answers
 from longqa_core.telemetry import MemoryReadout
 from longqa_core.windows import DocumentStats, Window, cut_windows, make_windows, window_span
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -121,14 +124,12 @@ class BestSoFar:
     as the final decode would), their candidates merged into those of the windows before (identical answers
     summing, as `spans.merge_candidates` does), so that the windows read before are never decoded again, not even
     at the end: the answer merges what was decoded here (`decoded`). It sees a read's batches (`on_batch`) and,
-    after each, its progress (`on_progress`), and tells `on_candidate` the best so far with how many windows were
-    read; `seconds` is what its decoding took."""
+    after each, its progress (`on_progress`), and keeps the best so far with how many windows were read in
+    `latest` (what `answer_steps` yields); `seconds` is what its decoding took."""
 
-    def __init__(self, documents: list[Document], settings: EngineSettings,
-                 on_candidate: Callable[[Provisional], None]):
+    def __init__(self, documents: list[Document], settings: EngineSettings):
         self.documents = documents
         self.settings = settings
-        self.on_candidate = on_candidate
         self.per_window: dict[int, tuple[list[Candidate], float]] = {}  # by id(window): its candidates, null score
         self.merged: dict[str, Candidate] = {}
         self.best: Candidate | None = None
@@ -161,7 +162,6 @@ class BestSoFar:
         self.latest = Provisional(Answer(best.text, best.score, document.name, best.document_index, best.start_char,
                                          best.end_char, location=locate(document, best.start_char, best.end_char)),
                                   state.windows_done, state.windows_total, plausible)
-        self.on_candidate(self.latest)
 
     def decoded(self, windows: list[Window]) -> Decoded | None:
         """The answers of `windows` (in document order) from what was decoded here, or None if one was not."""
@@ -192,20 +192,36 @@ def answer_plan(runner: Runner, tokenizer, plan: RequestPlan, *, batch_state: Ba
                 on_window_progress: Callable[[WindowProgress], None] | None = None,
                 before_wider_read: Callable[[int], None] | None = None,
                 on_candidate: Callable[[Provisional], None] | None = None) -> QAResult:
+    """`answer_steps` read to its end, each best answer so far told to `on_candidate` (none decoded without
+    one)."""
+    return drain(answer_steps(runner, tokenizer, plan, batch_state=batch_state, extract_s=extract_s,
+                              should_stop=should_stop, on_window_progress=on_window_progress,
+                              before_wider_read=before_wider_read, best_so_far=on_candidate is not None),
+                 on_candidate)
+
+
+def answer_steps(runner: Runner, tokenizer, plan: RequestPlan, *, batch_state: BatchState | None = None,
+                 extract_s: float = 0.0, should_stop: StopCheck | None = None,
+                 on_window_progress: Callable[[WindowProgress], None] | None = None,
+                 before_wider_read: Callable[[int], None] | None = None,
+                 best_so_far: bool = True) -> Generator[Provisional, None, QAResult]:
     """Answer a planned request; the result carries its latency (planning and `extract_s` included) and memory
     readouts, and in `reading` what was read. `should_stop` (a callable or a threading.Event) ends the request
     between batches with Cancelled; progress goes to `on_window_progress(WindowProgress)`;
     `before_wider_read(windows)` hears, before any of it is tokenized, that a guided read falls back to reading
-    `windows` more (a shared deployment's admission may wait there, or raise); `on_candidate(Provisional)` hears,
-    after each batch, the best answer of the windows read so far (`BestSoFar`; no decoding for it without one). A
-    refused or cancelled request hands its memory back before raising; a cancelled one carries the best answer read
-    before it stopped (`Cancelled.best`). Once the windows are read, the answer is decoded and returned whatever
-    `should_stop` says: a Stop that comes after the last window gets the answer."""
+    `windows` more (a shared deployment's admission may wait there, or raise). It yields, after each batch, the best
+    answer of the windows read so far (`BestSoFar`; with `best_so_far` false none is decoded and nothing yielded),
+    and the seconds until the next step is asked for count in none of its stages. Closed at a yield, it reads no
+    further and hands its memory back. A refused or cancelled request hands its memory back before raising; a
+    cancelled one carries the best answer read before it stopped (`Cancelled.best`). Once the windows are read, the
+    answer is decoded and returned whatever `should_stop` says: a Stop that comes after the last window gets the
+    answer."""
     settings = plan.settings
     batch_state = batch_state or BatchState(settings.batch_size)
     backoffs_before = batch_state.backoffs
     read = None
-    best_so_far = BestSoFar(plan.documents, settings, on_candidate) if on_candidate is not None else None
+    best_so_far = BestSoFar(plan.documents, settings) if best_so_far else None
+    away_s = [0.0]  # held by whoever asks for the steps, at its yields
     if best_so_far is not None:
         on_window_progress = both(on_window_progress, best_so_far.on_progress)
     try:
@@ -217,11 +233,13 @@ def answer_plan(runner: Runner, tokenizer, plan: RequestPlan, *, batch_state: Ba
             evidence = no_answer.Evidence(plan.question, [d.text for d in plan.documents])  # one per request
             on_batch = best_so_far.on_batch if best_so_far is not None else None
             if plan.mode == "full":
-                read = _read_full(runner, tokenizer, plan, batch_state, measurement, should_stop,
-                                  on_window_progress, on_batch)
+                read = yield from told(_read_full(runner, tokenizer, plan, batch_state, measurement, should_stop,
+                                                  on_window_progress, on_batch), best_so_far, away_s)
             else:
-                read = _read_guided(runner, tokenizer, plan, batch_state, measurement, should_stop,
-                                    on_window_progress, before_wider_read, evidence, on_batch)
+                read = yield from told(_read_guided(runner, tokenizer, plan, batch_state, measurement, should_stop,
+                                                    on_window_progress, before_wider_read, evidence, on_batch),
+                                       best_so_far, away_s)
+            measurement.latency_s["forward"] -= away_s[0]
             with measurement.stage("decode"):
                 decoded = best_so_far.decoded(read.windows) if best_so_far is not None else None
                 if decoded is None:
@@ -243,7 +261,11 @@ def answer_plan(runner: Runner, tokenizer, plan: RequestPlan, *, batch_state: Ba
         traceback.clear_frames(exc.__traceback__)
         release_memory()
         raise
-    measurement.latency_s["total"] += extract_s + sum(plan.latency_s.values())
+    except GeneratorExit:  # closed at a yield: nobody wants the answer
+        read = None
+        release_memory()
+        raise
+    measurement.latency_s["total"] += extract_s + sum(plan.latency_s.values()) - away_s[0]
     read.readout.expected_s = plan.guided_read_s if plan.mode == "guided" else plan.full_read_s
     read.readout.forward_s = measurement.latency_s.get("forward", 0.0)
     return QAResult(plan.question, answers, read.stats, len(read.windows), read.tokens, read.batch_size,
@@ -252,6 +274,27 @@ def answer_plan(runner: Runner, tokenizer, plan: RequestPlan, *, batch_state: Ba
                     window_tokens=max(len(w.input_ids) for w in read.windows), reading=read.readout,
                     forward=ForwardSample(read.forward_tokens, read.forward_windows, read.forward_s),
                     verdict=verdict)
+
+
+def told(steps: Generator[None, None, T], best_so_far: BestSoFar | None,
+         away_s: list[float]) -> Generator[Provisional, None, T]:
+    """A read's steps (one after each batch) as the best answers so far it found: each new one yielded (none
+    without `best_so_far`), the seconds away at each yield added to `away_s[0]`; what the read returns. Closed at a
+    yield, it closes the read."""
+    heard = None
+    try:
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                return done.value
+            latest = best_so_far.latest if best_so_far is not None else None
+            if latest is not None and latest is not heard:
+                heard, away_from = latest, time.perf_counter()
+                yield latest
+                away_s[0] += time.perf_counter() - away_from
+    finally:
+        steps.close()
 
 
 def both(first: Callable | None, second: Callable) -> Callable:
@@ -338,7 +381,7 @@ class _Read:
 
 
 def _read_full(runner, tokenizer, plan: RequestPlan, batch_state, measurement, should_stop,
-               on_window_progress, on_batch=None) -> _Read:
+               on_window_progress, on_batch=None) -> Generator[None, None, _Read]:
     """Every window of every document, in the plan's settings: cut from the plan's tokens where it tokenized the
     documents (a ranked request that resolved to the full read), else tokenized here."""
     settings = plan.settings
@@ -352,9 +395,9 @@ def _read_full(runner, tokenizer, plan: RequestPlan, batch_state, measurement, s
         tokens = sum(s.tokens for s in stats)
         check_tokens(tokens, settings.max_total_tokens)
     with measurement.stage("forward"):
-        logits, used_size, sample = run_windows(runner, windows, tokenizer.pad_token_id, settings, batch_state,
-                                                should_stop=should_stop, on_window_progress=on_window_progress,
-                                                on_batch=on_batch)
+        logits, used_size, sample = yield from iter_windows(runner, windows, tokenizer.pad_token_id, settings,
+                                                            batch_state, should_stop=should_stop,
+                                                            on_window_progress=on_window_progress, on_batch=on_batch)
     readout = ReadingReadout("full", plan.requested, len(windows), len(windows), plan.reading.reason,
                              [ReadSpan(**window_span(w)) for w in windows], plan.reading.code)
     return _Read(windows, logits, stats, tokens, used_size, list(plan.notices), readout, sample.tokens,
@@ -362,14 +405,16 @@ def _read_full(runner, tokenizer, plan: RequestPlan, batch_state, measurement, s
 
 
 def _read_guided(runner, tokenizer, plan: RequestPlan, batch_state, measurement, should_stop,
-                 on_window_progress, before_wider_read, evidence: no_answer.Evidence, on_batch=None) -> _Read:
+                 on_window_progress, before_wider_read, evidence: no_answer.Evidence,
+                 on_batch=None) -> Generator[None, None, _Read]:
     """The plan's rounds (`reading.read_rounds`) of the full read's windows; still weak after every window the
     ranking could point to, the windows not read yet, so that guided reading never ends on less than the full read
     would find and never reads a window twice (the answer is then the full read's) -- unless that would pass the
     time budget, where the answer read so far is kept and says so. `before_wider_read(windows)` hears how many
     windows are left before they are read."""
-    guided = reading.read_rounds(runner, tokenizer, plan, batch_state, measurement, evidence, should_stop=should_stop,
-                                 on_window_progress=on_window_progress, on_batch=on_batch)
+    guided = yield from reading.read_rounds(runner, tokenizer, plan, batch_state, measurement, evidence,
+                                            should_stop=should_stop, on_window_progress=on_window_progress,
+                                            on_batch=on_batch)
     notices = plan.notices + guided.notices
     why, went_on = plan.reading, False
     read = set(guided.indices) - guided.narrowed  # a window read sized to its passage is not the full read's
@@ -384,9 +429,9 @@ def _read_guided(runner, tokenizer, plan: RequestPlan, batch_state, measurement,
             if before_wider_read is not None:
                 before_wider_read(len(left))
             guided.drop(sorted(guided.narrowed))
-            reading.read_windows(runner, tokenizer, plan, left, guided, batch_state, measurement,
-                                 should_stop=should_stop, on_window_progress=on_window_progress,
-                                 on_batch=on_batch)
+            yield from reading.read_windows(runner, tokenizer, plan, left, guided, batch_state, measurement,
+                                            should_stop=should_stop, on_window_progress=on_window_progress,
+                                            on_batch=on_batch)
     _, windows, logits = guided.in_document_order()  # went on: the full read's windows, so its answers
     readout = ReadingReadout("full" if went_on else "guided", plan.requested, len(windows), len(plan.cuts),
                              why.reason, [ReadSpan(**window_span(w)) for w in windows], why.code,

@@ -11,7 +11,7 @@ import contextlib
 import gc
 import time
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Any, Callable, Generator, Protocol, TypeVar
 
 import numpy as np
 import torch
@@ -21,6 +21,8 @@ from longqa_core.errors import Cancelled, OutOfMemoryError
 from longqa_core.telemetry import trim_heap
 from longqa_core.limits import FIT_PROFILES_HINT, EngineSettings, StopCheck, check_predicted_time, stop_check
 from longqa_core.windows import Window
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -193,17 +195,40 @@ def run_windows(runner: Runner, windows: list[Window], pad_token_id: int, settin
                 on_window_progress: Callable[[WindowProgress], None] | None = None,
                 on_batch: Callable[[list[Window], list], None] | None = None
                 ) -> tuple[list, int, ForwardSample]:
-    """Start/end logits of every window, in batches; on out-of-memory halve the batch and go on. Returns the
-    logits, the batch size used and what the passes measured.
+    """`iter_windows` read to its end: the logits, the batch size used and what the passes measured."""
+    return drain(iter_windows(runner, windows, pad_token_id, settings, batch_state, should_stop=should_stop,
+                              on_window_progress=on_window_progress, on_batch=on_batch))
 
-    Finished windows are kept (never recomputed); the size that worked stays in `batch_state` for the next
-    request, with the forward time measured here. Without adaptive batching, or at batch size 1, out-of-memory is
-    a clear OutOfMemoryError. `should_stop` is checked before every batch (Cancelled); `on_window_progress`
-    reports before the first batch and after every one; `on_batch(windows, logits)` hears each batch's windows and
-    their logits as they come, before that batch's progress report (its seconds are not counted as forward time). With `settings.max_request_s` and no throughput measured
-    before, the first batch measures it and the rest of the request is refused (RequestTooLongError) if it would
-    go over.
-    """
+
+def drain(steps: Generator[Any, None, T], on_step: Callable[[Any], None] | None = None) -> T:
+    """What a generator of steps (`iter_windows`, and the reads and answers built on it) returns, each step it
+    yields told to `on_step` (or passed over): for callers that hear a read through callbacks, or not at all."""
+    while True:
+        try:
+            step = next(steps)
+        except StopIteration as done:
+            return done.value
+        if on_step is not None:
+            on_step(step)
+
+
+def iter_windows(runner: Runner, windows: list[Window], pad_token_id: int, settings: EngineSettings,
+                 batch_state: BatchState, *, should_stop: StopCheck | None = None,
+                 on_window_progress: Callable[[WindowProgress], None] | None = None,
+                 on_batch: Callable[[list[Window], list], None] | None = None
+                 ) -> Generator[None, None, tuple[list, int, ForwardSample]]:
+    """Start/end logits of every window, in batches; on out-of-memory halve the batch and go on. Yields after each
+    batch, once it was heard (`on_batch`, then `on_window_progress`): the seconds spent there, until the next step
+    is asked for, are neither forward time nor anybody's turn. Returns the logits, the batch size used and what the
+    passes measured. Closed at a yield, it reads no further.
+
+    Finished windows are kept (never recomputed); the size that worked stays in `batch_state` for the next request,
+    with the forward time measured here. Without adaptive batching, or at batch size 1, out-of-memory is a clear
+    OutOfMemoryError. `should_stop` is checked before every batch (Cancelled); `on_window_progress` reports before
+    the first batch and after every one; `on_batch(windows, logits)` hears each batch's windows and their logits as
+    they come, before that batch's progress report (its seconds are not counted as forward time). With
+    `settings.max_request_s` and no throughput measured before, the first batch measures it and the rest of the
+    request is refused (RequestTooLongError) if it would go over."""
     logits: list[tuple[np.ndarray, np.ndarray]] = []
     size = max(1, batch_state.size if settings.adaptive_batching else settings.batch_size)
     stop = stop_check(should_stop)
@@ -212,7 +237,7 @@ def run_windows(runner: Runner, windows: list[Window], pad_token_id: int, settin
     done = done_tokens = 0
     began = time.perf_counter()
     waited_before = getattr(runner, "waited_s", 0.0)
-    heard_s = 0.0  # spent in `on_batch`
+    heard_s = 0.0  # spent in `on_batch`, and away at a yield
 
     def forward_s() -> float:
         """Seconds since the first batch began, less those spent waiting for turns on a shared model or in
@@ -243,6 +268,9 @@ def run_windows(runner: Runner, windows: list[Window], pad_token_id: int, settin
             report()
             if rate_before is None and done < len(windows):
                 rate_before = _check_after_first_batch(settings, windows, done_tokens, total_tokens, forward_s())
+            away_from = time.perf_counter()
+            yield
+            heard_s += time.perf_counter() - away_from
     finally:
         sample = ForwardSample(done_tokens, done, forward_s())
         batch_state.record(sample)

@@ -15,12 +15,12 @@ import hashlib
 import re
 import time
 from dataclasses import dataclass, field, replace
-from typing import Callable
+from typing import Callable, Generator
 
 import numpy as np
 
 from longqa_core import no_answer
-from longqa_core.batching import BatchState, Runner, WindowProgress, run_windows
+from longqa_core.batching import BatchState, Runner, WindowProgress, iter_windows
 from longqa_core.documents import Document
 from longqa_core.limits import (EngineSettings, StopCheck, check_predicted_time, no_answer_rule, passes_time_limit,
                                 stop_check)
@@ -319,10 +319,10 @@ def read_windows(runner: Runner, tokenizer, plan, indices: list[int], read: Guid
                  measurement, *, should_stop: StopCheck | None = None,
                  on_window_progress: Callable[[WindowProgress], None] | None = None,
                  cuts: list[WindowCut] | None = None,
-                 on_batch: Callable[[list[Window], list], None] | None = None) -> None:
+                 on_batch: Callable[[list[Window], list], None] | None = None) -> Generator[None, None, None]:
     """Read the plan's windows at `indices` (into `plan.cuts`; `cuts`: parts of them to read instead, one each)
     and add them, their logits and what the passes measured to `read`; progress counts on from the windows `read`
-    already holds; `on_batch` hears each batch (`batching.run_windows`)."""
+    already holds; `on_batch` hears each batch, and it yields after each (`batching.iter_windows`)."""
     with measurement.stage("tokenize"):
         new = cut_windows(tokenizer, plan.question, plan.documents, plan.document_tokens,
                           cuts if cuts is not None else [plan.cuts[i] for i in indices], should_stop=should_stop)
@@ -333,9 +333,10 @@ def read_windows(runner: Runner, tokenizer, plan, indices: list[int], read: Guid
             on_window_progress(replace(state, windows_done=done_before + state.windows_done,
                                        windows_total=max(windows_total, done_before + len(new))))
     with measurement.stage("forward"):
-        logits, read.batch_size, sample = run_windows(runner, new, tokenizer.pad_token_id, plan.settings,
-                                                      batch_state, should_stop=should_stop,
-                                                      on_window_progress=progress, on_batch=on_batch)
+        logits, read.batch_size, sample = yield from iter_windows(runner, new, tokenizer.pad_token_id,
+                                                                  plan.settings, batch_state,
+                                                                  should_stop=should_stop,
+                                                                  on_window_progress=progress, on_batch=on_batch)
     read.forward_tokens += sample.tokens
     read.forward_windows += sample.windows
     read.forward_s += sample.seconds
@@ -347,15 +348,15 @@ def read_windows(runner: Runner, tokenizer, plan, indices: list[int], read: Guid
 def read_rounds(runner: Runner, tokenizer, plan, batch_state: BatchState, measurement, evidence: no_answer.Evidence,
                 *, should_stop: StopCheck | None = None,
                 on_window_progress: Callable[[WindowProgress], None] | None = None,
-                on_batch: Callable[[list[Window], list], None] | None = None) -> GuidedRead:
-    """Read a guided plan's rounds (`longqa_core.plan.RequestPlan`: windows of the full read) in order, deciding
-    after each whether the answer so far is enough; a later round that would pass the time budget is not read.
-    `evidence`: the request's one `no_answer.Evidence`, which a rule that needs evidence asks of each round's best
-    answer; `on_batch` hears each batch (`batching.run_windows`). After a round the rule only says whether to read
-    on (an answer it would call "not found" is as weak as none); the request's verdict is judged once, after the
-    read (`answering.judge_answers`). With `settings.passage_window_tokens`, a round's windows are read first sized
-    to their best passage (`RequestPlan.narrowed_cuts`), and read again whole, in place of those, only where the
-    answer after them is weak."""
+                on_batch: Callable[[list[Window], list], None] | None = None) -> Generator[None, None, GuidedRead]:
+    """Read a guided plan's rounds (`longqa_core.plan.RequestPlan`: windows of the full read) in order, deciding after
+    each whether the answer so far is enough; a later round that would pass the time budget is not read. `evidence`:
+    the request's one `no_answer.Evidence`, which a rule that needs evidence asks of each round's best answer;
+    `on_batch` hears each batch, and it yields after each (`batching.iter_windows`). After a round the rule only
+    says whether to read on (an answer it would call "not found" is as weak as none); the request's verdict is
+    judged once, after the read (`answering.judge_answers`). With `settings.passage_window_tokens`, a round's
+    windows are read first sized to their best passage (`RequestPlan.narrowed_cuts`), and read again whole, in place
+    of those, only where the answer after them is weak."""
     settings, rounds = plan.settings, plan.reading
     read = GuidedRead(batch_size=batch_state.size if settings.adaptive_batching else settings.batch_size)
     rule = no_answer_rule(settings)
@@ -388,9 +389,9 @@ def read_rounds(runner: Runner, tokenizer, plan, batch_state: BatchState, measur
             check_predicted_time(predicted, settings, len(round_windows), new_tokens, rate)
         narrowed = plan.narrowed_cuts(round_windows)
         if narrowed is not None:
-            read_windows(runner, tokenizer, plan, round_windows, read, batch_state, measurement,
-                         should_stop=should_stop, on_window_progress=on_window_progress, cuts=narrowed,
-                         on_batch=on_batch)
+            yield from read_windows(runner, tokenizer, plan, round_windows, read, batch_state, measurement,
+                                    should_stop=should_stop, on_window_progress=on_window_progress, cuts=narrowed,
+                                    on_batch=on_batch)
             read.narrowed |= set(round_windows)
             read.best_score = best_score()
             if rounds.is_weak(read.best_score):  # widen: the round's windows whole, as without sizing
@@ -398,8 +399,9 @@ def read_rounds(runner: Runner, tokenizer, plan, batch_state: BatchState, measur
                 read.widened += len(round_windows)
                 narrowed = None
         if narrowed is None:
-            read_windows(runner, tokenizer, plan, round_windows, read, batch_state, measurement,
-                         should_stop=should_stop, on_window_progress=on_window_progress, on_batch=on_batch)
+            yield from read_windows(runner, tokenizer, plan, round_windows, read, batch_state, measurement,
+                                    should_stop=should_stop, on_window_progress=on_window_progress,
+                                    on_batch=on_batch)
             read.best_score = best_score()
         if rounds.should_stop_after(round_index, read.best_score):
             break

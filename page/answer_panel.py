@@ -22,7 +22,6 @@ from page.hardening import LATER_INPUT, accept_counts_as_text
 from page.history_panel import build_history_panel, recolour_after
 from page.page_view import build_page_room, room_after_answer
 from page.preview import preview_with_status
-from page.streaming import streaming
 from page.tables import ReadoutTable
 
 GPU_REFRESH_S = 2.0
@@ -201,7 +200,7 @@ def build_answer_panel(ctx: AppContext, question: dict[str, Block], seen: gr.Sta
         listen(clearing.failure, no_question_shown, outputs={name: question[name] for name in
                                                              ("status", "question_note")},
                queue=False, show_progress="hidden", api_visibility="private")
-        asking = listen(clearing.success, noting_outcome(ctx, streaming(bind(handler, ctx)), outputs),
+        asking = listen(clearing.success, noting_outcome(ctx, bind(handler, ctx), outputs),
                         inputs=handler_inputs, outputs=outputs, **request, **event)
         asking.then(show_wait, js=MEASURE_WAIT, inputs=[waited, readout_json], outputs=wait, queue=False,
                     show_progress="hidden", api_visibility="private")

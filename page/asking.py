@@ -1,20 +1,18 @@
-"""A request's way in and out: its settings cleaned, what the request function (`longqa.request.run_request`: read
-at the lane's door, load, plan once, turns, answer) needs of the page (its uploads read, the model loaded if none is
-through `page.loading`, the page's Stop, where the answer runs), and the answer area cleared before and told after
-how it ended. Not the panels' layout (`page.answer_panel`), the documents' preview
-(`page.preview`), the training step (`page.training_panel`) nor the model work itself (the backend's).
+"""A request's way in and out: its settings cleaned, what the request function (`longqa.request.request_steps`:
+read at the lane's door, load, plan once, turns, answer) needs of the page (its uploads read, the model loaded if
+none is through `page.loading`, the page's Stop, where the answer runs), the best answer so far shown as the request
+yields it, and the answer area cleared before and told after how it ended. Not the panels' layout
+(`page.answer_panel`), the preview (`page.preview`), the training step nor the model work itself (the backend's).
 
-Stop is the page's own, not gradio's `cancels=`. The answer streams (`page.streaming`), so a cancel would keep the
-best answer so far on the page; but it ends the handler at once, also once every window is read and the answer is
-being decoded (a Stop then must show the answer: issue 49), the answer area could not say how far the read got, and
-it cannot stop the thread that reads, which would read on; the read must end between batches of windows. The Stop
-button marks the page session (`press_stop`), and the read's stop check, asked between batches, sees the mark. An
-API client cancels its job instead (`hardening.abandonment_check`).
+Stop is the page's own, not gradio's `cancels=`: a cancel would end the handler only at its next yield (a stage
+between batches, tokenizing or decoding, runs on), drop the answer being decoded once every window is read (a Stop
+then must show it: issue 49), and leave the answer area unable to say how far the read got. The Stop button marks
+the page session (`press_stop`); the read's stop check, asked between batches and inside stages, sees the mark.
+An API client cancels its job, or closes its connection (`abandonment_check`).
 
-Off ZeroGPU the answer runs in this process and is handed its context, stop check and gate directly (`answer`).
-Under ZeroGPU it runs in a forked worker (`answer_on_gpu`) whose pickled arguments carry the context and the stop
-check as keys (`page.context.CONTEXTS`, `policy.stop_check`), it holds one turn throughout, and it yields each
-best answer so far back to the page as the read goes on.
+Off ZeroGPU the answer runs in this process, handed its stop check and gate directly (`answer`). Under ZeroGPU it
+runs in a forked worker (`answer_on_gpu`) whose pickled arguments carry the context and the stop check as keys
+(`page.context.CONTEXTS`, `policy.stop_check`); it holds one turn throughout, and yields each best answer so far.
 """
 
 from __future__ import annotations
@@ -36,7 +34,7 @@ import pandas as pd
 
 from longqa.backend import Provisional
 from longqa.readout import Readout
-from longqa.request import PLANNING, READING, at_door, run_request
+from longqa.request import PLANNING, READING, at_door, request_steps
 from longqa.serving import policy
 from longqa.serving.lane import LaneTurns
 from longqa.session import NO_MODEL, ReadRequest, page_image, read_request
@@ -51,7 +49,7 @@ from page.downloads import DOWNLOADS, doc_url
 from page.hardening import abandonment_check, escape, expect, number_or_none, proxy_address, user_errors
 from page.history_panel import history_outputs
 from page.loading import ensure_loaded, loaded_now
-from page.streaming import LISTENER, heard_while
+from page.streaming import provisional_outputs
 from page.words import PICK_MODEL
 from page.zerogpu import RUNS_IN_WORKER, ZERO_GPU, answer_duration, gpu_function
 
@@ -153,8 +151,8 @@ class Outcome:
 def noting_outcome(ctx: AppContext, handler: Callable, outputs) -> Callable:
     """`handler` (an answer through the page) keeping how it ended for the answer area (`show_outcome`): an error's
     message, raised on as before; a Stop of this page session, after which every output is left as it was (the best
-    answer so far, where a streaming handler showed one); the handler notes its readout itself. Same signature and
-    hints; a generator handler (`page.streaming`) stays one."""
+    answer so far, where the handler showed one); the handler notes its readout itself. A generator handler, with
+    the same signature and hints."""
     signature = inspect.signature(handler)
 
     @contextlib.contextmanager
@@ -179,23 +177,14 @@ def noting_outcome(ctx: AppContext, handler: Callable, outputs) -> Callable:
             if key is not None:
                 ctx.stops.pop(key, None)
 
-    if inspect.isgeneratorfunction(handler):
-        @functools.wraps(handler)
-        def noted_each(*args, **kwargs):
-            with noting(args, kwargs) as stopped:
-                yield from handler(*args, **kwargs)
-            if stopped:
-                yield {name: gr.skip() for name in outputs}
-
-        return noted_each
-
     @functools.wraps(handler)
-    def noted(*args, **kwargs):
+    def noted_each(*args, **kwargs):
         with noting(args, kwargs) as stopped:
-            return handler(*args, **kwargs)
-        return {name: gr.skip() for name in outputs} if stopped else None
+            yield from handler(*args, **kwargs)
+        if stopped:
+            yield {name: gr.skip() for name in outputs}
 
-    return noted
+    return noted_each
 
 
 def seen_now(ctx: AppContext) -> dict:
@@ -257,10 +246,8 @@ def read_uploads(ctx: AppContext, files, pasted_text, question, progress=None) -
 @contextlib.contextmanager
 def read_at_door(ctx: AppContext, files, pasted_text, question, request: gr.Request | None, progress=None,
                  planned_here: bool = True):
-    """A request's place at the lane's door and its documents read there (`longqa.request.at_door`: counted toward
-    the visitor's share and the queue before anything is read), its uploads held (`hold_documents`, `read_uploads`):
-    yields what was read (`ReadRequest`) and the place. What a preview and a comparison read by; an answer reads the
-    same way inside its request (`ask`)."""
+    """A request's place at the lane's door and its uploads read there (`longqa.request.at_door`, `read_uploads`),
+    held meanwhile: yields what was read (`ReadRequest`) and the place. What a preview and a comparison read by."""
     hold_documents(ctx, files, request)
     with at_door(lambda: read_uploads(ctx, files, pasted_text, question, progress), lane_turns(ctx, request, progress),
                  abandonment_check(), planned_here=planned_here, on_step=steps_shown(progress, "full")) as door:
@@ -269,18 +256,18 @@ def read_at_door(ctx: AppContext, files, pasted_text, question, request: gr.Requ
 
 def lane_turns(ctx: AppContext, request: gr.Request | None, progress=None) -> LaneTurns:
     """A request's place in the page's lane: counted by its visitor's keys, its wait shown as progress; under
-    ZeroGPU the read runs in a forked worker that cannot take turns with this process's lane, so it holds one turn
-    throughout."""
+    ZeroGPU, whose forked worker cannot take turns with this process's lane, one turn throughout."""
     return LaneTurns(ctx.lane, visitor_keys(ctx, request), whole=ZERO_GPU, on_wait=waiting_shown(progress))
 
 
-def steps_shown(progress, reading: str) -> Callable | None:
+def steps_shown(progress, reading: str, planned: list | None = None) -> Callable:
     """The request's `on_step`: each step as progress (the documents read, the windows ranked or the read planned,
-    what the read is expected to take)."""
-    if progress is None:
-        return None
-
+    what the read is expected to take), and the plan, once made, kept in `planned`."""
     def on_step(step: str, plan) -> None:
+        if plan is not None and planned is not None:
+            planned.append(plan)
+        if progress is None:
+            return
         if step == READING:
             progress(0.0, desc="Reading the documents")
         elif step == PLANNING:
@@ -305,8 +292,7 @@ def let_go_of_documents(ctx: AppContext, request: gr.Request = None) -> None:
 def read_before_turn(ctx: AppContext, files, pasted_text, question, request: gr.Request | None,
                      progress=None) -> ReadRequest:
     """What a request read (`read_at_door`), its place at the door left once it is read: for a comparison, whose
-    exclusive turn on the model waits for every request in line before it, its own place included, and which plans
-    inside that turn."""
+    exclusive turn waits for every request in line before it, its own place included, and which plans inside it."""
     with read_at_door(ctx, files, pasted_text, question, request, progress, planned_here=False) as (read, _):
         return read
 
@@ -321,24 +307,34 @@ def reader_wait_shown(progress) -> Callable[[int], None]:
 
 
 def ask(ctx: AppContext, files, pasted_text, question, top_k, reading, history, seen=None, no_answer_below="",
-        request: gr.Request = None, progress=gr.Progress()) -> dict:
-    """Answer the question over the documents: every readout by name, the full JSON readout as "readout".
+        request: gr.Request = None, progress=gr.Progress()) -> Iterator[dict]:
+    """Answer the question over the documents: the best answer so far after each batch of windows that has one
+    (`provisional_outputs`), then every readout by name, the full JSON readout as "readout". A Stop's best answer
+    (`Cancelled.best`) is shown before its error is raised.
 
-    Reading the documents and planning the request (every limit checked, the ranking run, the windows to read
-    estimated) happen once, first, at the lane's door (counted toward the visitor's share, but taking no turn on
-    the model) and outside the GPU function: a bad or slow upload costs only its own visitor's time, and no GPU
-    time; the lane admits, and the GPU function asks for time, by that plan.
+    Reading and planning (every limit checked, the ranking run, the windows to read estimated) happen once, first,
+    at the lane's door (counted toward the visitor's share, taking no turn on the model) and outside the GPU
+    function: the lane admits, and the GPU function asks for time, by that plan.
     `reading` is "auto", "full" or "guided" (empty: auto); `no_answer_below` a score in (0, 1) under which the answer
     is "not found" (empty: the model's own rule)."""
-    with user_errors("Answering"):
-        reading, settings = request_settings(ctx, top_k, reading, no_answer_below)
-        hold_documents(ctx, files, request)
-        answered = run_request(ctx.session, lambda: read_uploads(ctx, files, pasted_text, question, progress),
-                               reading, turns=lane_turns(ctx, request, progress),
-                               load=lambda: ensure_loaded(ctx, progress),  # the first request after start loads it
-                               should_stop=abandonment_check(), stop_from_turn=stop_check(ctx, request),
-                               visitor=" ".join(visitor_keys(ctx, request)) or None,
-                               answer=answered_here(ctx, progress), on_step=steps_shown(progress, reading), **settings)
+    planned = []  # the plan, once made (its documents are those of the best answers so far)
+    try:
+        with user_errors("Answering"):
+            reading, settings = request_settings(ctx, top_k, reading, no_answer_below)
+            hold_documents(ctx, files, request)
+            steps = request_steps(
+                ctx.session, lambda: read_uploads(ctx, files, pasted_text, question, progress), reading,
+                turns=lane_turns(ctx, request, progress),
+                load=lambda: ensure_loaded(ctx, progress),  # the first request after start loads it
+                should_stop=abandonment_check(), stop_from_turn=stop_check(ctx, request),
+                visitor=" ".join(visitor_keys(ctx, request)) or None, answer=answered_here(ctx, progress),
+                on_step=steps_shown(progress, reading, planned), **settings)
+            answered = yield from shown_as_it_goes(steps, planned)
+    except gr.Error as exc:
+        best = exc.__cause__.best if isinstance(exc.__cause__, Cancelled) else None
+        if best is not None and planned:
+            yield provisional_outputs(best, planned[-1].documents)
+        raise
     read, readout, changed = answered.read, answered.readout, changed_since(ctx, seen)
     documents = read.documents
     if RUNS_IN_WORKER:
@@ -366,7 +362,7 @@ def ask(ctx: AppContext, files, pasted_text, question, top_k, reading, history, 
                                                           history_table=fmt.history_data(runs["history"]),
                                                           passage_place=place))
     page_view.keep_pages(page_session(request), result, documents)  # its pages, drawn if the visitor opens them
-    return {
+    yield {
         "documents": pd.DataFrame(fmt.document_rows(result.documents),
                                   columns=fmt.DOCUMENT_HEADERS),
         "answer": fmt.best_answer(result),
@@ -390,31 +386,43 @@ def shown_notices(result) -> list[str]:
     return [notice for notice in result.notices if notice not in said]
 
 
+def shown_as_it_goes(steps, planned: list) -> Iterator[dict]:
+    """A request's steps (`longqa.request.request_steps`) as the page's updates: each best answer so far as
+    `provisional_outputs` over the documents of the plan (`planned`); returns how the request ended. Closed, it
+    closes the request: the read goes no further."""
+    try:
+        while True:
+            try:
+                best = next(steps)
+            except StopIteration as done:
+                return done.value
+            yield provisional_outputs(best, planned[-1].documents)
+    finally:
+        steps.close()
+
+
 def answered_here(ctx: AppContext, progress=None):
     """Where the page's planned request is answered (`longqa.request.Answerer`): in this process (`answer`), or
     under ZeroGPU in a forked worker (`answer_on_gpu`) whose stop check travels as a key and whose best answers so
     far come back as it yields them."""
-    def on_gpu(plan, extract_s, gate, should_stop) -> Readout:
+    def on_gpu(plan, extract_s, gate, should_stop) -> Iterator[Provisional]:
         with policy.stop_key(should_stop) as key:
             work_s = policy.answer_work_s(plan, ctx.measured())  # once: the grant and the budget
-            return from_gpu_worker(answer_on_gpu(ctx.key, plan, extract_s, progress, key, work_s), plan.documents)
+            return (yield from from_gpu_worker(answer_on_gpu(ctx.key, plan, extract_s, progress, key, work_s)))
 
-    def here(plan, extract_s, gate, should_stop) -> Readout:
-        return answer(ctx, plan, extract_s, progress, gate, should_stop)
-    return on_gpu if ZERO_GPU else here
+    return on_gpu if ZERO_GPU else lambda plan, extract_s, gate, stop: answer(ctx, plan, extract_s, progress, gate,
+                                                                              stop)
 
 
 def answer(ctx: AppContext, plan, extract_s: float = 0.0, progress=None, gate=None,
-           should_stop: Callable[[], bool] | None = None) -> Readout:
-    """The model work of one planned request: its batches take their turns through `gate` (None: one turn held
-    throughout), and it ends between batches when `should_stop` says so. Its windows are shown as progress, and the
-    best answer so far goes to the page's listener after each batch, where one listens (`page.streaming`)."""
+           should_stop: Callable[[], bool] | None = None) -> Iterator[Provisional]:
+    """The model work of one planned request (`Backend.ask_steps`): its batches take their turns through `gate`
+    (None: one turn held throughout), and it ends between batches when `should_stop` says so. Its windows are shown
+    as progress; it yields the best answer so far after each batch and returns the readout."""
     if ctx.session.loaded is None:
         raise ModelLoadError(f"{NO_MODEL} {PICK_MODEL}")
-    listener = LISTENER.get()  # in a ZeroGPU worker, the GPU function's queue of what it yields
-    on_candidate = None if listener is None else lambda best: listener(best, plan.documents)
-    return ctx.session.ask(plan, extract_s=extract_s, gate=gate, should_stop=should_stop,
-                           on_window_progress=windows_shown(progress), on_candidate=on_candidate)
+    return (yield from ctx.session.ask_steps(plan, extract_s=extract_s, gate=gate, should_stop=should_stop,
+                                             on_window_progress=windows_shown(progress)))
 
 
 def windows_shown(progress):
@@ -433,43 +441,41 @@ def windows_shown(progress):
 def answer_on_gpu(context_key: str, plan, extract_s: float = 0.0, progress=None, stop_key: str | None = None,
                   work_s: float | None = None) -> Iterator[Provisional | Readout]:
     """`answer` as ZeroGPU's GPU function: its arguments and what it yields pickle (ZeroGPU runs it in a forked
-    worker), so it finds the context and the stop check by key, and its turn is held for it throughout. A
-    generator: each best answer so far as the read goes on, then the readout (ZeroGPU sends each yield back from
-    its worker as it comes: `spaces`' generator wrapper). In the worker the plan's time budget is no more than the
-    GPU time it asked for (a guided read whose answer stays weak then keeps what it read): `work_s`, the forward
-    seconds the page predicted once for both the grant and this budget (`policy.answer_work_s`)."""
+    worker and sends each yield back as it comes), so it finds the context and the stop check by key; its turn is
+    held throughout. It yields each best answer so far, then the readout. In the worker the plan's time budget is
+    no more than the GPU time it asked for: `work_s`, the forward seconds the page predicted once for both."""
     ctx = CONTEXTS[context_key]
     if RUNS_IN_WORKER:  # ZeroGPU ends the function at the duration it asked for: read no further than that
         granted_s = policy.granted_work_s(work_s if work_s is not None else policy.answer_work_s(plan, ctx.measured()))
         plan = plan.with_budget(min(plan.settings.max_request_s or granted_s, max(1.0, granted_s)))
-    def read() -> Readout:
-        with user_errors("Answering"):  # inside: ZeroGPU passes only gr.Error through from its worker
-            return answer(ctx, plan, extract_s, progress, should_stop=policy.stop_check(stop_key))
-
-    # in a thread with a copy of this context: gradio's own (the event's progress and notices), which `spaces`
-    # applies in the worker
-    for kind, value in heard_while(read, "answer-on-gpu"):
-        yield value[0] if kind == "candidate" else value
+    with user_errors("Answering"):  # inside: ZeroGPU passes only gr.Error through from its worker
+        yield (yield from answer(ctx, plan, extract_s, progress, should_stop=policy.stop_check(stop_key)))
 
 
-def from_gpu_worker(updates: Iterator[Provisional | Readout], documents) -> Readout:
-    """The readout `answer_on_gpu` ends with; each best answer so far before it goes to the page's listener, where
-    one listens (`page.streaming`). Read to its end, so that ZeroGPU hears the function end and releases the GPU."""
-    listener, readout = LISTENER.get(), None
-    for update in updates:
-        if isinstance(update, Readout):
-            readout = update
-        elif listener is not None:
-            listener(update, documents)
+def from_gpu_worker(updates: Iterator[Provisional | Readout]) -> Iterator[Provisional]:
+    """`answer_on_gpu`'s best answers so far, yielded as they come; returns the readout it ends with. Read to its
+    end even when closed, so that ZeroGPU hears the function end and releases the GPU."""
+    readout = None
+    try:
+        for update in updates:
+            if isinstance(update, Readout):
+                readout = update
+            else:
+                yield update
+    except GeneratorExit:
+        for _ in updates:
+            pass
+        raise
     if readout is None:
         raise RuntimeError("the GPU function ended without a readout")
     return readout
 
 
 def ask_in_full(ctx: AppContext, files, pasted_text, question, top_k, history, seen=None, no_answer_below="",
-                request: gr.Request = None, progress=gr.Progress()) -> dict:
+                request: gr.Request = None, progress=gr.Progress()) -> Iterator[dict]:
     """The same question read in full ("Read the whole document"): every window, whatever the ranking says."""
-    return ask(ctx, files, pasted_text, question, top_k, "full", history, seen, no_answer_below, request, progress)
+    yield from ask(ctx, files, pasted_text, question, top_k, "full", history, seen, no_answer_below, request,
+                   progress)
 
 
 def show_answer_page(ctx: AppContext, choice, request: gr.Request = None) -> dict:

@@ -18,9 +18,14 @@ from gradio.blocks import Block
 def bind(handler: Callable, ctx) -> Callable:
     """`handler` with its first argument (the page's context) bound, keeping the signature and type hints gradio
     reads to pass gr.Request and gr.Progress (a functools.partial hides the hints)."""
-    @functools.wraps(handler)
-    def bound(*args, **kwargs):
-        return handler(ctx, *args, **kwargs)
+    if inspect.isgeneratorfunction(handler):  # gradio streams a generator handler's updates: it stays one
+        @functools.wraps(handler)
+        def bound(*args, **kwargs):
+            return (yield from handler(ctx, *args, **kwargs))
+    else:
+        @functools.wraps(handler)
+        def bound(*args, **kwargs):
+            return handler(ctx, *args, **kwargs)
 
     signature = inspect.signature(handler)
     bound.__signature__ = signature.replace(parameters=list(signature.parameters.values())[1:])
@@ -33,8 +38,12 @@ def keyed(handler: Callable, outputs: dict[str, Block]) -> Callable:
     if inspect.isgeneratorfunction(handler):
         @functools.wraps(handler)
         def each_by_component(*args, **kwargs):
-            for update in handler(*args, **kwargs):
-                yield {outputs[name]: value for name, value in update.items()}
+            updates = handler(*args, **kwargs)
+            try:
+                for update in updates:
+                    yield {outputs[name]: value for name, value in update.items()}
+            finally:  # closed by gradio (the client gone): the handler's read goes no further
+                updates.close()
 
         return each_by_component
 

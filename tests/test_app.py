@@ -53,8 +53,9 @@ def broken_model_dir(tmp_path):
 
 def ask(ctx, files=(), pasted="", question="What is the colour of Zorbin?", top_k=3, history=None, seen=None,
         reading="auto", no_answer_below="") -> dict:
-    return asking.ask(ctx, [str(f) for f in files], pasted, question, top_k, reading, history or [], seen,
-                      no_answer_below)
+    *_, answered = asking.ask(ctx, [str(f) for f in files], pasted, question, top_k, reading, history or [], seen,
+                              no_answer_below)  # a generator handler: its last update is the answer
+    return answered
 
 
 def component(demo, label: str):
@@ -254,8 +255,8 @@ def test_a_visitor_past_its_share_is_refused_before_its_documents_are_read(ctx, 
         request_inside.__enter__()
     try:
         with pytest.raises(gr.Error, match="You already have 3 requests being read: wait for them"):
-            asking.ask(ctx, [], "The colour of Zorbin is teal.", "What is the colour of Zorbin?", 3, "auto", [],
-                       request=request, progress=lambda *a, **k: None)
+            list(asking.ask(ctx, [], "The colour of Zorbin is teal.", "What is the colour of Zorbin?", 3, "auto", [],
+                            request=request, progress=lambda *a, **k: None))
         assert reads == []
     finally:
         for request_inside in inside:
@@ -841,8 +842,8 @@ def test_the_page_keeps_each_visitors_ranking_index_apart(ctx):
 
     def ask_as(session_hash: str) -> None:
         request = type("Request", (), {"session_hash": session_hash, "headers": {}})()
-        asking.ask(ctx, [], text, "What is the colour of Zorbin?", 3, "guided", [], request=request,
-                   progress=lambda *a, **k: None)
+        list(asking.ask(ctx, [], text, "What is the colour of Zorbin?", 3, "guided", [], request=request,
+                        progress=lambda *a, **k: None))
 
     ask_as("first")
     assert ctx.session.index_cache.builds == 1

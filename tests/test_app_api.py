@@ -48,10 +48,10 @@ class SlowSession(Session):
         super().__init__(*args, **kwargs)
         self.answering = threading.Event()  # set once an answer is in flight
 
-    def ask(self, *args, **kwargs):
+    def ask_steps(self, *args, **kwargs):  # what the page's request reads
         self.answering.set()
         time.sleep(self.delay_s)
-        return super().ask(*args, **kwargs)
+        return (yield from super().ask_steps(*args, **kwargs))
 
 
 def serve_slow(tiny_model_dir, queue_size=context.DEFAULT_QUEUE_SIZE):

@@ -135,8 +135,8 @@ def test_a_comparison_reads_and_checks_its_request_as_an_answer_does(ctx, tmp_pa
         if case == "over the token limit":
             ctx.max_total_tokens = 50
         with pytest.raises(gr.Error) as answered:
-            asking.ask(ctx, request["files"], request["pasted"], request["question"], request["top_k"],
-                       request["reading"], [])
+            list(asking.ask(ctx, request["files"], request["pasted"], request["question"], request["top_k"],
+                            request["reading"], []))
         with pytest.raises(gr.Error) as compared:
             handler(demo, "compare")(request["files"], request["pasted"], request["question"], request["top_k"],
                                      request["reading"], "", ["cpu", "baseline-fp32"], [], [])

@@ -49,8 +49,8 @@ def asked(ctx, request, pasted="The colour of Zorbin is teal.", question="What i
           no_answer_below=""):
     """The page's Ask as gradio runs it: the handler wrapped to note how it ended, then the answer area after."""
     handler = asking.noting_outcome(ctx, events.bind(asking.ask, ctx), OUTPUTS)
-    out = handler([], pasted, question, 1, "auto", [], None, no_answer_below, request=request,
-                  progress=lambda *a, **k: None)
+    *_, out = handler([], pasted, question, 1, "auto", [], None, no_answer_below, request=request,
+                      progress=lambda *a, **k: None)  # a generator handler: its last update is the answer
     return out, asking.show_outcome(ctx, request=request)
 
 
@@ -138,7 +138,8 @@ def test_an_error_naming_a_file_shows_its_name_as_text_once_escaped(ctx, tmp_pat
     empty.write_text("", encoding="utf-8")
     handler = asking.noting_outcome(ctx, events.bind(asking.ask, ctx), OUTPUTS)
     with pytest.raises(gr.Error, match="a&lt;b&gt;_notes"):  # the toast renders HTML: escaped once
-        handler([str(empty)], "", "What?", 1, "auto", [], None, "", request=request, progress=lambda *a, **k: None)
+        list(handler([str(empty)], "", "What?", 1, "auto", [], None, "", request=request,
+                     progress=lambda *a, **k: None))
     status = asking.show_outcome(ctx, request=request)["status"]
     assert "a&lt;b&gt;\\_notes" in status and "&amp;" not in status  # Markdown shows the name as typed
 
@@ -283,7 +284,8 @@ def test_the_demo_model_says_not_found_for_a_name_the_documents_never_mention():
     request = visitor("tab-demo")
     asked_about = {}
     for question in (example["question"], "What is the frequency of Zebulon Quarrimax?"):
-        out = handler(files, "", question, 1, "auto", [], None, "", request=request, progress=lambda *a, **k: None)
+        *_, out = handler(files, "", question, 1, "auto", [], None, "", request=request,
+                          progress=lambda *a, **k: None)
         asked_about[question] = (out["answer"], asking.show_outcome(ctx, request=request)["status"])
     answer, status = asked_about[example["question"]]
     assert answer == example["answer"] and status.startswith("### Found")
@@ -292,15 +294,13 @@ def test_the_demo_model_says_not_found_for_a_name_the_documents_never_mention():
 
 
 # The best answer so far, streamed (issue 50 item 2) -----------------------------------------------------------
-from page import streaming  # noqa: E402
-
 LONG_PASTE = " ".join(f"Sentence {n} tells of the colour of Zorbin and of nothing else here." for n in range(900))
 
 
 def streamed(ctx, request, pasted=LONG_PASTE, question="What is the colour of Zorbin?", on_update=None,
              progress=lambda *a, **k: None):
     """The page's Ask as gradio runs it, streaming: every update the handler yields, then the answer area after."""
-    handler = asking.noting_outcome(ctx, streaming.streaming(events.bind(asking.ask, ctx)), OUTPUTS)
+    handler = asking.noting_outcome(ctx, events.bind(asking.ask, ctx), OUTPUTS)
     updates = []
     for update in handler([], pasted, question, 1, "full", [], None, "", request=request, progress=progress):
         updates.append(update)
@@ -380,9 +380,9 @@ def test_an_ask_enters_few_modules_from_the_page_s_handler_to_the_model(ctx, lon
     _, example = long_document
     request = visitor(f"tab-{reading}")
 
-    def ask() -> dict:
-        return asking.ask(ctx, [], example.text, example.question, 3, reading, [], request=request,
-                          progress=lambda *a, **k: None)
+    def ask() -> list[dict]:
+        return list(asking.ask(ctx, [], example.text, example.question, 3, reading, [], request=request,
+                               progress=lambda *a, **k: None))
 
     ask()  # the first request imports and warms
     modules = modules_down_to_the_forward(ask)

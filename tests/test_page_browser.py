@@ -42,8 +42,8 @@ class SlowBatches(Session):
     """A session whose every batch of windows takes at least BATCH_DELAY_S, so a read of many windows can be
     stopped half-way."""
 
-    def ask(self, plan, *, gate=None, **kwargs):
-        return super().ask(plan, gate=SlowGate(gate), **kwargs)
+    def ask_steps(self, plan, *, gate=None, **kwargs):  # what the page's request reads
+        return super().ask_steps(plan, gate=SlowGate(gate), **kwargs)
 
 
 class SlowGate:

@@ -28,7 +28,7 @@ def report(tmp_path):
 
 
 def test_the_answers_page_is_offered_drawn_when_opened_kept_and_only_for_its_visitor(ctx, report, monkeypatch):
-    asking.ask(ctx, [str(report)], "", WRAPPED_QUESTION, 3, "full", [], None, "", request=visitor("one"))
+    list(asking.ask(ctx, [str(report)], "", WRAPPED_QUESTION, 3, "full", [], None, "", request=visitor("one")))
     room = page_view.room_after_answer(visitor("one"))
     assert room["page_room"]["visible"] is True and "survey.pdf, page" in room["page_room"]["label"]
     choices = room["page_pick"]["choices"]
@@ -54,7 +54,7 @@ def test_the_answers_page_is_offered_drawn_when_opened_kept_and_only_for_its_vis
 
 
 def test_a_page_whose_file_is_gone_is_said_in_the_room(ctx, report):
-    asking.ask(ctx, [str(report)], "", WRAPPED_QUESTION, 1, "full", [], None, "", request=visitor("gone"))
+    list(asking.ask(ctx, [str(report)], "", WRAPPED_QUESTION, 1, "full", [], None, "", request=visitor("gone")))
     choice = page_view.room_after_answer(visitor("gone"))["page_pick"]["value"]
     report.unlink()
     shown = asking.show_answer_page(ctx, choice, visitor("gone"))
@@ -64,7 +64,8 @@ def test_a_page_whose_file_is_gone_is_said_in_the_room(ctx, report):
 def test_an_answer_from_text_offers_no_page(ctx, tmp_path):
     path = tmp_path / "notes.txt"
     path.write_text("The colour of Zorbin is teal.\n" * 20)
-    asking.ask(ctx, [str(path)], "", "What is the colour of Zorbin?", 3, "full", [], None, "", request=visitor("t"))
+    list(asking.ask(ctx, [str(path)], "", "What is the colour of Zorbin?", 3, "full", [], None, "",
+                    request=visitor("t")))
     assert page_view.room_after_answer(visitor("t"))["page_room"]["visible"] is False
 
 

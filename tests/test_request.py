@@ -1,6 +1,7 @@
 """One request's steps in order (longqa/request.py) with the tiny model: read at the door before the model loads,
 planned once, its turns taken in the lane, answered with its listeners; a visitor past its share refused before its
-documents are read; a stop from the turn on that leaves the reading alone; where the answer runs handed the plan."""
+documents are read; a stop from the turn on that leaves the reading alone; where the answer runs handed the plan;
+the best answer so far yielded after each batch, and a request closed at a yield reading no further."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import threading
 
 import pytest
 
-from longqa.request import ANSWERING, PLANNING, READING, run_request
+from longqa.request import ANSWERING, PLANNING, READING, request_steps, run_request
 from longqa.serving.lane import LaneBusyError, LaneTurns, ModelLane
 from longqa.session import ReadRequest, Session
 from longqa_core.documents import from_text
@@ -20,7 +21,7 @@ QUESTION = "What is the colour of Zorbin?"
 
 
 class CountingSession(Session):
-    """The embedded session, counting its plans and asks."""
+    """The embedded session, counting its plans and answers (`ask` reads `ask_steps` too)."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -30,9 +31,9 @@ class CountingSession(Session):
         self.plans += 1
         return super().plan(*args, **kwargs)
 
-    def ask(self, *args, **kwargs):
+    def ask_steps(self, *args, **kwargs):
         self.asks += 1
-        return super().ask(*args, **kwargs)
+        return super().ask_steps(*args, **kwargs)
 
 
 def reader(steps: list):
@@ -105,10 +106,53 @@ def test_where_the_answer_runs_is_handed_the_plan_its_reading_time_and_its_stop(
 
     def elsewhere(plan, extract_s, gate, should_stop):
         handed.append((plan, extract_s, gate, should_stop()))
-        return session.ask(plan, extract_s=extract_s, gate=gate, should_stop=should_stop)
+        return (yield from session.ask_steps(plan, extract_s=extract_s, gate=gate, should_stop=should_stop))
 
     answered = run_request(session, reader([]), "full", turns=LaneTurns(ModelLane(), whole=True),
                            should_stop=lambda: False, stop_from_turn=lambda: False, answer=elsewhere)
     (plan, extract_s, gate, stopped), = handed
     assert plan is answered.plan and extract_s == 0.25 and gate is None and stopped is False  # whole: no gate
     assert session.asks == 1 and answered.readout.queue is not None
+
+
+class CountingRunner:
+    """A loaded model's runner, counting its batches."""
+
+    def __init__(self, runner):
+        self.runner, self.devices, self.batches = runner, runner.devices, 0
+
+    def __call__(self, batch):
+        self.batches += 1
+        return self.runner(batch)
+
+
+def test_the_steps_yield_the_best_so_far_after_each_batch_then_end_with_the_answer(tiny_model_dir):
+    session = CountingSession()
+    session.load(str(tiny_model_dir), "cpu")
+    steps = request_steps(session, reader([]), "full", turns=LaneTurns(ModelLane()), max_seq_len=128, doc_stride=32)
+    seen = []
+    while True:
+        try:
+            seen.append(next(steps))
+        except StopIteration as done:
+            answered = done.value
+            break
+    reads = [best.windows_read for best in seen]
+    total = answered.readout.result.windows
+    assert len(seen) >= 2 and reads == sorted(reads) and reads[-1] == total
+    assert all(best.windows_total == total for best in seen)
+
+
+def test_closed_at_a_yield_the_read_goes_no_further_and_leaves_the_lane(tiny_model_dir):
+    session = CountingSession()
+    session.load(str(tiny_model_dir), "cpu")
+    counting = session.loaded.runner = CountingRunner(session.loaded.runner)
+    lane = ModelLane()
+    steps = request_steps(session, reader([]), "full", turns=LaneTurns(lane, ("session:a",)), max_seq_len=128,
+                          doc_stride=32)
+    first = next(steps)
+    batches = counting.batches
+    steps.close()
+    assert first.windows_read < first.windows_total and counting.batches == batches
+    assert lane.waiting() == 0 and not lane.is_busy() and session._asks_in_progress == 0
+    session.load(str(tiny_model_dir), "cpu", force=True)  # a load does not wait for the closed read

@@ -24,7 +24,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Generator
 
 import torch
 from transformers import PreTrainedTokenizerBase
@@ -33,12 +33,11 @@ from longqa.backend import Gate, Selection
 from longqa.readout import LoadReadout, Readout
 from longqa.session import NO_MODEL, Session
 from longqa_core.answering import Provisional, answer_plan
-from longqa_core.batching import BatchState, WindowProgress, is_out_of_memory, split_rows, stack_batches
+from longqa_core.batching import BatchState, WindowProgress, drain, is_out_of_memory, split_rows, stack_batches
 from longqa_core.limits import EngineSettings
 from longqa_core.plan import RequestPlan
 from longqa_core.reading import DEFAULT_READING
-from longqa_core.errors import InputError, LongQAError, ModelLoadError
-from longqa_core.waiting import wait_until
+from longqa_core.errors import Cancelled, InputError, LongQAError, ModelLoadError
 from strategies.hardware import Hardware, detect_hardware
 from strategies.profiles import Profile
 
@@ -342,44 +341,53 @@ class RaySession:
 
     def ask(self, plan: RequestPlan, *, extract_s: float = 0.0, gate: Gate | None = None, should_stop=None,
             on_window_progress=None, on_candidate=None) -> Readout:
+        """`ask_steps` read to its end, each best answer so far told to `on_candidate`."""
+        return drain(self.ask_steps(plan, extract_s=extract_s, gate=gate, should_stop=should_stop,
+                                    on_window_progress=on_window_progress, best_so_far=on_candidate is not None),
+                     on_candidate)
+
+    def ask_steps(self, plan: RequestPlan, *, extract_s: float = 0.0, gate: Gate | None = None, should_stop=None,
+                  on_window_progress=None, best_so_far: bool = True) -> Generator[Provisional, None, Readout]:
         """The readout of a planned request answered by one replica (with its `replica` id). A replica that dies
         with the request is replaced by Ray Serve, and the request is sent again; ReplicaLostError after RETRIES.
 
         `gate` gives the request one turn for its whole read (`Gate.whole`): in a replica, every request in progress
         puts its next batch into the shared forward pass (`serve.batch`), up to `--ray-batch` requests a replica, so
         the page's lane counts a request in the replicas as one turn of its `capacity`. The replica posts its
-        progress and best answer so far to this session's board after each batch; `on_window_progress` and
-        `on_candidate` hear them at the next poll (every 0.1 s), each new best once."""
+        progress and best answer so far to this session's board after each batch; `on_window_progress` hears them
+        at the next poll (every 0.1 s), and each new best so far is yielded once. Closed at a yield, the call is
+        cancelled."""
         with self.local.asking() as loaded:
-            return self._ask(self.local.current(plan, loaded), extract_s, gate, should_stop, on_window_progress,
-                             on_candidate)
+            return (yield from self._ask(self.local.current(plan, loaded), extract_s, gate, should_stop,
+                                         on_window_progress, best_so_far))
 
     def _ask(self, plan: RequestPlan, extract_s: float, gate: Gate | None, should_stop, on_window_progress,
-             on_candidate=None):
+             best_so_far: bool = False):
         if self.handle is None:
             raise ModelLoadError(NO_MODEL)
-        progress = on_poll = None
-        if on_window_progress is not None or on_candidate is not None:
+        progress = poll = None
+        if on_window_progress is not None or best_so_far:
             progress = (self.board_name(), uuid.uuid4().hex)
             board = self._board
             heard: list[Provisional] = []
 
-            def on_poll() -> None:
+            def poll() -> Provisional | None:
                 read = board.read.remote(progress[1])
                 ray, _, _ = ray_modules()
                 try:
                     state, candidate = ray.get(read, timeout=POLL_S)
                 except Exception:  # noqa: BLE001 - progress is a courtesy: a slow or lost read shows none
-                    return
+                    return None
                 if state is not None and on_window_progress is not None:
                     on_window_progress(WindowProgress(**state))
-                if candidate is not None and on_candidate is not None and (not heard or candidate != heard[-1]):
+                if candidate is not None and best_so_far and (not heard or candidate != heard[-1]):
                     heard.append(candidate)
-                    on_candidate(candidate)
+                    return candidate
+                return None
         try:
             with gate.whole() if gate is not None else contextlib.nullcontext():
-                readout = self._call(lambda: self.handle.ask.remote(plan, extract_s, progress), should_stop,
-                                     on_poll)
+                readout = yield from self._call_steps(lambda: self.handle.ask.remote(plan, extract_s, progress),
+                                                      should_stop, poll)
         finally:
             if progress is not None:
                 self._board.drop.remote(progress[1])
@@ -401,10 +409,15 @@ class RaySession:
             return self._call(lambda: self.handle.training_step.remote(window_tokens), None)
 
     def _call(self, send, should_stop, on_poll=None):
+        return drain(self._call_steps(send, should_stop, on_poll))
+
+    def _call_steps(self, send, should_stop, poll=None):
+        """A handle call (`send()`) waited for (`wait_steps`: what `poll` returns yielded), sent again to a live
+        replica where the one answering it was lost."""
         _, _, ray_errors = ray_modules()
         for attempt in range(RETRIES + 1):
             try:
-                return wait_for(send(), should_stop, on_poll)
+                return (yield from wait_steps(send(), should_stop, poll))
             except ray_errors.RayTaskError as exc:
                 cause = getattr(exc, "cause", None)
                 if isinstance(cause, LongQAError):
@@ -488,25 +501,29 @@ def replica_resources(replicas: int, cpus_per_replica: float | None) -> dict:
 
 
 def wait_for(response, should_stop, on_poll=None):
-    """A handle call's result, cancelled (Cancelled) as soon as `should_stop` says the visitor stopped it;
-    `on_poll()` runs at every poll while it waits (the page's progress)."""
-    result = []
+    """`wait_steps` read to its end: a handle call's result, `on_poll()` run at every poll while it waits."""
+    return drain(wait_steps(response, should_stop, on_poll))
 
-    def answered(poll_s: float) -> bool:
+
+def wait_steps(response, should_stop, poll=None):
+    """A handle call's result, cancelled (Cancelled) as soon as `should_stop` says the visitor stopped it; `poll()`
+    runs at every poll while it waits (the page's progress), and what it returns, where anything, is yielded (a new
+    best answer so far). Closed at a yield, the call is cancelled (the replica ends the engine between batches)."""
+    while True:
         try:
-            result.append(response.result(timeout_s=poll_s))
-            return True
+            return response.result(timeout_s=POLL_S)
         except TimeoutError:
-            return False
-
-    def stopped() -> bool:
-        if should_stop is None or not should_stop():
-            return False
-        response.cancel()  # the replica ends the engine between batches
-        return True
-
-    wait_until(answered, stopped, "The request was cancelled.", POLL_S, between=on_poll)
-    return result[0]
+            pass
+        if should_stop is not None and should_stop():
+            response.cancel()
+            raise Cancelled("The request was cancelled.")
+        heard = poll() if poll is not None else None
+        if heard is not None:
+            try:
+                yield heard
+            except GeneratorExit:
+                response.cancel()
+                raise
 
 
 def posting_candidates(target) -> Callable[[Provisional], None] | None:
