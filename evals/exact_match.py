@@ -1,12 +1,12 @@
-"""Exact match of the bundled demo model on three evaluation sets, through the engine, under one or more profiles.
+"""Exact match of the bundled demo model on four evaluation sets, through the engine, under one or more profiles.
 
-Usage: python scripts/evaluate_demo_model.py [--model demo] [--profile baseline-fp32] [--profile cpu] [--n 200]
-                                             [--questions as-written|lowercase|uppercase]
-                                             [--out docs/results/demo-model-eval.json]
+Usage: python -m evals demo-model [--model demo] [--profile baseline-fp32] [--profile cpu] [--n 200]
+                                  [--questions as-written|lowercase|uppercase] [--sets independent,handwritten]
+                                  [--out docs/results/demo-model-eval.json]
 Windows of 4,096 tokens overlapping by 128, top answer only. The sets, and what each measures:
 - training-generator: documents from `training.demo_task`, the generator the model was trained on (held-out seeds and
   held-out filler sentences, but the same names, attributes, values and kind of prose): how well the model learned
-  that generator, not the task.
+  that generator, not the task (the one module of evals/ that imports the training tasks, for this set alone).
 - independent: documents from `evals.eval_task`, a second generator that shares no word list, name code or prose
   with training, 300 to 40,000 tokens: the task itself on facts, names, values and prose never seen in training.
 - independent-notes: short notes (20 to 100 words) from the same independent generator.
@@ -25,19 +25,18 @@ import json
 import math
 import platform
 import random
-import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from evals import eval_task
+from longqa.loader import load_model
+from longqa_core.answering import answer
+from longqa_core.documents import Document
+from strategies.hardware import Hardware, detect_hardware
+from training import demo_task
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-from bench.floor import hardware_for  # noqa: E402
-from evals import eval_task  # noqa: E402
-from training import demo_task  # noqa: E402
-from longqa.loader import load_model  # noqa: E402
-from longqa_core.documents import Document  # noqa: E402
-from longqa_core.answering import answer# noqa: E402
 
 HELD_OUT_SEED_BASE = 1_000_000_000  # training draws random 48-bit seeds and only ever the other filler split
 INDEPENDENT_SEED_BASE = 5_000_000
@@ -152,8 +151,15 @@ def run_set(loaded, items: list[Item], settings) -> dict:
             "miss_examples": misses[:12], "top_answers": tops}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def hardware_for(kind: str) -> Hardware:
+    """This machine as detected, or with its CPU kind set ("avx2", "avx512-bf16") so the profiles resolve as there."""
+    detected = detect_hardware()
+    return detected if kind == "detected" else replace(detected, cpu_bf16=kind == "avx512-bf16")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m evals demo-model", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="demo", help="'demo' or a local checkpoint folder")
     parser.add_argument("--profile", action="append", help="repeatable; default baseline-fp32 and cpu")
     parser.add_argument("--n", type=int, default=200, help="documents per generated set (notes: a quarter)")
@@ -165,7 +171,7 @@ def main() -> None:
                              "fast attention) or with it, whatever this CPU is; results are keyed 'PROFILE@KIND'")
     parser.add_argument("--questions", choices=list(QUESTION_CASES), default="as-written",
                         help="ask every question as written, or all in lower or upper case")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     hardware = hardware_for(args.cpu_kind)
 
     wanted = args.sets.split(",")
@@ -202,8 +208,10 @@ def main() -> None:
             print(f"{key:28s} {name:19s} exact match {numbers['exact_match']:.3f} ({numbers['exact']}/"
                   f"{numbers['n']}), {numbers['min_tokens']}-{numbers['max_tokens']} tokens, {numbers['seconds']} s",
                   flush=True)
+            args.out.parent.mkdir(parents=True, exist_ok=True)
             args.out.write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n")
         loaded.unload()
+    return 0
 
 
 def _has_avx512_bf16() -> bool | None:
@@ -212,6 +220,3 @@ def _has_avx512_bf16() -> bool | None:
     except OSError:
         return None
 
-
-if __name__ == "__main__":
-    main()

@@ -3,8 +3,8 @@ wrapped inside the fact, hyphenated, broken over a page past a running footer an
 reading order, hard-wrapped, paged and Markdown text, and two controls), each read as an upload and asked as
 `longqa ask` asks it: the readers, the model and the not-found rule together.
 
-Usage: python scripts/evaluate_layouts.py [--n 20] [--label before] [--layouts wrapped-pdf,paged-txt,...]
-                                          [--model demo] [--profile cpu] [--reading auto]
+Usage: python -m evals layouts [--n 20] [--label before] [--layouts wrapped-pdf,paged-txt,...]
+                               [--model demo] [--profile cpu] [--reading auto] [--out FILE]
 Per layout: the fact read whole (the reader's text holds the fact sentence with its words apart by single spaces: the
 reader's part, apart from the model's), right answer (the top answer's text, stripped of surrounding spaces and
 punctuation, is the value),
@@ -20,17 +20,16 @@ import json
 import platform
 import re
 import subprocess
-import sys
 import time
 from pathlib import Path
 
+from evals.layouts import LAYOUTS, SEED_BASE, LayoutItem, make_items
+from longqa.session import Session, read_documents
+from longqa_core.errors import LongQAError
+from longqa_core.limits import validate_request
+from longqa_core.reading import DEFAULT_READING, READING_MODES
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-from evals.layouts import LAYOUTS, SEED_BASE, LayoutItem, make_items  # noqa: E402
-from longqa.session import Session, read_documents  # noqa: E402
-from longqa_core.errors import LongQAError  # noqa: E402
-from longqa_core.limits import validate_request  # noqa: E402
-from longqa_core.reading import DEFAULT_READING, READING_MODES  # noqa: E402
 
 SURROUNDING = " \t\n\r\f\v.,;:!?\"'()[]"  # what may stand around an answer in prose without changing it
 MEASURES = ("read_whole", "right", "found", "right_place", "all_three")
@@ -113,8 +112,9 @@ def commit() -> str | None:
     return shown.stdout.strip() or None
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m evals layouts", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=int, default=20, help="items per layout (the same documents in every layout)")
     parser.add_argument("--label", default="before", help="names the output: docs/results/layout-eval-LABEL.json")
     parser.add_argument("--layouts", default=",".join(LAYOUTS), help="comma-separated, of: " + ", ".join(LAYOUTS))
@@ -122,11 +122,11 @@ def main() -> None:
     parser.add_argument("--profile", default="cpu")
     parser.add_argument("--reading", choices=READING_MODES, default=DEFAULT_READING, help="as `longqa ask --reading`")
     parser.add_argument("--out", type=Path, help="default: docs/results/layout-eval-LABEL.json")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     out = args.out or ROOT / "docs" / "results" / f"layout-eval-{args.label}.json"
     session = Session()
     session.load(args.model, args.profile)
-    report = {"label": args.label, "command": "python scripts/evaluate_layouts.py " + " ".join(sys.argv[1:]),
+    report = {"label": args.label, "command": " ".join(["python -m evals layouts", *(argv or [])]),
               "commit": commit(), "cpu": cpu_kind(), "processor": platform.processor() or platform.machine(),
               "model": args.model, "profile": args.profile, "resolved_profile": session.profile_name,
               "reading": args.reading, "n": args.n, "first_seed": SEED_BASE, "layouts": {}, "records": []}
@@ -143,8 +143,5 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n")
     print(markdown_table(report))
-    print(f"{len(report['records'])} items in {report['seconds']} s; written to {out.relative_to(ROOT)}")
-
-
-if __name__ == "__main__":
-    main()
+    print(f"{len(report['records'])} items in {report['seconds']} s; written to {out}")
+    return 0

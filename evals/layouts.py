@@ -6,7 +6,7 @@ in Markdown; the controls keep the fact sentence whole.
 
 The same seed gives the same document (title, prose, fact and distractors) in every layout, so layouts compare item
 for item. `make_item(layout, seed)` builds one, `make_items(layout, n)` the evaluation's. It reads no file and runs
-no model (`scripts/evaluate_layouts.py` does, through the product's own path).
+no model (`layout_answers`, `python -m evals layouts`, does, through the product's own path).
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from evals.pages import Drawn, Line, flow, frame_holding, justified_space, lines
 from evals import eval_task
 from longqa.demo_model.fact import Fact
 
-# Issue 57's own seeds: none of the other evaluations' (scripts/evaluate_demo_model.py: 5 to 27 million and from
-# 1 billion; scripts/evaluate_no_answer.py: under 10 million; scripts/evaluate_reading.py: about 2 billion).
+# Issue 57's own seeds: none of the other evaluations' (`exact_match`: 5 to 27 million and from
+# 1 billion; `not_found_rule`: under 10 million; `guided_reading`: about 2 billion).
 SEED_BASE = 570_000_000
 DOCUMENT_WORDS = 6_000  # about 18 single-column PDF pages of 330 words; 3 windows of the demo model's 4,096 tokens
 TITLES = ("Notes and Records", "The Quarterly Papers", "Collected Reports", "Occasional Papers", "A Miscellany",

@@ -150,7 +150,7 @@ def make_items(n: int, seed: int, notes: list[dict] | None = None,
 
 
 def before_and_after(records: list[dict], threshold: float) -> dict:
-    """Per kind and source, from `scripts/evaluate_no_answer.py`'s records: how many questions the rule of issue 38
+    """Per kind and source, from `python -m evals no-answer`'s records: how many questions the rule of issue 38
     (best score at least `threshold`, the best answer's sentence naming the question's words) said "Found", and how
     many the engine's rule now says found (True), not found (False) or nothing (None: outside the demo model's
     question form), with the answerable questions' right answers counted apart. Issue 49 added the question form

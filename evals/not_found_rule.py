@@ -1,8 +1,8 @@
 """Measures the "not found" rule of the bundled demo model (issue 38): the best span's score of questions the
 documents answer and of questions they do not, on data the model's training never saw.
 
-Usage: python scripts/evaluate_no_answer.py [--n 40] [--seed 38] [--profile baseline-fp32] [--profile cpu]
-                                            [--questions lowercase] [--out docs/results/no-answer-eval.json]
+Usage: python -m evals no-answer [--n 40] [--seed 38] [--profile baseline-fp32] [--profile cpu]
+                                 [--questions lowercase] [--out docs/results/no-answer-eval.json]
 Items from `evals.no_answer_eval` (the independent generator's documents of 600 to 40,000 characters and
 the hand-written template and prose notes), read whole with windows of 4,096 tokens, top answer only. Per item it
 keeps the top answer's text, score and place, whether it is the gold answer, the question's words its sentence (and
@@ -23,20 +23,19 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import sys
 import textwrap
 import time
 from dataclasses import replace
 from pathlib import Path
 
+from evals import no_answer_eval
+from longqa.loader import load_model
+from longqa.models import NO_ANSWER_RULES
+from longqa_core.answering import answer
+from longqa_core.documents import Document, from_text
+from longqa_core.no_answer import Evidence
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-from evals import no_answer_eval  # noqa: E402
-from longqa.loader import load_model  # noqa: E402
-from longqa.models import NO_ANSWER_RULES  # noqa: E402
-from longqa_core.documents import Document, from_text  # noqa: E402
-from longqa_core.answering import answer  # noqa: E402
-from longqa_core.no_answer import Evidence  # noqa: E402
 
 HANDWRITTEN = ROOT / "tests" / "data" / "handwritten_qa.json"
 HANDWRITTEN_PROSE = ROOT / "tests" / "data" / "handwritten_prose_qa.json"
@@ -158,8 +157,9 @@ def summary(records: list[dict]) -> dict:
     return by_kind
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m evals no-answer", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="demo")
     parser.add_argument("--profile", action="append", help="repeatable; default baseline-fp32 and cpu")
     parser.add_argument("--n", type=int, default=40, help="generated items of each kind")
@@ -170,14 +170,23 @@ def main() -> None:
                         help="ask every question as written or in lower case")
     parser.add_argument("--layout", choices=LAYOUTS, default="as-written",
                         help="each document as written, or hard-wrapped at 72 columns and read joined or unjoined")
-    args = parser.parse_args()
-    notes = json.loads(HANDWRITTEN.read_text())
-    items = no_answer_eval.make_items(args.n, args.seed, notes, json.loads(HANDWRITTEN_PROSE.read_text()))
+    parser.add_argument("--kinds", default=",".join(no_answer_eval.KINDS),
+                        help="comma-separated subset of " + ", ".join(no_answer_eval.KINDS))
+    parser.add_argument("--handwritten", action=argparse.BooleanOptionalAction, default=True,
+                        help="also ask the hand-written template and prose notes (--no-handwritten: generated only)")
+    args = parser.parse_args(argv)
+    kinds = args.kinds.split(",")
+    if args.handwritten:
+        items = no_answer_eval.make_items(args.n, args.seed, json.loads(HANDWRITTEN.read_text()),
+                                          json.loads(HANDWRITTEN_PROSE.read_text()))
+    else:
+        items = no_answer_eval.make_items(args.n, args.seed)
+    items = [item for item in items if item.kind in kinds]
     if args.questions == "lowercase":
         items = [replace(item, question=item.question.lower()) for item in items]
     report = {"model": args.model, "n_per_kind": args.n, "seed": args.seed, "items": len(items),
               "questions": args.questions, "layout": args.layout,
-              "command": "python scripts/evaluate_no_answer.py " + " ".join(sys.argv[1:]),
+              "command": " ".join(["python -m evals no-answer", *(argv or [])]),
               "cpu": platform.processor() or platform.machine(), "profiles": {}}
     if args.rescore:  # recompute the numbers from the records kept in --out, without the model
         report = json.loads(args.out.read_text())
@@ -197,8 +206,6 @@ def main() -> None:
                           "at_chosen": entry["at_chosen"], "not_found_by_kind": entry["not_found_by_kind"],
                           "before_and_after": entry.get("before_and_after")},
                          indent=1), flush=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n")
-
-
-if __name__ == "__main__":
-    main()
+    return 0

@@ -36,7 +36,7 @@ NO_ANSWER_RULES = {
                            "read, as transformers' pipeline did with handle_impossible_answer"),
     "demo": NoAnswerRule(
         THRESHOLD, 4.2e-8, needs_evidence=True, question_form=QuestionForm(QUESTION_FORM, FORM_NOTICE),
-        source="docs/no-answer.md: python scripts/evaluate_no_answer.py --n 40 (the independent generator's "
+        source="docs/no-answer.md: python -m evals no-answer --n 40 (the independent generator's "
                "documents, the hand-written template and prose notes; best score at least 4.2e-8 and every word of "
                "the question the document uses in the answer's sentence: 97.3 % of right answers kept, 94.6 % of "
                "unanswerable questions not found, 98.2 % of attributes stated only for another entity)"),

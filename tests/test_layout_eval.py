@@ -2,7 +2,7 @@
 (pypdfium2's characters and their boxes for a PDF, the bytes for a text file): the value on the recorded page or
 line, and the fact sentence broken as the layout promises (across lines, at a hyphen, over a page past the footer and
 the next header, inside one column drawn out of reading order), or whole in the controls. The readers' answers on
-these files are the evaluation's (scripts/evaluate_layouts.py), not this test's."""
+these files are the evaluation's (`python -m evals layouts`), not this test's."""
 
 from __future__ import annotations
 

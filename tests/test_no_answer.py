@@ -206,7 +206,7 @@ def test_a_question_outside_the_rules_form_is_never_found_and_says_so():
 
 
 def test_a_not_found_verdict_is_one_short_sentence_and_keeps_the_rule_for_a_disclosure():
-    rule = NoAnswerRule(no_answer.THRESHOLD, 4.2e-8, "docs/no-answer.md: python scripts/evaluate_no_answer.py")
+    rule = NoAnswerRule(no_answer.THRESHOLD, 4.2e-8, "docs/no-answer.md: python -m evals no-answer")
     far, near = no_answer.judge(rule, 1e-12, None, True), no_answer.judge(rule, 2e-8, None, True)
     assert far.explanation == ("Not found in the documents (high confidence): no passage answers the question "
                                "clearly enough.")
