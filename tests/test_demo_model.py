@@ -1,5 +1,7 @@
-"""The bundled demo model: loads offline, finds facts anywhere in long documents, window edges included, and keeps
-issue 15's accuracy floor on documents its training never saw, under fp32 and the `cpu` profile."""
+"""The bundled demo model: loads offline, finds a fact that straddles a window edge and the document that holds it,
+answers in whole words, and says what it cannot answer, each on one constructed case. How often it answers right
+is a measurement, not a test: `python -m evals demo-model` (docs/results/demo-model-eval.json, docs/demo-model.md;
+tests/test_evals_command.py runs it on one note)."""
 
 from __future__ import annotations
 
@@ -9,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from training import demo_task
+from longqa.loader import load_model
 from longqa.models import DEMO_MODEL_DIR
 from longqa_core.documents import Document
 from longqa_core.answering import answer
-from longqa_core.batching import ModelRunner
 from longqa_core.limits import EngineSettings
 from longqa_core.windows import make_windows
 from longqa_core.spans import is_answer_text
@@ -22,12 +24,9 @@ SETTINGS = EngineSettings(max_seq_len=4096, doc_stride=128, batch_size=2)
 
 
 @pytest.fixture(scope="module")
-def demo():
-    from transformers import AutoTokenizer, LongformerForQuestionAnswering
-
-    tokenizer = AutoTokenizer.from_pretrained(DEMO_MODEL_DIR)
-    model = LongformerForQuestionAnswering.from_pretrained(DEMO_MODEL_DIR).eval()
-    return model, tokenizer
+def baseline_fp32():
+    """The demo model as the loader gives it, once for the module: no test here changes it."""
+    return load_model("demo", "baseline-fp32")
 
 
 def test_bundled_files_are_small_safetensors():
@@ -37,8 +36,8 @@ def test_bundled_files_are_small_safetensors():
 
 
 @pytest.mark.slow
-def test_answers_a_fact_that_straddles_a_window_boundary(demo):
-    model, tokenizer = demo
+def test_answers_a_fact_that_straddles_a_window_boundary(baseline_fp32):
+    runner, tokenizer = baseline_fp32.runner, baseline_fp32.tokenizer
     writer = demo_task.FactWriter(4242, "test")
     target = writer.target()
     base = writer.document(90_000, target, writer.distractors(target, 3, 2, 3), include_target=False)
@@ -53,7 +52,7 @@ def test_answers_a_fact_that_straddles_a_window_boundary(demo):
     while base.text[cut] != " ":
         cut += 1
     text = base.text[:cut] + " " + target.sentence + base.text[cut:]
-    result = answer(ModelRunner(model), tokenizer, [Document("long.txt", text)], target.question, settings)
+    result = answer(runner, tokenizer, [Document("long.txt", text)], target.question, settings)
     assert result.windows >= 5
     best = result.answers[0]
     assert best.text == target.value
@@ -62,21 +61,12 @@ def test_answers_a_fact_that_straddles_a_window_boundary(demo):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("seed", [11, 12, 13, 14])
-def test_answers_held_out_documents(demo, seed):
-    model, tokenizer = demo
-    example = demo_task.make_example(2_000_000_000 + seed, 30_000 + 20_000 * (seed % 3), split="test")
-    result = answer(ModelRunner(model), tokenizer, [Document("d.txt", example.text)], example.question, SETTINGS)
-    assert result.answers[0].text == example.answer
-
-
-@pytest.mark.slow
-def test_finds_the_document_that_holds_the_fact(demo):
-    model, tokenizer = demo
+def test_finds_the_document_that_holds_the_fact(baseline_fp32):
+    runner, tokenizer = baseline_fp32.runner, baseline_fp32.tokenizer
     example = demo_task.make_example(3_000_000_001, 12_000, split="test")
     other = demo_task.make_example(3_000_000_002, 12_000, split="test")
     documents = [Document("other.txt", other.text), Document("facts.md", example.text)]
-    result = answer(ModelRunner(model), tokenizer, documents, example.question, SETTINGS)
+    result = answer(runner, tokenizer, documents, example.question, SETTINGS)
     assert (result.answers[0].document, result.answers[0].text) == ("facts.md", example.answer)
 
 
@@ -84,13 +74,6 @@ FREEDONIA = ("Freedonia is a small country in the mountains. Most families there
              "The capital of Freedonia is Fredville. Its old market still opens every Tuesday morning.\n"
              "The anthem of Freedonia is Hail Freedonia. Crowds sing it, loudly, before every football match!\n"
              "The population of Freedonia is 48,213 (as of 1998). Visitors need no visa -- only a smile.\n")
-
-
-@pytest.fixture(scope="module")
-def baseline_fp32():
-    from longqa.loader import load_model
-
-    return load_model("demo", "baseline-fp32")
 
 
 @pytest.mark.parametrize("question", ["What is the capital of Freedonia?", "What is the anthem of Freedonia?",
@@ -106,22 +89,6 @@ def test_freedonia_answers_are_whole_words_never_empty_or_punctuation(baseline_f
         assert item.text == FREEDONIA[item.start_char:item.end_char]
         assert is_answer_text(item.text) and item.text == item.text.strip(), item
         assert not cuts_a_word(FREEDONIA, item.start_char, item.end_char), item
-
-
-@pytest.mark.slow
-def test_answers_nine_in_ten_unseen_documents_under_fp32_and_cpu(baseline_fp32):
-    """Issue 15's floor for the shipped weights (0.90 on the hand-written set), on the independent notes the README
-    reports too, and the `cpu` profile as this host resolves it (bf16 or int8) losing at most one answer of fp32."""
-    from longqa.loader import load_model
-    from scripts.evaluate_demo_model import handwritten_items, note_items, run_set
-
-    cpu = load_model("demo", "cpu")
-    sets = {"handwritten": handwritten_items(), "notes": note_items(50, seed=2026)}  # seed: the README's notes
-    for name, items in sets.items():
-        fp32_hits, cpu_hits = (run_set(loaded, items, replace(loaded.settings, max_seq_len=4096, doc_stride=128))
-                               ["exact"] for loaded in (baseline_fp32, cpu))
-        assert fp32_hits >= 0.9 * len(items), (name, fp32_hits, len(items))
-        assert cpu_hits >= fp32_hits - 1, (name, cpu_hits, fp32_hits)
 
 
 BRINDLEWICK = (Path(__file__).parent / "data" / "brindlewick_history.txt").read_text()  # written by hand for issue 49
