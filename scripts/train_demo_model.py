@@ -8,7 +8,7 @@ Builds a byte-level BPE tokenizer, then trains on short generated contexts of th
 computes the same function as the eager attention the saved model runs with. A checkpoint is written every
 --save-every steps and a validation measure (held-out classic, broad and short-note batches) every --validate-every
 steps to RUN_DIR/validation.jsonl. The finished model goes to RUN_DIR/model, never over the shipped
-longqa/demo_model: copy it there after scripts/evaluate_demo_model.py --model RUN_DIR/model says it is better.
+longqa/demo_model: copy it there after `python -m evals demo-model --model RUN_DIR/model` says it is better.
 This is a one-off build script, not part of the product's runtime.
 """
 
