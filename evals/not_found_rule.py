@@ -2,7 +2,8 @@
 documents answer and of questions they do not, on data the model's training never saw.
 
 Usage: python -m evals no-answer [--n 40] [--seed 38] [--profile baseline-fp32] [--profile cpu]
-                                 [--questions lowercase] [--out docs/results/no-answer-eval.json]
+                                 [--questions lowercase] [--kinds answerable,...] [--no-handwritten]
+                                 [--out docs/results/no-answer-eval.json]
 Items from `evals.no_answer_eval` (the independent generator's documents of 600 to 40,000 characters and
 the hand-written template and prose notes), read whole with windows of 4,096 tokens, top answer only. Per item it
 keeps the top answer's text, score and place, whether it is the gold answer, the question's words its sentence (and
