@@ -173,12 +173,17 @@ def test_a_queue_call_nobody_listens_to_is_ended(served, alone_s, monkeypatch):
     monkeypatch.setattr(ctx.session.loaded, "runner", counting)
     monkeypatch.setattr(policy, "UNREAD_MESSAGES_LIMIT", 4)  # the served 16 messages and 30 s, made small
     monkeypatch.setattr(policy, "UNREAD_STALL_S", 1.0)
-    payload = {"data": [[], long_text(100), "What is the tide of Harrowgate?", 1]}
+    # the page's eight values, its states empty, as a raw client posts them (four values are refused at once, and
+    # then nothing runs: this test waited out its deadline and passed without a batch until it counted them)
+    payload = {"data": [None, long_text(100), "What is the tide of Harrowgate?", 1, "full", [], {}, ""]}
     request = urllib.request.Request(f"{url}gradio_api/call/ask", data=json.dumps(payload).encode(),
                                      headers={"Content-Type": "application/json"})
     assert json.loads(urllib.request.urlopen(request, timeout=30).read())["event_id"]
     deadline = time.monotonic() + 120
-    while (counting.calls < 2 or ctx.lane.is_busy()) and time.monotonic() < deadline:
+    while counting.calls < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert counting.calls >= 2, "the unread request never ran"
+    while ctx.lane.is_busy() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not ctx.lane.is_busy(), "the unread request still holds the model"
     assert counting.calls < 60, f"the unread request ran {counting.calls} of about 100 batches"
