@@ -202,14 +202,18 @@ def run_windows(runner: Runner, windows: list[Window], pad_token_id: int, settin
 
 def drain(steps: Generator[Any, None, T], on_step: Callable[[Any], None] | None = None) -> T:
     """What a generator of steps (`iter_windows`, and the reads and answers built on it) returns, each step it
-    yields told to `on_step` (or passed over): for callers that hear a read through callbacks, or not at all."""
-    while True:
-        try:
-            step = next(steps)
-        except StopIteration as done:
-            return done.value
-        if on_step is not None:
-            on_step(step)
+    yields told to `on_step` (or passed over): for callers that hear a read through callbacks, or not at all. Closed
+    however this ends, so that a listener's error leaves the lane, the count of asks and the memory watch at once."""
+    try:
+        while True:
+            try:
+                step = next(steps)
+            except StopIteration as done:
+                return done.value
+            if on_step is not None:
+                on_step(step)
+    finally:
+        steps.close()
 
 
 def iter_windows(runner: Runner, windows: list[Window], pad_token_id: int, settings: EngineSettings,

@@ -99,6 +99,31 @@ def test_a_stop_from_the_turn_on_ends_the_answer_but_not_the_reading(tiny_model_
     assert steps == ["read"] and session.plans == 1
 
 
+class ListenerError(Exception):
+    pass
+
+
+@pytest.mark.parametrize("failing", ["candidate", "stop"])
+def test_a_listener_that_raises_or_a_stop_leaves_the_lane_and_the_sessions_count_at_once(tiny_model_dir, failing):
+    """Read through callbacks (`batching.drain`): the steps are closed as the error passes, not when the garbage
+    collector finds the traceback, so the next visitor's turn and a waiting load go on."""
+    session = CountingSession()
+    session.load(str(tiny_model_dir), "cpu")
+    lane = ModelLane(capacity=1)
+
+    def on_candidate(best):
+        raise ListenerError("the listener failed")
+
+    listeners = ({"on_candidate": on_candidate} if failing == "candidate"
+                 else {"should_stop": lambda: session.asks > 0})
+    with pytest.raises(ListenerError if failing == "candidate" else Cancelled) as raised:
+        run_request(session, reader([]), "full", turns=LaneTurns(lane, ("session:a",)), max_seq_len=256,
+                    doc_stride=64, **listeners)
+    assert raised.value is not None  # the traceback (and with it the steps' frames) still held here
+    assert not lane.is_busy() and lane.waiting() == 0
+    assert session._asks_in_progress == 0
+
+
 def test_where_the_answer_runs_is_handed_the_plan_its_reading_time_and_its_stop(tiny_model_dir):
     session = CountingSession()
     session.load(str(tiny_model_dir), "cpu")
