@@ -34,7 +34,7 @@ import pandas as pd
 
 from longqa.backend import Provisional
 from longqa.readout import Readout
-from longqa.request import PLANNING, READING, at_door, request_steps
+from longqa.request import ANSWERING, PLANNING, READING, at_door, request_steps
 from longqa.serving import policy
 from longqa.serving.lane import LaneTurns
 from longqa.session import NO_MODEL, ReadRequest, page_image, read_request
@@ -63,9 +63,8 @@ MAX_VISITOR_NOTES = 256  # visitors whose last outcome or Stop the page keeps (t
 def visitor_keys(ctx: AppContext, request: gr.Request | None) -> tuple[str, ...]:
     """Every key a visitor's requests count under: its gradio session, and where the deployment names a proxy
     header for the visitor (on a Space, by default), the address the proxy gives in it (`proxy_address`: not the
-    first hop, which the client writes), so that a fresh client per request gets no more than one visitor's share.
-    On a direct connection the address is never a key: many visitors may share one (an office, a school, a test on
-    loopback)."""
+    first hop, which the client writes), so a fresh client per request gets no more than one visitor's share. On a
+    direct connection the address is never a key: many visitors may share one (an office, a school, loopback)."""
     keys = []
     session_hash = getattr(request, "session_hash", None)
     if session_hash:
@@ -149,10 +148,9 @@ class Outcome:
 
 
 def noting_outcome(ctx: AppContext, handler: Callable, outputs) -> Callable:
-    """`handler` (an answer through the page) keeping how it ended for the answer area (`show_outcome`): an error's
-    message, raised on as before; a Stop of this page session, after which every output is left as it was (the best
-    answer so far, where the handler showed one); the handler notes its readout itself. A generator handler, with
-    the same signature and hints."""
+    """`handler` (an answer through the page, a generator) keeping how it ended for the answer area (`show_outcome`):
+    an error's message, raised on as before; a Stop of this page session, after which every output is left as it was
+    (the best answer so far, where one was shown); the handler notes its readout itself. Same signature and hints."""
     signature = inspect.signature(handler)
 
     @contextlib.contextmanager
@@ -193,12 +191,12 @@ def seen_now(ctx: AppContext) -> dict:
             "profile": ctx.session.profile_name}
 
 
-def changed_since(ctx: AppContext, seen) -> str | None:
-    """A notice when another visitor switched the model or profile since this visitor's last answer or load."""
-    if not seen or seen.get("generation") in (None, ctx.session.generation):
+def changed_since(now: dict, seen) -> str | None:
+    """A notice where another visitor's reload came since this visitor last saw `seen` (both `seen_now`'s)."""
+    if not seen or seen.get("generation") in (None, now["generation"]):
         return None
-    return (f"The model or profile was changed by another visitor since your last answer: now {ctx.session.model_ref} "
-            f"with profile {ctx.session.profile_name} (was {seen.get('model')} with {seen.get('profile')}).")
+    return (f"The model or profile was changed by another visitor since your last answer: now {now['model']} "
+            f"with profile {now['profile']} (was {seen.get('model')} with {seen.get('profile')}).")
 
 
 # ------------------------------------------------------------------------------------------------ the request
@@ -260,12 +258,15 @@ def lane_turns(ctx: AppContext, request: gr.Request | None, progress=None) -> La
     return LaneTurns(ctx.lane, visitor_keys(ctx, request), whole=ZERO_GPU, on_wait=waiting_shown(progress))
 
 
-def steps_shown(progress, reading: str, planned: list | None = None) -> Callable:
-    """The request's `on_step`: each step as progress (the documents read, the windows ranked or the read planned,
-    what the read is expected to take), and the plan, once made, kept in `planned`."""
+def steps_shown(progress, reading: str, planned: list | None = None,
+                on_turn: Callable[[], None] | None = None) -> Callable:
+    """The request's `on_step`: each step as progress (reading, ranking or planning, the read's expected time), the
+    plan kept in `planned` once made, and `on_turn` told as its turn on the model begins."""
     def on_step(step: str, plan) -> None:
         if plan is not None and planned is not None:
             planned.append(plan)
+        if step == ANSWERING and on_turn is not None:
+            on_turn()
         if progress is None:
             return
         if step == READING:
@@ -317,7 +318,7 @@ def ask(ctx: AppContext, files, pasted_text, question, top_k, reading, history, 
     function: the lane admits, and the GPU function asks for time, by that plan.
     `reading` is "auto", "full" or "guided" (empty: auto); `no_answer_below` a score in (0, 1) under which the answer
     is "not found" (empty: the model's own rule)."""
-    planned = []  # the plan, once made (its documents are those of the best answers so far)
+    planned, at_turn = [], []  # the plan, once made; what was loaded as its turn began (what the answer runs on)
     try:
         with user_errors("Answering"):
             reading, settings = request_settings(ctx, top_k, reading, no_answer_below)
@@ -328,14 +329,15 @@ def ask(ctx: AppContext, files, pasted_text, question, top_k, reading, history, 
                 load=lambda: ensure_loaded(ctx, progress),  # the first request after start loads it
                 should_stop=abandonment_check(), stop_from_turn=stop_check(ctx, request),
                 visitor=" ".join(visitor_keys(ctx, request)) or None, answer=answered_here(ctx, progress),
-                on_step=steps_shown(progress, reading, planned), **settings)
+                on_step=steps_shown(progress, reading, planned, lambda: at_turn.append(seen_now(ctx))), **settings)
             answered = yield from shown_as_it_goes(steps, planned)
     except gr.Error as exc:
         best = exc.__cause__.best if isinstance(exc.__cause__, Cancelled) else None
         if best is not None and planned:
             yield provisional_outputs(best, planned[-1].documents)
         raise
-    read, readout, changed = answered.read, answered.readout, changed_since(ctx, seen)
+    ran_on = at_turn[-1] if at_turn else seen_now(ctx)
+    read, readout, changed = answered.read, answered.readout, changed_since(ran_on, seen)
     documents = read.documents
     if RUNS_IN_WORKER:
         ctx.session.learn(readout)
@@ -373,7 +375,7 @@ def ask(ctx: AppContext, files, pasted_text, question, top_k, reading, history, 
         "memory": pd.DataFrame(fmt.memory_rows(result.memory), columns=fmt.MEMORY_HEADERS),
         "run": pd.DataFrame(fmt.run_rows(readout), columns=fmt.RUN_HEADERS),
         **runs,
-        "seen": seen_now(ctx),
+        "seen": ran_on,
         "readout": readout_json,
     }
 
@@ -402,9 +404,8 @@ def shown_as_it_goes(steps, planned: list) -> Iterator[dict]:
 
 
 def answered_here(ctx: AppContext, progress=None):
-    """Where the page's planned request is answered (`longqa.request.Answerer`): in this process (`answer`), or
-    under ZeroGPU in a forked worker (`answer_on_gpu`) whose stop check travels as a key and whose best answers so
-    far come back as it yields them."""
+    """Where the page's planned request is answered (`longqa.request.Answerer`): in this process (`answer`), or under
+    ZeroGPU in a forked worker (`answer_on_gpu`), its stop check a key, its best answers so far yielded back."""
     def on_gpu(plan, extract_s, gate, should_stop) -> Iterator[Provisional]:
         with policy.stop_key(should_stop) as key:
             work_s = policy.answer_work_s(plan, ctx.measured())  # once: the grant and the budget
@@ -453,8 +454,8 @@ def answer_on_gpu(context_key: str, plan, extract_s: float = 0.0, progress=None,
 
 
 def from_gpu_worker(updates: Iterator[Provisional | Readout]) -> Iterator[Provisional]:
-    """`answer_on_gpu`'s best answers so far, yielded as they come; returns the readout it ends with. Read to its
-    end even when closed, so that ZeroGPU hears the function end and releases the GPU."""
+    """`answer_on_gpu`'s best answers so far, yielded as they come; returns the readout it ends with. Closed, it is
+    read to its end (ZeroGPU releases the GPU as the function ends), and how that ends is not the close's."""
     readout = None
     try:
         for update in updates:
@@ -463,8 +464,9 @@ def from_gpu_worker(updates: Iterator[Provisional | Readout]) -> Iterator[Provis
             else:
                 yield update
     except GeneratorExit:
-        for _ in updates:
-            pass
+        with contextlib.suppress(Exception):
+            for _ in updates:
+                pass
         raise
     if readout is None:
         raise RuntimeError("the GPU function ended without a readout")
@@ -480,8 +482,7 @@ def ask_in_full(ctx: AppContext, files, pasted_text, question, top_k, history, s
 
 def show_answer_page(ctx: AppContext, choice, request: gr.Request = None) -> dict:
     """The picked answer's PDF page drawn with its mark (`page_view`: the top answer's where none is picked), at the
-    visitor's place at the door (counted in its share), its file held meanwhile; drawn once, then kept for the
-    visitor. A page that cannot be drawn says why in the room."""
+    visitor's place at the door, its file held meanwhile; drawn once, then kept. One that cannot be drawn says why."""
     session = page_session(request)
     page = page_view.page_of(session, choice)
     if page is None:
@@ -508,8 +509,7 @@ def clear_answer(status: str) -> dict:
     tables = {name: pd.DataFrame([], columns=headers) for name, headers in CLEARED_TABLES.items()}
     return {"status": status, "answer": gr.update(value="", label=fmt.answer_label()), "evidence": None,
             "readout": None, "download_json": no_download(), "download_csv": no_download(), "wait": "", **tables,
-            "question_note": gr.update(visible=False),
-            **page_view.room_closed()}
+            "question_note": gr.update(visible=False), **page_view.room_closed()}
 
 
 def start_asking(files, pasted_text, question) -> dict:
@@ -552,8 +552,8 @@ def answered_before(ctx: AppContext, readout) -> dict:
 
 
 def no_download() -> dict:
-    """A download button hidden and emptied: a new update each time, since gradio takes an update's value out of
-    the dict it is given (a module-level one came back without it on the next answer)."""
+    """A download button hidden and emptied: a new update each time (gradio takes an update's value out of the
+    dict it is given)."""
     return gr.update(value=None, visible=False)
 
 

@@ -650,6 +650,26 @@ def test_a_visitor_is_told_when_someone_else_switched_the_profile(ctx, tiny_mode
     assert not any("another visitor" in n for n in mine_again["readout"]["notices"])
 
 
+def test_a_reload_that_lands_after_the_answers_turn_is_not_said_of_that_answer(ctx, monkeypatch):
+    """The notice and the `seen` it hands back name what the answer ran on, as its turn began: a reload landing
+    between the answer and its outputs is told with the next answer, not this one."""
+    seen = ask(ctx, pasted="The colour of Zorbin is teal.")["seen"]
+    steps = ctx.session.ask_steps
+
+    def then_reloaded(*args, **kwargs):  # another tab's reload, just after this answer's turn
+        readout = yield from steps(*args, **kwargs)
+        monkeypatch.setattr(ctx.session.loaded, "generation", ctx.session.loaded.generation + 1)
+        return readout
+
+    monkeypatch.setattr(ctx.session, "ask_steps", then_reloaded)
+    out = ask(ctx, pasted="The colour of Zorbin is teal.", seen=seen)
+    assert not any("another visitor" in notice for notice in out["readout"]["notices"])
+    assert out["seen"]["generation"] == seen["generation"] != ctx.session.generation  # told at the next answer
+    monkeypatch.setattr(ctx.session, "ask_steps", steps)
+    later = ask(ctx, pasted="The colour of Zorbin is teal.", seen=out["seen"])
+    assert any("changed by another visitor" in notice for notice in later["readout"]["notices"])
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("top_k", [2.7, "three", "2.5", -0.5])  # "3" is read as 3 (issue 40)
 def test_a_top_k_that_is_not_a_whole_number_is_refused(ctx, top_k):

@@ -420,3 +420,19 @@ def test_an_empty_question_on_the_page_stops_before_asking_with_a_note_and_elsew
     assert asking.start_asking([], "Some text.", "What?")["status"] == ui_format.ASKING_STATUS
     with pytest.raises(gr.Error, match="question is empty"):  # the API runs `ask` alone: its error, as before
         asked(ctx, visitor("tab-empty"), question="  ")
+
+
+def test_a_gpu_worker_closed_mid_read_is_read_to_its_end_and_the_close_stays_clean():
+    """ZeroGPU releases the GPU when its function ends, so a closed read still reads the worker to its end; the
+    worker then ends by its stop check (a gr.Error), which is not the close's: the close itself raises nothing."""
+    read = []
+
+    def worker():
+        yield "the best so far"
+        read.append("the rest")
+        raise gr.Error("Cancelled: the visitor left")
+
+    steps = asking.from_gpu_worker(worker())
+    assert next(steps) == "the best so far"
+    steps.close()
+    assert read == ["the rest"]
