@@ -1,6 +1,6 @@
 """`python -m bench NAME ...`: one of the workshop's measurements, each with its own arguments
-(`python -m bench NAME --help`); docs/cpu-floor.md, docs/reading.md, docs/streaming.md and docs/first-answer.md
-keep what they found. The strategy table for a user's own machine is the product's: `python -m longqa bench`.
+(`python -m bench NAME --help`); docs/cpu-floor.md, docs/reading.md and docs/streaming.md say what they found,
+docs/results/ keeps it. The strategy table for a user's own machine is the product's: `python -m longqa bench`.
 """
 
 from longqa_core.openmp_wait import limit_spin_wait

@@ -1,4 +1,4 @@
-"""The measuring tool that builds a band kernel as it was at a git revision and swaps it in (longqa/bench/
+"""The measuring tool that builds a band kernel as it was at a git revision and swaps it in (bench/
 kernel_revisions.py): the fp32 kernel, which runs on every x86-64 machine the suite runs on."""
 
 from __future__ import annotations

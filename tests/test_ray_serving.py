@@ -22,7 +22,7 @@ from page import asking
 from evals import eval_task
 from longqa.backend import Backend
 from bench.crowd.load_check import requests_for, run_alone, run_concurrent, run_load, summarize
-from longqa.serving.ray_replicas import RaySession, check_room, deployment_failure, replica_resources, wait_for
+from longqa.serving.ray_replicas import RaySession, check_room, deployment_failure, replica_resources, wait_steps
 from longqa_core import batching
 from longqa_core.documents import Document
 from longqa_core.errors import Cancelled, ModelLoadError
@@ -263,13 +263,23 @@ class PendingResponse:
 def test_a_handle_call_is_awaited_with_progress_at_every_poll_and_cancelled_when_the_visitor_stops():
     polled = []
     response = PendingResponse(polls=2)
-    assert wait_for(response, lambda: False, lambda: polled.append(1)) == "the readout"
+    assert batching.drain(wait_steps(response, lambda: False, lambda: polled.append(1))) == "the readout"
     assert polled == [1, 1] and not response.cancelled
     stop = threading.Event()
     response = PendingResponse(polls=5)
     with pytest.raises(Cancelled, match="The request was cancelled"):
-        wait_for(response, stop.is_set, stop.set)
+        batching.drain(wait_steps(response, stop.is_set, stop.set))
     assert response.cancelled and response.polls == 3  # ended at the first poll after Stop
+
+
+def test_a_handle_call_closed_at_a_yield_is_cancelled():
+    """What a poll hears (a new best answer so far) is yielded; the request closed there (the visitor gone, the
+    page's generator closed) cancels the call, so the replica ends the engine between batches."""
+    response = PendingResponse(polls=5)
+    steps = wait_steps(response, lambda: False, lambda: "a new best so far")
+    assert next(steps) == "a new best so far" and not response.cancelled
+    steps.close()
+    assert response.cancelled
 
 
 def test_resources_one_gpu_each_where_there_are_gpus_else_the_cpus_split(monkeypatch):

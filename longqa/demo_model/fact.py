@@ -1,5 +1,5 @@
 """The demo task's one fact and its question: the sentence and question templates that both the training generator
-(`demo_task`) and the evaluation-only generator (`eval_task`) write, and nothing else they could share."""
+(`training.demo_task`) and the evaluation-only generator (`evals.eval_task`) write, nothing else they could share."""
 
 from __future__ import annotations
 

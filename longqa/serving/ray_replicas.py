@@ -406,10 +406,7 @@ class RaySession:
         with self.local.asking():
             if self.handle is None:
                 raise ModelLoadError(NO_MODEL)
-            return self._call(lambda: self.handle.training_step.remote(window_tokens), None)
-
-    def _call(self, send, should_stop, on_poll=None):
-        return drain(self._call_steps(send, should_stop, on_poll))
+            return drain(self._call_steps(lambda: self.handle.training_step.remote(window_tokens), None))
 
     def _call_steps(self, send, should_stop, poll=None):
         """A handle call (`send()`) waited for (`wait_steps`: what `poll` returns yielded), sent again to a live
@@ -498,11 +495,6 @@ def replica_resources(replicas: int, cpus_per_replica: float | None) -> dict:
     cpus = resources.get("CPU", 1)
     # whole CPUs each while there are enough; more replicas than CPUs: each a share of one
     return {"num_cpus": math.floor(cpus / replicas) if replicas <= cpus else cpus / replicas}
-
-
-def wait_for(response, should_stop, on_poll=None):
-    """`wait_steps` read to its end: a handle call's result, `on_poll()` run at every poll while it waits."""
-    return drain(wait_steps(response, should_stop, on_poll))
 
 
 def wait_steps(response, should_stop, poll=None):
