@@ -46,6 +46,7 @@ def test_a_refused_input_is_one_line(monkeypatch, capsys):
     assert capsys.readouterr().err == "error: --modes takes auto, full, guided, got skim.\n"
 
 
+@pytest.mark.slow  # a fresh interpreter imports torch and transformers
 def test_python_m_bench_runs_from_the_repository():
     shown = subprocess.run([sys.executable, "-m", "bench", "--help"], cwd=ROOT, capture_output=True, text=True,
                            timeout=120)

@@ -74,6 +74,7 @@ def test_the_workshop_and_the_training_data_are_not_shipped():
     assert not [name for name in shipped if Path(name).name in ("prose.txt", "nouns.txt")], shipped
 
 
+@pytest.mark.slow  # a fresh interpreter imports torch, transformers and the product (7 s on 2 cores)
 def test_a_question_asked_on_the_command_line_imports_nothing_of_the_workshop(tmp_path):
     """`longqa ask` run from the repository's root, where the workshop could be imported: it is not."""
     sample = json.loads((ROOT / "longqa" / "samples" / "examples.json").read_text())[0]
