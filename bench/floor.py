@@ -15,7 +15,7 @@ import sys
 import tempfile
 import time
 import warnings
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -126,15 +126,6 @@ class Floor:
 def floor_seconds(flops: WindowFlops, linear_flops_per_s: float, band_flops_per_s: float) -> float:
     """A window's floor: its linear FLOPs at the linear layers' throughput plus its band at the band's."""
     return flops.linear / linear_flops_per_s + flops.band / band_flops_per_s
-
-
-def hardware_for(kind: str) -> Hardware:
-    """This machine as detected ("detected"), or with its CPU kind set ("avx2", "avx512-bf16"): the profiles then
-    resolve as on that kind (the kernels that run are still this CPU's)."""
-    detected = detect_hardware()
-    if kind == "detected":
-        return detected
-    return replace(detected, cpu_bf16=kind == "avx512-bf16")
 
 
 def kind_name(hardware: Hardware, flags: frozenset[str] | None = None) -> str:

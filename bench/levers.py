@@ -27,7 +27,7 @@ from torch.nn import functional as F
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 from transformers.masking_utils import create_bidirectional_mask
 
-from bench.floor import best_time_s, hardware_for, kind_name, measure_floor
+from bench.floor import best_time_s, kind_name, measure_floor
 from bench.measured import write_measurement
 from longqa.bench.report import row_precision
 from longqa.bench.runner import cpu_flags, cpu_model
@@ -38,7 +38,7 @@ from longqa_core.limits import EngineSettings
 from longqa_core.windows import make_windows
 from strategies import band_kernel, fast_attention
 from strategies.fast_attention import BandPlanCache, SlidingWindowSelfAttention
-from strategies.hardware import detect_hardware
+from strategies.hardware import detect_hardware, hardware_for
 from strategies.profiles import custom_profile, get_profile, select_strategies
 
 MODEL = "arch:base"

@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from bench.floor import Shapes, hardware_for, kind_name, linear_shapes, measure_floor, window_flops
+from bench.floor import Shapes, kind_name, linear_shapes, measure_floor, window_flops
 from bench.measured import write_measurement
 from longqa.bench.report import row_precision
 from longqa.bench.runner import cpu_flags, cpu_model
@@ -32,7 +32,7 @@ from longqa.models import model_config
 from longqa_core.answering import answer
 from longqa_core.windows import make_windows
 from strategies.fast_attention import SlidingWindowSelfAttention
-from strategies.hardware import Hardware, detect_hardware
+from strategies.hardware import Hardware, detect_hardware, hardware_for
 
 MODEL = "arch:base"
 ATTENTION_SCOPE = "longqa::fast_attention"

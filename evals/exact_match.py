@@ -33,7 +33,7 @@ from evals import eval_task
 from longqa.loader import load_model
 from longqa_core.answering import answer
 from longqa_core.documents import Document
-from strategies.hardware import Hardware, detect_hardware
+from strategies.hardware import hardware_for
 from training import demo_task
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -149,12 +149,6 @@ def run_set(loaded, items: list[Item], settings) -> dict:
             "max_windows": max(windows), "exact_by_group": {g: f"{e}/{n}" for g, (e, n) in sorted(groups.items())},
             "seconds": round(time.perf_counter() - began, 1), "misses": len(misses),
             "miss_examples": misses[:12], "top_answers": tops}
-
-
-def hardware_for(kind: str) -> Hardware:
-    """This machine as detected, or with its CPU kind set ("avx2", "avx512-bf16") so the profiles resolve as there."""
-    detected = detect_hardware()
-    return detected if kind == "detected" else replace(detected, cpu_bf16=kind == "avx512-bf16")
 
 
 def main(argv: list[str] | None = None) -> int:

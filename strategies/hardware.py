@@ -5,7 +5,7 @@ Detection only, never raises and never loads a model; deciding what to do with t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -109,3 +109,10 @@ def detect_hardware() -> Hardware:
         except Exception:
             gpus = ()
     return Hardware(gpus=tuple(gpus or ()), cuda_available=cuda_available, cpu_bf16=is_cpu_bf16_native())
+
+
+def hardware_for(kind: str) -> Hardware:
+    """This machine as detected ("detected"), or with its CPU kind set ("avx2", "avx512-bf16"): the profiles then
+    resolve as on that kind (the kernels that run are still this CPU's). For measurements filed by CPU kind."""
+    detected = detect_hardware()
+    return detected if kind == "detected" else replace(detected, cpu_bf16=kind == "avx512-bf16")

@@ -111,3 +111,12 @@ def test_cpu_bf16_from_cpuinfo_when_torch_cannot_say(monkeypatch, tmp_path, flag
     monkeypatch.setattr("builtins.open", lambda path, *a, **k: real_open(cpuinfo if path == "/proc/cpuinfo" else path,
                                                                          *a, **k))
     assert hardware.is_cpu_bf16_native() is expected
+
+
+def test_hardware_for_a_cpu_kind_sets_only_native_bf16(monkeypatch):
+    """Measurements filed by CPU kind resolve the profiles as on that kind; "detected" is this machine as it is."""
+    detected = hardware.Hardware(gpus=(), cuda_available=False, cpu_bf16=True)
+    monkeypatch.setattr(hardware, "detect_hardware", lambda: detected)
+    assert hardware.hardware_for("detected") is detected
+    assert hardware.hardware_for("avx2") == hardware.Hardware(gpus=(), cuda_available=False, cpu_bf16=False)
+    assert hardware.hardware_for("avx512-bf16").cpu_bf16 is True
