@@ -539,9 +539,8 @@ def plot_top(values: list[float]) -> float | None:
     return next(float(f"{step * power:.12g}") for step in PLOT_TOPS if step * power >= wanted * (1 - 1e-9))
 
 
-def plot_limits(history: list[dict]) -> dict[str, list[float | None]]:
-    """Each bar plot's y range over the history (`history_frame`'s columns): from zero to `plot_top`."""
-    frame = history_frame(history)
+def plot_limits(frame: pd.DataFrame) -> dict[str, list[float | None]]:
+    """Each bar plot's y range over its data (`history_frame`): from zero to `plot_top`."""
     return {column: [0, plot_top([float(value) for value in frame[column]])] for column in (PLOT_MEMORY, PLOT_LATENCY)}
 
 

@@ -59,13 +59,14 @@ def plot_outputs(earlier: list[dict], runs: list[dict]) -> dict:
     if earlier:
         return {"memory_plot": gr.update(value=plotted), "latency_plot": gr.update(value=plotted)}
     # one update per plot: gradio takes the value out of the update it processes
-    return dict(zip(("memory_plot", "latency_plot"), plot_properties(runs, value=plotted)))
+    return dict(zip(("memory_plot", "latency_plot"), plot_properties(runs, plotted, value=plotted)))
 
 
-def plot_properties(runs: list[dict], **value) -> tuple[dict, dict]:
-    """Each plot's properties over the history `runs`: the profiles' colours and the y axis's range (and `value`,
-    for the page's first data)."""
-    colours, limits = profile_colours(runs), fmt.plot_limits(runs)
+def plot_properties(runs: list[dict], plotted: pd.DataFrame | None = None, **value) -> tuple[dict, dict]:
+    """Each plot's properties over the history `runs` (`plotted`: its data, where already made): the profiles'
+    colours and the y axis's range (and `value`, for the page's first data)."""
+    frame = plotted if plotted is not None else fmt.history_frame(runs)
+    colours, limits = profile_colours(runs), fmt.plot_limits(frame)
     return (gr.update(color_map=colours, y_lim=limits[fmt.PLOT_MEMORY], **value),
             gr.update(color_map=colours, y_lim=limits[fmt.PLOT_LATENCY], **value))
 

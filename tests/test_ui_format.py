@@ -151,7 +151,7 @@ def test_history_frame_uses_gpu_peak_else_host_peak():
     assert list(ui_format.history_frame(guided)["reading"]) == ["guided"]
     assert ui_format.history_rows(guided)[0][6] == "guided"
     assert ui_format.history_frame([]).empty
-    assert ui_format.plot_limits(history) == {ui_format.PLOT_MEMORY: [0, 2500.0], ui_format.PLOT_LATENCY: [0, 2.0]}
+    assert ui_format.plot_limits(frame) == {ui_format.PLOT_MEMORY: [0, 2500.0], ui_format.PLOT_LATENCY: [0, 2.0]}
 
 
 def test_a_plots_top_is_a_round_number_over_its_tallest_bar():
