@@ -163,12 +163,13 @@ class BestSoFar:
                                          best.end_char, location=locate(document, best.start_char, best.end_char)),
                                   state.windows_done, state.windows_total, plausible)
 
-    def decoded(self, windows: list[Window]) -> Decoded | None:
-        """The answers of `windows` (in document order) from what was decoded here, or None if one was not."""
+    def decoded(self, windows: list[Window], top_k: int | None = None) -> Decoded | None:
+        """The best `top_k` (default the settings') answers of `windows` (in document order) from what was decoded
+        here, or None if one was not."""
         if any(id(window) not in self.per_window for window in windows):
             return None
         return merged_answers([self.per_window[id(window)] for window in windows], self.documents,
-                              self.settings.top_k)
+                              top_k or self.settings.top_k)
 
 
 def answer(runner: Runner, tokenizer, documents: list[Document], question: str, settings: EngineSettings, *,
@@ -241,9 +242,10 @@ def answer_steps(runner: Runner, tokenizer, plan: RequestPlan, *, batch_state: B
                                        best_so_far, away_s)
             measurement.latency_s["forward"] -= away_s[0]
             with measurement.stage("decode"):
-                decoded = best_so_far.decoded(read.windows) if best_so_far is not None else None
+                pool = no_answer.answer_pool(no_answer_rule(settings), settings.top_k)  # judge_answers picks top_k
+                decoded = best_so_far.decoded(read.windows, pool) if best_so_far is not None else None
                 if decoded is None:
-                    decoded = decode(read.windows, read.logits, plan.documents, settings)
+                    decoded = decode(read.windows, read.logits, plan.documents, settings, top_k=pool)
             if best_so_far is not None:  # decoded between batches: decode time, not forward time
                 measurement.latency_s["decode"] += best_so_far.seconds
                 measurement.latency_s["forward"] -= best_so_far.seconds
@@ -310,22 +312,27 @@ def both(first: Callable | None, second: Callable) -> Callable:
 
 def judge_answers(decoded, settings: EngineSettings, read_whole: bool,
                   evidence: no_answer.Evidence | None = None) -> tuple[list[Answer], no_answer.Verdict]:
-    """The answers with their confidence in words (monotone in the score; all "low" where the asked attribute is
-    absent from the documents or the question is outside the rule's form), and the verdict on the best one under
-    the request's rule (the model's, or the threshold the request gave); a rule that needs evidence asks `evidence`
-    of each answer, and every rule asks it whether the documents name the asked attribute."""
+    """The best `top_k` answers with their confidence in words (never rising down the list; all "low" where the asked
+    attribute is absent from the documents or the question is outside the rule's form), and the verdict on the
+    first under the request's rule (the model's, or the threshold the request gave); a rule that needs evidence asks
+    `evidence` of each answer and puts those whose sentence names the question's words first
+    (`no_answer.evidenced_first`), and every rule asks it whether the documents name the asked attribute."""
     rule = no_answer_rule(settings)
-    missing = [missing_words(rule, evidence, answer) for answer in decoded.answers]
+    answers, missing = no_answer.evidenced_first(rule, decoded.answers, evidence)
+    answers, missing = answers[:settings.top_k], missing[:settings.top_k]
     absent = evidence.absent() if evidence is not None else []
-    best = decoded.answers[0].score if decoded.answers else None
+    best = answers[0].score if answers else None
     verdict = no_answer.judge(rule, best, decoded.null_score, read_whole, missing[0] if missing else None, absent,
                               evidence.question if evidence is not None else None)
     words = ["low" if absent or verdict.outside_form else
              no_answer.confidence(rule, answer.score, decoded.null_score, lacking)
-             for answer, lacking in zip(decoded.answers, missing)]
-    for answer, word in zip(decoded.answers, no_answer.in_score_order(words, [a.score for a in decoded.answers])):
+             for answer, lacking in zip(answers, missing)]
+    named = [i for i, lacking in enumerate(missing) if not lacking]  # in score order, before those lacking a word
+    for i, word in zip(named, no_answer.in_score_order([words[i] for i in named], [answers[i].score for i in named])):
+        words[i] = word
+    for answer, word in zip(answers, words):
         answer.confidence = word
-    return decoded.answers, verdict
+    return answers, verdict
 
 
 def mark_on_pages(answers: list[Answer], documents: list[Document], should_stop: StopCheck | None = None,
@@ -355,13 +362,6 @@ def mark_on_pages(answers: list[Answer], documents: list[Document], should_stop:
         for answer, found in zip(marked, marks):
             answer.location = replace(answer.location, marks=found)
     return notices
-
-
-def missing_words(rule: no_answer.NoAnswerRule, evidence: no_answer.Evidence | None, answer: Answer) -> list[str]:
-    """The question's words that `answer`'s neighbourhood lacks, where the rule asks (else none)."""
-    if not rule.needs_evidence or evidence is None:
-        return []
-    return evidence.missing(answer.document_index, answer.start_char, answer.end_char)
 
 
 @dataclass

@@ -324,6 +324,28 @@ def confidence(rule: NoAnswerRule, score: float, min_null_score: float | None = 
     return "high" if score >= HIGH_CONFIDENCE else "medium"
 
 
+EVIDENCE_POOL = 5  # under a rule that needs evidence, how many of the best answers are looked at for one that has it
+
+
+def answer_pool(rule: NoAnswerRule, top_k: int) -> int:
+    """How many of the best candidates a request decodes to give its `top_k` answers: under a rule that needs
+    evidence, at least EVIDENCE_POOL (`evidenced_first` picks among them), else `top_k`."""
+    return max(top_k, EVIDENCE_POOL) if rule.needs_evidence else top_k
+
+
+def evidenced_first(rule: NoAnswerRule, answers: list, evidence: Evidence | None) -> tuple[list, list[list[str]]]:
+    """`answers` (in score order, each with `document_index`, `start_char`, `end_char`) and the question's words
+    each one's neighbourhood lacks (`Evidence.missing`; none asked where the rule needs no evidence). Under a rule
+    that needs evidence, those whose neighbourhood names every word of the question come first, each group in score
+    order: the model's best span in a sentence about another attribute or entity ("The favourite dish of X is ..."
+    for "What is the headquarters of X?") gives way to a lower one in the sentence that states what was asked."""
+    if not rule.needs_evidence or evidence is None:
+        return list(answers), [[] for _ in answers]
+    lacking = [evidence.missing(a.document_index, a.start_char, a.end_char) for a in answers]
+    order = sorted(range(len(answers)), key=lambda i: bool(lacking[i]))  # stable: score order within each group
+    return [answers[i] for i in order], [lacking[i] for i in order]
+
+
 def in_score_order(words: list[str], scores: list[float]) -> list[str]:
     """Confidence words made monotone in the score: no answer is more confident than one that scores higher
     (an answer whose sentence lacks a word of the question is "low", and so is every answer scoring under it;

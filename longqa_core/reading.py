@@ -366,13 +366,11 @@ def read_rounds(runner: Runner, tokenizer, plan, batch_state: BatchState, measur
         calls it "not found" (as weak as no answer: read on)."""
         with measurement.stage("decode"):
             decoded = decode(read.windows, read.logits, plan.documents, replace(settings, top_k=1),
-                             stop_check(should_stop))
-        score = decoded.answers[0].score if decoded.answers else None
-        missing = None
-        if rule.needs_evidence and decoded.answers:
-            best = decoded.answers[0]
-            missing = evidence.missing(best.document_index, best.start_char, best.end_char)
-        return None if no_answer.is_found(rule, score, decoded.null_score, missing) is False else score
+                             stop_check(should_stop), top_k=no_answer.answer_pool(rule, 1))
+        answers, missing = no_answer.evidenced_first(rule, decoded.answers, evidence)  # as the verdict will pick
+        score = answers[0].score if answers else None
+        return None if no_answer.is_found(rule, score, decoded.null_score, missing[0] if missing else None) is False \
+            else score
 
     for round_index, round_windows in enumerate(rounds.rounds):
         new_tokens = plan.cut_tokens(round_windows)

@@ -331,11 +331,12 @@ def merged_answers(per_window: list[tuple[list[Candidate], float]], documents: l
 
 
 def decode(windows: list[Window], logits, documents: list[Document], settings: EngineSettings,
-           should_stop: Callable[[], bool] | None = None) -> Decoded:
-    """Every window's word-aligned candidates, merged across windows; never an empty or punctuation answer.
-    `should_stop` ends decoding with Cancelled (see `window_candidates`)."""
+           should_stop: Callable[[], bool] | None = None, top_k: int | None = None) -> Decoded:
+    """Every window's word-aligned candidates, merged across windows, the best `top_k` (default the settings')
+    kept; never an empty or punctuation answer. `should_stop` ends decoding with Cancelled (see
+    `window_candidates`)."""
     return merged_answers([decode_window(window, pair, documents, settings, should_stop)
-                           for window, pair in zip(windows, logits)], documents, settings.top_k)
+                           for window, pair in zip(windows, logits)], documents, top_k or settings.top_k)
 
 
 def decode_answers(windows: list[Window], logits, documents: list[Document],

@@ -120,14 +120,36 @@ def test_the_engine_judges_the_best_answer_with_the_evidence_its_document_gives(
     def decoded(*values):
         return Decoded([Answer(v, 0.9, "note", 0, *span(NOTE, v)) for v in values], 1e-6)
 
-    answers, verdict = judge_answers(decoded("Brisk", "Fredville"), settings, True, evidence)
+    answers, verdict = judge_answers(decoded("Brisk"), settings, True, evidence)
     assert verdict.found is False and verdict.missing == ["Freedonia"]  # another entity's capital, however likely
-    assert [a.confidence for a in answers] == ["low", "high"]
+    assert [a.confidence for a in answers] == ["low"]
     answers, verdict = judge_answers(decoded("Fredville", "Brisk"), settings, True, evidence)
-    assert verdict.found is True and verdict.missing == []
+    assert verdict.found is True and verdict.missing == [] and [a.text for a in answers] == ["Fredville"]
     # a user's threshold replaces the model's rule, evidence check included
     _, verdict = judge_answers(decoded("Brisk"), EngineSettings(no_answer=rule, no_answer_below=0.5), True, evidence)
     assert verdict.found is True
+
+
+def test_under_a_rule_that_needs_evidence_the_answer_is_the_best_span_whose_sentence_names_what_was_asked():
+    from longqa_core.answering import judge_answers
+    from longqa_core.limits import EngineSettings
+    from longqa_core.spans import Answer, Decoded
+
+    rule = NoAnswerRule(no_answer.THRESHOLD, 1e-5, "measured", needs_evidence=True)
+    evidence = no_answer.Evidence("What is the capital of Freedonia?", [NOTE])
+    decoded = Decoded([Answer("Brisk", 0.6, "note", 0, *span(NOTE, "Brisk")),
+                       Answer("Fredville", 0.3, "note", 0, *span(NOTE, "Fredville"))], 1e-6)
+    # the model's best span stands in another entity's sentence: the one in the asked entity's sentence answers
+    answers, verdict = judge_answers(decoded, EngineSettings(no_answer=rule), True, evidence)
+    assert [a.text for a in answers] == ["Fredville"] and verdict.found is True and verdict.missing == []
+    # asked for two, the other follows, "low" though it scores higher: no answer before it is less sure
+    answers, verdict = judge_answers(decoded, EngineSettings(no_answer=rule, top_k=2), True, evidence)
+    assert [(a.text, a.confidence) for a in answers] == [("Fredville", "medium"), ("Brisk", "low")]
+    # a rule that needs no evidence keeps the model's order
+    plain = NoAnswerRule(no_answer.THRESHOLD, 1e-5, "measured")
+    answers, verdict = judge_answers(decoded, EngineSettings(no_answer=plain, top_k=2), True, evidence)
+    assert [a.text for a in answers] == ["Brisk", "Fredville"] and verdict.found is True
+    assert no_answer.answer_pool(rule, 1) == no_answer.EVIDENCE_POOL and no_answer.answer_pool(plain, 1) == 1
 
 
 FORM = no_answer.QuestionForm("What is the <attribute> of <name>?", "This model answers one form only.")
@@ -219,8 +241,10 @@ def test_a_not_found_verdict_is_one_short_sentence_and_keeps_the_rule_for_a_disc
     assert shown["details"] == far.details and shown["confidence"] == "high"
 
 
-def test_confidence_words_are_monotone_in_the_score():
-    """Issue 49: rank 2 (1.3e-06, its sentence lacking a word) was "low" while rank 3 (1.1e-07) was "medium"."""
+def test_confidence_words_never_rise_down_an_answer_list():
+    """Issue 49: rank 2 (1.3e-06, its sentence lacking a word) was "low" while rank 3 (1.1e-07) was "medium". Under a
+    rule that needs evidence the answers whose sentence names the question's words come first (in score order, their
+    words monotone in the score), those lacking one after them, "low"."""
     from longqa_core.answering import judge_answers
     from longqa_core.limits import EngineSettings
     from longqa_core.spans import Answer, Decoded
@@ -229,8 +253,9 @@ def test_confidence_words_are_monotone_in_the_score():
     evidence = no_answer.Evidence("What is the capital of Freedonia?", [NOTE])
     answers = [Answer(v, s, "note", 0, *span(NOTE, v)) for v, s in
                (("Fredville", 0.6), ("Brisk", 1.3e-6), ("Fredville. It rains", 1.1e-7))]
-    judged, _ = judge_answers(Decoded(answers, None), EngineSettings(no_answer=rule), True, evidence)
-    assert [a.confidence for a in judged] == ["high", "low", "low"]
+    judged, _ = judge_answers(Decoded(answers, None), EngineSettings(no_answer=rule, top_k=3), True, evidence)
+    assert [(a.text, a.confidence) for a in judged] == [("Fredville", "high"), ("Fredville. It rains", "medium"),
+                                                         ("Brisk", "low")]
     assert no_answer.in_score_order(["low", "medium", "high"], [0.1, 0.1, 0.01]) == ["low", "medium", "low"]
 
 
