@@ -11,7 +11,7 @@ import sys  # noqa: E402
 
 from bench import (band_kernels, cpu_seconds, first_answer, floor, levers, reading_sweep,  # noqa: E402
                    streaming, window_profile)
-from longqa_core.errors import LongQAError  # noqa: E402
+from evals.dispatch import run_named  # noqa: E402
 
 MEASUREMENTS = {
     "floor": floor,  # this CPU's compute floor of one window per precision, written as JSON
@@ -23,18 +23,10 @@ MEASUREMENTS = {
     "reading": reading_sweep,  # the cost-growth curve of reading, full against guided, by document length
     "stream": streaming,  # what streaming the best answer so far costs and gains
 }
-USAGE = f"usage: python -m bench {{{','.join(MEASUREMENTS)}}} [ARGUMENTS ...]  (python -m bench NAME --help)"
 
 
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] not in MEASUREMENTS:
-        print(USAGE, file=sys.stdout if argv[:1] in (["-h"], ["--help"]) else sys.stderr)
-        return 0 if argv[:1] in (["-h"], ["--help"]) else 2
-    try:
-        return MEASUREMENTS[argv[0]].main(argv[1:])
-    except LongQAError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    return run_named(MEASUREMENTS, argv, "python -m bench")
 
 
 if __name__ == "__main__":

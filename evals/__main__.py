@@ -11,7 +11,7 @@ limit_spin_wait()  # before the evaluations' imports load torch, and with it lib
 import sys  # noqa: E402
 
 from evals import exact_match, guided_reading, layout_answers, not_found_rule  # noqa: E402
-from longqa_core.errors import LongQAError  # noqa: E402
+from evals.dispatch import run_named  # noqa: E402
 
 EVALUATIONS = {
     "demo-model": exact_match,  # exact match on four sets (training generator, independent, notes, hand-written)
@@ -19,18 +19,10 @@ EVALUATIONS = {
     "reading": guided_reading,  # guided reading against the full read on long documents
     "layouts": layout_answers,  # documents laid out as people's files are, read as uploads and asked
 }
-USAGE = f"usage: python -m evals {{{','.join(EVALUATIONS)}}} [ARGUMENTS ...]  (python -m evals NAME --help)"
 
 
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] not in EVALUATIONS:
-        print(USAGE, file=sys.stdout if argv[:1] in (["-h"], ["--help"]) else sys.stderr)
-        return 0 if argv[:1] in (["-h"], ["--help"]) else 2
-    try:
-        return EVALUATIONS[argv[0]].main(argv[1:])
-    except LongQAError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    return run_named(EVALUATIONS, argv, "python -m evals")
 
 
 if __name__ == "__main__":
