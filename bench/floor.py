@@ -1,9 +1,9 @@
 """The compute floor of one window on this machine: the window's FLOPs counted from the model's config, divided by
 the throughput this CPU reaches on the model's own matrix shapes, per precision the profiles use.
 
-Measures and counts; never formats (`longqa.bench.report` does, and scales a recorded floor to a row's window) and
-never loads a model (only its config). `python -m bench.floor OUT.json [--model M]` measures in a fresh process, as
-`longqa bench` runs it from a checkout for its "× floor" column; `python -m bench floor` prints it.
+Measures and counts; never formats (`bench.floor_report` does, and scales a recorded floor to a row's window) and
+never loads a model (only its config). `python -m bench.floor OUT.json [--model M]` measures in a fresh process;
+`python -m bench floor` runs that process, prints the floor and puts the rows of a `longqa bench` run beside it.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -22,8 +23,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from longqa.bench.report import format_floor
-from longqa.bench.runner import machine_info, run_floor
+from bench.floor_report import add_floor, floor_lines, format_floor
+from longqa.bench.runner import PROJECT_ROOT, last_error_line, machine_info, worker_env
 from longqa.models import model_config
 from longqa_core.errors import InputError
 from strategies.hardware import Hardware, cpu_flags, detect_hardware
@@ -239,13 +240,32 @@ def measure_floor(model_ref: str = "arch:base", *, tokens: int = FLOOR_TOKENS, r
                  load_average=list(os.getloadavg()) if hasattr(os, "getloadavg") else None)
 
 
+def floor_command(model: str, out_path: Path) -> list[str]:
+    return [sys.executable, "-m", "bench.floor", str(out_path), "--model", model]
+
+
+def run_floor(model: str, work_dir: Path, log_path: Path) -> dict:
+    """The floor as a fresh process measured it (`measure_to`), or {"error": why} when it failed."""
+    out_path = work_dir / "floor.json"
+    out_path.unlink(missing_ok=True)
+    with open(log_path, "a") as log:
+        log.write("\n===== floor\n")
+        log.flush()
+        completed = subprocess.run(floor_command(model, out_path), stdout=log, stderr=subprocess.STDOUT,
+                                   env=worker_env(), cwd=PROJECT_ROOT)
+    if completed.returncode != 0 or not out_path.exists():
+        return {"error": f"floor exited with code {completed.returncode}: {last_error_line(log_path)}"}
+    return json.loads(out_path.read_text())
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench floor", description="this CPU's compute floor of one "
-                                     "window of --model per precision, measured in a fresh process as `longqa bench` "
-                                     "measures it for its \"× floor\" column: printed, and written to --out/floor.json "
-                                     "with the machine")
+                                     "window of --model per precision, measured in a fresh process: printed, and "
+                                     "written to --out/floor.json with the machine; where --out holds the results of "
+                                     "`python -m longqa bench --out DIR`, each of its CPU rows gets \"× floor\" in "
+                                     "results.json and the floor's section in results.md")
     parser.add_argument("--model", default="arch:base")
-    parser.add_argument("--out", default="bench-results", help="output folder (default bench-results/)")
+    parser.add_argument("--out", default="bench-results", help="output folder (default bench-results/, as the bench's)")
     args = parser.parse_args(argv)
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -256,6 +276,11 @@ def main(argv: list[str]) -> int:
         raise InputError(f"Could not measure the floor: {floor['error']}")
     (out_dir / "floor.json").write_text(json.dumps({"machine": machine, "floor": floor}, indent=2))
     print(format_floor(floor, machine))
+    results = add_floor(out_dir, floor)
+    if results is not None:
+        print("\n".join(floor_lines(results)))
+        print(f"put the rows of {out_dir / 'results.json'} beside the floor (results.json, results.md)",
+              file=sys.stderr)
     return 0
 
 

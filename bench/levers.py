@@ -28,8 +28,8 @@ from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 from transformers.masking_utils import create_bidirectional_mask
 
 from bench.floor import best_time_s, kind_name, measure_floor
+from bench.floor_report import row_precision
 from bench.measured import write_measurement
-from longqa.bench.report import row_precision
 from longqa.bench.runner import cpu_flags, cpu_model
 from longqa.bench.worker import agreement_inputs
 from longqa.loader import load_model

@@ -23,8 +23,8 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from bench.floor import Shapes, kind_name, linear_shapes, measure_floor, window_flops
+from bench.floor_report import row_precision
 from bench.measured import write_measurement
-from longqa.bench.report import row_precision
 from longqa.bench.runner import cpu_flags, cpu_model
 from longqa.bench.worker import agreement_inputs
 from longqa.loader import load_model

@@ -39,7 +39,7 @@ TOKENS = 192
 def bench_run(tiny_model_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("bench")
     code = main(["bench", "--model", str(tiny_model_dir), "--profiles", "cpu", "--tokens", str(TOKENS),
-                 "--repeat", "1", "--checks", "3", "--no-floor", "--out", str(out)])  # the floor: a slow test below
+                 "--repeat", "1", "--checks", "3", "--out", str(out)])
     return code, out, json.loads((out / "results.json").read_text())
 
 
@@ -212,23 +212,3 @@ def test_a_failing_worker_becomes_an_error_row(tmp_path, monkeypatch):
                       checks=1, out_dir=str(tmp_path))
     rows = bench.run_worker(spec, tmp_path, tmp_path / "workers.log")
     assert len(rows) == 1 and "out of memory here" in rows[0]["error"] and rows[0]["profile"] == "cpu"
-
-
-def test_outside_a_checkout_the_table_comes_without_the_floor(monkeypatch, tmp_path):
-    """The floor is the workshop's measurement (bench/floor.py, not installed): where it is missing, the floor says
-    why it was not measured and no process is started."""
-    monkeypatch.setattr(bench, "FLOOR_SCRIPT", tmp_path / "missing.py")
-    monkeypatch.setattr(bench.subprocess, "run", lambda *args, **kwargs: pytest.fail("started a process"))
-    floor = bench.run_floor("arch:base", tmp_path, tmp_path / "workers.log")
-    assert "checkout" in floor["error"]
-
-
-@pytest.mark.slow  # the floor in its own process, then the rows: about 20 s on 2 cores
-def test_a_bench_run_measures_the_floor_and_puts_each_row_beside_it(tiny_model_dir, tmp_path):
-    assert main(["bench", "--model", str(tiny_model_dir), "--profiles", "cpu", "--tokens", str(TOKENS),
-                 "--repeat", "1", "--checks", "2", "--no-training", "--out", str(tmp_path)]) == 0
-    results = json.loads((tmp_path / "results.json").read_text())
-    assert results["floor"]["precisions"]["fp32"]["floor_s"] > 0
-    assert all(row["x_floor"] > 0 for row in rows_of(results, "inference"))
-    markdown = (tmp_path / "results.md").read_text()
-    assert "× floor" in markdown and "## The floor" in markdown and "CPU kind: " in markdown

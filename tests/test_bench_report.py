@@ -9,11 +9,8 @@ import re
 import pytest
 
 from longqa.bench import report as bench_report
-from bench.floor import Shapes, window_flops
 from longqa.cli import main
 from strategies.hardware import Hardware
-
-BASE_SHAPES = Shapes(hidden=768, ffn=3072, layers=12, heads=12, one_sided_window=256)
 
 
 def fake_row(profile, **values):
@@ -65,6 +62,13 @@ def test_markdown_flags_changed_answers_and_lists_what_was_not_measured():
     assert "busy" not in markdown
 
 
+def test_the_terminal_summary_gives_each_row_its_best_time_per_window():
+    rows = [fake_row("baseline-fp32", latency_s_min=20.0), fake_row("cpu", latency_s_min=12.0, windows=2),
+            fake_row("baseline-fp32", kind="training", checkpointing=True)]
+    assert bench_report.summary_lines(fake_results(rows)) == ["baseline-fp32 4,096 tokens, batch 1: 20.00 s a window",
+                                                              "cpu 4,096 tokens, batch 1: 6.00 s a window"]
+
+
 def test_markdown_warns_when_the_machine_was_busy():
     results = fake_results([fake_row("baseline-fp32")])
     results["machine"]["load_average_start"] = [3.0, 3.0, 3.0]
@@ -95,66 +99,3 @@ def test_rescore_refuses_results_without_their_machine(tmp_path, capsys):
     (tmp_path / "results.json").write_text(json.dumps(results))
     assert main(["bench", "--rescore", "--out", str(tmp_path)]) == 2
     assert "does not record the machine" in capsys.readouterr().err
-
-
-def fake_floor(cpu_bf16=True):
-    """A recorded floor of arch:base at 4,096 tokens: 100 GFLOP/s fp32, 200 bf16, 250 int8; band 25 (50 in bf16)."""
-    rates = {"fp32": (100e9, 25e9), "bf16": (200e9, 50e9), "int8": (250e9, 25e9)}
-    if not cpu_bf16:
-        del rates["bf16"]
-    flops = window_flops(BASE_SHAPES, 4096)
-    return {"model": "arch:base", "tokens": 4096, "threads": 2, "linear_flops": flops.linear,
-            "band_flops": flops.band, "cpu_bf16": cpu_bf16, "load_average": [0.1, 0.1, 0.1],
-            "skipped": {} if cpu_bf16 else {"bf16": "this CPU has no native bf16"},
-            "precisions": {name: {"precision": name, "linear_flops_per_s": linear, "band_flops_per_s": band,
-                                  "floor_s": flops.linear / linear + flops.band / band}
-                           for name, (linear, band) in rates.items()}}
-
-
-def test_x_floor_divides_the_best_time_per_window_by_the_floor_of_the_rows_precision():
-    flops = window_flops(BASE_SHAPES, 4096)
-    fp32_floor, bf16_floor = flops.linear / 100e9 + flops.band / 25e9, flops.linear / 200e9 + flops.band / 50e9
-    int8_floor = flops.linear / 250e9 + flops.band / 25e9
-    rows = [fake_row("baseline-fp32", latency_s_min=20.0, window_tokens=4096),
-            fake_row("cpu", strategies=["half_precision", "fast_attention"], dtype="bfloat16",
-                     latency_s_min=12.0, windows=2, window_tokens=4096),
-            fake_row("cpu", strategies=["int8_dynamic", "fast_attention"], dtype="float32 + int8 Linear (dynamic)",
-                     latency_s_min=7.0, window_tokens=4096),
-            fake_row("baseline-fp32", tokens=1024, window_tokens=1024, latency_s_min=3.0),
-            fake_row("datacenter", devices=["cuda:0"], dtype="bfloat16")]  # no CPU floor for a GPU row
-    bench_report.add_floor_ratios(rows, fake_floor())
-    assert rows[0]["floor_precision"] == "fp32" and rows[0]["x_floor"] == pytest.approx(20.0 / fp32_floor)
-    assert rows[1]["window_s"] == 6.0 and rows[1]["x_floor"] == pytest.approx(6.0 / bf16_floor)
-    assert rows[2]["floor_precision"] == "int8" and rows[2]["x_floor"] == pytest.approx(7.0 / int8_floor)
-    assert rows[3]["floor_s"] == pytest.approx(fp32_floor / 4)  # a quarter of the window: a quarter of the floor
-    assert rows[4]["x_floor"] is None and rows[4]["floor_precision"] is None
-    # the second floor: the band's needed products at the Linear layers' rate
-    assert rows[1]["floor_band_at_linear_rate_s"] == pytest.approx(flops.total / 200e9)
-    assert rows[1]["x_floor_band_at_linear_rate"] == pytest.approx(6.0 / (flops.total / 200e9))
-    assert rows[2]["x_floor_band_at_linear_rate"] == pytest.approx(7.0 / (flops.total / 250e9))
-    bench_report.add_floor_ratios(rows, {"error": "floor exited with code 1"})
-    assert rows[0]["x_floor"] is None and rows[0]["window_s"] == 20.0
-
-
-def test_markdown_names_the_cpu_kind_and_shows_the_floor_column():
-    rows = [fake_row("baseline-fp32", latency_s_min=20.0, window_tokens=4096),
-            fake_row("cpu", strategies=["int8_dynamic", "fast_attention"], dtype="float32 + int8 Linear (dynamic)",
-                     latency_s_min=7.0, window_tokens=4096)]
-    results = fake_results(rows)
-    results["machine"].update(cpu_bf16=False, cpu_flags=["avx2"])
-    results["floor"] = fake_floor(cpu_bf16=False)
-    bench_report.add_floor_ratios(rows, results["floor"])
-    markdown = bench_report.format_markdown(results)
-    cpu_line = next(line for line in markdown.splitlines() if line.startswith("| cpu |"))
-    assert f"{rows[1]['x_floor']:.2f}× int8" in cpu_line and "× floor" in markdown
-    assert "CPU kind: AMD EPYC, no native bf16 (bf16 emulated) (avx2)" in markdown
-    assert "| bf16 | not measured: this CPU has no native bf16 |" in markdown
-    table = [line for line in markdown.splitlines() if line.startswith("| ") and "GFLOP/s" not in line
-             and not line.startswith(("| fp32", "| int8", "| bf16"))]
-    assert len({len(re.findall(r"(?<!\\)\|", line)) for line in table}) == 1
-    assert f"{rows[1]['x_floor']:.2f}× int8 ({rows[1]['floor_s']:.2f} s); " \
-           f"{rows[1]['x_floor_band_at_linear_rate']:.2f}× ({rows[1]['floor_band_at_linear_rate_s']:.2f} s)" in cpu_line
-    assert bench_report.summary_lines(results)[1] == (
-        f"cpu 4,096 tokens, batch 1: 7.00 s a window, floor {rows[1]['floor_s']:.2f} s (int8), "
-        f"{rows[1]['x_floor']:.2f}× floor; band at the Linear rate {rows[1]['floor_band_at_linear_rate_s']:.2f} s, "
-        f"{rows[1]['x_floor_band_at_linear_rate']:.2f}×")

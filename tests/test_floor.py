@@ -10,7 +10,7 @@ from transformers import LongformerConfig
 
 from bench import floor as floor_module
 from bench.floor import Shapes, measure_floor, window_flops
-from longqa.bench.report import floor_for_tokens, row_precision
+from bench.floor_report import floor_for_tokens, row_precision
 from strategies.hardware import Hardware
 
 BASE = Shapes(hidden=768, ffn=3072, layers=12, heads=12, one_sided_window=256)

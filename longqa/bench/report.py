@@ -1,6 +1,6 @@
-"""The bench's report: from measured rows to ratios against the baseline and against the CPU's compute floor, the
-memory planner's predictions beside them, and results.json, results.md and results.png. It measures nothing and
-starts no process (`longqa.bench.runner` does, and the workshop's floor from a checkout).
+"""The bench's report: from measured rows to ratios against the baseline, the memory planner's predictions beside
+them, and results.json, results.md and results.png. It measures nothing and starts no process
+(`longqa.bench.runner` does).
 """
 
 from __future__ import annotations
@@ -58,65 +58,11 @@ def add_baseline_ratios(rows: list[dict]) -> None:
                                           reference and reference.get("latency_s_median"))
 
 
-def is_cpu_row(row: dict) -> bool:
-    return bool(row.get("devices")) and all(str(device).startswith("cpu") for device in row["devices"])
-
-
 def window_s(row: dict) -> float | None:
     """Seconds per window of a request: its fastest timed latency (tokenizing and decoding included) over its
-    windows; the fastest, as the floor is the fastest of its timings, so a busy machine inflates both less."""
+    windows; the fastest, as a busy machine inflates it least."""
     latency, windows = row.get("latency_s_min"), row.get("windows")
     return latency / windows if latency is not None and windows else None
-
-
-def row_precision(strategies, dtype: str | None) -> str | None:
-    """The precision a bench row's matrix products run in, from what the row loaded (its resolved strategies and
-    weight dtype): "int8" for int8_dynamic (the cpu profile without native bf16), "bf16" for bf16 weights (the cpu
-    profile with it), "fp32" for fp32; None for what has no CPU floor here (fp16, bitsandbytes)."""
-    if "int8_dynamic" in (strategies or []):
-        return "int8"
-    if dtype == "bfloat16":
-        return "bf16"
-    if dtype == "float32":
-        return "fp32"
-    return None
-
-
-def floor_for_tokens(floor: dict, precision: str, tokens: int, band_at_linear_rate: bool = False) -> float | None:
-    """The floor of a window of `tokens` tokens in `precision`, from a recorded floor (a results.json's `floor`: the
-    FLOPs of its window, counted from the rows' model, and the throughputs measured); None when that precision was
-    not measured. A window's FLOPs grow in proportion to its tokens. With `band_at_linear_rate`, the second floor:
-    the band's needed products (2w+1 keys per query) counted at the Linear layers' rate, as a kernel that multiplies
-    the band as fast as the CPU multiplies the model's matrices would (on AMX CPUs far below the first floor, whose
-    band rate is PyTorch's bare batched products of SDPA-shaped blocks)."""
-    measured = (floor.get("precisions") or {}).get(precision)
-    if not measured:
-        return None
-    linear_rate = measured["linear_flops_per_s"]
-    band_rate = linear_rate if band_at_linear_rate else measured["band_flops_per_s"]
-    return tokens / floor["tokens"] * (floor["linear_flops"] / linear_rate + floor["band_flops"] / band_rate)
-
-
-def add_floor_ratios(rows: list[dict], floor: dict | None) -> None:
-    """Per CPU inference row: `window_s`, the precision its matrix products run in, the floor of one of its windows
-    in that precision (`floor_s`, from the measured throughputs at the row's window length) and `x_floor`; and the
-    second floor, the band counted at the Linear layers' rate (`floor_band_at_linear_rate_s`,
-    `x_floor_band_at_linear_rate`)."""
-    usable = floor if floor and not floor.get("error") else None
-    for row in rows:
-        if row.get("kind") != "inference" or row.get("error"):
-            continue
-        row["window_s"] = window_s(row)
-        precision = row_precision(row.get("strategies"), row.get("dtype")) if is_cpu_row(row) else None
-        tokens = row.get("window_tokens") or min(row["tokens"], MAX_WINDOW_TOKENS)
-        floor_s = second_s = None
-        if usable and precision:
-            floor_s = floor_for_tokens(usable, precision, tokens)
-            second_s = floor_for_tokens(usable, precision, tokens, band_at_linear_rate=True)
-        row["floor_precision"], row["floor_s"] = precision, floor_s
-        row["x_floor"] = ratio(row["window_s"], floor_s)
-        row["floor_band_at_linear_rate_s"] = second_s
-        row["x_floor_band_at_linear_rate"] = ratio(row["window_s"], second_s)
 
 
 def predicted_peak(row: dict, hardware) -> int | None:
@@ -199,15 +145,6 @@ def prediction_cell(row: dict) -> str:
     return f"{gb(row.get('predicted_peak_bytes'))} ({error:+.0f} %)" if error is not None else "–"
 
 
-def floor_cell(row: dict) -> str:
-    if row.get("x_floor") is None:
-        return "–"
-    cell = f"{row['x_floor']:.2f}× {row['floor_precision']} ({row['floor_s']:.2f} s)"
-    if row.get("x_floor_band_at_linear_rate") is not None:
-        cell += f"; {row['x_floor_band_at_linear_rate']:.2f}× ({row['floor_band_at_linear_rate_s']:.2f} s)"
-    return cell
-
-
 def latency_cell(row: dict) -> str:
     return f"{ms(row.get('latency_s_median'))} ({ms(row.get('latency_s_min'))}–{ms(row.get('latency_s_max'))})"
 
@@ -228,8 +165,7 @@ INFERENCE_COLUMNS = [
     ("load peak RSS GB", lambda r: gb(r.get("load_peak_rss_bytes"))),
     ("latency ms median (min–max)", latency_cell),
     ("time × baseline", lambda r: times(r.get("latency_x_baseline"))),
-    ("best s per window", lambda r: f"{r['window_s']:.2f}" if r.get("window_s") is not None else "–"),
-    ("× floor (precision, floor s; band at the Linear rate)", floor_cell),
+    ("best s per window", lambda r: f"{window_s(r):.2f}" if window_s(r) is not None else "–"),
     ("tokens/s", lambda r: f"{r['tokens_per_s']:,.0f}" if r.get("tokens_per_s") else "–"),
     ("same top answer", agreement_cell),
     (r"max \|Δ logit\|", delta_cell),  # pipes escaped: a bare | splits the cell
@@ -262,13 +198,7 @@ INFERENCE_LEGEND = (
     f"logits from it. ⚠ marks a profile that changes the top answer in more than {FLAG_CHANGED_FRACTION:.0%} of the "
     "checks. Predicted: the memory planner's peak for the row's model, profile, length and batch, made without "
     "loading anything (on CPU from the worker's memory before it loaded the model), and its error against the "
-    "measured peak. × floor: best seconds per window (the fastest timed request over its windows, as the floor is the "
-    "fastest of its timings) over the floor of one such window in the "
-    "precision the row's matrix products run in (fp32; bf16 for bf16 weights; int8 for int8 dynamic Linear layers, "
-    "whose attention stays fp32): the window's FLOPs at the throughput this CPU measured on the model's own shapes "
-    "(section \"The floor\"). After the semicolon, the second floor: the band's needed products counted at the "
-    "Linear layers' rate, as fast as this CPU multiplies the model's matrices (lower than the first where the "
-    "band's bare batched products are slow, as on AMX CPUs).")
+    "measured peak. Best s per window: the fastest timed request over its windows.")
 
 TRAINING_LEGEND = (
     "Peak: the weights plus the bytes the step itself allocates (gradients and the activations kept for backward), "
@@ -295,52 +225,17 @@ def describe_machine(machine: dict) -> str:
 
 
 def cpu_kind(machine: dict) -> str:
-    """The CPU named by what decides its floor: model, whether bf16 is native, the matrix features it has."""
+    """The CPU named by what decides its speed: model, whether bf16 is native, the matrix features it has."""
     native = "native bf16" if machine.get("cpu_bf16") else "no native bf16 (bf16 emulated)"
     flags = machine.get("cpu_flags")
     return f"{machine.get('cpu_model', 'unknown CPU')}, {native}" + (f" ({', '.join(flags)})" if flags else "")
 
 
-def format_floor(floor: dict, machine: dict) -> str:
-    """The floor section: FLOPs of a window, measured throughput and floor per precision, the CPU kind."""
-    if floor.get("error"):
-        return f"## The floor\n\nNot measured: {floor['error']}\n"
-    load = floor.get("load_average")
-    busy = (f" **The machine was busy (load average {load[0]:.1f}): throughputs are low and uncertain.**"
-            if load and machine.get("cpu_cores_logical") and load[0] > 0.5 * machine["cpu_cores_logical"] else "")
-    lines = ["## The floor", "",
-             f"CPU kind: {cpu_kind(machine)}; {floor['threads']} threads.{busy}", "",
-             f"One window of {floor['tokens']:,} tokens of {floor['model']}: "
-             f"{(floor['linear_flops'] + floor['band_flops']) / 1e12:.3f} TFLOP ({floor['linear_flops'] / 1e12:.3f} "
-             f"in the linear layers, global key/value projections included; {floor['band_flops'] / 1e12:.3f} in the "
-             "band of 2w+1 keys per query). Throughput: best of several timed calls after a warm-up, on the model's "
-             "own shapes (the Linear layers at their sizes; the band as PyTorch's batched products of blocks of "
-             "w queries against 3w keys).", "",
-             "| precision | linear layers GFLOP/s | band GFLOP/s | floor per window s | floor, band at the linear "
-             "rate, s |", "|---|---|---|---|---|"]
-    flops = floor["linear_flops"] + floor["band_flops"]
-    for name, measured in floor["precisions"].items():
-        lines.append(f"| {name} | {measured['linear_flops_per_s'] / 1e9:,.0f} | "
-                     f"{measured['band_flops_per_s'] / 1e9:,.0f} | {measured['floor_s']:.2f} | "
-                     f"{flops / measured['linear_flops_per_s']:.2f} |")
-    lines += [f"| {name} | not measured: {reason} | | | |" for name, reason in (floor.get("skipped") or {}).items()]
-    return "\n".join(lines) + "\n"
-
-
 def summary_lines(results: dict) -> list[str]:
-    """One line per inference row for the terminal: time per window, its floor and the ratio."""
-    lines = []
-    for row in results["rows"]:
-        if row.get("kind") != "inference" or row.get("error") or row.get("window_s") is None:
-            continue
-        floor = (f"floor {row['floor_s']:.2f} s ({row['floor_precision']}), {row['x_floor']:.2f}× floor"
-                 if row.get("x_floor") is not None else "no floor")
-        if row.get("x_floor_band_at_linear_rate") is not None:
-            floor += (f"; band at the Linear rate {row['floor_band_at_linear_rate_s']:.2f} s, "
-                      f"{row['x_floor_band_at_linear_rate']:.2f}×")
-        lines.append(f"{row['profile']} {row['tokens']:,} tokens, batch {row['batch']}: "
-                     f"{row['window_s']:.2f} s a window, {floor}")
-    return lines
+    """One line per inference row for the terminal: its best time per window."""
+    return [f"{row['profile']} {row['tokens']:,} tokens, batch {row['batch']}: {window_s(row):.2f} s a window"
+            for row in results["rows"]
+            if row.get("kind") == "inference" and not row.get("error") and window_s(row) is not None]
 
 
 def format_markdown(results: dict) -> str:
@@ -351,8 +246,6 @@ def format_markdown(results: dict) -> str:
              f"`{results['command']}` — {results['started']}", "", describe_machine(results["machine"]), ""]
     if inference:
         parts += ["## Inference", "", markdown_table(inference, INFERENCE_COLUMNS), "", INFERENCE_LEGEND, ""]
-    if results.get("floor"):
-        parts += [format_floor(results["floor"], results["machine"])]
     if training:
         parts += ["## Training step (forward + backward)", "", markdown_table(training, TRAINING_COLUMNS), "",
                   TRAINING_LEGEND, ""]
@@ -376,11 +269,9 @@ def plot_results(results: dict, path: Path) -> None:
     rows = [r for r in results["rows"] if not r.get("error")]
     inference = [r for r in rows if r["kind"] == "inference"]
     training = [r for r in rows if r["kind"] == "training"]
-    with_floor = any(r.get("x_floor") is not None for r in inference)
-    panels = 2 + with_floor + bool(training)
+    panels = 2 + bool(training)
     figure, axes = plt.subplots(1, panels, figsize=(5.5 * panels, 4.5), squeeze=False)
     axes = list(axes[0])
-    floor_axis = axes.pop(2) if with_floor else None
     profiles = list(dict.fromkeys(r["profile"] for r in inference))
     lengths = list(dict.fromkeys((r["tokens"], r["batch"]) for r in inference))
     width = 0.8 / max(len(profiles), 1)
@@ -391,14 +282,7 @@ def plot_results(results: dict, path: Path) -> None:
                     label=profile)
         axes[1].bar(positions, [mine[t]["latency_s_median"] if t in mine else 0 for t in lengths], width,
                     label=profile)
-        if floor_axis is not None:
-            floor_axis.bar(positions, [(mine[t].get("x_floor") or 0) if t in mine else 0 for t in lengths], width,
-                           label=profile)
-    titled = [(axes[0], "inference peak memory (GB)"), (axes[1], "inference latency, median (s)")]
-    if floor_axis is not None:
-        floor_axis.axhline(1.0, color="black", linewidth=0.8)
-        titled.append((floor_axis, "best time per window × floor"))
-    for axis, title in titled:
+    for axis, title in [(axes[0], "inference peak memory (GB)"), (axes[1], "inference latency, median (s)")]:
         axis.set_xticks([i + width * (len(profiles) - 1) / 2 for i in range(len(lengths))],
                         [f"{t:,} tokens × {b}" for t, b in lengths])
         axis.set_title(title)
@@ -420,7 +304,6 @@ def plot_results(results: dict, path: Path) -> None:
 def write_report(out_dir: Path, results: dict, hardware) -> None:
     """Ratios and the planner's predictions over the measured rows, then results.json, .md and .png."""
     add_baseline_ratios(results["rows"])
-    add_floor_ratios(results["rows"], results.get("floor"))
     add_predictions(results["rows"], hardware)
     write_results(out_dir, results)
     (out_dir / "results.md").write_text(format_markdown(results))

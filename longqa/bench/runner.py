@@ -3,8 +3,7 @@
 Reads the arguments, plans the rows (every available profile plus the fp32 reference, at each length, and the
 training step with and without checkpointing), runs each in `longqa.bench.worker` and gathers what they measured;
 `longqa.bench.report` turns the rows into ratios, predictions, results.md and results.png. It measures nothing
-itself: the workers do, so no row's peak leaks into another's, and so does `bench.floor`, in a process of its
-own before the rows, for the "× floor" column.
+itself: the workers do, so no row's peak leaks into another's.
 """
 
 from __future__ import annotations
@@ -66,9 +65,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default="bench-results", help="output folder (default bench-results/)")
     parser.add_argument("--rescore", action="store_true",
                         help="measure nothing: recompute ratios and memory predictions of --out's results.json")
-    parser.add_argument("--no-floor", dest="floor", action="store_false",
-                        help="skip measuring the CPU's floor (no \"× floor\" column); it is skipped anyway where a GPU "
-                             "runs the rows")
 
 
 # ------------------------------------------------------------------------------------------------ planning
@@ -157,32 +153,6 @@ def run_worker(spec: WorkerSpec, work_dir: Path, log_path: Path) -> list[dict]:
     return json.loads(result_path.read_text())
 
 
-# The floor is the workshop's measurement (`bench/floor.py`, beside the packages in a checkout, not installed): run
-# as a command in its own process, never imported, so the installed bench measures its rows without it.
-FLOOR_SCRIPT = PROJECT_ROOT / "bench" / "floor.py"
-
-
-def floor_command(model: str, out_path: Path) -> list[str]:
-    return [sys.executable, "-m", "bench.floor", str(out_path), "--model", model]
-
-
-def run_floor(model: str, work_dir: Path, log_path: Path) -> dict:
-    """The floor as a fresh process measured it (`bench.floor`), or {"error": why} when it failed or this is not a
-    checkout."""
-    if not FLOOR_SCRIPT.is_file():
-        return {"error": "the floor is measured from a checkout of the repository (bench/floor.py), not installed"}
-    out_path = work_dir / "floor.json"
-    out_path.unlink(missing_ok=True)
-    with open(log_path, "a") as log:
-        log.write("\n===== floor\n")
-        log.flush()
-        completed = subprocess.run(floor_command(model, out_path), stdout=log, stderr=subprocess.STDOUT,
-                                   env=worker_env(), cwd=PROJECT_ROOT)
-    if completed.returncode != 0 or not out_path.exists():
-        return {"error": f"floor exited with code {completed.returncode}: {last_error_line(log_path)}"}
-    return json.loads(out_path.read_text())
-
-
 def last_error_line(log_path: Path) -> str:
     lines = [line.strip() for line in log_path.read_text(errors="replace").splitlines() if line.strip()]
     return lines[-1] if lines else "no output"
@@ -215,7 +185,7 @@ def cpu_model() -> str:
 
 
 def cpu_flags() -> list[str]:
-    """The CPU's vector and matrix features that decide the floor (from /proc/cpuinfo; empty where unreadable)."""
+    """The CPU's vector and matrix features, which name its kind (from /proc/cpuinfo; empty where unreadable)."""
     return sorted(all_cpu_flags() & set(CPU_KIND_FLAGS))
 
 
@@ -225,8 +195,6 @@ def command_line(args) -> str:
              "--repeat", str(args.repeat), "--checks", str(args.checks), "--out", str(args.out)]
     if not args.training:
         parts.append("--no-training")
-    if not args.floor:
-        parts.append("--no-floor")
     return shlex.join(parts)
 
 
@@ -268,8 +236,6 @@ def run(args) -> int:
     for stale in out_dir.glob("baseline-logits-*.npz"):  # a failed baseline must not leave old logits behind
         stale.unlink()
     with tempfile.TemporaryDirectory(prefix="longqa-bench-") as work_dir:
-        if args.floor and not hardware.usable_gpus:  # first, while no row's process competes for the cores
-            results["floor"] = run_floor(args.model, Path(work_dir), log_path)
         progress = tqdm(specs, desc="bench", unit="row", file=sys.stderr)
         for spec in progress:
             progress.set_postfix_str(spec_label(spec))
