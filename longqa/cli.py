@@ -201,8 +201,7 @@ def run_ask(args) -> int:
 
 def write_page_image(path: str, result, documents) -> None:
     """The top answer's first page, its place marked (`session.page_image`, as the page draws it), written to `path`
-    as a PNG; a note
-    where there is none to draw (not found, not from a PDF)."""
+    as a PNG; a note where there is none to draw (not found, not from a PDF)."""
     best = result.answers[0] if result.answers and result.found is not False else None
     marks = best.location.marks if best is not None and best.location is not None else ()
     if not marks:
@@ -287,16 +286,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
     quiet_libraries()
+    commands = {"ask": run_ask, "compare": run_compare, "profiles": run_profiles, "plan": run_plan,
+                "bench": bench_module.run}
     try:
-        if args.command == "ask":
-            return run_ask(args)
-        if args.command == "compare":
-            return run_compare(args)
-        if args.command == "profiles":
-            return run_profiles(args)
-        if args.command == "plan":
-            return run_plan(args)
-        return bench_module.run(args)
+        return commands[args.command](args)
     except LongQAError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
