@@ -167,8 +167,8 @@ class AnswerReplica:
         tokenizer = self._borrow_tokenizer()
         try:
             result = answer_plan(runner, tokenizer, plan, batch_state=loaded.batch_state, extract_s=extract_s,
-                                 should_stop=stop, on_window_progress=posting_progress(progress),
-                                 on_candidate=posting_candidates(progress))
+                                 should_stop=stop, on_window_progress=posting(progress, "post", dataclasses.asdict),
+                                 on_candidate=posting(progress, "post_candidate"))
         finally:
             self._tokenizers.put(tokenizer)
         readout = self.session.readout(result)
@@ -244,10 +244,9 @@ class RaySession:
         # HOST:PORT joins a cluster, where closing removes only this app: other Serve apps there stay.
         self.started_ray = address is None and not ray.is_initialized()
         if not ray.is_initialized():
-            # Ray starts its workers at nice 15 (its `worker_niceness`), for its own daemons' sake on a cluster's
-            # nodes. The replicas are this app's answering, though: on a machine that does anything else, nice 15
-            # starves them (beside two busy loops a replica had 3 % of a core and took 182 s to come back after a
-            # crash). An instance of our own runs them at the page's priority; a cluster keeps its operator's.
+            # Ray starts its workers at nice 15 (`worker_niceness`), which starves the replicas on a machine that
+            # does anything else (docs/ray-serving.md, "Priority"): an instance of our own runs them at the page's
+            # priority; a cluster keeps its operator's.
             local = ({"_node_ip_address": "127.0.0.1", "_system_config": {"worker_niceness": 0}}
                      if address is None else {})
             ray.init(address=address or "local", include_dashboard=False, log_to_driver=False,
@@ -518,25 +517,16 @@ def wait_steps(response, should_stop, poll=None):
                 raise
 
 
-def posting_candidates(target) -> Callable[[Provisional], None] | None:
-    """On a replica: the engine's best-so-far callback that posts each candidate to the requester's board, or None
-    when the requester shows none. `target` is (board name, request key)."""
-    if target is None:
-        return None
-    ray, _, _ = ray_modules()
-    board = ray.get_actor(target[0])
-    return lambda candidate: board.post_candidate.remote(target[1], candidate)
-
-
-def posting_progress(target) -> Callable[[WindowProgress], None] | None:
-    """On a replica: the engine's progress callback that posts each state to the requester's board, or None when
-    the requester shows no progress. `target` is (board name, request key)."""
+def posting(target, method: str, as_posted: Callable = lambda value: value) -> Callable | None:
+    """On a replica: an engine callback that posts each value it hears to the requester's board (`method`: `post`
+    for window progress, `post_candidate` for the best answer so far), or None when the requester shows none.
+    `target` is (board name, request key)."""
     if target is None:
         return None
     ray, _, _ = ray_modules()
     board_name, key = target
-    board = ray.get_actor(board_name)
-    return lambda state: board.post.remote(key, dataclasses.asdict(state))
+    post = getattr(ray.get_actor(board_name), method)
+    return lambda value: post.remote(key, as_posted(value))
 
 
 def is_replica_lost(exc) -> bool:
