@@ -10,16 +10,13 @@ from dataclasses import asdict, dataclass
 
 from longqa.article_check import ArticleCheck, check_article
 from longqa.models import model_config
-from longqa_core.errors import InputError, LongQAError, ProfileError
+from longqa_core.errors import InputError, ProfileError
 from strategies.auto import choose_auto
 from strategies.gpu_catalog import GpuModel, gpu_model, parse_compute_capability, planned_hardware
 from strategies.hardware import Hardware
 from strategies.memory_planner import (CPU_PROCESS_BYTES, FIT_MARGIN, ModelShape, MemoryPlan, device_totals,
                                        plan_profile)
 from strategies.profiles import PROFILES, SPEED_ORDER, Profile, custom_profile, unavailable_reason
-
-__all__ = ["DEFAULT_HOST_GB", "InputError", "LongQAError", "MachinePlan", "ProfilePlan", "describe_machine",
-           "plan_machine", "plan_request"]
 
 GB = 10**9
 DEFAULT_HOST_GB = 16.0  # the planned machine's RAM when none is given: the free Spaces CPU tier's

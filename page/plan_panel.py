@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import gradio as gr
 
-from longqa.gpu_plan import DEFAULT_HOST_GB, LongQAError, MachinePlan, plan_request
+from longqa.gpu_plan import DEFAULT_HOST_GB, MachinePlan, plan_request
 from longqa.models import DEFAULT_MODEL
+from longqa_core.errors import LongQAError
 from page import panel_format as panel_fmt
 from page.downloads import doc_url
 from page.asking import visitor_keys
