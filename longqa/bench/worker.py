@@ -223,10 +223,6 @@ def latency_fields(times_s: list[float], tokens_per_request: int) -> dict:
     }
 
 
-def _load(spec: WorkerSpec, profile: Profile):
-    return load_model(spec.model, profile)
-
-
 def _base_row(spec: WorkerSpec, loaded, devices) -> dict:
     readout = loaded.readout
     return {
@@ -243,7 +239,7 @@ def _base_row(spec: WorkerSpec, loaded, devices) -> dict:
 # ------------------------------------------------------------------------------------------------ rows
 def run_inference(spec: WorkerSpec) -> list[dict]:
     """Agreement checks (the warm-up), then `repeat` timed requests of `batch` documents; one row."""
-    loaded = _load(spec, parse_profile(spec.profile))
+    loaded = load_model(spec.model, parse_profile(spec.profile))
     runner, tokenizer = loaded.runner, loaded.tokenizer
     measurements, times_s, forward_s = [], [], []
     with telemetry.HostPeak() as run_peak:
@@ -280,7 +276,7 @@ def run_inference(spec: WorkerSpec) -> list[dict]:
 def run_training(spec: WorkerSpec) -> list[dict]:
     """Forward+backward of the QA loss on `batch` windows, without and with checkpointing: two rows."""
     profile = parse_profile(spec.profile)
-    loaded = _load(spec, profile)
+    loaded = load_model(spec.model, profile)
     model, tokenizer = loaded.model, loaded.tokenizer
     settings = dataclasses.replace(loaded.settings, batch_size=spec.batch).resolved(tokenizer)
     tokens = min(spec.tokens, settings.max_seq_len)
