@@ -318,7 +318,7 @@ def judge_answers(decoded, settings: EngineSettings, read_whole: bool,
     `evidence` of each answer and puts those whose sentence names the question's words first
     (`no_answer.evidenced_first`), and every rule asks it whether the documents name the asked attribute."""
     rule = no_answer_rule(settings)
-    answers, missing = no_answer.evidenced_first(rule, decoded.answers, evidence)
+    answers, missing, passing = no_answer.evidenced_first(rule, decoded.answers, evidence)
     answers, missing = answers[:settings.top_k], missing[:settings.top_k]
     absent = evidence.absent() if evidence is not None else []
     best = answers[0].score if answers else None
@@ -327,9 +327,8 @@ def judge_answers(decoded, settings: EngineSettings, read_whole: bool,
     words = ["low" if absent or verdict.outside_form else
              no_answer.confidence(rule, answer.score, decoded.null_score, lacking)
              for answer, lacking in zip(answers, missing)]
-    named = [i for i, lacking in enumerate(missing) if not lacking]  # in score order, before those lacking a word
-    for i, word in zip(named, no_answer.in_score_order([words[i] for i in named], [answers[i].score for i in named])):
-        words[i] = word
+    first = min(passing, len(answers))  # in score order, before those that do not pass ("low")
+    words = no_answer.in_score_order(words[:first], [a.score for a in answers[:first]]) + ["low"] * (len(words) - first)
     for answer, word in zip(answers, words):
         answer.confidence = word
     return answers, verdict

@@ -333,17 +333,30 @@ def answer_pool(rule: NoAnswerRule, top_k: int) -> int:
     return max(top_k, EVIDENCE_POOL) if rule.needs_evidence else top_k
 
 
-def evidenced_first(rule: NoAnswerRule, answers: list, evidence: Evidence | None) -> tuple[list, list[list[str]]]:
-    """`answers` (in score order, each with `document_index`, `start_char`, `end_char`) and the question's words
-    each one's neighbourhood lacks (`Evidence.missing`; none asked where the rule needs no evidence). Under a rule
-    that needs evidence, those whose neighbourhood names every word of the question come first, each group in score
-    order: the model's best span in a sentence about another attribute or entity ("The favourite dish of X is ..."
-    for "What is the headquarters of X?") gives way to a lower one in the sentence that states what was asked."""
+def evidenced_first(rule: NoAnswerRule, answers: list,
+                    evidence: Evidence | None) -> tuple[list, list[list[str]], int]:
+    """`answers` (in score order, each with `document_index`, `start_char`, `end_char`), the question's words each
+    one's neighbourhood lacks (`Evidence.missing`; none asked where the rule needs no evidence), and how many come
+    first as answers that pass. Under a rule that needs evidence, those whose neighbourhood names every word of the
+    question pass and come first, each group in score order: the model's best span in a sentence about another
+    attribute or entity ("The favourite dish of X is ..." for "What is the headquarters of X?") gives way to a lower
+    one in the sentence that states what was asked."""
     if not rule.needs_evidence or evidence is None:
-        return list(answers), [[] for _ in answers]
+        return list(answers), [[] for _ in answers], len(answers)
     lacking = [evidence.missing(a.document_index, a.start_char, a.end_char) for a in answers]
-    order = sorted(range(len(answers)), key=lambda i: bool(lacking[i]))  # stable: score order within each group
-    return [answers[i] for i in order], [lacking[i] for i in order]
+    # a lower span that runs past its sentence's end ("False. The default value of the timeout flag is 30 seconds")
+    # holds more than a value: it never passes the best one
+    passes = [not lacking[i] and (i == 0 or within_sentence(evidence.texts[a.document_index], a.start_char,
+                                                              a.end_char)) for i, a in enumerate(answers)]
+    order = sorted(range(len(answers)), key=lambda i: not passes[i])  # stable: score order within each group
+    return [answers[i] for i in order], [lacking[i] for i in order], sum(passes)
+
+
+def within_sentence(text: str, start: int, end: int) -> bool:
+    """Whether text[start:end] ends no sentence before its last character (a full stop after an initial does
+    not)."""
+    return not any(_ends_sentence(text, brk) for brk in _SENTENCE_BREAK.finditer(text, start, end)
+                   if brk.end() < end)
 
 
 def in_score_order(words: list[str], scores: list[float]) -> list[str]:

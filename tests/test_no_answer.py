@@ -152,6 +152,23 @@ def test_under_a_rule_that_needs_evidence_the_answer_is_the_best_span_whose_sent
     assert no_answer.answer_pool(rule, 1) == no_answer.EVIDENCE_POOL and no_answer.answer_pool(plain, 1) == 1
 
 
+def test_a_lower_span_that_runs_past_its_sentence_never_passes_the_best():
+    from longqa_core.answering import judge_answers
+    from longqa_core.limits import EngineSettings
+    from longqa_core.spans import Answer, Decoded
+
+    text = "The default value of the timeout flag is 30 seconds. The default value of the retry flag is False. It is."
+    rule = NoAnswerRule(no_answer.THRESHOLD, 1e-5, "measured", needs_evidence=True)
+    evidence = no_answer.Evidence("What is the default value of the retry flag?", [text])
+    long_span = "False. It is"
+    decoded = Decoded([Answer(v, s, "note", 0, *span(text, v)) for v, s in
+                       (("30 seconds", 0.9), (long_span, 0.05), ("False", 0.01))], 1e-6)
+    answers, verdict = judge_answers(decoded, EngineSettings(no_answer=rule, top_k=3), True, evidence)
+    assert [a.text for a in answers] == ["False", "30 seconds", long_span] and verdict.found is True
+    assert no_answer.within_sentence("Dr. J. Smith lives here. Yes.", 0, 12)
+    assert not no_answer.within_sentence(text, text.index("False"), len(text))
+
+
 FORM = no_answer.QuestionForm("What is the <attribute> of <name>?", "This model answers one form only.")
 
 
@@ -254,7 +271,14 @@ def test_confidence_words_never_rise_down_an_answer_list():
     answers = [Answer(v, s, "note", 0, *span(NOTE, v)) for v, s in
                (("Fredville", 0.6), ("Brisk", 1.3e-6), ("Fredville. It rains", 1.1e-7))]
     judged, _ = judge_answers(Decoded(answers, None), EngineSettings(no_answer=rule, top_k=3), True, evidence)
-    assert [(a.text, a.confidence) for a in judged] == [("Fredville", "high"), ("Fredville. It rains", "medium"),
+    # the third runs past its sentence: it never passes the best, and no answer below one that does not pass is
+    # surer than "low"
+    assert [(a.text, a.confidence) for a in judged] == [("Fredville", "high"), ("Brisk", "low"),
+                                                         ("Fredville. It rains", "low")]
+    answers = [Answer(v, s, "note", 0, *span(NOTE, v)) for v, s in
+               (("Brisk", 0.6), ("Fredville", 1.3e-6), ("Fredville", 1.1e-7))]
+    judged, _ = judge_answers(Decoded(answers, None), EngineSettings(no_answer=rule, top_k=3), True, evidence)
+    assert [(a.text, a.confidence) for a in judged] == [("Fredville", "medium"), ("Fredville", "medium"),
                                                          ("Brisk", "low")]
     assert no_answer.in_score_order(["low", "medium", "high"], [0.1, 0.1, 0.01]) == ["low", "medium", "low"]
 
