@@ -26,6 +26,25 @@ if _SIMULATED_CPU_BF16 is False:  # nor the bf16 band kernel's instructions, fro
     band_kernel.cpu_flags = lambda cpuinfo=None: _FLAGS_WITHOUT_BF16 if cpuinfo is None else _real_cpu_flags(cpuinfo)
 
 
+TORCH_THREADS = torch.get_num_threads()  # torch's own count for this machine; the tests run at one (below)
+torch.set_num_threads(1)
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread(request):
+    """Torch runs one thread in the test process, except in tests marked `torch_threads` (code that splits its work
+    by torch.get_num_threads(), as the band kernel does). The tests' models are tiny: their operations gain nothing
+    from a second thread, and beside a served page, a replica or any other process on 2 cores every parallel region
+    waits for a descheduled thread (one test of 50 tiny batches took 15 s at 2 threads, 0.9 s at 1). Processes the
+    tests start keep torch's default. Set once here, so that the fixtures built before a test run at one too."""
+    if request.node.get_closest_marker("torch_threads"):
+        torch.set_num_threads(TORCH_THREADS)
+        yield
+        torch.set_num_threads(1)
+    else:
+        yield
+
+
 @pytest.fixture(autouse=True)
 def simulated_cpu_kind(request, monkeypatch):
     if _SIMULATED_CPU_BF16 is not None and request.path.name != "test_hardware.py":
@@ -40,6 +59,8 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "requires_cpu_bf16: runs bf16 oneDNN kernels, which a CPU without AVX-512 "
                                        "(kind B) cannot (skipped there; the logic is tested for both kinds elsewhere)")
     config.addinivalue_line("markers", "browser: drives Debian's chromium with Playwright")
+    config.addinivalue_line("markers", "torch_threads: runs at torch's own thread count, not the tests' one thread "
+                                       "(the code under test splits its work by torch.get_num_threads())")
 
 
 def pytest_collection_finish(session):

@@ -23,6 +23,7 @@ from strategies import band_kernel
 from strategies.fast_attention import FastAttention, SlidingWindowSelfAttention
 from tests.test_fast_attention import TINY, inputs, max_logit_gap, pair
 
+pytestmark = pytest.mark.torch_threads  # the kernels split their work over torch.get_num_threads() threads
 needs_kernel = pytest.mark.skipif(band_kernel.kernel() is None, reason=band_kernel.status())
 BOTH = [pytest.param(dtype, marks=pytest.mark.skipif(band_kernel.kernel(dtype) is None,
                                                      reason=band_kernel.status(dtype)))

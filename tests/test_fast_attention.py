@@ -12,6 +12,9 @@ from longqa.models import architecture_config
 from strategies.fast_attention import SlidingWindowSelfAttention, band_plan, swap_attention
 
 
+pytestmark = pytest.mark.torch_threads  # on a CPU with a band kernel, the fast attention runs it (threaded)
+
+
 def pair(config: LongformerConfig, seed: int = 0):
     torch.manual_seed(seed)
     eager = LongformerForQuestionAnswering(config).eval()
