@@ -30,6 +30,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from evals import no_answer_eval
+from evals.layout_answers import commit, cpu_kind
 from longqa.loader import load_model
 from longqa.models import NO_ANSWER_RULES
 from longqa_core.answering import answer
@@ -188,7 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     report = {"model": args.model, "n_per_kind": args.n, "seed": args.seed, "items": len(items),
               "questions": args.questions, "layout": args.layout,
               "command": " ".join(["python -m evals no-answer", *(argv or [])]),
-              "cpu": platform.processor() or platform.machine(), "profiles": {}}
+              "cpu": platform.processor() or platform.machine(), "cpu_kind": cpu_kind(), "commit": commit(),
+              "profiles": {}}
     if args.rescore:  # recompute the numbers from the records kept in --out, without the model
         report = json.loads(args.out.read_text())
         for entry in report["profiles"].values():
