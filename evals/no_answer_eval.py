@@ -69,8 +69,8 @@ class NoAnswerItem:
         return self.answer is not None
 
 
-def _chars(rng: random.Random) -> int:
-    lo, hi = DOCUMENT_CHARS
+def _chars(rng: random.Random, chars: tuple[int, int] = DOCUMENT_CHARS) -> int:
+    lo, hi = chars
     return int(math.exp(rng.uniform(math.log(lo), math.log(hi))))
 
 
@@ -82,13 +82,14 @@ def absent_entity(rng: random.Random, text: str) -> str:
             return entity
 
 
-def generated_item(kind: str, seed: int) -> NoAnswerItem:
+def generated_item(kind: str, seed: int, chars: tuple[int, int] = DOCUMENT_CHARS) -> NoAnswerItem:
     """One item of `kind` over a document of `long_eval`'s literal category (the fact among distractors that share
-    its attribute or its entity, the entity named a dozen times more)."""
+    its attribute or its entity, the entity named a dozen times more), of `chars` characters (drawn log-uniformly
+    between the two)."""
     if kind not in KINDS:
         raise ValueError(f"unknown kind {kind!r}; expected one of {', '.join(KINDS)}")
     rng = random.Random(seed * 10 + _KIND_SALT[kind])
-    item = long_eval.fact_document(seed, _chars(rng), paraphrased=kind == "paraphrased")
+    item = long_eval.fact_document(seed, _chars(rng, chars), paraphrased=kind == "paraphrased")
     name = f"{kind} seed {seed}"
     attribute, entity = item.detail["attribute"], item.detail["entity"]
     if kind in ANSWERABLE_KINDS:
@@ -141,11 +142,11 @@ def prose_items(notes: list[dict], seed: int) -> list[NoAnswerItem]:
     return items
 
 
-def make_items(n: int, seed: int, notes: list[dict] | None = None,
-               prose_notes: list[dict] | None = None) -> list[NoAnswerItem]:
-    """`n` generated items of each kind, then the hand-written template notes' and prose notes' items (when
-    given)."""
-    items = [generated_item(kind, seed * 100_000 + i) for kind in KINDS for i in range(n)]
+def make_items(n: int, seed: int, notes: list[dict] | None = None, prose_notes: list[dict] | None = None,
+               chars: tuple[int, int] = DOCUMENT_CHARS) -> list[NoAnswerItem]:
+    """`n` generated items of each kind (documents of `chars` characters), then the hand-written template notes' and
+    prose notes' items (when given)."""
+    items = [generated_item(kind, seed * 100_000 + i, chars) for kind in KINDS for i in range(n)]
     return items + (note_items(notes, seed) if notes else []) + (prose_items(prose_notes, seed) if prose_notes else [])
 
 

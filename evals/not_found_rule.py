@@ -13,7 +13,9 @@ word; `no_answer_eval.before_and_after` compares it with issue 38's rule). Per
 profile: the scores of each kind, and for a grid of thresholds, with the score alone and with the evidence check,
 the share of answerable questions still found with the right answer (recall) and the share of unanswerable ones said
 not found; the threshold the registry records is chosen from these numbers by `choose_threshold` (with the evidence
-check) and printed with them. `--questions lowercase` asks every question in lower case, as people type them. `--layout hard-wrapped` writes each
+check) and printed with them. `--questions lowercase` asks every question in lower case, as people type them. `--reading guided`
+(or `auto`) reads as guided reading does, and `--passage-window-tokens N` in windows sized to the ranked passage
+(each record keeps how it was read: `read`, `sized_windows`). `--layout hard-wrapped` writes each
 document as a text file hard-wrapped at 72 columns (paragraphs kept) and reads it as an upload is read
 (`documents.from_text`: its wrapped lines joined); `--layout hard-wrapped-unjoined` reads those same lines as they
 stand, as the reader did before issue 57 (each line break kept).
@@ -36,6 +38,7 @@ from longqa.models import NO_ANSWER_RULES
 from longqa_core.answering import answer
 from longqa_core.documents import Document, from_text
 from longqa_core.no_answer import Evidence
+from longqa_core.reading import READING_MODES
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -61,10 +64,10 @@ def document_of(item, layout: str) -> Document:
     return Document(item.name, hard_wrapped(item.text))
 
 
-def run_item(loaded, item, settings, layout: str = "as-written") -> dict:
+def run_item(loaded, item, settings, layout: str = "as-written", reading: str = "full") -> dict:
     document = document_of(item, layout)
     result = answer(loaded.runner, loaded.tokenizer, [document], item.question, settings,
-                    batch_state=loaded.batch_state, reading_mode="full")
+                    batch_state=loaded.batch_state, reading_mode=reading)
     best = result.answers[0] if result.answers else None
     missing = None if best is None else \
         Evidence(item.question, [document.text]).missing(0, best.start_char, best.end_char)
@@ -73,7 +76,8 @@ def run_item(loaded, item, settings, layout: str = "as-written") -> dict:
             "score": None if best is None else best.score,
             "start_char": None if best is None else best.start_char, "missing_words": missing,
             "right": best is not None and item.answer is not None and best.text == item.answer,
-            "found": result.found, "windows": result.windows,
+            "found": result.found, "windows": result.windows, "read": result.reading.mode,
+            "sized_windows": result.reading.narrowed,
             "absent_words": result.verdict.absent, "outside_form": result.verdict.outside_form,
             "verdict_confidence": result.verdict.confidence}
 
@@ -172,22 +176,34 @@ def main(argv: list[str] | None = None) -> int:
                         help="ask every question as written or in lower case")
     parser.add_argument("--layout", choices=LAYOUTS, default="as-written",
                         help="each document as written, or hard-wrapped at 72 columns and read joined or unjoined")
+    parser.add_argument("--reading", choices=READING_MODES, default="full",
+                        help="how each document is read, as `longqa ask --reading` (default: whole)")
+    parser.add_argument("--passage-window-tokens", type=int, default=None,
+                        help="guided reads in windows of N tokens sized to the ranked passage (issue 60)")
+    parser.add_argument("--document-chars", default=",".join(map(str, no_answer_eval.DOCUMENT_CHARS)),
+                        help="LOW,HIGH: the generated documents' length in characters, drawn log-uniformly "
+                             "(default %(default)s; guided reading reads whole any document of two windows or less)")
     parser.add_argument("--kinds", default=",".join(no_answer_eval.KINDS),
                         help="comma-separated subset of " + ", ".join(no_answer_eval.KINDS))
     parser.add_argument("--handwritten", action=argparse.BooleanOptionalAction, default=True,
                         help="also ask the hand-written template and prose notes (--no-handwritten: generated only)")
     args = parser.parse_args(argv)
     kinds = args.kinds.split(",")
+    chars = tuple(int(c) for c in args.document_chars.split(","))
+    if len(chars) != 2 or not 0 < chars[0] <= chars[1]:
+        parser.error("--document-chars takes two counts, LOW,HIGH, with 0 < LOW <= HIGH")
     if args.handwritten:
         items = no_answer_eval.make_items(args.n, args.seed, json.loads(HANDWRITTEN.read_text()),
-                                          json.loads(HANDWRITTEN_PROSE.read_text()))
+                                          json.loads(HANDWRITTEN_PROSE.read_text()), chars)
     else:
-        items = no_answer_eval.make_items(args.n, args.seed)
+        items = no_answer_eval.make_items(args.n, args.seed, chars=chars)
     items = [item for item in items if item.kind in kinds]
     if args.questions == "lowercase":
         items = [replace(item, question=item.question.lower()) for item in items]
     report = {"model": args.model, "n_per_kind": args.n, "seed": args.seed, "items": len(items),
-              "questions": args.questions, "layout": args.layout,
+              "questions": args.questions, "layout": args.layout, "reading": args.reading,
+              "document_chars": list(chars),
+              "passage_window_tokens": args.passage_window_tokens,
               "command": " ".join(["python -m evals no-answer", *(argv or [])]),
               "cpu": platform.processor() or platform.machine(), "cpu_kind": cpu_kind(), "commit": commit(),
               "profiles": {}}
@@ -197,9 +213,10 @@ def main(argv: list[str] | None = None) -> int:
             entry.update(score_profile(entry["records"]))
     for profile in [] if args.rescore else args.profile or ["baseline-fp32", "cpu"]:
         loaded = load_model(args.model, profile)
-        settings = replace(loaded.settings, max_seq_len=4096, doc_stride=128, top_k=3)
+        settings = replace(loaded.settings, max_seq_len=4096, doc_stride=128, top_k=3,
+                           passage_window_tokens=args.passage_window_tokens or None)
         began = time.perf_counter()
-        records = [run_item(loaded, item, settings, args.layout) for item in items]
+        records = [run_item(loaded, item, settings, args.layout, args.reading) for item in items]
         report["profiles"][profile] = {"resolved_profile": loaded.profile.name,
                                        "seconds": round(time.perf_counter() - began, 1),
                                        **score_profile(records), "records": records}

@@ -88,6 +88,21 @@ def test_no_answer_finds_an_answerable_question_and_not_an_absent_entity(tmp_pat
         ("answerable", "22 November", True, True)
     assert (absent["kind"], absent["gold"], absent["found"]) == ("absent_entity", None, False)
     assert report["command"].startswith("python -m evals no-answer --profile baseline-fp32")
+    assert report["reading"] == "full" and {r["read"] for r in entry["records"]} == {"full"}
+
+
+@pytest.mark.slow
+def test_no_answer_reads_guided_in_sized_windows_when_asked(tmp_path):
+    out = tmp_path / "no-answer-eval.json"
+    assert command.main(["no-answer", "--profile", "cpu", "--n", "1", "--seed", "50", "--kinds", "answerable",
+                         "--no-handwritten", "--reading", "guided", "--passage-window-tokens", "512",
+                         "--document-chars", "60000,60000", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert (report["reading"], report["passage_window_tokens"], report["document_chars"]) == ("guided", 512,
+                                                                                             [60000, 60000])
+    (record,) = report["profiles"]["cpu"]["records"]
+    assert record["windows"] > 2 and record["read"] == "guided" and record["sized_windows"] >= 1
+    assert (record["top"], record["right"], record["found"]) == ("23 May", True, True)
 
 
 @pytest.mark.slow
