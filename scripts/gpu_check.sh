@@ -29,7 +29,8 @@
 # Environment: PYTHON, the interpreter every step runs (default python3 from PATH): name the one that has torch, e.g.
 # PYTHON=.venv/bin/python scripts/gpu_check.sh --dry for a virtual environment that is not activated (relative to
 # where you call from). The script prints it with its version first, and stops before any step when it cannot import
-# torch. Also GPU_CHECK_BUDGET_S, TEST_BUDGET_S (default 150), TOKENS, CHECKS, REPEAT; for --fetch-wheels KEEP_CUDA
+# torch. Also GPU_CHECK_BUDGET_S, TEST_BUDGET_S (default 150), TOKENS, CHECKS, REPEAT, GPU_CHECK_PROFILES (the bench's
+# --profiles, default the list below; the suite's dry run measures one); for --fetch-wheels KEEP_CUDA
 # (default 13, the CUDA major version of the GPU machine's torch) and MAX_MIB (default 40).
 # Exit status: 0 when every test passed and every bench row was measured, 1 otherwise, 2 for bad usage, a PYTHON that
 # is missing or cannot import torch, or (on the GPU machine) a torch that sees no GPU.
@@ -71,6 +72,7 @@ BATCHES=1,8
 PROFILES="baseline-fp32,custom:fast_attention,custom:half_precision,custom:half_precision(dtype=bf16)"
 PROFILES+=",custom:half_precision(dtype=bf16)+fast_attention,rtx-3090-24gb,t4-16gb,consumer-gpu,datacenter"
 PROFILES+=",custom:half_precision+bnb_4bit,custom:offload"
+PROFILES=${GPU_CHECK_PROFILES:-$PROFILES}
 
 fetch_wheels() (  # in a subshell: its steps stop at the first failure, the check's steps do not
     set -e

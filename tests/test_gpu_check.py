@@ -25,6 +25,7 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = PROJECT_ROOT / "scripts" / "gpu_check.sh"
 H200 = Hardware(gpus=(Gpu(0, "NVIDIA H200", 143771 * 1024**2, (9, 0)),), cuda_available=True)
 NEEDS_CUDA = {"rtx-3090-24gb", "t4-16gb", "consumer-gpu", "datacenter", "custom:offload"}
+DRY_PROFILES = ["baseline-fp32", "t4-16gb"]  # the dry run's: one measured, one skipped for want of CUDA
 
 
 def script_profiles() -> list[str]:
@@ -46,6 +47,20 @@ def test_the_gpu_check_covers_every_one_gpu_profile_and_stack():
 def test_every_gpu_check_profile_runs_on_one_h200():
     chosen, skipped = bench.choose_profiles(",".join(script_profiles()), H200)
     assert skipped == [] and chosen == script_profiles()
+
+
+@pytest.mark.parametrize("cpu_bf16", [False, True])
+def test_on_a_cpu_the_gpu_check_builds_the_cpu_profiles_and_lists_the_cuda_ones_as_skipped(cpu_bf16):
+    """What the dry run would measure of the whole list on either CPU kind (it measures one profile and one skipped,
+    below): every profile chosen or skipped with its reason, the CUDA ones skipped, the fp32 ones chosen and built."""
+    hardware = Hardware(cpu_bf16=cpu_bf16)
+    chosen, skipped = bench.choose_profiles(",".join(script_profiles()), hardware)
+    assert sorted(chosen + [s.profile for s in skipped]) == sorted(script_profiles())
+    assert NEEDS_CUDA <= {s.profile for s in skipped} and all(s.reason for s in skipped)
+    assert {"baseline-fp32", "custom:fast_attention"} <= set(chosen)
+    for name in chosen:
+        profile = parse_profile(name)
+        assert [strategy.name for strategy in build_strategies(profile, hardware)] == list(profile.strategies), name
 
 
 @pytest.mark.parametrize("batch", [1, 8])
@@ -100,26 +115,29 @@ def test_a_python_that_is_not_there_is_bad_usage(tmp_path):
 
 @pytest.mark.slow
 def test_dry_mode_runs_every_step_on_cpu(tmp_path):
+    """Every step end to end on one profile measured and one skipped: a bench row costs a worker process, and the
+    other profiles' rows run the same worker (the profiles themselves: the tests above and tests/test_bench.py)."""
     gpu_results = PROJECT_ROOT / "docs" / "results" / "bench-gpu" / "results.json"
     before = gpu_results.stat().st_mtime if gpu_results.exists() else None
     out = tmp_path / "dry"
     # PYTHON is this interpreter, the one with torch: python3 on PATH need not be (a virtual environment run as
     # .venv/bin/python -m pytest, not activated, leaves PATH as it was).
     done = subprocess.run([str(SCRIPT), "--dry", "--out", str(out)], cwd=PROJECT_ROOT, capture_output=True, text=True,
-                          timeout=300, env={**os.environ, "TMPDIR": str(tmp_path), "PYTHON": sys.executable})
+                          timeout=300, env={**os.environ, "TMPDIR": str(tmp_path), "PYTHON": sys.executable,
+                                            "GPU_CHECK_PROFILES": ",".join(DRY_PROFILES)})
     assert done.returncode == 0, done.stdout[-4000:]
     log = (out / "gpu_check.log").read_text()
     assert f"python: {sys.executable} (Python {platform.python_version()};" in log
     assert "tests rc=0, bench rc=0" in log and re.search(r"\d+ skipped", log)  # the CUDA-gated tests, skipped here
     results = json.loads((out / "results.json").read_text())
     assert results["model"] == "demo" and results["settings"]["batch"] == [1, 8]
-    skipped = {entry["profile"] for entry in results["skipped"]}
-    assert NEEDS_CUDA <= skipped and {"baseline-fp32", "custom:fast_attention"}.isdisjoint(skipped)
+    assert results["settings"]["profiles"] == ["baseline-fp32"]
+    assert [(entry["profile"], bool(entry["reason"])) for entry in results["skipped"]] == [("t4-16gb", True)]
+    assert "skipped t4-16gb: needs a CUDA GPU" in log
     rows = results["rows"]
     assert [row for row in rows if row.get("error")] == []
     measured = {(row["kind"], row["profile"], row["batch"], row["checkpointing"]) for row in rows}
-    for profile in set(script_profiles()) - skipped:
-        assert {("inference", profile, 1, False), ("inference", profile, 8, False)} <= measured, profile
+    assert {("inference", "baseline-fp32", 1, False), ("inference", "baseline-fp32", 8, False)} <= measured
     assert {("training", "baseline-fp32", 1, False), ("training", "baseline-fp32", 1, True)} <= measured
     for row in rows:
         assert row["peak_bytes"] > 0 and row["latency_s_median"] > 0, row["profile"]
