@@ -318,7 +318,7 @@ def judge_answers(decoded, settings: EngineSettings, read_whole: bool,
     `evidence` of each answer and puts those whose sentence names the question's words first
     (`no_answer.evidenced_first`), and every rule asks it whether the documents name the asked attribute."""
     rule = no_answer_rule(settings)
-    answers, missing, passing = no_answer.evidenced_first(rule, decoded.answers, evidence)
+    answers, missing, passing = no_answer.evidenced_first(rule, decoded.answers, evidence, decoded.null_score)
     answers, missing = answers[:settings.top_k], missing[:settings.top_k]
     absent = evidence.absent() if evidence is not None else []
     best = answers[0].score if answers else None

@@ -333,21 +333,23 @@ def answer_pool(rule: NoAnswerRule, top_k: int) -> int:
     return max(top_k, EVIDENCE_POOL) if rule.needs_evidence else top_k
 
 
-def evidenced_first(rule: NoAnswerRule, answers: list,
-                    evidence: Evidence | None) -> tuple[list, list[list[str]], int]:
-    """`answers` (in score order, each with `document_index`, `start_char`, `end_char`), the question's words each
-    one's neighbourhood lacks (`Evidence.missing`; none asked where the rule needs no evidence), and how many come
-    first as answers that pass. Under a rule that needs evidence, those whose neighbourhood names every word of the
-    question pass and come first, each group in score order: the model's best span in a sentence about another
-    attribute or entity ("The favourite dish of X is ..." for "What is the headquarters of X?") gives way to a lower
-    one in the sentence that states what was asked."""
+def evidenced_first(rule: NoAnswerRule, answers: list, evidence: Evidence | None,
+                    min_null_score: float | None = None) -> tuple[list, list[list[str]], int]:
+    """`answers` (in score order, each with `score`, `document_index`, `start_char`, `end_char`), the question's words
+    each one's neighbourhood lacks (`Evidence.missing`; none asked where the rule needs no evidence), and how many
+    come first as answers that pass. Under a rule that needs evidence, an answer passes when its neighbourhood names
+    every word of the question; a lower one of the best EVIDENCE_POOL also must clear the rule's bar and stay inside
+    its sentence ("False. The default value of the timeout flag is 30 seconds" holds more than a value). Those that
+    pass come first, each group in score order: the model's best span in a sentence about another attribute or
+    entity ("The favourite dish of X is ..." for "What is the headquarters of X?") gives way to a lower one in the
+    sentence that states what was asked, and where none passes the best span is judged as it stands."""
     if not rule.needs_evidence or evidence is None:
         return list(answers), [[] for _ in answers], len(answers)
     lacking = [evidence.missing(a.document_index, a.start_char, a.end_char) for a in answers]
-    # a lower span that runs past its sentence's end ("False. The default value of the timeout flag is 30 seconds")
-    # holds more than a value: it never passes the best one
-    passes = [not lacking[i] and (i == 0 or within_sentence(evidence.texts[a.document_index], a.start_char,
-                                                              a.end_char)) for i, a in enumerate(answers)]
+    passes = [not lacking[i] and (i == 0 or (i < EVIDENCE_POOL and _passes_bar(rule, a.score, min_null_score) and
+                                             within_sentence(evidence.texts[a.document_index], a.start_char,
+                                                             a.end_char)))
+              for i, a in enumerate(answers)]
     order = sorted(range(len(answers)), key=lambda i: not passes[i])  # stable: score order within each group
     return [answers[i] for i in order], [lacking[i] for i in order], sum(passes)
 

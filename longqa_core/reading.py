@@ -367,7 +367,8 @@ def read_rounds(runner: Runner, tokenizer, plan, batch_state: BatchState, measur
         with measurement.stage("decode"):
             decoded = decode(read.windows, read.logits, plan.documents, replace(settings, top_k=1),
                              stop_check(should_stop), top_k=no_answer.answer_pool(rule, 1))
-        answers, missing, _ = no_answer.evidenced_first(rule, decoded.answers, evidence)  # as the verdict will
+        answers, missing, _ = no_answer.evidenced_first(rule, decoded.answers, evidence,  # as the verdict will
+                                                        decoded.null_score)
         score = answers[0].score if answers else None
         return None if no_answer.is_found(rule, score, decoded.null_score, missing[0] if missing else None) is False \
             else score

@@ -150,6 +150,17 @@ def test_under_a_rule_that_needs_evidence_the_answer_is_the_best_span_whose_sent
     answers, verdict = judge_answers(decoded, EngineSettings(no_answer=plain, top_k=2), True, evidence)
     assert [a.text for a in answers] == ["Brisk", "Fredville"] and verdict.found is True
     assert no_answer.answer_pool(rule, 1) == no_answer.EVIDENCE_POOL and no_answer.answer_pool(plain, 1) == 1
+    # a lower span under the rule's bar is no answer to promote: the best is judged, and its missing word said
+    weak = Decoded([Answer("Brisk", 0.6, "note", 0, *span(NOTE, "Brisk")),
+                    Answer("Fredville", 1e-6, "note", 0, *span(NOTE, "Fredville"))], 1e-6)
+    answers, verdict = judge_answers(weak, EngineSettings(no_answer=rule, top_k=2), True, evidence)
+    assert [a.text for a in answers] == ["Brisk", "Fredville"] and verdict.found is False
+    assert verdict.missing == ["Freedonia"]
+    # nor one past the best EVIDENCE_POOL, however many answers were asked for
+    crowd = [Answer("Brisk", 0.6 - i * 0.01, "note", 0, *span(NOTE, "Brisk")) for i in range(no_answer.EVIDENCE_POOL)]
+    late = Decoded(crowd + [Answer("Fredville", 0.3, "note", 0, *span(NOTE, "Fredville"))], 1e-6)
+    answers, verdict = judge_answers(late, EngineSettings(no_answer=rule, top_k=6), True, evidence)
+    assert answers[0].text == "Brisk" and verdict.found is False
 
 
 def test_a_lower_span_that_runs_past_its_sentence_never_passes_the_best():
