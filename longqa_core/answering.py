@@ -8,6 +8,7 @@ loads a model (longqa.loader does). Its readouts stay in bytes and seconds: only
 
 from __future__ import annotations
 
+import heapq
 import time
 import traceback
 from dataclasses import dataclass, field, replace
@@ -125,11 +126,15 @@ class BestSoFar:
     summing, as `spans.merge_candidates` does), so that the windows read before are never decoded again, not even
     at the end: the answer merges what was decoded here (`decoded`). It sees a read's batches (`on_batch`) and,
     after each, its progress (`on_progress`), and keeps the best so far with how many windows were read in
-    `latest` (what `answer_steps` yields); `seconds` is what its decoding took."""
+    `latest` (what `answer_steps` yields); `seconds` is what its decoding took. Under a rule that needs evidence
+    the best so far is chosen as the final answer will be (`no_answer.evidenced_first` over the best
+    EVIDENCE_POOL), so the stream does not show another attribute's value first."""
 
-    def __init__(self, documents: list[Document], settings: EngineSettings):
+    def __init__(self, documents: list[Document], settings: EngineSettings,
+                 evidence: no_answer.Evidence | None = None):
         self.documents = documents
         self.settings = settings
+        self.evidence = evidence
         self.per_window: dict[int, tuple[list[Candidate], float]] = {}  # by id(window): its candidates, null score
         self.merged: dict[str, Candidate] = {}
         self.best: Candidate | None = None
@@ -155,9 +160,12 @@ class BestSoFar:
     def on_progress(self, state: WindowProgress) -> None:
         if self.best is None or state.windows_done == 0:
             return
-        best = self.best
-        document = self.documents[best.document_index]
         rule = no_answer_rule(self.settings)
+        best = self.best
+        if rule.needs_evidence and self.evidence is not None:
+            pool = heapq.nlargest(no_answer.EVIDENCE_POOL, self.merged.values(), key=lambda c: c.score)
+            best = no_answer.evidenced_first(rule, pool, self.evidence)[0][0]
+        document = self.documents[best.document_index]
         plausible = rule.kind != no_answer.THRESHOLD or rule.threshold is None or best.score >= rule.threshold
         self.latest = Provisional(Answer(best.text, best.score, document.name, best.document_index, best.start_char,
                                          best.end_char, location=locate(document, best.start_char, best.end_char)),
@@ -221,7 +229,8 @@ def answer_steps(runner: Runner, tokenizer, plan: RequestPlan, *, batch_state: B
     batch_state = batch_state or BatchState(settings.batch_size)
     backoffs_before = batch_state.backoffs
     read = None
-    best_so_far = BestSoFar(plan.documents, settings) if best_so_far else None
+    evidence = no_answer.Evidence(plan.question, [d.text for d in plan.documents])  # one per request
+    best_so_far = BestSoFar(plan.documents, settings, evidence) if best_so_far else None
     away_s = [0.0]  # held by whoever asks for the steps, at its yields
     if best_so_far is not None:
         on_window_progress = both(on_window_progress, best_so_far.on_progress)
@@ -231,7 +240,6 @@ def answer_steps(runner: Runner, tokenizer, plan: RequestPlan, *, batch_state: B
             measurement.latency_s["extract"] = extract_s
             for stage, seconds in plan.latency_s.items():
                 measurement.latency_s[stage] = measurement.latency_s.get(stage, 0.0) + seconds
-            evidence = no_answer.Evidence(plan.question, [d.text for d in plan.documents])  # one per request
             on_batch = best_so_far.on_batch if best_so_far is not None else None
             if plan.mode == "full":
                 read = yield from told(_read_full(runner, tokenizer, plan, batch_state, measurement, should_stop,

@@ -129,3 +129,25 @@ def test_a_hand_written_company_history_outside_and_inside_the_demo_form(baselin
         assert all(a.confidence == "low" for a in result.answers)
     if "ticker" in question:
         assert verdict.absent == ["ticker"] and "no document mentions 'ticker'" in verdict.explanation
+
+
+@pytest.mark.slow
+def test_the_answer_and_the_best_so_far_come_from_the_sentence_that_states_what_was_asked(baseline_fp32):
+    """Issue 57's layout misses: the model's best span stands in "The favourite dish of Dwuendveemmolf Blimsnauwkuck
+    is twelve wooden spoons.", the right value second, in the sentence about the headquarters. Under the demo
+    model's rule (the evidence check) the answer, and the best so far streamed before it, is the stated one."""
+    from evals.layouts import make_item
+    from longqa_core.documents import from_text
+    from longqa_core.no_answer import THRESHOLD, NoAnswerRule
+
+    item = make_item("one-line-txt", 570_000_012)
+    documents = [from_text(item.data.decode(), item.name)]
+    settings = baseline_fp32.settings
+    heard = []
+    result = answer(baseline_fp32.runner, baseline_fp32.tokenizer, documents, item.question, settings,
+                    on_candidate=heard.append)
+    assert (result.answers[0].text, result.found) == ("Mumscrot-Quartermaine", True)
+    assert heard and heard[-1].answer.text == "Mumscrot-Quartermaine"
+    score_alone = replace(settings, no_answer=NoAnswerRule(THRESHOLD, settings.no_answer.threshold, "test"))
+    best_span = answer(baseline_fp32.runner, baseline_fp32.tokenizer, documents, item.question, score_alone)
+    assert best_span.answers[0].text == "twelve wooden spoons"  # what the best span alone would say
