@@ -213,16 +213,18 @@ def test_behind_a_proxy_one_address_sends_its_budget_of_joins_and_another_addres
     demo.queue()
     harden(demo, UploadStore(), "X-Forwarded-For")
     _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", quiet=True)
+    http = httpx.Client(timeout=30)  # one for the flood: httpx.post builds a client, and its SSL context, per call
     try:
         def join(address: str, n: int) -> int:
-            return httpx.post(f"{url}gradio_api/queue/join", json={"data": [], "fn_index": 0, "session_hash": f"s{n}"},
-                              headers={"X-Forwarded-For": f"1.2.3.{n}, {address}"}, timeout=30).status_code
+            return http.post(f"{url}gradio_api/queue/join", json={"data": [], "fn_index": 0, "session_hash": f"s{n}"},
+                             headers={"X-Forwarded-For": f"1.2.3.{n}, {address}"}).status_code
 
         with ThreadPoolExecutor(4) as pool:  # a made-up first hop each time
             flood = list(pool.map(lambda n: join("81.2.69.142", n), range(hardening.JOINS_BURST + 10)))
         assert flood.count(200) <= hardening.JOINS_BURST + 2 and flood.count(429) >= 8, flood
         assert join("81.2.69.143", 0) == 200
     finally:
+        http.close()
         demo.close()
 
 
@@ -237,10 +239,10 @@ def test_on_a_direct_connection_new_sessions_past_the_budget_are_refused_and_kno
     demo.queue()
     harden(demo, UploadStore(), None)
     _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", quiet=True)
+    http = httpx.Client(timeout=30)  # one for the flood: httpx.post builds a client, and its SSL context, per call
     try:
         def join(session: str) -> httpx.Response:
-            return httpx.post(f"{url}gradio_api/queue/join", json={"data": [], "fn_index": 0, "session_hash": session},
-                              timeout=30)
+            return http.post(f"{url}gradio_api/queue/join", json={"data": [], "fn_index": 0, "session_hash": session})
 
         with ThreadPoolExecutor(4) as pool:  # raw joins from loopback, each naming a new session, none heard of
             flood = [r.status_code for r in pool.map(lambda n: join(f"s{n}"), range(hardening.NEW_SESSIONS_BURST + 10))]
@@ -253,4 +255,5 @@ def test_on_a_direct_connection_new_sessions_past_the_budget_are_refused_and_kno
             assert join("page-open").status_code == 200  # its heartbeat heard, as a page's and gradio_client's are
         assert __import__("gradio_client").Client(url, verbose=False).predict(api_name="/x") == "x"
     finally:
+        http.close()
         demo.close()
