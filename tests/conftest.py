@@ -35,8 +35,8 @@ def one_torch_thread(request):
     """Torch runs one thread in the test process, except in tests marked `torch_threads` (code that splits its work
     by torch.get_num_threads(), as the band kernel does). The tests' models are tiny: their operations gain nothing
     from a second thread, and beside a served page, a replica or any other process on 2 cores every parallel region
-    waits for a descheduled thread (one test of 50 tiny batches took 15 s at 2 threads, 0.9 s at 1). Processes the
-    tests start keep torch's default. Set once here, so that the fixtures built before a test run at one too."""
+    waits for a descheduled thread. Processes the tests start keep torch's default. Set once here, so that the
+    fixtures built before a test run at one too."""
     if request.node.get_closest_marker("torch_threads"):
         torch.set_num_threads(TORCH_THREADS)
         yield
