@@ -9,6 +9,7 @@ and kernels.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import ctypes
 import math
@@ -414,16 +415,30 @@ def fuzz_case(seed: int, dtype: torch.dtype):
     return (q, k, v, k_global, v_global, key_ok, slot_used), window, description
 
 
+@contextlib.contextmanager
+def one_torch_thread():
+    """The fuzz's fp64 references on one thread (the kernel keeps torch's count): their matrices are small, and on 2
+    threads beside other work they took most of the fuzz's time."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
 def fuzz_error(dtype: torch.dtype, seed: int) -> tuple[float, float, str]:
     """The kernel's largest error against the dense reference in fp64 on one fuzz case, the case's allowed error
     (relative to max|v| over local and global values, see FUZZ_ROUNDING), and the case."""
     case, window, description = fuzz_case(seed, dtype)
-    out = band_kernel.band_attention(*case, window)
-    reference = dense_reference(*case, window, precision=torch.float64)
+    out = band_kernel.band_attention(*case, window)  # at torch's thread count (the module's mark)
+    with one_torch_thread():
+        reference = dense_reference(*case, window, precision=torch.float64)
     assert out.shape == reference.shape and out.dtype == dtype and out.is_contiguous()
     if not out.numel():
         return 0.0, 0.0, description
-    scores, values = dense_scores(*case, window, precision=torch.float64)
+    with one_torch_thread():
+        scores, values = dense_scores(*case, window, precision=torch.float64)
     allowed_scores = scores[scores.isfinite()]
     max_score = allowed_scores.abs().max().item() if allowed_scores.numel() else 0.0
     v_max = values.abs().max().item()
