@@ -189,7 +189,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="also ask the hand-written template and prose notes (--no-handwritten: generated only)")
     args = parser.parse_args(argv)
     kinds = args.kinds.split(",")
-    chars = tuple(int(c) for c in args.document_chars.split(","))
+    try:
+        chars = tuple(int(c) for c in args.document_chars.split(","))
+    except ValueError:
+        chars = ()
     if len(chars) != 2 or not 0 < chars[0] <= chars[1]:
         parser.error("--document-chars takes two counts, LOW,HIGH, with 0 < LOW <= HIGH")
     if args.handwritten:

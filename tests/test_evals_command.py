@@ -130,3 +130,10 @@ def test_layouts_read_a_pdf_and_a_text_file_as_uploads_and_answer_both_in_place(
         assert set(committed["layouts"][layout]) <= set(report["layouts"][layout])
         assert report["layouts"][layout]["counts"] == {"read_whole": 1, "right": 1, "found": 1, "right_place": 1,
                                                        "all_three": 1}, layout
+
+
+@pytest.mark.parametrize("chars", ["4e4,4e5", "5,2", "100"])
+def test_no_answer_refuses_document_lengths_that_are_not_two_counts_low_then_high(chars, capsys):
+    with pytest.raises(SystemExit) as stopped:
+        command.main(["no-answer", "--document-chars", chars])
+    assert stopped.value.code == 2 and "--document-chars takes two counts" in capsys.readouterr().err
