@@ -342,16 +342,35 @@ def evidenced_first(rule: NoAnswerRule, answers: list, evidence: Evidence | None
     its sentence ("False. The default value of the timeout flag is 30 seconds" holds more than a value). Those that
     pass come first, each group in score order: the model's best span in a sentence about another attribute or
     entity ("The favourite dish of X is ..." for "What is the headquarters of X?") gives way to a lower one in the
-    sentence that states what was asked, and where none passes the best span is judged as it stands."""
+    sentence that states what was asked, and where none passes the best span is judged as it stands. Among those
+    that pass, one cut inside a written word ("90337" of "GGJ90337": the tokenizer splits letters from digits, so
+    the model may start between them) gives way to one that passes, covers it and is whole (`cut_in_word`)."""
     if not rule.needs_evidence or evidence is None:
         return list(answers), [[] for _ in answers], len(answers)
+    texts = evidence.texts
     lacking = [evidence.missing(a.document_index, a.start_char, a.end_char) for a in answers]
     passes = [not lacking[i] and (i == 0 or (i < EVIDENCE_POOL and _passes_bar(rule, a.score, min_null_score) and
-                                             within_sentence(evidence.texts[a.document_index], a.start_char,
-                                                             a.end_char)))
+                                             within_sentence(texts[a.document_index], a.start_char, a.end_char)))
               for i, a in enumerate(answers)]
-    order = sorted(range(len(answers)), key=lambda i: not passes[i])  # stable: score order within each group
+    cut = [passes[i] and cut_in_word(texts[a.document_index], a.start_char, a.end_char)
+           for i, a in enumerate(answers)]
+    yields = [cut[i] and any(passes[j] and not cut[j] and _covers(answers[j], a) for j in range(len(answers)))
+              for i, a in enumerate(answers)]
+    # stable: score order within each group; passing and whole, passing but cut where a whole one covers it, the rest
+    order = sorted(range(len(answers)), key=lambda i: 2 if not passes[i] else int(yields[i]))
     return [answers[i] for i in order], [lacking[i] for i in order], sum(passes)
+
+
+def cut_in_word(text: str, start: int, end: int) -> bool:
+    """Whether text[start:end] starts or ends between two letters or digits of one written word."""
+    return (0 < start < len(text) and text[start - 1].isalnum() and text[start].isalnum()) or \
+        (0 < end < len(text) and text[end - 1].isalnum() and text[end].isalnum())
+
+
+def _covers(outer, inner) -> bool:
+    same_place = (outer.start_char, outer.end_char) == (inner.start_char, inner.end_char)
+    return (outer.document_index == inner.document_index and not same_place and
+            outer.start_char <= inner.start_char and inner.end_char <= outer.end_char)
 
 
 def within_sentence(text: str, start: int, end: int) -> bool:

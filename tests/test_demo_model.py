@@ -151,3 +151,16 @@ def test_the_answer_and_the_best_so_far_come_from_the_sentence_that_states_what_
     score_alone = replace(settings, no_answer=NoAnswerRule(THRESHOLD, settings.no_answer.threshold, "test"))
     best_span = answer(baseline_fp32.runner, baseline_fp32.tokenizer, documents, item.question, score_alone)
     assert best_span.answers[0].text == "twelve wooden spoons"  # what the best span alone would say
+
+
+@pytest.mark.slow
+def test_a_code_the_tokenizer_splits_is_answered_whole(baseline_fp32):
+    """Issue 57's seed-8 miss, in the one-line text control and three broken layouts: the model's best span is
+    "90337" of "GGJ90337" (letters and digits are separate tokens); the whole code, lower in its pool, answers."""
+    from evals.layouts import make_item
+    from longqa_core.documents import from_text
+
+    item = make_item("one-line-txt", 570_000_008)
+    result = answer(baseline_fp32.runner, baseline_fp32.tokenizer, [from_text(item.data.decode(), item.name)],
+                    item.question, baseline_fp32.settings)
+    assert (result.answers[0].text, result.found) == ("GGJ90337", True)

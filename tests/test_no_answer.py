@@ -180,6 +180,39 @@ def test_a_lower_span_that_runs_past_its_sentence_never_passes_the_best():
     assert not no_answer.within_sentence(text, text.index("False"), len(text))
 
 
+def test_a_span_cut_inside_a_written_word_gives_way_to_a_whole_one_that_covers_it():
+    """Issue 57's seed-8 layout miss: the tokenizer splits "GGJ90337" into letters and digits, and the model's best
+    span starts between them. Under a rule that needs evidence, a lower span of the pool that passes, covers it and
+    is whole answers; without one, or under another rule, the best span stands."""
+    from longqa_core.answering import judge_answers
+    from longqa_core.limits import EngineSettings
+    from longqa_core.spans import Answer, Decoded
+
+    text = "The toll of Brannigan Cooperative is 91 kilometres. The blood type of Brannigan Cooperative is GGJ90337."
+    rule = NoAnswerRule(no_answer.THRESHOLD, 1e-5, "measured", needs_evidence=True)
+    evidence = no_answer.Evidence("What is the blood type of Brannigan Cooperative?", [text])
+
+    def decoded(*pairs):
+        return Decoded([Answer(v, s, "note", 0, *span(text, v)) for v, s in pairs], 1e-6)
+
+    two = EngineSettings(no_answer=rule, top_k=2)
+    answers, verdict = judge_answers(decoded(("90337", 0.6), ("GGJ90337", 0.3)), two, True, evidence)
+    assert [a.text for a in answers] == ["GGJ90337", "90337"] and verdict.found is True
+    assert [a.confidence for a in answers] == ["medium", "high"]  # each by its own score
+    # a whole span elsewhere is no cover, and one under the bar does not pass: the cut span stands
+    for pairs in ((("90337", 0.6), ("91 kilometres", 0.3)), (("90337", 0.6), ("GGJ90337", 1e-6))):
+        answers, _ = judge_answers(decoded(*pairs), two, True, evidence)
+        assert answers[0].text == "90337"
+    # a rule that needs no evidence keeps the model's order
+    plain = NoAnswerRule(no_answer.THRESHOLD, 1e-5, "measured")
+    answers, _ = judge_answers(decoded(("90337", 0.6), ("GGJ90337", 0.3)), EngineSettings(no_answer=plain, top_k=2),
+                               True, evidence)
+    assert answers[0].text == "90337"
+    assert no_answer.cut_in_word(text, text.index("90337"), len(text) - 1)
+    assert not no_answer.cut_in_word(text, text.index("GGJ"), len(text) - 1)
+    assert not no_answer.cut_in_word("a self-contained unit", 7, 16)  # "contained" after a hyphen is whole
+
+
 FORM = no_answer.QuestionForm("What is the <attribute> of <name>?", "This model answers one form only.")
 
 
