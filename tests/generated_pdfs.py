@@ -3,6 +3,7 @@ report as matplotlib writes one, whose fact sentence wraps inside its name."""
 
 from __future__ import annotations
 
+import functools
 import io
 import textwrap
 import zlib
@@ -46,6 +47,7 @@ _LINE_CHARS = 80  # DejaVu Sans at 10 points: about this many characters fill 80
 _PARAGRAPHS_PER_PAGE = 5
 
 
+@functools.cache  # bytes, the same for the same arguments: several modules ask for the same report
 def wrapped_matplotlib_pdf(n_pages: int = 20, fact_page: int = 17, fact: str = WRAPPED_FACT,
                            break_after: str = "Vesmira", seed: int = 57) -> bytes:
     """A report of `n_pages` pages written by matplotlib: on each, the running header and "Page N of n_pages", and
