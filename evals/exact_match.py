@@ -25,11 +25,13 @@ import json
 import math
 import platform
 import random
+import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from evals import eval_task
+from evals.layout_answers import commit, cpu_kind
 from longqa.loader import load_model
 from longqa_core.answering import answer
 from longqa_core.documents import Document
@@ -174,6 +176,8 @@ def main(argv: list[str] | None = None) -> int:
         report = {}
     report.update({"model": args.model, "max_seq_len": 4096, "doc_stride": 128, "seed": args.seed,
                    "exact_match": "the top answer's text equals the fact's value, character for character"})
+    made = {"command": " ".join(["python -m evals demo-model", *(argv if argv is not None else sys.argv[1:])]),
+            "commit": commit(), "cpu_kind": cpu_kind()}  # per profile: the profiles of one file may differ in each
     report.setdefault("sets", {})
     for profile in args.profile or ["baseline-fp32", "cpu"]:
         loaded = load_model(args.model, profile, hardware=hardware)
@@ -188,7 +192,8 @@ def main(argv: list[str] | None = None) -> int:
             numbers = run_set(loaded, items, settings)
             numbers.update(resolved_profile=loaded.profile.name, strategies=loaded.readout.strategies,
                            dtype=loaded.readout.dtype,
-                           cpu=platform.processor() or platform.machine(), has_avx512_bf16=_has_avx512_bf16())
+                           cpu=platform.processor() or platform.machine(), has_avx512_bf16=_has_avx512_bf16(),
+                           **made)
             entry = report["sets"].setdefault(name, {})
             entry["measures"] = MEASURES[name]
             key = profile if args.cpu_kind == "detected" else f"{profile}@{args.cpu_kind}"

@@ -71,6 +71,8 @@ def test_demo_model_writes_exact_match_and_answers_the_committed_first_note_as_b
     assert set(committed["profiles"]["baseline-fp32"]) <= set(numbers)
     assert (numbers["n"], numbers["exact"], numbers["exact_match"]) == (1, 1, 1.0)
     assert numbers["top_answers"][0] == committed["profiles"]["baseline-fp32"]["top_answers"][0]
+    assert numbers["command"].startswith("python -m evals demo-model --profile baseline-fp32")  # where it was made
+    assert numbers["commit"] and numbers["cpu_kind"] in ("avx2 only", "avx512_bf16", "amx_bf16")
 
 
 @pytest.mark.slow
