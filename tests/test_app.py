@@ -62,6 +62,7 @@ def component(demo, label: str):
     return next(block for block in demo.blocks.values() if getattr(block, "label", None) == label)
 
 
+@pytest.mark.slow
 def test_ask_answers_a_long_document_with_every_readout(ctx, long_document):
     path, example = long_document
     out = ask(ctx, [path], question=example.question)
@@ -110,6 +111,7 @@ def test_ask_answers_a_long_document_with_every_readout(ctx, long_document):
         f"predicted {ui_format.format_bytes(prediction['predicted_peak_bytes'])}, measured ")
 
 
+@pytest.mark.slow
 def test_run_history_grows_per_page_and_feeds_the_plots(ctx):
     first = ask(ctx, pasted=make_example(1, 1500).text)
     second = ask(ctx, pasted=make_example(2, 1500).text, history=first["history"])
@@ -136,6 +138,7 @@ def test_run_history_grows_per_page_and_feeds_the_plots(ctx):
         h["latency_s"] for h in second["history"]]
 
 
+@pytest.mark.slow
 def test_the_plots_start_without_data_and_their_axes_at_zero(ctx):
     demo = build_blocks(ctx)
     for label in ("Peak memory by run", "Latency by run"):
@@ -220,6 +223,7 @@ def test_a_path_never_uploaded_is_not_called_deleted(ctx, tmp_path):
         ask(ctx, [tmp_path / "nope" / "none.txt"])
 
 
+@pytest.mark.slow
 def test_an_upload_past_its_time_is_kept_once_the_page_has_checked_it(ctx, tmp_path, monkeypatch):
     """The page holds an upload before it checks that it is still there: a sweep that comes between that check and
     the read (here: right after the check) finds it being read and keeps it."""
@@ -278,6 +282,7 @@ def test_a_long_question_is_cut_with_a_notice(ctx):
     assert "cut to its first" in dict(out["run"].values.tolist())["notices"]
 
 
+@pytest.mark.slow
 def test_control_and_zero_width_characters_are_dropped_from_documents_and_questions(ctx):
     clean_text, clean_question = "The colour of Zorbin is teal. " * 20, "What is the colour of Zorbin?"
     dirty_text = clean_text.replace("Zorbin", "Zor\u200bbin\x07").replace(". ", ".\u2060\x00 ")
@@ -401,6 +406,7 @@ def test_a_load_that_fails_half_way_leaves_nothing_half_loaded(tiny_model_dir, m
     assert ask(ctx, pasted="The colour of Zorbin is teal.")["readout"]["answers"] == before
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model_ref", ["/etc", "someone/any-model", "../longqa/demo_model", "arch:large"])
 def test_only_listed_models_can_be_loaded_from_the_page(ctx, model_ref):
     loaded = ctx.session.loaded
@@ -435,6 +441,7 @@ def test_custom_controls_show_only_for_the_custom_profile():
     assert {name: u["visible"] for name, u in hidden.items()} == {"strategies": False, "apply": False}
 
 
+@pytest.mark.slow
 def test_a_page_follows_a_reload_it_did_not_show_yet_with_the_custom_strategies_folded(ctx):
     shown = picks.on_page_load(ctx)["shown"]
     assert all(value is gr.skip() or value == gr.skip() for value in picks.follow_loaded(ctx, shown).values())
@@ -450,6 +457,7 @@ def test_a_page_follows_a_reload_it_did_not_show_yet_with_the_custom_strategies_
         assert picks.follow_loaded(ctx, shown)["profile"] == gr.skip()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not any(DEMO_MODEL_DIR.glob("*.safetensors")), reason="the demo model has no weights yet")
 def test_offline_the_default_model_falls_back_to_the_demo_model_and_the_page_says_so(monkeypatch):
     import huggingface_hub.constants
@@ -468,6 +476,7 @@ def test_offline_the_default_model_falls_back_to_the_demo_model_and_the_page_say
     assert picks.show_loaded(ctx)["model"]["value"] == "demo"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not any(DEMO_MODEL_DIR.glob("*.safetensors")), reason="the demo model has no weights yet")
 def test_offline_the_demo_notice_stays_after_a_visitor_reloads_a_profile(monkeypatch):
     """Issue 49.3: a reload loads "demo" by name (the dropdown shows it), which falls back from nothing; the demo
@@ -499,6 +508,7 @@ def test_page_load_without_a_loadable_model_shows_why_and_keeps_the_page(broken_
         ask(ctx, pasted="The colour of Zorbin is teal.")
 
 
+@pytest.mark.slow
 def test_a_preview_does_not_wait_for_the_model(ctx, long_document):
     """An answer is in flight (held after its first batch, the model's turn taken); a preview still comes at once."""
     path, example = long_document
@@ -523,6 +533,7 @@ def test_a_preview_does_not_wait_for_the_model(ctx, long_document):
         thread.join()
 
 
+@pytest.mark.slow
 def test_preview_shows_characters_tokens_and_windows_before_asking(ctx, long_document):
     path, example = long_document
     preview = previews.preview_documents(ctx, [str(path)], "The colour of Zorbin is teal.", example.question)
@@ -542,6 +553,7 @@ def test_training_step_accordion_shows_both_peaks_and_times(ctx):
     assert "256-token window" in summary and "saves nothing at inference" in summary
 
 
+@pytest.mark.slow
 def test_dropdowns_come_from_the_registries(ctx):
     demo = build_blocks(ctx)
     by_label = {getattr(block, "label", None): block for block in demo.blocks.values()}
@@ -555,6 +567,7 @@ def test_dropdowns_come_from_the_registries(ctx):
     assert by_label["Live GPU memory (NVML)"].visible is False  # no GPU here: the gauge is hidden
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model_ref", [DEFAULT_MODEL, "demo"])
 def test_the_auto_label_names_what_the_loader_picks_for_the_model(tiny_model_dir, model_ref):
     """On a 0.5 GB card the GPU's size alone calls for consumer-gpu; the loader picks the card's profile only where
@@ -570,6 +583,7 @@ def test_the_auto_label_names_what_the_loader_picks_for_the_model(tiny_model_dir
         select_strategies(loaders_pick, T4))
 
 
+@pytest.mark.slow
 def test_named_endpoints_and_queue_bounds(ctx):
     demo = build_blocks(ctx, queue_size=7)
     by_name = {fn.api_name: fn for fn in demo.fns.values() if fn.api_visibility == "public"}
@@ -596,6 +610,7 @@ def test_gpu_functions_are_plain_functions_without_the_spaces_package(monkeypatc
     assert zerogpu.gpu_function(duration=60)(handler) is handler
 
 
+@pytest.mark.slow
 def test_a_locked_deployment_refuses_training_steps_unless_the_operator_allows_them(tiny_model_dir):
     ctx = make_context(Session(), models=[str(tiny_model_dir)], default_model=str(tiny_model_dir),
                        default_profile="cpu", lock_profile=True)
@@ -609,6 +624,7 @@ def test_a_locked_deployment_refuses_training_steps_unless_the_operator_allows_t
     assert allowed.allow_training and allowed.allow_compare and allowed.max_compare_s == context.DEFAULT_MAX_COMPARE_S
 
 
+@pytest.mark.slow
 def test_a_repeated_reload_of_what_is_loaded_takes_no_turn_and_loads_nothing(ctx, tiny_model_dir):
     loads = ctx.session.loads
     with ctx.lane.door("someone"):  # a reload would wait for it: this one does not
@@ -620,6 +636,7 @@ def test_a_repeated_reload_of_what_is_loaded_takes_no_turn_and_loads_nothing(ctx
     assert Selection.of("m", "custom", ["half_precision"]).strategies == ("half_precision",)
 
 
+@pytest.mark.slow
 def test_a_locked_deployment_refuses_switches_from_the_page_and_the_api(tiny_model_dir):
     ctx = make_context(Session(), models=[str(tiny_model_dir)], default_model=str(tiny_model_dir),
                        default_profile="cpu", lock_profile=True)
@@ -650,6 +667,7 @@ def test_a_visitor_is_told_when_someone_else_switched_the_profile(ctx, tiny_mode
     assert not any("another visitor" in n for n in mine_again["readout"]["notices"])
 
 
+@pytest.mark.slow
 def test_a_reload_that_lands_after_the_answers_turn_is_not_said_of_that_answer(ctx, monkeypatch):
     """The notice and the `seen` it hands back name what the answer ran on, as its turn began: a reload landing
     between the answer and its outputs is told with the next answer, not this one."""
@@ -678,6 +696,7 @@ def test_a_top_k_that_is_not_a_whole_number_is_refused(ctx, top_k):
     assert len(ask(ctx, pasted="The colour of Zorbin is teal.", top_k=2.0)["readout"]["answers"]) <= 2
 
 
+@pytest.mark.slow
 def test_gpu_duration_grows_with_the_request(ctx):
     short = ctx.session.plan([Document("a.txt", "word " * 1_000)], "q?", "full")
     long = ctx.session.plan([Document("b.txt", "word " * 200_000)], "q?", "full")
@@ -690,6 +709,7 @@ def test_gpu_duration_grows_with_the_request(ctx):
         policy.GPU_DURATION_BASE_S + long.window_tokens / ctx.measured().tokens_per_s)
 
 
+@pytest.mark.slow
 def test_gpu_duration_follows_what_the_ranking_will_read(ctx):
     filler = "The committee talked about the weather, the roads and the price of bread once more. " * 3_000
     text = filler + "The tide of Harrowgate is 4102. " + filler
@@ -703,6 +723,7 @@ def test_gpu_duration_follows_what_the_ranking_will_read(ctx):
     assert policy.GPU_DURATION_BASE_S < guided_s < zerogpu.answer_duration(ctx.key, full)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("reading", ["skim", 3])
 def test_an_unknown_reading_mode_is_refused_before_any_work(ctx, reading):
     with pytest.raises(gr.Error, match="reading mode must be one of auto, full, guided"):
@@ -735,6 +756,7 @@ def test_the_profile_is_locked_by_default_on_a_space_only(monkeypatch):
     assert cli.build_parser().parse_args([]).lock_profile is False
 
 
+@pytest.mark.slow
 def test_serve_with_share_offline_warns_and_keeps_serving_locally(ctx, capsys):
     import urllib.request
 
@@ -750,6 +772,7 @@ def test_serve_with_share_offline_warns_and_keeps_serving_locally(ctx, capsys):
     assert "PUBLIC link" in printed and "serving locally only" in printed
 
 
+@pytest.mark.slow
 def test_serve_says_where_it_serves_in_one_line_and_nothing_of_gradio_s_own(ctx, capfd):
     demo = build_blocks(ctx)
     try:
@@ -804,6 +827,7 @@ def test_out_of_memory_is_a_clear_error_naming_profiles_and_the_next_request_wor
     assert ask(ctx, pasted="The colour of Zorbin is teal.")["readout"]["answers"]
 
 
+@pytest.mark.slow
 def test_the_gpu_gauge_shows_where_a_gpu_is_detected(tiny_model_dir, monkeypatch):
     ctx = make_context(Session(), models=[str(tiny_model_dir)], default_model=str(tiny_model_dir),
                        default_profile="cpu", hardware=T4)
@@ -837,6 +861,7 @@ def test_main_loads_then_serves_with_the_command_line_limits(tiny_model_dir, mon
     assert f"Loaded {tiny_model_dir} (cpu)" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_main_refuses_a_profile_this_machine_cannot_run(monkeypatch, capsys):
     monkeypatch.setattr(cli, "serve", lambda demo, **kwargs: pytest.fail("must not serve"))
     assert cli.main(["--model", "demo", "--profile", "t4-16gb"]) == 2
@@ -855,6 +880,7 @@ def test_on_a_gpu_the_memory_readout_and_the_gauge_show_the_device(tiny_model_di
     assert gauge and all(0 < fraction <= 1 for fraction in gauge.values())
 
 
+@pytest.mark.slow
 def test_the_page_keeps_each_visitors_ranking_index_apart(ctx):
     """Issue 48 item 5: a visitor asking about the same text as another builds its own index (its readout's cost is
     its own), and reuses it for its next question."""
@@ -873,6 +899,7 @@ def test_the_page_keeps_each_visitors_ranking_index_apart(ctx):
     assert ctx.session.index_cache.builds == 2
 
 
+@pytest.mark.slow
 def test_an_operator_can_size_guided_windows_to_the_ranked_passage(ctx):
     """`python app.py --passage-window-tokens N` (issue 50 item 4): the page's guided reads read each ranked window
     first sized to its passage; without it they read whole windows."""

@@ -85,6 +85,7 @@ def ask(client, files=(), pasted="", question="What is the colour of Zorbin?", t
     return dict(zip(ASK_RETURNS, result))
 
 
+@pytest.mark.slow
 def test_ask_a_long_upload_returns_the_answer_and_every_readout_field(client, server, long_document):
     ctx, _ = server
     path, example = long_document
@@ -126,6 +127,7 @@ def test_ask_a_long_upload_returns_the_answer_and_every_readout_field(client, se
     assert profile == "cpu" and run_label == f"{len(out['history_table']['data']):02d}"  # bars coloured by profile
 
 
+@pytest.mark.slow
 def test_an_answer_from_a_pdf_carries_its_page_size_and_boxes_in_points_and_no_image(client, tmp_path):
     path = tmp_path / "survey.pdf"
     data = wrapped_matplotlib_pdf(n_pages=3, fact_page=2)
@@ -155,6 +157,7 @@ def test_an_answer_from_a_pdf_carries_its_page_size_and_boxes_in_points_and_no_i
     assert pixel[0] - pixel[2] > 60, pixel
 
 
+@pytest.mark.slow
 def test_ask_takes_a_not_found_threshold_and_refuses_one_outside_zero_one(client):
     """The tiny model has no rule of its own (found is null); a threshold given on /ask makes the verdict."""
     pasted, question = "The colour of Zorbin is teal. " * 20, "What is the colour of Zorbin?"
@@ -168,6 +171,7 @@ def test_ask_takes_a_not_found_threshold_and_refuses_one_outside_zero_one(client
             client.predict([], pasted, question, 3, "auto", outside, api_name="/ask")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("top_k, expected", [(None, asking.DEFAULT_TOP_K), ("2", 2), (" 3 ", 3), (2.0, 2)])
 def test_top_k_none_means_the_default_and_a_numeric_string_its_number(client, top_k, expected):
     readout = client.predict([], "The colour of Zorbin is teal. " * 20, "What is the colour of Zorbin?", top_k,
@@ -250,6 +254,7 @@ def test_switch_profile_then_ask_uses_it(client, server, tiny_model_dir):
     assert readout["profile"] == "cpu" and ctx.session.profile_name == "cpu"
 
 
+@pytest.mark.slow
 def test_bad_input_is_a_clear_error_and_the_next_call_works(client, tmp_path):
     with pytest.raises(AppError, match="No document given"):
         ask(client)
@@ -295,6 +300,7 @@ def test_every_bad_upload_is_a_clear_error_before_model_work_and_the_next_call_w
     assert ask(client, pasted="The colour of Zorbin is teal.")["readout"]["answers"] and counting.calls
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("encoding", ["latin-1", "utf-16 with BOM", "utf-8 with stray latin-1"])
 def test_uploads_in_other_encodings_are_read_right(client, tmp_path, encoding):
     text = "Café Grüße: the naïve façade of Zorbin is teal, déjà vu. " * 4
@@ -308,6 +314,7 @@ def test_uploads_in_other_encodings_are_read_right(client, tmp_path, encoding):
     assert "".join(span["token"] for span in out["evidence"]) == expected  # a short document is shown whole
 
 
+@pytest.mark.slow
 def test_load_profile_refuses_unlisted_models_and_unavailable_profiles(client, server, tiny_model_dir):
     ctx, _ = server
     loaded = ctx.session.loaded
@@ -487,6 +494,7 @@ def test_a_client_that_disconnects_mid_answer_leaves_the_model_usable(tiny_model
         demo.close()
 
 
+@pytest.mark.slow
 def test_ask_streams_the_best_answer_so_far_then_the_same_final_output(client):
     """Issue 50 item 2: /ask through gradio_client streams each best answer so far as a job's outputs (the readout
     `{"provisional": true, ...}`), then the output it always returned."""
@@ -594,6 +602,7 @@ def test_no_event_answers_500_to_raw_calls_of_any_shape_and_long_values_are_cut(
                     assert error and "\n" not in error.strip() and len(error) < 1000, error[:300]
 
 
+@pytest.mark.slow
 def test_reads_never_run_on_gradios_direct_route_and_an_unqueued_event_tells_a_wrong_call_with_400(server):
     """`/gradio_api/run/ask` (a read outside the queue: no visitor's share, never abandoned; issue 61) is refused in
     words, the page's own unqueued events still answer there, and one called with a value too few is told, 400."""
@@ -610,6 +619,7 @@ def test_reads_never_run_on_gradios_direct_route_and_an_unqueued_event_tells_a_w
     assert not hardening.told_error(b'{"error": null}')
 
 
+@pytest.mark.slow
 def test_plan_with_wrong_types_names_the_field_and_cuts_long_names(client):
     for kwargs, field in (({"gpu": 5}, "gpu"), ({"gpu": [1]}, "gpu"), ({"gpu_memory_gb": "lots"}, "gpu_memory_gb"),
                           ({"cpu_bf16": "yes"}, "cpu_bf16")):

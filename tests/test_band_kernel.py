@@ -296,6 +296,7 @@ def test_the_operator_says_when_no_kernel_computes_its_dtype():
         band_kernel.band_attention(*case, 4)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", BOTH)
 def test_opcheck(dtype):
     """torch.library's own test of the operator: schema, fake against real, autograd registration, AOT dispatch."""
@@ -305,6 +306,7 @@ def test_opcheck(dtype):
         assert set(results.values()) == {"SUCCESS"}, results
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", BOTH)
 def test_torch_compile_traces_the_operator_into_one_graph(dtype):
     graphs = []
@@ -476,6 +478,7 @@ def band_sdpa_calls(model, x) -> int:
                if event.key == "aten::_scaled_dot_product_flash_attention_for_cpu")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", BOTH[1:])
 def test_fp32_model_runs_the_kernel_and_matches_eager(dtype):
     eager, fast = pair(TINY)
@@ -546,6 +549,7 @@ def test_no_compiler_is_a_clear_reason(tmp_path):
         band_kernel.build(compiler="no-such-cc-here", folder=tmp_path)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(band_kernel.shutil.which(band_kernel.compiler_name()) is None, reason="no C compiler")
 def test_a_kernel_built_once_needs_no_compiler_after(tmp_path, monkeypatch):
     """An image that ships the built kernel but no compiler still runs it."""

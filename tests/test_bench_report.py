@@ -75,6 +75,7 @@ def test_markdown_warns_when_the_machine_was_busy():
     assert "busy" in bench_report.format_markdown(results)
 
 
+@pytest.mark.slow
 def test_rescore_recomputes_ratios_and_predictions_for_the_recorded_machine(tmp_path):
     rows = [fake_row("baseline-fp32", runtime_rss_bytes=3 * 10**8),
             fake_row("cpu", peak_bytes=8 * 10**8, latency_s_median=4.7, runtime_rss_bytes=3 * 10**8)]

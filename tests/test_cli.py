@@ -178,6 +178,7 @@ def key_tree(value):
     return None
 
 
+@pytest.mark.slow
 def test_a_cli_answer_keeps_its_json_keys_and_values_but_for_timings_and_memory(capsys):
     sample = Path(__file__).resolve().parents[1] / "longqa" / "samples" / "harbour_records.txt"
     code, out, err = run_cli(capsys, "ask", "--model", "demo", "--question",
@@ -217,6 +218,7 @@ def test_a_question_no_document_answers_is_said_not_found_with_the_best_span_for
     assert answer["answers"] and all(a["confidence"] == "low" for a in answer["answers"])
 
 
+@pytest.mark.slow
 def test_a_threshold_of_the_users_replaces_the_models_rule(capsys):
     sample = str(SAMPLES / "harbour_records.txt")
     question = "What is the frequency of Chiomklian Oustklaeth?"
@@ -306,6 +308,7 @@ def test_the_usage_names_the_command_as_it_was_started(monkeypatch, capsys, argv
     assert capsys.readouterr().out.startswith(usage)
 
 
+@pytest.mark.slow
 def test_page_image_writes_the_top_answers_pdf_page_with_its_mark_and_the_json_keeps_its_boxes(capsys, tmp_path):
     from PIL import Image
 

@@ -96,6 +96,7 @@ def test_the_pages_stop_ends_a_comparison_and_loads_back_the_profile_used_before
     assert ctx.session.selection == Selection(ctx.session.model_ref, "cpu")
 
 
+@pytest.mark.slow
 def test_a_locked_deployment_refuses_to_compare_and_says_why(tiny_model_dir):
     ctx = make_context(Session(), models=[str(tiny_model_dir)], default_model=str(tiny_model_dir),
                        default_profile="cpu", lock_profile=True)
@@ -109,6 +110,7 @@ def test_a_locked_deployment_refuses_to_compare_and_says_why(tiny_model_dir):
     assert button.interactive is False
 
 
+@pytest.mark.slow
 def test_an_unrunnable_profile_or_none_is_refused_before_any_load(ctx):
     demo = build_blocks(ctx)
     loads = ctx.session.loads
@@ -119,6 +121,7 @@ def test_an_unrunnable_profile_or_none_is_refused_before_any_load(ctx):
     assert ctx.session.loads == loads
 
 
+@pytest.mark.slow
 def test_a_comparison_reads_and_checks_its_request_as_an_answer_does(ctx, tmp_path):
     """The documents read by the page's own upload path, the settings cleaned by an answer's rules, under the same
     limits: each bad request is refused with the answer's own message, before anything loads."""
@@ -144,6 +147,7 @@ def test_a_comparison_reads_and_checks_its_request_as_an_answer_does(ctx, tmp_pa
     assert ctx.session.loads == loads
 
 
+@pytest.mark.slow
 def test_a_visitor_past_its_share_is_refused_a_comparison_before_its_documents_are_read(ctx, monkeypatch):
     """A comparison takes its place at the lane's door, as an answer does: past the visitor's share it is refused
     before anything is read or loaded."""
@@ -167,6 +171,7 @@ def test_a_visitor_past_its_share_is_refused_a_comparison_before_its_documents_a
     assert ctx.lane.waiting() == 0 and not ctx.lane.is_busy()
 
 
+@pytest.mark.slow
 def test_the_panel_offers_the_profiles_this_machine_runs(ctx):
     demo = build_blocks(ctx)
     box = next(block for block in demo.blocks.values() if getattr(block, "label", None) == "Profiles to compare")
@@ -175,6 +180,7 @@ def test_the_panel_offers_the_profiles_this_machine_runs(ctx):
     assert box.value == ["cpu", "baseline-fp32"]
 
 
+@pytest.mark.slow
 def test_the_plots_are_coloured_by_profile_with_a_colour_each():
     history = [{"profile": name} for name in ("cpu", "baseline-fp32", "cpu", "custom", "mine")]
     colours = ui_format.profile_colours(["auto", "cpu", "baseline-fp32", "custom"], history)
@@ -200,6 +206,7 @@ def test_a_locked_deployment_compares_when_the_operator_allows_it(tiny_model_dir
     assert ctx.session.profile_name == "cpu"
 
 
+@pytest.mark.slow
 def test_the_lane_takes_one_comparison_at_a_time_and_refuses_another_at_once(ctx):
     demo = build_blocks(ctx)
     loads = ctx.session.loads
@@ -236,6 +243,7 @@ def test_a_comparison_past_its_time_limit_ends_and_says_so(ctx, monkeypatch):
     assert ctx.session.profile_name == "cpu"
 
 
+@pytest.mark.slow
 def test_starting_a_comparison_says_what_is_compared_and_disables_asking(ctx):
     shown = compare_panel.start_comparing(ctx, ["cpu", "baseline-fp32", "custom"], ["sdpa"])
     line = shown["load_status"]

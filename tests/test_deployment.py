@@ -67,6 +67,7 @@ def test_the_space_python_is_one_the_project_supports():
     assert Version("3.10") not in requires_python  # no transformers>=5.23 installs on 3.10
 
 
+@pytest.mark.slow
 def test_every_runtime_requirement_installs_on_the_space_python():
     python = space_python()
     closure = installed_closure(requirements(ROOT / "requirements.txt"), python)

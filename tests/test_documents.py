@@ -255,6 +255,7 @@ def test_pdf_from_bytes_with_upper_case_extension():
     assert read_document(make_pdf("Hello PDF"), name="SCAN.PDF").text == "Hello PDF"
 
 
+@pytest.mark.slow
 def test_pdf_encrypted_with_password_is_refused():
     message = read_error(encrypt_pdf(make_pdf("Top secret"), "secret"), name="locked.pdf")
     assert "'locked.pdf'" in message and "password-protected" in message
@@ -266,12 +267,14 @@ def test_pdf_encrypted_with_empty_user_password_opens():
     assert read_document(data, name="protected.pdf").text == "Readable text"
 
 
+@pytest.mark.slow
 def test_pdf_aes_encrypted_with_empty_user_password_opens():
     pytest.importorskip("cryptography")  # pypdf needs it for AES, both to write and to read
     data = encrypt_pdf(make_pdf("AES text"), user_password="", owner_password="owner", algorithm="AES-256")
     assert read_document(data, name="aes.pdf").text == "AES text"
 
 
+@pytest.mark.slow
 def test_pdf_without_text_layer_says_no_text_found():
     message = read_error(blank_page_pdf(), name="scan.pdf")
     assert "'scan.pdf': no text found (scanned PDF?" in message
@@ -349,6 +352,7 @@ HOSTILE_PAGES = {  # id: a page whose only visible text is "Visible words."
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("page", HOSTILE_PAGES.values(), ids=HOSTILE_PAGES.keys())
 def test_hostile_html_is_read_in_about_linear_time(page):
     began = time.perf_counter()
@@ -364,6 +368,7 @@ def test_repeated_html_documents_all_come_through():
         "Part 1\n\nText of part 1.\n\nPart 2\n\nText of part 2.\n\nPart 3\n\nText of part 3.")
 
 
+@pytest.mark.slow
 def test_a_big_page_keeps_its_text_and_drops_every_script_and_style():
     section = ("<h2>Berth {i}</h2><p>Tea: 400 crates.</p><script>var tracker = 'SCRIPT';</script>"
                "<style>p {{ color: red }}</style>")
@@ -594,12 +599,14 @@ def test_pdf_extraction_stops_at_the_time_limit(shared_stream_pdf, roomy_pdf_chi
                         r"read\), over the time limit of 3 s for reading documents\.", message), message
 
 
+@pytest.mark.slow
 def test_pdf_over_the_page_limit_is_refused_before_extracting(shared_stream_pdf):
     message, seconds = timed_read_error(shared_stream_pdf, name="bomb.pdf", max_pages=39)
     assert message == "'bomb.pdf' has 40 pages, over the limit of 39 pages."
     assert seconds < 1
 
 
+@pytest.mark.slow
 def test_pdf_character_limit_counts_the_pages_before(tmp_path):
     data = make_pdf("a" * 60, "b" * 60, "c" * 60)
     assert read_document(data, name="ok.pdf", max_chars=60 * 3 + 4).n_chars == 184
@@ -618,6 +625,7 @@ def test_hostile_pdf_with_default_limits_is_refused_at_the_default_time_limit_or
         r"0\.0 MB may use\.", message), message
 
 
+@pytest.mark.slow
 def test_a_stream_that_inflates_to_80_mb_of_white_space_reads_as_its_text_within_the_childs_cap():
     font = DictionaryObject({NameObject("/Type"): NameObject("/Font"), NameObject("/Subtype"): NameObject("/Type1"),
                              NameObject("/BaseFont"): NameObject("/Helvetica")})
@@ -642,6 +650,7 @@ def test_plain_text_is_capped_by_characters(tmp_path):
     assert message == "'big.txt' has 14,000 characters, over the limit of 13,999 characters."
 
 
+@pytest.mark.slow
 def test_html_is_capped_by_characters_and_time():
     page = ("<p>" + "The colour of Zorbin is teal. " * 40 + "</p>\n") * 2000  # 2.4 million characters of text
     message, seconds = timed_read_error(page.encode(), name="page.html", max_chars=100_000)
@@ -649,6 +658,7 @@ def test_html_is_capped_by_characters_and_time():
     assert seconds < 3
 
 
+@pytest.mark.slow
 def test_html_reading_stops_at_the_time_limit_in_the_middle_of_a_page():
     page = misnested_formatting_html(2_200_000)  # about 13 s to parse here
     message, seconds = timed_read_error(page, name="tags.html", max_read_s=0.5)
@@ -657,6 +667,7 @@ def test_html_reading_stops_at_the_time_limit_in_the_middle_of_a_page():
                         r"over the time limit of 0\.5 s for reading documents\.", message), message
 
 
+@pytest.mark.slow
 def test_html_reading_gets_only_the_time_the_documents_before_it_left():
     began = time.perf_counter() - 9.5  # as if the documents before it took 9.5 s of the 10
     message, seconds = timed_read_error(misnested_formatting_html(2_200_000), name="tags.html", max_read_s=10.0,
@@ -687,6 +698,7 @@ def test_other_threads_run_while_a_page_is_parsed():
     assert ticks > 30 * seconds  # about 90 a second when nothing holds the lock
 
 
+@pytest.mark.slow
 def test_html_that_needs_more_than_its_memory_cap_is_refused(monkeypatch):
     monkeypatch.setattr(html_files, "READERS", ReaderChildren(memory_bytes=256 * 2**20))
     page = b"<p><b><i><u><s>x</p>" * 250_000  # 5 MB that lexbor needs about 0.9 GB for
@@ -854,6 +866,7 @@ def test_html_answers_name_their_nearest_heading_however_nested():
     assert format_location(where["Beta"]) == "page.html, § 3.2 Methods used"
 
 
+@pytest.mark.slow
 def test_a_page_of_hidden_headings_is_located_in_linear_time():
     page = "<p>visible</p>" + "<h2><span style=x></span></h2><template><h1>gone</h1></template>" * 20_000
     began = time.perf_counter()

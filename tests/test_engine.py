@@ -493,6 +493,7 @@ class PeakRss:
         self._thread.join()
 
 
+@pytest.mark.slow
 def test_a_16_mb_file_of_combining_marks_is_refused_fast_and_gives_its_memory_back(tiny_tokenizer, tmp_path):
     # Before: tokenized whole with offsets first (16 million tokens here): 55 s and 6.6 GB of RSS kept.
     path = tmp_path / "marks.txt"
@@ -692,6 +693,7 @@ def test_the_best_so_far_after_two_batches_is_the_best_of_their_windows(tiny_mod
     assert (heard[1].answer.text, heard[1].answer.score) == (first_four.text, pytest.approx(first_four.score))
 
 
+@pytest.mark.slow
 def test_a_stop_keeps_the_best_so_far_and_how_far_the_read_got(tiny_model, tiny_tokenizer):
     documents = [Document("doc", prose(3, 4000))]
     settings = EngineSettings(max_seq_len=128, doc_stride=32, batch_size=2)
@@ -732,6 +734,7 @@ def instant_runner(batch):
     return torch.zeros(shape), torch.zeros(shape)
 
 
+@pytest.mark.slow
 def test_the_running_best_is_not_counted_as_forward_time(tiny_tokenizer):
     settings = EngineSettings(max_seq_len=128, doc_stride=32, batch_size=2).resolved(tiny_tokenizer)
     windows, _ = make_windows(tiny_tokenizer, "Why?", [Document("doc", prose(3, 3000))], settings)

@@ -89,6 +89,7 @@ def test_attributes_share_no_word_with_training():
     assert not shared
 
 
+@pytest.mark.slow
 def test_entities_share_no_word_with_training_and_no_made_up_word_is_one_training_could_spell():
     """Real-world-like names come from the evaluation's own lists; its made-up words end in letters neither training
     syllable inventory ever ends a word with, so the two generators can never make the same made-up name."""
@@ -193,6 +194,7 @@ def test_notes_are_20_to_100_words(seed):
     assert note.text[note.answer_start:note.answer_end] == note.answer
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", [1, 300, 5000, 40_000, 90_000])
 def test_documents_keep_to_the_declared_token_range(target):
     from transformers import AutoTokenizer

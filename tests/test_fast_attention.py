@@ -48,6 +48,7 @@ TINY = LongformerConfig(vocab_size=300, hidden_size=64, num_hidden_layers=2, num
                         pad_token_id=1, bos_token_id=0, eos_token_id=2, sep_token_id=2)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("batch, length", [(1, 1000), (3, 1000), (1, 4096), (3, 4096), (3, 777), (2, 65)])
 def test_tiny_model_matches_eager_in_fp32(batch, length):
     eager, fast = pair(TINY)
@@ -57,6 +58,7 @@ def test_tiny_model_matches_eager_in_fp32(batch, length):
     assert gap < 1e-4
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("batch, length", [(3, 777), (2, 65), (1, 4096)])
 def test_the_sdpa_band_matches_eager_in_fp32(monkeypatch, batch, length):
     """The band on SDPA, as where no band kernel runs (the tests above take the fp32 kernel where it does)."""
@@ -67,6 +69,7 @@ def test_the_sdpa_band_matches_eager_in_fp32(monkeypatch, batch, length):
         assert max_logit_gap(eager(**x), fast(**x), x["attention_mask"]) < 1e-4
 
 
+@pytest.mark.slow
 def test_global_tokens_anywhere_and_rows_without_any():
     eager, fast = pair(TINY)
     x = inputs(3, 300, TINY.vocab_size)
@@ -119,6 +122,7 @@ def test_a_plan_knows_whether_any_token_is_padding():
     assert band_plan(is_pad, is_global, 32, torch.float32, 32, with_bias=False).has_padding
 
 
+@pytest.mark.slow
 def test_it_compiles_without_graph_breaks_on_its_own():
     """No data-dependent Python branches: the attention module traces as one graph (dynamic shapes allowed)."""
     eager, fast = pair(TINY)
@@ -163,6 +167,7 @@ def test_layers_that_are_not_plain_linears_keep_their_own_forward():
     assert gap < 1e-4
 
 
+@pytest.mark.slow
 def test_bf16_on_cpu_runs_the_fused_kernel_not_the_math_fallback(monkeypatch):
     """The math path (taken for 5-D inputs) was slower than eager; this guards the 4-D layout of the SDPA band
     (the path bf16 takes where the band kernel cannot run)."""
@@ -177,6 +182,7 @@ def test_bf16_on_cpu_runs_the_fused_kernel_not_the_math_fallback(monkeypatch):
     assert "aten::_scaled_dot_product_attention_math" not in ops
 
 
+@pytest.mark.slow
 def test_one_plan_per_forward_shared_by_every_layer(monkeypatch):
     """The masks and global slots are built once per forward, not per layer, and rebuilt for the next forward."""
     import strategies.fast_attention as fast_attention
@@ -202,6 +208,7 @@ def test_a_new_forward_never_reuses_the_last_plan():
             assert max_logit_gap(eager(**x), fast(**x), x["attention_mask"]) < 1e-4
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("divisor", [2, 4])
 def test_smaller_query_blocks_give_the_same_outputs(monkeypatch, divisor):
     eager, fast = pair(TINY)
@@ -212,6 +219,7 @@ def test_smaller_query_blocks_give_the_same_outputs(monkeypatch, divisor):
         assert max_logit_gap(eager(**x), fast(**x), x["attention_mask"]) < 1e-4
 
 
+@pytest.mark.slow
 def test_the_plan_is_dropped_when_the_forward_ends():
     """Nothing of a request's masks stays allocated between requests."""
     _, fast = pair(TINY)
@@ -243,6 +251,7 @@ def test_the_first_row_mask_is_the_row_longformer_keeps(implementation, dtype):
     assert not torch.equal(first_row[1, 0, 0, :], first_row[0, 0, 0, :])  # the padding is in it
 
 
+@pytest.mark.slow
 def test_the_first_row_mask_holds_only_while_a_swapped_model_runs(monkeypatch):
     """A plain Longformer in the same process keeps transformers' own mask: the first-row one is set by a swapped
     model's forward and put back after it, also when that forward raises."""

@@ -99,6 +99,7 @@ def test_each_card_is_told_the_profile_named_for_it_when_faster_ones_tie(gpu, na
     assert plan.recommendation_reason.startswith("the profile named for this card")
 
 
+@pytest.mark.slow
 def test_every_profile_reaches_auto_and_the_planner(monkeypatch):
     """A profile with no speed rank would silently never be offered: the registry refuses it, and every ranked
     profile is a row of the plan and what `auto` picks on some machine (baseline-fp32, the reference, where not even
@@ -149,6 +150,7 @@ def test_weights_order_fp32_fp16_8bit_4bit(plans):
     assert weights[0] == pytest.approx(2 * weights[1], rel=0.01)
 
 
+@pytest.mark.slow
 def test_a_4_gb_card_at_batch_1_gets_a_stack_that_fits():
     plan = plan_request(LARGE, gpu_memory_gb=4, batch=1)
     chosen = plan.profile(plan.recommended)
@@ -315,6 +317,7 @@ def test_gpu_by_name_and_by_memory_exclude_each_other(capsys):
     assert "not allowed with argument" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["arch:base", "arch:large"])
 def test_a_modules_children_add_up_to_the_module_on_meta_models(name):
     """A device map that splits a layer at its children is counted by them: each split's counts are exact."""

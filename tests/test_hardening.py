@@ -43,6 +43,7 @@ def test_the_wrapped_methods_are_gradios_with_the_signatures_harden_calls():
     assert "self.validate_inputs(block_fn, inputs)" in inspect.getsource(gr.Blocks.preprocess_data)
 
 
+@pytest.mark.slow
 def test_a_call_one_value_short_gets_the_later_inputs_default_and_fewer_a_message():
     demo = hardened_page()
     block_fn = next(iter(demo.fns.values()))
@@ -52,6 +53,7 @@ def test_a_call_one_value_short_gets_the_later_inputs_default_and_fewer_a_messag
         asyncio.run(demo.preprocess_data(block_fn, ["q"], None))
 
 
+@pytest.mark.slow
 def test_a_file_never_uploaded_is_told_in_words(tmp_path):
     demo = hardened_page()
     block_fn = next(iter(demo.fns.values()))
@@ -69,6 +71,7 @@ def test_a_file_never_uploaded_is_told_in_words(tmp_path):
         demo.close()
 
 
+@pytest.mark.slow
 def test_a_file_of_the_wrong_shape_is_told_in_words():
     demo = hardened_page()
     block_fn = next(iter(demo.fns.values()))
@@ -78,6 +81,7 @@ def test_a_file_of_the_wrong_shape_is_told_in_words():
     assert refused.value.message.endswith("; this call sent a str.")
 
 
+@pytest.mark.slow
 def test_launch_bounds_the_upload_route_however_the_page_is_launched():
     demo = hardened_page()
     _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", quiet=True)
@@ -88,6 +92,7 @@ def test_launch_bounds_the_upload_route_however_the_page_is_launched():
         demo.close()
 
 
+@pytest.mark.slow
 def test_the_queue_attributes_the_abandonment_check_reads_are_there():
     assert isinstance(LocalContext.blocks.get(None), (gr.Blocks, type(None)))  # ContextVars gradio sets per event
     assert LocalContext.event_id.get(None) is None  # outside an event
@@ -104,6 +109,7 @@ def test_outside_gradios_queue_nothing_is_abandoned():
     assert abandonment_check()() is False
 
 
+@pytest.mark.slow
 def test_launch_closes_the_routes_the_page_does_not_use_and_bounds_bodies_and_sessions():
     demo = hardened_page(max_text_bytes=1000)
     _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", quiet=True)
@@ -139,6 +145,7 @@ def test_a_full_message_cache_drops_the_oldest_idle_session_never_one_with_an_ev
     assert "LRUCache(2000)" in inspect.getsource(__import__("gradio.queueing").queueing.Queue.__init__)
 
 
+@pytest.mark.slow
 def test_a_file_named_by_a_web_address_is_refused_before_gradio_fetches_it():
     demo = hardened_page()
     block_fn = next(iter(demo.fns.values()))
@@ -173,6 +180,7 @@ def test_once_the_server_is_told_to_stop_every_request_counts_as_abandoned():
         policy.STOPPING.clear()
 
 
+@pytest.mark.slow
 def test_a_pages_new_session_leaves_out_gradios_copy_of_every_blocks_config_and_still_keeps_state():
     from gradio.state_holder import SessionState
 
@@ -204,6 +212,7 @@ def test_a_pages_new_session_leaves_out_gradios_copy_of_every_blocks_config_and_
         demo.close()
 
 
+@pytest.mark.slow
 def test_behind_a_proxy_one_address_sends_its_budget_of_joins_and_another_address_its_own(monkeypatch):
     from page import hardening
 
@@ -228,6 +237,7 @@ def test_behind_a_proxy_one_address_sends_its_budget_of_joins_and_another_addres
         demo.close()
 
 
+@pytest.mark.slow
 def test_on_a_direct_connection_new_sessions_past_the_budget_are_refused_and_known_or_heard_ones_join(monkeypatch):
     from page import hardening
 

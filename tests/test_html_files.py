@@ -60,6 +60,7 @@ def test_a_child_may_use_memory_in_proportion_to_its_page_and_no_more_than_all_s
     assert html_files.html_memory_cap(50 * MIB, pool) == 1024 * MIB
 
 
+@pytest.mark.slow
 def test_dense_markup_is_refused_when_over_its_proportional_cap_and_read_under_it(monkeypatch):
     page = b"<p><b><i><u><s>x</p>" * 50_000  # 1 MB that lexbor needs about 190 MB for
     monkeypatch.setattr(html_files, "HTML_MEMORY_PER_BYTE", 40)
@@ -69,6 +70,7 @@ def test_dense_markup_is_refused_when_over_its_proportional_cap_and_read_under_i
     assert read_document(page, name="dense.html").text.count("x") == 50_000
 
 
+@pytest.mark.slow
 def test_reads_past_the_readers_wait_their_turn_in_order_hearing_their_place(readers):
     outcome, heard = {}, []
     threads = [read_in_thread(sleeping_page(0.6), "first.html", outcome)]
@@ -98,6 +100,7 @@ def test_reads_past_the_waiting_bound_are_refused_at_once(readers):
         thread.join(10)
 
 
+@pytest.mark.slow
 def test_a_cancel_ends_the_child_at_once(readers):
     stop = threading.Event()
     outcome = {}

@@ -47,6 +47,7 @@ def in_threads(calls) -> list:
     return results
 
 
+@pytest.mark.slow
 def test_many_requests_for_one_upload_share_one_build():
     cache, built = IndexCache(size_of=lambda index: 10), []
     results = in_threads([lambda: cache.get_or_build("upload", slow_build("index", built))] * 8)
@@ -55,6 +56,7 @@ def test_many_requests_for_one_upload_share_one_build():
     assert built == ["index"]
 
 
+@pytest.mark.slow
 def test_builds_of_different_uploads_run_one_at_a_time():
     cache, built, running = IndexCache(builders=1, size_of=lambda index: 10), [], []
     results = in_threads([lambda k=k: cache.get_or_build(k, slow_build(k, built, 0.1, running)) for k in "abcd"])
@@ -98,6 +100,7 @@ def test_a_failed_build_lets_the_next_request_build():
     assert cache.get_or_build("k", lambda: "index") == "index"
 
 
+@pytest.mark.slow
 def test_an_index_is_counted_by_its_arrays_and_vocabulary():
     words = " ".join(f"word{i}" for i in range(3000))
     small = reading.build_index([Document("a", "The tide of Harrowgate is 4102. " * 200)])
@@ -120,6 +123,7 @@ def varied_text(n_words: int, seed: int = 0) -> str:
     return " ".join(f"word{i}" for i in rng.integers(0, 5_000, n_words)) + " The tide of Harrowgate is 4102."
 
 
+@pytest.mark.slow
 def test_building_an_index_asks_stop_between_passages_and_ends_there():
     documents = [Document("a", varied_text(100_000))]  # about 800,000 characters: 1,350 passages
     passages = len(reading.passage_starts(len(documents[0].text)))
@@ -137,6 +141,7 @@ def test_building_an_index_asks_stop_between_passages_and_ends_there():
         assert len(calls) == stop_after + 1  # it ended at the first ask after the stop
 
 
+@pytest.mark.slow
 def test_a_build_cancelled_half_way_is_not_cached_and_the_next_request_builds_it():
     cache, documents, asked = IndexCache(), [Document("a", varied_text(50_000))], []
     with pytest.raises(Cancelled):
@@ -147,6 +152,7 @@ def test_a_build_cancelled_half_way_is_not_cached_and_the_next_request_builds_it
     assert "k" in cache and cache.builds == 1 and index.ranker is not None
 
 
+@pytest.mark.slow
 def test_only_the_ranker_reaches_into_bm25s():
     """The ranking is one seam (`longqa_core.ranker`): the index cache counts an index by its `nbytes`, and the
     "not found" word check asks the ranker for words; no other module imports bm25s."""

@@ -83,6 +83,7 @@ def test_the_whole_wait_is_bounded():
     assert order == ["a", "b"]
 
 
+@pytest.mark.slow
 def test_a_request_stopped_while_waiting_leaves_the_line_and_the_rest_go_on():
     lane, order, release = ModelLane(), [], threading.Event()
     started, stop = threading.Event(), threading.Event()
@@ -125,6 +126,7 @@ def test_waiting_requests_hear_how_many_are_ahead():
     assert heard[0] == 2 and order == ["a", "b", "c"]
 
 
+@pytest.mark.slow
 def test_with_capacity_shared_turns_run_side_by_side_and_an_exclusive_turn_waits_for_all_of_them():
     lane = ModelLane(capacity=2)
     release_shared, release_reload, order = threading.Event(), threading.Event(), []
@@ -147,6 +149,7 @@ def test_with_capacity_shared_turns_run_side_by_side_and_an_exclusive_turn_waits
         thread.join(5)
 
 
+@pytest.mark.slow
 def test_a_third_shared_turn_waits_when_capacity_is_two():
     lane, order, release = ModelLane(capacity=2), [], threading.Event()
     threads = [hold(lane, name, order, release) for name in ("a", "b", "c")]
@@ -230,6 +233,7 @@ def test_large_requests_past_max_active_wait_without_windows_while_small_ones_go
     assert set(done) == {"big0", "big1", "big2", "small"}
 
 
+@pytest.mark.slow
 def test_queued_work_over_the_bound_refuses_large_requests_with_a_retry_estimate_but_never_small_ones():
     lane = ModelLane(max_queued_windows=100, max_active=1, seconds_for_windows=lambda n: 0.5 * n)
     runner, done = SleepyRunner(0.01), {}
@@ -306,6 +310,7 @@ def test_a_guided_read_that_falls_back_waits_for_a_large_place_and_says_so():
     assert queue.waited_s >= queue.waited_to_read_all_s + queue.waited_to_start_s
 
 
+@pytest.mark.slow
 def test_guided_reads_falling_back_together_read_in_full_no_more_than_max_active_at_once():
     lane, done = ModelLane(max_active=2), {}
     most = [0]
@@ -390,6 +395,7 @@ def test_a_visitor_has_one_exclusive_turn_in_line_and_a_second_is_refused_at_onc
         pass
 
 
+@pytest.mark.slow
 def test_a_door_after_exclusive_turns_waits_for_the_ones_before_it_only():
     lane, order, release, started = ModelLane(), [], threading.Event(), threading.Event()
     reload = hold(lane, "r", order, release, started, exclusive=True)
@@ -412,6 +418,7 @@ def test_a_door_after_exclusive_turns_waits_for_the_ones_before_it_only():
         pass
 
 
+@pytest.mark.slow
 def test_the_lane_takes_one_exclusive_turn_of_a_kind_at_a_time_whoever_asks():
     """Twelve visitors' training steps: one holds the model, the others are refused at once, and another visitor's
     answer waits for that one step only."""

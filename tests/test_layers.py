@@ -105,6 +105,7 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+@pytest.mark.slow
 def test_the_graph_sees_every_layer_and_in_function_imports(tmp_path):
     edges = graph()
     assert {package_of(m) for m in edges} == set(LAYERS)
@@ -118,6 +119,7 @@ def test_the_graph_sees_every_layer_and_in_function_imports(tmp_path):
                                                                                 ("app", True)}
 
 
+@pytest.mark.slow
 def test_imports_go_one_way_core_strategies_composition_page_app():
     wrong = []
     modules = project_modules()
@@ -153,6 +155,7 @@ def test_every_composition_module_has_a_room_and_every_room_a_module():
     assert room_of("longqa.serving.lane") == "longqa.serving" and room_of("longqa.session") == "longqa"
 
 
+@pytest.mark.slow
 def test_no_package_cycle_and_no_module_cycle():
     edges = graph()
     packages: dict[str, set[str]] = {}
@@ -176,6 +179,7 @@ PAGE_CORE = {"longqa_core.documents", "longqa_core.errors", "longqa_core.files",
              "longqa_core.html_files", "longqa_core.limits", "longqa_core.openmp_wait", "longqa_core.reading"}
 
 
+@pytest.mark.slow
 def test_the_page_reaches_the_model_only_through_the_backend():
     edges = graph()
     page = set().union(*(targets for name, targets in edges.items() if package_of(name) in ("page", "app")))
@@ -185,6 +189,7 @@ def test_the_page_reaches_the_model_only_through_the_backend():
     assert edges["page.format"] == set()  # formatting knows nothing of ours
 
 
+@pytest.mark.slow
 def test_the_page_is_the_top_layer_and_app_py_only_its_entry_point():
     """Only the page's own modules and app.py import the page; app.py imports the page and errors, nothing else of
     ours; no other page file lies at the root."""

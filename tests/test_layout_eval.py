@@ -86,6 +86,7 @@ def line_end_hyphens(chars: list[Char]) -> list[tuple[str, str]]:
     return broken
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 def test_an_item_is_the_same_for_its_seed_and_asks_its_fact(layout):
     item = item_of(layout)
@@ -99,12 +100,14 @@ def test_an_item_is_the_same_for_its_seed_and_asks_its_fact(layout):
     assert (item.fact_break == "none") == layout.startswith("one-line")
 
 
+@pytest.mark.slow
 def test_the_same_seed_is_the_same_document_in_every_layout_and_another_seed_another():
     questions = {item_of(layout).question for layout in LAYOUTS}
     assert len(questions) == 1
     assert make_item("one-line-txt", SEED + 1).question not in questions
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layout", PDF_LAYOUTS)
 def test_a_pdf_has_the_value_on_its_recorded_page_and_the_fact_broken_as_promised(layout):
     item = item_of(layout)
@@ -121,6 +124,7 @@ def test_a_pdf_has_the_value_on_its_recorded_page_and_the_fact_broken_as_promise
     assert len(lines) == (1 if layout == "one-line-pdf" else 2), item.fact_lines
 
 
+@pytest.mark.slow
 def test_the_hyphenated_pdf_breaks_a_word_of_the_fact_others_and_a_compound_at_lines_ends():
     item = item_of("hyphenated-pdf")
     assert item.fact_break.startswith("hyphen in ") and item.fact_lines[0].endswith("-")
@@ -144,6 +148,7 @@ def test_the_page_broken_pdf_runs_the_fact_past_the_footer_and_the_next_header()
     assert len(footers) == 1 and footers <= {"N", "- N -", "Page N of N"}
 
 
+@pytest.mark.slow
 def test_the_two_column_pdf_breaks_the_fact_in_one_column_of_a_page_drawn_across_columns():
     item = item_of("two-column-pdf")
     chars = page_chars(item.data)[item.page - 1]

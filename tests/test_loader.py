@@ -49,6 +49,7 @@ def parameter_bytes(model) -> int:
         sum(b.numel() * b.element_size() for b in model.buffers())
 
 
+@pytest.mark.slow
 def test_a_quantized_model_is_ready_without_the_float_checkpoint_mapped(tmp_path, folder):
     """Loading ends with nothing left holding the fp32 file int8 quantization read (no collection by the caller)."""
     checkpoint = tmp_path / "checkpoint"
@@ -58,6 +59,7 @@ def test_a_quantized_model_is_ready_without_the_float_checkpoint_mapped(tmp_path
     assert loaded.readout.strategies == ["int8_dynamic"]
 
 
+@pytest.mark.slow
 def test_baseline_load_and_readout(folder):
     progress = []
     loaded = load_model(str(folder), "baseline-fp32", hardware=CPU, on_progress=lambda f, m: progress.append((f, m)))
@@ -90,6 +92,7 @@ def test_cpu_profile_uses_bf16_where_the_cpu_has_it(folder):
     assert loaded.readout.weight_bytes_per_device["cpu"] * 2 == baseline.readout.weight_bytes_per_device["cpu"]
 
 
+@pytest.mark.slow
 def test_cpu_profile_falls_back_to_int8_without_bf16(folder):
     loaded = load_model(str(folder), "cpu", hardware=CPU_PLAIN)
     assert loaded.readout.strategies == ["int8_dynamic", "fast_attention", "prepacked_linear"]
@@ -106,11 +109,13 @@ def test_auto_resolves_to_a_concrete_profile(hardware):
     assert resolve_profile("auto", hardware).name == "cpu"
 
 
+@pytest.mark.slow
 def test_auto_loads_the_concrete_profile_on_this_machine(folder):
     # the load runs here: this machine's own kind (a bf16 stack would not run on an AVX2-only CPU)
     assert load_model(str(folder), "auto", hardware=detect_hardware()).profile.name == "cpu"
 
 
+@pytest.mark.slow
 def test_strategies_shape_settings_and_runtime(folder):
     profile = custom_profile(["autocast", "fast_attention", "dynamic_batching"], batch_size=4, max_seq_len=256)
     loaded = load_model(str(folder), profile, hardware=CPU)
@@ -143,6 +148,7 @@ def test_from_pretrained_kwargs_always_dtype_never_remote_code(folder):
     assert "use_safetensors" not in from_pretrained_kwargs(config, [], "cpu")
 
 
+@pytest.mark.slow
 def test_the_loader_loads_with_the_keyword_arguments_the_planner_predicts_from(monkeypatch, folder):
     import transformers
 
@@ -172,6 +178,7 @@ def test_rejects_a_longformer_that_is_not_a_qa_model():
         load_model(str(tiny_encoder_checkpoint()), "baseline-fp32", hardware=CPU)
 
 
+@pytest.mark.slow
 def test_rejects_a_checkpoint_without_a_qa_head(tmp_path):
     tokenizer = build_tokenizer(tmp_path)
     config = tiny_config(len(tokenizer))
@@ -205,6 +212,7 @@ def test_offline_hub_model_is_a_load_error_naming_it(offline):
     assert "Error:" not in str(refused.value)  # the page's banner shows it: no library exception's own words
 
 
+@pytest.mark.slow
 def test_offline_hub_model_falls_back_to_the_demo(offline, monkeypatch, folder):
     monkeypatch.setattr(models, "DEMO_MODEL_DIR", folder)  # the real demo model may still be training
     loaded = load_model("longqa-tests/no-such-model", "baseline-fp32", hardware=CPU, fallback_to_demo=True)
@@ -334,6 +342,7 @@ def _copy_checkpoint(source, target):
     return target
 
 
+@pytest.mark.slow
 def test_a_pickled_checkpoint_that_would_run_code_is_refused_and_the_code_never_runs(tmp_path):
     from longqa.session import Session
 
@@ -367,6 +376,7 @@ def safe_state(folder):
     return load_file(str(folder / "model.safetensors"))
 
 
+@pytest.mark.slow
 def test_code_shipped_with_a_checkpoint_never_runs(tmp_path):
     marker = tmp_path / "code-ran"
     folder = _copy_checkpoint(tiny_checkpoint(), tmp_path / "with-code")

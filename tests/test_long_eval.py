@@ -162,6 +162,7 @@ def test_the_stemmed_check_catches_a_shared_word():
 
 # --- notes ----------------------------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_notes_are_placed_whole_as_their_own_paragraph_with_their_own_question(notes):
     by_id = {note["id"]: note for note in notes}
     items = long_eval.make_items("notes", len(notes), 9, CI_TOKENS, notes=notes)

@@ -25,6 +25,7 @@ needs_band_kernel = pytest.mark.skipif(band_kernel.kernel(torch.float32) is None
                                        reason=f"{band_kernel.status(torch.float32)}; {band_kernel.status()}")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["arch:base", "arch:large"])
 def test_parameter_count_is_exact_on_meta_models(name):
     config = architecture_config(name)

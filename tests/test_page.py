@@ -54,6 +54,7 @@ def asked(ctx, request, pasted="The colour of Zorbin is teal.", question="What i
     return out, asking.show_outcome(ctx, request=request)
 
 
+@pytest.mark.slow
 def test_an_answer_says_whether_it_was_found_and_offers_both_downloads(ctx):
     out, shown = asked(ctx, visitor())
     assert out["answer"] and "confidence" in shown["status"]  # the tiny model has no rule: confidence alone
@@ -243,6 +244,7 @@ def test_hub_models_not_in_the_cache_are_marked_and_refused_in_plain_words_offli
     assert picks.model_note(DEFAULT_MODEL).startswith(" (not in the local cache")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not any(DEMO_MODEL_DIR.glob("*.safetensors")), reason="the demo model has no weights yet")
 def test_offline_the_default_model_is_marked_as_answered_by_the_demo_model_which_then_answers(monkeypatch, tmp_path):
     """The default model falls back to the bundled demo model when it cannot be fetched: offline its mark says so
@@ -309,6 +311,7 @@ def streamed(ctx, request, pasted=LONG_PASTE, question="What is the colour of Zo
     return updates, asking.show_outcome(ctx, request=request)
 
 
+@pytest.mark.slow
 def test_a_long_read_shows_the_best_answer_so_far_then_the_answer(ctx):
     updates, shown = streamed(ctx, visitor("tab-stream"))
     *provisional, final = updates
@@ -328,6 +331,7 @@ def test_a_long_read_shows_the_best_answer_so_far_then_the_answer(ctx):
     assert shown["answer"]["label"] == "Answer" and "confidence" in shown["status"]  # the answer replaces it
 
 
+@pytest.mark.slow
 def test_stop_keeps_the_best_answer_so_far_labelled_partial(ctx):
     request = visitor("tab-stream-stop")
 
@@ -346,6 +350,7 @@ def test_stop_keeps_the_best_answer_so_far_labelled_partial(ctx):
     assert all(value == gr.skip() for value in updates[-1].values())  # the partial answer stays as it was shown
 
 
+@pytest.mark.slow
 def test_a_stop_pressed_once_every_window_is_read_shows_the_answer(ctx):
     """Issue 49 item 7: Stop pressed while the progress read "90/90 windows" said "Stopped before any window was
     read"; the answer was being decoded."""
@@ -372,6 +377,7 @@ OFF_THE_PATH = ("page.zerogpu", "page.picks", "page.turns", "page.errors", "page
                 "longqa.loader", "longqa_core.text_files", "longqa_core.document_limits", "longqa_core.host_memory")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("reading", ["full", "guided"])
 def test_an_ask_enters_few_modules_from_the_page_s_handler_to_the_model(ctx, long_document, reading):
     """Off ZeroGPU the page hands the answer its context, stop check and gate directly: neither the ZeroGPU module

@@ -27,6 +27,7 @@ def report(tmp_path):
     return path
 
 
+@pytest.mark.slow
 def test_the_answers_page_is_offered_drawn_when_opened_kept_and_only_for_its_visitor(ctx, report, monkeypatch):
     list(asking.ask(ctx, [str(report)], "", WRAPPED_QUESTION, 3, "full", [], None, "", request=visitor("one")))
     room = page_view.room_after_answer(visitor("one"))
@@ -53,6 +54,7 @@ def test_the_answers_page_is_offered_drawn_when_opened_kept_and_only_for_its_vis
     assert page_view.room_after_answer(visitor("two"))["page_room"]["visible"] is False
 
 
+@pytest.mark.slow
 def test_a_page_whose_file_is_gone_is_said_in_the_room(ctx, report):
     list(asking.ask(ctx, [str(report)], "", WRAPPED_QUESTION, 1, "full", [], None, "", request=visitor("gone")))
     choice = page_view.room_after_answer(visitor("gone"))["page_pick"]["value"]
@@ -61,6 +63,7 @@ def test_a_page_whose_file_is_gone_is_said_in_the_room(ctx, report):
     assert shown["page_image"] is None and "no longer on this server" in shown["page_note"]
 
 
+@pytest.mark.slow
 def test_an_answer_from_text_offers_no_page(ctx, tmp_path):
     path = tmp_path / "notes.txt"
     path.write_text("The colour of Zorbin is teal.\n" * 20)

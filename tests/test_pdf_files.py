@@ -42,6 +42,7 @@ def read_in_thread(data: bytes, name: str, outcome: dict, **kwargs) -> threading
     return thread
 
 
+@pytest.mark.slow
 def test_a_page_that_inflates_past_the_childs_memory_cap_is_refused_and_leaves_nothing_behind(monkeypatch):
     monkeypatch.setattr(pdf_files, "PDF_BASE_MEMORY_BYTES", 96 * MIB)  # PDFium itself fits; 8 MB of operators not
     rss_before = psutil.Process().memory_info().rss
@@ -93,6 +94,7 @@ def test_a_pdf_is_read_in_a_child_whose_crash_is_a_document_error(monkeypatch):
         read_document(text_pdf("Hello"), name="crash.pdf")
 
 
+@pytest.mark.slow
 def test_ordinary_pdfs_read_in_the_child_as_they_did_in_process():
     pages = [f"Page {n}: the fee is {n * 11} dollars.\nSigned in Paris." for n in range(1, 41)]
     data = text_pdf(*pages)
@@ -113,6 +115,7 @@ def test_the_hostile_page_with_default_limits_ends_within_the_read_limit(hostile
     assert not my_children()
 
 
+@pytest.mark.slow
 def test_the_childs_time_limit_counts_from_when_the_request_began_reading(monkeypatch):
     # 0.02 s of the request's 5.5 left when the child is started: starting it (the interpreter, pypdf) takes longer;
     # the parent waits long enough for the child's own check, which names the page, on a busy machine too

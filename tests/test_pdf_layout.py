@@ -71,6 +71,7 @@ def test_page_lines_leave_out_running_lines_and_mark_paragraphs_and_headings():
 
 # PDFs made as people make them
 
+@pytest.mark.slow
 def test_a_matplotlib_pdf_whose_sentence_wraps_inside_a_name_reads_it_whole_on_its_page():
     data = wrapped_matplotlib_pdf()
     assert "Vesmira\r\nQuonthal" in pypdfium2.PdfDocument(data)[16].get_textpage().get_text_range()  # as drawn
@@ -150,6 +151,7 @@ def test_a_page_drawn_a_quarter_turn_round_reads_in_order():
     assert read_document(reportlab_pdf(draw), name="landscape.pdf").text == " ".join(PROSE)
 
 
+@pytest.mark.slow
 def test_a_page_of_glyphs_drawn_one_by_one_reads_whole_and_soon():
     from reportlab.pdfbase.pdfmetrics import stringWidth
 
@@ -166,6 +168,7 @@ def test_a_page_of_glyphs_drawn_one_by_one_reads_whole_and_soon():
     assert document.text.startswith(" ".join(PROSE)) and "Vesmira Quonthal" in document.text
 
 
+@pytest.mark.slow
 def test_a_tables_row_stays_on_one_line():
     def draw(canvas):
         canvas.setFont("Helvetica", 11)

@@ -59,6 +59,7 @@ def filler_page(canvas, number: int) -> None:
         canvas.drawString(72, 700 - 14 * row, f"{FILLER} ({number}.{row})"[:90])
 
 
+@pytest.mark.slow
 def test_a_value_in_one_column_is_marked_on_its_glyphs_on_the_right_page(tmp_path):
     data = wrapped_matplotlib_pdf(n_pages=6, fact_page=4)
     document = read_from_file(tmp_path, data)
@@ -73,6 +74,7 @@ def test_a_value_in_one_column_is_marked_on_its_glyphs_on_the_right_page(tmp_pat
     assert (top, bottom) == pytest.approx((mark.height - box[3], mark.height - box[1]), abs=0.05)
 
 
+@pytest.mark.slow
 def test_a_name_wrapped_over_two_lines_is_marked_on_both(tmp_path):
     data = wrapped_matplotlib_pdf(n_pages=3, fact_page=2)
     document = read_from_file(tmp_path, data)
@@ -102,6 +104,7 @@ def test_the_value_in_the_right_column_of_two_is_marked_there_not_where_the_left
     assert centre_on_glyphs(box, on_the_right[0]) and box[0] > 300
 
 
+@pytest.mark.slow
 def test_a_table_cell_and_a_footnote_are_marked_where_they_stand(tmp_path):
     def draw(canvas):
         canvas.setFont("Helvetica", 11)
@@ -124,6 +127,7 @@ def test_a_table_cell_and_a_footnote_are_marked_where_they_stand(tmp_path):
     assert centre_on_glyphs(note.boxes[0], glyphs)
 
 
+@pytest.mark.slow
 def test_an_answer_over_a_page_break_is_marked_on_both_pages(tmp_path):
     def first(canvas):
         filler_page(canvas, 1)
@@ -140,6 +144,7 @@ def test_an_answer_over_a_page_break_is_marked_on_both_pages(tmp_path):
     assert centre_on_glyphs(marks[1].boxes[0], glyph_boxes(data, 2, "Brennick")[0])
 
 
+@pytest.mark.slow
 def test_a_page_drawn_sideways_is_marked_in_its_own_space(tmp_path):
     def draw(canvas):
         canvas.setPageRotation(90)
@@ -156,6 +161,7 @@ def test_a_page_drawn_sideways_is_marked_in_its_own_space(tmp_path):
     assert (mark.width, mark.height) == pytest.approx((792, 612))  # as shown: turned
 
 
+@pytest.mark.slow
 def test_the_page_is_drawn_with_the_mark_where_the_value_stands(tmp_path):
     data = wrapped_matplotlib_pdf(n_pages=3, fact_page=2)
     document = read_from_file(tmp_path, data)
@@ -169,6 +175,7 @@ def test_the_page_is_drawn_with_the_mark_where_the_value_stands(tmp_path):
     assert image.getpixel((5, 5)) == (255, 255, 255)  # the margin as the page has it
 
 
+@pytest.mark.slow
 def test_a_huge_page_is_refused_in_words_and_its_file_gone_is_said(tmp_path):
     def draw(canvas):
         canvas.setFont("Helvetica", 40)

@@ -37,6 +37,7 @@ def handler(demo, name):
     return next(fn.fn for fn in demo.fns.values() if fn.name == name)
 
 
+@pytest.mark.slow
 def test_the_plan_endpoint_returns_the_commands_json(panel):
     _, _, client = panel
     answer = client.predict(model=LARGE, gpu="T4", tokens=2048, batch=2, api_name="/plan")
@@ -61,6 +62,7 @@ def test_the_plan_endpoint_refuses_bad_input_clearly(panel, arguments, message):
         client.predict(**arguments, api_name="/plan")
 
 
+@pytest.mark.slow
 def test_the_button_fills_ours_the_article_the_table_and_the_json(panel):
     demo, components, _ = panel
     show = handler(demo, "show_plan")
@@ -106,6 +108,7 @@ def test_every_number_in_the_table_is_labelled_predicted():
     assert rows["datacenter"][3] == ui_format.MISSING and "bf16 needs" in rows["datacenter"][5]
 
 
+@pytest.mark.slow
 def test_without_a_gpu_the_article_has_nothing_to_say():
     assert "no advice for a machine without a GPU" in panel_fmt.plan_article(plan_request(LARGE, cpu_memory_gb=16))
     linked = panel_fmt.plan_article(plan_request(LARGE, gpu="T4"), "gradio_api/file=/app/docs/gpu-planning.md")

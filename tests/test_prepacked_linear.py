@@ -42,6 +42,7 @@ def test_every_linear_is_packed_and_the_projections_are_fused_once():
     assert weight_bytes_per_device([packed]) == weight_bytes_per_device([plain])  # held once, not twice
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fast", [True, False])
 def test_fp32_outputs_match_the_plain_model(fast):
     plain, packed = models(fast=fast)
@@ -94,6 +95,7 @@ def test_unavailable_on_cuda_with_the_reason():
     assert "CPU only" in strategy.unavailable_reason(strategy.hardware)
 
 
+@pytest.mark.slow
 def test_unpacked_gives_plain_trainable_layers_and_packs_them_again():
     plain, packed = models()
     x = inputs(2, 300, TINY.vocab_size)

@@ -282,6 +282,7 @@ def test_a_handle_call_closed_at_a_yield_is_cancelled():
     assert response.cancelled
 
 
+@pytest.mark.slow
 def test_resources_one_gpu_each_where_there_are_gpus_else_the_cpus_split(monkeypatch):
     import ray
 
@@ -300,6 +301,7 @@ def test_resources_one_gpu_each_where_there_are_gpus_else_the_cpus_split(monkeyp
         check_room({"num_gpus": 1, "num_cpus": 1}, 2)
 
 
+@pytest.mark.slow
 def test_a_failed_deployment_is_told_by_the_last_line_of_the_replicas_traceback(monkeypatch):
     from ray import serve
 

@@ -82,6 +82,7 @@ def test_the_passage_with_the_question_words_ranks_its_window_first():
     assert plan.reason.startswith(f"ranked the full read's {len(cuts)} windows on budget, Quarrowby:")  # as asked
 
 
+@pytest.mark.slow
 def test_windows_that_tie_on_the_entity_are_all_read_before_stopping():
     """A paraphrased question matches only the entity: every window that names it ties, none is decisive."""
     chunk = FILLER * (40_000 // len(FILLER))
@@ -372,6 +373,7 @@ def test_a_guided_plan_knows_the_full_reads_windows_and_its_order(tiny_tokenizer
     assert any(guided.cuts[i].start_char <= fact < guided.cuts[i].end_char for i in guided.reading.rounds[0])
 
 
+@pytest.mark.slow
 def test_a_question_that_was_cut_still_reads_on_when_the_answer_is_weak(tiny_tokenizer):
     long_question = "What is the budget of Quarrowby? " + "please " * 200
     result, runner = weak_request(tiny_tokenizer, question=long_question)
@@ -380,6 +382,7 @@ def test_a_question_that_was_cut_still_reads_on_when_the_answer_is_weak(tiny_tok
     assert runner.windows == result.reading.windows_read == result.windows
 
 
+@pytest.mark.slow
 def test_a_weak_answer_keeps_the_guided_read_when_reading_everything_would_pass_the_time_limit(tiny_tokenizer):
     class SlowFlatRunner(FlatRunner):
         def __call__(self, batch):
@@ -413,6 +416,7 @@ def test_the_first_round_never_reads_a_stretch_without_the_questions_words():
     assert all(ranking.scores[r] > 0 for r in plan.rounds[0])
 
 
+@pytest.mark.slow
 def test_one_cjk_file_among_english_ones_does_not_stop_the_ranking():
     english = [long_text("The budget of Quarrowby is 12 crowns.", 0.5) for _ in range(3)]
     index, cuts = index_of(english + ["预算是十二元。" * 500])
@@ -433,6 +437,7 @@ class PeakRunner(FlatRunner):
         return start, end
 
 
+@pytest.mark.slow
 def test_an_answer_the_rule_calls_not_found_is_read_whole_first_and_then_said_not_found(tiny_tokenizer):
     text = long_text("The budget of Quarrowby is 12 crowns.", 0.6, n_chars=60_000)
     question = "What is the budget of Quarrowby?"
@@ -449,6 +454,7 @@ def test_an_answer_the_rule_calls_not_found_is_read_whole_first_and_then_said_no
     assert all(a.confidence == "low" for a in result.answers)
 
 
+@pytest.mark.slow
 def test_when_the_time_budget_ends_first_it_says_not_found_in_the_part_read(tiny_tokenizer):
     class SlowFlatRunner(FlatRunner):
         def __call__(self, batch):
@@ -520,6 +526,7 @@ def test_a_weak_answer_widens_the_sized_windows_and_gives_the_full_reads_answers
     assert answers_of(result) == answers_of(full) and result.reading.read == full.reading.read
 
 
+@pytest.mark.slow
 def test_the_plan_says_how_long_each_read_should_take_and_the_readout_what_it_took(tiny_tokenizer):
     text = long_text("The budget of Quarrowby is 12 crowns.", 0.6, n_chars=60_000)
     question = "What is the budget of Quarrowby?"
@@ -543,6 +550,7 @@ def test_the_plan_says_how_long_each_read_should_take_and_the_readout_what_it_to
     assert result.reading.to_json()["expected_s"] == plan.guided_read_s
 
 
+@pytest.mark.slow
 def test_a_sized_read_tells_the_best_so_far_from_its_first_sized_window(tiny_tokenizer):
     heard = []
     text = long_text("The budget of Quarrowby is 12 crowns.", 0.6, n_chars=60_000)

@@ -187,6 +187,7 @@ def near(document: Document, known: Known) -> str:
     return f"the text from its first words: {spaced(document.text[start:start + len(known.text) + 80])!r}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", PDFS)
 def test_a_real_pdf_reads_within_the_default_limits(key):
     pdf = PDFS[key]

@@ -44,6 +44,7 @@ def reader(steps: list):
     return read
 
 
+@pytest.mark.slow
 def test_a_request_reads_then_loads_then_plans_once_then_answers_in_its_turn(tiny_model_dir):
     session, steps, heard = CountingSession(), [], []
     lane = ModelLane(capacity=1)
@@ -69,6 +70,7 @@ def test_a_request_reads_then_loads_then_plans_once_then_answers_in_its_turn(tin
     assert lane.waiting() == 0 and not lane.is_busy(), "the request left the lane"
 
 
+@pytest.mark.slow
 def test_a_loaded_model_is_not_loaded_again_and_without_a_lane_there_is_no_wait(tiny_model_dir):
     session = CountingSession()
     session.load(str(tiny_model_dir), "cpu")
@@ -77,6 +79,7 @@ def test_a_loaded_model_is_not_loaded_again_and_without_a_lane_there_is_no_wait(
     assert session.loads == loads and answered.readout.queue is None and answered.readout.result.answers
 
 
+@pytest.mark.slow
 def test_a_visitor_past_its_share_is_refused_before_its_documents_are_read(tiny_model_dir):
     session = CountingSession()
     session.load(str(tiny_model_dir), "cpu")
@@ -87,6 +90,7 @@ def test_a_visitor_past_its_share_is_refused_before_its_documents_are_read(tiny_
     assert steps == [] and session.plans == 0
 
 
+@pytest.mark.slow
 def test_a_stop_from_the_turn_on_ends_the_answer_but_not_the_reading(tiny_model_dir):
     session = CountingSession()
     session.load(str(tiny_model_dir), "cpu")
@@ -103,6 +107,7 @@ class ListenerError(Exception):
     pass
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("failing", ["candidate", "stop"])
 def test_a_listener_that_raises_or_a_stop_leaves_the_lane_and_the_sessions_count_at_once(tiny_model_dir, failing):
     """Read through callbacks (`batching.drain`): the steps are closed as the error passes, not when the garbage
@@ -151,6 +156,7 @@ class CountingRunner:
         return self.runner(batch)
 
 
+@pytest.mark.slow
 def test_the_steps_yield_the_best_so_far_after_each_batch_then_end_with_the_answer(tiny_model_dir):
     session = CountingSession()
     session.load(str(tiny_model_dir), "cpu")
@@ -168,6 +174,7 @@ def test_the_steps_yield_the_best_so_far_after_each_batch_then_end_with_the_answ
     assert all(best.windows_total == total for best in seen)
 
 
+@pytest.mark.slow
 def test_closed_at_a_yield_the_read_goes_no_further_and_leaves_the_lane(tiny_model_dir):
     session = CountingSession()
     session.load(str(tiny_model_dir), "cpu")

@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
+
 from longqa.serving.route_gate import JoinBudget, NewSessionBudget, RouteGate, SessionsHeard, body_cap_bytes
 from longqa.serving.uploads import MIB
 from tests.conftest import Clock
@@ -120,6 +122,7 @@ def test_sessions_heard_are_noted_from_the_heartbeat_route_the_latest_kept():
     assert "x" * 5000 in heard and None not in heard and "" not in heard
 
 
+@pytest.mark.slow
 def test_new_sessions_take_their_addresses_budget_and_known_or_heard_sessions_join_past_it():
     known = {"open-page"}
     heard = SessionsHeard()
@@ -137,6 +140,7 @@ def test_new_sessions_take_their_addresses_budget_and_known_or_heard_sessions_jo
     assert "new sessions" in sessions.refusal() and "Please wait a few seconds" in sessions.refusal()
 
 
+@pytest.mark.slow
 def test_a_new_session_past_the_budget_joins_when_its_heartbeat_is_heard_within_the_grace():
     heard = SessionsHeard()
     sessions = NewSessionBudget(JoinBudget(per_s=0.001, burst=0), heard, grace_s=1.0)

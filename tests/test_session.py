@@ -72,6 +72,7 @@ def test_a_plan_made_before_another_load_is_made_again_for_the_model_loaded_now(
         plan.documents, "Which words?", "full", max_seq_len=256).windows
 
 
+@pytest.mark.slow
 def test_a_readout_from_another_process_teaches_the_throughput_estimate(tiny_model_dir):
     session = Session()
     session.load(str(tiny_model_dir), "cpu")
@@ -209,6 +210,7 @@ def modules_down_to_the_forward(call) -> list[str]:
     return entered
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("reading, bound", [("full", 9), ("guided", 11)])
 def test_a_request_enters_few_modules_from_the_session_to_the_model(tiny_model_dir, long_document, reading, bound):
     """Issue 47: one request, one pass. From the session's entry (plan, then ask) to the model's forward: a full

@@ -251,6 +251,7 @@ WORDS_TEXT = ("It's the 1990s' best-known VX-2291 code. O'Hara Mills  had 4,102 
               "text… The capital of Freedonia is Fredville. \n The anthem of Freedonia is Hail Freedonia.")
 
 
+@pytest.mark.slow
 def test_words_are_the_tokenizers_own_words(tiny_tokenizer):
     """Every span of up to 15 tokens aligns exactly as the pipeline's word_to_chars does with a real tokenizer (the
     tiny one splits most words into pieces), plus the project's trimming."""
@@ -339,6 +340,7 @@ def test_leaving_out_hopeless_spans_changes_no_answer(tiny_tokenizer, monkeypatc
     assert ours == window_candidates(start, end, context, offsets, MIXED_TEXT, 0, top_k=5, max_answer_len=15)
 
 
+@pytest.mark.slow
 def test_reach_never_rules_out_a_span_that_aligns_to_an_answer(tiny_tokenizer):
     encoding = tiny_tokenizer(MIXED_TEXT, add_special_tokens=False, return_offsets_mapping=True)
     offsets = list(encoding["offset_mapping"])

@@ -89,6 +89,7 @@ def test_hooks_return_new_objects_and_never_mutate(name):
 
 
 # ------------------------------------------------------------------------------------------ half precision
+@pytest.mark.slow
 def test_half_precision_loads_bf16_on_cpu_and_fp16_on_cuda(folder, batch):
     on_cpu = HalfPrecision(CPU, "cpu")
     model = load(folder, **on_cpu.adjust_load_kwargs({"dtype": torch.float32}))
@@ -173,6 +174,7 @@ def test_dynamic_batching_turns_on_adaptive_batching_only():
 
 
 # ------------------------------------------------------------------------------------------ int8 dynamic
+@pytest.mark.slow
 def test_int8_dynamic_quantizes_the_encoder_linears_quietly(folder, batch):
     reference = logits(load(folder), batch)
     model = load(folder)
@@ -270,6 +272,7 @@ def test_offload_with_8bit_keeps_offloaded_layers_fp32_and_plans_smaller_weights
 
 
 # ------------------------------------------------------------------------------------------ replicas
+@pytest.mark.slow
 def test_replica_runner_matches_one_runner(folder, tokenizer):
     model = load(folder)
     batch = {key: torch.cat([value] * 3) for key, value in qa_batch(tokenizer).items()}  # (3, L)
@@ -294,6 +297,7 @@ def test_strategies_that_write_files_share_the_one_cache_folder(monkeypatch, tmp
     assert band_kernel.kernel_folder() == tmp_path / "kernels"
 
 
+@pytest.mark.slow
 def test_mmap_loading_converts_a_bin_checkpoint_once(tmp_path, batch, monkeypatch):
     bin_folder = tiny_checkpoint(safetensors=False)
     assert not has_safetensors(bin_folder)

@@ -262,6 +262,7 @@ def can_reset_peak() -> bool:
     return telemetry._reset_high_water_mark()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not can_reset_peak(), reason="needs Linux's resettable VmHWM")
 def test_host_peak_sees_a_spike_before_a_nested_block_resets_the_mark():
     with telemetry.HostPeak() as outer:
@@ -277,6 +278,7 @@ def test_host_peak_sees_a_spike_before_a_nested_block_resets_the_mark():
     assert measurement.memory.host_peak_rss_bytes - inner.baseline_rss_bytes < 100 * MB
 
 
+@pytest.mark.slow
 def test_host_peak_samples_rss_where_the_mark_cannot_be_reset(monkeypatch, tmp_path):
     monkeypatch.setattr(telemetry, "CLEAR_REFS", tmp_path / "absent" / "clear_refs")
     with telemetry.HostPeak(interval_s=0.001) as host:
@@ -370,6 +372,7 @@ print(json.dumps({"before": before, "frozen": settings["frozen_objects"], "left"
 """
 
 
+@pytest.mark.slow
 def test_a_server_freezes_what_start_up_made_and_still_collects_what_comes_after():
     """`python app.py` freezes start-up's objects: a collection then walks only what came after, and garbage made
     after start-up (an unloaded model's reference cycles) is still collected."""

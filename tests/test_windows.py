@@ -47,6 +47,7 @@ def cut_like_make_windows(tokenizer, question: str, documents: list[Document], s
     return cut_windows(tokenizer, question, documents, tokens, cuts), expected, cuts, tokens, stats
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("which", ["tiny", "demo"])
 @pytest.mark.parametrize("seed, settings, chunk_chars", [
     (0, EngineSettings(max_seq_len=512), 1_000),
@@ -75,6 +76,7 @@ def test_cut_windows_are_the_full_reads_windows_token_for_token(request, tiny_to
     assert [len(t) for t in tokens] == [count_tokens(tokenizer, d.text).tokens for d in documents]
 
 
+@pytest.mark.slow
 def test_offsets_trimmed_at_once_are_those_trimmed_one_by_one():
     spaces = [chr(c) for c in range(0x110000) if chr(c).isspace()]
     assert max(map(ord, spaces)) <= 0x3000  # the white space `trimmed_offsets` knows is all there is
@@ -148,6 +150,7 @@ def test_a_run_of_one_class_longer_than_a_chunk_is_one_chunk_to_its_end(tiny_tok
     assert sum(c.end - c.start > 500 for c in chunks) == 1
 
 
+@pytest.mark.slow
 def test_tokenizing_asks_stop_between_calls_and_ends_there(tiny_tokenizer):
     text = messy_text(5, 120_000)  # about 670,000 characters
     asked = []
