@@ -493,6 +493,23 @@ def test_a_window_sized_to_its_passage_is_centred_on_it_inside_the_full_window(t
     assert dataclasses.replace(plan, settings=FLAT_SETTINGS).narrowed_cuts([first]) is None  # not asked for
 
 
+def test_a_question_outside_the_model_s_form_is_read_in_whole_windows(tiny_tokenizer):
+    """Issue 60: its answer is a guess, which a window sized to the passage makes look surer (fewer places compete)
+    and so could end the read on another guess than whole windows give. A question of the form keeps its sizing."""
+    form = no_answer.QuestionForm("What is the <attribute> of <name>?", "One form only.")
+    rule = no_answer.NoAnswerRule(no_answer.THRESHOLD, 1e-5, "test", needs_evidence=True, question_form=form)
+    settings = dataclasses.replace(SIZED_SETTINGS, no_answer=rule)
+    documents = [Document("d.txt", long_text("The budget of Quarrowby is 12 crowns.", 0.6, n_chars=60_000))]
+    guess = plan_request(tiny_tokenizer, documents, "How much money does Quarrowby have?", settings, "guided")
+    asked = plan_request(tiny_tokenizer, documents, "What is the budget of Quarrowby?", settings, "guided")
+    assert guess.mode == asked.mode == "guided"
+    assert guess.settings.passage_window_tokens is None and guess.narrowed_cuts(guess.reading.rounds[0]) is None
+    assert asked.settings.passage_window_tokens == SIZED and asked.narrowed_cuts(asked.reading.rounds[0])
+    # a model with no form (or no rule) sizes every question's windows
+    other = plan_request(tiny_tokenizer, documents, "How much money does Quarrowby have?", SIZED_SETTINGS, "guided")
+    assert other.settings.passage_window_tokens == SIZED
+
+
 def test_a_strong_answer_in_windows_sized_to_the_passage_reads_no_more(tiny_tokenizer, counted_passes):
     runner, passes = counted_passes
     lengths = []
