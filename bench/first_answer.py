@@ -77,7 +77,7 @@ def measure(model: str, profile: str, pages: int, sized_tokens: int, rounds: int
     pdf, item = make_pdf(pages)
     documents, extract_s = read_documents([(f"report-{pages}-pages.pdf", pdf)])
     weak = 0.0 if model.startswith("arch:") else None  # random weights: their scores say nothing (as reading_sweep)
-    whole = dataclasses.replace(loaded.settings, top_k=1)
+    whole = dataclasses.replace(loaded.settings, top_k=1, passage_window_tokens=0)  # sized: the default (issue 60)
     sized = dataclasses.replace(whole, passage_window_tokens=sized_tokens)
     warm = eval_task.make_document(1, 400)  # the throughput every plan's estimate reads, and the first call's costs
     answering.answer(loaded.runner, loaded.tokenizer, [Document("warm.txt", warm.text)], warm.question,

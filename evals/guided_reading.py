@@ -250,7 +250,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     loaded = load_model(args.model, args.profile)
-    settings = replace(loaded.settings, max_seq_len=4096, doc_stride=128, top_k=1)
+    # guided in whole windows, the reference; `--passage-window-tokens` adds the sized read (the product's default)
+    settings = replace(loaded.settings, max_seq_len=4096, doc_stride=128, top_k=1, passage_window_tokens=None)
     items = build_items(args.n, args.tokens, args.seed, loaded.tokenizer, args.categories.split(","))
     began = time.perf_counter()
 

@@ -179,7 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reading", choices=READING_MODES, default="full",
                         help="how each document is read, as `longqa ask --reading` (default: whole)")
     parser.add_argument("--passage-window-tokens", type=int, default=None,
-                        help="guided reads in windows of N tokens sized to the ranked passage (issue 60)")
+                        help="guided reads in windows of N tokens sized to the ranked passage (issue 60; "
+                             "without it, whole windows, the reference the sized reads are measured against)")
     parser.add_argument("--document-chars", default=",".join(map(str, no_answer_eval.DOCUMENT_CHARS)),
                         help="LOW,HIGH: the generated documents' length in characters, drawn log-uniformly "
                              "(default %(default)s; guided reading reads whole any document of two windows or less)")

@@ -14,6 +14,13 @@ def positive_int(text: str) -> int:
     return value
 
 
+def non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
 def positive_int_list(text: str) -> list[int]:
     """Comma-separated positive integers, repeats dropped, order kept: "1024,4096" -> [1024, 4096]."""
     try:

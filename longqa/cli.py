@@ -16,7 +16,7 @@ from pathlib import Path
 
 from transformers.utils import logging as hf_logging
 
-from longqa.arguments import positive_int
+from longqa.arguments import non_negative_int, positive_int
 from longqa.bench import runner as bench_module
 from longqa.compare import Comparison, choices_from, compare_profiles
 from longqa.gpu_plan import MachinePlan, plan_request
@@ -25,7 +25,7 @@ from longqa.request import run_request
 from longqa.session import ReadRequest, Session, page_image, read_documents
 from longqa_core.documents import format_location
 from longqa_core.errors import LongQAError
-from longqa_core.limits import validate_request
+from longqa_core.limits import PASSAGE_WINDOW_TOKENS, validate_request
 from longqa_core.reading import DEFAULT_READING, READING_MODES
 from strategies.auto import resolve_auto
 from strategies.gpu_catalog import GPU_MODELS
@@ -62,9 +62,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="full: read every window; guided: read the windows the question's words point to, more "
                           "while the answer is weak; auto (default): guided past a few windows, full where ranking "
                           "cannot serve")
-    ask.add_argument("--passage-window-tokens", type=positive_int, metavar="N",
-                     help="a guided read reads each ranked passage first in a window of N tokens around it (e.g. "
-                          "1024), and the whole window only while the answer is weak (docs/reading.md)")
+    ask.add_argument("--passage-window-tokens", type=non_negative_int, metavar="N",
+                     help="a guided read reads each ranked passage first in a window of N tokens around it, and the "
+                          f"whole window only while the answer is weak (default {PASSAGE_WINDOW_TOKENS}; 0: whole "
+                          "windows at once; docs/reading.md)")
     ask.add_argument("--no-answer-below", type=float, metavar="SCORE",
                      help="say 'not found' when the best answer scores under SCORE (between 0 and 1); replaces the "
                           "model's own rule (the demo model's measured threshold, a SQuAD 2.0 model's null score)")

@@ -27,7 +27,7 @@ from longqa.models import ModelSource, architecture_config, resolve_model
 from longqa.readout import LoadReadout
 from longqa_core.cache import cache_dir
 from longqa_core.batching import BatchState, ModelRunner, release_memory
-from longqa_core.limits import EngineSettings
+from longqa_core.limits import PASSAGE_WINDOW_TOKENS, EngineSettings
 from longqa_core.errors import ModelLoadError
 from longqa_core.telemetry import HostPeak, timed
 from strategies.auto import resolve_profile
@@ -179,7 +179,7 @@ def training_context(loaded: LoadedModel):
 
 def engine_settings(profile: Profile, strategies) -> EngineSettings:
     settings = EngineSettings(max_seq_len=profile.max_seq_len, doc_stride=profile.doc_stride,
-                              batch_size=profile.batch_size)
+                              batch_size=profile.batch_size, passage_window_tokens=PASSAGE_WINDOW_TOKENS)
     for strategy in strategies:
         settings = strategy.adjust_settings(settings)
     return settings

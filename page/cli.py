@@ -11,7 +11,7 @@ import sys
 
 import gradio as gr
 
-from longqa.arguments import positive_int
+from longqa.arguments import non_negative_int, positive_int
 from longqa.backend import Backend
 from longqa.models import DEFAULT_MODEL
 from longqa.serving import policy
@@ -21,7 +21,7 @@ from longqa.serving.uploads import DEFAULT_KEEP_S, DEFAULT_PER_VISITOR_BYTES, DE
 from longqa.session import Session
 from longqa_core.errors import LongQAError, ProfileError
 from longqa_core.html_files import READERS as HTML_READERS
-from longqa_core.limits import DEFAULT_MAX_TOTAL_TOKENS
+from longqa_core.limits import DEFAULT_MAX_TOTAL_TOKENS, PASSAGE_WINDOW_TOKENS
 from page import format as fmt
 from page.context import DEFAULT_MAX_COMPARE_S, DEFAULT_MAX_FILE_MB, DEFAULT_QUEUE_SIZE, MB, AppContext, make_context
 from page.layout import build_blocks
@@ -112,10 +112,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-compare-s", type=float, default=DEFAULT_MAX_COMPARE_S,
                         help="a comparison's reads, all profiles together, may take about this many seconds; one "
                              "predicted to take longer is refused, one that runs longer is ended; 0: no limit")
-    parser.add_argument("--passage-window-tokens", type=positive_int, default=None, metavar="N",
-                        help="a guided read reads each ranked passage first in a window of N tokens around it (e.g. "
-                             "1024: the first answer about 4x sooner with the default model on a CPU), and the whole "
-                             "window only while the answer is weak; default: whole windows (docs/reading.md)")
+    parser.add_argument("--passage-window-tokens", type=non_negative_int, default=None, metavar="N",
+                        help="a guided read reads each ranked passage first in a window of N tokens around it (the "
+                             "first answer about 4x sooner with the default model on a CPU), and the whole window "
+                             f"only while the answer is weak (default {PASSAGE_WINDOW_TOKENS}; 0: whole windows at "
+                             "once; docs/reading.md)")
     parser.add_argument("--visitor-header", default=default_visitor_header(),
                         help="behind a proxy: the header naming the visitor's address (the rightmost public address "
                              "in it, which the proxy appended: docs/serving.md), so that per-visitor limits count "

@@ -46,7 +46,8 @@ class AppContext:
     allow_compare: bool = False  # under lock_profile, visitors may still compare profiles (each reloads the model)
     allow_training: bool = False  # under lock_profile, visitors may still run the training-step readout
     max_compare_s: float | None = DEFAULT_MAX_COMPARE_S  # a comparison's reads, all profiles together (None: none)
-    passage_window_tokens: int | None = None  # guided reads' windows sized to the ranked passage (None: whole)
+    # guided reads' windows sized to the ranked passage (None: the loaded model's default; 0: whole windows)
+    passage_window_tokens: int | None = None
     lane: ModelLane = field(default_factory=ModelLane)  # requests take turns on the model between batches
     uploads: UploadStore = field(default_factory=UploadStore)  # the uploads on disk, bounded and deleted
     visitor_header: str | None = None  # the proxy's header naming the visitor's address (None: a direct connection)

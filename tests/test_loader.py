@@ -19,7 +19,7 @@ from transformers import BertConfig, BertModel, LongformerModel
 from longqa import loader, models
 from longqa.loader import LoadedModel, load_model
 from longqa_core.batching import BatchState, ModelRunner
-from longqa_core.limits import EngineSettings
+from longqa_core.limits import PASSAGE_WINDOW_TOKENS, EngineSettings
 from longqa_core.errors import ModelLoadError, ProfileError
 from strategies import band_kernel
 from strategies.auto import resolve_profile
@@ -72,7 +72,10 @@ def test_baseline_load_and_readout(folder):
     assert readout.fallback_reason is None and readout.load_time_s > 0
     assert readout.host_peak_rss_bytes >= readout.host_rss_before_bytes * 0.5 > 0
     assert set(readout.step_time_s) == {"download", "load", "strategies"}
-    assert loaded.settings == EngineSettings(batch_size=1)
+    assert loaded.settings == EngineSettings(batch_size=1, passage_window_tokens=PASSAGE_WINDOW_TOKENS)
+    resolved = loaded.settings.resolved(loaded.tokenizer)  # sized where the model's windows are longer
+    assert resolved.passage_window_tokens == (PASSAGE_WINDOW_TOKENS if resolved.max_seq_len > PASSAGE_WINDOW_TOKENS
+                                              else None)
     assert loaded.batch_state == BatchState(size=1)
     fractions = [fraction for fraction, _ in progress]
     assert fractions == sorted(fractions) and fractions[0] == 0.0 and fractions[-1] == 1.0

@@ -493,6 +493,21 @@ def test_a_window_sized_to_its_passage_is_centred_on_it_inside_the_full_window(t
     assert dataclasses.replace(plan, settings=FLAT_SETTINGS).narrowed_cuts([first]) is None  # not asked for
 
 
+@pytest.mark.parametrize("asked, resolved", [(SIZED, SIZED), (0, None), (None, None), (512, None), (5000, None),
+                                             (3.0 * 128, 384)])
+def test_sized_windows_resolve_to_a_size_or_whole_windows(tiny_tokenizer, asked, resolved):
+    """0 turns sizing off (issue 60: on by default for loaded models); a size of the window or more is the whole
+    window, so a default larger than a small model's window reads it whole rather than failing."""
+    settings = dataclasses.replace(FLAT_SETTINGS, passage_window_tokens=asked).resolved(tiny_tokenizer)
+    assert settings.max_seq_len == 512 and settings.passage_window_tokens == resolved
+
+
+@pytest.mark.parametrize("asked", [-1, 20, 2.5])
+def test_a_sized_window_too_small_for_the_question_or_not_a_count_is_refused(tiny_tokenizer, asked):
+    with pytest.raises(InputError, match="passage_window_tokens"):
+        dataclasses.replace(FLAT_SETTINGS, passage_window_tokens=asked).resolved(tiny_tokenizer)
+
+
 def test_a_question_outside_the_model_s_form_is_read_in_whole_windows(tiny_tokenizer):
     """Issue 60: its answer is a guess, which a window sized to the passage makes look surer (fewer places compete)
     and so could end the read on another guess than whole windows give. A question of the form keeps its sizing."""
