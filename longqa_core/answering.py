@@ -337,6 +337,9 @@ def judge_answers(decoded, settings: EngineSettings, read_whole: bool,
              for answer, lacking in zip(answers, missing)]
     first = min(passing, len(answers))  # in score order, before those that do not pass ("low")
     words = no_answer.in_score_order(words[:first], [a.score for a in answers[:first]]) + ["low"] * (len(words) - first)
+    rank = no_answer.CONFIDENCE_WORDS.index
+    for i in range(1, len(words)):  # a part of an answer above it ("90337" under "GGJ90337") is no surer than it
+        words[i] = min(words[i], words[i - 1], key=rank)
     for answer, word in zip(answers, words):
         answer.confidence = word
     return answers, verdict
