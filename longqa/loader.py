@@ -157,9 +157,10 @@ def load_model(model_ref: str, profile: Profile | str, *, hardware: Hardware | N
         dtype=weight_dtype_name(model), host_rss_before_bytes=host.baseline_rss_bytes, step_time_s=step_time_s,
         profile=profile.name, model_ref=source.ref,
         notes=[note for strategy in strategies for note in strategy.load_notes()])
+    window_tokens = settings.resolved(tokenizer).max_seq_len  # a whole window's tokens: what a window's seconds are
     return LoadedModel(model=model, tokenizer=tokenizer, profile=profile, model_ref=source.ref, source=source,
-                       settings=settings, batch_state=BatchState(size=settings.batch_size), runner=runner,
-                       readout=readout, hardware=hardware)
+                       settings=settings, batch_state=BatchState(size=settings.batch_size, window_tokens=window_tokens),
+                       runner=runner, readout=readout, hardware=hardware)
 
 
 def _report(progress: Progress, step: str, within: float, message: str) -> None:

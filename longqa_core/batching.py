@@ -49,6 +49,9 @@ class BatchState:
     forward_tokens: float = 0.0
     forward_s: float = 0.0
     forward_windows: float = 0.0
+    # The loaded model's whole window, in tokens: a window's seconds are then its tokens' at the measured rate, so
+    # that windows read sized to a passage (a quarter of the tokens) do not make whole ones look cheaper.
+    window_tokens: int | None = None
 
     @property
     def tokens_per_s(self) -> float | None:
@@ -57,7 +60,10 @@ class BatchState:
 
     @property
     def window_s(self) -> float | None:
-        """Forward seconds a window takes on this model, or None before any was measured."""
+        """Forward seconds a whole window takes on this model, or None before any was measured: its tokens at the
+        measured rate where `window_tokens` is known, else the windows run on average."""
+        if self.window_tokens and self.tokens_per_s:
+            return self.window_tokens / self.tokens_per_s
         return self.forward_s / self.forward_windows if self.forward_s > 0 and self.forward_windows > 0 else None
 
     def seconds_for_tokens(self, tokens: float, assumed_tokens_per_s: float | None = None) -> float | None:

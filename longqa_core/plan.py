@@ -18,6 +18,7 @@ from longqa_core.index_cache import IndexCache
 from longqa_core.limits import (EngineSettings, StopCheck, check_chars, check_predicted_time, check_tokens,
                                 document_room, read_as_notice, truncate_question, validate_request,
                                 written_as_documents)
+from longqa_core.no_answer import NULL_SCORE
 from longqa_core.telemetry import timed, trim_heap
 from longqa_core.windows import (DocumentStats, DocumentTokens, WindowCut, chars_per_token, count_tokens,
                                  count_windows, narrowed_cut, tokenize_document, window_cuts)
@@ -156,10 +157,13 @@ def plan_request(tokenizer, documents: list[Document], question: str, settings: 
             plan.question_tokens = len(tokenizer(plan.question, add_special_tokens=False)["input_ids"])
             plan.room = room = document_room(tokenizer, settings, plan.question_tokens)
         form = settings.no_answer.question_form  # a user's threshold keeps the model's form (`effective_rule`)
-        if settings.passage_window_tokens is not None and form is not None and not form.fits(plan.question):
+        null_score = settings.no_answer.kind == NULL_SCORE and settings.no_answer_below is None
+        if settings.passage_window_tokens is not None and (null_score or form is not None and
+                                                           not form.fits(plan.question)):
             # A guess (a question outside the model's form) is read in whole windows: in a window sized to its
             # passage a weak span scores higher (fewer places compete), so the read would stop on another guess
-            # than whole windows give (docs/reading.md, issue 60).
+            # than whole windows give (docs/reading.md, issue 60). So is a request judged by the lowest null score
+            # of the windows read: a sized window's own null score, in a smaller context, was never measured.
             plan.settings = settings = replace(settings, passage_window_tokens=None)
         if mode != "full":
             _rank(plan, tokenizer, index_cache, should_stop, visitor)

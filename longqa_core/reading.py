@@ -374,7 +374,7 @@ def read_rounds(runner: Runner, tokenizer, plan, batch_state: BatchState, measur
             else score
 
     for round_index, round_windows in enumerate(rounds.rounds):
-        new_tokens = plan.cut_tokens(round_windows)
+        new_tokens = plan.read_tokens(round_windows)  # what the round runs first: sized to its passages where asked
         rate = batch_state.tokens_per_s
         predicted = batch_state.seconds_for_tokens(new_tokens)
         forward_after = None if predicted is None else measurement.latency_s.get("forward", 0.0) + predicted
@@ -394,6 +394,14 @@ def read_rounds(runner: Runner, tokenizer, plan, batch_state: BatchState, measur
             read.narrowed |= set(round_windows)
             read.best_score = best_score()
             if rounds.is_weak(read.best_score):  # widen: the round's windows whole, as without sizing
+                whole_s = batch_state.seconds_for_tokens(plan.cut_tokens(round_windows))
+                if whole_s is not None and passes_time_limit(measurement.latency_s.get("forward", 0.0) + whole_s,
+                                                             settings.max_request_s):
+                    read.notices.append(f"Read {len(read.windows):,} windows sized to their passage; reading them "
+                                        f"whole would pass the limit of {settings.max_request_s:g} s a request, so "
+                                        f"the answer comes from those read.")
+                    read.cut_short = True
+                    break
                 read.drop(round_windows)
                 read.widened += len(round_windows)
                 narrowed = None

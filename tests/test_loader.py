@@ -76,7 +76,7 @@ def test_baseline_load_and_readout(folder):
     resolved = loaded.settings.resolved(loaded.tokenizer)  # sized where the model's windows are longer
     assert resolved.passage_window_tokens == (PASSAGE_WINDOW_TOKENS if resolved.max_seq_len > PASSAGE_WINDOW_TOKENS
                                               else None)
-    assert loaded.batch_state == BatchState(size=1)
+    assert loaded.batch_state == BatchState(size=1, window_tokens=resolved.max_seq_len)  # what a window's seconds are
     fractions = [fraction for fraction, _ in progress]
     assert fractions == sorted(fractions) and fractions[0] == 0.0 and fractions[-1] == 1.0
     start, end = loaded.runner(qa_batch(loaded.tokenizer))

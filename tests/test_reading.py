@@ -510,7 +510,8 @@ def test_a_sized_window_too_small_for_the_question_or_not_a_count_is_refused(tin
 
 def test_a_question_outside_the_model_s_form_is_read_in_whole_windows(tiny_tokenizer):
     """Issue 60: its answer is a guess, which a window sized to the passage makes look surer (fewer places compete)
-    and so could end the read on another guess than whole windows give. A question of the form keeps its sizing."""
+    and so could end the read on another guess than whole windows give. A question of the form keeps its sizing;
+    a request judged by the null score reads whole windows."""
     form = no_answer.QuestionForm("What is the <attribute> of <name>?", "One form only.")
     rule = no_answer.NoAnswerRule(no_answer.THRESHOLD, 1e-5, "test", needs_evidence=True, question_form=form)
     settings = dataclasses.replace(SIZED_SETTINGS, no_answer=rule)
@@ -523,6 +524,13 @@ def test_a_question_outside_the_model_s_form_is_read_in_whole_windows(tiny_token
     # a model with no form (or no rule) sizes every question's windows
     other = plan_request(tiny_tokenizer, documents, "How much money does Quarrowby have?", SIZED_SETTINGS, "guided")
     assert other.settings.passage_window_tokens == SIZED
+    # a SQuAD 2.0 model's null-score rule was never measured in sized windows: whole, unless a threshold replaces it
+    squad2 = dataclasses.replace(SIZED_SETTINGS, no_answer=no_answer.NoAnswerRule(no_answer.NULL_SCORE, source="t"))
+    asked = plan_request(tiny_tokenizer, documents, "What is the budget of Quarrowby?", squad2, "guided")
+    assert asked.settings.passage_window_tokens is None
+    own = dataclasses.replace(squad2, no_answer_below=0.01)
+    assert plan_request(tiny_tokenizer, documents, "What is the budget of Quarrowby?", own,
+                        "guided").settings.passage_window_tokens == SIZED
 
 
 def test_a_strong_answer_in_windows_sized_to_the_passage_reads_no_more(tiny_tokenizer, counted_passes):
@@ -542,6 +550,35 @@ def test_a_strong_answer_in_windows_sized_to_the_passage_reads_no_more(tiny_toke
     assert any(r.start_char <= fact < r.end_char for r in result.reading.read)
     assert all(r.end_char - r.start_char < 0.8 * (c.end_char - c.start_char) for r, c in
                zip(result.reading.read, [plan.cuts[i] for i in sorted(first)]))  # sized, not whole
+
+
+def test_a_whole_window_s_seconds_come_from_its_tokens_so_sized_reads_do_not_make_it_look_cheaper():
+    state = batching.BatchState(1, window_tokens=4096)
+    state.record_forward(tokens=4 * 1024, seconds=2.0, windows=4)  # four windows sized to 1,024 tokens
+    assert state.window_s == pytest.approx(2.0)  # a whole window: 4,096 tokens at 2,048 tokens a second
+    plain = batching.BatchState(1)
+    plain.record_forward(tokens=4 * 1024, seconds=2.0, windows=4)
+    assert plain.window_s == pytest.approx(0.5) and batching.BatchState(1).window_s is None  # windows on average
+
+
+def test_a_budget_sized_for_sized_windows_reads_them_and_stops_before_widening_past_it(tiny_tokenizer,
+                                                                                        counted_passes):
+    """ZeroGPU grants a guided read the seconds its plan expects, sized windows counted as such (issue 60's default):
+    the first round is checked against its sized tokens, not refused for whole windows' cost, and a weak answer that
+    would widen past the budget ends the read with a notice rather than overrun it."""
+    runner, passes = counted_passes
+    documents = [Document("d.txt", long_text("The budget of Quarrowby is 12 crowns.", 0.6, n_chars=60_000))]
+    state = batching.BatchState(1)
+    state.record_forward(tokens=10_000, seconds=10.0, windows=20)  # 1,000 tokens a second, measured
+    plan = plan_request(tiny_tokenizer, documents, "What is the budget of Quarrowby?", SIZED_SETTINGS, "guided",
+                        batch_state=state)
+    first = plan.reading.rounds[0]
+    sized_s, whole_s = plan.read_tokens(first) / 1000, plan.cut_tokens(first) / 1000
+    assert sized_s < whole_s
+    budget = plan.with_budget(sized_s * 1.1)  # room for the sized round, not for reading it whole
+    result = answering.answer_plan(runner, tiny_tokenizer, budget, batch_state=state)
+    assert result.reading.narrowed == len(first) and result.reading.widened == 0  # weak, yet not widened
+    assert any("sized to their passage" in notice and "limit" in notice for notice in result.notices)
 
 
 @pytest.mark.slow

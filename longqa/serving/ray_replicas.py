@@ -335,8 +335,9 @@ class RaySession:
         ray.get(self._board.read.remote(""))  # ready before the first request, whose progress it carries
         if on_progress is not None:
             on_progress(1.0, f"{self.replicas} replica(s) ready")
+        window_tokens = info["settings"].resolved(info["tokenizer"]).max_seq_len  # as the loader's: a whole window
         return RemoteModel(info["model_ref"], info["profile"], info["settings"], info["tokenizer"], info["readout"],
-                           info["hardware"], BatchState(info["settings"].batch_size))
+                           info["hardware"], BatchState(info["settings"].batch_size, window_tokens=window_tokens))
 
     def ask(self, plan: RequestPlan, *, extract_s: float = 0.0, gate: Gate | None = None, should_stop=None,
             on_window_progress=None, on_candidate=None) -> Readout:
