@@ -16,7 +16,7 @@ import shlex
 import subprocess
 import sys
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from tqdm import tqdm
@@ -69,7 +69,10 @@ def measure(spec: SweepSpec) -> dict:
     answering.answer(loaded.runner, loaded.tokenizer, [Document("warm.txt", warm.text)], warm.question,
                      loaded.settings, batch_state=loaded.batch_state)
     documents, extract_s = read_documents([spec.path])
-    result = answering.answer(loaded.runner, loaded.tokenizer, documents, spec.question, loaded.settings,
+    # whole windows, as the committed reading curves were measured (sized windows, the default since issue 60, are
+    # `python -m bench first-answer`'s)
+    settings = replace(loaded.settings, passage_window_tokens=0)
+    result = answering.answer(loaded.runner, loaded.tokenizer, documents, spec.question, settings,
                               batch_state=loaded.batch_state, extract_s=extract_s, reading_mode=spec.mode,
                               weak_answer_score=spec.weak_answer_score)
     best = result.answers[0] if result.answers else None

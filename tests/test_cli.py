@@ -300,6 +300,17 @@ def test_every_answer_over_a_pdf_and_a_markdown_file_names_its_page_or_line(caps
             assert location["text"].startswith(f"expedition_notes.md, line {location['line']:,}")
 
 
+def test_ask_sizes_guided_windows_by_the_model_s_default_and_0_reads_them_whole(capsys):
+    """Issue 60: no flag leaves the loaded model's default (1,024 tokens); 0 reaches the settings, which read whole
+    windows for it (tests/test_reading.py); a negative size is refused before anything is read."""
+    parse = cli.build_parser().parse_args
+    assert parse(["ask", "a.txt", "-q", "What?"]).passage_window_tokens is None
+    assert parse(["ask", "a.txt", "-q", "What?", "--passage-window-tokens", "0"]).passage_window_tokens == 0
+    with pytest.raises(SystemExit):
+        parse(["ask", "a.txt", "-q", "What?", "--passage-window-tokens", "-5"])
+    assert "must be 0 or more" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("argv0, usage", [("/venv/bin/longqa", "usage: longqa "),
                                           ("/repo/longqa/__main__.py", "usage: python -m longqa ")])
 def test_the_usage_names_the_command_as_it_was_started(monkeypatch, capsys, argv0, usage):
