@@ -381,13 +381,15 @@ def queue_text(queue) -> str:
 
 
 def reading_summary(readout) -> str:
-    """E.g. "read 6 of 51 windows (guided) in 21 s; a full read would take about 3 min"."""
+    """E.g. "read 6 of 51 windows (guided, 6 sized to their passage) in 21 s; a full read would take about 3 min"."""
     result = readout.result
     reading = result.reading
     if reading is None:
         return MISSING
-    text = (f"read {reading.windows_read:,} of {reading.windows_total:,} windows ({reading.mode}) "
-            f"in {format_seconds(result.latency_s.get('total'))}")
+    sized = [f"{reading.narrowed:,} sized to their passage"] if reading.narrowed else []
+    sized += [f"{reading.widened:,} read again whole"] if reading.widened else []
+    text = (f"read {reading.windows_read:,} of {reading.windows_total:,} windows "
+            f"({', '.join([reading.mode, *sized])}) in {format_seconds(result.latency_s.get('total'))}")
     if reading.expected_s is not None and reading.forward_s is not None:
         text += (f" (the model's passes {format_seconds(reading.forward_s)}, expected "
                  f"{format_about(reading.expected_s)})")

@@ -212,6 +212,9 @@ def test_reading_summary_says_what_was_read_and_the_full_reads_prediction():
     full = readout_of({"forward": 3.0, "total": 3.5}, ReadingReadout("full", "full", 4, 4, "asked", []))
     assert "would take" not in ui_format.reading_summary(full)
     assert ui_format.reading_summary(readout_of()) == ui_format.MISSING
+    sized = readout_of({"total": 2.0}, ReadingReadout("guided", "auto", 6, 51, "ranked", [], narrowed=4, widened=2))
+    assert ui_format.reading_summary(sized).startswith(  # issue 60's default, said where it read
+        "read 6 of 51 windows (guided, 4 sized to their passage, 2 read again whole) in 2.00 s")
 
 
 def test_the_full_read_is_predicted_at_the_models_measured_seconds_a_window():
