@@ -164,8 +164,9 @@ def middle_checkpoint(tmp_path_factory):
 
 @pytest.mark.slow  # eight loads and reads of a small model
 def test_a_request_measures_the_same_after_switching_profiles(middle_checkpoint):
-    """The same request under the same profile, switched back and forth with another: the process's peak within 5 %
-    from one switch to the next (it grew by 15-28 % before the heap was handed back: docs/memory-switching.md), and
+    """The same request under the same profile, switched back and forth with another: the process's peak within 10 %
+    from one switch to the next (it grew by 15-28 % before the heap was handed back: docs/memory-switching.md; in the
+    whole suite, after other tests in the process, it has moved by 5.6 %: 1.61 to 1.70 GB at commit 43315a0), and
     the request's own peak above the baseline counts what it allocates (about 40-60 MB here; before the trims it
     reused what earlier requests had freed and showed 0-1 MB). A profile's runs before the other profile first ran
     are left out: the first request of a precision pays one-time initialisation, which stays in the process. The own
@@ -181,5 +182,5 @@ def test_a_request_measures_the_same_after_switching_profiles(middle_checkpoint)
         runs = [run for run in comparison.runs if run.choice.name == name][1:]  # once the other one has run
         peaks = [run.peak_bytes for run in runs]
         own = [run.request_peak_bytes for run in runs]
-        assert max(peaks) / min(peaks) < 1.05, f"{name}: process peaks {peaks}, own peaks {own}"
+        assert max(peaks) / min(peaks) < 1.10, f"{name}: process peaks {peaks}, own peaks {own}"
         assert min(own) > 20e6, f"{name}: own peaks {own}, process peaks {peaks}"
