@@ -521,17 +521,11 @@ class Verdict:
                 "evaluation": self.evaluation}
 
 
-def outside_form(rule: NoAnswerRule, question: str) -> bool:
-    """Whether `question` is not of the one form the rule's model answers (where it has one): its answer is a
-    guess the rule never calls found."""
-    return rule.question_form is not None and not rule.question_form.fits(question)
-
-
 def judge(rule: NoAnswerRule, best_score: float | None, null_score: float | None, read_whole: bool,
           missing: list[str] | None = None, absent: list[str] | None = None, question: str | None = None) -> Verdict:
     """The verdict on a request's best answer under `rule` (`missing`, `absent`: what `Evidence` says of it and of
     the documents; `question`: checked against the rule's question form, where it has one)."""
-    outside = question is not None and outside_form(rule, question)
+    outside = rule.question_form is not None and question is not None and not rule.question_form.fits(question)
     named = question is None or names_attribute(question)
     return Verdict(is_found(rule, best_score, null_score, missing, absent, not outside, named), rule, null_score,
                    read_whole, list(missing or []), list(absent or []), outside, best_score)
