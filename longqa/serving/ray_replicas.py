@@ -321,7 +321,8 @@ class RaySession:
             on_progress(0.1, f"Starting {self.replicas} replica(s) with {model_ref} and profile {profile.name}")
         deployment = serve.deployment(
             AnswerReplica, name=DEPLOYMENT_NAME, num_replicas=self.replicas, ray_actor_options=self.resources,
-            max_ongoing_requests=max_ongoing_requests(self.batch_requests))
+            max_ongoing_requests=max_ongoing_requests(self.batch_requests),
+            max_constructor_retry_count=constructor_tries(self.replicas))
         self.deployments += 1
         app = deployment.bind(model_ref, profile, fallback_to_demo, self.deployments, self.batch_requests)
         self.board_name()  # its worker starts (imports torch: seconds) while the replicas load
@@ -469,6 +470,14 @@ def code_environment(address: str | None) -> dict:
 def max_ongoing_requests(batch_requests: int) -> int:
     """Requests one replica takes at once: two forward passes' worth, so the next batch fills while one runs."""
     return max(2, 2 * batch_requests)
+
+
+def constructor_tries(replicas: int) -> int:
+    """Replica starts that may fail before a deployment counts as failed: one a replica. A load that fails says why
+    (a profile this node cannot run, a model it cannot read), and says the same again: Ray Serve's default of 3
+    tries a replica (20 at most) kept the page waiting 92 s for the reason with 2 replicas (tests/test_ray_serving.py),
+    where one try each tells it after one start."""
+    return max(1, replicas)
 
 
 def check_room(resources: dict, replicas: int) -> None:
