@@ -51,3 +51,14 @@ def test_every_result_is_listed_in_the_results_readme():
     entries = sorted(path.name for path in RESULTS.iterdir() if path.name != "README.md")
     unlisted = [name for name in entries if f"({name}" not in listed]
     assert not unlisted, f"docs/results/README.md has no line for: {unlisted}"
+
+
+def test_ci_runs_the_readmes_test_command_unchanged():
+    """The README's "Test it" block is the command CI's last line runs, word for word (a drift between them is a
+    suite nobody runs as the README says)."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = re.search(r"^## Test it\n+```bash\n(.+?)\n```", readme, re.M | re.S)
+    assert block is not None, "the README has no Test it block"
+    ci_lines = [line for line in (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+                if line.strip() and not line.lstrip().startswith("#")]
+    assert ci_lines[-1].strip() == block.group(1).strip()
