@@ -72,27 +72,18 @@ def pytest_collection_finish(session):
     gc.freeze()
 
 
-# The files whose tests take minutes together (serial seconds at 8d513ab, kind B: docs/results/suite-durations-*),
-# run first: the README's command spreads files over two workers (`-n 2`, `pytest_xdist_make_scheduler`), and a
-# long file begun last would keep one worker busy after the other has finished.
-LONG_FILES_FIRST = ("test_ray_serving.py",  # 340 s: two Ray replicas, redeployed per profile
-                    "test_crowd.py", "test_visitors_browser.py", "test_crowd_door.py",  # 133, 133, 102 s
-                    "test_app_browser.py", "test_gpu_check.py", "test_page_browser.py")  # 78, 72, 70 s
-
-
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
-    """Under `-n N` (pytest-xdist): a file's tests in one worker, so its module fixtures (a served page, Ray's
-    replicas) start once, and files handed out in the order below (xdist's default reorders them by count)."""
+    """Under `-n N` (the README's `-n 2`, pytest-xdist): a file's tests in one worker, so that its module fixtures (a
+    served page, Ray's replicas) start once, not once a worker. Files go out most tests first (xdist's order); the
+    longest files first instead took 27 min against 24 on kind B, and a browser test timed out, with Ray, the crowds
+    and the GPU check's dry run all at once at the start (docs/results/README.md, the test suite)."""
     from xdist.scheduler import LoadFileScheduling
 
-    config.option.loadscopereorder = False
     return LoadFileScheduling(config, log)
 
 
 def pytest_collection_modifyitems(config, items):
-    items.sort(key=lambda item: LONG_FILES_FIRST.index(item.path.name) if item.path.name in LONG_FILES_FIRST
-               else len(LONG_FILES_FIRST))  # stable: each file's own order kept
     skips = {}
     if not torch.cuda.is_available():
         skips["requires_cuda"] = pytest.mark.skip(reason="needs a CUDA GPU")
