@@ -74,10 +74,10 @@ def pytest_collection_finish(session):
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
-    """Under `-n N` (the README's `-n 2`, pytest-xdist): a file's tests in one worker, so that its module fixtures (a
-    served page, Ray's replicas) start once, not once a worker. Files go out most tests first (xdist's order); the
-    longest files first instead took 27 min against 24 on kind B, and a browser test timed out, with Ray, the crowds
-    and the GPU check's dry run all at once at the start (docs/results/README.md, the test suite)."""
+    """Under `-n N` (pytest-xdist): a file's tests in one worker, so that its module fixtures (a served page, Ray's
+    replicas) start once, not once a worker. Files go out most tests first (xdist's order); the longest files first
+    instead took 27 min against 24 on kind B. CI runs one worker: on two, timing checks failed with both cores
+    saturated (docs/results/README.md, the test suite)."""
     from xdist.scheduler import LoadFileScheduling
 
     return LoadFileScheduling(config, log)
