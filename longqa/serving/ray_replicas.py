@@ -474,9 +474,9 @@ def max_ongoing_requests(batch_requests: int) -> int:
 
 def constructor_tries(replicas: int) -> int:
     """Replica starts that may fail before a deployment counts as failed: one a replica. A load that fails says why
-    (a profile this node cannot run, a model it cannot read), and says the same again: Ray Serve's default of 3
-    tries a replica (20 at most) kept the page waiting 92 s for the reason with 2 replicas (tests/test_ray_serving.py),
-    where one try each tells it after one start."""
+    (a profile this node cannot run, a model it cannot read), and says the same again: with Ray Serve's default of 3
+    tries a replica (20 at most), tests/test_ray_serving.py's profile the 2 replicas cannot load took 92 s to be
+    told and the old profile back; with one try each, 45 s (one worker, kind B)."""
     return max(1, replicas)
 
 
