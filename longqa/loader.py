@@ -29,7 +29,7 @@ from longqa_core.cache import cache_dir
 from longqa_core.batching import BatchState, ModelRunner, release_memory
 from longqa_core.limits import PASSAGE_WINDOW_TOKENS, EngineSettings
 from longqa_core.errors import ModelLoadError
-from longqa_core.telemetry import HostPeak, timed
+from longqa_core.telemetry import HostPeak, keep_large_buffers, timed
 from strategies.auto import resolve_profile
 from strategies.base import from_pretrained_kwargs, stacked_contexts
 from strategies.device_map import device_name, mapped_device
@@ -126,6 +126,8 @@ def load_model(model_ref: str, profile: Profile | str, *, hardware: Hardware | N
     names = list(select_strategies(profile, hardware))
     tokenizer = _read_tokenizer(tokenizer_folder, source.ref)
     device = device_for(profile, hardware)
+    if device == "cpu":
+        keep_large_buffers()  # the forward's 16-64 MiB tensors reuse freed heap, not fresh pages (process-wide)
     with timed(step_time_s, "load"):
         _report(progress, "load", 0.0, f"Loading {source.ref} ({profile.name})")
         for strategy in strategies:

@@ -31,12 +31,13 @@ from longqa_core.gpu_devices import cuda_device_indices, device_memory
 STAGES = ("extract", "tokenize", "forward", "decode")
 
 # ------------------------------------------------------------------------------------------------ host memory
-M_ARENA_MAX = -8  # mallopt's parameter (glibc's malloc.h)
+M_ARENA_MAX, M_MMAP_MAX, M_TRIM_THRESHOLD = -8, -4, -1  # mallopt's parameters (glibc's malloc.h)
 # Allocator settings for a server: few arenas, so that memory freed by one request thread is reused by the next
 # instead of sitting in a thread's own arena. A fixed mmap threshold (buffers from 4 MB up mapped on their own, freed
 # at once) was measured too and is not set: every large tensor of a forward pass then faults in fresh pages, and a
 # window of the base architecture took 1.40x as long (docs/crowd-lane.md). The environment's MALLOC_* settings win.
 SERVER_ARENA_MAX = 2
+KEPT_HEAP_BYTES = 1 << 31  # free heap past which glibc would trim at a free (`keep_large_buffers`): never, in practice
 
 
 @functools.cache
@@ -62,6 +63,21 @@ def tune_allocator() -> dict[str, int]:
     if libc is None or any(name.startswith("MALLOC_") for name in os.environ):
         return {}
     return {"MALLOC_ARENA_MAX": SERVER_ARENA_MAX} if libc.mallopt(M_ARENA_MAX, SERVER_ARENA_MAX) == 1 else {}
+
+
+def keep_large_buffers() -> dict[str, int]:
+    """Let glibc keep a CPU forward's large buffers for the next one: no block mapped on its own (`M_MMAP_MAX` 0) and
+    no trim of the heap's top at each free (`M_TRIM_THRESHOLD` past any forward). Each layer of a 4,096-token window
+    makes tensors of 16 to 64 MiB; past glibc's largest mmap threshold (32 MiB) each was mapped afresh and its pages
+    zeroed by the kernel at first touch, so element-wise steps paid more for page faults than for their arithmetic
+    (docs/cpu-without-bf16.md). Kept in the heap, a freed buffer is the next one's, and the trim after each request
+    (`trim_heap`, explicit) still hands the pages back. Nothing when the environment sets any of glibc's MALLOC_*
+    variables (the operator's settings win) or glibc is absent. Returns what was set, by glibc's variable name."""
+    libc = _libc()
+    if libc is None or any(name.startswith("MALLOC_") for name in os.environ):
+        return {}
+    settings = {"MALLOC_MMAP_MAX_": (M_MMAP_MAX, 0), "MALLOC_TRIM_THRESHOLD_": (M_TRIM_THRESHOLD, KEPT_HEAP_BYTES)}
+    return {name: value for name, (parameter, value) in settings.items() if libc.mallopt(parameter, value) == 1}
 
 
 def freeze_start_up() -> int:

@@ -352,6 +352,45 @@ def test_the_environment_s_malloc_settings_leave_the_allocator_alone(monkeypatch
     assert telemetry.tune_allocator() == {}
 
 
+LARGE_BUFFERS = """
+import json, resource, sys
+import numpy
+from longqa_core import telemetry
+
+kept = telemetry.keep_large_buffers()
+faults = []
+for _ in range(3):  # a forward's 64 MiB tensors, one after another
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    buffer = numpy.ones(1 << 23)  # 64 MiB, every page touched
+    faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+    del buffer
+trimmed = telemetry.trim_heap()
+print(json.dumps({"kept": kept, "faults": faults, "trimmed": trimmed}))
+"""
+
+
+def _large_buffers(env: dict) -> dict:
+    done = subprocess.run([sys.executable, "-c", LARGE_BUFFERS], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).resolve().parent.parent, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout)
+
+
+def test_a_cpu_forward_s_large_buffers_reuse_freed_heap_and_the_operator_s_settings_win():
+    """After `keep_large_buffers` a second 64 MiB buffer takes the first one's pages: it faults in almost none,
+    where glibc's defaults map each afresh; the explicit trim still hands them back. With any
+    MALLOC_* variable set, glibc's defaults (here, the default count of mapped blocks) stay."""
+    plain = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+    kept = _large_buffers(plain)
+    assert kept["kept"] == {"MALLOC_MMAP_MAX_": 0, "MALLOC_TRIM_THRESHOLD_": telemetry.KEPT_HEAP_BYTES}
+    first, *later = kept["faults"]  # (pages or, with transparent huge pages, 2 MiB pages)
+    assert first > 0 and max(later) <= first // 10, kept
+    assert kept["trimmed"]  # the freed buffer's pages go back on the explicit trim
+    defaults = _large_buffers({**plain, "MALLOC_MMAP_MAX_": "65536"})
+    first, *later = defaults["faults"]
+    assert defaults["kept"] == {} and first > 0 and min(later) >= first // 2, defaults
+
+
 FROZEN_START_UP = """
 import gc, json, weakref
 import torch, transformers  # what a server imports before its model loads
