@@ -142,7 +142,7 @@ def asked(page, question: str) -> dict:
 
 
 def measure(model: str, profile: str, pages: int, rounds: int, work: Path) -> dict:
-    from playwright.sync_api import sync_playwright  # the test extras (requirements-dev.txt)
+    from playwright.sync_api import sync_playwright  # deferred: the test extras' (requirements-dev.txt)
 
     if not CHROMIUM.exists():
         raise SystemExit(f"needs Debian's chromium at {CHROMIUM} (apt-get install -y chromium)")
