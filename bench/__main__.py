@@ -9,7 +9,7 @@ limit_spin_wait()  # before the measurements' imports load torch, and with it li
 
 import sys  # noqa: E402
 
-from bench import (band_kernels, cpu_seconds, first_answer, floor, levers, page_wait, peers,  # noqa: E402
+from bench import (band_kernels, cpu_seconds, first_answer, floor, heap, levers, page_wait, peers,  # noqa: E402
                    reading_sweep, streaming, window_profile)
 from evals.dispatch import run_named  # noqa: E402
 
@@ -20,6 +20,7 @@ MEASUREMENTS = {
     "cpu-seconds": cpu_seconds,  # one window against its floors in one thread's CPU seconds
     "kernels": band_kernels,  # the bf16 band kernels side by side
     "first-answer": first_answer,  # a 100-page PDF read whole, guided, and guided in sized windows: the first answer
+    "heap": heap,  # a CPU forward's large buffers kept in the heap against glibc's defaults, side by side
     "page-wait": page_wait,  # the visitor's wait in chromium, click to answer, against the engine's time
     "peers": peers,  # one window through the cpu profile and its peers: eager, torch.compile, OpenVINO, ONNX Runtime
     "reading": reading_sweep,  # the cost-growth curve of reading, full against guided, by document length
