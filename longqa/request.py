@@ -23,6 +23,7 @@ from longqa_core.batching import WindowProgress, drain
 from longqa_core.limits import StopCheck, stop_check
 from longqa_core.plan import RequestPlan
 from longqa_core.reading import DEFAULT_READING
+from longqa_core.telemetry import trim_heap
 
 # The steps a request tells `on_step` of, in order: its documents being read, its plan being made (ranking or not),
 # and its answer begun (with its plan).
@@ -114,22 +115,25 @@ def request_steps(backend: Backend, read: Reader, reading: str = DEFAULT_READING
     the answer, not for the reading). `on_step(step, plan)` hears each step as it begins (`READING`, `PLANNING`,
     `ANSWERING` with the plan). `settings` are the request's engine settings (top_k, max_total_tokens, ...)."""
     answer_stop = either(should_stop, stop_from_turn)
-    with at_door(read, turns, should_stop, on_step=on_step) as (documents, place):
-        if backend.loaded is None and load is not None:
-            load()
-        if on_step is not None:
-            on_step(PLANNING, None)
-        plan = plan_read(backend, documents, reading, should_stop=should_stop, visitor=visitor, **settings)
-        with (turns.turns(place, plan.expected_windows, answer_stop) if turns is not None
-              else contextlib.nullcontext((None, None))) as (ticket, gate):
+    try:
+        with at_door(read, turns, should_stop, on_step=on_step) as (documents, place):
+            if backend.loaded is None and load is not None:
+                load()
             if on_step is not None:
-                on_step(ANSWERING, plan)
-            if answer is not None:
-                readout = yield from answer(plan, documents.extract_s, gate, answer_stop)
-            else:
-                readout = yield from backend.ask_steps(plan, extract_s=documents.extract_s, gate=gate,
-                                                       should_stop=answer_stop, on_window_progress=on_window_progress,
-                                                       best_so_far=best_so_far)
+                on_step(PLANNING, None)
+            plan = plan_read(backend, documents, reading, should_stop=should_stop, visitor=visitor, **settings)
+            with (turns.turns(place, plan.expected_windows, answer_stop) if turns is not None
+                  else contextlib.nullcontext((None, None))) as (ticket, gate):
+                if on_step is not None:
+                    on_step(ANSWERING, plan)
+                if answer is not None:
+                    readout = yield from answer(plan, documents.extract_s, gate, answer_stop)
+                else:
+                    readout = yield from backend.ask_steps(
+                        plan, extract_s=documents.extract_s, gate=gate, should_stop=answer_stop,
+                        on_window_progress=on_window_progress, best_so_far=best_so_far)
+    finally:
+        trim_heap()  # what reading and planning freed goes back to the system, however the request ended
     if ticket is not None:
         readout.queue = ticket.queue_readout()
     return Answered(documents, plan, readout)

@@ -39,7 +39,8 @@ the public names of each:
 - `answering`: `answer_steps` answers a plan into a `QAResult` (with `ReadingReadout`), yielding the best answer so
   far after each batch (`BestSoFar`, `Provisional`); `answer_plan` reads it to its end; `answer` plans and answers.
 - `telemetry`: `measure` (latency by stage, `MemoryReadout`), `HostPeak`, `timed`, `current_rss_bytes`; handing
-  freed memory back to the system (`trim_heap`) and a server's memory settings (`tune_allocator`, `freeze_start_up`).
+  freed memory back to the system (`trim_heap`), a server's memory settings (`tune_allocator`, `freeze_start_up`)
+  and a CPU forward's large buffers kept for the next (`keep_large_buffers`).
 - `gpu_devices`: the NVML wrapper (`nvml`, `nvml_handle`, `device_memory`, `gpu_snapshot`, `cuda_device_indices`).
 - `openmp_wait`: how long idle OpenMP threads spin (`limit_spin_wait`), set by the entry points before torch loads.
 - `waiting`: `wait_until`, the one loop with which a request waiting for something (an index another request builds,

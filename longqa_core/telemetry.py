@@ -1,8 +1,8 @@
 """Measure one request: latency per stage, device and host memory (`measure`, `Measurement`, `MemoryReadout`), and
 the project's one host-memory peak (`HostPeak`, also what loading and the bench measure with); and hand freed host
-memory back to the system (glibc's heap trim, which a measurement's baseline starts from, and the allocator settings
+memory back to the system (glibc's heap trim, which a measurement's baseline starts from, the allocator settings
 a long-running server starts with, start-up's objects left out of its later garbage collections: docs/crowd-lane.md
-measures what they change).
+measures what they change; and those that keep a CPU forward's large buffers for the next: docs/cpu-without-bf16.md).
 
 A context manager yields a `Measurement` whose fields carry their units (`latency_s`, `*_bytes`). Which physical GPU
 or MIG slice a CUDA device is, and NVML itself, are `gpu_devices`' job. It only measures; formatting for people
@@ -57,27 +57,32 @@ def trim_heap() -> bool:
 
 
 def tune_allocator() -> dict[str, int]:
-    """Set glibc's arena count for this process (SERVER_ARENA_MAX); nothing when the environment sets any of glibc's
-    own MALLOC_* variables (the operator's settings win). Returns what was set, by glibc's variable name."""
+    """Set glibc's arena count for this process (SERVER_ARENA_MAX); nothing where the operator set glibc's malloc
+    (`operator_set_malloc`). Returns what was set, by glibc's variable name."""
     libc = _libc()
-    if libc is None or any(name.startswith("MALLOC_") for name in os.environ):
+    if libc is None or operator_set_malloc():
         return {}
     return {"MALLOC_ARENA_MAX": SERVER_ARENA_MAX} if libc.mallopt(M_ARENA_MAX, SERVER_ARENA_MAX) == 1 else {}
 
 
 def keep_large_buffers() -> dict[str, int]:
-    """Let glibc keep a CPU forward's large buffers for the next one: no block mapped on its own (`M_MMAP_MAX` 0) and
-    no trim of the heap's top at each free (`M_TRIM_THRESHOLD` past any forward). Each layer of a 4,096-token window
-    makes tensors of 16 to 64 MiB; past glibc's largest mmap threshold (32 MiB) each was mapped afresh and its pages
-    zeroed by the kernel at first touch, so element-wise steps paid more for page faults than for their arithmetic
-    (docs/cpu-without-bf16.md). Kept in the heap, a freed buffer is the next one's, and the trim after each request
-    (`trim_heap`, explicit) still hands the pages back. Nothing when the environment sets any of glibc's MALLOC_*
-    variables (the operator's settings win) or glibc is absent. Returns what was set, by glibc's variable name."""
+    """Let glibc keep a CPU forward's large buffers (16-64 MiB tensors) for the next one: no block mapped on its own
+    (`M_MMAP_MAX` 0) and no trim of the heap's top at each free (`M_TRIM_THRESHOLD` KEPT_HEAP_BYTES); the explicit
+    trims (`trim_heap`, after each request) hand the pages back. It works in the main arena: a thread with an arena
+    of its own still maps such tensors afresh. Nothing where the operator set glibc's malloc (`operator_set_malloc`)
+    or glibc is absent. Returns what was set, by glibc's variable name. docs/cpu-without-bf16.md measures it."""
     libc = _libc()
-    if libc is None or any(name.startswith("MALLOC_") for name in os.environ):
+    if libc is None or operator_set_malloc():
         return {}
     settings = {"MALLOC_MMAP_MAX_": (M_MMAP_MAX, 0), "MALLOC_TRIM_THRESHOLD_": (M_TRIM_THRESHOLD, KEPT_HEAP_BYTES)}
     return {name: value for name, (parameter, value) in settings.items() if libc.mallopt(parameter, value) == 1}
+
+
+def operator_set_malloc() -> bool:
+    """Whether the environment sets glibc's malloc: any MALLOC_* variable, or a `glibc.malloc` tunable in
+    GLIBC_TUNABLES. The operator's settings win over the project's."""
+    return (any(name.startswith("MALLOC_") for name in os.environ)
+            or "glibc.malloc." in os.environ.get("GLIBC_TUNABLES", ""))
 
 
 def freeze_start_up() -> int:
