@@ -2,9 +2,10 @@
 4,096-token window answered on the `cpu` profile in processes of two kinds, alternating (so a changing load falls on
 both): the loader's allocator setting (`telemetry.keep_large_buffers`: no block mapped on its own, freed buffers
 reused) and glibc's defaults (each tensor past 32 MiB mapped afresh, its pages zeroed at first touch; the worker is
-started with glibc's default `MALLOC_MMAP_MAX_`, which leaves the setting off). Each process loads the model, warms
-up, then times `--answers` answers: wall seconds, the forward's, user and system CPU seconds, minor page faults,
-and the answer's host-memory peak over the process's memory before it (the readout's `host_request_peak_bytes`).
+started with a malloc tunable at glibc's default, which leaves the setting off). Both in the main thread, as the CLI
+answers; a thread with an arena of its own (the page's, with 2 arenas) keeps mapping afresh. Each process loads the
+model, warms up, then times `--answers` answers: wall seconds, the forward's, user and system CPU seconds, minor page
+faults, and the answer's host-memory peak over the process's memory before it (the readout's `host_request_peak_bytes`).
 
     python -m bench heap [--model arch:large] [--rounds 3] [--answers 2] [--out docs/results/cpu-floor]
 
@@ -27,6 +28,7 @@ import torch
 
 from bench.floor import kind_name
 from bench.measured import measured_here, write_measurement
+from bench.peers import git_commit
 from longqa.bench.worker import agreement_inputs
 from longqa.loader import load_model
 from longqa_core.answering import answer
@@ -35,7 +37,9 @@ from strategies.hardware import detect_hardware
 ROOT = Path(__file__).resolve().parent.parent
 SETTINGS = {
     "kept": {},  # the loader's own setting
-    "glibc defaults": {"MALLOC_MMAP_MAX_": "65536"},  # glibc's default count: any MALLOC_* leaves the setting off
+    # a malloc tunable at glibc's own default leaves the setting off and glibc as it is (a MALLOC_MMAP_MAX_ would
+    # fix its mmap threshold at 128 KiB: not glibc's defaults)
+    "glibc defaults": {"GLIBC_TUNABLES": "glibc.malloc.check=0"},
 }
 
 
@@ -57,8 +61,10 @@ def worker(model: str, answers: int, threads: int) -> list[dict]:
         result = ask()
         wall, after = time.perf_counter() - began, resource.getrusage(resource.RUSAGE_SELF)
         rows.append({"wall_s": wall, "forward_s": result.latency_s["forward"],
-                     "request_peak_bytes": result.memory.host_request_peak_bytes, "user_s": after.ru_utime - before.ru_utime,
-                     "system_s": after.ru_stime - before.ru_stime, "minor_faults": after.ru_minflt - before.ru_minflt})
+                     "request_peak_bytes": result.memory.host_request_peak_bytes,
+                     "user_s": after.ru_utime - before.ru_utime,
+                     "system_s": after.ru_stime - before.ru_stime,
+                     "minor_faults": after.ru_minflt - before.ru_minflt})
     return rows
 
 
@@ -99,7 +105,8 @@ def markdown(result: dict) -> str:
              f"each; load average {machine['load_average_before'][0]:.1f} before, "
              f"{machine['load_average_after'][0]:.1f} after).",
              "",
-             "| setting | answer (wall) | forward | user CPU | system CPU | minor page faults | the answer's host peak |",
+             "| setting | answer (wall) | forward | user CPU | system CPU | minor page faults "
+             "| the answer's host peak |",
              "|---|---|---|---|---|---|---|"]
     for setting, row in by_setting.items():
         lines.append(f"| {setting} | {row['wall_s']:.2f} s | {row['forward_s']:.2f} s | {row['user_s']:.2f} s | "
@@ -108,8 +115,8 @@ def markdown(result: dict) -> str:
     lines += ["", f"Medians. Kept against glibc's defaults: the forward {plain['forward_s'] / kept['forward_s']:.2f}x "
               f"as fast; CPU seconds (user and system) {kept['user_s'] + kept['system_s']:.2f} against "
               f"{plain['user_s'] + plain['system_s']:.2f}; the answer's host peak "
-              f"{(kept['request_peak_bytes'] - plain['request_peak_bytes']) / 2**20:+,.0f} MiB.", "", "| round | setting | wall | forward | user | system |"
-              " faults |", "|---|---|---|---|---|---|---|"]
+              f"{(kept['request_peak_bytes'] - plain['request_peak_bytes']) / 2**20:+,.0f} MiB.", "",
+              "| round | setting | wall | forward | user | system | faults |", "|---|---|---|---|---|---|---|"]
     lines += [f"| {row['round'] + 1} | {row['setting']} | {row['wall_s']:.2f} | {row['forward_s']:.2f} | "
               f"{row['user_s']:.2f} | {row['system_s']:.2f} | {row['minor_faults']:,} |" for row in result["rows"]]
     return "\n".join(lines) + "\n"
@@ -130,5 +137,6 @@ def main(argv: list[str]) -> int:
         return 0
     result = measured_here(lambda: measure(args.model, args.rounds, args.answers, args.threads))
     result["command"] = "python -m bench heap " + " ".join(argv)
+    result["commit"] = git_commit()
     write_measurement(args.out, f"heap-{result['kind']}-{args.model.replace(':', '-')}", result, markdown(result))
     return 0

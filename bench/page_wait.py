@@ -29,6 +29,7 @@ from pathlib import Path
 from bench.first_answer import PAGES, make_pdf
 from bench.floor import kind_name
 from bench.measured import write_measurement
+from bench.peers import git_commit
 from evals import eval_task
 from longqa.bench.runner import machine_info
 from strategies.hardware import detect_hardware
@@ -181,8 +182,9 @@ def markdown(result: dict) -> str:
     lines = [f"# The visitor's wait against the engine's time: {result['model']} on `{result['profile']}`, "
              f"a {result['pages']}-page PDF",
              "",
-             f"`{result['command']}` on {machine['cpu_model']} (kind {result['kind']}; {len(rows)} asks after one warm-up; chromium at "
-             f"{result['width']} px; load average at the end {result['load_average_end'][0]:.1f}).",
+             f"`{result['command']}` on {machine['cpu_model']} (kind {result['kind']}; {len(rows)} asks after one "
+             f"warm-up; chromium, on the same cores, at {result['width']} px; load average at the end "
+             f"{result['load_average_end'][0]:.1f}).",
              "",
              "| ask | click to first best so far | click to final answer | engine (readout total) | the page adds |",
              "|---|---|---|---|---|"]
@@ -207,6 +209,7 @@ def main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory(prefix="page-wait-") as work:
         result = measure(args.model, args.profile, args.pages, args.rounds, Path(work))
     result["command"] = "python -m bench page-wait " + " ".join(argv)
+    result["commit"] = git_commit()
     stem = f"page-wait-{result['kind']}-{args.model.replace(':', '-')}"
     write_measurement(args.out, stem, result, markdown(result))
     return 0
