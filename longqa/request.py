@@ -132,8 +132,9 @@ def request_steps(backend: Backend, read: Reader, reading: str = DEFAULT_READING
                     readout = yield from backend.ask_steps(
                         plan, extract_s=documents.extract_s, gate=gate, should_stop=answer_stop,
                         on_window_progress=on_window_progress, best_so_far=best_so_far)
-    finally:
-        trim_heap()  # what reading and planning freed goes back to the system, however the request ended
+    except BaseException:  # ended before its answer did (an answer trims its own, `Session.ask_steps`)
+        trim_heap()  # what reading and planning freed goes back to the system
+        raise
     if ticket is not None:
         readout.queue = ticket.queue_readout()
     return Answered(documents, plan, readout)

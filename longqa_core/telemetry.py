@@ -35,7 +35,8 @@ M_ARENA_MAX, M_MMAP_MAX, M_TRIM_THRESHOLD = -8, -4, -1  # mallopt's parameters (
 # Allocator settings for a server: few arenas, so that memory freed by one request thread is reused by the next
 # instead of sitting in a thread's own arena. A fixed mmap threshold (buffers from 4 MB up mapped on their own, freed
 # at once) was measured too and is not set: every large tensor of a forward pass then faults in fresh pages, and a
-# window of the base architecture took 1.40x as long (docs/crowd-lane.md). The environment's MALLOC_* settings win.
+# window of the base architecture took 1.40x as long (docs/crowd-lane.md). The operator's settings win
+# (`operator_set_malloc`).
 SERVER_ARENA_MAX = 2
 KEPT_HEAP_BYTES = 1 << 31  # free heap past which glibc would trim at a free (`keep_large_buffers`): never, in practice
 
