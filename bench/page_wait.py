@@ -16,16 +16,13 @@ import argparse
 import json
 import os
 import re
-import socket
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
-import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
 
+from bench.crowd.load_check import start_server, stop_server
 from bench.first_answer import PAGES, make_pdf
 from bench.floor import kind_name
 from bench.measured import write_measurement
@@ -34,7 +31,6 @@ from evals import eval_task
 from longqa.bench.runner import machine_info
 from strategies.hardware import detect_hardware
 
-ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = Path("/usr/bin/chromium")  # Debian's chromium (never `playwright install`)
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync"]
@@ -66,41 +62,15 @@ WATCH = """() => {
 }"""
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @contextmanager
-def served(model: str, profile: str, log_path: Path):
-    """`python app.py --model MODEL --profile PROFILE` on a free loopback port until it answers: yields its address;
-    the server is ended after."""
-    port = free_port()
-    url = f"http://127.0.0.1:{port}/"
-    with open(log_path, "w") as log:
-        server = subprocess.Popen([sys.executable, "app.py", "--model", model, "--profile", profile,
-                                   "--host", "127.0.0.1", "--port", str(port)], cwd=ROOT, stdout=log,
-                                  stderr=subprocess.STDOUT)
-        try:
-            deadline = time.monotonic() + START_TIMEOUT_S
-            while True:
-                if server.poll() is not None:
-                    raise SystemExit(f"the server ended with {server.returncode} before it served: {log_path}")
-                try:
-                    with urllib.request.urlopen(url, timeout=5):
-                        break
-                except OSError:
-                    if time.monotonic() > deadline:
-                        raise SystemExit(f"the server did not serve within {START_TIMEOUT_S} s: {log_path}")
-                    time.sleep(1)
-            yield url
-        finally:
-            server.terminate()
-            try:
-                server.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                server.kill()
+def served(model: str, profile: str):
+    """`python app.py --model MODEL --profile PROFILE` until its page answers (`load_check.start_server`): yields its
+    address; the server is ended after."""
+    server, url = start_server(["--model", model, "--profile", profile], START_TIMEOUT_S)
+    try:
+        yield url
+    finally:
+        stop_server(server)
 
 
 def wait_for(page, script: str, timeout_s: float = ASK_TIMEOUT_S):
@@ -153,7 +123,7 @@ def measure(model: str, profile: str, pages: int, rounds: int, work: Path) -> di
     warm = eval_task.make_document(1, 400)
     machine = machine_info(detect_hardware())
     rows = []
-    with served(model, profile, work / "server.log") as url, sync_playwright() as playwright:
+    with served(model, profile) as url, sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
         page = browser.new_page(viewport={"width": WIDTH, "height": HEIGHT})
         page.set_default_timeout(ASK_TIMEOUT_S * 1000)
