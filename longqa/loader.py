@@ -5,7 +5,6 @@ Fetches, validates (Longformer QA only, no remote code), applies strategies, rep
 from __future__ import annotations
 
 import contextlib
-import functools
 import gc
 import logging
 import os
@@ -31,7 +30,7 @@ from longqa_core.limits import PASSAGE_WINDOW_TOKENS, EngineSettings
 from longqa_core.errors import ModelLoadError
 from longqa_core.telemetry import HostPeak, keep_large_buffers, timed
 from strategies.auto import resolve_profile
-from strategies.base import from_pretrained_kwargs, stacked_contexts
+from strategies.base import from_pretrained_kwargs, runtime_contexts
 from strategies.device_map import device_name, mapped_device
 from strategies.hardware import Hardware, detect_hardware
 from strategies.mmap_loading import has_bin, has_safetensors
@@ -142,7 +141,7 @@ def load_model(model_ref: str, profile: Profile | str, *, hardware: Hardware | N
             _report(progress, "strategies", index / max(len(strategies), 1), f"Applying {strategy.name}")
             model = strategy.transform(model)
         model.eval()
-        context_factory = functools.partial(stacked_contexts, tuple(strategies))
+        context_factory = runtime_contexts(tuple(strategies))
         runner = next((r for r in (s.make_runner(model, context_factory) for s in strategies) if r is not None),
                       None) or ModelRunner(model, context_factory)
         settings = replace(engine_settings(profile, strategies), no_answer=source.no_answer_rule)

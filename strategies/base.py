@@ -1,6 +1,7 @@
 """The `Strategy` base class: one memory/speed technique as no-op hooks (availability, load kwargs, model
 transform, runtime context, engine settings, runner) that subclasses override, the one function that turns a
-stack of strategies into `from_pretrained` keyword arguments, and the stack's runtime contexts around a batch.
+stack of strategies into `from_pretrained` keyword arguments, and the stack's runtime contexts around a batch
+(`runtime_contexts`, decided once at load).
 It never loads a model (the loader does), never prints, and holds no global state.
 """
 
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import re
 from pathlib import Path
 from typing import Callable, ClassVar
@@ -125,3 +127,16 @@ def stacked_contexts(strategies: tuple[Strategy, ...]) -> contextlib.ExitStack:
     for strategy in strategies:
         stack.enter_context(strategy.runtime_context())
     return stack
+
+
+def runtime_contexts(strategies: tuple[Strategy, ...]) -> Callable[[], contextlib.AbstractContextManager]:
+    """What makes a batch's context, decided once at load: the runtime contexts of the strategies that have one,
+    stacked in profile order (`stacked_contexts`) where several do, the one strategy's own where one does, and
+    nothing (`contextlib.nullcontext`) where none does, as on most CPU profiles."""
+    own = tuple(strategy for strategy in strategies
+                if type(strategy).runtime_context is not Strategy.runtime_context)
+    if not own:
+        return contextlib.nullcontext
+    if len(own) == 1:
+        return own[0].runtime_context
+    return functools.partial(stacked_contexts, own)

@@ -3,6 +3,7 @@ device maps, settings, runner outputs, checkpoint files."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import gc
 import shutil
@@ -22,6 +23,7 @@ from longqa_core.limits import EngineSettings
 from longqa_core.errors import ProfileError
 from strategies import band_kernel
 from strategies.autocast import Autocast
+from strategies.base import Strategy, runtime_contexts
 from strategies.bitsandbytes_quantization import Bnb4bit, Bnb8bit
 from strategies.dynamic_batching import DynamicBatching
 from strategies.fast_attention import FastAttention, SlidingWindowSelfAttention
@@ -121,6 +123,34 @@ def test_autocast_keeps_fp32_weights_and_computes_in_bf16(folder, batch):
             start = model(**batch).start_logits
     assert not torch.is_autocast_enabled("cpu")
     assert (start.float() - logits(model, batch)[0]).abs().max() < 0.05
+
+
+def test_a_batch_s_context_stacks_only_the_strategies_that_have_one():
+    """Decided once at load: nothing around a batch where no strategy has a runtime context, the one strategy's own
+    where one has, and every one entered in profile order (and left in reverse) where several have."""
+    entered = []
+
+    class Marked(Strategy):
+        def __init__(self, mark):
+            super().__init__(CPU, "cpu")
+            self.mark = mark
+
+        def runtime_context(self):
+            @contextlib.contextmanager
+            def marked():
+                entered.append(f"in {self.mark}")
+                yield
+                entered.append(f"out {self.mark}")
+            return marked()
+
+    plain = (FastAttention(CPU, "cpu"), Int8Dynamic(CPU, "cpu"))
+    assert runtime_contexts(plain) is contextlib.nullcontext
+    with runtime_contexts((*plain, Autocast(CPU, "cpu")))():
+        assert torch.is_autocast_enabled("cpu")
+    assert not torch.is_autocast_enabled("cpu")
+    with runtime_contexts((Marked("a"), *plain, Marked("b")))():
+        assert entered == ["in a", "in b"]
+    assert entered == ["in a", "in b", "out b", "out a"]
 
 
 # ------------------------------------------------------------------------------------------ checkpointing
