@@ -36,6 +36,7 @@ FIRST_SCREEN = {"width": 1400, "height": 900}
 PHONE = {"width": 400, "height": 860}
 BATCH_DELAY_S = 0.4  # what each batch of windows takes in the Stop test: long enough to press Stop mid-read
 VISIT_HELD_S = 10.0  # how long the race test's visit waits for a reload that cannot start while the visit runs
+LOAD_HELD_S = 2.0  # how long a reload waiting in the lane without loading shows that it waits for the visit
 
 
 class SlowBatches(Session):
@@ -320,18 +321,34 @@ def test_a_pick_made_before_the_visits_outputs_land_is_what_loads(browser, tiny_
 def test_a_visits_outputs_never_land_after_a_reload_and_undo_it(browser, tiny_model_dir, monkeypatch):
     """The other order of the same race: a visit's `on_page_load` reads what is loaded (cpu), and the visitor's pick
     of baseline-fp32 loads and shows it before the visit's outputs land. Forced here: the visit, once it has read
-    what is loaded, waits (at most VISIT_HELD_S) for the pick's load to end before it returns. A visit holds its
+    what is loaded, waits (at most VISIT_HELD_S) for the pick's load to end before it returns, unless the pick's
+    reload is in the lane and has not begun loading after LOAD_HELD_S (it waits for the visit). A visit holds its
     place in the lane while it reads and returns (`on_page_load`), so the load waits for it instead; either way the
     page must end showing what is loaded."""
-    status, visited = picks.load_status, threading.Event()
+    status, visited, load_begun = picks.load_status, threading.Event(), threading.Event()
+    load_selection = picks.load_selection
+
+    def noted_load(*args, **kwargs):
+        load_begun.set()
+        return load_selection(*args, **kwargs)
+
+    def is_held_back(ctx, since: list[float]) -> bool:
+        """Whether the pick's reload has waited in the lane LOAD_HELD_S without beginning to load (`since`: when
+        it was first seen waiting)."""
+        if not ctx.lane.is_reloading() or load_begun.is_set():
+            return False
+        since[:] = since or [time.monotonic()]
+        return time.monotonic() - since[0] > LOAD_HELD_S
 
     def late_status(ctx):
         if visited.is_set():
             return status(ctx)
         try:  # the visit's, the last thing it reads: what is loaded before the pick
-            shown = status(ctx)
+            shown, since = status(ctx), []
             deadline = time.monotonic() + VISIT_HELD_S
             while ctx.session.profile_name != "baseline-fp32" and time.monotonic() < deadline:
+                if is_held_back(ctx, since):
+                    return shown  # the load waits for this visit: its outputs land first
                 time.sleep(0.1)
             time.sleep(1.0)  # and until the reload's own outputs have had time to land
             return shown
@@ -339,6 +356,7 @@ def test_a_visits_outputs_never_land_after_a_reload_and_undo_it(browser, tiny_mo
             visited.set()
 
     monkeypatch.setattr(picks, "load_status", late_status)
+    monkeypatch.setattr(picks, "load_selection", noted_load)
     with served_page(Session(), tiny_model_dir, launch) as (ctx, url):
         page = open_page(browser, url)
         label = pick_fp32(page, ctx)
