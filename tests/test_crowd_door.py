@@ -89,22 +89,30 @@ def test_the_recording_route_a_file_by_web_address_and_the_monitoring_summary_ar
     assert out.extra["folder_after"] <= before + MB, (before, out.extra)
 
 
-def test_clients_making_up_their_first_hop_behind_one_address_get_one_visitors_share(tmp_path, text_file):
-    process, url = crowd_attacks.start_demo_server(tmp_path, "--visitor-header", "X-Forwarded-For")
+@pytest.fixture(scope="module")
+def proxied(tmp_path_factory):
+    """A server behind a proxy (`--visitor-header X-Forwarded-For`), its uploads in a folder of its own. The SIGTERM
+    test, the last of this module, ends it: the spoofed hops' test needs such a server, the stop any server."""
+    folder = tmp_path_factory.mktemp("proxied-uploads")
+    process, url = crowd_attacks.start_demo_server(folder, "--visitor-header", "X-Forwarded-For")
     try:
-        out = door_attacks.spoofed_first_hops(url, process.pid, text_file, visitor(url), clients=6)
+        yield process, url, folder
     finally:
         load_check.stop_server(process)
+
+
+def test_clients_making_up_their_first_hop_behind_one_address_get_one_visitors_share(proxied, text_file):
+    process, url, _ = proxied
+    out = door_attacks.spoofed_first_hops(url, process.pid, text_file, visitor(url), clients=6)
     served_within_target(out)
     refused = [o for o in out.crowd if o.startswith("refused: You already have")]
     assert len(refused) == 3, out.crowd  # the lane's three a visitor, whatever each client wrote first
 
 
-def test_sigterm_ends_the_server_within_seconds_with_reads_in_flight(tmp_path):
-    folder, path = tmp_path / "uploads", tmp_path / "four-mb.txt"
-    folder.mkdir()
+def test_sigterm_ends_the_server_within_seconds_with_reads_in_flight(proxied, tmp_path):
+    process, url, folder = proxied
+    path = tmp_path / "four-mb.txt"
     path.write_text(crowd_check.fact_text(4 * MB, 7))  # about 24 s a full read here: it must not be waited for
-    process, url = crowd_attacks.start_demo_server(folder)
     try:
         stopped = door_attacks.stop_during_reads(process, url, path, folder, clients=3, after_s=3.0)
     finally:

@@ -222,9 +222,11 @@ def outcome_of(job, timeout_s: float) -> str:
 
 
 def settle(jobs: list, wait_s: float, settle_s: float) -> tuple[list[str], float]:
-    """Give `jobs` `wait_s` more, cancel what is left (waiting up to `settle_s` for each cancelled one to end): each
-    job's outcome, and when the rest was cancelled."""
-    time.sleep(wait_s)
+    """Give `jobs` up to `wait_s` more (less once all have ended), cancel what is left (waiting up to `settle_s` for
+    each cancelled one to end): each job's outcome, and when the rest was cancelled."""
+    ends_by = time.monotonic() + wait_s
+    while not all(job.done() for job in jobs) and time.monotonic() < ends_by:
+        time.sleep(0.05)
     outcomes = []
     for job in jobs:
         if job.done():
