@@ -1,9 +1,10 @@
 """Issue 61's ways around the door, against a real server (`python app.py --model demo`, default settings,
 loopback), smaller than docs/serving.md's: reads posted to gradio's direct route, questions and pasted texts of
 hundreds of MB, fresh-session joins (refused past the address's budget of new sessions), the recording route with a
-file by web address and the monitoring summary, made-up first hops behind one address, and SIGTERM with reads in
-flight. The other visitor is never refused and waits within the test margin of its target
-(`crowd_check.VISITOR_WAIT_TARGET_S`, `TEST_MARGIN`); memory and disk come back."""
+file by web address and the monitoring summary; then, on a server behind a proxy (`--visitor-header`), made-up
+first hops behind one address, and SIGTERM with reads in flight. The other visitor is never refused and waits
+within the test margin of its target (`crowd_check.VISITOR_WAIT_TARGET_S`, `TEST_MARGIN`); memory and disk come
+back."""
 
 from __future__ import annotations
 
