@@ -237,7 +237,8 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, help="stop this sitting after so many minutes (checkpoint kept)")
     parser.add_argument("--sitting-steps", type=int, help="stop this sitting after so many steps (checkpoint kept)")
     parser.add_argument("--validate-every", type=int, default=250)
-    parser.add_argument("--validation-batches", type=int, default=4, help="per validation set, of 64 examples")
+    parser.add_argument("--validation-batches", type=int, default=4, help="per validation set")
+    parser.add_argument("--validation-size", type=int, default=64, help="examples in a validation batch")
     parser.add_argument("--save-every", type=int, default=250)
     parser.add_argument("--hidden", type=int, default=128)
     parser.add_argument("--layers", type=int, default=3)
@@ -291,7 +292,7 @@ def main() -> None:
         print(f"resumed at step {step} of {args.steps} ({elapsed_before / 60:.1f} min so far)", flush=True)
     model.train()
     print(f"params {sum(p.numel() for p in model.parameters()) / 1e6:.2f} M", flush=True)
-    validation = validation_sets(tokenizer, batches=args.validation_batches)
+    validation = validation_sets(tokenizer, batches=args.validation_batches, size=args.validation_size)
     log = (run_dir / "validation.jsonl").open("a")
 
     began = time.time()
