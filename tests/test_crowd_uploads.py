@@ -1,5 +1,5 @@
 """Issue 40's attacks on HTML reading and uploads, and issue 48's on PDF reading, against a real server (`python
-app.py --model demo`, default settings but a 300 MB upload cap that a short flood passes, loopback), each bounded in
+app.py --model demo`, default settings but a 200 MB upload cap that a short flood passes, loopback), each bounded in
 count and time: the normal visitor is answered within 10 s, the server's memory with its children stays within
 2.5 GB of idle, no more reading children run than readers, a cancel ends its
 child within a second (and a PDF's leaves under a CPU second in the 5 s after), each hostile PDF read ends within
@@ -21,7 +21,7 @@ CHILD_GONE_BOUND_S = crowd_check.TEST_MARGIN * crowd_check.CHILD_GONE_TARGET_S
 pytestmark = pytest.mark.slow
 MB = 2**20
 GB = 1024 * MB
-UPLOADS_TOTAL_MB = 300  # the flood passes it in seconds: more than the cap must come
+UPLOADS_TOTAL_MB = 200  # the flood passes it in seconds: more than the cap must come
 
 
 @pytest.fixture(scope="module")
