@@ -10,6 +10,7 @@ import pytest
 
 from bench.crowd import crowd_attacks, crowd_check, load_check
 from longqa.session import SAMPLES_DIR
+from page.context import DEFAULT_QUEUE_SIZE
 
 pytestmark = pytest.mark.slow
 MB = 2**20
@@ -42,11 +43,12 @@ def served_within_target(out: crowd_attacks.AttackOutcome) -> None:
 ])
 def test_a_flood_of_joins_from_one_session_never_fills_the_queue_for_another_visitor(server, api_name, data):
     process, url = server
-    out = crowd_attacks.endpoint_flood(url, process.pid, api_name, data, visitor(url), seconds=8.0,
+    out = crowd_attacks.endpoint_flood(url, process.pid, api_name, data, visitor(url), seconds=6.0,
                                        vary=lambda i, values: [("cpu", "baseline-fp32")[i % 2], *values[1:]]
                                        if api_name == "load_profile" else values)
     served_within_target(out)
-    assert out.extra["joins"] > 10 and out.extra["joins_refused"] == 0, out.extra
+    # more joins than the queue holds (tens a second come, docs/serving.md): a flood that would have filled it
+    assert out.extra["joins"] > DEFAULT_QUEUE_SIZE and out.extra["joins_refused"] == 0, out.extra
     assert any(o.startswith("refused: You already have") for o in out.crowd) or api_name == "plan", out.crowd[:3]
 
 
