@@ -124,13 +124,14 @@ def test_dry_mode_runs_every_step_on_cpu(tmp_path):
     # .venv/bin/python -m pytest, not activated, leaves PATH as it was).
     done = subprocess.run([str(SCRIPT), "--dry", "--out", str(out)], cwd=PROJECT_ROOT, capture_output=True, text=True,
                           timeout=300, env={**os.environ, "TMPDIR": str(tmp_path), "PYTHON": sys.executable,
-                                            "GPU_CHECK_PROFILES": ",".join(DRY_PROFILES)})
+                                            "GPU_CHECK_PROFILES": ",".join(DRY_PROFILES), "TOKENS": "256"})
     assert done.returncode == 0, done.stdout[-4000:]
     log = (out / "gpu_check.log").read_text()
     assert f"python: {sys.executable} (Python {platform.python_version()};" in log
     assert "tests rc=0, bench rc=0" in log and re.search(r"\d+ skipped", log)  # the CUDA-gated tests, skipped here
     results = json.loads((out / "results.json").read_text())
     assert results["model"] == "demo" and results["settings"]["batch"] == [1, 8]
+    assert results["settings"]["tokens"] == [256]  # the steps are checked, not the model's speed: short inputs
     assert results["settings"]["profiles"] == ["baseline-fp32"]
     assert [(entry["profile"], bool(entry["reason"])) for entry in results["skipped"]] == [("t4-16gb", True)]
     assert "skipped t4-16gb: needs a CUDA GPU" in log
