@@ -9,6 +9,8 @@ the test's temporary folder; scripts/refresh_screenshot.py refreshes docs/screen
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import io
 import re
 import time
@@ -83,10 +85,28 @@ def launch(ctx):
     return demo, url
 
 
+@contextlib.contextmanager
+def frozen_while(served):
+    """`served` (a context manager: a served page) entered, then what lives frozen out of the collector's walks
+    (`gc.freeze`, as conftest.pytest_collection_finish does after collection): a page, its model and what its launch
+    imported are some 200,000 objects, which each full collection would walk again, and the loader collects twice a
+    load (a profile switch, each profile of a comparison). After `served` exits, the closed page is collected and
+    what lives then is frozen again."""
+    try:
+        with served as value:
+            gc.collect()
+            gc.freeze()
+            yield value
+    finally:
+        gc.unfreeze()
+        gc.collect()
+        gc.freeze()
+
+
 @pytest.fixture(scope="module")
 def served(tiny_model_dir):
-    with served_page(Session(), tiny_model_dir, launch,
-                     models=[str(tiny_model_dir), *(["demo"] if HAS_DEMO else [])]) as page_served:
+    with frozen_while(served_page(Session(), tiny_model_dir, launch,
+                                  models=[str(tiny_model_dir), *(["demo"] if HAS_DEMO else [])])) as page_served:
         yield page_served
 
 
@@ -94,7 +114,7 @@ def served(tiny_model_dir):
 def served_demo():
     """The page with the bundled demo model loaded, the model a first visit gets offline (it answers "What is the
     <attribute> of <name>?")."""
-    with served_page(Session(), "demo", launch) as page_served:
+    with frozen_while(served_page(Session(), "demo", launch)) as page_served:
         yield page_served
 
 

@@ -10,6 +10,7 @@ set-up. Screenshots go to SHOTS (docs/details-*.png are copies).
 
 from __future__ import annotations
 
+import contextlib
 import re
 import tempfile
 import time
@@ -25,7 +26,7 @@ from page import loading
 from page.context import make_context
 from strategies.profiles import profile_choices
 from tests.conftest import CHROMIUM
-from tests.test_app_browser import SCREENS, choose, launch, open_at, table_headers, wait_until
+from tests.test_app_browser import SCREENS, choose, frozen_while, launch, open_at, table_headers, wait_until
 
 pytestmark = [
     pytest.mark.browser,
@@ -74,10 +75,8 @@ def served(offline):
     """The page offline on the default model, which the demo model stands in for (loaded by the first visit)."""
     ctx = make_context(Session(), models=[DEFAULT_MODEL], default_model=DEFAULT_MODEL, default_profile="cpu")
     demo, url = launch(ctx)
-    try:
+    with frozen_while(contextlib.closing(demo)):
         yield ctx, url
-    finally:
-        demo.close()
 
 
 def status_text(page) -> str:

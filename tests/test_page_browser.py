@@ -23,7 +23,7 @@ from longqa.backend import Selection
 from training.demo_task import make_example
 from longqa.session import Session
 from tests.conftest import CHROMIUM, served_page
-from tests.test_app_browser import SIDEWAYS, TIMEOUT_MS, choose, launch, wait_until
+from tests.test_app_browser import SIDEWAYS, TIMEOUT_MS, choose, frozen_while, launch, wait_until
 
 pytestmark = [
     pytest.mark.browser,
@@ -74,7 +74,7 @@ class SlowRunner:
 
 @pytest.fixture(scope="module")
 def served(tiny_model_dir):
-    with served_page(SlowBatches(), tiny_model_dir, launch) as page_served:
+    with frozen_while(served_page(SlowBatches(), tiny_model_dir, launch)) as page_served:
         yield page_served
 
 

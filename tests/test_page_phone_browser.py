@@ -15,7 +15,7 @@ import pytest
 
 from longqa.session import Session
 from tests.conftest import CHROMIUM, served_page
-from tests.test_app_browser import SCREENS, answered, launch, open_at, wait_until
+from tests.test_app_browser import SCREENS, answered, frozen_while, launch, open_at, wait_until
 
 pytestmark = [
     pytest.mark.browser,
@@ -94,7 +94,7 @@ NOTICE_BOXES = """() => Array.from(document.querySelectorAll('[data-testid=toast
 
 @pytest.fixture(scope="module")
 def served(tiny_model_dir):
-    with served_page(Session(), tiny_model_dir, launch) as page_served:
+    with frozen_while(served_page(Session(), tiny_model_dir, launch)) as page_served:
         yield page_served
 
 

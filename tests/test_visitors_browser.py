@@ -10,6 +10,7 @@ set-up.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from page import loading, model_panel
 from page.context import make_context
 from strategies.profiles import profile_choices
 from tests.conftest import Clock
-from tests.test_app_browser import SCREENS, choose, launch, open_at, table_text, wait_until
+from tests.test_app_browser import SCREENS, choose, frozen_while, launch, open_at, table_text, wait_until
 # the fixture that turns downloads off for the module, and the same marks (browser, slow, chromium and the demo
 # model's weights needed)
 from tests.test_details_browser import offline, pytestmark  # noqa: F401
@@ -44,10 +45,8 @@ def served(offline):  # noqa: F811
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(model_panel, "FOLLOW_EVERY_S", FOLLOW_S)  # read when the page is built
         demo, url = launch(ctx)
-    try:
+    with frozen_while(contextlib.closing(demo)):
         yield ctx, url, clock
-    finally:
-        demo.close()
 
 
 def status_text(page) -> str:
