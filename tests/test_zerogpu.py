@@ -26,19 +26,28 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def zero_gpu_server(tmp_path_factory):
-    """`python app.py --model demo` as a ZeroGPU Space starts it (SPACES_ZERO_GPU=true), on 127.0.0.1."""
+def zero_gpu_started(tmp_path_factory):
+    """`python app.py --model demo` as a ZeroGPU Space starts it (SPACES_ZERO_GPU=true), on 127.0.0.1, started and not
+    waited for: (process, port, folder, its start on the monotonic clock). Stopped after the module's tests."""
     folder = tmp_path_factory.mktemp("zerogpu")
-    log = folder / "gpu_calls.jsonl"
     port = free_port()
-    env = dict(os.environ, SPACES_ZERO_GPU="true", ZEROGPU_STANDIN_LOG=str(log), HF_HUB_OFFLINE="1",
-               PYTHONPATH=os.pathsep.join([str(ROOT / "tests" / "zerogpu_standin"), str(ROOT)]))
+    env = dict(os.environ, SPACES_ZERO_GPU="true", ZEROGPU_STANDIN_LOG=str(folder / "gpu_calls.jsonl"),
+               HF_HUB_OFFLINE="1", PYTHONPATH=os.pathsep.join([str(ROOT / "tests" / "zerogpu_standin"), str(ROOT)]))
     output = open(folder / "server.log", "w")
     # --allow-training: a ZeroGPU Space is locked, and its operator lets visitors run the training step here
     process = subprocess.Popen([sys.executable, "app.py", "--model", "demo", "--allow-training", "--port", str(port)],
                                cwd=ROOT, env=env, stdout=output, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}/"
-    deadline = time.monotonic() + 180
+    yield process, port, folder, time.monotonic()
+    process.terminate()
+    process.wait(timeout=30)
+    output.close()
+
+
+@pytest.fixture(scope="module")
+def zero_gpu_server(zero_gpu_started):
+    """The started server once it serves: (client, process, the stand-in's log of GPU calls)."""
+    process, port, folder, started = zero_gpu_started
+    deadline = started + 180
     while True:
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=1):
@@ -47,17 +56,16 @@ def zero_gpu_server(tmp_path_factory):
             if process.poll() is not None or time.monotonic() > deadline:
                 process.kill()
                 pytest.fail(f"the ZeroGPU-mode server did not start: {(folder / 'server.log').read_text()[-2000:]}")
-            time.sleep(0.5)
-    yield Client(url, verbose=False), process, log
-    process.terminate()
-    process.wait(timeout=30)
-    output.close()
+            time.sleep(0.2)
+    return Client(f"http://127.0.0.1:{port}/", verbose=False), process, folder / "gpu_calls.jsonl"
 
 
 def gpu_calls(log: Path) -> list[dict]:
     return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
 
 
+# the module's server starts meanwhile: the two processes start side by side on two cores, not one after the other
+@pytest.mark.usefixtures("zero_gpu_started")
 def test_the_stand_in_is_the_spaces_package_the_app_imports():
     env = dict(os.environ, SPACES_ZERO_GPU="true",
                PYTHONPATH=os.pathsep.join([str(ROOT / "tests" / "zerogpu_standin"), str(ROOT)]))
