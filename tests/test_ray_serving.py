@@ -181,7 +181,7 @@ def test_a_load_during_a_long_ray_request_waits_for_it_as_when_embedded(served):
     whatever profile the test before left (the profile switch's, answering the request; else `cpu` again)."""
     _, session = served
     began_on = session.profile_name
-    item = eval_task.make_document(31, 60_000)  # 30 windows: seconds of reading after the first progress
+    item = eval_task.make_document(31, 40_000)  # 20 windows: seconds of reading after the first progress
     plan = session.plan([Document("long.txt", item.text)], item.question, "full")
     generation = session.generation
     times: dict[str, float] = {}
