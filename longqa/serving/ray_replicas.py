@@ -51,7 +51,8 @@ RETRY_PAUSE_S = 1.0
 # A load replaces every replica at once, not Ray Serve's rolling 20 % (one replica after another), and a replica
 # stopping looks for requests to finish every 0.2 s, not 2 s: the session holds new requests while it loads and waits
 # for those in progress, so no request could use an old replica meanwhile, and one stopping has at most a cancelled
-# request's last batch left. Redeploying 2 CPU replicas so took 53 s against 67 s, beside other busy processes.
+# request's last batch left. Redeploying 2 CPU replicas so took 53-59 s against 67-92 s rolling (a script beside
+# other busy processes, kind B; not a committed measurement).
 ROLLOUT_SHARE = 1.0
 STOP_POLL_S = 0.2
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
