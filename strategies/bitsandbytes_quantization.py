@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import abc
 import importlib.util
+from pathlib import Path
 
 import torch
 from transformers import BitsAndBytesConfig
@@ -17,16 +18,17 @@ SKIP_MODULES = ["qa_outputs"]
 
 
 def bitsandbytes_missing_reason(hardware: Hardware, on_cuda: bool) -> str | None:
-    if importlib.util.find_spec("bitsandbytes") is None:
+    """Why bitsandbytes cannot quantize here, or None. Its files are looked at, not imported: the page's pickers ask
+    on every build, and importing bitsandbytes (which imports torch's compiler for its default kernels) took 1.8 s of
+    each `python app.py` start on a 2-core AMD (AVX2 only). A build without CPU kernels lacks `backends/cpu` or the
+    native CPU library; one that has them but fails to load them says why when the strategy loads."""
+    spec = importlib.util.find_spec("bitsandbytes")
+    if spec is None or spec.origin is None:
         return "bitsandbytes is not installed"
     if not on_cuda:
-        try:
-            # Deferred: bitsandbytes is optional and heavy, and importing it is the probe (0.50 ships CPU
-            # kernels; older builds fail here or lack them).
-            import bitsandbytes  # noqa: F401
-            from bitsandbytes.backends import cpu  # noqa: F401  (deferred with it)
-        except Exception as exc:
-            return f"bitsandbytes has no CPU kernels here ({type(exc).__name__})"
+        package = Path(spec.origin).parent
+        if not (package / "backends" / "cpu").is_dir() or not any(package.glob("libbitsandbytes_cpu.*")):
+            return "bitsandbytes has no CPU kernels here (its build has no CPU backend)"
     return None
 
 

@@ -424,7 +424,8 @@ def test_bitsandbytes_on_a_cpu_only_machine_really_quantizes(name, layer_type):
 
 
 # A process's start as `python app.py` makes it, offline: the loader imported, the demo model loaded in place of the
-# Hub default, then every strategy's availability probed (bitsandbytes imported) as the page's pickers do.
+# Hub default, then every strategy's availability probed as the page's pickers do (without importing bitsandbytes),
+# then bitsandbytes imported, as loading a profile with a bitsandbytes strategy does.
 QUIET_START = """
 import sys
 from longqa.loader import load_model
@@ -432,7 +433,10 @@ from strategies.bitsandbytes_quantization import bitsandbytes_missing_reason
 from strategies.hardware import detect_hardware
 
 loaded = load_model("allenai/longformer-large-4096-finetuned-triviaqa", "cpu", fallback_to_demo=True)
-print(loaded.model_ref, bitsandbytes_missing_reason(detect_hardware(), on_cuda=False), "bitsandbytes" in sys.modules)
+reason = bitsandbytes_missing_reason(detect_hardware(), on_cuda=False)
+probed_without_importing = "bitsandbytes" not in sys.modules
+import bitsandbytes
+print(loaded.model_ref, reason, probed_without_importing)
 """
 
 
@@ -445,5 +449,5 @@ def test_an_offline_start_writes_nothing_to_stderr():
     proc = subprocess.run([sys.executable, "-c", QUIET_START], capture_output=True, text=True, env=env,
                           cwd=Path(__file__).resolve().parents[1], timeout=300)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split() == ["demo", "None", "True"]  # the demo stood in; bitsandbytes was imported and probed
+    assert proc.stdout.split() == ["demo", "None", "True"]  # the demo stood in; bitsandbytes was probed, then imported
     assert proc.stderr == ""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import gc
+import importlib.util
 import shutil
 import sys
 import types
@@ -24,7 +25,7 @@ from longqa_core.errors import ProfileError
 from strategies import band_kernel
 from strategies.autocast import Autocast
 from strategies.base import Strategy, runtime_contexts
-from strategies.bitsandbytes_quantization import Bnb4bit, Bnb8bit
+from strategies.bitsandbytes_quantization import Bnb4bit, Bnb8bit, bitsandbytes_missing_reason
 from strategies.dynamic_batching import DynamicBatching
 from strategies.fast_attention import FastAttention, SlidingWindowSelfAttention
 from strategies.gradient_checkpointing import (GradientCheckpointing, LiveTensorPeak, is_checkpointing,
@@ -264,6 +265,34 @@ def test_bitsandbytes_on_cpu_quantizes_all_but_the_head(folder, batch, strategy_
     assert type(model.qa_outputs) is nn.Linear
     assert torch.isfinite(out).all()
     assert (out - logits(load(folder), batch)).abs().max() < 0.1
+
+
+def _fake_bitsandbytes(root: Path, *files: str) -> Path:
+    for name in ("__init__.py", *files):
+        (root / "bitsandbytes" / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / "bitsandbytes" / name).write_text("raise ImportError('the probe imported me')\n")
+    return root
+
+
+@pytest.mark.parametrize("files, on_cuda, reason", [
+    (("backends/cpu/__init__.py", "libbitsandbytes_cpu.so"), False, None),
+    (("backends/cpu/__init__.py", "libbitsandbytes_cuda128.so"), False, "no CPU kernels"),  # a CUDA-only build
+    (("libbitsandbytes_cpu.so",), False, "no CPU kernels"),  # no CPU backend package
+    ((), True, None),  # on CUDA, installed is enough
+])
+def test_bitsandbytes_is_probed_by_its_files_without_importing_it(tmp_path, monkeypatch, files, on_cuda, reason):
+    """The page's pickers probe on every build: the probe reads the installed package's files and never imports it
+    (the fake package here raises on import)."""
+    monkeypatch.syspath_prepend(str(_fake_bitsandbytes(tmp_path, *files)))
+    monkeypatch.delitem(sys.modules, "bitsandbytes", raising=False)
+    found = bitsandbytes_missing_reason(CPU, on_cuda=on_cuda)
+    assert found is None if reason is None else reason in found
+    assert "bitsandbytes" not in sys.modules
+
+
+def test_bitsandbytes_not_installed_is_said(monkeypatch):
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *args: None)
+    assert bitsandbytes_missing_reason(CPU, on_cuda=False) == "bitsandbytes is not installed"
 
 
 # ------------------------------------------------------------------------------------------ device maps
