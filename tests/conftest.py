@@ -26,8 +26,15 @@ if _SIMULATED_CPU_BF16 is False:  # nor the bf16 band kernel's instructions, fro
     band_kernel.cpu_flags = lambda cpuinfo=None: _FLAGS_WITHOUT_BF16 if cpuinfo is None else _real_cpu_flags(cpuinfo)
 
 
-TORCH_THREADS = torch.get_num_threads()  # torch's own count for this machine; the tests run at one (below)
+# torch's own count for this machine; the tests run at one (below). Under `-n 2` a worker inherits the controller's
+# OMP_NUM_THREADS=1 (below) before it imports torch, so the first process's count is handed down beside it.
+TORCH_THREADS = int(os.environ.setdefault("LONGQA_TEST_TORCH_THREADS", str(torch.get_num_threads())))
 torch.set_num_threads(1)
+# The processes the tests start (servers, the CLI, bench workers) run torch at one thread too, unless a test gives
+# them a count. The tests check what they do, not how fast: on 2 cores beside another worker and a browser, a
+# second thread mostly waits for a descheduled one (measured on kind B with the crowd and Ray files on two workers:
+# 17 % less CPU and 13 % less time at one thread). Ray's replicas set their own count.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 @pytest.fixture(autouse=True)
@@ -35,8 +42,8 @@ def one_torch_thread(request):
     """Torch runs one thread in the test process, except in tests marked `torch_threads` (code that splits its work
     by torch.get_num_threads(), as the band kernel does). The tests' models are tiny: their operations gain nothing
     from a second thread, and beside a served page, a replica or any other process on 2 cores every parallel region
-    waits for a descheduled thread. Processes the tests start keep torch's default. Set once here, so that the
-    fixtures built before a test run at one too."""
+    waits for a descheduled thread. Processes the tests start run at one too (OMP_NUM_THREADS above). Set once
+    here, so that the fixtures built before a test run at one too."""
     if request.node.get_closest_marker("torch_threads"):
         torch.set_num_threads(TORCH_THREADS)
         yield
