@@ -81,10 +81,10 @@ def pytest_collection_finish(session):
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
-    """Under `-n N` (pytest-xdist): a file's tests in one worker, so that its module fixtures (a served page, Ray's
-    replicas) start once, not once a worker. Files go out most tests first (xdist's order); the longest files first
-    instead took 27 min against 24 on kind B. CI runs one worker: on two, timing checks failed with both cores
-    saturated (docs/results/README.md, the test suite)."""
+    """Under `-n N` (pytest-xdist; the README's command runs `-n 2`): a file's tests in one worker, so that its
+    module fixtures (a served page, Ray's replicas) start once, not once a worker. Files go out most tests first
+    (xdist's order); the longest files first instead took 27 min against 24 on kind B (docs/results/README.md, the
+    test suite)."""
     from xdist.scheduler import LoadFileScheduling
 
     return LoadFileScheduling(config, log)
