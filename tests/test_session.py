@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import sys
 import time
 import weakref
@@ -180,11 +181,27 @@ def test_a_guided_read_asks_its_gate_for_the_full_reads_place_before_falling_bac
 
 
 ROOT = Path(__file__).resolve().parents[1]
+# Where the interpreter and its packages live, never the project's modules, even when a virtual environment sits
+# inside the checkout (`python3 -m venv .venv` there, as the README's commands may be run).
+# (A prefix that holds the checkout itself is not one of them.)
+INSTALLED = {Path(p).resolve() for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)} - set(ROOT.parents) - {ROOT}
+
+
+@functools.cache
+def project_module(filename: str) -> str | None:
+    """The dotted name of the project module a code object's file is, or None (tests/, installed packages, the
+    standard library, frozen and generated code)."""
+    path = Path(filename)
+    if (not path.is_absolute() or not path.is_relative_to(ROOT) or path.is_relative_to(ROOT / "tests")
+            or any(path.is_relative_to(prefix) for prefix in INSTALLED)
+            or {"site-packages", "dist-packages"} & set(path.parts)):
+        return None
+    return ".".join(path.relative_to(ROOT).with_suffix("").parts)
 
 
 def modules_down_to_the_forward(call) -> list[str]:
-    """The project modules (outside tests/) whose functions `call` enters, in order, before the model's first
-    forward pass (sys.setprofile: every Python call in this thread)."""
+    """The project modules (outside tests/ and any installed packages) whose functions `call` enters, in order,
+    before the model's first forward pass (sys.setprofile: every Python call in this thread)."""
     entered, reached = [], []
 
     def profile(frame, event, arg):
@@ -194,11 +211,8 @@ def modules_down_to_the_forward(call) -> list[str]:
         if code.co_name == "forward" and "longformer" in code.co_filename:
             reached.append(True)
             return
-        path = Path(code.co_filename)
-        if not path.is_absolute() or not path.is_relative_to(ROOT) or path.is_relative_to(ROOT / "tests"):
-            return
-        module = ".".join(path.relative_to(ROOT).with_suffix("").parts)
-        if module not in entered:
+        module = project_module(code.co_filename)
+        if module is not None and module not in entered:
             entered.append(module)
 
     sys.setprofile(profile)
@@ -208,6 +222,17 @@ def modules_down_to_the_forward(call) -> list[str]:
         sys.setprofile(None)
     assert reached, "the model's forward was never entered"
     return entered
+
+
+def test_the_module_count_leaves_out_installed_packages_even_inside_the_checkout():
+    """A virtual environment made in the checkout (.venv) holds transformers and torch under the project's folder:
+    they are not the project's modules (the two counts below once found 25 and 41 there)."""
+    assert project_module(str(ROOT / "longqa" / "session.py")) == "longqa.session"
+    assert project_module(str(ROOT / "page" / "asking.py")) == "page.asking"
+    site = ROOT / ".venv" / "lib" / "python3.11" / "site-packages"
+    assert project_module(str(site / "transformers" / "tokenization_utils_base.py")) is None
+    assert project_module(str(ROOT / "tests" / "conftest.py")) is None
+    assert project_module("<frozen importlib._bootstrap>") is None
 
 
 @pytest.mark.slow
