@@ -33,8 +33,11 @@ torch.set_num_threads(1)
 # The processes the tests start (servers, the CLI, bench workers) run torch at one thread too, unless a test gives
 # them a count. The tests check what they do, not how fast: on 2 cores beside another worker and a browser, a
 # second thread mostly waits for a descheduled one (measured on kind B with the crowd and Ray files on two workers:
-# 17 % less CPU and 13 % less time at one thread: docs/results/suite-one-thread-crowd-ray-1c7034c.txt). Ray's
-# replicas set their own count.
+# 17 % less CPU and 13 % less time at one thread, one pair of runs:
+# docs/results/suite-one-thread-crowd-ray-1c7034c.txt). Ray's replicas inherit it too (Ray sets its own count only
+# where none is set; one CPU each gives one anyway).
+# The run's own setting, handed down (tests/test_band_kernel.py starts a process as the run was started).
+os.environ.setdefault("LONGQA_TEST_OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS", ""))
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 

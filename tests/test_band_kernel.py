@@ -16,6 +16,7 @@ import math
 import os
 import re
 import subprocess
+import sys
 
 import pytest
 import torch
@@ -702,3 +703,14 @@ def test_on_an_amx_cpu_the_loader_runs_the_amx_kernel():
     assert isinstance(loaded, band_kernel.BandKernel), loaded
     assert loaded.spec is AMX and loaded.notes == ()
     loaded.prepare()
+
+
+def test_the_kernels_tests_run_at_torchs_own_count():
+    """`torch_threads` tests run at the count torch picks for this machine in a process started as the run was,
+    though the processes the tests start (under `-n 2` the workers too) inherit OMP_NUM_THREADS=1 from conftest."""
+    environment = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS" and not k.startswith("LONGQA_TEST_")}
+    if os.environ.get("LONGQA_TEST_OMP_NUM_THREADS"):  # the run's own setting, as the run was started
+        environment["OMP_NUM_THREADS"] = os.environ["LONGQA_TEST_OMP_NUM_THREADS"]
+    own = subprocess.run([sys.executable, "-c", "import torch; print(torch.get_num_threads())"], env=environment,
+                         capture_output=True, text=True, timeout=120, check=True).stdout.split()
+    assert torch.get_num_threads() == int(own[-1])

@@ -151,7 +151,8 @@ def memory_after_full_reads(app_py, tmp_path, reads: int = 8, kb: int = 200) -> 
 def test_memory_goes_back_after_every_request(tmp_path):
     out = memory_after_full_reads(Path(app.__file__), tmp_path)
     assert out.right == 8
-    assert out.rss_settled - out.rss_idle < 100 * MB, (out.rss_settled - out.rss_idle) / MB
+    # 100 MB over 12 reads before, in proportion for 8 (17.5 MB measured on kind B)
+    assert out.rss_settled - out.rss_idle < 67 * MB, (out.rss_settled - out.rss_idle) / MB
 
 
 @pytest.mark.parametrize("stage, reading", [("tokenize", "full"), ("index", "guided")])

@@ -194,7 +194,7 @@ def project_module(filename: str) -> str | None:
     path = Path(filename)
     if (not path.is_absolute() or not path.is_relative_to(ROOT) or path.is_relative_to(ROOT / "tests")
             or any(path.is_relative_to(prefix) for prefix in INSTALLED)
-            or {"site-packages", "dist-packages"} & set(path.parts)):
+            or {"site-packages", "dist-packages"} & set(path.relative_to(ROOT).parts)):
         return None
     return ".".join(path.relative_to(ROOT).with_suffix("").parts)
 
