@@ -181,22 +181,21 @@ def test_a_guided_read_asks_its_gate_for_the_full_reads_place_before_falling_bac
 
 
 ROOT = Path(__file__).resolve().parents[1]
-# Where the interpreter and its packages live, never the project's modules, even when a virtual environment sits
-# inside the checkout (`python3 -m venv .venv` there, as the README's commands may be run).
-# (A prefix that holds the checkout itself is not one of them.)
-INSTALLED = {Path(p).resolve() for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)} - set(ROOT.parents) - {ROOT}
 
 
 @functools.cache
 def project_module(filename: str) -> str | None:
     """The dotted name of the project module a code object's file is, or None (tests/, installed packages, the
-    standard library, frozen and generated code)."""
+    standard library, frozen and generated code). Installed packages may lie inside the checkout: a virtual
+    environment made there (`python3 -m venv .venv`, as the README's commands may be run) holds them in its
+    site-packages."""
     path = Path(filename)
-    if (not path.is_absolute() or not path.is_relative_to(ROOT) or path.is_relative_to(ROOT / "tests")
-            or any(path.is_relative_to(prefix) for prefix in INSTALLED)
-            or {"site-packages", "dist-packages"} & set(path.relative_to(ROOT).parts)):
+    if not path.is_absolute() or not path.is_relative_to(ROOT):
         return None
-    return ".".join(path.relative_to(ROOT).with_suffix("").parts)
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    if parts[0] == "tests" or {"site-packages", "dist-packages"} & set(parts):
+        return None
+    return ".".join(parts)
 
 
 def modules_down_to_the_forward(call) -> list[str]:

@@ -269,8 +269,9 @@ def test_bitsandbytes_on_cpu_quantizes_all_but_the_head(folder, batch, strategy_
 
 def _fake_bitsandbytes(root: Path, *files: str) -> Path:
     for name in ("__init__.py", *files):
-        (root / "bitsandbytes" / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / "bitsandbytes" / name).write_text("raise ImportError('the probe imported me')\n")
+        path = root / "bitsandbytes" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("raise ImportError('the probe imported me')\n")
     return root
 
 
