@@ -5,16 +5,16 @@ failure of a raw call told in words and answered 400 rather than 500 on gradio's
 whether a running event was abandoned, and the door's bounds on routes, request bodies, joins and sessions. Not
 where errors are made: the engine raises them.
 
-Not a subclass of `gr.Blocks`: `harden` wraps one page's `launch`, `preprocess_data`, `validate_inputs` and
-`process_api`. What is not gradio's public API, and why it is needed (each pinned by tests/test_hardening.py against
-gradio 6.31):
-- `Blocks.process_api`: gradio's direct route (`/gradio_api/run/predict`, which takes any event, private ones too)
-  answers every failure 500, and with `show_error=False` an unexpected one (a raw call whose select event carries
-  no data, a value a component cannot read) with no message at all (`TelledErrors` then sets the status).
-- `Blocks.preprocess_data` and `Blocks.validate_inputs`: gradio refuses a file that was never uploaded and a value
-  of the wrong shape before any handler runs, and with `show_error=False` (which keeps the server's paths out of
-  messages) its reply carries no message at all; an API call made before the not-found threshold was added sends
-  one value less. No event option runs before them (a `validator=` receives the values they produced).
+Not a subclass of `gr.Blocks`: `harden` wraps one page's `launch` and `process_api`. What is not gradio's public
+API, and why it is needed (each pinned by tests/test_hardening.py against gradio 6.31):
+- `Blocks.process_api`, the one method every call goes through (the queue's and gradio's direct route,
+  `/gradio_api/run/predict`, which takes any event, private ones too), and the two refusals it raises from
+  gradio's reading of the values (`gradio.exceptions.InvalidPathError`, pydantic's `ValidationError`): gradio
+  refuses a file that was never uploaded, a value of the wrong shape and too few values before any handler runs,
+  and with `show_error=False` (which keeps the server's paths out of messages) its reply carries no message at
+  all, nor does an unexpected failure's (a raw call whose select event carries no data); a component's own
+  refusal echoes the value sent. An API call made before the not-found threshold was added sends one value less.
+  No event option runs before gradio reads the values (a `validator=` receives what it produced).
 - `gradio.context.LocalContext`, `Blocks._queue`, its `active_jobs` and `pending_messages_per_session`, and an
   event's `_id` and `alive`: a sync handler's thread cannot be killed, so a long read asks between batches whether
   its event is still wanted; gradio offers no public way to ask.
@@ -26,12 +26,13 @@ gradio 6.31):
   every block's config at once (about 250 KB and 33 ms of the event loop for this page), only for its deep links,
   which this page does not offer (their route is closed). The page's sessions start without that copy; gradio fills
   it for the blocks an event changes, as it does anyway. docs/serving.md measures both.
-- `FileData` values before gradio reads them (`remote_file`): gradio fetches a file named by a web address into its
-  cache with no size limit, outside the upload gate; the page reads only files uploaded to it.
-- `Queue.push` (`budget_new_sessions`), on a direct connection: the first thing a join reaches that knows its
-  session, the one place a join of a session nobody has heard of can be refused before it takes a place in
-  gradio's queue (every loopback client is one address there, so a budget on every join would refuse the
-  visitors on it too).
+- `FileData` values before gradio reads them (`remote_file`, in `checked_values`): gradio fetches a file named by
+  a web address into its cache with no size limit, outside the upload gate; the page reads only files uploaded to it.
+- `Blocks.upload_file_set`: the uploads gradio will read; the sweep tells it which are deleted, or it grows forever.
+
+What gradio cannot do and public ASGI middleware can (FastAPI's `app_kwargs` at launch) is not here but in
+`longqa.serving.route_gate` and `longqa.serving.uploads`: closed routes, bodies bounded, the join budgets, the upload
+gate. `ToldErrors` below is such middleware too.
 """
 
 from __future__ import annotations
@@ -48,7 +49,6 @@ from collections import OrderedDict
 from typing import Callable
 
 import gradio as gr
-from fastapi import HTTPException
 from gradio.context import LocalContext
 from gradio.exceptions import InvalidPathError
 from gradio.state_holder import SessionState, StateHolder
@@ -146,64 +146,58 @@ def harden(demo: gr.Blocks, uploads: UploadStore, visitor_header: str | None, *,
     request body is bounded by its declared length (`RouteGate`: a pasted text of `max_text_bytes` and the rest),
     the routes the page does not use are closed, gradio keeps `SESSION_CAPACITY` sessions' state and never drops
     the message queue of a session whose event is pending, and on a direct connection each address's joins of new
-    sessions are budgeted (`budget_new_sessions`). Wraps this one page's methods (see the module's docstring)."""
-    launch, preprocess_data, validate_inputs, process_api = (demo.launch, demo.preprocess_data, demo.validate_inputs,
-                                                             demo.process_api)
-    heard = SessionsHeard()
+    sessions are budgeted (`NewSessionBudget`). Wraps this one page's methods (see the module's docstring)."""
+    launch, process_api = demo.launch, demo.process_api
 
     @functools.wraps(launch)
     def bounded_launch(*args, app_kwargs: dict | None = None, **kwargs):
-        app_kwargs = {**upload_bounds(demo, uploads, visitor_header, max_text_bytes, heard), **(app_kwargs or {})}
+        app_kwargs = {**upload_bounds(demo, uploads, visitor_header, max_text_bytes), **(app_kwargs or {})}
         looks = {"head": f"<style>{css}</style>" if css else None, "js": js}
         allowed = {"allowed_paths": [*(kwargs.pop("allowed_paths", None) or []), *public]}
         sessions = {"state_session_capacity": SESSION_CAPACITY, "enable_monitoring": False}
         spare_busy_sessions(demo._queue)
-        if not visitor_header:  # behind a proxy, RouteGate budgets every join by the address the proxy gives
-            budget_new_sessions(demo, heard)
         launched = launch(*args, app_kwargs=app_kwargs, **{**looks, **sessions, **kwargs, **allowed})
         light_sessions(demo.server_app.state_holder)
         return launched
 
-    @functools.wraps(preprocess_data)
-    async def telling_preprocess_data(block_fn, inputs, *args, **kwargs):
-        for component, value in zip(block_fn.inputs, inputs):
-            if remote_file(value):
-                label = getattr(component, "label", None) or type(component).__name__
-                raise gr.Error(REMOTE_FILE.format(label=cut(label, 80)), print_exception=False)
-        try:
-            return await preprocess_data(block_fn, inputs, *args, **kwargs)
-        except InvalidPathError:
-            raise gr.Error(UNUPLOADED_FILE, print_exception=False) from None
-        except ValidationError as exc:  # with show_error=False, gradio's reply would carry no message at all
-            raise gr.Error(wrong_shape(block_fn, inputs, exc), print_exception=False) from None
-        except gr.Error as exc:  # a component's own refusal ("Value: ... is not in the list of choices") echoes
-            raise gr.Error(cut(exc.message, MAX_TOLD_CHARS), print_exception=False) from None
-        except Exception as exc:  # noqa: BLE001 - a raw call's value no component reads: told, not a bare 500
-            raise gr.Error(unreadable(block_fn, exc), print_exception=False) from None
-
     @functools.wraps(process_api)
     async def telling_process_api(block_fn, inputs, *args, **kwargs):
+        if kwargs.get("iterator") is None and not getattr(block_fn, "batch", False):  # a call's values, as sent
+            inputs = checked_values(block_fn, inputs)
         try:
             return await process_api(block_fn, inputs, *args, **kwargs)
-        except gr.Error:
-            raise
+        except InvalidPathError:  # gradio's refusal of a file path it never received (preprocessing a value)
+            raise gr.Error(UNUPLOADED_FILE, print_exception=False) from None
+        except ValidationError as exc:  # a value gradio's data model cannot read; with show_error=False, no message
+            raise gr.Error(wrong_shape(block_fn, inputs, exc), print_exception=False) from None
+        except gr.Error as exc:
+            if not exc.print_exception:  # the page's own: every one is raised with print_exception=False
+                raise
+            # gradio's own, a component's refusal ("Value: ... is not in the list of choices"): it echoes the value
+            raise gr.Error(cut(exc.message, MAX_TOLD_CHARS), print_exception=False) from None
         except Exception as exc:  # noqa: BLE001 - e.g. a select event called raw, without its event data
             raise gr.Error(unreadable(block_fn, exc), print_exception=False) from exc
 
-    @functools.wraps(validate_inputs)
-    def padding_validate_inputs(block_fn, inputs) -> None:
-        if len(inputs) == len(block_fn.inputs) - 1 and getattr(block_fn.inputs[-1], "elem_id", None) == LATER_INPUT:
-            inputs.append("")  # a call made before the not-found threshold was added: the model's own rule
-        try:
-            validate_inputs(block_fn, inputs)
-        except ValueError:  # gradio's message lists the components' reprs: say what is wrong, not how it is built
-            raise gr.Error(f"This call sent {len(inputs)} values; {block_fn.api_name or 'this event'} takes "
-                           f"{len(block_fn.inputs)} (gradio_client fills the page's own state values itself).",
-                           print_exception=False) from None
-
-    demo.launch, demo.preprocess_data, demo.validate_inputs, demo.process_api = (
-        bounded_launch, telling_preprocess_data, padding_validate_inputs, telling_process_api)
+    demo.launch, demo.process_api = bounded_launch, telling_process_api
     return demo
+
+
+def checked_values(block_fn, inputs: list) -> list:
+    """A call's values before gradio reads them: one short of the event's inputs, padded with the later input's
+    default (a call made before the not-found threshold was added); a file named by a web address refused
+    (`remote_file`); fewer told in words (gradio's own message lists the components' reprs)."""
+    inputs = list(inputs)
+    if len(inputs) == len(block_fn.inputs) - 1 and getattr(block_fn.inputs[-1], "elem_id", None) == LATER_INPUT:
+        inputs.append("")  # the model's own rule
+    for component, value in zip(block_fn.inputs, inputs):
+        if remote_file(value):
+            label = getattr(component, "label", None) or type(component).__name__
+            raise gr.Error(REMOTE_FILE.format(label=cut(label, 80)), print_exception=False)
+    if len(inputs) < len(block_fn.inputs):
+        raise gr.Error(f"This call sent {len(inputs)} values; {block_fn.api_name or 'this event'} takes "
+                       f"{len(block_fn.inputs)} (gradio_client fills the page's own state values itself).",
+                       print_exception=False)
+    return inputs
 
 
 def unreadable(block_fn, exc: Exception) -> str:
@@ -236,13 +230,14 @@ def shape_of(value) -> str:
 
 
 def upload_bounds(demo: gr.Blocks, uploads: UploadStore, visitor_header: str | None,
-                  max_text_bytes: int = DEFAULT_MAX_FILE_BYTES, heard: SessionsHeard | None = None) -> dict:
+                  max_text_bytes: int = DEFAULT_MAX_FILE_BYTES) -> dict:
     """The FastAPI arguments that bound `demo`'s requests: the route gate first (closed routes; every body but an
     upload's bounded by its declared length, for a pasted text of `max_text_bytes`; where the deployment names the
-    proxy's header, each address's joins to the queue, `JoinBudget`; the sessions whose heartbeat opens, noted in
-    `heard`), the gate in front of gradio's upload route (a visitor is the address the proxy gives,
-    `proxy_address`, where the deployment names its header; on a direct connection only the total counts) and the
-    sweep that deletes old uploads (and tells gradio they are gone)."""
+    proxy's header, each address's joins to the queue, `JoinBudget`; on a direct connection, each socket address's
+    joins of new sessions, `NewSessionBudget`, which knows the sessions whose heartbeat opens), the gate in front of
+    gradio's upload route (a visitor is the address the proxy gives, `proxy_address`, where the deployment names its
+    header; on a direct connection only the total counts) and the sweep that deletes old uploads (and tells gradio
+    they are gone)."""
     header = (visitor_header or "").lower()
 
     def visitor_of(headers: dict) -> str | None:
@@ -250,38 +245,16 @@ def upload_bounds(demo: gr.Blocks, uploads: UploadStore, visitor_header: str | N
         return f"address:{address}" if address else None
 
     uploads.on_delete = demo.upload_file_set.discard
+    heard = SessionsHeard()
     joins = JoinBudget(JOINS_PER_S, JOINS_BURST) if header else None
+    sessions = None if header else NewSessionBudget(JoinBudget(NEW_SESSIONS_PER_S, NEW_SESSIONS_BURST), heard)
     return {"middleware": [Middleware(RouteGate, max_body_bytes=body_cap_bytes(max_text_bytes),
                                       closed=CLOSED_ROUTES, own_bounds=(UPLOAD_ROUTE,), budgeted=JOIN_ROUTES,
                                       budget=joins, address_of=lambda headers: proxy_address(headers.get(header)),
-                                      heard=heard, heard_route=HEARTBEAT_ROUTE),
+                                      heard=heard, heard_route=HEARTBEAT_ROUTE, sessions=sessions),
                            Middleware(UploadGate, store=uploads, route=UPLOAD_ROUTE, visitor_of=visitor_of),
                            Middleware(ToldErrors, route=DIRECT_ROUTE)],
             "lifespan": sweeping(uploads)}
-
-
-def budget_new_sessions(demo: gr.Blocks, heard: SessionsHeard) -> None:
-    """`demo`'s queue refuses (429, in words) a join of a session the page neither holds (its message queue or its
-    state) nor heard on the heartbeat route once the join's socket address has opened NEW_SESSIONS_BURST new
-    sessions, then NEW_SESSIONS_PER_S a second (`NewSessionBudget`); every other join goes to gradio's queue as
-    before. A page launched again is wrapped once."""
-    queue = demo._queue
-
-    def is_known(session: str) -> bool:
-        app = getattr(demo, "server_app", None)
-        return session in queue.pending_messages_per_session or (app is not None and session in app.state_holder)
-
-    sessions = NewSessionBudget(JoinBudget(NEW_SESSIONS_PER_S, NEW_SESSIONS_BURST), heard, is_known)
-    push = getattr(queue.push, "__wrapped__", queue.push)
-
-    @functools.wraps(push)
-    async def budgeted_push(body, request, username):
-        address = request.client.host if request is not None and request.client else None
-        if not await sessions.admits(address, body.session_hash):
-            raise HTTPException(status_code=429, detail=sessions.refusal())
-        return await push(body, request, username)
-
-    queue.push = budgeted_push
 
 
 class SparingSessions(LRUCache):

@@ -4,22 +4,26 @@ served page is tested in test_app_api.py (refused paths, files of the wrong shap
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import inspect
 import time
+from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
 
 import gradio as gr
 import httpx
 import pytest
 from gradio.context import LocalContext
-from gradio.queueing import Event, Queue
+from gradio.queueing import Event
 from gradio.utils import LRUCache
 
 from longqa.serving import policy
 from longqa.serving.uploads import MIB, UploadStore
-from page.hardening import (LATER_INPUT, MESSAGE_QUEUES, SESSION_CAPACITY, UNUPLOADED_FILE, SparingSessions,
-                            abandonment_check, harden, proxy_address, remote_file)
+from page.hardening import (LATER_INPUT, MAX_TOLD_CHARS, MESSAGE_QUEUES, SESSION_CAPACITY, UNUPLOADED_FILE,
+                            SparingSessions, abandonment_check, harden, proxy_address, remote_file)
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def hardened_page(**kwargs):
@@ -35,48 +39,74 @@ def hardened_page(**kwargs):
 
 
 def test_the_wrapped_methods_are_gradios_with_the_signatures_harden_calls():
-    assert list(inspect.signature(gr.Blocks.preprocess_data).parameters) == ["self", "block_fn", "inputs", "state",
-                                                                              "explicit_call"]
-    assert list(inspect.signature(gr.Blocks.validate_inputs).parameters) == ["self", "block_fn", "inputs"]
+    assert list(inspect.signature(gr.Blocks.process_api).parameters)[:3] == ["self", "block_fn", "inputs"]
+    assert "iterator" in inspect.signature(gr.Blocks.process_api).parameters  # a generator's later steps: no values
     assert "app_kwargs" in inspect.signature(gr.Blocks.launch).parameters
-    # gradio checks the count inside preprocess_data, through the instance: the padding runs before the check
+    # every call gradio runs reads its values inside process_api, through the instance: the checks run before
+    assert "await self.preprocess_data(" in inspect.getsource(gr.Blocks.process_api)
     assert "self.validate_inputs(block_fn, inputs)" in inspect.getsource(gr.Blocks.preprocess_data)
+    assert "InvalidPathError" in inspect.getsource(__import__("gradio.processing_utils").processing_utils)
+
+
+def call(demo: gr.Blocks, values: list):
+    """The hardened page's first event called as gradio's routes call it."""
+    return asyncio.run(demo.process_api(block_fn=next(iter(demo.fns.values())), inputs=values, state=None))
 
 
 @pytest.mark.slow
 def test_a_call_one_value_short_gets_the_later_inputs_default_and_fewer_a_message():
     demo = hardened_page()
-    block_fn = next(iter(demo.fns.values()))
-    processed = asyncio.run(demo.preprocess_data(block_fn, [None, "q"], None))
-    assert processed == [None, "q", ""]
+    assert call(demo, [None, "q"])["data"] == ["q|"]
     with pytest.raises(gr.Error, match=r"This call sent 1 values; ask takes 3"):
-        asyncio.run(demo.preprocess_data(block_fn, ["q"], None))
+        call(demo, ["q"])
+
+
+def test_the_pages_own_errors_are_told_as_they_are_and_gradios_cut_short():
+    with gr.Blocks() as demo:
+        choice = gr.Dropdown(["a", "b"], value="a")
+        told = gr.Textbox()
+        gr.Button().click(lambda c: (_ for _ in ()).throw(gr.Error("x" * 1500, print_exception=False)),
+                          inputs=choice, outputs=told)
+    demo.queue()
+    harden(demo, UploadStore(), None)
+    with pytest.raises(gr.Error) as own:
+        call(demo, ["a"])
+    assert own.value.message == "x" * 1500  # the page's own words, whole
+    with pytest.raises(gr.Error) as refused:
+        call(demo, ["c" * 5000])  # not among the choices: the dropdown's refusal echoes the value
+    assert refused.value.message.startswith("Value: ccc") and len(refused.value.message) <= MAX_TOLD_CHARS
+
+
+def test_every_error_the_page_raises_says_it_is_the_pages_own():
+    """`harden` tells the page's errors (print_exception=False) from gradio's (which it cuts short) by that flag."""
+    calls = [node for path in sorted((ROOT / "page").glob("*.py"))
+             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))) if isinstance(node, ast.Call)
+             and ast.unparse(node.func) in ("gr.Error", "Error")]
+    assert len(calls) >= 10
+    for node in calls:
+        flags = {keyword.arg: ast.unparse(keyword.value) for keyword in node.keywords}
+        assert flags.get("print_exception") == "False", ast.unparse(node)
 
 
 @pytest.mark.slow
 def test_a_file_never_uploaded_is_told_in_words(tmp_path):
     demo = hardened_page()
-    block_fn = next(iter(demo.fns.values()))
     outside = tmp_path / "not-uploaded.txt"
     outside.write_text("secret")
     demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", quiet=True)
-    running = LocalContext.blocks.set(demo)  # as gradio sets it for each event: its path check reads it
-    try:
+    try:  # process_api sets the running page as gradio's context, which gradio's path check reads
         with pytest.raises(gr.Error) as refused:
-            asyncio.run(demo.preprocess_data(block_fn, [[{"path": str(outside), "meta": {"_type": "gradio.FileData"}}],
-                                                        "q", ""], None))
+            call(demo, [[{"path": str(outside), "meta": {"_type": "gradio.FileData"}}], "q", ""])
         assert refused.value.message == UNUPLOADED_FILE
     finally:
-        LocalContext.blocks.reset(running)
         demo.close()
 
 
 @pytest.mark.slow
 def test_a_file_of_the_wrong_shape_is_told_in_words():
     demo = hardened_page()
-    block_fn = next(iter(demo.fns.values()))
     with pytest.raises(gr.Error) as refused:
-        asyncio.run(demo.preprocess_data(block_fn, ["a path", "q", ""], None))
+        call(demo, ["a path", "q", ""])
     assert refused.value.message.startswith("'File' must be a list of files uploaded with the request, or null")
     assert refused.value.message.endswith("; this call sent a str.")
 
@@ -148,11 +178,10 @@ def test_a_full_message_cache_drops_the_oldest_idle_session_never_one_with_an_ev
 @pytest.mark.slow
 def test_a_file_named_by_a_web_address_is_refused_before_gradio_fetches_it():
     demo = hardened_page()
-    block_fn = next(iter(demo.fns.values()))
     remote = {"path": "http://198.51.100.7/big.txt", "meta": {"_type": "gradio.FileData"}}
     assert remote_file([remote]) and remote_file(remote) and not remote_file([{"path": "/tmp/x.txt"}])
     with pytest.raises(gr.Error) as refused:
-        asyncio.run(demo.preprocess_data(block_fn, [[remote], "q", ""], None))
+        call(demo, [[remote], "q", ""])
     assert refused.value.message.startswith("'File' names a file by a web address")
 
 
@@ -242,7 +271,6 @@ def test_on_a_direct_connection_new_sessions_past_the_budget_are_refused_and_kno
     from page import hardening
 
     monkeypatch.setattr(hardening, "NEW_SESSIONS_PER_S", 0.1)  # the burst as it is; its refill too slow to matter here
-    assert list(inspect.signature(Queue.push).parameters) == ["self", "body", "request", "username"]
     with gr.Blocks() as demo:  # a page with state, as the app's: gradio's page and client open its heartbeat
         kept = gr.State(0)
         gr.Button().click(lambda k: "x", inputs=kept, outputs=gr.Textbox(), api_name="x")
@@ -267,3 +295,38 @@ def test_on_a_direct_connection_new_sessions_past_the_budget_are_refused_and_kno
     finally:
         http.close()
         demo.close()
+
+
+# What the page reaches into gradio for, all of it in page/hardening.py (its docstring says why each): the one method
+# every call goes through, the running events and their message queues, the sessions' state, the uploads gradio will
+# read. `gradio.blocks.Block` is the panels' type for any block (gradio's base class, named in its own docs).
+GRADIO_INTERNALS = {"process_api", "preprocess_data", "validate_inputs", "_queue", "active_jobs", "_id", "alive",
+                    "pending_messages_per_session", "pending_event_ids_session", "event_ids_to_events", "push",
+                    "state_holder", "upload_file_set", "iterators", "LocalContext", "SessionState", "StateHolder",
+                    "LRUCache", "InvalidPathError"}
+PUBLIC_SUBMODULES = {"gradio.blocks": {"Block"}}
+
+
+def gradio_reaches(path: Path) -> set[str]:
+    """The gradio internals a page module names: attributes and names from GRADIO_INTERNALS, and whatever it imports
+    from gradio's submodules beyond PUBLIC_SUBMODULES."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    reached = {node.attr for node in ast.walk(tree)
+               if isinstance(node, ast.Attribute) and node.attr in GRADIO_INTERNALS}
+    reached |= {node.id for node in ast.walk(tree) if isinstance(node, ast.Name) and node.id in GRADIO_INTERNALS}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(("gradio.", "gradio_client.")):
+            reached |= {f"{node.module}.{alias.name}" for alias in node.names
+                        if alias.name not in PUBLIC_SUBMODULES.get(node.module, set())}
+    return reached
+
+
+def test_only_the_hardening_module_reaches_into_gradio_and_it_reaches_no_further_than_it_says():
+    reaches = {path.name: gradio_reaches(path) for path in sorted((ROOT / "page").glob("*.py"))}
+    assert {name for name, reached in reaches.items() if reached} == {"hardening.py"}, reaches
+    assert reaches["hardening.py"] == {
+        "process_api", "gradio.exceptions.InvalidPathError", "InvalidPathError",  # the call, told in words
+        "gradio.context.LocalContext", "LocalContext", "_queue", "active_jobs", "_id", "alive",  # abandoned
+        "pending_messages_per_session", "pending_event_ids_session", "gradio.utils.LRUCache", "LRUCache",
+        "gradio.state_holder.SessionState", "gradio.state_holder.StateHolder", "SessionState", "StateHolder",
+        "state_holder", "upload_file_set", "gradio_client.utils.is_http_url_like"}, reaches["hardening.py"]

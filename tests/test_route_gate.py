@@ -5,6 +5,7 @@ join budgets (per address behind a proxy, of new sessions on a direct connection
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 
 import pytest
@@ -155,3 +156,65 @@ def test_a_new_session_past_the_budget_joins_when_its_heartbeat_is_heard_within_
     late, never = asyncio.run(heartbeat_behind_its_join())
     assert late and not never
     assert 1.0 <= time.monotonic() - began < 2.0  # the one never heard waited out its grace, no longer
+
+
+def join_through(gate: RouteGate, body: bytes, client: str = "127.0.0.1", path: str = "/gradio_api/queue/join"):
+    """One join through `gate` from `client`'s socket, its body sent in two chunks: (status, the reply, the body the
+    app behind it read: None where it was not reached)."""
+    chunks, reached, replies = [body[:7], body[7:]], [], []
+
+    async def app(scope, receive, send):
+        parts, message = [], {"more_body": True}
+        while message.get("more_body"):
+            message = await receive()
+            parts.append(message.get("body", b""))
+        reached.append(b"".join(parts))
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    async def receive():
+        return {"type": "http.request", "body": chunks.pop(0), "more_body": bool(chunks)}
+
+    async def send(message):
+        replies.append(message)
+
+    gate.app = app
+    headers = [(b"content-length", str(len(body)).encode()), (b"content-type", b"application/json")]
+    asyncio.run(gate({"type": "http", "method": "POST", "path": path, "headers": headers, "client": (client, 5000)},
+                     receive, send))
+    status = next(m["status"] for m in replies if m["type"] == "http.response.start")
+    return status, b"".join(m.get("body", b"") for m in replies if m["type"] == "http.response.body"), \
+        (reached or [None])[0]
+
+
+def test_on_a_direct_connection_the_gate_reads_a_joins_session_and_refuses_new_ones_past_the_budget():
+    heard = SessionsHeard()
+    sessions = NewSessionBudget(JoinBudget(per_s=0.001, burst=2), heard, grace_s=0.05)
+    door = gate(budgeted=("/gradio_api/queue/join", "/gradio_api/call/"), sessions=sessions, heard=heard,
+                heard_route="/gradio_api/heartbeat/")
+
+    def join(session, client="127.0.0.1", path="/gradio_api/queue/join"):
+        body = json.dumps({"data": ["q"], "fn_index": 3, "session_hash": session}).encode()
+        status, reply, passed = join_through(door, body, client, path)
+        assert passed in (None, body)  # the app reads the join's body whole, as it was sent
+        return status, reply, passed is not None
+
+    assert [join(f"fresh-{n}")[0] for n in range(2)] == [200, 200]
+    status, reply, reached = join("fresh-3")
+    assert (status, reached) == (429, False) and "new sessions" in json.loads(reply)["detail"]
+    assert join("fresh-0")[0] == 200  # it joined before: known, past the budget
+    call(door, "/gradio_api/heartbeat/page-open", method="GET")
+    assert join("page-open")[0] == 200  # heard on its heartbeat
+    assert join("fresh-9", client="10.0.0.7")[0] == 200  # another socket address: its own budget
+    assert join(None, path="/gradio_api/call/ask")[0] == 429  # a call names no session: new, and past the budget
+    garbled = join_through(door, b"not json at all", "127.0.0.1")
+    assert garbled[0] == 429 and garbled[2] is None  # no session named: new
+    other_route = call(door, "/gradio_api/upload", headers=[(b"content-length", b"5")], body=b"12345")
+    assert other_route[:3] == (200, "ok", True)  # only the joins are read
+
+
+def test_behind_a_proxy_a_joins_body_reaches_the_app_as_sent():
+    door = gate(budgeted=("/gradio_api/queue/join",), budget=JoinBudget(per_s=0.001, burst=5),
+                address_of=lambda headers: "81.2.69.142")
+    status, _, passed = join_through(door, b'{"session_hash": "a"}')
+    assert status == 200 and passed == b'{"session_hash": "a"}'

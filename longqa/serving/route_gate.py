@@ -2,15 +2,18 @@
 a message in words), every request body refused by its declared length (413 over `max_body_bytes`, 411 without a
 Content-Length) before a byte of it is kept, except on the routes that bound their bodies themselves (the upload
 gate's), and where the caller is known by an address, the requests it may send to the routes that start work
-(`JoinBudget`: 429 past it).
+(`JoinBudget`: 429 past it), or where it is known only by the socket's address (a direct connection), the new
+sessions it may open there (`NewSessionBudget`).
 
 ASGI middleware that knows routes only as path ends and fragments it is given (the page names gradio's); it reads
-no body and knows nothing of what a request asks.
+no body but a join's on a direct connection, for the one field that names its session, and knows nothing else of
+what a request asks.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 from collections import OrderedDict
@@ -84,26 +87,30 @@ class SessionsHeard:
 
 class NewSessionBudget:
     """Which joins to the queue may come in where the caller's address is the socket's (a direct connection, where
-    an office, a school or every test on loopback share one): every join of a session the server knows (`is_known`:
-    it joined before or holds state) or has heard of (`heard`); of the others (a session nobody has heard of, a
-    join that names no session), `budget`'s from each address, and past that only one whose session is heard of
-    within `grace_s`. A client that never opens its session's heartbeat, as a flood of raw joins does not, is
-    refused past the budget; a page or a client on the same address still joins."""
+    an office, a school or every test on loopback share one): every join of a session the server knows (it was
+    admitted before, the last MAX_SESSIONS_HEARD such, or `is_known` says so) or has heard of (`heard`); of the
+    others (a session nobody has heard of, a join that names no session), `budget`'s from each address, and past
+    that only one whose session is heard of within `grace_s`. A client that never opens its session's heartbeat, as
+    a flood of raw joins does not, is refused past the budget; a page or a client on the same address still joins.
+    Only the event loop that serves the routes asks it."""
 
     def __init__(self, budget: JoinBudget, heard: SessionsHeard, is_known: Callable[[str], bool] = lambda s: False,
                  grace_s: float = HEARD_GRACE_S):
         self.budget, self.heard, self.is_known, self.grace_s = budget, heard, is_known, grace_s
+        self.admitted = SessionsHeard()
 
     def is_new(self, session: str | None) -> bool:
         """Whether `session` is one the server neither knows nor has heard of (a join without one always is)."""
-        return not session or not (session in self.heard or self.is_known(session))
+        return not session or not (session in self.heard or session in self.admitted or self.is_known(session))
 
     async def admits(self, address: str | None, session: str | None) -> bool:
         """Whether a join of `session` from `address` may come in now (a new session's counted in the address's
-        budget). A caller with no address is not counted."""
-        if not self.is_new(session) or address is None or self.budget.take(address):
-            return True
-        return bool(session) and await self.heard.heard_within(session, self.grace_s)
+        budget; an admitted session is known from then on). A caller with no address is not counted."""
+        admitted = (not self.is_new(session) or address is None or self.budget.take(address)
+                    or (bool(session) and await self.heard.heard_within(session, self.grace_s)))
+        if admitted and session:
+            self.admitted.note(session)
+        return admitted
 
     def refusal(self) -> str:
         return (f"Your address has opened more than {self.budget.burst} new sessions in a few seconds; this server "
@@ -115,17 +122,20 @@ class RouteGate:
     """ASGI middleware: `closed` maps a path's end to the message a request for it is answered with (404); a POST
     to any other route (none of whose path ends in `own_bounds`) must declare its length, at most `max_body_bytes`;
     a POST to a route whose path holds one of `budgeted` takes one from its address's `budget` (the address
-    `address_of(headers)` names; None: not counted), 429 when none is left. A request to a route whose path holds
-    `heard_route` names a session at its path's end, noted in `heard`."""
+    `address_of(headers)` names; None: not counted), 429 when none is left. With `sessions` (a direct connection),
+    such a POST is read first for the session it names (its JSON body's `session_hash`), and one `sessions` does not
+    admit from the socket's address is refused 429, in FastAPI's JSON (`{"detail": ...}`). A request to a route
+    whose path holds `heard_route` names a session at its path's end, noted in `heard`."""
 
     def __init__(self, app, max_body_bytes: int, closed: dict[str, str] | None = None,
                  own_bounds: tuple[str, ...] = (), budgeted: tuple[str, ...] = (), budget: JoinBudget | None = None,
                  address_of: Callable[[dict], str | None] = lambda headers: None,
-                 heard: SessionsHeard | None = None, heard_route: str | None = None):
+                 heard: SessionsHeard | None = None, heard_route: str | None = None,
+                 sessions: NewSessionBudget | None = None):
         self.app, self.max_body_bytes, self.own_bounds = app, max_body_bytes, own_bounds
         self.closed = dict(closed or {})
         self.budgeted, self.budget, self.address_of = budgeted, budget, address_of
-        self.heard, self.heard_route = heard, heard_route
+        self.heard, self.heard_route, self.sessions = heard, heard_route, sessions
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -140,6 +150,8 @@ class RouteGate:
         if scope["method"] != "POST" or path.endswith(self.own_bounds):
             return await self.app(scope, receive, send)
         refusal = self.refusal(*_declared(scope)) or self.over_budget(scope, path)
+        if refusal is None and self.sessions is not None and any(route in path for route in self.budgeted):
+            return await self.join_of_a_session(scope, receive, send)
         if refusal is None:
             return await self.app(scope, receive, send)
         status, message = refusal
@@ -159,6 +171,34 @@ class RouteGate:
         return None
 
 
+    async def join_of_a_session(self, scope, receive, send):
+        """A join on a direct connection: its body read (bounded by its declared length, checked before) for the
+        session it names, refused past the socket address's budget of new sessions, else passed on whole."""
+        chunks, message = [], {"more_body": True}
+        while message.get("more_body", False):
+            message = await receive()
+            if message["type"] != "http.request":
+                return  # the client left before it had sent its join
+            chunks.append(message.get("body", b""))
+        body = b"".join(chunks)
+        client = scope.get("client")
+        if not await self.sessions.admits(client[0] if client else None, session_named(body)):
+            reply = json.dumps({"detail": self.sessions.refusal()}).encode("utf-8")
+            await send({"type": "http.response.start", "status": 429,
+                        "headers": [(b"content-type", b"application/json"),
+                                    (b"content-length", str(len(reply)).encode())]})
+            return await send({"type": "http.response.body", "body": reply})
+        replayed = False
+
+        async def receive_again():
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await self.app(scope, receive_again, send)
+
     def over_budget(self, scope, path: str) -> tuple[int, str] | None:
         """(429, message) when the request starts work and its address has no budget left; else None."""
         if self.budget is None or not any(route in path for route in self.budgeted):
@@ -169,6 +209,15 @@ class RouteGate:
             return None
         return 429, (f"Your address has sent more than {self.budget.burst} requests in a few seconds; this server "
                      f"takes about {self.budget.per_s:g} a second from one address. Please wait a few seconds.")
+
+
+def session_named(body: bytes) -> str | None:
+    """The session a join's JSON body names (`session_hash`), or None (none, or not JSON an app would take)."""
+    try:
+        session = json.loads(body).get("session_hash")
+    except (ValueError, AttributeError):
+        return None
+    return session if isinstance(session, str) and session else None
 
 
 def _declared(scope) -> tuple[int | None, bool]:
