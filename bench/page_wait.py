@@ -25,15 +25,13 @@ from pathlib import Path
 from bench.crowd.load_check import start_server, stop_server
 from bench.first_answer import PAGES, make_pdf
 from bench.floor import kind_name
+from bench.browser import CHROMIUM, launch_chromium
 from bench.measured import write_measurement
 from bench.peers import git_commit
 from evals import eval_task
 from longqa.bench.runner import machine_info
 from strategies.hardware import detect_hardware
 
-CHROMIUM = Path("/usr/bin/chromium")  # Debian's chromium (never `playwright install`)
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync"]
 START_TIMEOUT_S = 600  # the server's start: loading arch:large and quantizing it takes a while on 2 cores
 ASK_TIMEOUT_S = 900
 WIDTH, HEIGHT = 1400, 900
@@ -124,7 +122,7 @@ def measure(model: str, profile: str, pages: int, rounds: int, work: Path) -> di
     machine = machine_info(detect_hardware())
     rows = []
     with served(model, profile) as url, sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
+        browser = launch_chromium(playwright)
         page = browser.new_page(viewport={"width": WIDTH, "height": HEIGHT})
         page.set_default_timeout(ASK_TIMEOUT_S * 1000)
         page.goto(url)

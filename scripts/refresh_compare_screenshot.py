@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from refresh_screenshot import CHROMIUM, CHROMIUM_ARGS, ROOT, TIMEOUT_S, wait_until  # noqa: E402
+from refresh_screenshot import ROOT, TIMEOUT_S, launch_chromium, wait_until  # noqa: E402
 
 from longqa.session import SAMPLES_DIR, Session, sample_examples  # noqa: E402
 from page.context import make_context  # noqa: E402
@@ -37,7 +37,7 @@ def take_screenshots(url: str, out: Path, rounds: int) -> None:
     from playwright.sync_api import sync_playwright  # deferred: a test-only dependency (requirements-dev.txt)
 
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        browser = launch_chromium(playwright)
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 900})
             page.set_default_timeout(TIMEOUT_S * 1000)

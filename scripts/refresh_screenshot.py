@@ -25,15 +25,13 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the demo model is bundled: nothing to fetch
 
 from longqa.session import Session, sample_examples  # noqa: E402
+from bench.browser import launch_chromium  # noqa: E402
 from page.context import make_context  # noqa: E402
 from page.layout import build_blocks  # noqa: E402
 from page.asking import ensure_loaded  # noqa: E402
 from strategies.profiles import PROFILES  # noqa: E402
 from tests.generated_pdfs import WRAPPED_QUESTION, wrapped_matplotlib_pdf  # noqa: E402
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync"]
 WIDTHS = {1400: "screenshot.png", 400: "screenshot-400px.png"}  # width in CSS pixels -> file in docs/
 HEIGHT = 900
 WRAPPED_PDF_HEIGHTS = {1400: 900, 400: 850}  # width -> the screen's height for the wrapped PDF's answer area
@@ -63,7 +61,7 @@ def opened_page(url: str, width: int, height: int = HEIGHT):
     from playwright.sync_api import sync_playwright  # deferred: a test-only dependency (requirements-dev.txt)
 
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        browser = launch_chromium(playwright)
         try:
             page = browser.new_page(viewport={"width": width, "height": height})
             page.set_default_timeout(TIMEOUT_S * 1000)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
-from pathlib import Path
 
 import pytest
 import torch
@@ -13,6 +12,7 @@ import torch
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
+from bench.browser import CHROMIUM, launch_chromium  # noqa: E402,F401 - CHROMIUM: the browser tests' skip
 from strategies import band_kernel  # noqa: E402
 from tests.tiny import tiny_checkpoint  # noqa: E402
 
@@ -154,18 +154,13 @@ class Clock:
         return self.now
 
 
-CHROMIUM = Path("/usr/bin/chromium")  # Debian's chromium (never `playwright install`)
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync"]
-
-
 @pytest.fixture(scope="module")
 def browser():
     """Headless chromium for a test module's pages (each test opens its own page)."""
     from playwright.sync_api import sync_playwright  # deferred: a test-only dependency (requirements-dev.txt)
 
     with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
+        launched = launch_chromium(playwright)
         yield launched
         launched.close()
 
