@@ -14,7 +14,10 @@ API, and why it is needed (each pinned by tests/test_hardening.py against gradio
   and with `show_error=False` (which keeps the server's paths out of messages) its reply carries no message at
   all, nor does an unexpected failure's (a raw call whose select event carries no data); a component's own
   refusal echoes the value sent. An API call made before the not-found threshold was added sends one value less.
-  No event option runs before gradio reads the values (a `validator=` receives what it produced).
+  No event option runs before gradio reads the values (a `validator=` receives what it produced). The wrap reads
+  the call's `iterator=` (gradio passes it by keyword: a generator's later steps send no values), the event's
+  `inputs`, `batch` and `api_name`. The two refusals above come only from the call's values: an output gradio
+  cannot send fails as its `ComponentProcessingError`.
 - `gradio.context.LocalContext`, `Blocks._queue`, its `active_jobs` and `pending_messages_per_session`, and an
   event's `_id` and `alive`: a sync handler's thread cannot be killed, so a long read asks between batches whether
   its event is still wanted; gradio offers no public way to ask.
@@ -162,11 +165,11 @@ def harden(demo: gr.Blocks, uploads: UploadStore, visitor_header: str | None, *,
 
     @functools.wraps(process_api)
     async def telling_process_api(block_fn, inputs, *args, **kwargs):
-        if kwargs.get("iterator") is None and not getattr(block_fn, "batch", False):  # a call's values, as sent
+        if kwargs.get("iterator") is None:  # a call's values, as sent (a generator's later steps send none)
             inputs = checked_values(block_fn, inputs)
         try:
             return await process_api(block_fn, inputs, *args, **kwargs)
-        except InvalidPathError:  # gradio's refusal of a file path it never received (preprocessing a value)
+        except InvalidPathError:  # gradio's refusal of a file path it never received
             raise gr.Error(UNUPLOADED_FILE, print_exception=False) from None
         except ValidationError as exc:  # a value gradio's data model cannot read; with show_error=False, no message
             raise gr.Error(wrong_shape(block_fn, inputs, exc), print_exception=False) from None
@@ -174,7 +177,8 @@ def harden(demo: gr.Blocks, uploads: UploadStore, visitor_header: str | None, *,
             if not exc.print_exception:  # the page's own: every one is raised with print_exception=False
                 raise
             # gradio's own, a component's refusal ("Value: ... is not in the list of choices"): it echoes the value
-            raise gr.Error(cut(exc.message, MAX_TOLD_CHARS), print_exception=False) from None
+            raise gr.Error(cut(exc.message, MAX_TOLD_CHARS), duration=exc.duration, visible=exc.visible,
+                           title=exc.title, print_exception=False) from None
         except Exception as exc:  # noqa: BLE001 - e.g. a select event called raw, without its event data
             raise gr.Error(unreadable(block_fn, exc), print_exception=False) from exc
 
@@ -183,16 +187,19 @@ def harden(demo: gr.Blocks, uploads: UploadStore, visitor_header: str | None, *,
 
 
 def checked_values(block_fn, inputs: list) -> list:
-    """A call's values before gradio reads them: one short of the event's inputs, padded with the later input's
-    default (a call made before the not-found threshold was added); a file named by a web address refused
-    (`remote_file`); fewer told in words (gradio's own message lists the components' reprs)."""
-    inputs = list(inputs)
-    if len(inputs) == len(block_fn.inputs) - 1 and getattr(block_fn.inputs[-1], "elem_id", None) == LATER_INPUT:
-        inputs.append("")  # the model's own rule
+    """A call's values before gradio reads them: a file named by a web address refused (`remote_file`; in a batch
+    call, each value of each input); one short of the event's inputs, padded with the later input's default (a
+    call made before the not-found threshold was added); fewer told in words (gradio's own message lists the
+    components' reprs)."""
     for component, value in zip(block_fn.inputs, inputs):
         if remote_file(value):
             label = getattr(component, "label", None) or type(component).__name__
             raise gr.Error(REMOTE_FILE.format(label=cut(label, 80)), print_exception=False)
+    if getattr(block_fn, "batch", False):  # one list per input: gradio checks the lengths itself
+        return inputs
+    inputs = list(inputs)
+    if len(inputs) == len(block_fn.inputs) - 1 and getattr(block_fn.inputs[-1], "elem_id", None) == LATER_INPUT:
+        inputs.append("")  # the model's own rule
     if len(inputs) < len(block_fn.inputs):
         raise gr.Error(f"This call sent {len(inputs)} values; {block_fn.api_name or 'this event'} takes "
                        f"{len(block_fn.inputs)} (gradio_client fills the page's own state values itself).",

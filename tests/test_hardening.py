@@ -46,6 +46,8 @@ def test_the_wrapped_methods_are_gradios_with_the_signatures_harden_calls():
     assert "await self.preprocess_data(" in inspect.getsource(gr.Blocks.process_api)
     assert "self.validate_inputs(block_fn, inputs)" in inspect.getsource(gr.Blocks.preprocess_data)
     assert "InvalidPathError" in inspect.getsource(__import__("gradio.processing_utils").processing_utils)
+    # gradio's routes call it with the generator's iterator by keyword: `telling_process_api` reads it there
+    assert "iterator=iterator," in inspect.getsource(__import__("gradio.route_utils").route_utils.call_process_api)
 
 
 def call(demo: gr.Blocks, values: list):
@@ -75,6 +77,34 @@ def test_the_pages_own_errors_are_told_as_they_are_and_gradios_cut_short():
     with pytest.raises(gr.Error) as refused:
         call(demo, ["c" * 5000])  # not among the choices: the dropdown's refusal echoes the value
     assert refused.value.message.startswith("Value: ccc") and len(refused.value.message) <= MAX_TOLD_CHARS
+
+
+@pytest.mark.slow
+def test_a_handlers_output_gradio_refuses_is_not_told_as_the_callers_fault():
+    with gr.Blocks() as demo:  # gradio fails an output it cannot send as its own ComponentProcessingError
+        question = gr.Textbox()
+        gr.Button().click(lambda q: {"not": "a file"}, inputs=question, outputs=gr.File(), api_name="shape")
+        gr.Button().click(lambda q: 12, inputs=question, outputs=gr.File(), api_name="number")
+    demo.queue()
+    harden(demo, UploadStore(), None)
+    for block_fn in demo.fns.values():
+        with pytest.raises(gr.Error) as refused:
+            asyncio.run(demo.process_api(block_fn=block_fn, inputs=["q"], state=None))
+        assert refused.value.message.startswith(f"This call to {block_fn.api_name} could not be taken"), (
+            refused.value.message)
+
+
+@pytest.mark.slow
+def test_a_batch_call_naming_a_file_by_a_web_address_is_refused_too():
+    with gr.Blocks() as demo:
+        files = gr.File(file_count="multiple", type="filepath")
+        gr.Button().click(lambda f: [[str(f)]], inputs=files, outputs=gr.Textbox(), batch=True, max_batch_size=4)
+    demo.queue()
+    harden(demo, UploadStore(), None)
+    remote = {"path": "https://198.51.100.7/big.txt", "meta": {"_type": "gradio.FileData"}}
+    with pytest.raises(gr.Error) as refused:
+        call(demo, [[None, [remote]]])
+    assert refused.value.message.startswith("'File' names a file by a web address")
 
 
 def test_every_error_the_page_raises_says_it_is_the_pages_own():

@@ -125,12 +125,13 @@ def test_sessions_heard_are_noted_from_the_heartbeat_route_the_latest_kept():
 
 @pytest.mark.slow
 def test_new_sessions_take_their_addresses_budget_and_known_or_heard_sessions_join_past_it():
-    known = {"open-page"}
     heard = SessionsHeard()
-    sessions = NewSessionBudget(JoinBudget(per_s=0.001, burst=3), heard, known.__contains__, grace_s=0.3)
+    sessions = NewSessionBudget(JoinBudget(per_s=0.001, burst=3), heard, grace_s=0.3)
     admits = lambda address, session: asyncio.run(sessions.admits(address, session))  # noqa: E731
+    assert admits("10.0.0.9", "open-page")  # a page that joined before, from another address
     assert [admits("127.0.0.1", f"fresh-{n}") for n in range(5)] == [True] * 3 + [False] * 2
-    assert admits("127.0.0.1", "open-page")  # a session the server holds: past the budget, not counted
+    assert admits("127.0.0.1", "open-page")  # a session admitted before: past the budget, not counted
+    assert admits("127.0.0.1", "fresh-1") and not admits("127.0.0.1", "fresh-4")  # admitted ones only
     heard.note("heartbeat-open")
     assert admits("127.0.0.1", "heartbeat-open")
     assert admits("10.0.0.7", "fresh-x")  # another address: its own budget
@@ -191,7 +192,7 @@ def test_on_a_direct_connection_the_gate_reads_a_joins_session_and_refuses_new_o
     heard = SessionsHeard()
     sessions = NewSessionBudget(JoinBudget(per_s=0.001, burst=2), heard, grace_s=0.05)
     door = gate(budgeted=("/gradio_api/queue/join", "/gradio_api/call/"), sessions=sessions, heard=heard,
-                heard_route="/gradio_api/heartbeat/")
+                heard_route="/gradio_api/heartbeat/", max_body_bytes=MIB)
 
     def join(session, client="127.0.0.1", path="/gradio_api/queue/join"):
         body = json.dumps({"data": ["q"], "fn_index": 3, "session_hash": session}).encode()
@@ -207,10 +208,40 @@ def test_on_a_direct_connection_the_gate_reads_a_joins_session_and_refuses_new_o
     assert join("page-open")[0] == 200  # heard on its heartbeat
     assert join("fresh-9", client="10.0.0.7")[0] == 200  # another socket address: its own budget
     assert join(None, path="/gradio_api/call/ask")[0] == 429  # a call names no session: new, and past the budget
-    garbled = join_through(door, b"not json at all", "127.0.0.1")
-    assert garbled[0] == 429 and garbled[2] is None  # no session named: new
+    for garbled in (b"not json at all", b"[" * 200_000, b'{"session_hash": ' + b"[" * 200_000):
+        refused = join_through(door, garbled, "127.0.0.1")
+        assert refused[0] == 429 and refused[2] is None  # no session named: new (parsing it is the app's)
+    named_in_text = json.dumps({"data": ['"session_hash": "fresh-0"'], "session_hash": "fresh-new"}).encode()
+    assert join_through(door, named_in_text)[0] == 429  # a key inside a value's text is no key
     other_route = call(door, "/gradio_api/upload", headers=[(b"content-length", b"5")], body=b"12345")
     assert other_route[:3] == (200, "ok", True)  # only the joins are read
+
+
+def test_a_join_whose_client_leaves_mid_body_reaches_nothing_and_the_app_reads_on_from_the_client():
+    sessions = NewSessionBudget(JoinBudget(per_s=0.001, burst=5), SessionsHeard())
+    door = gate(budgeted=("/gradio_api/queue/join",), sessions=sessions)
+    reached, replies, after = [], [], []
+    messages = [{"type": "http.request", "body": b'{"session_hash": ', "more_body": True}, {"type": "http.disconnect"}]
+
+    async def app(scope, receive, send):
+        reached.append(await receive())
+        after.append(await receive())  # past the replayed body: the client's own next message
+
+    async def receive():
+        return messages.pop(0) if messages else {"type": "http.disconnect"}
+
+    async def send(message):
+        replies.append(message)
+
+    door.app = app
+    scope = {"type": "http", "method": "POST", "path": "/gradio_api/queue/join", "client": ("127.0.0.1", 1),
+             "headers": [(b"content-length", b"40")]}
+    asyncio.run(door(scope, receive, send))
+    assert reached == [] and replies == []  # gone before its join was whole: nothing to answer
+    messages[:] = [{"type": "http.request", "body": b'{"session_hash": "s"}', "more_body": False}]
+    asyncio.run(door(scope, receive, send))
+    assert reached == [{"type": "http.request", "body": b'{"session_hash": "s"}', "more_body": False}]
+    assert after == [{"type": "http.disconnect"}]
 
 
 def test_behind_a_proxy_a_joins_body_reaches_the_app_as_sent():

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import threading
 import time
 from collections import OrderedDict
@@ -26,6 +27,7 @@ MAX_SESSIONS_HEARD = 10_000  # session names heard on the heartbeat route that a
 MAX_SESSION_CHARS = 100  # a session name as kept: gradio's are 11 to 36 characters
 HEARD_GRACE_S = 0.5  # how long a join past its address's budget waits for its own session to be heard of
 HEARD_POLL_S = 0.02
+SESSION_KEY = re.compile(rb'"session_hash"\s*:\s*"([^"\\]{1,%d})"' % MAX_SESSION_CHARS)
 
 
 def body_cap_bytes(max_text_bytes: int) -> int:
@@ -88,20 +90,19 @@ class SessionsHeard:
 class NewSessionBudget:
     """Which joins to the queue may come in where the caller's address is the socket's (a direct connection, where
     an office, a school or every test on loopback share one): every join of a session the server knows (it was
-    admitted before, the last MAX_SESSIONS_HEARD such, or `is_known` says so) or has heard of (`heard`); of the
+    admitted before: the last MAX_SESSIONS_HEARD such) or has heard of (`heard`); of the
     others (a session nobody has heard of, a join that names no session), `budget`'s from each address, and past
     that only one whose session is heard of within `grace_s`. A client that never opens its session's heartbeat, as
     a flood of raw joins does not, is refused past the budget; a page or a client on the same address still joins.
     Only the event loop that serves the routes asks it."""
 
-    def __init__(self, budget: JoinBudget, heard: SessionsHeard, is_known: Callable[[str], bool] = lambda s: False,
-                 grace_s: float = HEARD_GRACE_S):
-        self.budget, self.heard, self.is_known, self.grace_s = budget, heard, is_known, grace_s
+    def __init__(self, budget: JoinBudget, heard: SessionsHeard, grace_s: float = HEARD_GRACE_S):
+        self.budget, self.heard, self.grace_s = budget, heard, grace_s
         self.admitted = SessionsHeard()
 
     def is_new(self, session: str | None) -> bool:
         """Whether `session` is one the server neither knows nor has heard of (a join without one always is)."""
-        return not session or not (session in self.heard or session in self.admitted or self.is_known(session))
+        return not session or not (session in self.heard or session in self.admitted)
 
     async def admits(self, address: str | None, session: str | None) -> bool:
         """Whether a join of `session` from `address` may come in now (a new session's counted in the address's
@@ -181,6 +182,7 @@ class RouteGate:
                 return  # the client left before it had sent its join
             chunks.append(message.get("body", b""))
         body = b"".join(chunks)
+        del chunks  # a pasted text's join may be tens of MB: held once
         client = scope.get("client")
         if not await self.sessions.admits(client[0] if client else None, session_named(body)):
             reply = json.dumps({"detail": self.sessions.refusal()}).encode("utf-8")
@@ -212,12 +214,12 @@ class RouteGate:
 
 
 def session_named(body: bytes) -> str | None:
-    """The session a join's JSON body names (`session_hash`), or None (none, or not JSON an app would take)."""
-    try:
-        session = json.loads(body).get("session_hash")
-    except (ValueError, AttributeError):
-        return None
-    return session if isinstance(session, str) and session else None
+    """The session a join's JSON body names (its `session_hash` key), or None, found without parsing the body (a
+    pasted text's join may be tens of MB, which the app parses anyway; a body nested too deep for the parser is
+    the app's to refuse). Inside a JSON string every quote is escaped, so only a key matches; a key inside the
+    values names a session too, and a caller may name any session anyway."""
+    found = SESSION_KEY.search(body)
+    return found.group(1).decode("utf-8", "replace") if found else None
 
 
 def _declared(scope) -> tuple[int | None, bool]:
