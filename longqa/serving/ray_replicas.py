@@ -36,7 +36,6 @@ from longqa_core.answering import Provisional, answer_plan
 from longqa_core.batching import BatchState, WindowProgress, drain, is_out_of_memory, split_rows, stack_batches
 from longqa_core.limits import EngineSettings
 from longqa_core.plan import RequestPlan
-from longqa_core.reading import DEFAULT_READING
 from longqa_core.errors import Cancelled, InputError, LongQAError, ModelLoadError
 from strategies.hardware import Hardware, detect_hardware
 from strategies.profiles import Profile
@@ -229,22 +228,23 @@ class SharedRunner:
         return result
 
 
-class RaySession:
+class RaySession(Session):
     """A backend (`longqa.backend.Backend`) whose model lives in the replicas of a Ray Serve deployment. Loading
     (re)deploys it: every replica starts with the new (model, profile) and Ray Serve replaces the old ones, so a
     request is answered wholly by one replica of one generation, never by a mix. Requests run side by side, up to
     `capacity`.
 
-    It holds an embedded `Session` whose loader deploys (`_deploy`) for what a session does here: the one record of
-    what is loaded, planning, and counting the requests in progress, so that a load waits for every request the
-    replicas are answering before it redeploys (as when embedded: a load never cuts a request in flight)."""
+    It is the embedded `Session` with a loader that deploys (`_deploy`) and answers the replicas give: the session
+    keeps the one record of what is loaded, plans, and counts the requests in progress, so that a load waits for
+    every request the replicas are answering before it redeploys (as when embedded: a load never cuts a request in
+    flight)."""
 
     def __init__(self, replicas: int = 1, address: str | None = None, batch_requests: int = DEFAULT_BATCH_REQUESTS,
                  cpus_per_replica: float | None = None, hardware: Hardware | None = None):
         ray, serve, _ = ray_modules()
         if replicas < 1:
             raise InputError("--replicas must be 1 or more.")
-        self.local = Session(load_model=self._deploy)
+        super().__init__(load_model=self._deploy)
         self.replicas = replicas
         self.batch_requests = max(1, batch_requests)
         # No address: a local Ray instance of our own, on loopback, stopped on close (with Serve). "auto" or
@@ -267,55 +267,6 @@ class RaySession:
         self._closed = False
         self._board = None  # the progress board (a Ray actor), started with the first deployment
         self._board_name: str | None = None
-
-    # What is loaded, where loads wait for requests: the embedded session's record.
-    @property
-    def hardware(self) -> Hardware | None:
-        return self.local.hardware
-
-    @hardware.setter
-    def hardware(self, hardware: Hardware | None) -> None:
-        self.local.hardware = hardware
-
-    @property
-    def lock(self):
-        return self.local.lock
-
-    @property
-    def loaded(self) -> RemoteModel | None:
-        return self.local.loaded
-
-    @property
-    def model_ref(self) -> str | None:
-        return self.local.model_ref
-
-    @property
-    def profile_name(self) -> str | None:
-        return self.local.profile_name
-
-    @property
-    def selection(self) -> Selection | None:
-        return self.local.selection
-
-    @property
-    def generation(self) -> int:
-        return self.local.generation
-
-    def load(self, model_ref: str, profile, **options):
-        """Deploy (model, profile) on every replica, once the requests in progress are answered (`Session.load`)."""
-        return self.local.load(model_ref, profile, **options)
-
-    def plan(self, documents, question, reading=DEFAULT_READING, **options) -> RequestPlan:
-        return self.local.plan(documents, question, reading, **options)
-
-    def learn(self, readout: Readout) -> None:
-        self.local.learn(readout)
-
-    def runnable_profile(self, name: str, strategies=()) -> Profile:
-        return self.local.runnable_profile(name, strategies)
-
-    def auto_profile(self, model_ref: str) -> Profile | None:
-        return self.local.auto_profile(model_ref)
 
     @property
     def capacity(self) -> int:
@@ -366,8 +317,8 @@ class RaySession:
         progress and best answer so far to this session's board after each batch; `on_window_progress` hears them
         at the next poll (every 0.1 s), and each new best so far is yielded once. Closed at a yield, the call is
         cancelled."""
-        with self.local.asking() as loaded:
-            return (yield from self._ask(self.local.current(plan, loaded), extract_s, gate, should_stop,
+        with self.asking() as loaded:
+            return (yield from self._ask(self.current(plan, loaded), extract_s, gate, should_stop,
                                          on_window_progress, best_so_far))
 
     def _ask(self, plan: RequestPlan, extract_s: float, gate: Gate | None, should_stop, on_window_progress,
@@ -412,7 +363,7 @@ class RaySession:
         return self._board_name
 
     def training_step(self, window_tokens: int):
-        with self.local.asking():
+        with self.asking():
             if self.handle is None:
                 raise ModelLoadError(NO_MODEL)
             return drain(self._call_steps(lambda: self.handle.training_step.remote(window_tokens), None))
@@ -450,7 +401,7 @@ class RaySession:
         if self._closed:
             return
         self._closed = True
-        self.local.loaded = None
+        self.loaded = None
         ray, serve, _ = ray_modules()
         try:
             if self.started_ray:
