@@ -5,22 +5,22 @@ gate's), and where the caller is known by an address, the requests it may send t
 (`JoinBudget`: 429 past it), or where it is known only by the socket's address (a direct connection), the new
 sessions it may open there (`NewSessionBudget`).
 
-ASGI middleware that knows routes only as path ends and fragments it is given (the page names gradio's); it reads
-no body but a join's on a direct connection, for the one field that names its session, and knows nothing else of
-what a request asks.
+ASGI middleware that knows routes only as path ends and fragments it is given (the page names gradio's); of bodies
+it reads only a join's on a direct connection, for the session it names.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 import threading
 import time
 from collections import OrderedDict
 from typing import Callable
 
-from longqa.serving.uploads import MIB, discard_body, plain_response
+from starlette.responses import JSONResponse, PlainTextResponse
+
+from longqa.serving.uploads import MIB, discard_body
 
 MAX_ADDRESSES = 10_000  # addresses whose budgets are kept (the longest idle go first: a full budget is no loss)
 MAX_SESSIONS_HEARD = 10_000  # session names heard on the heartbeat route that are kept (the oldest go first)
@@ -145,7 +145,7 @@ class RouteGate:
         closed = next((message for end, message in self.closed.items() if path.endswith(end)), None)
         if closed is not None:
             await discard_body(receive)
-            return await plain_response(send, 404, closed)
+            return await PlainTextResponse(closed, 404)(scope, receive, send)
         if self.heard is not None and self.heard_route and self.heard_route in path:
             self.heard.note(path.rsplit("/", 1)[-1])
         if scope["method"] != "POST" or path.endswith(self.own_bounds):
@@ -158,7 +158,7 @@ class RouteGate:
         status, message = refusal
         if status in (413, 429):
             await discard_body(receive)  # a client still sending would miss a reply sent before it has finished
-        await plain_response(send, status, message)
+        await PlainTextResponse(message, status)(scope, receive, send)
 
     def refusal(self, length: int | None, streamed: bool = False) -> tuple[int, str] | None:
         """(status, message) for a body of declared `length` (None: not declared; `streamed`: sent in chunks of
@@ -170,7 +170,6 @@ class RouteGate:
                          f"{self.max_body_bytes / MIB:,.1f} MB (a pasted text within the file size limit, a question "
                          "of a few sentences). Upload a long document as a file.")
         return None
-
 
     async def join_of_a_session(self, scope, receive, send):
         """A join on a direct connection: its body read (bounded by its declared length, checked before) for the
@@ -185,11 +184,7 @@ class RouteGate:
         del chunks  # a pasted text's join may be tens of MB: held once
         client = scope.get("client")
         if not await self.sessions.admits(client[0] if client else None, session_named(body)):
-            reply = json.dumps({"detail": self.sessions.refusal()}).encode("utf-8")
-            await send({"type": "http.response.start", "status": 429,
-                        "headers": [(b"content-type", b"application/json"),
-                                    (b"content-length", str(len(reply)).encode())]})
-            return await send({"type": "http.response.body", "body": reply})
+            return await JSONResponse({"detail": self.sessions.refusal()}, 429)(scope, receive, send)
         replayed = False
 
         async def receive_again():
@@ -214,10 +209,8 @@ class RouteGate:
 
 
 def session_named(body: bytes) -> str | None:
-    """The session a join's JSON body names (its `session_hash` key), or None, found without parsing the body (a
-    pasted text's join may be tens of MB, which the app parses anyway; a body nested too deep for the parser is
-    the app's to refuse). Inside a JSON string every quote is escaped, so only a key matches; a key inside the
-    values names a session too, and a caller may name any session anyway."""
+    """The session a join's JSON body names, or None, found by its key without parsing a body of maybe tens of MB
+    (inside a JSON string every quote is escaped, so only a key matches; a caller may name any session anyway)."""
     found = SESSION_KEY.search(body)
     return found.group(1).decode("utf-8", "replace") if found else None
 

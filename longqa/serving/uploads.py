@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import filecmp
 import itertools
 import json
 import os
@@ -26,6 +27,8 @@ from collections import Counter, OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
+
+from starlette.responses import PlainTextResponse
 
 from longqa_core.errors import InputError
 
@@ -131,7 +134,7 @@ class UploadStore:
         copy of it: the same path, as gradio names a file by its bytes)."""
         try:
             size = os.stat(path).st_size
-            return any(_same_bytes(path, example) for example in self._bundled.get(size, ()))
+            return any(filecmp.cmp(path, example, shallow=False) for example in self._bundled.get(size, ()))
         except OSError:
             return False
 
@@ -258,17 +261,6 @@ def _by_size(paths: Iterable[str | Path]) -> dict[int, list[Path]]:
     return by_size
 
 
-def _same_bytes(path: str, example: Path) -> bool:
-    """Whether two files of the same size hold the same bytes (a bundled example is a few kilobytes)."""
-    with open(path, "rb") as mine, open(example, "rb") as theirs:
-        while True:
-            a, b = mine.read(1 << 16), theirs.read(1 << 16)
-            if a != b:
-                return False
-            if not a:
-                return True
-
-
 def _mb(n_bytes: int) -> str:
     return f"{n_bytes / MIB:,.1f} MB"
 
@@ -288,14 +280,15 @@ class UploadGate:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
         length = headers.get("content-length", "")
         if not length.isdigit():
-            return await plain_response(send, 411, "An upload must say its size (a Content-Length header).")
+            return await PlainTextResponse("An upload must say its size (a Content-Length header).", 411)(
+                scope, receive, send)
         visitor = self.visitor_of(headers)
         try:
             reservation = self.store.admit(int(length), visitor)
             reservation.__enter__()
         except UploadRefused as exc:
             await discard_body(receive)  # a client still sending would miss a reply sent before it has finished
-            return await plain_response(send, 413, str(exc))
+            return await PlainTextResponse(str(exc), 413)(scope, receive, send)
         answer = {"status": None, "body": []}
 
         async def send_and_keep(message):
@@ -327,15 +320,6 @@ async def discard_body(receive) -> None:
         message = await receive()
         if message["type"] != "http.request" or not message.get("more_body", False):
             return
-
-
-async def plain_response(send, status: int, message: str) -> None:
-    """Answer the request with `status` and `message` as plain text (the upload and route gates' refusals)."""
-    body = message.encode("utf-8")
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"text/plain; charset=utf-8"),
-                            (b"content-length", str(len(body)).encode())]})
-    await send({"type": "http.response.body", "body": body})
 
 
 def sweeping(store: UploadStore, every_s: float = SWEEP_EVERY_S):
