@@ -12,7 +12,7 @@ import torch
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
-from bench.browser import CHROMIUM, launch_chromium  # noqa: E402,F401 - CHROMIUM: the browser tests' skip
+from bench.browser import launch_chromium  # noqa: E402
 from strategies import band_kernel  # noqa: E402
 from tests.tiny import tiny_checkpoint  # noqa: E402
 

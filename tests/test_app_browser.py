@@ -28,7 +28,8 @@ from page import format as ui_format
 from page import panel_format as panel_fmt
 from longqa.models import DEFAULT_MODEL, DEMO_MODEL_DIR
 from longqa.session import sample_examples, Session
-from tests.conftest import CHROMIUM, served_page
+from bench.browser import CHROMIUM
+from tests.conftest import served_page
 from tests.generated_pdfs import WRAPPED_QUESTION, wrapped_matplotlib_pdf
 
 TIMEOUT_MS = 120_000

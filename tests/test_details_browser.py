@@ -25,7 +25,7 @@ from longqa.session import Session
 from page import loading
 from page.context import make_context
 from strategies.profiles import profile_choices
-from tests.conftest import CHROMIUM
+from bench.browser import CHROMIUM
 from tests.test_app_browser import SCREENS, choose, frozen_while, launch, open_at, table_headers, wait_until
 
 pytestmark = [

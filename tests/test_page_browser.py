@@ -22,7 +22,8 @@ from page import words as page_help
 from longqa.backend import Selection
 from training.demo_task import make_example
 from longqa.session import Session
-from tests.conftest import CHROMIUM, served_page
+from bench.browser import CHROMIUM
+from tests.conftest import served_page
 from tests.test_app_browser import SIDEWAYS, TIMEOUT_MS, choose, frozen_while, launch, wait_until
 
 pytestmark = [

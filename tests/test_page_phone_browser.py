@@ -14,7 +14,8 @@ import time
 import pytest
 
 from longqa.session import Session
-from tests.conftest import CHROMIUM, served_page
+from bench.browser import CHROMIUM
+from tests.conftest import served_page
 from tests.test_app_browser import SCREENS, answered, frozen_while, launch, open_at, wait_until
 
 pytestmark = [

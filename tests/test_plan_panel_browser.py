@@ -7,7 +7,7 @@ import gradio as gr
 import pytest
 
 from page import plan_panel
-from tests.conftest import CHROMIUM
+from bench.browser import CHROMIUM
 from tests.test_plan_panel import offering
 
 LARGE = "allenai/longformer-large-4096-finetuned-triviaqa"

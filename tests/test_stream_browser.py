@@ -13,7 +13,8 @@ from longqa.session import Session
 from page import layout
 from page.format import PROVISIONAL as PENDING
 from page.layout import build_blocks
-from tests.conftest import CHROMIUM, served_page
+from bench.browser import CHROMIUM
+from tests.conftest import served_page
 
 TIMEOUT_MS = 120_000
 BATCH_DELAY_S = 0.4  # each batch of windows, at least
