@@ -233,7 +233,7 @@ def test_once_the_server_is_told_to_stop_every_request_counts_as_abandoned():
     try:
         with pytest.raises(SystemExit) as exited:
             stop_on_signal()  # SIGTERM's handler in `python app.py`
-        assert exited.value.code == 0 and policy.is_stopping()
+        assert exited.value.code == 0 and policy.STOPPING.is_set()
         assert check() is True and abandonment_check()() is True
     finally:
         policy.STOPPING.clear()

@@ -209,6 +209,12 @@ def test_no_source_file_outside_the_tests_is_over_600_lines(path):
     assert len(path.read_text().splitlines()) <= 600
 
 
+def test_the_shipped_composition_package_stays_within_5000_lines():
+    """`longqa/` holds what a user runs (serving, the CLI, the strategy benchmark); our own measurements live in the
+    workshop (`bench/`, `evals/`). Past the bound, move or simplify before adding."""
+    assert sum(len(path.read_text().splitlines()) for path in (ROOT / "longqa").rglob("*.py")) <= 5000
+
+
 def test_no_module_re_exports_names_for_another_to_import():
     """An unused import of the project's own names (`# noqa: F401`) is kept only for someone else's sake: none."""
     ours = tuple(f"from {package}" for package in LAYERS)

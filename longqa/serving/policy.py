@@ -55,10 +55,6 @@ def stop_serving() -> None:
     STOPPING.set()
 
 
-def is_stopping() -> bool:
-    return STOPPING.is_set()
-
-
 # How a GPU function run in ZeroGPU's forked worker learns that its request was abandoned (Stop, a closed tab, a
 # vanished client), by key: ZeroGPU pickles a GPU function's arguments, so the request carries the key, never the
 # check; a forked worker sees a frozen copy and never stops early, which is safe. A request answered in this process
