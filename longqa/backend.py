@@ -2,8 +2,9 @@
 (before its turn on the model) and answers a plan, with a gate for turns on a shared model, progress and a stop
 check; `Session` (the model in this process) and `longqa.serving.ray_replicas.RaySession` (Ray Serve replicas)
 implement all of it (`ask_steps` yields the best answer so far as a read goes on; `ask` hears it through a
-callback), the second by holding a `Session` for its record of what is loaded. A visitor's choice of
-model is a `Selection`, taken whole; the best answer so far while a read goes on, a `Provisional` (the engine's).
+callback), the second a `Session` whose loader deploys and whose answers come from the replicas. A visitor's
+choice of model is a `Selection`, taken whole; the best answer so far while a read goes on, a `Provisional`
+(the engine's).
 
 Types only: it holds no model and runs nothing.
 """
