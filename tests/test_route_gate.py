@@ -126,12 +126,13 @@ def test_sessions_heard_are_noted_from_the_heartbeat_route_the_latest_kept():
 @pytest.mark.slow
 def test_new_sessions_take_their_addresses_budget_and_known_or_heard_sessions_join_past_it():
     heard = SessionsHeard()
-    sessions = NewSessionBudget(JoinBudget(per_s=0.001, burst=3), heard, grace_s=0.3)
+    sessions = NewSessionBudget(JoinBudget(per_s=0.001, burst=3), heard, {"held-elsewhere"}.__contains__, grace_s=0.3)
     admits = lambda address, session: asyncio.run(sessions.admits(address, session))  # noqa: E731
     assert admits("10.0.0.9", "open-page")  # a page that joined before, from another address
     assert [admits("127.0.0.1", f"fresh-{n}") for n in range(5)] == [True] * 3 + [False] * 2
     assert admits("127.0.0.1", "open-page")  # a session admitted before: past the budget, not counted
     assert admits("127.0.0.1", "fresh-1") and not admits("127.0.0.1", "fresh-4")  # admitted ones only
+    assert admits("127.0.0.1", "held-elsewhere")  # one the server knows otherwise (`is_known`)
     heard.note("heartbeat-open")
     assert admits("127.0.0.1", "heartbeat-open")
     assert admits("10.0.0.7", "fresh-x")  # another address: its own budget

@@ -90,19 +90,20 @@ class SessionsHeard:
 class NewSessionBudget:
     """Which joins to the queue may come in where the caller's address is the socket's (a direct connection, where
     an office, a school or every test on loopback share one): every join of a session the server knows (it was
-    admitted before: the last MAX_SESSIONS_HEARD such) or has heard of (`heard`); of the
+    admitted before, the last MAX_SESSIONS_HEARD such, or `is_known` says so) or has heard of (`heard`); of the
     others (a session nobody has heard of, a join that names no session), `budget`'s from each address, and past
     that only one whose session is heard of within `grace_s`. A client that never opens its session's heartbeat, as
     a flood of raw joins does not, is refused past the budget; a page or a client on the same address still joins.
     Only the event loop that serves the routes asks it."""
 
-    def __init__(self, budget: JoinBudget, heard: SessionsHeard, grace_s: float = HEARD_GRACE_S):
-        self.budget, self.heard, self.grace_s = budget, heard, grace_s
+    def __init__(self, budget: JoinBudget, heard: SessionsHeard, is_known: Callable[[str], bool] = lambda s: False,
+                 grace_s: float = HEARD_GRACE_S):
+        self.budget, self.heard, self.is_known, self.grace_s = budget, heard, is_known, grace_s
         self.admitted = SessionsHeard()
 
     def is_new(self, session: str | None) -> bool:
         """Whether `session` is one the server neither knows nor has heard of (a join without one always is)."""
-        return not session or not (session in self.heard or session in self.admitted)
+        return not session or not (session in self.heard or session in self.admitted or self.is_known(session))
 
     async def admits(self, address: str | None, session: str | None) -> bool:
         """Whether a join of `session` from `address` may come in now (a new session's counted in the address's
