@@ -237,14 +237,14 @@ def shape_of(value) -> str:
 
 
 def upload_bounds(demo: gr.Blocks, uploads: UploadStore, visitor_header: str | None,
-                  max_text_bytes: int = DEFAULT_MAX_FILE_BYTES) -> dict:
+                  max_text_bytes: int = DEFAULT_MAX_FILE_BYTES, heard: SessionsHeard | None = None) -> dict:
     """The FastAPI arguments that bound `demo`'s requests: the route gate first (closed routes; every body but an
     upload's bounded by its declared length, for a pasted text of `max_text_bytes`; where the deployment names the
     proxy's header, each address's joins to the queue, `JoinBudget`; on a direct connection, each socket address's
-    joins of new sessions, `NewSessionBudget`, which knows the sessions whose heartbeat opens), the gate in front of
-    gradio's upload route (a visitor is the address the proxy gives, `proxy_address`, where the deployment names its
-    header; on a direct connection only the total counts) and the sweep that deletes old uploads (and tells gradio
-    they are gone)."""
+    joins of new sessions, `NewSessionBudget`, which knows the sessions whose heartbeat opens, noted in `heard`), the
+    gate in front of gradio's upload route (a visitor is the address the proxy gives, `proxy_address`, where the
+    deployment names its header; on a direct connection only the total counts) and the sweep that deletes old uploads
+    (and tells gradio they are gone)."""
     header = (visitor_header or "").lower()
 
     def visitor_of(headers: dict) -> str | None:
@@ -252,7 +252,7 @@ def upload_bounds(demo: gr.Blocks, uploads: UploadStore, visitor_header: str | N
         return f"address:{address}" if address else None
 
     uploads.on_delete = demo.upload_file_set.discard
-    heard = SessionsHeard()
+    heard = heard if heard is not None else SessionsHeard()
     joins = JoinBudget(JOINS_PER_S, JOINS_BURST) if header else None
     sessions = None if header else NewSessionBudget(JoinBudget(NEW_SESSIONS_PER_S, NEW_SESSIONS_BURST), heard)
     return {"middleware": [Middleware(RouteGate, max_body_bytes=body_cap_bytes(max_text_bytes),
