@@ -193,8 +193,7 @@ def checked_values(block_fn, inputs: list) -> list:
     components' reprs)."""
     for component, value in zip(block_fn.inputs, inputs):
         if remote_file(value):
-            label = getattr(component, "label", None) or type(component).__name__
-            raise gr.Error(REMOTE_FILE.format(label=cut(label, 80)), print_exception=False)
+            raise gr.Error(REMOTE_FILE.format(label=cut(label_of(component), 80)), print_exception=False)
     if getattr(block_fn, "batch", False):  # one list per input: gradio checks the lengths itself
         return inputs
     inputs = list(inputs)
@@ -219,10 +218,14 @@ def wrong_shape(block_fn, inputs: list, exc: ValidationError) -> str:
     for component, value in zip(block_fn.inputs, inputs):
         model = getattr(component, "data_model", None)
         if model is not None and model.__name__ == exc.title:
-            label = getattr(component, "label", None) or type(component).__name__
             expected = EXPECTED_SHAPES.get(exc.title, f"a value gradio reads as {exc.title}")
-            return f"'{label}' must be {expected}; this call sent {shape_of(value)}."
+            return f"'{label_of(component)}' must be {expected}; this call sent {shape_of(value)}."
     return f"An input of this call has the wrong shape: {exc.error_count()} problem(s) reading it as {exc.title}."
+
+
+def label_of(component) -> str:
+    """How a message names an input: its label, else its kind ('File')."""
+    return getattr(component, "label", None) or type(component).__name__
 
 
 def shape_of(value) -> str:

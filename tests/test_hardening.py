@@ -50,9 +50,10 @@ def test_the_wrapped_methods_are_gradios_with_the_signatures_harden_calls():
     assert "iterator=iterator," in inspect.getsource(__import__("gradio.route_utils").route_utils.call_process_api)
 
 
-def call(demo: gr.Blocks, values: list):
-    """The hardened page's first event called as gradio's routes call it."""
-    return asyncio.run(demo.process_api(block_fn=next(iter(demo.fns.values())), inputs=values, state=None))
+def call(demo: gr.Blocks, values: list, block_fn=None):
+    """The hardened page's event (its first by default) called as gradio's routes call it."""
+    block_fn = block_fn or next(iter(demo.fns.values()))
+    return asyncio.run(demo.process_api(block_fn=block_fn, inputs=values, state=None))
 
 
 @pytest.mark.slow
@@ -89,7 +90,7 @@ def test_a_handlers_output_gradio_refuses_is_not_told_as_the_callers_fault():
     harden(demo, UploadStore(), None)
     for block_fn in demo.fns.values():
         with pytest.raises(gr.Error) as refused:
-            asyncio.run(demo.process_api(block_fn=block_fn, inputs=["q"], state=None))
+            call(demo, ["q"], block_fn)
         assert refused.value.message.startswith(f"This call to {block_fn.api_name} could not be taken"), (
             refused.value.message)
 
